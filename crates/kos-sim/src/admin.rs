@@ -1,0 +1,150 @@
+//! `/_sim/…`: the simulator's own admin API (not OpenStack): request log, counters, fault rules, rate
+//! limits, token expiry, quotas, state snapshot. Unauthenticated: the simulator listens on loopback only.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::app::SharedApp;
+use crate::config::Quotas;
+use crate::error::{SimError, SimResult};
+use crate::faults::FaultRule;
+use crate::query::QueryParams;
+use crate::service::Service;
+
+pub fn router() -> Router<SharedApp> {
+    Router::new()
+        .route("/_sim/log", get(log))
+        .route("/_sim/counters", get(counters).delete(reset_counters))
+        .route(
+            "/_sim/faults",
+            get(list_faults).post(add_fault).delete(clear_faults),
+        )
+        .route("/_sim/faults/{id}", delete(remove_fault))
+        .route("/_sim/rate-limits", get(rate_limits).put(set_rate_limits))
+        .route("/_sim/tokens/expire", post(expire_tokens))
+        .route("/_sim/quotas", get(get_quotas).put(put_quotas))
+        .route("/_sim/state", get(state))
+        .route("/_sim/clock", get(clock))
+}
+
+fn bad(msg: impl Into<String>) -> SimError {
+    SimError::bad_request(Service::Admin, msg)
+}
+
+/// `?since=<seq>` returns only newer entries; `?service=network` filters.
+async fn log(State(app): State<SharedApp>, q: QueryParams) -> Json<Value> {
+    let since: u64 = q.get("since").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let svc = q.get("service").and_then(Service::parse);
+    let obs = app.observations();
+    let entries: Vec<_> = obs
+        .log
+        .iter()
+        .filter(|e| e.seq > since && (svc.is_none() || e.service == svc))
+        .cloned()
+        .collect();
+    Json(json!({"entries": entries}))
+}
+
+async fn counters(State(app): State<SharedApp>) -> Json<Value> {
+    let obs = app.observations();
+    Json(json!({"services": obs.counters}))
+}
+
+async fn reset_counters(State(app): State<SharedApp>) -> StatusCode {
+    app.observations().reset();
+    StatusCode::NO_CONTENT
+}
+
+async fn list_faults(State(app): State<SharedApp>) -> Json<Value> {
+    Json(json!({"faults": app.fault_engine().rules()}))
+}
+
+async fn add_fault(
+    State(app): State<SharedApp>,
+    Json(rule): Json<FaultRule>,
+) -> SimResult<(StatusCode, Json<Value>)> {
+    let id = app
+        .fault_engine()
+        .add(rule)
+        .map_err(|e| bad(e.to_string()))?;
+    Ok((StatusCode::CREATED, Json(json!({"id": id}))))
+}
+
+async fn clear_faults(State(app): State<SharedApp>) -> StatusCode {
+    app.fault_engine().clear();
+    StatusCode::NO_CONTENT
+}
+
+async fn remove_fault(State(app): State<SharedApp>, Path(id): Path<u64>) -> SimResult<StatusCode> {
+    if app.fault_engine().remove(id) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(SimError::not_found(
+            Service::Admin,
+            format!("no fault rule {id}"),
+        ))
+    }
+}
+
+async fn rate_limits(State(app): State<SharedApp>) -> Json<Value> {
+    Json(json!({"rate_limits": app.fault_engine().rate_limits()}))
+}
+
+/// `{"network": 50, "compute": null}`: requests per cloud second, `null` removes the limit.
+async fn set_rate_limits(
+    State(app): State<SharedApp>,
+    Json(body): Json<BTreeMap<String, Option<f64>>>,
+) -> SimResult<StatusCode> {
+    let mut f = app.fault_engine();
+    for (name, rate) in body {
+        let svc = Service::parse(&name).ok_or_else(|| bad(format!("unknown service {name:?}")))?;
+        f.set_rate_limit(svc, rate);
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn expire_tokens(State(app): State<SharedApp>) -> StatusCode {
+    app.cloud().keystone.expire_all_tokens();
+    StatusCode::NO_CONTENT
+}
+
+async fn get_quotas(State(app): State<SharedApp>) -> Json<Quotas> {
+    Json(app.cloud().quotas.clone())
+}
+
+#[derive(Deserialize)]
+struct QuotaPatch(BTreeMap<String, i64>);
+
+/// Partial update: `{"instances": 2, "floating_ips": 0}`.
+async fn put_quotas(
+    State(app): State<SharedApp>,
+    Json(QuotaPatch(patch)): Json<QuotaPatch>,
+) -> SimResult<Json<Quotas>> {
+    let mut cloud = app.cloud();
+    let mut v = serde_json::to_value(&cloud.quotas).map_err(|e| bad(e.to_string()))?;
+    for (k, n) in patch {
+        if v.get(&k).is_none() {
+            return Err(bad(format!("unknown quota {k:?}")));
+        }
+        v[&k] = json!(n);
+    }
+    cloud.quotas = serde_json::from_value(v).map_err(|e| bad(e.to_string()))?;
+    Ok(Json(cloud.quotas.clone()))
+}
+
+async fn state(State(app): State<SharedApp>) -> SimResult<Json<Value>> {
+    let cloud = app.cloud();
+    serde_json::to_value(&*cloud)
+        .map(Json)
+        .map_err(|e| bad(e.to_string()))
+}
+
+async fn clock(State(app): State<SharedApp>) -> Json<Value> {
+    Json(json!({"now": app.now().0, "time_scale": app.clock.scale()}))
+}

@@ -1,0 +1,311 @@
+//! The shared state of one simulator and the middleware every request passes: request log and counters,
+//! per-call latency, rate limits, fault injection and token validation.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::{Clock, SimTime};
+use crate::config::SimConfig;
+use crate::error::SimError;
+use crate::faults::FaultEngine;
+use crate::service::Service;
+use crate::state::Cloud;
+
+/// Everything one running simulator holds. Locks are never held across an `.await`.
+pub struct App {
+    pub cfg: SimConfig,
+    pub clock: Clock,
+    /// `http://127.0.0.1:<port>`: used for catalog URLs and links.
+    pub base_url: String,
+    cloud: Mutex<Cloud>,
+    pub faults: Mutex<FaultEngine>,
+    pub obs: Mutex<Observations>,
+}
+
+pub type SharedApp = Arc<App>;
+
+impl App {
+    pub fn new(cfg: SimConfig, base_url: String, cloud: Cloud) -> Self {
+        let clock = Clock::resumed(cfg.time_scale, cloud.now);
+        let mut faults = FaultEngine::new(cfg.seed);
+        for (svc, rate) in &cfg.rate_limits {
+            faults.set_rate_limit(*svc, Some(*rate));
+        }
+        let mut bad = Vec::new();
+        for rule in cfg.faults.clone() {
+            if let Err(e) = faults.add(rule) {
+                bad.push(e.to_string());
+            }
+        }
+        for e in bad {
+            tracing::warn!("ignoring fault rule: {e}");
+        }
+        App {
+            cfg,
+            clock,
+            base_url,
+            cloud: Mutex::new(cloud),
+            faults: Mutex::new(faults),
+            obs: Mutex::new(Observations::default()),
+        }
+    }
+
+    /// The cloud's state, advanced to the current simulated time (resources whose deadline passed change
+    /// state now: BUILD → ACTIVE, PENDING_CREATE → ACTIVE, creating → available, ...).
+    pub fn cloud(&self) -> MutexGuard<'_, Cloud> {
+        let mut guard = self.cloud.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.clock.now();
+        guard.advance(now, &self.cfg);
+        guard
+    }
+
+    pub fn now(&self) -> SimTime {
+        self.clock.now()
+    }
+
+    /// Catalog URL of a service (what clients are told to use).
+    pub fn endpoint_url(&self, svc: Service, project_id: &str) -> String {
+        let b = &self.base_url;
+        match svc {
+            Service::Identity => format!("{b}/identity"),
+            Service::Compute => format!("{b}/compute/v2.1"),
+            Service::BlockStorage => format!("{b}/volume/v3/{project_id}"),
+            other => format!("{b}{}", other.prefix()),
+        }
+    }
+
+    pub fn observations(&self) -> MutexGuard<'_, Observations> {
+        self.obs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn fault_engine(&self) -> MutexGuard<'_, FaultEngine> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Who is calling: put into request extensions by [`authenticate`] for every cloud service but Keystone.
+#[derive(Debug, Clone)]
+pub struct AuthCtx {
+    pub user_id: String,
+    pub project_id: String,
+    pub roles: Vec<String>,
+}
+
+impl AuthCtx {
+    pub fn is_admin(&self) -> bool {
+        self.roles.iter().any(|r| r == "admin")
+    }
+}
+
+/// One logged request. Bodies are never logged: they carry passwords and user_data.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub seq: u64,
+    pub at: f64,
+    pub service: Option<Service>,
+    pub method: String,
+    pub path: String,
+    /// `GET /network/v2.0/ports/{id}`: the path with ids replaced, for per-operation counters.
+    pub operation: String,
+    pub status: u16,
+    pub fault_rule: Option<u64>,
+    pub real_ms: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServiceCounters {
+    pub calls: u64,
+    pub by_status: BTreeMap<u16, u64>,
+    pub by_operation: BTreeMap<String, u64>,
+    pub faults_injected: u64,
+    pub rate_limited: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Observations {
+    pub log: VecDeque<LogEntry>,
+    pub counters: BTreeMap<Service, ServiceCounters>,
+    seq: u64,
+}
+
+const LOG_CAPACITY: usize = 20_000;
+
+impl Observations {
+    fn record(&mut self, mut e: LogEntry, rate_limited: bool) {
+        self.seq += 1;
+        e.seq = self.seq;
+        if let Some(svc) = e.service {
+            let c = self.counters.entry(svc).or_default();
+            c.calls += 1;
+            *c.by_status.entry(e.status).or_default() += 1;
+            *c.by_operation.entry(e.operation.clone()).or_default() += 1;
+            if e.fault_rule.is_some() {
+                c.faults_injected += 1;
+            }
+            if rate_limited {
+                c.rate_limited += 1;
+            }
+        }
+        if self.log.len() >= LOG_CAPACITY {
+            self.log.pop_front();
+        }
+        self.log.push_back(e);
+    }
+
+    pub fn reset(&mut self) {
+        self.log.clear();
+        self.counters.clear();
+    }
+}
+
+/// `/network/v2.0/ports/3f1c…/tags/x` → `/network/v2.0/ports/{id}/tags/x`. Ids are UUIDs, 32-hex
+/// Keystone ids, or the Cinder project segment.
+pub fn operation_of(method: &str, path: &str) -> String {
+    let templ: Vec<String> = path
+        .split('/')
+        .map(|seg| {
+            let hexish = seg.len() >= 32 && seg.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+            if hexish {
+                "{id}".to_owned()
+            } else {
+                seg.to_owned()
+            }
+        })
+        .collect();
+    format!("{method} {}", templ.join("/"))
+}
+
+/// Outermost middleware: latency, rate limit, faults, and the log entry for every request.
+pub async fn gate(State(app): State<SharedApp>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().as_str().to_owned();
+    let path = req.uri().path().to_owned();
+    let service = Service::from_path(&path);
+    let cloud_service = service.filter(|s| *s != Service::Admin);
+
+    if cloud_service.is_some() {
+        let lat = app.cfg.latency.per_call_secs;
+        if lat > 0.0 {
+            tokio::time::sleep(app.clock.real(lat)).await;
+        }
+    }
+
+    let mut fault_rule = None;
+    let mut rate_limited = false;
+    let decision = cloud_service.and_then(|svc| {
+        let mut f = app.fault_engine();
+        if let Some(retry) = f.rate_limited(svc, app.now()) {
+            rate_limited = true;
+            return Some(Err(SimError::new(
+                svc,
+                StatusCode::TOO_MANY_REQUESTS,
+                "RateLimited",
+                "Rate limit exceeded",
+            )
+            .with_retry_after(retry)));
+        }
+        f.check(&method, &path).map(Ok)
+    });
+
+    let resp = match decision {
+        Some(Err(limited)) => limited.into_response(),
+        Some(Ok(hit)) => {
+            fault_rule = Some(hit.rule_id);
+            let svc = cloud_service.unwrap_or(Service::Admin);
+            let status =
+                StatusCode::from_u16(hit.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut err = SimError::new(svc, status, "InjectedFault", hit.message.clone());
+            if let Some(r) = hit.retry_after {
+                err = err.with_retry_after(r);
+            }
+            if hit.after_side_effect {
+                // The cloud did the work; the client never hears about it.
+                let _ = next.run(req).await;
+            }
+            err.into_response()
+        }
+        None => next.run(req).await,
+    };
+
+    let entry = LogEntry {
+        seq: 0,
+        at: app.now().0,
+        service,
+        operation: operation_of(&method, &path),
+        method,
+        path,
+        status: resp.status().as_u16(),
+        fault_rule,
+        real_ms: started.elapsed().as_secs_f64() * 1000.0,
+    };
+    tracing::debug!(target: "kos_sim::request", method = %entry.method, path = %entry.path, status = entry.status, "request");
+    app.observations().record(entry, rate_limited);
+    resp
+}
+
+/// Per-service middleware: a valid, unexpired `X-Auth-Token` or the service's own 401.
+pub async fn authenticate(
+    State((app, svc)): State<(SharedApp, Service)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let token = req
+        .headers()
+        .get("x-auth-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let ctx = token.and_then(|t| {
+        let now = app.now();
+        app.cloud().keystone.validate(&t, now)
+    });
+    match ctx {
+        Some(ctx) => {
+            req.extensions_mut().insert(ctx);
+            next.run(req).await
+        }
+        None => SimError::unauthorized(svc).into_response(),
+    }
+}
+
+/// Adds `x-openstack-request-id` (and Nova's `x-compute-request-id`) to every response, as the real
+/// services do; clients log it.
+pub async fn request_id(req: Request<Body>, next: Next) -> Response {
+    let compute = req.uri().path().starts_with("/compute");
+    let mut resp = next.run(req).await;
+    let id = format!("req-{}", crate::ids::uuid());
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        if compute {
+            resp.headers_mut().insert("x-compute-request-id", v.clone());
+        }
+        resp.headers_mut().insert("x-openstack-request-id", v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_template_ids() {
+        assert_eq!(
+            operation_of(
+                "GET",
+                "/network/v2.0/ports/3f1c2d4e-0000-4000-8000-000000000001/tags"
+            ),
+            "GET /network/v2.0/ports/{id}/tags"
+        );
+        assert_eq!(
+            operation_of("GET", "/volume/v3/0123456789abcdef0123456789abcdef/volumes"),
+            "GET /volume/v3/{id}/volumes"
+        );
+    }
+}

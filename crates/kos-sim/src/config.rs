@@ -1,0 +1,184 @@
+//! Simulator configuration: identities, the time and latency model, faults and rate limits.
+//! Loadable from a YAML file (`kos sim serve --config FILE`); every field has a default.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::faults::FaultRule;
+use crate::service::Service;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimConfig {
+    /// Real seconds per cloud second. 1.0 is real time; tests use ~0.001.
+    pub time_scale: f64,
+    pub latency: LatencyModel,
+    /// Lifetime of an issued Keystone token, in cloud seconds.
+    pub token_lifetime_secs: f64,
+    pub region: String,
+    pub project: String,
+    pub username: String,
+    pub password: String,
+    /// Number of (fake) compute hosts: bounds anti-affinity groups and NoValidHost.
+    pub compute_hosts: u32,
+    /// Capacity of each compute host.
+    pub host_vcpus: u32,
+    pub host_ram_mb: u64,
+    pub quotas: Quotas,
+    pub faults: Vec<FaultRule>,
+    /// Requests per second per service; above it the service answers 429 with Retry-After.
+    pub rate_limits: BTreeMap<Service, f64>,
+    /// Seed for every random choice (fault probabilities, jitter), so runs are repeatable.
+    pub seed: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            time_scale: 1.0,
+            latency: LatencyModel::default(),
+            token_lifetime_secs: 3600.0,
+            region: "RegionOne".into(),
+            project: "demo".into(),
+            username: "demo".into(),
+            password: "kos-sim-password".into(),
+            compute_hosts: 3,
+            host_vcpus: 64,
+            host_ram_mb: 262_144,
+            quotas: Quotas::default(),
+            faults: Vec::new(),
+            rate_limits: BTreeMap::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SimConfig {
+    /// A config for tests: everything happens ~1000x faster than on a real cloud.
+    pub fn fast() -> Self {
+        SimConfig {
+            time_scale: 0.001,
+            latency: LatencyModel::instant(),
+            ..Default::default()
+        }
+    }
+
+    pub fn from_yaml_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read(path.display().to_string(), e))?;
+        serde_saphyr::from_str(&text)
+            .map_err(|e| ConfigError::Parse(path.display().to_string(), e.to_string()))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read simulator config {0}: {1}")]
+    Read(String, #[source] std::io::Error),
+    #[error("invalid simulator config {0}: {1}")]
+    Parse(String, String),
+}
+
+/// Durations in cloud seconds. Defaults are what a healthy public cloud shows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LatencyModel {
+    /// Added to every API call.
+    pub per_call_secs: f64,
+    /// BUILD → ACTIVE.
+    pub server_boot_secs: f64,
+    /// ACTIVE → gone after DELETE.
+    pub server_delete_secs: f64,
+    /// LB PENDING_CREATE → ACTIVE.
+    pub lb_create_secs: f64,
+    /// LB PENDING_UPDATE → ACTIVE after a child (listener, pool, member, monitor) change.
+    pub lb_update_secs: f64,
+    /// LB PENDING_DELETE → gone.
+    pub lb_delete_secs: f64,
+    /// Volume creating → available.
+    pub volume_create_secs: f64,
+    /// Volume deleting → gone; attaching/detaching.
+    pub volume_delete_secs: f64,
+}
+
+impl Default for LatencyModel {
+    fn default() -> Self {
+        LatencyModel {
+            per_call_secs: 0.05,
+            server_boot_secs: 30.0,
+            server_delete_secs: 5.0,
+            lb_create_secs: 60.0,
+            lb_update_secs: 5.0,
+            lb_delete_secs: 10.0,
+            volume_create_secs: 5.0,
+            volume_delete_secs: 3.0,
+        }
+    }
+}
+
+impl LatencyModel {
+    /// No per-call latency; state machines keep their relative durations.
+    pub fn instant() -> Self {
+        LatencyModel {
+            per_call_secs: 0.0,
+            ..Default::default()
+        }
+    }
+}
+
+/// Default per-project quotas (what a fresh devstack project gets).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Quotas {
+    pub instances: i64,
+    pub cores: i64,
+    pub ram_mb: i64,
+    pub key_pairs: i64,
+    pub server_groups: i64,
+    pub server_group_members: i64,
+    pub networks: i64,
+    pub subnets: i64,
+    pub ports: i64,
+    pub routers: i64,
+    pub floating_ips: i64,
+    pub security_groups: i64,
+    pub security_group_rules: i64,
+    pub volumes: i64,
+    pub gigabytes: i64,
+    pub snapshots: i64,
+    pub load_balancers: i64,
+    pub listeners: i64,
+    pub pools: i64,
+    pub members: i64,
+    pub health_monitors: i64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            instances: 10,
+            cores: 20,
+            ram_mb: 51_200,
+            key_pairs: 100,
+            server_groups: 10,
+            server_group_members: 10,
+            networks: 100,
+            subnets: 100,
+            ports: 500,
+            routers: 10,
+            floating_ips: 50,
+            security_groups: 10,
+            security_group_rules: 100,
+            volumes: 10,
+            gigabytes: 1000,
+            snapshots: 10,
+            load_balancers: -1,
+            listeners: -1,
+            pools: -1,
+            members: -1,
+            health_monitors: -1,
+        }
+    }
+}

@@ -1,0 +1,808 @@
+//! Keystone v3 subset: version discovery, password / application-credential / token auth with a catalog,
+//! token validation and revocation, application credentials.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::app::{AuthCtx, SharedApp};
+use crate::clock::SimTime;
+use crate::config::SimConfig;
+use crate::error::{SimError, SimResult};
+use crate::ids;
+use crate::routes::{Routes, Sample};
+use crate::service::Service;
+
+const SVC: Service = Service::Identity;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Role {
+    pub id: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct User {
+    pub id: String,
+    pub name: String,
+    pub domain_id: String,
+    pub password: String,
+    pub default_project_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Project {
+    pub id: String,
+    pub name: String,
+    pub domain_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppCred {
+    pub id: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub user_id: String,
+    pub project_id: String,
+    pub secret: String,
+    pub roles: Vec<Role>,
+    pub unrestricted: bool,
+    pub expires_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Token {
+    pub user_id: String,
+    pub project_id: Option<String>,
+    pub methods: Vec<String>,
+    pub roles: Vec<Role>,
+    pub app_cred: Option<(String, String)>,
+    pub issued_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    /// Expiry on the simulator's clock (what validation checks).
+    pub expires_sim: SimTime,
+    pub audit_id: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct KeystoneState {
+    pub users: Vec<User>,
+    pub projects: Vec<Project>,
+    pub roles: Vec<Role>,
+    pub app_creds: Vec<AppCred>,
+    pub tokens: HashMap<String, Token>,
+    /// catalog endpoint ids, stable per service and interface
+    pub endpoint_ids: HashMap<String, String>,
+}
+
+impl KeystoneState {
+    pub fn seed(&mut self, cfg: &SimConfig) {
+        let project = Project {
+            id: ids::hex_id(),
+            name: cfg.project.clone(),
+            domain_id: "default".into(),
+        };
+        self.users.push(User {
+            id: ids::hex_id(),
+            name: cfg.username.clone(),
+            domain_id: "default".into(),
+            password: cfg.password.clone(),
+            default_project_id: project.id.clone(),
+        });
+        self.projects.push(project);
+        for name in ["member", "reader", "load-balancer_member", "creator"] {
+            self.roles.push(Role {
+                id: ids::hex_id(),
+                name: name.into(),
+            });
+        }
+    }
+
+    /// The id of the (first) project: the one every resource of the simulated cloud belongs to.
+    pub fn project_id(&self) -> &str {
+        self.projects.first().map(|p| p.id.as_str()).unwrap_or("")
+    }
+
+    pub fn validate(&self, token: &str, now: SimTime) -> Option<AuthCtx> {
+        let t = self.tokens.get(token)?;
+        if now.reached(t.expires_sim) {
+            return None;
+        }
+        Some(AuthCtx {
+            user_id: t.user_id.clone(),
+            project_id: t.project_id.clone().unwrap_or_default(),
+            roles: t.roles.iter().map(|r| r.name.clone()).collect(),
+        })
+    }
+
+    /// Makes every issued token invalid (what a token expiry or a revocation event does to clients).
+    pub fn expire_all_tokens(&mut self) {
+        self.tokens.clear();
+    }
+
+    fn domain_name(id: &str) -> &'static str {
+        if id == "default" { "Default" } else { "Other" }
+    }
+}
+
+pub fn routes() -> Routes {
+    use Sample::*;
+    Routes::new(SVC)
+        .get(
+            "/identity",
+            versions,
+            File("identity/admin/identity-versions-response.json"),
+        )
+        .get(
+            "/identity/",
+            versions,
+            File("identity/admin/identity-versions-response.json"),
+        )
+        .get(
+            "/identity/v3",
+            version,
+            File("identity/admin/identity-version-response.json"),
+        )
+        .get(
+            "/identity/v3/",
+            version,
+            File("identity/admin/identity-version-response.json"),
+        )
+        .post(
+            "/identity/v3/auth/tokens",
+            issue_token,
+            File("identity/admin/auth-password-project-scoped-response.json"),
+        )
+        .get(
+            "/identity/v3/auth/tokens",
+            validate_token,
+            File("identity/admin/auth-token-scoped-response.json"),
+        )
+        .head(
+            "/identity/v3/auth/tokens",
+            check_token,
+            NoBody("HEAD has no body"),
+        )
+        .delete("/identity/v3/auth/tokens", revoke_token, NoBody("204"))
+        .get(
+            "/identity/v3/auth/catalog",
+            auth_catalog,
+            File("identity/admin/get-service-catalog-response.json"),
+        )
+        .get(
+            "/identity/v3/auth/projects",
+            auth_projects,
+            File("identity/admin/get-available-project-scopes-response.json"),
+        )
+        .get(
+            "/identity/v3/projects",
+            list_projects,
+            File("identity/admin/projects-list-response.json"),
+        )
+        .get(
+            "/identity/v3/projects/{id}",
+            get_project,
+            File("identity/admin/project-show-response.json"),
+        )
+        .get(
+            "/identity/v3/users/{id}",
+            get_user,
+            File("identity/admin/user-show-response.json"),
+        )
+        .post(
+            "/identity/v3/users/{id}/application_credentials",
+            create_app_cred,
+            File("identity/admin/application-credential-create-response.json"),
+        )
+        .get(
+            "/identity/v3/users/{id}/application_credentials",
+            list_app_creds,
+            File("identity/admin/application-credential-list-response.json"),
+        )
+        .get(
+            "/identity/v3/users/{id}/application_credentials/{cred}",
+            get_app_cred,
+            File("identity/admin/application-credential-get-response.json"),
+        )
+        .delete(
+            "/identity/v3/users/{id}/application_credentials/{cred}",
+            delete_app_cred,
+            NoBody("204"),
+        )
+}
+
+fn version_doc(app: &SharedApp) -> Value {
+    json!({
+        "id": "v3.14",
+        "status": "stable",
+        "updated": "2020-04-07T00:00:00Z",
+        "links": [{"rel": "self", "href": format!("{}/identity/v3/", app.base_url)}],
+        "media-types": [{"base": "application/json", "type": "application/vnd.openstack.identity-v3+json"}],
+    })
+}
+
+async fn versions(State(app): State<SharedApp>) -> Response {
+    (
+        StatusCode::MULTIPLE_CHOICES,
+        Json(json!({"versions": {"values": [version_doc(&app)]}})),
+    )
+        .into_response()
+}
+
+async fn version(State(app): State<SharedApp>) -> Json<Value> {
+    Json(json!({"version": version_doc(&app)}))
+}
+
+fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+    v.pointer(ptr).and_then(Value::as_str)
+}
+
+fn unauthorized(msg: &str) -> SimError {
+    SimError::new(SVC, StatusCode::UNAUTHORIZED, "Unauthorized", msg)
+}
+
+/// Which user a `{"user": {...}}` object names: by id, or by name within a domain given by id or name.
+fn find_user<'a>(ks: &'a KeystoneState, u: &Value) -> Option<&'a User> {
+    if let Some(id) = s(u, "/id") {
+        return ks.users.iter().find(|x| x.id == id);
+    }
+    let name = s(u, "/name")?;
+    let dom_id = s(u, "/domain/id").map(str::to_owned).or_else(|| {
+        s(u, "/domain/name").map(|n| {
+            if n.eq_ignore_ascii_case("default") {
+                "default".to_owned()
+            } else {
+                n.to_owned()
+            }
+        })
+    })?;
+    ks.users
+        .iter()
+        .find(|x| x.name == name && x.domain_id == dom_id)
+}
+
+fn find_project<'a>(ks: &'a KeystoneState, p: &Value) -> Option<&'a Project> {
+    if let Some(id) = s(p, "/id") {
+        return ks.projects.iter().find(|x| x.id == id);
+    }
+    let name = s(p, "/name")?;
+    let dom_id = s(p, "/domain/id").map(str::to_owned).or_else(|| {
+        s(p, "/domain/name").map(|n| {
+            if n.eq_ignore_ascii_case("default") {
+                "default".to_owned()
+            } else {
+                n.to_owned()
+            }
+        })
+    })?;
+    ks.projects
+        .iter()
+        .find(|x| x.name == name && x.domain_id == dom_id)
+}
+
+fn catalog(app: &SharedApp, ks: &mut KeystoneState, project_id: &str) -> Value {
+    let region = &app.cfg.region;
+    let mut entries = Vec::new();
+    let mut services: Vec<(Service, &str, &str)> = Service::CLOUD
+        .iter()
+        .map(|s| (*s, s.catalog_type(), s.catalog_name()))
+        .collect();
+    // Older clients look for the volumev3 alias.
+    services.push((Service::BlockStorage, "volumev3", "cinderv3"));
+    for (svc, typ, name) in services {
+        let url = app.endpoint_url(svc, project_id);
+        let endpoints: Vec<Value> = ["public", "internal", "admin"]
+            .iter()
+            .map(|iface| {
+                let key = format!("{typ}/{iface}");
+                let id = ks.endpoint_ids.entry(key).or_insert_with(ids::hex_id).clone();
+                json!({"id": id, "interface": iface, "region": region, "region_id": region, "url": url})
+            })
+            .collect();
+        let sid = ks
+            .endpoint_ids
+            .entry(format!("service/{typ}"))
+            .or_insert_with(ids::hex_id)
+            .clone();
+        entries.push(json!({"endpoints": endpoints, "id": sid, "type": typ, "name": name}));
+    }
+    Value::Array(entries)
+}
+
+fn token_body(app: &SharedApp, ks: &mut KeystoneState, t: &Token, with_catalog: bool) -> Value {
+    let user = ks.users.iter().find(|u| u.id == t.user_id).cloned();
+    let mut body = json!({
+        "methods": t.methods,
+        "user": user.as_ref().map(|u| json!({
+            "id": u.id, "name": u.name, "password_expires_at": null,
+            "domain": {"id": u.domain_id, "name": KeystoneState::domain_name(&u.domain_id)},
+        })),
+        "audit_ids": [t.audit_id],
+        "issued_at": ids::iso_micro_z(t.issued_at),
+        "expires_at": ids::iso_micro_z(t.expires_at),
+    });
+    if let Some(pid) = &t.project_id
+        && let Some(p) = ks.projects.iter().find(|p| &p.id == pid).cloned()
+    {
+        body["project"] = json!({"id": p.id, "name": p.name, "domain": {"id": p.domain_id, "name": KeystoneState::domain_name(&p.domain_id)}});
+        body["is_domain"] = json!(false);
+        body["roles"] = json!(
+            t.roles
+                .iter()
+                .map(|r| json!({"id": r.id, "name": r.name}))
+                .collect::<Vec<_>>()
+        );
+        if with_catalog {
+            body["catalog"] = catalog(app, ks, &p.id);
+        }
+    }
+    if let Some((id, name)) = &t.app_cred {
+        body["application_credential"] = json!({"id": id, "name": name, "restricted": true});
+    }
+    json!({"token": body})
+}
+
+async fn issue_token(State(app): State<SharedApp>, Json(req): Json<Value>) -> SimResult<Response> {
+    let methods: Vec<String> = req
+        .pointer("/auth/identity/methods")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    if methods.is_empty() {
+        return Err(SimError::bad_request(
+            SVC,
+            "Expecting to find identity in auth.",
+        ));
+    }
+    let now = app.now();
+    let mut cloud = app.cloud();
+    let ks = &mut cloud.keystone;
+    let (user_id, mut project_id, roles, app_cred) = match methods[0].as_str() {
+        "password" => {
+            let u = req
+                .pointer("/auth/identity/password/user")
+                .ok_or_else(|| SimError::bad_request(SVC, "password.user is required"))?;
+            let user = find_user(ks, u).ok_or_else(|| {
+                unauthorized("The request you have made requires authentication.")
+            })?;
+            if s(u, "/password") != Some(user.password.as_str()) {
+                return Err(unauthorized(
+                    "The request you have made requires authentication.",
+                ));
+            }
+            (user.id.clone(), None, ks.roles.clone(), None)
+        }
+        "application_credential" => {
+            let c = req
+                .pointer("/auth/identity/application_credential")
+                .ok_or_else(|| SimError::bad_request(SVC, "application_credential is required"))?;
+            let secret = s(c, "/secret").unwrap_or("");
+            let cred = if let Some(id) = s(c, "/id") {
+                ks.app_creds.iter().find(|a| a.id == id)
+            } else {
+                let name = s(c, "/name").unwrap_or("");
+                let user = c
+                    .get("user")
+                    .and_then(|u| find_user(ks, u))
+                    .map(|u| u.id.clone());
+                ks.app_creds
+                    .iter()
+                    .find(|a| a.name == name && Some(&a.user_id) == user.as_ref())
+            };
+            let cred = cred.filter(|a| a.secret == secret).ok_or_else(|| {
+                unauthorized("The request you have made requires authentication.")
+            })?;
+            (
+                cred.user_id.clone(),
+                Some(cred.project_id.clone()),
+                cred.roles.clone(),
+                Some((cred.id.clone(), cred.name.clone())),
+            )
+        }
+        "token" => {
+            let id = s(&req, "/auth/identity/token/id").unwrap_or("");
+            let t = ks
+                .tokens
+                .get(id)
+                .filter(|t| !now.reached(t.expires_sim))
+                .ok_or_else(|| unauthorized("Could not find token."))?;
+            (
+                t.user_id.clone(),
+                t.project_id.clone(),
+                t.roles.clone(),
+                t.app_cred.clone(),
+            )
+        }
+        other => {
+            return Err(unauthorized(&format!(
+                "Attempted to authenticate with an unsupported method: {other}"
+            )));
+        }
+    };
+    if app_cred.is_none() {
+        if let Some(scope) = req.pointer("/auth/scope/project") {
+            let p = find_project(ks, scope)
+                .ok_or_else(|| unauthorized("No project found for the requested scope."))?;
+            project_id = Some(p.id.clone());
+        } else if req.pointer("/auth/scope").is_none() && project_id.is_none() {
+            project_id = ks
+                .users
+                .iter()
+                .find(|u| u.id == user_id)
+                .map(|u| u.default_project_id.clone());
+        }
+    }
+    let issued = Utc::now();
+    let lifetime = app.cfg.token_lifetime_secs;
+    let real = chrono::Duration::from_std(app.clock.real(lifetime))
+        .unwrap_or_else(|_| chrono::Duration::hours(1));
+    let mut raw = [0u8; 64];
+    rand::Rng::fill(&mut rand::rng(), &mut raw[..]);
+    let id = format!(
+        "gAAAAA{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    );
+    let token = Token {
+        user_id,
+        project_id,
+        methods,
+        roles,
+        app_cred,
+        issued_at: issued,
+        expires_at: issued + real,
+        expires_sim: now.after(lifetime),
+        audit_id: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&raw[..16]),
+    };
+    let body = token_body(&app, ks, &token, true);
+    ks.tokens.insert(id.clone(), token);
+    let mut resp = (StatusCode::CREATED, Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-subject-token", v);
+    }
+    Ok(resp)
+}
+
+/// The caller (X-Auth-Token) must be valid for every other Keystone call.
+fn caller(app: &SharedApp, headers: &HeaderMap) -> SimResult<AuthCtx> {
+    let t = headers
+        .get("x-auth-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    app.cloud()
+        .keystone
+        .validate(t, app.now())
+        .ok_or_else(|| SimError::unauthorized(SVC))
+}
+
+fn subject<'a>(headers: &'a HeaderMap) -> &'a str {
+    headers
+        .get("x-subject-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+async fn validate_token(State(app): State<SharedApp>, headers: HeaderMap) -> SimResult<Response> {
+    caller(&app, &headers)?;
+    let now = app.now();
+    let sub = subject(&headers).to_owned();
+    let mut cloud = app.cloud();
+    let ks = &mut cloud.keystone;
+    let t = ks
+        .tokens
+        .get(&sub)
+        .filter(|t| !now.reached(t.expires_sim))
+        .cloned()
+        .ok_or_else(|| SimError::not_found(SVC, "Could not find token."))?;
+    let body = token_body(&app, ks, &t, true);
+    let mut resp = Json(body).into_response();
+    if let Ok(v) = HeaderValue::from_str(&sub) {
+        resp.headers_mut().insert("x-subject-token", v);
+    }
+    Ok(resp)
+}
+
+async fn check_token(State(app): State<SharedApp>, headers: HeaderMap) -> SimResult<StatusCode> {
+    caller(&app, &headers)?;
+    let ok = app
+        .cloud()
+        .keystone
+        .validate(subject(&headers), app.now())
+        .is_some();
+    if ok {
+        Ok(StatusCode::OK)
+    } else {
+        Err(SimError::not_found(SVC, "Could not find token."))
+    }
+}
+
+async fn revoke_token(State(app): State<SharedApp>, headers: HeaderMap) -> SimResult<StatusCode> {
+    caller(&app, &headers)?;
+    let removed = app
+        .cloud()
+        .keystone
+        .tokens
+        .remove(subject(&headers))
+        .is_some();
+    if removed {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(SimError::not_found(SVC, "Could not find token."))
+    }
+}
+
+async fn auth_catalog(State(app): State<SharedApp>, headers: HeaderMap) -> SimResult<Json<Value>> {
+    let ctx = caller(&app, &headers)?;
+    let mut cloud = app.cloud();
+    let cat = catalog(&app, &mut cloud.keystone, &ctx.project_id);
+    Ok(Json(
+        json!({"catalog": cat, "links": {"self": format!("{}/identity/v3/auth/catalog", app.base_url), "previous": null, "next": null}}),
+    ))
+}
+
+fn project_json(app: &SharedApp, p: &Project) -> Value {
+    json!({
+        "id": p.id, "name": p.name, "domain_id": p.domain_id, "description": "", "enabled": true,
+        "is_domain": false, "parent_id": p.domain_id, "tags": [], "options": {},
+        "links": {"self": format!("{}/identity/v3/projects/{}", app.base_url, p.id)},
+    })
+}
+
+async fn auth_projects(State(app): State<SharedApp>, headers: HeaderMap) -> SimResult<Json<Value>> {
+    caller(&app, &headers)?;
+    let projects: Vec<Value> = app
+        .cloud()
+        .keystone
+        .projects
+        .iter()
+        .map(|p| project_json(&app, p))
+        .collect();
+    Ok(Json(
+        json!({"projects": projects, "links": {"self": format!("{}/identity/v3/auth/projects", app.base_url), "previous": null, "next": null}}),
+    ))
+}
+
+async fn list_projects(
+    State(app): State<SharedApp>,
+    headers: HeaderMap,
+    q: crate::query::QueryParams,
+) -> SimResult<Json<Value>> {
+    caller(&app, &headers)?;
+    let projects: Vec<Value> = app
+        .cloud()
+        .keystone
+        .projects
+        .iter()
+        .filter(|p| q.get("name").is_none_or(|n| n == p.name))
+        .map(|p| project_json(&app, p))
+        .collect();
+    Ok(Json(
+        json!({"projects": projects, "links": {"self": format!("{}/identity/v3/projects", app.base_url), "previous": null, "next": null}}),
+    ))
+}
+
+async fn get_project(
+    State(app): State<SharedApp>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> SimResult<Json<Value>> {
+    caller(&app, &headers)?;
+    let cloud = app.cloud();
+    let p = cloud
+        .keystone
+        .projects
+        .iter()
+        .find(|p| p.id == id || p.name == id)
+        .ok_or_else(|| SimError::not_found(SVC, format!("Could not find project: {id}.")))?;
+    Ok(Json(json!({"project": project_json(&app, p)})))
+}
+
+async fn get_user(
+    State(app): State<SharedApp>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> SimResult<Json<Value>> {
+    let ctx = caller(&app, &headers)?;
+    if ctx.user_id != id && !ctx.is_admin() {
+        return Err(SimError::forbidden(
+            SVC,
+            "You are not authorized to perform the requested action: identity:get_user.",
+        ));
+    }
+    let cloud = app.cloud();
+    let u = cloud
+        .keystone
+        .users
+        .iter()
+        .find(|u| u.id == id)
+        .ok_or_else(|| SimError::not_found(SVC, format!("Could not find user: {id}.")))?;
+    Ok(Json(json!({"user": {
+        "id": u.id, "name": u.name, "domain_id": u.domain_id, "enabled": true, "default_project_id": u.default_project_id,
+        "password_expires_at": null, "options": {}, "federated": [],
+        "links": {"self": format!("{}/identity/v3/users/{}", app.base_url, u.id)},
+    }})))
+}
+
+fn app_cred_json(app: &SharedApp, a: &AppCred, with_secret: bool) -> Value {
+    let mut v = json!({
+        "id": a.id, "name": a.name, "description": a.description, "project_id": a.project_id,
+        "roles": a.roles.iter().map(|r| json!({"id": r.id, "name": r.name, "domain_id": null})).collect::<Vec<_>>(),
+        "unrestricted": a.unrestricted, "expires_at": a.expires_at, "access_rules": [],
+        "links": {"self": format!("{}/identity/v3/users/{}/application_credentials/{}", app.base_url, a.user_id, a.id)},
+    });
+    if with_secret {
+        v["secret"] = json!(a.secret);
+    }
+    v
+}
+
+fn own_user(ctx: &AuthCtx, user_id: &str) -> SimResult<()> {
+    if ctx.user_id == user_id {
+        Ok(())
+    } else {
+        Err(SimError::forbidden(
+            SVC,
+            "You are not authorized to perform the requested action.",
+        ))
+    }
+}
+
+async fn create_app_cred(
+    State(app): State<SharedApp>,
+    headers: HeaderMap,
+    Path(user_id): Path<String>,
+    Json(req): Json<Value>,
+) -> SimResult<Response> {
+    let ctx = caller(&app, &headers)?;
+    own_user(&ctx, &user_id)?;
+    let c = req
+        .get("application_credential")
+        .ok_or_else(|| SimError::bad_request(SVC, "application_credential is required"))?;
+    let name = s(c, "/name")
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| SimError::bad_request(SVC, "'name' is a required property"))?
+        .to_owned();
+    let mut cloud = app.cloud();
+    let ks = &mut cloud.keystone;
+    if ks
+        .app_creds
+        .iter()
+        .any(|a| a.user_id == user_id && a.name == name)
+    {
+        return Err(SimError::conflict(
+            SVC,
+            "Conflict",
+            format!(
+                "Conflict occurred attempting to store application_credential - Duplicate entry found with name {name}."
+            ),
+        ));
+    }
+    let secret = match s(c, "/secret") {
+        Some(sec) => sec.to_owned(),
+        None => {
+            let mut raw = [0u8; 48];
+            rand::Rng::fill(&mut rand::rng(), &mut raw[..]);
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+        }
+    };
+    // Roles default to all of the caller's roles on the project.
+    let caller_roles: Vec<Role> = ks
+        .roles
+        .iter()
+        .filter(|r| ctx.roles.contains(&r.name))
+        .cloned()
+        .collect();
+    let roles = match c.get("roles").and_then(Value::as_array) {
+        Some(req_roles) => {
+            let mut out = Vec::new();
+            for r in req_roles {
+                let found = caller_roles.iter().find(|cr| {
+                    Some(cr.name.as_str()) == s(r, "/name") || Some(cr.id.as_str()) == s(r, "/id")
+                });
+                out.push(found.cloned().ok_or_else(|| {
+                    SimError::forbidden(
+                        SVC,
+                        "Cannot delegate a role the user does not have on the project.",
+                    )
+                })?);
+            }
+            out
+        }
+        None => caller_roles,
+    };
+    let cred = AppCred {
+        id: ids::hex_id(),
+        name,
+        description: s(c, "/description").map(str::to_owned),
+        user_id,
+        project_id: ctx.project_id.clone(),
+        secret,
+        roles,
+        unrestricted: c
+            .get("unrestricted")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        expires_at: s(c, "/expires_at").map(str::to_owned),
+    };
+    let body = json!({"application_credential": app_cred_json(&app, &cred, true)});
+    ks.app_creds.push(cred);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+async fn list_app_creds(
+    State(app): State<SharedApp>,
+    headers: HeaderMap,
+    Path(user_id): Path<String>,
+    q: crate::query::QueryParams,
+) -> SimResult<Json<Value>> {
+    let ctx = caller(&app, &headers)?;
+    own_user(&ctx, &user_id)?;
+    let creds: Vec<Value> = app
+        .cloud()
+        .keystone
+        .app_creds
+        .iter()
+        .filter(|a| a.user_id == user_id && q.get("name").is_none_or(|n| n == a.name))
+        .map(|a| app_cred_json(&app, a, false))
+        .collect();
+    Ok(Json(json!({
+        "application_credentials": creds,
+        "links": {"self": format!("{}/identity/v3/users/{user_id}/application_credentials", app.base_url), "previous": null, "next": null},
+    })))
+}
+
+async fn get_app_cred(
+    State(app): State<SharedApp>,
+    headers: HeaderMap,
+    Path((user_id, id)): Path<(String, String)>,
+) -> SimResult<Json<Value>> {
+    let ctx = caller(&app, &headers)?;
+    own_user(&ctx, &user_id)?;
+    let cloud = app.cloud();
+    let a = cloud
+        .keystone
+        .app_creds
+        .iter()
+        .find(|a| a.user_id == user_id && a.id == id)
+        .ok_or_else(|| {
+            SimError::not_found(SVC, format!("Could not find application credential: {id}."))
+        })?;
+    Ok(Json(
+        json!({"application_credential": app_cred_json(&app, a, false)}),
+    ))
+}
+
+async fn delete_app_cred(
+    State(app): State<SharedApp>,
+    headers: HeaderMap,
+    Path((user_id, id)): Path<(String, String)>,
+) -> SimResult<StatusCode> {
+    let ctx = caller(&app, &headers)?;
+    own_user(&ctx, &user_id)?;
+    let mut cloud = app.cloud();
+    let ks = &mut cloud.keystone;
+    let before = ks.app_creds.len();
+    ks.app_creds
+        .retain(|a| !(a.user_id == user_id && a.id == id));
+    if ks.app_creds.len() == before {
+        return Err(SimError::not_found(
+            SVC,
+            format!("Could not find application credential: {id}."),
+        ));
+    }
+    // Tokens issued from a deleted credential stop working at once, as in Keystone.
+    ks.tokens
+        .retain(|_, t| t.app_cred.as_ref().is_none_or(|(cid, _)| cid != &id));
+    Ok(StatusCode::NO_CONTENT)
+}

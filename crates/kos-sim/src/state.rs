@@ -1,0 +1,59 @@
+//! The whole cloud's state: one struct per service, in one lock. Cross-service effects (a server binding a
+//! port, a volume attached to a server, an LB's VIP port) are plain function calls between the service
+//! modules, under that one lock, so they are atomic as in a real cloud's database transactions.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cinder::CinderState;
+use crate::clock::SimTime;
+use crate::config::{Quotas, SimConfig};
+use crate::glance::GlanceState;
+use crate::keystone::KeystoneState;
+use crate::neutron::NeutronState;
+use crate::nova::NovaState;
+use crate::octavia::OctaviaState;
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Cloud {
+    /// Simulated time of the last advance.
+    pub now: SimTime,
+    pub keystone: KeystoneState,
+    pub nova: NovaState,
+    pub neutron: NeutronState,
+    pub glance: GlanceState,
+    pub octavia: OctaviaState,
+    pub cinder: CinderState,
+    /// Quotas of the (single) project; the admin API can change them.
+    pub quotas: Quotas,
+}
+
+impl Cloud {
+    /// What a fresh cloud has: the project and user, an external network with a subnet, flavors, an image,
+    /// default quotas.
+    pub fn seeded(cfg: &SimConfig) -> Cloud {
+        let mut c = Cloud {
+            quotas: cfg.quotas.clone(),
+            ..Default::default()
+        };
+        c.keystone.seed(cfg);
+        let project_id = c.keystone.project_id().to_owned();
+        crate::neutron::seed(&mut c, cfg, &project_id);
+        crate::nova::seed(&mut c, cfg, &project_id);
+        crate::glance::seed(&mut c, cfg, &project_id);
+        crate::octavia::seed(&mut c, cfg, &project_id);
+        crate::cinder::seed(&mut c, cfg, &project_id);
+        c
+    }
+
+    /// Moves every resource whose deadline has passed to its next state.
+    pub fn advance(&mut self, now: SimTime, cfg: &SimConfig) {
+        if now.0 < self.now.0 {
+            return;
+        }
+        self.now = now;
+        crate::nova::advance(self, cfg);
+        crate::octavia::advance(self, cfg);
+        crate::cinder::advance(self, cfg);
+        crate::neutron::advance(self, cfg);
+    }
+}
