@@ -1,0 +1,13 @@
+//! One module per subcommand.
+
+mod sim;
+
+use crate::cli::{Cli, Command, SimCommand};
+
+pub async fn run(cli: Cli) -> miette::Result<()> {
+    match cli.command {
+        Command::Sim {
+            command: SimCommand::Serve(args),
+        } => sim::serve(args).await,
+    }
+}

@@ -1,0 +1,103 @@
+//! `kos sim serve`: a simulated OpenStack cloud for people (and for the peer-client test).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use kos_sim::{Sim, SimConfig};
+use miette::{IntoDiagnostic, WrapErr};
+
+use crate::cli::SimServeArgs;
+
+pub async fn serve(args: SimServeArgs) -> miette::Result<()> {
+    let mut cfg = match &args.config {
+        Some(path) => SimConfig::from_yaml_file(path).map_err(|e| {
+            miette::miette!(
+                help = "see `kos sim serve --help` for the config keys",
+                "{e}"
+            )
+        })?,
+        None => SimConfig::default(),
+    };
+    if let Some(scale) = args.time_scale {
+        if !(scale.is_finite() && scale > 0.0) {
+            miette::bail!(
+                help = "use e.g. 1 for real time or 0.01 for 100x faster",
+                "--time-scale must be a positive number, got {scale}"
+            );
+        }
+        cfg.time_scale = scale;
+    }
+    let sim = Sim::serve(cfg, SocketAddr::from(([127, 0, 0, 1], args.port)), None)
+        .await
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
+    write_private(&args.clouds_yaml, &sim.clouds_yaml("sim"))?;
+
+    let path = args.clouds_yaml.display();
+    println!(
+        "kos-sim: simulated OpenStack listening on {}",
+        sim.base_url()
+    );
+    println!("  auth_url: {}", sim.auth_url());
+    println!("  clouds.yaml (cloud `sim`): {path}");
+    println!("  try: OS_CLIENT_CONFIG_FILE={path} openstack --os-cloud sim server list");
+    println!(
+        "  admin: {}/_sim/log, /_sim/counters, /_sim/faults",
+        sim.base_url()
+    );
+    // Line-buffered consumers (scripts waiting for the URL) need it now, not at exit.
+    std::io::stdout().flush().into_diagnostic()?;
+
+    shutdown_signal().await;
+    println!("kos-sim: stopping");
+    sim.stop().await;
+    Ok(())
+}
+
+/// The clouds.yaml holds the simulator's password: 0600 like every file kos writes secrets into.
+fn write_private(path: &Path, contents: &str) -> miette::Result<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts
+        .open(path)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot write {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .into_diagnostic()?;
+    }
+    f.write_all(contents.as_bytes())
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot write {}", path.display()))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
