@@ -486,7 +486,7 @@ fn caller(app: &SharedApp, headers: &HeaderMap) -> SimResult<AuthCtx> {
         .ok_or_else(|| SimError::unauthorized(SVC))
 }
 
-fn subject<'a>(headers: &'a HeaderMap) -> &'a str {
+fn subject(headers: &HeaderMap) -> &str {
     headers
         .get("x-subject-token")
         .and_then(|v| v.to_str().ok())

@@ -1,0 +1,388 @@
+//! Typed kubeadm configuration for `kubeadm.k8s.io/v1beta4` (Kubernetes >= 1.31) and `v1beta3` (< 1.31).
+//!
+//! The two versions differ, for what we emit, only in how extra arguments are written: v1beta4 takes a
+//! list of `{name, value}`, v1beta3 a map. The structs are generic over that ([`ExtraArgs`]) and deny
+//! unknown fields, so a rendered document parses back only if it is exactly what we meant.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::input::{ClusterInput, KubeadmApi, NodeInput, POOL_LABEL, PkiDelivery, Role, Taint};
+use crate::{ClusterSecrets, Error, Result, Sensitive, token::go_duration};
+
+/// The containerd socket the bootstrap script configures.
+pub const CRI_SOCKET: &str = "unix:///run/containerd/containerd.sock";
+/// Where kubeadm looks for the pre-generated PKI.
+pub const CERTIFICATES_DIR: &str = "/etc/kubernetes/pki";
+/// cloud-init Jinja placeholders: the instance id and hostname are unknown until Nova answers.
+pub const INSTANCE_ID: &str = "{{ v1.instance_id }}";
+pub const LOCAL_HOSTNAME: &str = "{{ v1.local_hostname }}";
+const CONTROL_PLANE_TAINT: &str = "node-role.kubernetes.io/control-plane";
+const TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+
+/// One `{name, value}` argument (v1beta4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Arg {
+    pub name: String,
+    pub value: String,
+}
+
+/// How a kubeadm API version writes extra arguments.
+pub trait ExtraArgs:
+    Serialize + DeserializeOwned + Default + Clone + PartialEq + std::fmt::Debug
+{
+    fn from_pairs(pairs: Vec<(String, String)>) -> Self;
+    fn get(&self, name: &str) -> Option<&str>;
+    fn is_empty(&self) -> bool;
+}
+
+impl ExtraArgs for Vec<Arg> {
+    fn from_pairs(pairs: Vec<(String, String)>) -> Self {
+        pairs
+            .into_iter()
+            .map(|(name, value)| Arg { name, value })
+            .collect()
+    }
+    fn get(&self, name: &str) -> Option<&str> {
+        self.iter()
+            .find(|a| a.name == name)
+            .map(|a| a.value.as_str())
+    }
+    fn is_empty(&self) -> bool {
+        Vec::is_empty(self)
+    }
+}
+
+impl ExtraArgs for BTreeMap<String, String> {
+    fn from_pairs(pairs: Vec<(String, String)>) -> Self {
+        pairs.into_iter().collect()
+    }
+    fn get(&self, name: &str) -> Option<&str> {
+        BTreeMap::get(self, name).map(String::as_str)
+    }
+    fn is_empty(&self) -> bool {
+        BTreeMap::is_empty(self)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BootstrapTokenSpec {
+    pub token: Sensitive,
+    pub description: String,
+    pub ttl: String,
+    pub usages: Vec<String>,
+    pub groups: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeTaint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(bound = "A: ExtraArgs")]
+pub struct NodeRegistration<A> {
+    pub name: String,
+    pub cri_socket: String,
+    /// Always written (an empty list means "no taints"; absent would mean kubeadm's default).
+    pub taints: Vec<KubeTaint>,
+    pub kubelet_extra_args: A,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(bound = "A: ExtraArgs")]
+pub struct InitConfiguration<A> {
+    pub api_version: String,
+    pub kind: String,
+    pub bootstrap_tokens: Vec<BootstrapTokenSpec>,
+    pub node_registration: NodeRegistration<A>,
+    pub certificate_key: Sensitive,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Networking {
+    pub pod_subnet: String,
+    pub service_subnet: String,
+    pub dns_domain: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(bound = "A: ExtraArgs")]
+pub struct ApiServer<A> {
+    #[serde(rename = "certSANs")]
+    pub cert_sans: Vec<String>,
+    #[serde(default, skip_serializing_if = "ExtraArgs::is_empty")]
+    pub extra_args: A,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(bound = "A: ExtraArgs")]
+pub struct Component<A> {
+    pub extra_args: A,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(bound = "A: ExtraArgs")]
+pub struct ClusterConfiguration<A> {
+    pub api_version: String,
+    pub kind: String,
+    pub cluster_name: String,
+    pub kubernetes_version: String,
+    pub control_plane_endpoint: String,
+    pub certificates_dir: String,
+    pub networking: Networking,
+    pub api_server: ApiServer<A>,
+    pub controller_manager: Component<A>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DiscoveryToken {
+    pub api_server_endpoint: String,
+    pub token: Sensitive,
+    pub ca_cert_hashes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Discovery {
+    pub bootstrap_token: DiscoveryToken,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinControlPlane {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_key: Option<Sensitive>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(bound = "A: ExtraArgs")]
+pub struct JoinConfiguration<A> {
+    pub api_version: String,
+    pub kind: String,
+    pub discovery: Discovery,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<JoinControlPlane>,
+    pub node_registration: NodeRegistration<A>,
+}
+
+/// `kubelet.config.k8s.io/v1beta1`, uploaded by `kubeadm init` for every node's kubelet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeletConfiguration {
+    pub api_version: String,
+    pub kind: String,
+    pub cgroup_driver: String,
+    #[serde(rename = "serverTLSBootstrap")]
+    pub server_tls_bootstrap: bool,
+}
+
+/// The documents of one node, typed.
+// Built once per node and rendered right away: boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Documents<A> {
+    Init {
+        init: InitConfiguration<A>,
+        cluster: ClusterConfiguration<A>,
+        kubelet: KubeletConfiguration,
+    },
+    Join(JoinConfiguration<A>),
+}
+
+fn kubelet_args<A: ExtraArgs>(node: &NodeInput) -> A {
+    let mut labels = node.labels.clone();
+    labels.insert(POOL_LABEL.into(), node.pool.clone());
+    let labels = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    A::from_pairs(vec![
+        ("cloud-provider".into(), "external".into()),
+        ("provider-id".into(), format!("openstack:///{INSTANCE_ID}")),
+        ("node-labels".into(), labels),
+    ])
+}
+
+fn taints(role: Role, extra: &[Taint]) -> Vec<KubeTaint> {
+    let cp = role.is_control_plane().then(|| KubeTaint {
+        key: CONTROL_PLANE_TAINT.into(),
+        value: None,
+        effect: "NoSchedule".into(),
+    });
+    cp.into_iter()
+        .chain(extra.iter().map(|t| KubeTaint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: t.effect.as_str().into(),
+        }))
+        .collect()
+}
+
+/// The typed documents for one node.
+pub fn documents<A: ExtraArgs>(
+    api: KubeadmApi,
+    cluster: &ClusterInput,
+    node: &NodeInput,
+    secrets: &ClusterSecrets,
+) -> Result<Documents<A>> {
+    cluster.validate()?;
+    node.validate()?;
+    let api_version = api.api_version().to_string();
+    let registration = NodeRegistration {
+        name: LOCAL_HOSTNAME.into(),
+        cri_socket: CRI_SOCKET.into(),
+        taints: taints(node.role, &node.taints),
+        kubelet_extra_args: kubelet_args::<A>(node),
+    };
+    let endpoint = cluster.endpoint.to_string();
+    Ok(match node.role {
+        Role::InitControlPlane => {
+            let mut sans = vec![cluster.endpoint.host.clone()];
+            for s in &cluster.cert_sans {
+                if !sans.contains(s) {
+                    sans.push(s.clone());
+                }
+            }
+            Documents::Init {
+                init: InitConfiguration {
+                    api_version: api_version.clone(),
+                    kind: "InitConfiguration".into(),
+                    bootstrap_tokens: vec![BootstrapTokenSpec {
+                        token: secrets.token.value(),
+                        description: format!("kos bootstrap token for cluster {}", cluster.name),
+                        ttl: go_duration(secrets.token.ttl),
+                        usages: vec!["signing".into(), "authentication".into()],
+                        groups: vec![TOKEN_GROUP.into()],
+                    }],
+                    node_registration: registration,
+                    certificate_key: secrets.certificate_key.clone(),
+                },
+                cluster: ClusterConfiguration {
+                    api_version,
+                    kind: "ClusterConfiguration".into(),
+                    cluster_name: cluster.name.clone(),
+                    kubernetes_version: cluster.kubernetes_version.tag(),
+                    control_plane_endpoint: endpoint,
+                    certificates_dir: CERTIFICATES_DIR.into(),
+                    networking: Networking {
+                        pod_subnet: cluster.pod_cidr.to_string(),
+                        service_subnet: cluster.service_cidr.to_string(),
+                        dns_domain: "cluster.local".into(),
+                    },
+                    api_server: ApiServer {
+                        cert_sans: sans,
+                        extra_args: A::default(),
+                    },
+                    controller_manager: Component {
+                        extra_args: A::from_pairs(vec![(
+                            "cloud-provider".into(),
+                            "external".into(),
+                        )]),
+                    },
+                },
+                kubelet: KubeletConfiguration {
+                    api_version: "kubelet.config.k8s.io/v1beta1".into(),
+                    kind: "KubeletConfiguration".into(),
+                    cgroup_driver: "systemd".into(),
+                    server_tls_bootstrap: cluster.server_tls_bootstrap,
+                },
+            }
+        }
+        Role::JoinControlPlane | Role::Worker => Documents::Join(JoinConfiguration {
+            api_version,
+            kind: "JoinConfiguration".into(),
+            discovery: Discovery {
+                bootstrap_token: DiscoveryToken {
+                    api_server_endpoint: endpoint,
+                    token: secrets.token.value(),
+                    ca_cert_hashes: vec![secrets.discovery_hash()?],
+                },
+            },
+            control_plane: (node.role == Role::JoinControlPlane).then(|| JoinControlPlane {
+                certificate_key: (cluster.pki_delivery == PkiDelivery::UploadCerts)
+                    .then(|| secrets.certificate_key.clone()),
+            }),
+            node_registration: registration,
+        }),
+    })
+}
+
+use crate::yaml::to_string as to_yaml;
+
+impl<A: ExtraArgs> Documents<A> {
+    /// Multi-document YAML.
+    pub fn to_yaml(&self) -> Result<String> {
+        let docs = match self {
+            Self::Init {
+                init,
+                cluster,
+                kubelet,
+            } => vec![to_yaml(init)?, to_yaml(cluster)?, to_yaml(kubelet)?],
+            Self::Join(join) => vec![to_yaml(join)?],
+        };
+        Ok(docs.join("---\n"))
+    }
+
+    /// Parses multi-document YAML back into the strict types (the role decides the shape).
+    pub fn parse(yaml: &str) -> Result<Self> {
+        let docs: Vec<&str> = yaml.split("\n---\n").collect();
+        let parse_err = |e: serde_saphyr::Error| Error::Yaml(e.to_string());
+        match docs.as_slice() {
+            [init, cluster, kubelet] => Ok(Self::Init {
+                init: serde_saphyr::from_str(init).map_err(parse_err)?,
+                cluster: serde_saphyr::from_str(cluster).map_err(parse_err)?,
+                kubelet: serde_saphyr::from_str(kubelet).map_err(parse_err)?,
+            }),
+            [join] => Ok(Self::Join(serde_saphyr::from_str(join).map_err(parse_err)?)),
+            _ => Err(Error::Yaml(format!(
+                "expected 1 or 3 documents, got {}",
+                docs.len()
+            ))),
+        }
+    }
+}
+
+/// The v1beta4 shapes.
+pub mod v1beta4 {
+    pub type Documents = super::Documents<Vec<super::Arg>>;
+}
+
+/// The v1beta3 shapes.
+pub mod v1beta3 {
+    pub type Documents = super::Documents<std::collections::BTreeMap<String, String>>;
+}
+
+/// The kubeadm configuration (multi-document YAML) for a node, in the API its Kubernetes version takes.
+/// It contains the bootstrap token (and for the first control plane the certificate key).
+pub fn render_kubeadm(
+    cluster: &ClusterInput,
+    node: &NodeInput,
+    secrets: &ClusterSecrets,
+) -> Result<Sensitive> {
+    let api = cluster.kubernetes_version.kubeadm_api();
+    let yaml = match api {
+        KubeadmApi::V1Beta4 => documents::<Vec<Arg>>(api, cluster, node, secrets)?.to_yaml()?,
+        KubeadmApi::V1Beta3 => {
+            documents::<BTreeMap<String, String>>(api, cluster, node, secrets)?.to_yaml()?
+        }
+    };
+    Ok(Sensitive::new(yaml))
+}

@@ -1,0 +1,277 @@
+#!/bin/bash
+# kos-bootstrap: turns a fresh Ubuntu/Debian server into a Kubernetes node without anyone logging in.
+# Rendered once per cluster by kos; per-node values come from /etc/kos/bootstrap.env.
+# Usage: kos-bootstrap run | metadata-block | cleanup
+# Progress goes to the serial console as "kos-bootstrap: <step> ok" or "kos-bootstrap: <step> failed: <reason>".
+# Keep this file free of Jinja delimiters: cloud-init renders the whole user-data as a template.
+set -Eeuo pipefail
+umask 022
+
+# The KOS_* overrides exist for tests; cloud-init runs this with none of them set.
+readonly ENV_FILE=${KOS_ENV_FILE:-/etc/kos/bootstrap.env}
+readonly LOG=${KOS_LOG:-/var/log/kos-bootstrap.log}
+readonly CONSOLE=${KOS_CONSOLE:-/dev/console}
+readonly KUBEADM_CONFIG=/etc/kos/kubeadm.yaml
+readonly PKI_DIR=/etc/kubernetes/pki
+readonly PKI_BACKUP=/etc/kos/pki
+readonly ADDONS_DIR=/etc/kos/addons
+readonly CNI_FILE=${KOS_CNI_FILE:-/etc/kos/cni.yaml}
+export KUBECONFIG=/etc/kubernetes/admin.conf
+SELF=$(readlink -f "$0")
+readonly SELF
+
+# shellcheck source=/dev/null
+. "$ENV_FILE"
+
+marker() {
+  local line="kos-bootstrap: $*"
+  printf '%s\n' "$line" >>"$LOG"
+  if ! { [ -w "$CONSOLE" ] && printf '%s\n' "$line" >"$CONSOLE"; } 2>/dev/null; then
+    printf '%s\n' "$line"
+  fi
+}
+
+# Runs one step in a child process (so errexit holds inside it), logs its output and writes its marker.
+# The failure reason is the step's last output line.
+step() {
+  local name=$1 reason
+  shift
+  printf '==> %s\n' "$name" >>"$LOG"
+  if "$SELF" __step "$@" >>"$LOG" 2>&1; then
+    marker "$name ok"
+  else
+    reason=$(tail -n 1 "$LOG" | tr -cd '[:print:]' | cut -c 1-200)
+    marker "$name failed: ${reason:-no output}"
+    exit 1
+  fi
+}
+
+retry() {
+  local attempts=$1 i=1
+  shift
+  until "$@"; do
+    if [ "$i" -ge "$attempts" ]; then
+      echo "gave up after $i attempts: $*"
+      return 1
+    fi
+    sleep $((i * 5))
+    i=$((i + 1))
+  done
+}
+
+preflight() {
+  [ "$(id -u)" -eq 0 ] || { echo "must run as root"; return 1; }
+  [ -f "$KUBEADM_CONFIG" ] || { echo "missing $KUBEADM_CONFIG"; return 1; }
+  if [ -f "$PKI_DIR/ca.key" ] && [ ! -d "$PKI_BACKUP" ]; then
+    # kubeadm reset empties the certificates directory: keep the pre-generated PKI for retries.
+    install -d -m 0700 "$PKI_BACKUP"
+    cp -a "$PKI_DIR/." "$PKI_BACKUP/"
+  fi
+  echo "role $KOS_ROLE, kubernetes $KOS_K8S_VERSION"
+}
+
+restore_pki() {
+  if [ -d "$PKI_BACKUP" ]; then
+    install -d -m 0700 "$PKI_DIR"
+    cp -a "$PKI_BACKUP/." "$PKI_DIR/"
+  fi
+}
+
+packages() {
+  local want="v$KOS_K8S_VERSION" have="" repo
+  if command -v kubeadm >/dev/null 2>&1; then
+    have=$(kubeadm version -o short 2>/dev/null || true)
+  fi
+  if [ "$have" = "$want" ] && command -v kubelet >/dev/null 2>&1 && command -v containerd >/dev/null 2>&1; then
+    echo "kubeadm $have already installed (prebuilt image): skipping packages"
+    return 0
+  fi
+  local id="" id_like=""
+  if [ -r /etc/os-release ]; then
+    # shellcheck source=/dev/null
+    id=$(. /etc/os-release && echo "${ID:-}")
+    # shellcheck source=/dev/null
+    id_like=$(. /etc/os-release && echo "${ID_LIKE:-}")
+  fi
+  case " $id $id_like " in
+    *" debian "* | *" ubuntu "*) ;;
+    *)
+      echo "cannot install on ${id:-unknown OS}: use an image with kubeadm $want"
+      return 1
+      ;;
+  esac
+  export DEBIAN_FRONTEND=noninteractive
+  repo="https://pkgs.k8s.io/core:/stable:/$KOS_K8S_CHANNEL/deb/"
+  retry 5 apt-get update -q
+  retry 5 apt-get install -y -q apt-transport-https ca-certificates curl gpg containerd conntrack socat ethtool iptables
+  install -d -m 0755 /etc/apt/keyrings
+  curl -fsSL --retry 5 "${repo}Release.key" | gpg --dearmor --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
+  chmod 0644 /etc/apt/keyrings/kubernetes-apt-keyring.gpg
+  echo "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] $repo /" >/etc/apt/sources.list.d/kubernetes.list
+  retry 5 apt-get update -q
+  retry 5 apt-get install -y -q --allow-downgrades --allow-change-held-packages \
+    "kubelet=$KOS_K8S_VERSION-*" "kubeadm=$KOS_K8S_VERSION-*" "kubectl=$KOS_K8S_VERSION-*"
+  apt-mark hold kubelet kubeadm kubectl
+  have=$(kubeadm version -o short)
+  [ "$have" = "$want" ] || { echo "installed kubeadm $have, wanted $want"; return 1; }
+}
+
+kernel() {
+  modprobe overlay
+  modprobe br_netfilter
+  sysctl --system >/dev/null
+  [ "$(sysctl -n net.ipv4.ip_forward)" = 1 ] || { echo "net.ipv4.ip_forward is not 1"; return 1; }
+}
+
+containerd_config() {
+  local conf=/etc/containerd/config.toml
+  if ! grep -q 'SystemdCgroup = true' "$conf" 2>/dev/null; then
+    install -d -m 0755 /etc/containerd
+    containerd config default >"$conf"
+    sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' "$conf"
+    grep -q 'SystemdCgroup = true' "$conf" || { echo "could not enable SystemdCgroup in $conf"; return 1; }
+  fi
+  systemctl enable containerd
+  systemctl restart containerd
+  systemctl enable kubelet
+}
+
+# Pods must not read user-data (tokens, keys) from the metadata service: drop pod-CIDR traffic to it
+# before any CNI or kube-proxy chain sees it (raw PREROUTING), and again on the forward path.
+metadata_block() {
+  local rule=(-s "$KOS_POD_CIDR" -d "$KOS_METADATA_ADDR" -m comment --comment kos-metadata-block -j DROP)
+  "$KOS_IPTABLES" -w -t raw -C PREROUTING "${rule[@]}" 2>/dev/null ||
+    "$KOS_IPTABLES" -w -t raw -I PREROUTING 1 "${rule[@]}"
+  "$KOS_IPTABLES" -w -t filter -C FORWARD "${rule[@]}" 2>/dev/null ||
+    "$KOS_IPTABLES" -w -t filter -I FORWARD 1 "${rule[@]}"
+}
+
+metadata_block_step() {
+  metadata_block
+  systemctl daemon-reload
+  systemctl enable kos-metadata-block.service
+}
+
+wait_api() {
+  local deadline=$((SECONDS + KOS_API_WAIT_SECONDS))
+  until curl -ksf --max-time 5 "https://$KOS_ENDPOINT/readyz" >/dev/null; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "API https://$KOS_ENDPOINT/readyz did not answer within ${KOS_API_WAIT_SECONDS}s"
+      return 1
+    fi
+    sleep 10
+  done
+  echo "API https://$KOS_ENDPOINT is ready"
+}
+
+# Runs kubeadm until it succeeds, resetting in between. Concurrent control-plane joins collide on etcd
+# (too many learners, member not in sync): back off with jitter, bounded.
+kubeadm_retry() {
+  local attempts=$1 attempt=1 delay=10 out=/var/log/kos-kubeadm.log
+  shift
+  until kubeadm "$@" --config "$KUBEADM_CONFIG" -v=1 2>&1 | tee "$out"; do
+    if [ "$attempt" -ge "$attempts" ]; then
+      echo "kubeadm $1 failed after $attempt attempts: $(grep -i 'error' "$out" | tail -n 1)"
+      return 1
+    fi
+    echo "kubeadm $1 attempt $attempt failed; resetting and retrying in about ${delay}s"
+    kubeadm reset -f || true
+    restore_pki
+    sleep $((delay + RANDOM % delay))
+    attempt=$((attempt + 1))
+    delay=$((delay * 2))
+    if [ "$delay" -gt 120 ]; then delay=120; fi
+  done
+}
+
+kubeadm_init() {
+  restore_pki
+  kubeadm_retry "$KOS_INIT_ATTEMPTS" init --upload-certs --skip-token-print --skip-certificate-key-print
+}
+
+kubeadm_join() {
+  restore_pki
+  kubeadm_retry "$KOS_JOIN_ATTEMPTS" join
+}
+
+cni() {
+  if [ -z "$KOS_CNI_URL" ]; then
+    echo "no manifest for CNI $KOS_CNI_NAME: pin one (url and sha256) in the cluster spec"
+    return 1
+  fi
+  if [ "$KOS_CNI_VERIFIED" != true ]; then
+    echo "sha256 of the $KOS_CNI_NAME $KOS_CNI_VERSION manifest is not verified: pin one in the cluster spec"
+    return 1
+  fi
+  curl -fsSL --retry 5 -o "$CNI_FILE" "$KOS_CNI_URL"
+  if ! echo "$KOS_CNI_SHA256  $CNI_FILE" | sha256sum -c --status -; then
+    echo "sha256 mismatch for $KOS_CNI_URL"
+    return 1
+  fi
+  if [ -n "$KOS_CNI_POD_CIDR_DEFAULT" ] && [ "$KOS_CNI_POD_CIDR_DEFAULT" != "$KOS_POD_CIDR" ]; then
+    sed -i "s#$KOS_CNI_POD_CIDR_DEFAULT#$KOS_POD_CIDR#g" "$CNI_FILE"
+  fi
+  retry 10 kubectl apply -f "$CNI_FILE"
+}
+
+addons() {
+  retry 10 kubectl apply -f "$ADDONS_DIR"
+}
+
+# Once every expected node registered (or the token's lifetime is over), remove what a pod could still
+# abuse: the bootstrap token and the uploaded certificates.
+cleanup() {
+  local deadline=$((SECONDS + KOS_TOKEN_TTL_SECONDS)) count=0
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    count=$(kubectl get nodes --no-headers 2>/dev/null | wc -l || true)
+    if [ "$count" -ge "$KOS_EXPECTED_NODES" ]; then break; fi
+    sleep 30
+  done
+  echo "$count of $KOS_EXPECTED_NODES nodes registered"
+  retry 10 kubectl -n kube-system delete secret "bootstrap-token-$KOS_TOKEN_ID" kubeadm-certs --ignore-not-found
+}
+
+main() {
+  : >>"$LOG"
+  chmod 0600 "$LOG"
+  step preflight preflight
+  step packages packages
+  step kernel kernel
+  step containerd containerd_config
+  step metadata-block metadata_block_step
+  case "$KOS_ROLE" in
+    init)
+      step kubeadm-init kubeadm_init
+      step cni cni
+      step addons addons
+      if command -v systemd-run >/dev/null 2>&1; then
+        systemd-run --unit=kos-bootstrap-cleanup --collect "$SELF" cleanup >>"$LOG" 2>&1
+      else
+        setsid "$SELF" cleanup </dev/null >>"$LOG" 2>&1 &
+      fi
+      ;;
+    join-control-plane | worker)
+      step api-wait wait_api
+      step kubeadm-join kubeadm_join
+      ;;
+    *)
+      marker "preflight failed: unknown role $KOS_ROLE"
+      exit 1
+      ;;
+  esac
+  marker "bootstrap ok"
+}
+
+case "${1:-run}" in
+  run) main ;;
+  metadata-block) metadata_block ;;
+  cleanup) step cleanup cleanup ;;
+  __step)
+    shift
+    "$@"
+    ;;
+  *)
+    echo "usage: $0 run | metadata-block | cleanup" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,165 @@
+//! Snapshots of every rendered file, secrets redacted by value (and the redaction counted, so a secret that
+//! moved or multiplied shows up as a failing count, not as a silently different snapshot).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use kos_bootstrap::cloud_init::{BOOTSTRAP_SCRIPT, render_user_data};
+use kos_bootstrap::*;
+
+/// The user-data text with the script (snapshotted once on its own) and addon manifests (snapshotted by
+/// `addons`) folded away.
+fn user_data_snapshot(c: &ClusterInput, n: &NodeInput, s: &ClusterSecrets) -> (String, usize) {
+    let ud = render_user_data(c, n, s).unwrap();
+    let mut text = ud.text.expose().to_string();
+    let indent = |t: &str| t.trim_end().replace('\n', "\n    ");
+    text = text.replace(
+        &indent(BOOTSTRAP_SCRIPT),
+        "<kos-bootstrap script, see bootstrap_script snapshot>",
+    );
+    for m in render_addons(c).unwrap() {
+        // The Secret carries the canary: count it before folding the manifest away.
+        let secrets_inside = m.yaml.expose().matches(CANARY).count();
+        text = text.replace(
+            &indent(m.yaml.expose()),
+            &format!(
+                "<{} ({secrets_inside} secret), see addons snapshot>",
+                m.name
+            ),
+        );
+    }
+    let (redacted, n_secrets) = redact(&text, s);
+    let folded = redacted.matches("1 secret), see addons").count();
+    (redacted, n_secrets + folded)
+}
+
+#[test]
+fn user_data_one_control_plane() {
+    let s = secrets();
+    let c = cluster("1.31.4", 1, 2);
+    // init: 3 CA keys + sa.key + token + certificate key + app-cred (in the folded Secret).
+    let (text, n) = user_data_snapshot(&c, &node(Role::InitControlPlane), &s);
+    assert_eq!(n, 7);
+    insta::assert_snapshot!("user_data_1cp_init", text);
+    // worker: the token only.
+    let (text, n) = user_data_snapshot(&c, &node(Role::Worker), &s);
+    assert_eq!(n, 1);
+    insta::assert_snapshot!("user_data_1cp_worker", text);
+}
+
+#[test]
+fn user_data_three_control_planes() {
+    let s = secrets();
+    let c = cluster("1.31.4", 3, 2);
+    let (text, n) = user_data_snapshot(&c, &node(Role::InitControlPlane), &s);
+    assert_eq!(n, 7);
+    insta::assert_snapshot!("user_data_3cp_init", text);
+    // joining control plane: 3 CA keys + sa.key + token (PKI in user-data, no certificate key).
+    let (text, n) = user_data_snapshot(&c, &node(Role::JoinControlPlane), &s);
+    assert_eq!(n, 5);
+    insta::assert_snapshot!("user_data_3cp_join_control_plane", text);
+    let (text, n) = user_data_snapshot(&c, &node(Role::Worker), &s);
+    assert_eq!(n, 1);
+    insta::assert_snapshot!("user_data_3cp_worker", text);
+}
+
+#[test]
+fn user_data_upload_certs_join_carries_no_pki() {
+    let s = secrets();
+    let mut c = cluster("1.31.4", 3, 0);
+    c.pki_delivery = PkiDelivery::UploadCerts;
+    // token + certificate key, no keys.
+    let (text, n) = user_data_snapshot(&c, &node(Role::JoinControlPlane), &s);
+    assert_eq!(n, 2);
+    assert!(!text.contains("/etc/kubernetes/pki/"));
+    insta::assert_snapshot!("user_data_3cp_upload_certs_join_control_plane", text);
+}
+
+#[test]
+fn kubeadm_configs() {
+    let s = secrets();
+    for (version, tag) in [("1.31.4", "v1beta4"), ("1.30.8", "v1beta3")] {
+        let c = cluster(version, 3, 2);
+        for (role, name, secrets_expected) in [
+            (Role::InitControlPlane, "init", 2),
+            (Role::JoinControlPlane, "join_control_plane", 1),
+            (Role::Worker, "worker", 1),
+        ] {
+            let (text, n) = redact(render_kubeadm(&c, &node(role), &s).unwrap().expose(), &s);
+            assert_eq!(n, secrets_expected, "{tag} {name}");
+            insta::assert_snapshot!(format!("kubeadm_{tag}_{name}"), text);
+        }
+    }
+}
+
+#[test]
+fn addons() {
+    let s = secrets();
+    let manifests = render_addons(&cluster("1.31.4", 3, 2)).unwrap();
+    let names: Vec<_> = manifests.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "00-cloud-config-secret.yaml",
+            "10-openstack-cloud-controller-manager.yaml",
+            "20-cinder-csi.yaml",
+            "30-storageclass.yaml"
+        ]
+    );
+    for m in &manifests {
+        let (text, n) = redact(m.yaml.expose(), &s);
+        assert_eq!(n, usize::from(m.name.starts_with("00-")), "{}", m.name);
+        insta::assert_snapshot!(format!("addons_{}", m.name.trim_end_matches(".yaml")), text);
+    }
+    let mut kos = cluster("1.31.4", 1, 0);
+    kos.ccm = Ccm::Kos {
+        image: "ghcr.io/example/kos-ccm:v0.1.0".into(),
+    };
+    let ccm = &render_addons(&kos).unwrap()[1];
+    assert!(
+        ccm.yaml
+            .expose()
+            .contains("image: ghcr.io/example/kos-ccm:v0.1.0")
+    );
+}
+
+#[test]
+fn bootstrap_token_secret_manifest() {
+    let s = secrets();
+    let m = bootstrap_token_secret(&s).unwrap();
+    let (text, n) = redact(m.yaml.expose(), &s);
+    assert_eq!(n, 1);
+    insta::assert_snapshot!("bootstrap_token_secret", text);
+}
+
+#[test]
+fn bootstrap_script() {
+    insta::assert_snapshot!("bootstrap_script", BOOTSTRAP_SCRIPT);
+}
+
+#[test]
+fn kubeconfig() {
+    let s = secrets();
+    let c = cluster("1.31.4", 1, 0);
+    let kc = render_kubeconfig(
+        &mut rng(),
+        &c.name,
+        &c.endpoint,
+        &c.kubernetes_version,
+        &s,
+        now(),
+    )
+    .unwrap();
+    // The CA travels base64-encoded; the client pair is fresh each time: replace both by field.
+    let text: String = kc
+        .expose()
+        .lines()
+        .map(|l| match l.split_once(": ") {
+            Some((k, _)) if k.trim_end().ends_with("-data") => format!("{k}: <{}>\n", k.trim()),
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    assert_eq!(text.matches("-data>").count(), 3);
+    insta::assert_snapshot!("kubeconfig", text);
+}

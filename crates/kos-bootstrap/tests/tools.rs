@@ -1,0 +1,421 @@
+//! Checks by the real tools: cloud-init's own schema validator (after cloud-init's own Jinja rendering),
+//! shellcheck, and openssl for the discovery hash and the certificate chain. A missing tool fails the test
+//! with the package to install.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use kos_bootstrap::cloud_init::{BOOTSTRAP_SCRIPT, bootstrap_env, render_user_data};
+use kos_bootstrap::*;
+
+const INSTANCE_ID: &str = "3f9d2c1a-5b6e-4f70-8a9b-0c1d2e3f4a5b";
+const HOSTNAME: &str = "demo-cp-0";
+
+/// Renders the user-data the way cloud-init does at boot: inflate gzip, then run cloud-init's own Jinja
+/// handler (`## template: jinja`) with instance data. cloud-init 22.x's `schema --config-file` only
+/// accepts a file that starts with `#cloud-config`, i.e. the rendered template, so that is what we validate.
+fn cloud_init_render(ud: &UserData, dir: &Path, name: &str) -> String {
+    let raw = if ud.gzipped {
+        let mut s = String::new();
+        flate2::read::GzDecoder::new(ud.payload())
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    } else {
+        String::from_utf8(ud.payload().to_vec()).unwrap()
+    };
+    assert!(raw.starts_with("## template: jinja\n#cloud-config\n"));
+    let template = write(dir, &format!("{name}.tmpl"), raw.as_bytes());
+    let rendered = dir.join(format!("{name}.yaml"));
+    // cloud-init's interpreter is the one on its shebang line (its modules are not on every python's path).
+    let shebang = std::fs::read_to_string(tool_path("cloud-init")).unwrap();
+    let python = shebang
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("#!")
+        .trim()
+        .to_string();
+    let script = r#"
+import sys
+from cloudinit.handlers.jinja_template import render_jinja_payload
+src, dst, iid, host = sys.argv[1:5]
+out = render_jinja_payload(open(src).read(), src, {"v1": {"instance_id": iid, "local_hostname": host}})
+if out is None or "CI_MISSING_JINJA_VAR" in out:
+    sys.exit("cloud-init could not render the template")
+open(dst, "w").write(out)
+"#;
+    let status = Command::new(&python)
+        .args(["-c", script])
+        .arg(&template)
+        .arg(&rendered)
+        .args([INSTANCE_ID, HOSTNAME])
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "cloud-init's Jinja renderer failed for {name}"
+    );
+    std::fs::read_to_string(rendered).unwrap()
+}
+
+fn tool_path(name: &str) -> std::path::PathBuf {
+    let _ = tool(name, "cloud-init");
+    std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap()
+}
+
+fn scenarios() -> Vec<(String, ClusterInput, NodeInput)> {
+    let mut out = vec![];
+    for (version, cps) in [("1.31.4", 1), ("1.31.4", 3), ("1.30.8", 3)] {
+        for role in [Role::InitControlPlane, Role::JoinControlPlane, Role::Worker] {
+            if cps == 1 && role == Role::JoinControlPlane {
+                continue;
+            }
+            out.push((
+                format!("{version}-{cps}cp-{}", role.key()),
+                cluster(version, cps, 2),
+                node(role),
+            ));
+        }
+    }
+    let mut upload = cluster("1.31.4", 3, 0);
+    upload.pki_delivery = PkiDelivery::UploadCerts;
+    out.push((
+        "upload-certs-join".into(),
+        upload,
+        node(Role::JoinControlPlane),
+    ));
+    let mut v6 = cluster("1.31.4", 1, 0);
+    v6.pod_cidr = "fd00:10:244::/56".parse().unwrap();
+    v6.service_cidr = "fd00:10:96::/112".parse().unwrap();
+    out.push(("ipv6-init".into(), v6, node(Role::InitControlPlane)));
+    out
+}
+
+#[test]
+fn every_user_data_passes_cloud_init_schema() {
+    let s = secrets();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, c, n) in scenarios() {
+        let ud = render_user_data(&c, &n, &s).unwrap();
+        let rendered = cloud_init_render(&ud, dir.path(), &name);
+        assert!(rendered.starts_with("#cloud-config\n"), "{name}");
+        assert!(
+            rendered.contains(&format!("openstack:///{INSTANCE_ID}")),
+            "{name}: provider-id not rendered"
+        );
+        assert!(
+            rendered.contains(&format!("name: \"{HOSTNAME}\"")),
+            "{name}: node name not rendered"
+        );
+        // Jinja must leave everything else byte for byte: the script and every key survive.
+        assert!(rendered.contains("kos-bootstrap: $*"), "{name}");
+        let out = tool("cloud-init", "cloud-init")
+            .args(["schema", "--config-file"])
+            .arg(dir.path().join(format!("{name}.yaml")))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: cloud-init schema rejected the user-data:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn every_shell_script_passes_shellcheck() {
+    let s = secrets();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = vec![write(
+        dir.path(),
+        "kos-bootstrap",
+        BOOTSTRAP_SCRIPT.as_bytes(),
+    )];
+    for (name, c, n) in scenarios() {
+        files.push(write(
+            dir.path(),
+            &format!("{name}.env"),
+            bootstrap_env(&c, &n, &s).unwrap().as_bytes(),
+        ));
+    }
+    for f in files {
+        let out = tool("shellcheck", "shellcheck")
+            .args(["--shell=bash", "--severity=style"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "shellcheck {}:\n{}",
+            f.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    // The env file is valid shell that sets what the script reads.
+    let env = write(
+        dir.path(),
+        "check.env",
+        bootstrap_env(&cluster("1.31.4", 3, 2), &node(Role::Worker), &s)
+            .unwrap()
+            .as_bytes(),
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            ". {} && echo \"$KOS_ROLE $KOS_ENDPOINT $KOS_K8S_CHANNEL\"",
+            env.display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "worker 203.0.113.10:6443 v1.31\n"
+    );
+}
+
+fn sh(cmd: &str) -> String {
+    let out = tool("openssl", "openssl").arg("version").output().unwrap();
+    assert!(out.status.success());
+    let out = Command::new("bash")
+        .args(["-o", "pipefail", "-c", cmd])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn discovery_hash_matches_openssl() {
+    let s = secrets();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write(dir.path(), "ca.crt", s.ca.cert_pem.as_bytes());
+    let expected = sh(&format!(
+        "openssl x509 -pubkey -noout -in {} | openssl pkey -pubin -outform der | sha256sum",
+        ca.display()
+    ));
+    let hex = expected.split_whitespace().next().unwrap();
+    assert_eq!(s.discovery_hash().unwrap(), format!("sha256:{hex}"));
+}
+
+#[test]
+fn pki_is_what_kubeadm_expects() {
+    let s = secrets();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, ca, cn) in [
+        ("ca", &s.ca, "kubernetes"),
+        ("etcd-ca", &s.etcd_ca, "etcd-ca"),
+        ("front-proxy-ca", &s.front_proxy_ca, "front-proxy-ca"),
+    ] {
+        let crt = write(dir.path(), &format!("{name}.crt"), ca.cert_pem.as_bytes());
+        let key = write(
+            dir.path(),
+            &format!("{name}.key"),
+            ca.key_pem.expose().as_bytes(),
+        );
+        let text = sh(&format!(
+            "openssl x509 -in {} -noout -text -subject",
+            crt.display()
+        ));
+        assert!(
+            text.contains("CA:TRUE") && text.contains("Certificate Sign"),
+            "{name}"
+        );
+        assert!(
+            text.contains(&format!("CN = {cn}")) || text.contains(&format!("CN={cn}")),
+            "{name}"
+        );
+        assert!(
+            text.contains("Not After : Dec 30 00:00:00 2035 GMT"),
+            "{name}: {text}"
+        );
+        // The key belongs to the certificate.
+        let a = sh(&format!(
+            "openssl x509 -in {} -noout -pubkey",
+            crt.display()
+        ));
+        let b = sh(&format!("openssl pkey -in {} -pubout", key.display()));
+        assert_eq!(a, b, "{name}");
+    }
+    let sa = write(
+        dir.path(),
+        "sa.key",
+        s.service_account.private_pem.expose().as_bytes(),
+    );
+    assert_eq!(
+        sh(&format!("openssl pkey -in {} -pubout", sa.display())),
+        s.service_account.public_pem
+    );
+}
+
+#[test]
+fn admin_kubeconfig_chains_to_the_ca_even_from_a_stored_bundle() {
+    let generated = secrets();
+    let s = ClusterSecrets::from_bundle(generated.to_bundle().expose()).unwrap();
+    let c = cluster("1.31.4", 1, 0);
+    let kc = render_kubeconfig(
+        &mut rng(),
+        &c.name,
+        &c.endpoint,
+        &c.kubernetes_version,
+        &s,
+        now(),
+    )
+    .unwrap();
+    let field = |key: &str| -> Vec<u8> {
+        use base64::Engine;
+        let line = kc
+            .expose()
+            .lines()
+            .find(|l| l.trim_start().starts_with(key))
+            .unwrap();
+        let v = line.split_once(": ").unwrap().1.trim();
+        base64::engine::general_purpose::STANDARD.decode(v).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write(dir.path(), "ca.crt", &field("certificate-authority-data"));
+    let crt = write(dir.path(), "admin.crt", &field("client-certificate-data"));
+    write(dir.path(), "admin.key", &field("client-key-data"));
+    assert_eq!(std::fs::read_to_string(&ca).unwrap(), generated.ca.cert_pem);
+    let verify = sh(&format!(
+        "openssl verify -CAfile {} {}",
+        ca.display(),
+        crt.display()
+    ));
+    assert!(verify.trim_end().ends_with(": OK"), "{verify}");
+    let subject = sh(&format!(
+        "openssl x509 -in {} -noout -subject -ext extendedKeyUsage",
+        crt.display()
+    ));
+    assert!(
+        subject.contains("kubeadm:cluster-admins") && subject.contains("kubernetes-admin"),
+        "{subject}"
+    );
+    assert!(
+        subject.contains("TLS Web Client Authentication"),
+        "{subject}"
+    );
+    // Before 1.29 the admin is a member of system:masters.
+    let old: KubeVersion = "1.28.15".parse().unwrap();
+    let kc = render_kubeconfig(&mut rng(), &c.name, &c.endpoint, &old, &s, now()).unwrap();
+    assert!(kc.expose().contains("current-context: kos-demo"));
+    let line = kc
+        .expose()
+        .lines()
+        .find(|l| l.contains("client-certificate-data"))
+        .unwrap()
+        .to_string();
+    let crt = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .decode(line.split_once(": ").unwrap().1.trim())
+            .unwrap()
+    };
+    let crt = write(dir.path(), "old.crt", &crt);
+    assert!(
+        sh(&format!(
+            "openssl x509 -in {} -noout -subject",
+            crt.display()
+        ))
+        .contains("system:masters")
+    );
+}
+
+/// Runs the script's `cni` step against a local "download": unverified pins and checksum mismatches fail
+/// closed with a marker; a matching manifest is rewritten to the pod CIDR and handed to kubectl.
+#[test]
+fn cni_step_fails_closed_and_applies_only_verified_manifests() {
+    let s = secrets();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = write(d, "kos-bootstrap", BOOTSTRAP_SCRIPT.as_bytes());
+    let manifest = "net-conf.json: '{\"Network\": \"10.244.0.0/16\"}'\n";
+    let manifest_path = write(d, "upstream.yaml", manifest.as_bytes());
+    let sha = sh(&format!(
+        "sha256sum {} | cut -d' ' -f1",
+        manifest_path.display()
+    ));
+    // A kubectl that records what it was asked to apply.
+    let bin = d.join("bin");
+    write(
+        &bin,
+        "kubectl",
+        b"#!/bin/sh\ncp \"$3\" \"$KOS_TEST_APPLIED\"\n",
+    );
+    sh(&format!(
+        "chmod +x {} {}",
+        bin.join("kubectl").display(),
+        script.display()
+    ));
+    let mut c = cluster("1.31.4", 1, 0);
+    c.cni = Cni::Flannel;
+    c.pod_cidr = "10.42.0.0/16".parse().unwrap();
+    let env = bootstrap_env(&c, &node(Role::InitControlPlane), &s).unwrap();
+    let run = |name: &str, env: &str| -> (bool, String) {
+        let env_file = write(d, &format!("{name}.env"), env.as_bytes());
+        let console = d.join(format!("{name}.console"));
+        std::fs::write(&console, "").unwrap();
+        let ok = Command::new("bash")
+            .arg(&script)
+            .args(["__step", "step", "cni", "cni"])
+            .env("KOS_ENV_FILE", &env_file)
+            .env("KOS_LOG", d.join(format!("{name}.log")))
+            .env("KOS_CONSOLE", &console)
+            .env("KOS_CNI_FILE", d.join(format!("{name}.cni.yaml")))
+            .env("KOS_TEST_APPLIED", d.join(format!("{name}.applied")))
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .status()
+            .unwrap()
+            .success();
+        (ok, std::fs::read_to_string(console).unwrap())
+    };
+    let _ = tool("curl", "curl");
+    // The built-in table is unverified: refused before anything is downloaded.
+    let (ok, console) = run("unverified", &env);
+    assert!(!ok);
+    assert_eq!(
+        console,
+        "kos-bootstrap: cni failed: sha256 of the flannel v0.26.1 manifest is not verified: pin one in the cluster spec\n"
+    );
+    let pinned = |sha: &str| {
+        env.lines()
+            .map(|l| match l.split_once('=') {
+                Some(("KOS_CNI_URL", _)) => {
+                    format!("KOS_CNI_URL='file://{}'", manifest_path.display())
+                }
+                Some(("KOS_CNI_SHA256", _)) => format!("KOS_CNI_SHA256='{sha}'"),
+                Some(("KOS_CNI_VERIFIED", _)) => "KOS_CNI_VERIFIED='true'".into(),
+                _ => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let (ok, console) = run("mismatch", &pinned(&"0".repeat(64)));
+    assert!(!ok);
+    assert!(
+        console.starts_with("kos-bootstrap: cni failed: sha256 mismatch for file://"),
+        "{console}"
+    );
+    assert!(!d.join("mismatch.applied").exists());
+    let (ok, console) = run("good", &pinned(sha.trim()));
+    assert!(ok, "{console}");
+    assert_eq!(console, "kos-bootstrap: cni ok\n");
+    let applied = std::fs::read_to_string(d.join("good.applied")).unwrap();
+    assert_eq!(applied, manifest.replace("10.244.0.0/16", "10.42.0.0/16"));
+}

@@ -1,0 +1,393 @@
+//! Octavia facade: load balancers, listeners, pools, members, health monitors, status trees, providers
+//! and flavors, and the wait for ACTIVE that must separate every change to one load balancer.
+//!
+//! Assumption: callers serialise changes per load balancer. Each child create/update/delete moves the LB
+//! to PENDING_UPDATE, and Octavia answers 409 to the next change until it is ACTIVE again; call
+//! [`LoadBalancerApi::wait_for_active`] in between (or create everything at once, fully populated).
+
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::error::CloudError;
+use crate::model::common::invalid;
+use crate::model::load_balancer::{
+    HealthMonitor, HealthMonitorCreate, LbFlavor, Listener, ListenerCreate, ListenerUpdate,
+    LoadBalancer, LoadBalancerCreate, LoadBalancerFilter, LoadBalancerUpdate, Member, MemberSpec,
+    Pool, PoolCreate, PoolParent, Provider, ProvisioningStatus, StatusTree,
+};
+use crate::paging::util::{body, fetch, found, gone, run};
+use crate::paging::wait::{self, Step};
+use crate::request::{ApiRequest, ServiceKind};
+use crate::session::Session;
+
+const SVC: ServiceKind = ServiceKind::LoadBalancer;
+
+/// Octavia, through one session: `session.load_balancer()`.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadBalancerApi<'a> {
+    session: &'a Session,
+    page_size: Option<u32>,
+}
+
+impl Session {
+    pub fn load_balancer(&self) -> LoadBalancerApi<'_> {
+        LoadBalancerApi {
+            session: self,
+            page_size: None,
+        }
+    }
+}
+
+impl LoadBalancerApi<'_> {
+    /// Lists ask for pages of `n` (default: the service's own page size).
+    pub fn page_size(self, n: u32) -> Self {
+        LoadBalancerApi {
+            page_size: Some(n),
+            ..self
+        }
+    }
+
+    async fn list<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: &str,
+        key: &str,
+        query: Vec<(String, String)>,
+    ) -> Result<Vec<T>, CloudError> {
+        let mut r = ApiRequest::get(SVC, op, path);
+        r.query = query;
+        self.session.list_all(r, key, self.page_size).await
+    }
+
+    async fn get<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: String,
+        key: &str,
+    ) -> Result<Option<T>, CloudError> {
+        found(fetch(self.session, ApiRequest::get(SVC, op, path), key).await)
+    }
+
+    async fn post<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: &str,
+        key: &str,
+        req: &impl serde::Serialize,
+    ) -> Result<T, CloudError> {
+        fetch(
+            self.session,
+            ApiRequest::post(SVC, op, path, body(key, req)?),
+            key,
+        )
+        .await
+    }
+
+    async fn put<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: String,
+        key: &str,
+        req: &impl serde::Serialize,
+    ) -> Result<T, CloudError> {
+        fetch(
+            self.session,
+            ApiRequest::put(SVC, op, path, body(key, req)?),
+            key,
+        )
+        .await
+    }
+
+    async fn delete(&self, op: &'static str, path: String) -> Result<(), CloudError> {
+        gone(run(self.session, ApiRequest::delete(SVC, op, path)).await)
+    }
+
+    // ------------------------------------------------------------ load balancers
+
+    /// Starts the create (PENDING_CREATE); tags are taken on the POST by Octavia.
+    pub async fn create_load_balancer(
+        &self,
+        req: &LoadBalancerCreate,
+    ) -> Result<LoadBalancer, CloudError> {
+        self.post(
+            "loadbalancer.create",
+            "lbaas/loadbalancers",
+            "loadbalancer",
+            req,
+        )
+        .await
+    }
+
+    pub async fn get_load_balancer(&self, id: &str) -> Result<Option<LoadBalancer>, CloudError> {
+        self.get(
+            "loadbalancer.get",
+            format!("lbaas/loadbalancers/{id}"),
+            "loadbalancer",
+        )
+        .await
+    }
+
+    pub async fn list_load_balancers(
+        &self,
+        f: &LoadBalancerFilter,
+    ) -> Result<Vec<LoadBalancer>, CloudError> {
+        self.list(
+            "loadbalancer.list",
+            "lbaas/loadbalancers",
+            "loadbalancers",
+            f.to_query(),
+        )
+        .await
+    }
+
+    pub async fn update_load_balancer(
+        &self,
+        id: &str,
+        req: &LoadBalancerUpdate,
+    ) -> Result<LoadBalancer, CloudError> {
+        self.put(
+            "loadbalancer.update",
+            format!("lbaas/loadbalancers/{id}"),
+            "loadbalancer",
+            req,
+        )
+        .await
+    }
+
+    /// Starts the delete; with `cascade`, listeners, pools, members and monitors go too. Already gone
+    /// is fine.
+    pub async fn delete_load_balancer(&self, id: &str, cascade: bool) -> Result<(), CloudError> {
+        let mut r = ApiRequest::delete(
+            SVC,
+            "loadbalancer.delete",
+            format!("lbaas/loadbalancers/{id}"),
+        );
+        if cascade {
+            r = r.query("cascade", "true");
+        }
+        gone(run(self.session, r).await)
+    }
+
+    /// The provisioning and operating status of the LB and all its children, in one call.
+    pub async fn status_tree(&self, id: &str) -> Result<StatusTree, CloudError> {
+        #[derive(serde::Deserialize)]
+        struct Statuses {
+            loadbalancer: StatusTree,
+        }
+        let s: Statuses = fetch(
+            self.session,
+            ApiRequest::get(
+                SVC,
+                "loadbalancer.status",
+                format!("lbaas/loadbalancers/{id}/status"),
+            ),
+            "statuses",
+        )
+        .await?;
+        Ok(s.loadbalancer)
+    }
+
+    /// Polls (GET, with backoff) until the LB is ACTIVE. ERROR, DELETED or the LB vanishing end the
+    /// wait with an error naming it; so does the deadline, with the last status seen.
+    pub async fn wait_for_active(
+        &self,
+        id: &str,
+        deadline: Instant,
+    ) -> Result<LoadBalancer, CloudError> {
+        let what = format!("load balancer {id}");
+        let what = what.as_str();
+        let this = *self;
+        wait::until(what, deadline, move || async move {
+            let Some(lb) = this.get_load_balancer(id).await? else {
+                return Err(CloudError::Lookup {
+                    what: what.to_owned(),
+                    detail: "disappeared while waiting for ACTIVE".into(),
+                });
+            };
+            match &lb.provisioning_status {
+                ProvisioningStatus::Active => Ok(Step::Done(lb)),
+                ProvisioningStatus::Error | ProvisioningStatus::Deleted => {
+                    Err(CloudError::Lookup {
+                        what: format!("load balancer {} ({id})", lb.name),
+                        detail: format!(
+                            "provisioning_status {} (operating_status {})",
+                            lb.provisioning_status, lb.operating_status
+                        ),
+                    })
+                }
+                other => Ok(Step::Pending(other.to_string())),
+            }
+        })
+        .await
+    }
+
+    /// Polls until the LB is gone (after a delete).
+    pub async fn wait_for_deleted(&self, id: &str, deadline: Instant) -> Result<(), CloudError> {
+        let what = format!("load balancer {id}");
+        let this = *self;
+        wait::until(&what, deadline, move || async move {
+            Ok(match this.get_load_balancer(id).await? {
+                None => Step::Done(()),
+                Some(lb) => Step::Pending(lb.provisioning_status.to_string()),
+            })
+        })
+        .await
+    }
+
+    // ------------------------------------------------------------ listeners
+
+    pub async fn create_listener(&self, req: &ListenerCreate) -> Result<Listener, CloudError> {
+        if req.loadbalancer_id.is_empty() {
+            return Err(invalid(
+                format!("listener {:?}", req.name),
+                "needs a loadbalancer_id",
+            ));
+        }
+        self.post("listener.create", "lbaas/listeners", "listener", req)
+            .await
+    }
+
+    pub async fn get_listener(&self, id: &str) -> Result<Option<Listener>, CloudError> {
+        self.get("listener.get", format!("lbaas/listeners/{id}"), "listener")
+            .await
+    }
+
+    /// The listeners of one load balancer.
+    pub async fn list_listeners(&self, loadbalancer_id: &str) -> Result<Vec<Listener>, CloudError> {
+        self.list(
+            "listener.list",
+            "lbaas/listeners",
+            "listeners",
+            vec![("loadbalancer_id".into(), loadbalancer_id.into())],
+        )
+        .await
+    }
+
+    pub async fn update_listener(
+        &self,
+        id: &str,
+        req: &ListenerUpdate,
+    ) -> Result<Listener, CloudError> {
+        self.put(
+            "listener.update",
+            format!("lbaas/listeners/{id}"),
+            "listener",
+            req,
+        )
+        .await
+    }
+
+    pub async fn delete_listener(&self, id: &str) -> Result<(), CloudError> {
+        self.delete("listener.delete", format!("lbaas/listeners/{id}"))
+            .await
+    }
+
+    // ------------------------------------------------------------ pools
+
+    pub async fn create_pool(&self, req: &PoolCreate) -> Result<Pool, CloudError> {
+        if req.parent == PoolParent::Inline {
+            return Err(invalid(
+                format!("pool {:?}", req.name),
+                "needs a load balancer or listener",
+            ));
+        }
+        self.post("pool.create", "lbaas/pools", "pool", &req.resolved())
+            .await
+    }
+
+    pub async fn get_pool(&self, id: &str) -> Result<Option<Pool>, CloudError> {
+        self.get("pool.get", format!("lbaas/pools/{id}"), "pool")
+            .await
+    }
+
+    /// The pools of one load balancer.
+    pub async fn list_pools(&self, loadbalancer_id: &str) -> Result<Vec<Pool>, CloudError> {
+        self.list(
+            "pool.list",
+            "lbaas/pools",
+            "pools",
+            vec![("loadbalancer_id".into(), loadbalancer_id.into())],
+        )
+        .await
+    }
+
+    pub async fn delete_pool(&self, id: &str) -> Result<(), CloudError> {
+        self.delete("pool.delete", format!("lbaas/pools/{id}"))
+            .await
+    }
+
+    // ------------------------------------------------------------ members
+
+    /// Makes `members` the pool's whole membership in one call (202, empty body): members not listed
+    /// are removed, listed ones added or updated (matched by address and port).
+    pub async fn replace_members(
+        &self,
+        pool_id: &str,
+        members: &[MemberSpec],
+    ) -> Result<(), CloudError> {
+        let r = ApiRequest::put(
+            SVC,
+            "member.replace",
+            format!("lbaas/pools/{pool_id}/members"),
+            json!({"members": members}),
+        );
+        run(self.session, r).await
+    }
+
+    pub async fn list_members(&self, pool_id: &str) -> Result<Vec<Member>, CloudError> {
+        self.list(
+            "member.list",
+            &format!("lbaas/pools/{pool_id}/members"),
+            "members",
+            Vec::new(),
+        )
+        .await
+    }
+
+    // ------------------------------------------------------------ health monitors
+
+    pub async fn create_health_monitor(
+        &self,
+        req: &HealthMonitorCreate,
+    ) -> Result<HealthMonitor, CloudError> {
+        if req.pool_id.is_empty() {
+            return Err(invalid("health monitor", "needs a pool_id"));
+        }
+        self.post(
+            "healthmonitor.create",
+            "lbaas/healthmonitors",
+            "healthmonitor",
+            req,
+        )
+        .await
+    }
+
+    pub async fn get_health_monitor(&self, id: &str) -> Result<Option<HealthMonitor>, CloudError> {
+        self.get(
+            "healthmonitor.get",
+            format!("lbaas/healthmonitors/{id}"),
+            "healthmonitor",
+        )
+        .await
+    }
+
+    pub async fn delete_health_monitor(&self, id: &str) -> Result<(), CloudError> {
+        self.delete("healthmonitor.delete", format!("lbaas/healthmonitors/{id}"))
+            .await
+    }
+
+    // ------------------------------------------------------------ catalog
+
+    /// The enabled provider drivers (`amphora`, `ovn`, …).
+    pub async fn list_providers(&self) -> Result<Vec<Provider>, CloudError> {
+        self.list("provider.list", "lbaas/providers", "providers", Vec::new())
+            .await
+    }
+
+    /// The operator's LB flavors.
+    pub async fn list_flavors(&self) -> Result<Vec<LbFlavor>, CloudError> {
+        self.list("lb_flavor.list", "lbaas/flavors", "flavors", Vec::new())
+            .await
+    }
+}

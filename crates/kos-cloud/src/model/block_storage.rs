@@ -1,0 +1,246 @@
+//! Cinder: volumes, metadata, quotas with usage, limits.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::common::{Link, QuotaUsage, nullable, string_enum};
+
+string_enum!(
+    /// Cinder volume status.
+    VolumeStatus {
+        Creating = "creating",
+        Available = "available",
+        Reserved = "reserved",
+        Attaching = "attaching",
+        Detaching = "detaching",
+        InUse = "in-use",
+        Maintenance = "maintenance",
+        Deleting = "deleting",
+        AwaitingTransfer = "awaiting-transfer",
+        Error = "error",
+        ErrorDeleting = "error_deleting",
+        BackingUp = "backing-up",
+        RestoringBackup = "restoring-backup",
+        ErrorBackingUp = "error_backing-up",
+        ErrorRestoring = "error_restoring",
+        ErrorExtending = "error_extending",
+        Downloading = "downloading",
+        Uploading = "uploading",
+        Retyping = "retyping",
+        Extending = "extending",
+    }
+);
+
+impl VolumeStatus {
+    pub fn is_error(&self) -> bool {
+        self.as_str().starts_with("error")
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VolumeAttachmentInfo {
+    pub server_id: String,
+    pub attachment_id: Option<String>,
+    pub device: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Volume {
+    pub id: String,
+    #[serde(deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(deserialize_with = "nullable")]
+    pub description: String,
+    pub status: VolumeStatus,
+    /// GiB.
+    pub size: u64,
+    pub volume_type: Option<String>,
+    pub availability_zone: Option<String>,
+    /// Cinder sends `"true"`/`"false"` strings.
+    #[serde(deserialize_with = "bool_string")]
+    pub bootable: bool,
+    pub multiattach: bool,
+    pub encrypted: bool,
+    #[serde(deserialize_with = "nullable")]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(deserialize_with = "nullable")]
+    pub attachments: Vec<VolumeAttachmentInfo>,
+    pub snapshot_id: Option<String>,
+    pub source_volid: Option<String>,
+    pub created_at: Option<String>,
+    pub updated_at: Option<String>,
+    #[serde(rename = "os-vol-tenant-attr:tenant_id")]
+    pub project_id: Option<String>,
+    pub links: Vec<Link>,
+}
+
+fn bool_string<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(match Option::<Value>::deserialize(d)? {
+        Some(Value::Bool(b)) => b,
+        Some(Value::String(s)) => s.eq_ignore_ascii_case("true"),
+        _ => false,
+    })
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct VolumeCreate {
+    /// GiB.
+    pub size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_type: Option<String>,
+    /// Make a bootable volume from this image.
+    #[serde(rename = "imageRef", skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub availability_zone: Option<String>,
+    /// kos's tags live here (Cinder volumes have no tags).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VolumeFilter {
+    pub name: Option<String>,
+    pub status: Option<VolumeStatus>,
+    /// Volumes whose metadata has all of these pairs.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl VolumeFilter {
+    pub fn to_query(&self) -> Vec<(String, String)> {
+        let mut q = Vec::new();
+        if let Some(n) = &self.name {
+            q.push(("name".into(), n.clone()));
+        }
+        if let Some(s) = &self.status {
+            q.push(("status".into(), s.as_str().to_owned()));
+        }
+        if !self.metadata.is_empty() {
+            // Cinder parses this with ast.literal_eval; a JSON object of strings is a valid Python dict.
+            q.push((
+                "metadata".into(),
+                serde_json::Value::from(serde_json::Map::from_iter(
+                    self.metadata
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Value::from(v.as_str()))),
+                ))
+                .to_string(),
+            ));
+        }
+        q
+    }
+}
+
+/// `GET os-quota-sets/{project}?usage=true`: resource → limit and usage (keys like `volumes`,
+/// `gigabytes`, `volumes___DEFAULT__`).
+pub type VolumeQuotas = BTreeMap<String, QuotaUsage>;
+
+/// Keeps only the quota lines (the set also carries `"id": <project>`).
+pub(crate) fn quota_lines(v: BTreeMap<String, Value>) -> VolumeQuotas {
+    v.into_iter()
+        .filter_map(|(k, v)| serde_json::from_value::<QuotaUsage>(v).ok().map(|q| (k, q)))
+        .collect()
+}
+
+/// Cinder's absolute limits (`GET /limits`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct VolumeLimits {
+    pub max_total_volumes: i64,
+    pub total_volumes_used: i64,
+    pub max_total_volume_gigabytes: i64,
+    pub total_gigabytes_used: i64,
+    pub max_total_snapshots: i64,
+    pub total_snapshots_used: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{keys, parse_sample, sample_keys};
+
+    type R = Result<(), Box<dyn std::error::Error>>;
+
+    #[test]
+    fn volumes_parse_across_microversions() -> R {
+        for v in [
+            "", "v3.13/", "v3.48/", "v3.61/", "v3.63/", "v3.65/", "v3.69/",
+        ] {
+            let p = format!("block-storage/volumes/{v}volume-show-response.json");
+            let vol: Volume = parse_sample(&p, "volume")?;
+            assert!(!vol.id.is_empty(), "{p}");
+            let l: Vec<Volume> = parse_sample(
+                &format!("block-storage/volumes/{v}volumes-list-detailed-response.json"),
+                "volumes",
+            )?;
+            assert!(!l.is_empty());
+        }
+        let vol: Volume = parse_sample(
+            "block-storage/volumes/v3.65/volume-show-response.json",
+            "volume",
+        )?;
+        assert_eq!(
+            (vol.status, vol.size, vol.bootable, vol.name.as_str()),
+            (VolumeStatus::Creating, 10, false, "")
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn quotas_and_limits_parse() -> R {
+        let q = quota_lines(parse_sample(
+            "block-storage/quota_sets/quotas-show-usage-response.json",
+            "quota_set",
+        )?);
+        assert_eq!(
+            q["volumes"],
+            QuotaUsage {
+                limit: 10,
+                used: 0,
+                reserved: 0
+            }
+        );
+        assert!(!q.contains_key("id"));
+        let l: BTreeMap<String, Value> =
+            parse_sample("block-storage/limits/limits-show-response.json", "limits")?;
+        let a: VolumeLimits = serde_json::from_value(l["absolute"].clone())?;
+        assert_eq!(
+            (a.max_total_volumes, a.max_total_volume_gigabytes),
+            (10, 1000)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn create_request_uses_the_api_reference_keys() -> R {
+        let c = VolumeCreate {
+            size: 10,
+            name: Some("v".into()),
+            description: Some("d".into()),
+            volume_type: Some("t".into()),
+            image_id: Some("i".into()),
+            availability_zone: Some("nova".into()),
+            metadata: BTreeMap::from([("kos-cluster".into(), "a".into())]),
+        };
+        let want = sample_keys("block-storage/volumes/volume-create-request.json", "volume")?;
+        let got = keys(&serde_json::to_value(&c)?);
+        assert!(got.iter().all(|k| want.contains(k)), "{got:?} ⊄ {want:?}");
+        let f = VolumeFilter {
+            metadata: BTreeMap::from([("kos-cluster".into(), "a".into())]),
+            ..Default::default()
+        };
+        assert_eq!(
+            f.to_query(),
+            vec![("metadata".into(), r#"{"kos-cluster":"a"}"#.into())]
+        );
+        Ok(())
+    }
+}

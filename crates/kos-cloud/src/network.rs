@@ -1,0 +1,517 @@
+//! Neutron facade: networks, subnets, routers, ports, security groups and rules, floating IPs, tags,
+//! quotas.
+//!
+//! Guarantee: a `create_*` whose request carries tags returns the object *with* those tags. Real Neutron
+//! drops `tags` on a single-resource POST, so the create is followed by one `PUT …/tags` (replace-all).
+//! If that second call fails, the object exists untagged: the error says so, and kos finds it again by
+//! its deterministic name.
+
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::error::CloudError;
+use crate::model::common::{invalid, path_segment};
+use crate::model::network::{
+    FloatingIp, FloatingIpCreate, FloatingIpFilter, HostRoute, Network, NetworkCreate,
+    NetworkFilter, NetworkQuotas, Port, PortCreate, PortFilter, PortUpdate, Router, RouterCreate,
+    RouterFilter, RouterInterface, SecurityGroup, SecurityGroupCreate, SecurityGroupFilter,
+    SecurityGroupRule, SecurityGroupRuleCreate, Subnet, SubnetCreate, SubnetFilter, TaggedKind,
+};
+use crate::paging::util::{body, exactly_one, fetch, found, gone, run};
+use crate::request::{ApiRequest, ServiceKind};
+use crate::session::Session;
+
+const SVC: ServiceKind = ServiceKind::Network;
+
+/// Neutron, through one session: `session.network()`.
+#[derive(Debug, Clone, Copy)]
+pub struct NetworkApi<'a> {
+    session: &'a Session,
+    page_size: Option<u32>,
+}
+
+impl Session {
+    pub fn network(&self) -> NetworkApi<'_> {
+        NetworkApi {
+            session: self,
+            page_size: None,
+        }
+    }
+}
+
+/// Objects that carry their tags, so a create can return them after the tag PUT.
+trait Tagged {
+    fn tags_mut(&mut self) -> &mut Vec<String>;
+    fn id(&self) -> &str;
+}
+
+macro_rules! tagged {
+    ($($t:ty),*) => {$(
+        impl Tagged for $t {
+            fn tags_mut(&mut self) -> &mut Vec<String> { &mut self.tags }
+            fn id(&self) -> &str { &self.id }
+        }
+    )*};
+}
+tagged!(Network, Subnet, Router, Port, SecurityGroup, FloatingIp);
+
+impl NetworkApi<'_> {
+    /// Lists ask for pages of `n` (default: the service's own page size, usually everything).
+    pub fn page_size(self, n: u32) -> Self {
+        NetworkApi {
+            page_size: Some(n),
+            ..self
+        }
+    }
+
+    async fn list<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        collection: &str,
+        key: &str,
+        query: Vec<(String, String)>,
+    ) -> Result<Vec<T>, CloudError> {
+        let mut r = ApiRequest::get(SVC, op, collection);
+        r.query = query;
+        self.session.list_all(r, key, self.page_size).await
+    }
+
+    async fn get<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: String,
+        key: &str,
+    ) -> Result<Option<T>, CloudError> {
+        found(fetch(self.session, ApiRequest::get(SVC, op, path), key).await)
+    }
+
+    async fn delete(&self, op: &'static str, path: String) -> Result<(), CloudError> {
+        gone(run(self.session, ApiRequest::delete(SVC, op, path)).await)
+    }
+
+    /// POST, then PUT the tags if there are any.
+    async fn create<T: DeserializeOwned + Tagged>(
+        &self,
+        op: &'static str,
+        kind: TaggedKind,
+        key: &str,
+        req: &impl serde::Serialize,
+        tags: &[String],
+    ) -> Result<T, CloudError> {
+        let mut obj: T = fetch(
+            self.session,
+            ApiRequest::post(SVC, op, kind.collection(), body(key, req)?),
+            key,
+        )
+        .await?;
+        if !tags.is_empty() {
+            let applied = self
+                .set_tags(kind, obj.id(), tags)
+                .await
+                .map_err(|e| match e {
+                    CloudError::Api {
+                        service,
+                        operation,
+                        status,
+                        kind: k,
+                        message,
+                        request_id,
+                    } => CloudError::Api {
+                        service,
+                        operation,
+                        status,
+                        kind: k,
+                        message: format!(
+                            "{} {} was created but not tagged: {message}",
+                            key,
+                            obj.id()
+                        ),
+                        request_id,
+                    },
+                    other => other,
+                })?;
+            *obj.tags_mut() = applied;
+        }
+        Ok(obj)
+    }
+
+    // ------------------------------------------------------------ tags
+
+    /// Replaces all tags of a resource; returns the tags Neutron now has.
+    pub async fn set_tags(
+        &self,
+        kind: TaggedKind,
+        id: &str,
+        tags: &[String],
+    ) -> Result<Vec<String>, CloudError> {
+        let r = ApiRequest::put(
+            SVC,
+            kind.op_replace_tags(),
+            format!("{}/{id}/tags", kind.collection()),
+            json!({"tags": tags}),
+        );
+        fetch(self.session, r, "tags").await
+    }
+
+    /// Adds one tag (201, empty body; adding a tag that is there is a no-op).
+    pub async fn add_tag(&self, kind: TaggedKind, id: &str, tag: &str) -> Result<(), CloudError> {
+        let path = format!("{}/{id}/tags/{}", kind.collection(), path_segment(tag));
+        run(
+            self.session,
+            ApiRequest::put_empty(SVC, kind.op_add_tag(), path),
+        )
+        .await
+    }
+
+    // ------------------------------------------------------------ networks
+
+    pub async fn create_network(&self, req: &NetworkCreate) -> Result<Network, CloudError> {
+        self.create(
+            "network.create",
+            TaggedKind::Network,
+            "network",
+            req,
+            &req.tags,
+        )
+        .await
+    }
+
+    pub async fn get_network(&self, id: &str) -> Result<Option<Network>, CloudError> {
+        self.get("network.get", format!("networks/{id}"), "network")
+            .await
+    }
+
+    pub async fn list_networks(&self, f: &NetworkFilter) -> Result<Vec<Network>, CloudError> {
+        self.list("network.list", "networks", "networks", f.to_query())
+            .await
+    }
+
+    pub async fn delete_network(&self, id: &str) -> Result<(), CloudError> {
+        self.delete("network.delete", format!("networks/{id}"))
+            .await
+    }
+
+    /// The external network: the one named or with id `name_or_id`, or, without one, the only network
+    /// with `router:external=true` (several are an error listing them: the user has to choose).
+    pub async fn external_network(&self, name_or_id: Option<&str>) -> Result<Network, CloudError> {
+        let all = self
+            .list_networks(&NetworkFilter {
+                external: Some(true),
+                ..Default::default()
+            })
+            .await?;
+        let (matches, what, hint) = match name_or_id {
+            Some(n) => {
+                let by_id: Vec<Network> = all.iter().filter(|x| x.id == n).cloned().collect();
+                let m = if by_id.is_empty() {
+                    all.into_iter().filter(|x| x.name == n).collect()
+                } else {
+                    by_id
+                };
+                (m, format!("external network '{n}'"), "pass an id")
+            }
+            None => (
+                all,
+                "external network (router:external=true)".to_owned(),
+                "name one in the cluster spec",
+            ),
+        };
+        exactly_one(matches, || what, |n| n.id.as_str(), hint)
+    }
+
+    // ------------------------------------------------------------ subnets
+
+    pub async fn create_subnet(&self, req: &SubnetCreate) -> Result<Subnet, CloudError> {
+        self.create(
+            "subnet.create",
+            TaggedKind::Subnet,
+            "subnet",
+            req,
+            &req.tags,
+        )
+        .await
+    }
+
+    pub async fn get_subnet(&self, id: &str) -> Result<Option<Subnet>, CloudError> {
+        self.get("subnet.get", format!("subnets/{id}"), "subnet")
+            .await
+    }
+
+    pub async fn list_subnets(&self, f: &SubnetFilter) -> Result<Vec<Subnet>, CloudError> {
+        self.list("subnet.list", "subnets", "subnets", f.to_query())
+            .await
+    }
+
+    pub async fn delete_subnet(&self, id: &str) -> Result<(), CloudError> {
+        self.delete("subnet.delete", format!("subnets/{id}")).await
+    }
+
+    // ------------------------------------------------------------ routers
+
+    pub async fn create_router(&self, req: &RouterCreate) -> Result<Router, CloudError> {
+        self.create(
+            "router.create",
+            TaggedKind::Router,
+            "router",
+            req,
+            &req.tags,
+        )
+        .await
+    }
+
+    pub async fn get_router(&self, id: &str) -> Result<Option<Router>, CloudError> {
+        self.get("router.get", format!("routers/{id}"), "router")
+            .await
+    }
+
+    pub async fn list_routers(&self, f: &RouterFilter) -> Result<Vec<Router>, CloudError> {
+        self.list("router.list", "routers", "routers", f.to_query())
+            .await
+    }
+
+    pub async fn delete_router(&self, id: &str) -> Result<(), CloudError> {
+        self.delete("router.delete", format!("routers/{id}")).await
+    }
+
+    /// Connects the subnet to the router (makes floating IPs on it work).
+    pub async fn add_router_interface(
+        &self,
+        router_id: &str,
+        subnet_id: &str,
+    ) -> Result<RouterInterface, CloudError> {
+        let r = ApiRequest::put(
+            SVC,
+            "router.interface.add",
+            format!("routers/{router_id}/add_router_interface"),
+            json!({"subnet_id": subnet_id}),
+        );
+        fetch(self.session, r, "").await
+    }
+
+    pub async fn remove_router_interface(
+        &self,
+        router_id: &str,
+        subnet_id: &str,
+    ) -> Result<RouterInterface, CloudError> {
+        let r = ApiRequest::put(
+            SVC,
+            "router.interface.remove",
+            format!("routers/{router_id}/remove_router_interface"),
+            json!({"subnet_id": subnet_id}),
+        );
+        fetch(self.session, r, "").await
+    }
+
+    /// Replaces the router's extra routes.
+    pub async fn set_router_routes(
+        &self,
+        router_id: &str,
+        routes: &[HostRoute],
+    ) -> Result<Router, CloudError> {
+        let r = ApiRequest::put(
+            SVC,
+            "router.update",
+            format!("routers/{router_id}"),
+            json!({"router": {"routes": routes}}),
+        );
+        fetch(self.session, r, "router").await
+    }
+
+    // ------------------------------------------------------------ ports
+
+    pub async fn create_port(&self, req: &PortCreate) -> Result<Port, CloudError> {
+        req.check()
+            .map_err(|d| invalid(format!("port {:?}", req.name), d))?;
+        self.create("port.create", TaggedKind::Port, "port", req, &req.tags)
+            .await
+    }
+
+    pub async fn update_port(&self, id: &str, req: &PortUpdate) -> Result<Port, CloudError> {
+        req.check().map_err(|d| invalid(format!("port {id}"), d))?;
+        fetch(
+            self.session,
+            ApiRequest::put(
+                SVC,
+                "port.update",
+                format!("ports/{id}"),
+                body("port", req)?,
+            ),
+            "port",
+        )
+        .await
+    }
+
+    pub async fn get_port(&self, id: &str) -> Result<Option<Port>, CloudError> {
+        self.get("port.get", format!("ports/{id}"), "port").await
+    }
+
+    pub async fn list_ports(&self, f: &PortFilter) -> Result<Vec<Port>, CloudError> {
+        self.list("port.list", "ports", "ports", f.to_query()).await
+    }
+
+    pub async fn delete_port(&self, id: &str) -> Result<(), CloudError> {
+        self.delete("port.delete", format!("ports/{id}")).await
+    }
+
+    // ------------------------------------------------------------ security groups
+
+    pub async fn create_security_group(
+        &self,
+        req: &SecurityGroupCreate,
+    ) -> Result<SecurityGroup, CloudError> {
+        self.create(
+            "security_group.create",
+            TaggedKind::SecurityGroup,
+            "security_group",
+            req,
+            &req.tags,
+        )
+        .await
+    }
+
+    pub async fn get_security_group(&self, id: &str) -> Result<Option<SecurityGroup>, CloudError> {
+        self.get(
+            "security_group.get",
+            format!("security-groups/{id}"),
+            "security_group",
+        )
+        .await
+    }
+
+    pub async fn list_security_groups(
+        &self,
+        f: &SecurityGroupFilter,
+    ) -> Result<Vec<SecurityGroup>, CloudError> {
+        self.list(
+            "security_group.list",
+            "security-groups",
+            "security_groups",
+            f.to_query(),
+        )
+        .await
+    }
+
+    pub async fn delete_security_group(&self, id: &str) -> Result<(), CloudError> {
+        self.delete("security_group.delete", format!("security-groups/{id}"))
+            .await
+    }
+
+    pub async fn create_security_group_rule(
+        &self,
+        req: &SecurityGroupRuleCreate,
+    ) -> Result<SecurityGroupRule, CloudError> {
+        let r = ApiRequest::post(
+            SVC,
+            "security_group_rule.create",
+            "security-group-rules",
+            body("security_group_rule", req)?,
+        );
+        fetch(self.session, r, "security_group_rule").await
+    }
+
+    /// The rules of one group.
+    pub async fn list_security_group_rules(
+        &self,
+        security_group_id: &str,
+    ) -> Result<Vec<SecurityGroupRule>, CloudError> {
+        self.list(
+            "security_group_rule.list",
+            "security-group-rules",
+            "security_group_rules",
+            vec![("security_group_id".into(), security_group_id.into())],
+        )
+        .await
+    }
+
+    pub async fn delete_security_group_rule(&self, id: &str) -> Result<(), CloudError> {
+        self.delete(
+            "security_group_rule.delete",
+            format!("security-group-rules/{id}"),
+        )
+        .await
+    }
+
+    // ------------------------------------------------------------ floating IPs
+
+    pub async fn create_floating_ip(
+        &self,
+        req: &FloatingIpCreate,
+    ) -> Result<FloatingIp, CloudError> {
+        self.create(
+            "floating_ip.create",
+            TaggedKind::FloatingIp,
+            "floatingip",
+            req,
+            &req.tags,
+        )
+        .await
+    }
+
+    pub async fn get_floating_ip(&self, id: &str) -> Result<Option<FloatingIp>, CloudError> {
+        self.get("floating_ip.get", format!("floatingips/{id}"), "floatingip")
+            .await
+    }
+
+    pub async fn list_floating_ips(
+        &self,
+        f: &FloatingIpFilter,
+    ) -> Result<Vec<FloatingIp>, CloudError> {
+        self.list(
+            "floating_ip.list",
+            "floatingips",
+            "floatingips",
+            f.to_query(),
+        )
+        .await
+    }
+
+    /// Points the floating IP at a port (and one of its fixed IPs, when it has several).
+    ///
+    /// Errors: 404 (`ApiErrorKind::NotFound`, `ExternalGatewayForFloatingIPNotFound`) when no router
+    /// connects the port's subnet to the floating IP's network.
+    pub async fn associate_floating_ip(
+        &self,
+        id: &str,
+        port_id: &str,
+        fixed_ip: Option<&str>,
+    ) -> Result<FloatingIp, CloudError> {
+        let mut fip = json!({"port_id": port_id});
+        if let Some(ip) = fixed_ip {
+            fip["fixed_ip_address"] = json!(ip);
+        }
+        let r = ApiRequest::put(
+            SVC,
+            "floating_ip.associate",
+            format!("floatingips/{id}"),
+            json!({"floatingip": fip}),
+        );
+        fetch(self.session, r, "floatingip").await
+    }
+
+    pub async fn disassociate_floating_ip(&self, id: &str) -> Result<FloatingIp, CloudError> {
+        let r = ApiRequest::put(
+            SVC,
+            "floating_ip.disassociate",
+            format!("floatingips/{id}"),
+            json!({"floatingip": {"port_id": null}}),
+        );
+        fetch(self.session, r, "floatingip").await
+    }
+
+    pub async fn delete_floating_ip(&self, id: &str) -> Result<(), CloudError> {
+        self.delete("floating_ip.delete", format!("floatingips/{id}"))
+            .await
+    }
+
+    // ------------------------------------------------------------ quotas
+
+    /// Limits and usage of the session's project.
+    pub async fn quotas(&self) -> Result<NetworkQuotas, CloudError> {
+        let r = ApiRequest::get(
+            SVC,
+            "quota.details",
+            format!("quotas/{}/details", self.session.project_id()),
+        );
+        fetch(self.session, r, "quota").await
+    }
+}

@@ -1,0 +1,294 @@
+//! Listing a whole collection, page by page.
+//!
+//! Nova, Neutron, Octavia and Cinder answer a limited list with `"<collection>_links": [{"rel": "next",
+//! "href": …}]`, Glance with `"next": "/v2/images?marker=…"`. The href is absolute (or, for Glance,
+//! rooted at the unversioned endpoint), so only its query is taken: the next request is the original path
+//! with the original filters, overlaid by the href's parameters (its `marker`, `limit`, …). That keeps
+//! working when a cloud's next link omits some of our filters or points at an internal host name.
+//!
+//! Cost: a list of N items with page size P takes ⌈N/P⌉ calls. A page shorter than P is the last one,
+//! even if the service still sent a next link; a full last page needs one more (empty) call to be sure,
+//! as on Neutron.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::CloudError;
+use crate::request::ApiRequest;
+use crate::session::Session;
+
+/// Stops a service that keeps sending the same next link from looping forever.
+const MAX_PAGES: usize = 100_000;
+
+impl Session {
+    /// Every item of the collection `key` (`"ports"`, `"servers"`, `"images"`, …) that `req` lists,
+    /// following next links. `page_size` sets `limit` on every request (`None`: the service's default,
+    /// still following next links when the service pages anyway).
+    pub async fn list_all<T: DeserializeOwned>(
+        &self,
+        req: ApiRequest,
+        key: &str,
+        page_size: Option<u32>,
+    ) -> Result<Vec<T>, CloudError> {
+        let base = match page_size {
+            Some(n) => req.query("limit", n.to_string()),
+            None => req,
+        };
+        let mut out = Vec::new();
+        let mut next = base.clone();
+        let mut last_marker: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let rsp = self.send(next.clone()).await?;
+            let body: Value = rsp.json()?;
+            let (items, next_query) =
+                split_page(&body, key).map_err(|detail| CloudError::Decode {
+                    service: base.service,
+                    operation: base.operation,
+                    detail,
+                })?;
+            let n = items.len();
+            for item in items {
+                out.push(
+                    serde_json::from_value(item).map_err(|e| CloudError::Decode {
+                        service: base.service,
+                        operation: base.operation,
+                        detail: format!("{key}[{}]: {e}", out.len()),
+                    })?,
+                );
+            }
+            let short_page = page_size.is_some_and(|p| n < p as usize);
+            let Some(q) = next_query.filter(|_| n > 0 && !short_page) else {
+                return Ok(out);
+            };
+            let marker = q
+                .iter()
+                .find(|(k, _)| k == "marker")
+                .map(|(_, v)| v.clone());
+            if marker.is_some() && marker == last_marker {
+                return Err(CloudError::Decode {
+                    service: base.service,
+                    operation: base.operation,
+                    detail: format!("the next link repeats marker {marker:?}"),
+                });
+            }
+            last_marker = marker;
+            next = base.clone();
+            next.query.retain(|(k, _)| !q.iter().any(|(qk, _)| qk == k));
+            next.query.extend(q);
+        }
+        Err(CloudError::Decode {
+            service: base.service,
+            operation: base.operation,
+            detail: format!("more than {MAX_PAGES} pages"),
+        })
+    }
+}
+
+/// A page's items and, if there is a next page, the query of its link.
+type Page = (Vec<Value>, Option<Vec<(String, String)>>);
+
+/// Splits a list answer into [`Page`].
+fn split_page(body: &Value, key: &str) -> Result<Page, String> {
+    let items = match body.get(key) {
+        Some(Value::Array(a)) => a.clone(),
+        Some(Value::Null) | None => Vec::new(),
+        Some(_) => return Err(format!("{key:?} is not a list")),
+    };
+    let href = body
+        .get(format!("{key}_links"))
+        .and_then(Value::as_array)
+        .and_then(|links| {
+            links
+                .iter()
+                .find(|l| l.get("rel").and_then(Value::as_str) == Some("next"))
+                .and_then(|l| l.get("href").and_then(Value::as_str))
+        })
+        .or_else(|| body.get("next").and_then(Value::as_str));
+    Ok((items, href.map(href_query)))
+}
+
+/// The query pairs of an absolute or rooted href.
+fn href_query(href: &str) -> Vec<(String, String)> {
+    let query = href.split_once('?').map_or("", |(_, q)| q);
+    let query = query.split_once('#').map_or(query, |(q, _)| q);
+    url::form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn next_links_of_every_flavour_are_found() -> Result<(), String> {
+        let (items, q) = split_page(
+            &json!({"ports": [{"id": "a"}], "ports_links": [{"rel": "previous", "href": "x?marker=z"}, {"rel": "next", "href": "http://h:9696/v2.0/ports?tags=k%3Dv&limit=1&marker=a"}]}),
+            "ports",
+        )?;
+        assert_eq!(items.len(), 1);
+        assert_eq!(
+            q,
+            Some(vec![
+                ("tags".into(), "k=v".into()),
+                ("limit".into(), "1".into()),
+                ("marker".into(), "a".into())
+            ])
+        );
+        let (_, q) = split_page(
+            &json!({"images": [], "next": "/v2/images?marker=m"}),
+            "images",
+        )?;
+        assert_eq!(q, Some(vec![("marker".into(), "m".into())]));
+        let (_, q) = split_page(&json!({"servers": []}), "servers")?;
+        assert_eq!(q, None);
+        assert!(split_page(&json!({"servers": 1}), "servers").is_err());
+        Ok(())
+    }
+}
+
+/// Request helpers the facades share.
+pub(crate) mod util {
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+    use serde_json::Value;
+
+    use crate::error::CloudError;
+    use crate::request::ApiRequest;
+    use crate::session::Session;
+
+    /// Sends `req` and decodes `body[key]` (the whole body when `key` is empty).
+    pub(crate) async fn fetch<T: DeserializeOwned>(
+        s: &Session,
+        req: ApiRequest,
+        key: &str,
+    ) -> Result<T, CloudError> {
+        let (service, operation) = (req.service, req.operation);
+        let mut v: Value = s.send(req).await?.json()?;
+        let inner = if key.is_empty() {
+            v
+        } else {
+            v.get_mut(key)
+                .map(Value::take)
+                .ok_or_else(|| CloudError::Decode {
+                    service,
+                    operation,
+                    detail: format!("the answer has no {key:?}"),
+                })?
+        };
+        serde_json::from_value(inner).map_err(|e| CloudError::Decode {
+            service,
+            operation,
+            detail: format!("{key}: {e}"),
+        })
+    }
+
+    /// Sends `req`, ignoring the (empty) body.
+    pub(crate) async fn run(s: &Session, req: ApiRequest) -> Result<(), CloudError> {
+        s.send(req).await.map(drop)
+    }
+
+    /// `Ok(None)` for a 404: "is it there?" is a normal question, not an error.
+    pub(crate) fn found<T>(r: Result<T, CloudError>) -> Result<Option<T>, CloudError> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `Ok(())` for a 404: deleting what is gone is done.
+    pub(crate) fn gone(r: Result<(), CloudError>) -> Result<(), CloudError> {
+        found(r).map(drop)
+    }
+
+    /// `{"<key>": req}` (a local encoding failure is a bug in a request type, reported as such).
+    pub(crate) fn body(key: &str, req: &impl Serialize) -> Result<Value, CloudError> {
+        let v = serde_json::to_value(req).map_err(|e| CloudError::Lookup {
+            what: format!("{key} request"),
+            detail: format!("cannot encode: {e}"),
+        })?;
+        Ok(serde_json::json!({ key: v }))
+    }
+
+    /// Exactly one of `items`, or a [`CloudError::Lookup`] saying what was found.
+    pub(crate) fn exactly_one<T>(
+        mut items: Vec<T>,
+        what: impl FnOnce() -> String,
+        id_of: impl Fn(&T) -> &str,
+        hint: &str,
+    ) -> Result<T, CloudError> {
+        match items.len() {
+            1 => Ok(items.remove(0)),
+            0 => Err(CloudError::Lookup {
+                what: what(),
+                detail: "none found".into(),
+            }),
+            n => Err(CloudError::Lookup {
+                what: what(),
+                detail: format!(
+                    "{n} found: {}{}",
+                    items.iter().map(&id_of).collect::<Vec<_>>().join(", "),
+                    if hint.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {hint}")
+                    }
+                ),
+            }),
+        }
+    }
+}
+
+/// Waiting for an object to reach a state, by GET with backoff.
+pub(crate) mod wait {
+    use std::future::Future;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use crate::error::CloudError;
+
+    /// One look at the object.
+    pub(crate) enum Step<T> {
+        Done(T),
+        /// Not yet; the current state, for the timeout message.
+        Pending(String),
+    }
+
+    /// First pause between polls; doubles up to [`MAX_DELAY`]. Short enough for a fast simulator, and
+    /// the doubling keeps a slow real cloud (LB create: minutes) at a few calls per minute.
+    const FIRST_DELAY: Duration = Duration::from_millis(20);
+    const MAX_DELAY: Duration = Duration::from_secs(5);
+
+    /// Probes until `Done`, an error, or `deadline` (then a [`CloudError::Lookup`] naming `what` and
+    /// its last state).
+    pub(crate) async fn until<T, F, Fut>(
+        what: &str,
+        deadline: Instant,
+        mut probe: F,
+    ) -> Result<T, CloudError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Step<T>, CloudError>>,
+    {
+        let start = Instant::now();
+        let mut delay = FIRST_DELAY;
+        loop {
+            let state = match probe().await? {
+                Step::Done(v) => return Ok(v),
+                Step::Pending(state) => state,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(CloudError::Lookup {
+                    what: what.to_owned(),
+                    detail: format!("still {state} after {:.1}s", (now - start).as_secs_f64()),
+                });
+            }
+            tokio::time::sleep(delay.min(deadline - now)).await;
+            delay = (delay * 2).min(MAX_DELAY);
+        }
+    }
+}

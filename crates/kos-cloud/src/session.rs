@@ -1,0 +1,385 @@
+//! An authenticated connection to one cloud: one token shared by every call (and every clone), the
+//! catalog discovered once, the call counters, and the secrets to redact.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use openstack_sdk::AsyncOpenStack;
+use openstack_sdk::api::AsyncClient;
+use openstack_sdk::config::{Auth, CloudConfig};
+use secrecy::SecretString;
+
+use crate::config::{AppCredentialRef, CloudProfile, Env, IdOrName, ProfileAuth};
+use crate::counters::{CallCounters, CallCounts};
+use crate::error::CloudError;
+use crate::redact::Redactor;
+use crate::request::ServiceKind;
+use crate::retry::RetryPolicy;
+
+/// What discovery found for a service. A missing or broken service is only an error when used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceState {
+    Ready,
+    /// Not in the catalog (for this region and interface).
+    Missing,
+    /// In the catalog, but version discovery failed.
+    Broken(String),
+}
+
+// Sessions are shared across tasks.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Session>();
+};
+
+/// A connected session. Cheap to clone (an `Arc` inside); clones share the token, counters and
+/// redactor. `Send + Sync`.
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) inner: Arc<Inner>,
+    policy: RetryPolicy,
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: AsyncOpenStack,
+    pub(crate) counters: CallCounters,
+    cloud: String,
+    auth_url: String,
+    interface: &'static str,
+    region: Option<String>,
+    user_id: String,
+    project_id: String,
+    services: BTreeMap<ServiceKind, ServiceState>,
+    redactor: Redactor,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("Session")
+            .field("cloud", &i.cloud)
+            .field("auth_url", &i.auth_url)
+            .field("region", &i.region)
+            .field("interface", &i.interface)
+            .field("user_id", &i.user_id)
+            .field("project_id", &i.project_id)
+            .field("services", &i.services)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Authenticates, then discovers every service kos uses.
+    ///
+    /// Discovery is not optional with this SDK: without it requests go to unversioned URLs (404,
+    /// 406, 300). It runs for every session, the application-credential one included.
+    pub async fn connect(profile: &CloudProfile) -> Result<Session, CloudError> {
+        // The SDK finds auth plugins through `inventory`; without a reference to this crate the
+        // linker drops the application-credential plugin and that auth type is "unknown".
+        let _ = std::hint::black_box(&openstack_sdk_auth_applicationcredential::ANCHOR);
+
+        let redactor = Redactor::new(profile_secrets(profile));
+        if let Some(ca) = &profile.cacert
+            && !ca.is_file()
+        {
+            return Err(CloudError::Config(format!(
+                "cacert {} (from {}) is not a readable file: fix the path or remove it",
+                ca.display(),
+                profile.source("cacert")
+            )));
+        }
+        let config = cloud_config(profile);
+        // No on-disk token cache: kos runs unattended and must not leave tokens in ~/.osc. (The SDK
+        // still creates an empty ~/.osc directory, mode 0700, in its State::new().)
+        let client = AsyncOpenStack::builder(&config)
+            .disable_auth_cache(true)
+            .connect()
+            .await
+            .map_err(|e| connect_error(profile, &redactor, &e))?;
+        if let Some(t) = client.get_auth_token() {
+            redactor.set_token(t);
+        }
+
+        let info = client.get_auth_info().ok_or_else(|| {
+            CloudError::Auth(format!(
+                "cloud '{}': Keystone returned no token information",
+                profile.name
+            ))
+        })?;
+        let user_id = info.token.user.id.clone();
+        let project_id = info
+            .token
+            .project
+            .as_ref()
+            .and_then(|p| p.id.clone())
+            .ok_or_else(|| {
+                CloudError::Auth(format!(
+                    "cloud '{}': the token is not scoped to a project: set auth.project_name in \
+                     clouds.yaml or OS_PROJECT_NAME",
+                    profile.name
+                ))
+            })?;
+
+        let services = discover_all(&client, &redactor).await;
+        tracing::debug!(cloud = %profile.name, ?services, "connected");
+
+        Ok(Session {
+            inner: Arc::new(Inner {
+                client,
+                counters: CallCounters::default(),
+                cloud: profile.name.clone(),
+                auth_url: profile.auth_url.clone(),
+                interface: profile.interface.as_str(),
+                region: profile.region_name.clone(),
+                user_id,
+                project_id,
+                services,
+                redactor,
+            }),
+            policy: RetryPolicy::default(),
+        })
+    }
+
+    /// Connects to the cloud named by `cloud` or `OS_CLOUD` (clouds.yaml), else to the one that the
+    /// `OS_*` variables describe.
+    pub async fn from_env_or_clouds(cloud: Option<&str>) -> Result<Session, CloudError> {
+        let profile = CloudProfile::load(&Env::process(), cloud, None)?;
+        Self::connect(&profile).await
+    }
+
+    /// A snapshot of the calls sent so far (all clones of this session together).
+    pub fn counters(&self) -> CallCounts {
+        self.inner.counters.snapshot()
+    }
+
+    pub fn project_id(&self) -> &str {
+        &self.inner.project_id
+    }
+
+    pub fn user_id(&self) -> &str {
+        &self.inner.user_id
+    }
+
+    pub fn region(&self) -> Option<&str> {
+        self.inner.region.as_deref()
+    }
+
+    /// The cloud's name (clouds.yaml key, or `envvars`).
+    pub fn cloud_name(&self) -> &str {
+        &self.inner.cloud
+    }
+
+    /// What discovery found for a service.
+    pub fn service_state(&self, s: ServiceKind) -> &ServiceState {
+        self.inner
+            .services
+            .get(&s)
+            .unwrap_or(&ServiceState::Missing)
+    }
+
+    pub fn with_retry_policy(mut self, p: RetryPolicy) -> Self {
+        self.policy = p;
+        self
+    }
+
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+
+    /// The session's redactor: facades add secrets they learn (a created credential's secret).
+    pub fn redactor(&self) -> &Redactor {
+        &self.inner.redactor
+    }
+
+    /// `text` with every secret of this session masked (the current token included).
+    pub fn redact(&self, text: &str) -> String {
+        if let Some(t) = self.inner.client.get_auth_token() {
+            self.inner.redactor.set_token(t);
+        }
+        self.inner.redactor.redact(text)
+    }
+
+    /// An error for a call to a service that discovery did not find.
+    pub(crate) fn check_service(
+        &self,
+        s: ServiceKind,
+        operation: &'static str,
+    ) -> Result<(), CloudError> {
+        let where_ = format!(
+            "cloud '{}' (region {}, interface {})",
+            self.inner.cloud,
+            self.inner.region.as_deref().unwrap_or("any"),
+            self.inner.interface
+        );
+        match self.service_state(s) {
+            ServiceState::Ready => Ok(()),
+            ServiceState::Missing => Err(CloudError::Config(format!(
+                "{operation} needs the {s} service, which is not in the catalog of {where_}: \
+                 check region_name and interface, or ask the cloud operator"
+            ))),
+            ServiceState::Broken(why) => Err(CloudError::Config(format!(
+                "{operation} needs the {s} service of {where_}, whose version discovery failed: {why}"
+            ))),
+        }
+    }
+}
+
+fn profile_secrets(p: &CloudProfile) -> Vec<SecretString> {
+    match &p.auth {
+        ProfileAuth::Password { password, .. } => vec![password.clone()],
+        ProfileAuth::ApplicationCredential { secret, .. } => vec![secret.clone()],
+    }
+}
+
+/// The SDK's config for a profile.
+fn cloud_config(p: &CloudProfile) -> CloudConfig {
+    let mut auth = Auth {
+        auth_url: Some(p.auth_url.clone()),
+        ..Default::default()
+    };
+    fn set(v: &Option<IdOrName>, id: &mut Option<String>, name: &mut Option<String>) {
+        match v {
+            Some(IdOrName::Id(x)) => *id = Some(x.clone()),
+            Some(IdOrName::Name(x)) => *name = Some(x.clone()),
+            None => {}
+        }
+    }
+    let auth_type = match &p.auth {
+        ProfileAuth::Password {
+            user,
+            user_domain,
+            password,
+            project,
+            project_domain,
+        } => {
+            set(&Some(user.clone()), &mut auth.user_id, &mut auth.username);
+            set(
+                user_domain,
+                &mut auth.user_domain_id,
+                &mut auth.user_domain_name,
+            );
+            set(project, &mut auth.project_id, &mut auth.project_name);
+            set(
+                project_domain,
+                &mut auth.project_domain_id,
+                &mut auth.project_domain_name,
+            );
+            auth.password = Some(password.clone());
+            "v3password"
+        }
+        ProfileAuth::ApplicationCredential { credential, secret } => {
+            match credential {
+                AppCredentialRef::Id(id) => auth.application_credential_id = Some(id.clone()),
+                AppCredentialRef::Name {
+                    name,
+                    user,
+                    user_domain,
+                } => {
+                    auth.application_credential_name = Some(name.clone());
+                    set(&Some(user.clone()), &mut auth.user_id, &mut auth.username);
+                    set(
+                        user_domain,
+                        &mut auth.user_domain_id,
+                        &mut auth.user_domain_name,
+                    );
+                }
+            }
+            auth.application_credential_secret = Some(secret.clone());
+            "v3applicationcredential"
+        }
+    };
+    CloudConfig {
+        auth: Some(auth),
+        auth_type: Some(auth_type.into()),
+        interface: Some(p.interface.as_str().into()),
+        region_name: p.region_name.clone(),
+        name: Some(p.name.clone()),
+        cacert: p.cacert.as_ref().map(|c| c.display().to_string()),
+        verify: Some(p.verify),
+        auth_cache: Some(false),
+        ..Default::default()
+    }
+}
+
+/// Catalog types that stand for a service (Cinder is still registered as `volumev3` on many clouds).
+fn catalog_aliases(s: ServiceKind) -> &'static [&'static str] {
+    match s {
+        ServiceKind::BlockStorage => &["block-storage", "volumev3", "volume"],
+        ServiceKind::Identity => &["identity"],
+        ServiceKind::Compute => &["compute"],
+        ServiceKind::Network => &["network"],
+        ServiceKind::Image => &["image"],
+        ServiceKind::LoadBalancer => &["load-balancer"],
+    }
+}
+
+/// Discovers every service in the catalog, concurrently. Identity was discovered by `connect`.
+async fn discover_all(
+    client: &AsyncOpenStack,
+    redactor: &Redactor,
+) -> BTreeMap<ServiceKind, ServiceState> {
+    let catalog: Vec<String> = client
+        .get_token_catalog()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.service_type)
+        .collect();
+    let one = |s: ServiceKind| {
+        let present = catalog_aliases(s)
+            .iter()
+            .any(|a| catalog.iter().any(|c| c == a));
+        async move {
+            if !present {
+                return (s, ServiceState::Missing);
+            }
+            if s != ServiceKind::Identity
+                && let Err(e) = client.discover_service_endpoint(&s.sdk()).await
+            {
+                return (s, ServiceState::Broken(redactor.redact(&e.to_string())));
+            }
+            // Region or interface mismatches show up here, not in discovery.
+            match client.get_service_endpoint(&s.sdk(), None).await {
+                Ok(_) => (s, ServiceState::Ready),
+                Err(e) => (s, ServiceState::Broken(redactor.redact(&e.to_string()))),
+            }
+        }
+    };
+    let (a, b, c, d, e, f) = tokio::join!(
+        one(ServiceKind::Identity),
+        one(ServiceKind::Compute),
+        one(ServiceKind::Network),
+        one(ServiceKind::Image),
+        one(ServiceKind::LoadBalancer),
+        one(ServiceKind::BlockStorage),
+    );
+    [a, b, c, d, e, f].into_iter().collect()
+}
+
+/// A connect failure: transport problems name the URL; everything else is an auth failure.
+fn connect_error(
+    p: &CloudProfile,
+    redactor: &Redactor,
+    e: &openstack_sdk::OpenStackError,
+) -> CloudError {
+    let chain = redactor.redact(&crate::request::error_chain(e));
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if let Some(r) = s.downcast_ref::<reqwest::Error>()
+            && (r.is_connect() || r.is_timeout())
+        {
+            return CloudError::Transport {
+                service: ServiceKind::Identity,
+                operation: "auth.connect",
+                detail: format!(
+                    "cannot reach Keystone of cloud '{}' at {} ({}): {chain}",
+                    p.name,
+                    p.auth_url,
+                    p.source("auth_url")
+                ),
+            };
+        }
+        src = s.source();
+    }
+    CloudError::Auth(format!("cloud '{}' at {}: {chain}", p.name, p.auth_url))
+}

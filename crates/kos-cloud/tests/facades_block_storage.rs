@@ -1,0 +1,102 @@
+//! The Cinder facade against kos-sim: create → wait available → get → list by metadata (paged) →
+//! metadata merge/replace → delete; quotas with usage; limits.
+
+mod facades_support;
+
+use std::collections::BTreeMap;
+
+use facades_support::{R, deadline, start};
+use kos_cloud::ServiceKind;
+use kos_cloud::model::block_storage::{VolumeCreate, VolumeFilter, VolumeStatus};
+
+fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn volume_lifecycle_with_metadata_tags() -> R {
+    let c = start().await?;
+    let cinder = c.session.block_storage();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let v = cinder
+            .create_volume(&VolumeCreate {
+                size: 1,
+                name: Some(format!("kos-t1-v{i}")),
+                metadata: meta(&[("kos-cluster", "t1"), ("kos-id", &format!("v{i}"))]),
+                ..Default::default()
+            })
+            .await?;
+        ids.push(v.id);
+    }
+    cinder
+        .create_volume(&VolumeCreate {
+            size: 1,
+            name: Some("other".into()),
+            ..Default::default()
+        })
+        .await?;
+    let v = cinder.wait_for_available(&ids[0], deadline()).await?;
+    assert_eq!((v.status, v.size), (VolumeStatus::Available, 1));
+    assert_eq!(
+        cinder.get_volume(&ids[0]).await?.map(|v| v.name),
+        Some("kos-t1-v0".to_owned())
+    );
+
+    let before = c
+        .session
+        .counters()
+        .operation(ServiceKind::BlockStorage, "volume.list");
+    let mine = cinder
+        .page_size(2)
+        .list_volumes(&VolumeFilter {
+            metadata: meta(&[("kos-cluster", "t1")]),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        mine.len(),
+        3,
+        "{:?}",
+        mine.iter().map(|v| &v.name).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        c.session
+            .counters()
+            .operation(ServiceKind::BlockStorage, "volume.list")
+            - before,
+        2
+    );
+
+    let m = cinder
+        .merge_metadata(&ids[0], &meta(&[("role", "etcd")]))
+        .await?;
+    assert_eq!(m.get("kos-cluster").map(String::as_str), Some("t1"));
+    assert_eq!(m.get("role").map(String::as_str), Some("etcd"));
+    let m = cinder
+        .set_metadata(&ids[0], &meta(&[("only", "this")]))
+        .await?;
+    assert_eq!(m, meta(&[("only", "this")]));
+
+    let q = cinder.quotas().await?;
+    let vols = q.get("volumes").ok_or("no volumes quota")?;
+    assert!(vols.used >= 4, "{vols:?}");
+    let l = cinder.limits().await?;
+    assert!(
+        l.max_total_volumes > 0 && l.total_volumes_used >= 4,
+        "{l:?}"
+    );
+
+    for id in &ids {
+        cinder.wait_for_available(id, deadline()).await?;
+        cinder.delete_volume(id).await?;
+    }
+    let gone =
+        facades_support::poll(|| async { Ok(cinder.get_volume(&ids[0]).await?.is_none()) }).await?;
+    assert!(gone);
+    cinder.delete_volume(&ids[0]).await?;
+    Ok(())
+}

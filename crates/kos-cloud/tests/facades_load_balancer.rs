@@ -1,0 +1,203 @@
+//! The Octavia facade against kos-sim: create → wait ACTIVE → listener, pool, monitor, members (batch
+//! replace) with a wait between each → status tree → update → cascade delete; fully-populated create;
+//! providers and flavors.
+
+mod facades_support;
+
+use facades_support::{R, cluster, deadline, network_with_subnet, start, tags};
+use kos_cloud::ApiErrorKind;
+use kos_cloud::model::load_balancer::{
+    HealthMonitorCreate, LbAlgorithm, ListenerCreate, ListenerTimeouts, ListenerUpdate,
+    LoadBalancerCreate, LoadBalancerFilter, LoadBalancerUpdate, MemberSpec, MonitorType,
+    OperatingStatus, PoolCreate, PoolParent, Protocol, ProvisioningStatus, Vip,
+};
+
+#[tokio::test]
+async fn load_balancer_lifecycle_with_children_and_cascade_delete() -> R {
+    let c = start().await?;
+    let lbs = c.session.load_balancer();
+    let sub = network_with_subnet(&c.session, "10.40.0.0/24").await?;
+
+    let mut req = LoadBalancerCreate::new("kos-t1-api", Vip::Subnet(sub.id.clone()));
+    req.tags = tags("lb-api");
+    req.description = Some("kos API endpoint".into());
+    let lb = lbs.create_load_balancer(&req).await?;
+    assert!(
+        lb.provisioning_status.is_pending(),
+        "{}",
+        lb.provisioning_status
+    );
+    assert!(lb.tags.contains(&"kos-id=lb-api".to_owned()));
+    // The LB is immutable until ACTIVE.
+    let early = lbs
+        .create_listener(&ListenerCreate::new(&lb.id, "early", Protocol::Tcp, 6443))
+        .await;
+    if let Err(e) = &early {
+        assert_eq!(e.kind(), Some(ApiErrorKind::Conflict), "{e}");
+    }
+    let lb = lbs.wait_for_active(&lb.id, deadline()).await?;
+    assert_eq!(lb.provisioning_status, ProvisioningStatus::Active);
+    let vip = lb.vip_address.clone().ok_or("no VIP address")?;
+    assert!(vip.starts_with("10.40.0."), "{vip}");
+    let listed = lbs
+        .list_load_balancers(&LoadBalancerFilter {
+            tags: cluster(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        listed.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(),
+        vec![lb.id.as_str()]
+    );
+    let by_name = lbs
+        .list_load_balancers(&LoadBalancerFilter {
+            name: Some("kos-t1-api".into()),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(by_name.len(), 1);
+
+    let listener = match early {
+        Ok(l) => l,
+        Err(_) => {
+            let mut l = ListenerCreate::new(&lb.id, "kos-t1-api-6443", Protocol::Tcp, 6443);
+            l.allowed_cidrs = vec!["0.0.0.0/0".into()];
+            l.timeouts = ListenerTimeouts {
+                timeout_client_data: Some(600_000),
+                timeout_member_data: Some(600_000),
+                ..Default::default()
+            };
+            lbs.create_listener(&l).await?
+        }
+    };
+    lbs.wait_for_active(&lb.id, deadline()).await?;
+    let listener = lbs
+        .update_listener(
+            &listener.id,
+            &ListenerUpdate {
+                allowed_cidrs: Some(vec!["192.0.2.0/24".into()]),
+                ..Default::default()
+            },
+        )
+        .await?;
+    assert_eq!(listener.allowed_cidrs, vec!["192.0.2.0/24".to_owned()]);
+    lbs.wait_for_active(&lb.id, deadline()).await?;
+    assert_eq!(lbs.list_listeners(&lb.id).await?.len(), 1);
+
+    let pool = lbs
+        .create_pool(&PoolCreate::new(
+            PoolParent::Listener(listener.id.clone()),
+            "kos-t1-api",
+            Protocol::Tcp,
+            LbAlgorithm::RoundRobin,
+        ))
+        .await?;
+    lbs.wait_for_active(&lb.id, deadline()).await?;
+    let hm = lbs
+        .create_health_monitor(&HealthMonitorCreate::new(
+            &pool.id,
+            MonitorType::Tcp,
+            5,
+            3,
+            3,
+        ))
+        .await?;
+    lbs.wait_for_active(&lb.id, deadline()).await?;
+    assert!(lbs.get_health_monitor(&hm.id).await?.is_some());
+
+    let members = vec![
+        MemberSpec {
+            subnet_id: Some(sub.id.clone()),
+            ..MemberSpec::new("10.40.0.11", 6443)
+        },
+        MemberSpec::new("10.40.0.12", 6443),
+    ];
+    lbs.replace_members(&pool.id, &members).await?;
+    lbs.wait_for_active(&lb.id, deadline()).await?;
+    let got = lbs.list_members(&pool.id).await?;
+    let mut addrs: Vec<_> = got.iter().map(|m| m.address.as_str()).collect();
+    addrs.sort_unstable();
+    assert_eq!(addrs, vec!["10.40.0.11", "10.40.0.12"]);
+    // Replacing again with one member removes the other.
+    lbs.replace_members(&pool.id, &members[..1]).await?;
+    lbs.wait_for_active(&lb.id, deadline()).await?;
+    assert_eq!(lbs.list_members(&pool.id).await?.len(), 1);
+
+    let tree = lbs.status_tree(&lb.id).await?;
+    assert_eq!(tree.id, lb.id);
+    assert_eq!(tree.listeners.len(), 1);
+    assert_eq!(tree.listeners[0].pools[0].members.len(), 1);
+    assert_ne!(tree.operating_status, OperatingStatus::default());
+
+    let updated = lbs
+        .update_load_balancer(
+            &lb.id,
+            &LoadBalancerUpdate {
+                description: Some("updated".into()),
+                ..Default::default()
+            },
+        )
+        .await?;
+    assert_eq!(updated.description, "updated");
+    lbs.wait_for_active(&lb.id, deadline()).await?;
+
+    lbs.delete_load_balancer(&lb.id, true).await?;
+    lbs.wait_for_deleted(&lb.id, deadline()).await?;
+    assert!(lbs.get_load_balancer(&lb.id).await?.is_none());
+    assert!(lbs.get_pool(&pool.id).await?.is_none());
+    assert!(lbs.get_listener(&listener.id).await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fully_populated_load_balancer_comes_up_in_one_create() -> R {
+    let c = start().await?;
+    let lbs = c.session.load_balancer();
+    let sub = network_with_subnet(&c.session, "10.41.0.0/24").await?;
+    let mut pool = PoolCreate::new(
+        PoolParent::Inline,
+        "kos-t1-api",
+        Protocol::Tcp,
+        LbAlgorithm::RoundRobin,
+    );
+    pool.healthmonitor = Some(HealthMonitorCreate::new("", MonitorType::Tcp, 5, 3, 3));
+    pool.members = vec![MemberSpec::new("10.41.0.11", 6443)];
+    let mut listener = ListenerCreate::new("", "kos-t1-api-6443", Protocol::Tcp, 6443);
+    listener.default_pool = Some(pool);
+    let mut req = LoadBalancerCreate::new("kos-t1-full", Vip::Network(sub.network_id.clone()));
+    req.listeners = vec![listener];
+    req.tags = tags("lb-full");
+    let lb = lbs.create_load_balancer(&req).await?;
+    let lb = lbs.wait_for_active(&lb.id, deadline()).await?;
+    let tree = lbs.status_tree(&lb.id).await?;
+    assert_eq!(tree.listeners.len(), 1);
+    let p = tree.listeners[0]
+        .pools
+        .first()
+        .ok_or("no pool in the tree")?;
+    assert_eq!(p.members.len(), 1);
+    assert!(p.healthmonitor.as_ref().is_some_and(|h| !h.id.is_empty()));
+    lbs.delete_load_balancer(&lb.id, true).await?;
+    lbs.wait_for_deleted(&lb.id, deadline()).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn providers_and_flavors_are_listed() -> R {
+    let c = start().await?;
+    let providers = c.session.load_balancer().list_providers().await?;
+    assert!(!providers.is_empty());
+    let _flavors = c.session.load_balancer().list_flavors().await?;
+    let err = c
+        .session
+        .load_balancer()
+        .create_pool(&PoolCreate::new(
+            PoolParent::Inline,
+            "p",
+            Protocol::Tcp,
+            LbAlgorithm::RoundRobin,
+        ))
+        .await;
+    assert!(err.is_err(), "a pool without a parent must be refused");
+    Ok(())
+}

@@ -1,0 +1,352 @@
+//! Sessions against an in-process kos-sim: clouds.yaml + secure.yaml, OS_* variables, application
+//! credentials, re-auth on token expiry, discovery and call counters.
+
+use std::path::PathBuf;
+
+use kos_cloud::{
+    ApiRequest, AppCredentialRef, CloudError, CloudProfile, Env, ProfileAuth, RetryPolicy,
+    ServiceKind, ServiceState, Session,
+};
+use kos_sim::{Sim, SimConfig};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+
+async fn sim() -> Sim {
+    // Tokens that outlive the test: a slow machine must not see extra re-auths (fast() gives 3.6 s).
+    Sim::start(SimConfig {
+        token_lifetime_secs: 1e7,
+        ..SimConfig::fast()
+    })
+    .await
+    .expect("start sim")
+}
+
+/// An environment that finds no config of the machine running the tests.
+fn clean_env(dir: &std::path::Path) -> Env {
+    Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.join("no-etc"))
+}
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+async fn connect(sim: &Sim) -> Session {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clouds = write(dir.path(), "clouds.yaml", &sim.clouds_yaml("sim"));
+    let p =
+        CloudProfile::load(&clean_env(dir.path()), Some("sim"), Some(&clouds)).expect("profile");
+    Session::connect(&p)
+        .await
+        .expect("connect")
+        .with_retry_policy(RetryPolicy::fast())
+}
+
+async fn sim_log(sim: &Sim) -> Vec<Value> {
+    let v: Value = reqwest::get(format!("{}/_sim/log", sim.base_url()))
+        .await
+        .expect("log")
+        .json()
+        .await
+        .expect("log json");
+    v["entries"].as_array().cloned().unwrap_or_default()
+}
+
+fn count(log: &[Value], method: &str, path: &str, status: Option<u64>) -> usize {
+    log.iter()
+        .filter(|e| e["method"] == method && e["path"] == path)
+        .filter(|e| status.is_none_or(|s| e["status"] == s))
+        .count()
+}
+
+#[tokio::test]
+async fn clouds_yaml_with_password_in_secure_yaml() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = sim.config();
+    let clouds = write(
+        dir.path(),
+        "clouds.yaml",
+        &format!(
+            "clouds:\n  sim:\n    auth:\n      auth_url: {}\n      username: {}\n      project_name: {}\n      \
+             user_domain_name: Default\n      project_domain_name: Default\n    region_name: {}\n",
+            sim.auth_url(),
+            cfg.username,
+            cfg.project,
+            cfg.region
+        ),
+    );
+    let secure = write(
+        dir.path(),
+        "secure.yaml",
+        &format!(
+            "clouds:\n  sim:\n    auth:\n      password: {}\n",
+            cfg.password
+        ),
+    );
+    let p =
+        CloudProfile::load(&clean_env(dir.path()), Some("sim"), Some(&clouds)).expect("profile");
+    assert_eq!(p.source("password"), &kos_cloud::Source::File(secure));
+    let s = Session::connect(&p).await.expect("connect");
+    let project_id = sim.app().cloud().keystone.project_id().to_owned();
+    assert_eq!(s.project_id(), project_id);
+    assert!(!s.user_id().is_empty());
+    assert_eq!(s.region(), Some("RegionOne"));
+    assert_eq!(s.cloud_name(), "sim");
+    assert_eq!(s.service_state(ServiceKind::Identity), &ServiceState::Ready);
+    let rsp = s
+        .send(ApiRequest::get(
+            ServiceKind::Identity,
+            "project.get",
+            format!("projects/{project_id}"),
+        ))
+        .await
+        .expect("get project");
+    assert_eq!(rsp.status, 200);
+    let v: Value = rsp.json().expect("json");
+    assert_eq!(v["project"]["id"], project_id);
+}
+
+#[tokio::test]
+async fn openrc_variables() {
+    let sim = sim().await;
+    let cfg = sim.config();
+    let env = Env::from_vars([
+        ("OS_AUTH_URL", sim.auth_url()),
+        ("OS_USERNAME", cfg.username.clone()),
+        ("OS_PASSWORD", cfg.password.clone()),
+        ("OS_PROJECT_NAME", cfg.project.clone()),
+        ("OS_USER_DOMAIN_NAME", "Default".into()),
+        ("OS_PROJECT_DOMAIN_ID", "default".into()),
+        ("OS_REGION_NAME", cfg.region.clone()),
+        ("OS_INTERFACE", "public".into()),
+    ]);
+    let p = CloudProfile::load(&env, None, None).expect("profile");
+    assert_eq!(p.name, "envvars");
+    let s = Session::connect(&p).await.expect("connect");
+    assert_eq!(s.project_id(), sim.app().cloud().keystone.project_id());
+}
+
+#[tokio::test]
+async fn config_errors_name_the_file_and_the_fix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clouds = write(
+        dir.path(),
+        "clouds.yaml",
+        "clouds:\n  a:\n    auth:\n      username: u\n  b:\n    region_name: R\n",
+    );
+    let env = clean_env(dir.path());
+    let e = CloudProfile::load(&env, Some("prod"), Some(&clouds)).expect_err("no such cloud");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "cloud 'prod' not found in {}; clouds defined there: a, b",
+            clouds.display()
+        )
+    );
+    let e = CloudProfile::load(&env, Some("a"), Some(&clouds)).expect_err("no auth_url");
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with(&format!(
+            "auth.auth_url missing for cloud 'a' in {}: add it under clouds.a.auth.auth_url",
+            clouds.display()
+        )),
+        "{msg}"
+    );
+    let e = CloudProfile::load(&env, None, None).expect_err("nothing configured");
+    assert_eq!(
+        e.to_string(),
+        "OS_AUTH_URL is not set: source your openrc file or set OS_CLOUD"
+    );
+}
+
+#[tokio::test]
+async fn application_credential_reaches_keystone() {
+    let sim = sim().await;
+    let s1 = connect(&sim).await;
+    let uid = s1.user_id().to_owned();
+    let created: Value = s1
+        .send(ApiRequest::post(
+            ServiceKind::Identity,
+            "application_credential.create",
+            format!("users/{uid}/application_credentials"),
+            json!({"application_credential": {"name": "kos-test-ac"}}),
+        ))
+        .await
+        .expect("create app cred")
+        .json()
+        .expect("json");
+    let ac = &created["application_credential"];
+    let id = ac["id"].as_str().expect("id").to_owned();
+    let secret = ac["secret"].as_str().expect("secret").to_owned();
+    s1.redactor().add(SecretString::from(secret.clone()));
+
+    let mut p = CloudProfile::new(
+        "sim-ac",
+        sim.auth_url(),
+        ProfileAuth::ApplicationCredential {
+            credential: AppCredentialRef::Id(id.clone()),
+            secret: SecretString::from(secret),
+        },
+    );
+    p.region_name = Some(sim.config().region.clone());
+    let s2 = Session::connect(&p)
+        .await
+        .expect("connect with app cred")
+        .with_retry_policy(RetryPolicy::fast());
+    assert_eq!(s2.user_id(), uid);
+    assert_eq!(s2.project_id(), s1.project_id());
+    // Every service was discovered for the second session too.
+    assert_eq!(
+        s2.service_state(ServiceKind::Identity),
+        &ServiceState::Ready
+    );
+    {
+        let cloud = sim.app().cloud();
+        let tokens: Vec<_> = cloud
+            .keystone
+            .tokens
+            .values()
+            .filter(|t| t.app_cred.as_ref().is_some_and(|(cid, _)| *cid == id))
+            .collect();
+        assert_eq!(tokens.len(), 1, "one token issued for the credential");
+        assert_eq!(tokens[0].methods, ["application_credential"]);
+    }
+    let rsp = s2
+        .send(ApiRequest::get(
+            ServiceKind::Identity,
+            "project.get",
+            format!("projects/{}", s2.project_id()),
+        ))
+        .await
+        .expect("call with the app-cred token");
+    assert_eq!(rsp.status, 200);
+
+    let del = s1
+        .send(ApiRequest::delete(
+            ServiceKind::Identity,
+            "application_credential.delete",
+            format!("users/{uid}/application_credentials/{id}"),
+        ))
+        .await
+        .expect("delete");
+    assert_eq!(del.status, 204);
+    assert!(del.body.is_empty());
+    // Its tokens die with it, and re-authenticating with it fails.
+    let e = s2
+        .send(ApiRequest::get(
+            ServiceKind::Identity,
+            "project.get",
+            format!("projects/{}", s2.project_id()),
+        ))
+        .await
+        .expect_err("credential deleted");
+    assert!(
+        matches!(&e, CloudError::Auth(_)) || e.status() == Some(401),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn reauthenticates_after_token_expiry() {
+    let sim = sim().await;
+    let s = connect(&sim).await;
+    let pid = s.project_id().to_owned();
+    let get = || {
+        ApiRequest::get(
+            ServiceKind::Identity,
+            "project.get",
+            format!("projects/{pid}"),
+        )
+    };
+    s.send(get()).await.expect("first call");
+    let expired = reqwest::Client::new()
+        .post(format!("{}/_sim/tokens/expire", sim.base_url()))
+        .send()
+        .await
+        .expect("expire");
+    assert!(expired.status().is_success());
+    let rsp = s.send(get()).await.expect("call after expiry");
+    assert_eq!(rsp.status, 200);
+    let log = sim_log(&sim).await;
+    let issued = count(&log, "POST", "/identity/v3/auth/tokens", Some(201));
+    assert_eq!(issued, 2, "a second token was issued: {log:#?}");
+    // Only calls made through `send` are counted; the SDK's internal 401 replay is not.
+    assert_eq!(
+        s.counters().operation(ServiceKind::Identity, "project.get"),
+        2
+    );
+}
+
+#[tokio::test]
+async fn counters_per_service_and_operation() {
+    let sim = sim().await;
+    let s = connect(&sim).await;
+    let clone = s.clone();
+    let pid = s.project_id().to_owned();
+    let uid = s.user_id().to_owned();
+    for _ in 0..3 {
+        s.send(ApiRequest::get(
+            ServiceKind::Identity,
+            "project.get",
+            format!("projects/{pid}"),
+        ))
+        .await
+        .expect("project");
+    }
+    clone
+        .send(ApiRequest::get(
+            ServiceKind::Identity,
+            "application_credential.list",
+            format!("users/{uid}/application_credentials"),
+        ))
+        .await
+        .expect("list");
+    let e = s
+        .send(ApiRequest::get(
+            ServiceKind::Identity,
+            "project.get",
+            "projects/does-not-exist",
+        ))
+        .await
+        .expect_err("404");
+    assert!(e.is_not_found(), "{e:?}");
+    let c = s.counters();
+    assert_eq!(c, clone.counters(), "clones share counters");
+    assert_eq!(c.service(ServiceKind::Identity), 5);
+    assert_eq!(c.operation(ServiceKind::Identity, "project.get"), 4);
+    assert_eq!(
+        c.operation(ServiceKind::Identity, "application_credential.list"),
+        1
+    );
+    assert_eq!(c.service(ServiceKind::Network), 0);
+    assert_eq!(c.total(), 5);
+    assert_eq!(c.retries, 0);
+}
+
+/// Every service is discovered, and a Neutron call goes to the versioned endpoint.
+#[tokio::test]
+async fn network_list_through_discovered_endpoint() {
+    let sim = sim().await;
+    let s = connect(&sim).await;
+    for kind in ServiceKind::ALL {
+        assert_eq!(s.service_state(kind), &ServiceState::Ready, "{kind}");
+    }
+    let rsp = s
+        .send(ApiRequest::get(
+            ServiceKind::Network,
+            "network.list",
+            "networks",
+        ))
+        .await
+        .expect("list networks");
+    let v: Value = rsp.json().expect("json");
+    assert!(v["networks"].is_array(), "{v}");
+    let log = sim_log(&sim).await;
+    assert_eq!(count(&log, "GET", "/network/v2.0/networks", Some(200)), 1);
+    assert_eq!(
+        s.counters().operation(ServiceKind::Network, "network.list"),
+        1
+    );
+}

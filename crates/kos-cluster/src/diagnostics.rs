@@ -1,0 +1,373 @@
+//! Spec problems as data, rendered by miette.
+//!
+//! A [`Diagnostic`] is plain data (severity, code, field path, message, help, labelled byte spans) so that
+//! later layers (preflight) can add their own problems about the same `cluster.yaml`. A [`Report`] owns the
+//! source text once and hands it to miette as the parent source of every diagnostic, so a whole run renders as
+//! one report with the file name and every problem in it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use miette::{LabeledSpan, NamedSource, SourceCode, SourceSpan};
+
+/// How bad a problem is: errors stop `kos` before any cloud call, warnings are printed and ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// Worth knowing; the spec is still used.
+    Warning,
+    /// The spec is rejected.
+    Error,
+}
+
+/// Stable identifier of a kind of problem; rendered as `kos::spec::<name>` and meant for scripts and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Code {
+    /// The text is not YAML.
+    Syntax,
+    /// A key that the schema does not know.
+    UnknownField,
+    /// A key given twice in one mapping.
+    DuplicateField,
+    /// A required key is absent.
+    MissingField,
+    /// A value of the wrong YAML type (string for a number, list for a map...).
+    WrongType,
+    /// A value outside the allowed set or range.
+    InvalidValue,
+    /// `apiVersion` is not one this kos reads.
+    ApiVersion,
+    /// `kind` is not `Cluster`.
+    Kind,
+    /// `kubernetesVersion` is malformed or outside the supported window.
+    Version,
+    /// A name breaks DNS-1123 rules or the length kos needs for resource names and tags.
+    Name,
+    /// A tag breaks Nova's tag rules or uses a key kos reserves.
+    Tag,
+    /// Node pool names must be unique.
+    DuplicateName,
+    /// A string that is not an IPv4 CIDR (or IP address where one is expected).
+    InvalidCidr,
+    /// A CIDR with host bits set (`10.0.0.1/24`).
+    CidrHostBits,
+    /// A CIDR too small or too large for its role.
+    CidrSize,
+    /// Two of the node, pod and service ranges overlap.
+    CidrOverlap,
+    /// A range collides with a well-known range (link-local, Docker's bridge).
+    CidrReserved,
+    /// The control-plane count cannot keep etcd quorum.
+    ControlPlaneCount,
+    /// A combination of settings that cannot work together.
+    Conflict,
+    /// A boot volume size outside 10–2048 GB.
+    BootVolume,
+    /// A Kubernetes label key or value breaks the label syntax.
+    Label,
+    /// A taint that is not `key[=value]:Effect`.
+    Taint,
+    /// `sshPublicKey` is not an OpenSSH public key line.
+    SshKey,
+    /// A setting that works but is probably not what was meant (SSH open to the world...).
+    Risky,
+}
+
+impl Code {
+    /// The name shown by miette and matched by tests, e.g. `kos::spec::cidr_overlap`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Syntax => "kos::spec::syntax",
+            Self::UnknownField => "kos::spec::unknown_field",
+            Self::DuplicateField => "kos::spec::duplicate_field",
+            Self::MissingField => "kos::spec::missing_field",
+            Self::WrongType => "kos::spec::wrong_type",
+            Self::InvalidValue => "kos::spec::invalid_value",
+            Self::ApiVersion => "kos::spec::api_version",
+            Self::Kind => "kos::spec::kind",
+            Self::Version => "kos::spec::kubernetes_version",
+            Self::Name => "kos::spec::name",
+            Self::Tag => "kos::spec::tag",
+            Self::DuplicateName => "kos::spec::duplicate_name",
+            Self::InvalidCidr => "kos::spec::invalid_cidr",
+            Self::CidrHostBits => "kos::spec::cidr_host_bits",
+            Self::CidrSize => "kos::spec::cidr_size",
+            Self::CidrOverlap => "kos::spec::cidr_overlap",
+            Self::CidrReserved => "kos::spec::cidr_reserved",
+            Self::ControlPlaneCount => "kos::spec::control_plane_count",
+            Self::Conflict => "kos::spec::conflict",
+            Self::BootVolume => "kos::spec::boot_volume",
+            Self::Label => "kos::spec::label",
+            Self::Taint => "kos::spec::taint",
+            Self::SshKey => "kos::spec::ssh_key",
+            Self::Risky => "kos::spec::risky",
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A labelled byte range of the source; the first label of a diagnostic is its primary one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    /// Byte range in the spec text.
+    pub span: SourceSpan,
+    /// Short text printed under the range.
+    pub text: String,
+}
+
+/// One problem with a spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Whether it stops kos.
+    pub severity: Severity,
+    /// What kind of problem.
+    pub code: Code,
+    /// Dotted path of the field, e.g. `spec.nodePools[1].name` (empty for the document itself).
+    pub field: String,
+    /// What is wrong, starting with the field path.
+    pub message: String,
+    /// How to fix it.
+    pub help: Option<String>,
+    /// Where, primary first.
+    pub labels: Vec<Label>,
+}
+
+impl Diagnostic {
+    /// An error about `field`; the message gets the field path as prefix.
+    #[must_use]
+    pub fn error(code: Code, field: &str, message: impl fmt::Display) -> Self {
+        Self::new(Severity::Error, code, field, message)
+    }
+
+    /// A warning about `field`.
+    #[must_use]
+    pub fn warning(code: Code, field: &str, message: impl fmt::Display) -> Self {
+        Self::new(Severity::Warning, code, field, message)
+    }
+
+    fn new(severity: Severity, code: Code, field: &str, message: impl fmt::Display) -> Self {
+        let message = if field.is_empty() {
+            message.to_string()
+        } else {
+            format!("{field}: {message}")
+        };
+        Self {
+            severity,
+            code,
+            field: field.to_owned(),
+            message,
+            help: None,
+            labels: Vec::new(),
+        }
+    }
+
+    /// Adds a labelled span (the first one added is the primary label).
+    #[must_use]
+    pub fn label(mut self, span: SourceSpan, text: impl Into<String>) -> Self {
+        self.labels.push(Label {
+            span,
+            text: text.into(),
+        });
+        self
+    }
+
+    /// Sets the fix.
+    #[must_use]
+    pub fn help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    /// The primary span, if any.
+    #[must_use]
+    pub fn primary_span(&self) -> Option<SourceSpan> {
+        self.labels.first().map(|l| l.span)
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Diagnostic {}
+
+/// Without a source of its own: miette falls back to the [`Report`]'s source when rendering related items.
+impl miette::Diagnostic for Diagnostic {
+    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        Some(Box::new(self.code.as_str()))
+    }
+
+    fn severity(&self) -> Option<miette::Severity> {
+        Some(match self.severity {
+            Severity::Error => miette::Severity::Error,
+            Severity::Warning => miette::Severity::Warning,
+        })
+    }
+
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.help
+            .as_deref()
+            .map(|h| Box::new(h) as Box<dyn fmt::Display + 'a>)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        if self.labels.is_empty() {
+            return None;
+        }
+        Some(Box::new(self.labels.iter().enumerate().map(|(i, l)| {
+            if i == 0 {
+                LabeledSpan::new_primary_with_span(Some(l.text.clone()), l.span)
+            } else {
+                LabeledSpan::new_with_span(Some(l.text.clone()), l.span)
+            }
+        })))
+    }
+}
+
+/// Every problem found in one spec file, with the file's name and text for rendering.
+///
+/// Renders through miette as one report: the summary line, then each problem with its snippet (`related()`).
+#[derive(Clone)]
+pub struct Report {
+    name: String,
+    source: Arc<NamedSource<String>>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// The [`Report`] that [`crate::load`] returns when the spec has at least one error; it holds the warnings too.
+pub type SpecErrors = Report;
+
+impl Report {
+    /// An empty report about `name` (the path shown to the user) with contents `text`.
+    #[must_use]
+    pub fn new(name: &str, text: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            source: Arc::new(NamedSource::new(name, text.to_owned()).with_language("yaml")),
+            diagnostics: Vec::new(),
+        }
+    }
+
+    /// Adds a problem.
+    pub fn push(&mut self, diagnostic: Diagnostic) {
+        self.diagnostics.push(diagnostic);
+    }
+
+    /// The file name given to [`Report::new`].
+    #[must_use]
+    pub fn file_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every problem, in source order.
+    #[must_use]
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        &self.diagnostics
+    }
+
+    /// The errors only.
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+    }
+
+    /// The warnings only.
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
+    }
+
+    /// True when any problem is an error.
+    #[must_use]
+    pub fn has_errors(&self) -> bool {
+        self.errors().next().is_some()
+    }
+
+    /// True when there is nothing to report.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.diagnostics.is_empty()
+    }
+
+    /// 1-based line and column of a byte offset in the source, for plain-text output and tests.
+    #[must_use]
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let text = self.source.inner();
+        let before = &text[..offset.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        (line, col)
+    }
+
+    /// Orders problems by position so that the report reads top to bottom like the file.
+    pub(crate) fn sort(&mut self) {
+        self.diagnostics
+            .sort_by_key(|d| d.primary_span().map_or(usize::MAX, |s| s.offset()));
+    }
+}
+
+impl fmt::Debug for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Report")
+            .field("name", &self.name)
+            .field("diagnostics", &self.diagnostics)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let (errors, warnings) = (self.errors().count(), self.warnings().count());
+        match (errors, warnings) {
+            (0, 0) => write!(f, "`{}` is valid", self.name),
+            (0, w) => write!(f, "`{}`: {}", self.name, plural(w, "warning")),
+            (e, 0) => write!(f, "`{}` is invalid: {}", self.name, plural(e, "error")),
+            (e, w) => write!(
+                f,
+                "`{}` is invalid: {}, {}",
+                self.name,
+                plural(e, "error"),
+                plural(w, "warning")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Report {}
+
+impl miette::Diagnostic for Report {
+    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        Some(Box::new("kos::spec"))
+    }
+
+    fn severity(&self) -> Option<miette::Severity> {
+        Some(if self.has_errors() {
+            miette::Severity::Error
+        } else {
+            miette::Severity::Warning
+        })
+    }
+
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        Some(&*self.source)
+    }
+
+    fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn miette::Diagnostic> + 'a>> {
+        Some(Box::new(
+            self.diagnostics
+                .iter()
+                .map(|d| d as &dyn miette::Diagnostic),
+        ))
+    }
+}

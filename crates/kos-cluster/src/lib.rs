@@ -1,0 +1,65 @@
+//! The kos cluster spec: `cluster.yaml` read into a typed [`ClusterSpec`], checked before any cloud call.
+//!
+//! [`load`] parses the YAML, reads every field and applies every rule, and returns either the spec (with any
+//! warnings) or a [`Report`] of *all* problems, each pointing at its line in the file. The report renders with
+//! miette:
+//!
+//! ```
+//! let text = "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata: {name: Demo}\n";
+//! let errors = kos_cluster::load("cluster.yaml", text).unwrap_err();
+//! assert!(errors.errors().any(|d| d.code == kos_cluster::Code::Name));
+//! assert!(errors.errors().any(|d| d.code == kos_cluster::Code::MissingField));
+//! // eprintln!("{:?}", miette::Report::new(errors));
+//! ```
+//!
+//! Modules: [`spec`] holds the types, [`names`] the naming and tag rules, [`diagnostics`] the report type;
+//! the rules themselves are private (`validate`).
+
+pub mod diagnostics;
+pub mod names;
+pub mod spec;
+mod tree;
+mod validate;
+
+pub use diagnostics::{Code, Diagnostic, Label, Report, Severity, SpecErrors};
+pub use spec::ClusterSpec;
+
+/// A valid spec and the warnings found while reading it.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The spec.
+    pub spec: ClusterSpec,
+    /// Warnings only (it may be empty); render it like an error report.
+    pub warnings: Report,
+}
+
+/// Reads and validates a `cluster.yaml`.
+///
+/// `path_for_messages` is only shown to the user; `text` is the file's contents.
+///
+/// # Errors
+/// A [`SpecErrors`] report holding every problem found (errors and warnings), sorted by position, when at
+/// least one is an error. A YAML syntax error is the only case that reports a single problem: nothing else
+/// can be read.
+pub fn load(path_for_messages: &str, text: &str) -> Result<Loaded, SpecErrors> {
+    let mut report = Report::new(path_for_messages, text);
+    let spec = match tree::parse(text) {
+        Ok(root) => {
+            let (spec, diagnostics) = validate::check(text, &root);
+            diagnostics.into_iter().for_each(|d| report.push(d));
+            spec
+        }
+        Err(syntax) => {
+            report.push(syntax);
+            None
+        }
+    };
+    report.sort();
+    match spec {
+        Some(spec) if !report.has_errors() => Ok(Loaded {
+            spec,
+            warnings: report,
+        }),
+        _ => Err(report),
+    }
+}

@@ -1,0 +1,670 @@
+//! The typed cluster spec, as `cluster.yaml` describes it after validation.
+//!
+//! Every value here has passed its checks: a `ClusterSpec` cannot hold an even control-plane count, a floating-IP
+//! endpoint with an Octavia provider, both a created and an existing network, or a CIDR with host bits set.
+//! Defaults are already applied. Fields that preflight checks against the cloud (flavors, images, networks,
+//! zones...) keep their source span, so its diagnostics can point at the same YAML line.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::ops::Deref;
+
+use ipnet::{IpNet, Ipv4Net};
+use miette::SourceSpan;
+
+use crate::names::{ClusterName, DnsName, LabelKey, LabelValue, PoolName, Tag};
+
+/// The only `apiVersion` this kos reads.
+pub const API_VERSION: &str = "kos.dev/v1alpha1";
+/// The only `kind`.
+pub const KIND: &str = "Cluster";
+/// `podCIDR` when not given (the flannel/kubeadm convention).
+pub const DEFAULT_POD_CIDR: Ipv4Net = Ipv4Net::new_assert(Ipv4Addr::new(10, 244, 0, 0), 16);
+/// `serviceCIDR` when not given (kubeadm's default).
+pub const DEFAULT_SERVICE_CIDR: Ipv4Net = Ipv4Net::new_assert(Ipv4Addr::new(10, 96, 0, 0), 12);
+
+/// A value and the bytes of `cluster.yaml` it came from.
+///
+/// Equality ignores the span: two specs that say the same thing are equal wherever they say it. A defaulted
+/// value's span points at its parent key.
+#[derive(Clone, Copy, Debug)]
+pub struct Spanned<T> {
+    /// The value.
+    pub value: T,
+    /// Where it is in the source.
+    pub span: SourceSpan,
+}
+
+impl<T> Spanned<T> {
+    /// Pairs a value with its span.
+    pub fn new(value: T, span: SourceSpan) -> Self {
+        Self { value, span }
+    }
+
+    /// Maps the value, keeping the span.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Spanned<U> {
+        Spanned::new(f(self.value), self.span)
+    }
+}
+
+impl<T: PartialEq> PartialEq for Spanned<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl<T: Eq> Eq for Spanned<T> {}
+
+impl<T> Deref for Spanned<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+/// A validated `cluster.yaml`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSpec {
+    /// `metadata.name`; prefix of every resource name and value of the `kos-cluster` tag.
+    pub name: Spanned<ClusterName>,
+    /// `metadata.tags`: extra tags put on every resource.
+    pub tags: Vec<Tag>,
+    /// `spec.kubernetesVersion`.
+    pub kubernetes_version: KubernetesVersion,
+    /// `spec.network`.
+    pub network: Network,
+    /// `spec.apiEndpoint`.
+    pub api_endpoint: ApiEndpoint,
+    /// `spec.controlPlane`.
+    pub control_plane: ControlPlane,
+    /// `spec.nodePools`, names unique.
+    pub node_pools: Vec<NodePool>,
+    /// `spec.addons`.
+    pub addons: Addons,
+    /// `spec.sshPublicKey`: put on every server if given; kos itself never uses SSH.
+    pub ssh_public_key: Option<SshPublicKey>,
+}
+
+impl ClusterSpec {
+    /// Control planes plus every pool's count: the number of servers (and node ports) the cluster has.
+    #[must_use]
+    pub fn node_count(&self) -> u32 {
+        self.control_plane.count.get() + self.node_pools.iter().map(|p| p.count.value).sum::<u32>()
+    }
+}
+
+/// A Kubernetes release `1.MINOR.PATCH` within the supported window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KubernetesVersion {
+    minor: u32,
+    patch: u32,
+}
+
+impl KubernetesVersion {
+    /// Oldest supported minor release.
+    pub const MIN_MINOR: u32 = 29;
+    /// Newest supported minor release.
+    pub const MAX_MINOR: u32 = 33;
+
+    /// Parses `1.MINOR.PATCH`, with or without a leading `v`.
+    ///
+    /// # Errors
+    /// What is wrong with the string, worded to follow it ("`1.28.0` is older than...").
+    pub fn parse(s: &str) -> Result<Self, VersionError> {
+        let digits = s.strip_prefix('v').unwrap_or(s);
+        let parts: Vec<&str> = digits.split('.').collect();
+        let number = |p: &str| -> Option<u32> {
+            let ok = !p.is_empty()
+                && p.chars().all(|c| c.is_ascii_digit())
+                && (p == "0" || !p.starts_with('0'));
+            ok.then(|| p.parse().ok()).flatten()
+        };
+        let [major, minor, patch] = parts[..] else {
+            return Err(VersionError::Shape);
+        };
+        let (Some(major), Some(minor), Some(patch)) = (number(major), number(minor), number(patch))
+        else {
+            return Err(VersionError::Shape);
+        };
+        if major != 1 {
+            return Err(VersionError::Major(major));
+        }
+        if !(Self::MIN_MINOR..=Self::MAX_MINOR).contains(&minor) {
+            return Err(VersionError::Unsupported(minor));
+        }
+        Ok(Self { minor, patch })
+    }
+
+    /// The minor release (the `31` of `1.31.2`).
+    #[must_use]
+    pub fn minor(self) -> u32 {
+        self.minor
+    }
+
+    /// The patch release.
+    #[must_use]
+    pub fn patch(self) -> u32 {
+        self.patch
+    }
+}
+
+/// Without the `v`: `1.31.2`. kubeadm's `kubernetesVersion` wants `v{version}`.
+impl fmt::Display for KubernetesVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "1.{}.{}", self.minor, self.patch)
+    }
+}
+
+/// Why a Kubernetes version was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VersionError {
+    /// Not three dot-separated numbers.
+    #[error("is not a version of the form `1.MINOR.PATCH`")]
+    Shape,
+    /// Not Kubernetes 1.x.
+    #[error("has major version {0}; Kubernetes releases are 1.x")]
+    Major(u32),
+    /// Outside the window kos is tested with.
+    #[error(
+        "is outside the supported releases 1.{min}–1.{max}",
+        min = KubernetesVersion::MIN_MINOR,
+        max = KubernetesVersion::MAX_MINOR
+    )]
+    Unsupported(u32),
+}
+
+/// `spec.network`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Network {
+    /// Where the nodes' subnet comes from.
+    pub source: NetworkSource,
+    /// `externalNetwork`; `None` means preflight picks the only external network or fails.
+    pub external_network: Option<Spanned<ResourceRef>>,
+    /// `podCIDR`; at least a /24, no overlap with the others.
+    pub pod_cidr: Spanned<Ipv4Net>,
+    /// `serviceCIDR`; between /12 and /24, no overlap with the others.
+    pub service_cidr: Spanned<Ipv4Net>,
+    /// `ssh.allowedCIDRs`: sources allowed to reach port 22; empty means no SSH rule at all.
+    pub ssh_allowed_cidrs: Vec<Spanned<IpNet>>,
+}
+
+/// `spec.network.create` or `spec.network.existing`: exactly one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetworkSource {
+    /// kos creates network, subnet and router (and deletes them on `down`).
+    Create(CreateNetwork),
+    /// The user's network, subnet and router; kos never deletes them.
+    Existing(ExistingNetwork),
+}
+
+/// `spec.network.create`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateNetwork {
+    /// The subnet's CIDR: at least a /28, host bits clear.
+    pub cidr: Spanned<Ipv4Net>,
+    /// `dnsServers` for the subnet; empty leaves Neutron's default.
+    pub dns_servers: Vec<Ipv4Addr>,
+}
+
+/// `spec.network.existing`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExistingNetwork {
+    /// The network the nodes' ports go on.
+    pub network: Spanned<ResourceRef>,
+    /// The subnet on it; preflight reads its CIDR and checks it against the pod and service CIDRs.
+    pub subnet: Spanned<ResourceRef>,
+    /// The router that connects the subnet to the external network, if floating IPs are needed.
+    pub router: Option<Spanned<ResourceRef>>,
+}
+
+/// An OpenStack resource given by id or by name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ResourceRef {
+    /// A UUID (with or without dashes): looked up by id.
+    Id(String),
+    /// Anything else: looked up by name, and must match exactly one resource.
+    Name(String),
+}
+
+impl ResourceRef {
+    /// Classifies `s`: UUID-shaped strings are ids, the rest names.
+    #[must_use]
+    pub fn parse(s: &str) -> Self {
+        let hex: String = s.chars().filter(|c| *c != '-').collect();
+        let uuid_shape = s.len() == 36 && [8, 13, 18, 23].iter().all(|&i| s.as_bytes()[i] == b'-');
+        let is_id = hex.len() == 32
+            && hex.chars().all(|c| c.is_ascii_hexdigit())
+            && (uuid_shape || s.len() == 32);
+        if is_id {
+            Self::Id(s.to_owned())
+        } else {
+            Self::Name(s.to_owned())
+        }
+    }
+
+    /// The string as written.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Id(s) | Self::Name(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for ResourceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `spec.apiEndpoint`: how clients reach the Kubernetes API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiEndpoint {
+    /// Load balancer or floating IP; a floating IP only with one control plane.
+    pub kind: Spanned<EndpointKind>,
+    /// `public`: a floating IP on the external network (default) or only the private VIP/IP.
+    pub public: bool,
+    /// `allowedCIDRs`: sources allowed to reach port 6443; empty means everyone.
+    pub allowed_cidrs: Vec<Spanned<IpNet>>,
+    /// `dnsName`: added to the API server certificate's SANs.
+    pub dns_name: Option<DnsName>,
+}
+
+/// `spec.apiEndpoint.type` with what belongs to each type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EndpointKind {
+    /// An Octavia load balancer in front of the control planes.
+    LoadBalancer {
+        /// `provider`.
+        provider: LbProvider,
+    },
+    /// The single control plane's own address.
+    FloatingIp,
+}
+
+/// Octavia provider driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LbProvider {
+    /// Service VMs; the default everywhere.
+    Amphora,
+    /// OVN's distributed load balancer: no VM to boot, L4 only.
+    Ovn,
+}
+
+impl LbProvider {
+    /// Octavia's name for the provider.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Amphora => "amphora",
+            Self::Ovn => "ovn",
+        }
+    }
+}
+
+/// What control planes and pools have in common: the server shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// `flavor`, name or id; Nova flavor ids are free-form (`1`, `m1.small`), so preflight tries both.
+    pub flavor: Spanned<String>,
+    /// `image`.
+    pub image: Spanned<ImageRef>,
+    /// `bootVolume`: boot from a Cinder volume instead of the flavor's disk.
+    pub boot_volume: Option<BootVolume>,
+    /// `availabilityZones`: servers are spread over them round-robin; empty lets Nova choose.
+    pub availability_zones: Vec<Spanned<String>>,
+}
+
+/// `spec.controlPlane`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlPlane {
+    /// `count`: 1, 3 or 5.
+    pub count: Spanned<ControlPlaneCount>,
+    /// Flavor, image, boot volume, zones.
+    pub machine: Machine,
+    /// `serverGroupPolicy`, defaulted to anti-affinity when there is more than one.
+    pub server_group_policy: ServerGroupPolicy,
+}
+
+/// An etcd-friendly number of control planes: odd, at most 5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ControlPlaneCount {
+    /// No fault tolerance.
+    One,
+    /// Tolerates one failure.
+    Three,
+    /// Tolerates two failures.
+    Five,
+}
+
+impl ControlPlaneCount {
+    /// The number.
+    #[must_use]
+    pub fn get(self) -> u32 {
+        match self {
+            Self::One => 1,
+            Self::Three => 3,
+            Self::Five => 5,
+        }
+    }
+
+    /// The count for `n`, if it is 1, 3 or 5.
+    #[must_use]
+    pub fn from_u32(n: u32) -> Option<Self> {
+        match n {
+            1 => Some(Self::One),
+            3 => Some(Self::Three),
+            5 => Some(Self::Five),
+            _ => None,
+        }
+    }
+}
+
+/// `image`: a name or id, or the tags that select exactly one image.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ImageRef {
+    /// `image: <name or id>`.
+    Ref(ResourceRef),
+    /// `image: {tags: [..]}`: the one image carrying all these tags.
+    Tags(Vec<String>),
+}
+
+/// `bootVolume`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootVolume {
+    /// `sizeGB`, 10–2048.
+    pub size_gb: u32,
+    /// `type`: Cinder volume type; `None` uses the cloud's default.
+    pub volume_type: Option<Spanned<String>>,
+}
+
+impl BootVolume {
+    /// Smallest size: a node image and container images need room.
+    pub const MIN_GB: u32 = 10;
+    /// Largest size kos accepts; bigger is almost certainly a unit mistake (MB for GB).
+    pub const MAX_GB: u32 = 2048;
+}
+
+/// Nova server-group policy for a set of servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServerGroupPolicy {
+    /// Different hypervisors, or the server fails to schedule.
+    AntiAffinity,
+    /// Different hypervisors when possible.
+    SoftAntiAffinity,
+    /// The same hypervisor.
+    Affinity,
+    /// No server group.
+    None,
+}
+
+impl ServerGroupPolicy {
+    /// Nova's policy name, or `None` when no server group is made.
+    #[must_use]
+    pub fn nova_policy(self) -> Option<&'static str> {
+        match self {
+            Self::AntiAffinity => Some("anti-affinity"),
+            Self::SoftAntiAffinity => Some("soft-anti-affinity"),
+            Self::Affinity => Some("affinity"),
+            Self::None => None,
+        }
+    }
+}
+
+/// `spec.nodePools[]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePool {
+    /// `name`, unique among pools.
+    pub name: Spanned<PoolName>,
+    /// `count`, 0–500.
+    pub count: Spanned<u32>,
+    /// Flavor, image, boot volume, zones.
+    pub machine: Machine,
+    /// `labels` set on the pool's nodes.
+    pub labels: BTreeMap<LabelKey, LabelValue>,
+    /// `taints` set on the pool's nodes.
+    pub taints: Vec<Taint>,
+    /// `serverGroupPolicy`, default soft anti-affinity.
+    pub server_group_policy: ServerGroupPolicy,
+}
+
+impl NodePool {
+    /// Largest pool kos accepts.
+    pub const MAX_COUNT: u32 = 500;
+}
+
+/// A node taint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Taint {
+    /// Label-key syntax.
+    pub key: LabelKey,
+    /// Label-value syntax; `None` for `key:Effect`.
+    pub value: Option<LabelValue>,
+    /// What the taint does.
+    pub effect: TaintEffect,
+}
+
+impl fmt::Display for Taint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.value {
+            Some(v) => write!(f, "{}={v}:{}", self.key, self.effect.as_str()),
+            None => write!(f, "{}:{}", self.key, self.effect.as_str()),
+        }
+    }
+}
+
+/// Kubernetes taint effects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaintEffect {
+    /// `NoSchedule`.
+    NoSchedule,
+    /// `PreferNoSchedule`.
+    PreferNoSchedule,
+    /// `NoExecute`.
+    NoExecute,
+}
+
+impl TaintEffect {
+    /// The Kubernetes spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoSchedule => "NoSchedule",
+            Self::PreferNoSchedule => "PreferNoSchedule",
+            Self::NoExecute => "NoExecute",
+        }
+    }
+}
+
+/// `spec.addons`, read by the bootstrap.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Addons {
+    /// `cni`, default Calico.
+    pub cni: Cni,
+    /// `ccm`, default the upstream OpenStack cloud controller manager.
+    pub ccm: Ccm,
+    /// `csi`, default Cinder.
+    pub csi: Csi,
+}
+
+/// Pod network plugin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Cni {
+    /// `calico`.
+    #[default]
+    Calico,
+    /// `cilium`.
+    Cilium,
+    /// `flannel`.
+    Flannel,
+    /// `kube-router`.
+    KubeRouter,
+}
+
+/// Cloud controller manager.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Ccm {
+    /// `upstream`: openstack-cloud-controller-manager.
+    #[default]
+    Upstream,
+    /// `{kos: {image}}`: kos's own controller from this image.
+    Kos {
+        /// Container image reference.
+        image: String,
+    },
+}
+
+/// Storage driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Csi {
+    /// `cinder`: Cinder CSI plugin and a default StorageClass.
+    #[default]
+    Cinder,
+    /// `none`.
+    None,
+}
+
+/// An OpenSSH public key line (`<algorithm> <base64 blob> [comment]`) whose blob names the same algorithm.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SshPublicKey {
+    line: String,
+    algorithm_len: usize,
+}
+
+impl SshPublicKey {
+    /// Algorithms Nova keypairs and cloud-init accept.
+    pub const ALGORITHMS: [&'static str; 7] = [
+        "ssh-ed25519",
+        "ssh-rsa",
+        "ecdsa-sha2-nistp256",
+        "ecdsa-sha2-nistp384",
+        "ecdsa-sha2-nistp521",
+        "sk-ssh-ed25519@openssh.com",
+        "sk-ecdsa-sha2-nistp256@openssh.com",
+    ];
+
+    /// Checks one key line, as found in `~/.ssh/id_ed25519.pub`.
+    ///
+    /// # Errors
+    /// What is wrong, worded to follow "the key ...".
+    pub fn parse(s: &str) -> Result<Self, SshKeyError> {
+        use base64::Engine as _;
+        let line = s.trim();
+        if line.starts_with("-----BEGIN") {
+            return Err(SshKeyError::Pem);
+        }
+        if line.contains('\n') {
+            return Err(SshKeyError::MultipleLines);
+        }
+        let mut fields = line.split_whitespace();
+        let algorithm = fields.next().ok_or(SshKeyError::Empty)?;
+        if !Self::ALGORITHMS.contains(&algorithm) {
+            return Err(SshKeyError::Algorithm(algorithm.to_owned()));
+        }
+        let blob = fields
+            .next()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .ok_or(SshKeyError::Blob)?;
+        // The blob starts with the algorithm again, as an SSH string (u32 length, bytes): RFC 4253 §6.6.
+        let inner = blob
+            .get(..4)
+            .and_then(|l| <[u8; 4]>::try_from(l).ok())
+            .map(|l| u32::from_be_bytes(l) as usize)
+            .and_then(|len| blob.get(4..4 + len));
+        if inner != Some(algorithm.as_bytes()) {
+            return Err(SshKeyError::Mismatch);
+        }
+        Ok(Self {
+            line: line.split_whitespace().collect::<Vec<_>>().join(" "),
+            algorithm_len: algorithm.len(),
+        })
+    }
+
+    /// The key line, whitespace normalised.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.line
+    }
+
+    /// The algorithm, e.g. `ssh-ed25519`.
+    #[must_use]
+    pub fn algorithm(&self) -> &str {
+        &self.line[..self.algorithm_len]
+    }
+}
+
+/// Why an SSH public key was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SshKeyError {
+    /// Blank.
+    #[error("is empty")]
+    Empty,
+    /// A PEM block: most likely the private key.
+    #[error("is a PEM block, probably a private key")]
+    Pem,
+    /// More than one line.
+    #[error("spans several lines; give exactly one key")]
+    MultipleLines,
+    /// Unknown algorithm.
+    #[error("starts with `{0}`, which is not an SSH key algorithm")]
+    Algorithm(String),
+    /// Missing or not base64.
+    #[error("has no valid base64 key data after the algorithm")]
+    Blob,
+    /// Blob for another algorithm, or truncated.
+    #[error("has key data that does not match its algorithm (truncated or mixed up?)")]
+    Mismatch,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_accept_a_leading_v_and_refuse_shapes_and_old_releases() {
+        let v = KubernetesVersion::parse("v1.31.2").expect("valid");
+        assert_eq!(v.to_string(), "1.31.2");
+        assert_eq!(KubernetesVersion::parse("1.31"), Err(VersionError::Shape));
+        assert_eq!(
+            KubernetesVersion::parse("1.031.0"),
+            Err(VersionError::Shape)
+        );
+        assert_eq!(
+            KubernetesVersion::parse("2.1.0"),
+            Err(VersionError::Major(2))
+        );
+        assert_eq!(
+            KubernetesVersion::parse("1.28.9"),
+            Err(VersionError::Unsupported(28))
+        );
+    }
+
+    #[test]
+    fn resource_refs_tell_ids_from_names() {
+        assert!(matches!(
+            ResourceRef::parse("0d3b8c5e-1f2a-4b6c-9d7e-123456789abc"),
+            ResourceRef::Id(_)
+        ));
+        assert!(matches!(ResourceRef::parse("public"), ResourceRef::Name(_)));
+        assert!(matches!(
+            ResourceRef::parse("m1.large"),
+            ResourceRef::Name(_)
+        ));
+    }
+
+    #[test]
+    fn ssh_keys_must_carry_their_own_algorithm() {
+        let ok = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBRy6hQTfuZ21OSeYgWgxWM66OLh6yHnC+cDozVhPY0b me@host";
+        assert_eq!(
+            SshPublicKey::parse(ok).expect("valid").algorithm(),
+            "ssh-ed25519"
+        );
+        let swapped = ok.replace("ssh-ed25519 ", "ssh-rsa ");
+        assert_eq!(SshPublicKey::parse(&swapped), Err(SshKeyError::Mismatch));
+        assert_eq!(
+            SshPublicKey::parse("-----BEGIN OPENSSH PRIVATE KEY-----"),
+            Err(SshKeyError::Pem)
+        );
+    }
+}

@@ -1,0 +1,775 @@
+//! The rules of `cluster.yaml`, applied while reading the YAML tree into a [`ClusterSpec`].
+//!
+//! Pure: no IO, no cloud. Each field is read and checked on its own (unknown keys, types, syntax, ranges); then
+//! rules across fields run on whatever parts were readable, so one broken section does not hide the problems
+//! of another. What needs the cloud (does the flavor exist, does the existing subnet collide) is preflight's.
+
+mod network;
+mod read;
+
+use std::collections::BTreeMap;
+
+use miette::SourceSpan;
+
+use crate::diagnostics::{Code, Diagnostic};
+use crate::names::{
+    self, CLUSTER_NAME_MAX, ClusterName, DnsName, LabelKey, LabelValue, NameError, PoolName, Tag,
+};
+use crate::spec::{
+    API_VERSION, Addons, ApiEndpoint, BootVolume, Ccm, ClusterSpec, Cni, ControlPlane,
+    ControlPlaneCount, Csi, EndpointKind, ImageRef, KIND, KubernetesVersion, LbProvider, Machine,
+    NodePool, ServerGroupPolicy, Spanned, SshKeyError, SshPublicKey, Taint, TaintEffect,
+    VersionError,
+};
+use crate::tree::{Node, Value};
+use read::{Cx, Field, Obj, boolean, choice, integer, key_text, list, scalar, string};
+
+/// Reads and checks a parsed document; `None` when any error was found (they are all in `diags`).
+pub(crate) fn check(text: &str, root: &Node) -> (Option<ClusterSpec>, Vec<Diagnostic>) {
+    let mut cx = Cx {
+        text,
+        diags: Vec::new(),
+    };
+    let spec = document(&mut cx, root);
+    (spec, cx.diags)
+}
+
+fn document(cx: &mut Cx<'_>, root: &Node) -> Option<ClusterSpec> {
+    if matches!(root.value, Value::Null) {
+        cx.push(
+            Diagnostic::error(Code::MissingField, "", "the file is empty")
+                .label(root.span, "no content")
+                .help(format!(
+                    "start from `examples/minimal.yaml`: `apiVersion: {API_VERSION}`, `kind: {KIND}`, \
+                     `metadata`, `spec`"
+                )),
+        );
+        return None;
+    }
+    let doc = Obj::new(
+        cx,
+        &Field::root(root),
+        &["apiVersion", "kind", "metadata", "spec"],
+    )?;
+    let api_version = doc.req(cx, "apiVersion", |cx, f| {
+        exact(cx, f, API_VERSION, Code::ApiVersion)
+    });
+    let kind = doc.req(cx, "kind", |cx, f| exact(cx, f, KIND, Code::Kind));
+    let metadata = doc.req(cx, "metadata", metadata);
+    let spec = doc.req(cx, "spec", |cx, f| spec(cx, f));
+    let ((name, tags), spec) = (metadata?, spec?);
+    api_version?;
+    kind?;
+    Some(ClusterSpec {
+        name,
+        tags,
+        kubernetes_version: spec.kubernetes_version,
+        network: spec.network,
+        api_endpoint: spec.api_endpoint,
+        control_plane: spec.control_plane,
+        node_pools: spec.node_pools,
+        addons: spec.addons,
+        ssh_public_key: spec.ssh_public_key,
+    })
+}
+
+fn exact(cx: &mut Cx<'_>, f: &Field<'_>, want: &str, code: Code) -> Option<()> {
+    let s = string(cx, f)?;
+    if s.value == want {
+        return Some(());
+    }
+    f.invalid(
+        cx,
+        code,
+        format!("`{}` is not supported", s.value),
+        "not supported",
+        format!("this kos reads `{want}`"),
+    )
+}
+
+fn metadata(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<(Spanned<ClusterName>, Vec<Tag>)> {
+    let m = Obj::new(cx, f, &["name", "tags"])?;
+    let name = m.req(cx, "name", |cx, f| {
+        name_value(cx, f, ClusterName::new, "cluster name", CLUSTER_NAME_MAX)
+    });
+    let tags = m.or(cx, "tags", Vec::new(), |cx, f| list(cx, f, tag));
+    Some((name?, tags?))
+}
+
+/// A DNS-label name (cluster or pool) with a help that says why the limit exists and offers a fixed name.
+fn name_value<T>(
+    cx: &mut Cx<'_>,
+    f: &Field<'_>,
+    new: fn(&str) -> Result<T, NameError>,
+    what: &str,
+    max: usize,
+) -> Option<Spanned<T>> {
+    let s = scalar(cx, f)?;
+    let why = format!(
+        "kos names servers `kos-<cluster>-<id>` (hostnames, at most 63 characters) and tags them \
+         `kos-cluster=<cluster>` (Nova tags, at most 60): a {what} is a DNS label of lowercase letters, \
+         digits and `-`, at most {max} characters"
+    );
+    let help = match suggest_label(&s.value, max) {
+        Some(fixed) if fixed != s.value => format!("{why}; e.g. `{fixed}`"),
+        _ => why,
+    };
+    let value = f.check(
+        cx,
+        new(&s.value),
+        Code::Name,
+        "not a valid name",
+        help,
+        |e| format!("`{}` {e}", s.value),
+    )?;
+    Some(Spanned::new(value, s.span))
+}
+
+/// The nearest valid DNS label: lowercased, other characters turned into `-`, trimmed to `max`.
+fn suggest_label(s: &str, max: usize) -> Option<String> {
+    let mapped: String = s
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9') => c,
+            _ => '-',
+        })
+        .take(max)
+        .collect();
+    let fixed = mapped.trim_matches('-').to_owned();
+    names::check_dns_label(&fixed, max).ok().map(|()| fixed)
+}
+
+fn tag(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Tag> {
+    let s = scalar(cx, f)?;
+    let help = "Nova tags are at most 60 characters without `/` or `,`; `kos-cluster=` and `kos-id=` are kos's own";
+    f.check(
+        cx,
+        Tag::new(&s.value),
+        Code::Tag,
+        "not a valid tag",
+        help,
+        |e| format!("tag `{}` {e}", s.value),
+    )
+}
+
+/// The readable parts of `spec`.
+struct SpecParts {
+    kubernetes_version: KubernetesVersion,
+    network: crate::spec::Network,
+    api_endpoint: ApiEndpoint,
+    control_plane: ControlPlane,
+    node_pools: Vec<NodePool>,
+    addons: Addons,
+    ssh_public_key: Option<SshPublicKey>,
+}
+
+fn spec(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SpecParts> {
+    let m = Obj::new(
+        cx,
+        f,
+        &[
+            "kubernetesVersion",
+            "network",
+            "apiEndpoint",
+            "controlPlane",
+            "nodePools",
+            "addons",
+            "sshPublicKey",
+        ],
+    )?;
+    let kubernetes_version = m.req(cx, "kubernetesVersion", version);
+    let network = m.req(cx, "network", network::network);
+    let control_plane = m.req(cx, "controlPlane", control_plane);
+    // Without `apiEndpoint`: a public amphora load balancer, which works with any control-plane count.
+    let default_endpoint = ApiEndpoint {
+        kind: Spanned::new(
+            EndpointKind::LoadBalancer {
+                provider: LbProvider::Amphora,
+            },
+            m.at(),
+        ),
+        public: true,
+        allowed_cidrs: Vec::new(),
+        dns_name: None,
+    };
+    let api_endpoint = m.or(cx, "apiEndpoint", default_endpoint, api_endpoint);
+    let node_pools = m.or(cx, "nodePools", Vec::new(), node_pools);
+    let addons = m.or(cx, "addons", Addons::default(), addons);
+    let ssh_public_key = m.opt(cx, "sshPublicKey", ssh_key);
+
+    if let (Some(cp), Some(ep)) = (&control_plane, &api_endpoint) {
+        check_endpoint_fits_count(cx, cp, ep);
+    }
+    if let (Some(net), Some(cp), Some(pools)) = (&network, &control_plane, &node_pools) {
+        let counts: Vec<Spanned<u32>> = std::iter::once(cp.count.map(ControlPlaneCount::get))
+            .chain(pools.iter().map(|p| p.count))
+            .collect();
+        network::check_capacity(cx, net, &counts);
+    }
+
+    Some(SpecParts {
+        kubernetes_version: kubernetes_version?,
+        network: network?,
+        api_endpoint: api_endpoint?,
+        control_plane: control_plane?,
+        node_pools: node_pools?,
+        addons: addons?,
+        ssh_public_key: ssh_public_key?,
+    })
+}
+
+fn version(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<KubernetesVersion> {
+    let s = scalar(cx, f)?;
+    let e = match KubernetesVersion::parse(s.value.trim()) {
+        Ok(v) => return Some(v),
+        Err(e) => e,
+    };
+    let window = format!(
+        "1.{}.x to 1.{}.x",
+        KubernetesVersion::MIN_MINOR,
+        KubernetesVersion::MAX_MINOR
+    );
+    let help = match (&e, &f.node.value) {
+        (VersionError::Shape, Value::Float) => format!(
+            "YAML reads `{}` as a number: write the full release in quotes, e.g. `\"{}.0\"`",
+            s.value, s.value
+        ),
+        (VersionError::Shape, _) => {
+            format!(
+                "write a full release such as `1.{}.0`",
+                KubernetesVersion::MAX_MINOR
+            )
+        }
+        _ => format!("kos supports {window}"),
+    };
+    f.invalid(
+        cx,
+        Code::Version,
+        format!("`{}` {e}", s.value),
+        "unsupported version",
+        help,
+    )
+}
+
+fn api_endpoint(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ApiEndpoint> {
+    #[derive(Clone, Copy)]
+    enum Type {
+        LoadBalancer,
+        FloatingIp,
+    }
+    let m = Obj::new(
+        cx,
+        f,
+        &["type", "public", "allowedCIDRs", "provider", "dnsName"],
+    )?;
+    let kind = m.or(
+        cx,
+        "type",
+        Spanned::new(Type::LoadBalancer, m.at()),
+        |cx, f| {
+            choice(
+                cx,
+                f,
+                &[
+                    ("loadBalancer", Type::LoadBalancer),
+                    ("floatingIP", Type::FloatingIp),
+                ],
+            )
+        },
+    );
+    let provider = m.opt(cx, "provider", |cx, f| {
+        choice(
+            cx,
+            f,
+            &[("amphora", LbProvider::Amphora), ("ovn", LbProvider::Ovn)],
+        )
+    });
+    let public = m.or(cx, "public", true, boolean);
+    let allowed_cidrs = m.or(cx, "allowedCIDRs", Vec::new(), |cx, f| {
+        list(cx, f, network::any_cidr)
+    });
+    let dns_name = m.opt(cx, "dnsName", |cx, f| {
+        let s = scalar(cx, f)?;
+        let help = "write a DNS name such as `api.example.com`; it goes into the API certificate";
+        let name = DnsName::new(s.value.trim_end_matches('.'));
+        f.check(cx, name, Code::Name, "not a DNS name", help, |e| {
+            format!("`{}` {e}", s.value)
+        })
+    });
+
+    let kind = match (kind?, provider?) {
+        (
+            t @ Spanned {
+                value: Type::FloatingIp,
+                ..
+            },
+            Some(p),
+        ) => {
+            cx.push(
+                Diagnostic::error(
+                    Code::Conflict,
+                    &format!("{}.provider", m.path()),
+                    format!(
+                        "provider `{}` is for load balancers, but the endpoint is a floating IP",
+                        p.value.as_str()
+                    ),
+                )
+                .label(p.span, "Octavia provider")
+                .label(t.span, "no load balancer with this type")
+                .help("remove `provider`, or use `type: loadBalancer`"),
+            );
+            return None;
+        }
+        (t, provider) => t.map(|t| match t {
+            Type::LoadBalancer => EndpointKind::LoadBalancer {
+                provider: provider.map_or(LbProvider::Amphora, |p| p.value),
+            },
+            Type::FloatingIp => EndpointKind::FloatingIp,
+        }),
+    };
+    Some(ApiEndpoint {
+        kind,
+        public: public?,
+        allowed_cidrs: allowed_cidrs?,
+        dns_name: dns_name?,
+    })
+}
+
+fn check_endpoint_fits_count(cx: &mut Cx<'_>, cp: &ControlPlane, ep: &ApiEndpoint) {
+    if ep.kind.value == EndpointKind::FloatingIp && cp.count.value != ControlPlaneCount::One {
+        cx.push(
+            Diagnostic::error(
+                Code::Conflict,
+                "spec.apiEndpoint.type",
+                format!(
+                    "a floating-IP endpoint reaches one server, but there are {} control planes",
+                    cp.count.get()
+                ),
+            )
+            .label(ep.kind.span, "one server only")
+            .label(cp.count.span, "control planes")
+            .help("use `type: loadBalancer` with several control planes, or `count: 1`"),
+        );
+    }
+}
+
+fn control_plane(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ControlPlane> {
+    let m = Obj::new(
+        cx,
+        f,
+        &[
+            "count",
+            "flavor",
+            "image",
+            "bootVolume",
+            "availabilityZones",
+            "serverGroupPolicy",
+        ],
+    )?;
+    let count = m.req(cx, "count", control_plane_count);
+    let machine = machine(cx, &m);
+    let policy = m.opt(cx, "serverGroupPolicy", server_group_policy);
+    let count = count?;
+    let default_policy = if count.value == ControlPlaneCount::One {
+        ServerGroupPolicy::None
+    } else {
+        ServerGroupPolicy::AntiAffinity
+    };
+    Some(ControlPlane {
+        count,
+        machine: machine?,
+        server_group_policy: policy?.unwrap_or(default_policy),
+    })
+}
+
+fn control_plane_count(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Spanned<ControlPlaneCount>> {
+    let Value::Int(n) = f.node.value else {
+        return f.wrong_type(cx, "a whole number");
+    };
+    if let Some(c) = u32::try_from(n).ok().and_then(ControlPlaneCount::from_u32) {
+        return Some(Spanned::new(c, f.span()));
+    }
+    let (why, fix) = match n {
+        ..=0 => ("a cluster needs at least one control plane", "1"),
+        n if n % 2 == 0 && n < 6 => (
+            "an even number of etcd members tolerates no more failures than one fewer",
+            if n == 2 { "1 or 3" } else { "3 or 5" },
+        ),
+        _ => (
+            "more etcd members make every write slower; 5 already tolerates two failures",
+            "5",
+        ),
+    };
+    f.invalid(
+        cx,
+        Code::ControlPlaneCount,
+        format!("{n} control planes: {why}"),
+        "must be 1, 3 or 5",
+        format!("use {fix}"),
+    )
+}
+
+/// The server fields shared by the control plane and the pools, read from the same mapping.
+fn machine(cx: &mut Cx<'_>, m: &Obj<'_>) -> Option<Machine> {
+    let flavor = m.req(cx, "flavor", |cx, f| {
+        string(cx, f).map(|s| s.map(|s| s.trim().to_owned()))
+    });
+    let image = m.req(cx, "image", image);
+    let boot_volume = m.opt(cx, "bootVolume", boot_volume);
+    let zones = m.or(cx, "availabilityZones", Vec::new(), |cx, f| {
+        list(cx, f, string)
+    });
+    Some(Machine {
+        flavor: flavor?,
+        image: image?,
+        boot_volume: boot_volume?,
+        availability_zones: zones?,
+    })
+}
+
+fn image(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Spanned<ImageRef>> {
+    if let Value::Map(_) = f.node.value {
+        let m = Obj::new(cx, f, &["tags"])?;
+        let tags = m.req(cx, "tags", |cx, f| list(cx, f, string))?;
+        if tags.is_empty() {
+            return f.invalid(
+                cx,
+                Code::InvalidValue,
+                "`tags` is empty, which selects every image",
+                "no tags",
+                "list the tags that mark exactly one image",
+            );
+        }
+        return Some(Spanned::new(
+            ImageRef::Tags(tags.into_iter().map(|t| t.value).collect()),
+            f.span(),
+        ));
+    }
+    match f.node.value {
+        Value::Str(_) | Value::Int(_) | Value::Float => {
+            network::resource_ref(cx, f).map(|r| r.map(ImageRef::Ref))
+        }
+        _ => f.wrong_type(cx, "an image name or id, or `{tags: [...]}`"),
+    }
+}
+
+fn boot_volume(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<BootVolume> {
+    let m = Obj::new(cx, f, &["sizeGB", "type"])?;
+    let size = m.req(cx, "sizeGB", |cx, f| {
+        integer(
+            cx,
+            f,
+            BootVolume::MIN_GB..=BootVolume::MAX_GB,
+            Code::BootVolume,
+            "a node needs at least 10 GB for the OS and images; more than 2048 GB is likely a unit mistake",
+        )
+    });
+    let volume_type = m.opt(cx, "type", string);
+    Some(BootVolume {
+        size_gb: size?.value,
+        volume_type: volume_type?,
+    })
+}
+
+fn server_group_policy(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ServerGroupPolicy> {
+    choice(
+        cx,
+        f,
+        &[
+            ("anti-affinity", ServerGroupPolicy::AntiAffinity),
+            ("soft-anti-affinity", ServerGroupPolicy::SoftAntiAffinity),
+            ("affinity", ServerGroupPolicy::Affinity),
+            ("none", ServerGroupPolicy::None),
+        ],
+    )
+    .map(|p| p.value)
+}
+
+fn node_pools(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Vec<NodePool>> {
+    let pools = list(cx, f, node_pool);
+    // Uniqueness is checked on the names as written, even when another field of a pool is broken.
+    let Value::Seq(items) = &f.node.value else {
+        return pools;
+    };
+    let mut seen: BTreeMap<&str, SourceSpan> = BTreeMap::new();
+    let mut unique = true;
+    for (i, item) in items.iter().enumerate() {
+        let Value::Map(entries) = &item.value else {
+            continue;
+        };
+        let name = entries.iter().find(|(k, _)| key_text(cx, k) == "name");
+        let Some((
+            _,
+            Node {
+                value: Value::Str(text),
+                span,
+            },
+        )) = name
+        else {
+            continue;
+        };
+        if let Some(first) = seen.get(text.as_str()) {
+            unique = false;
+            cx.push(
+                Diagnostic::error(
+                    Code::DuplicateName,
+                    &format!("{}[{i}].name", f.path),
+                    format!("pool name `{text}` is used twice"),
+                )
+                .label(*span, "second pool with this name")
+                .label(*first, "first one")
+                .help("pool names become part of server names and must be unique; rename one"),
+            );
+        } else {
+            seen.insert(text, *span);
+        }
+    }
+    pools.filter(|_| unique)
+}
+
+fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
+    let m = Obj::new(
+        cx,
+        f,
+        &[
+            "name",
+            "count",
+            "flavor",
+            "image",
+            "bootVolume",
+            "availabilityZones",
+            "labels",
+            "taints",
+            "serverGroupPolicy",
+        ],
+    )?;
+    let name = m.req(cx, "name", |cx, f| {
+        name_value(cx, f, PoolName::new, "pool name", names::POOL_NAME_MAX)
+    });
+    let count = m.req(cx, "count", |cx, f| {
+        integer(
+            cx,
+            f,
+            0..=NodePool::MAX_COUNT,
+            Code::InvalidValue,
+            "a pool has 0 to 500 nodes; split larger ones into several pools",
+        )
+    });
+    let machine = machine(cx, &m);
+    let labels = m.or(cx, "labels", BTreeMap::new(), labels);
+    let taints = m.or(cx, "taints", Vec::new(), |cx, f| list(cx, f, taint));
+    let policy = m.or(
+        cx,
+        "serverGroupPolicy",
+        ServerGroupPolicy::SoftAntiAffinity,
+        server_group_policy,
+    );
+    Some(NodePool {
+        name: name?,
+        count: count?,
+        machine: machine?,
+        labels: labels?,
+        taints: taints?,
+        server_group_policy: policy?,
+    })
+}
+
+const LABEL_HELP: &str = "label keys are `[prefix/]name` (name: at most 63 of letters, digits, `-`, `_`, `.`, \
+                          starting and ending alphanumeric; prefix: a lowercase DNS name); values follow the \
+                          name rule or are empty";
+
+fn labels(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<BTreeMap<LabelKey, LabelValue>> {
+    // Label keys are free-form: read the mapping directly instead of through a schema.
+    let Value::Map(entries) = &f.node.value else {
+        return f.wrong_type(cx, "a mapping of label keys to values");
+    };
+    let mut out = Some(BTreeMap::new());
+    for (k, v) in entries {
+        let key_str = key_text(cx, k);
+        let path = format!("{}.{key_str}", f.path);
+        let key = LabelKey::new(&key_str).map_err(|e| {
+            cx.push(
+                Diagnostic::error(Code::Label, &path, format!("label key `{key_str}` {e}"))
+                    .label(k.span, "invalid label key")
+                    .help(LABEL_HELP),
+            );
+        });
+        if let Ok(key) = &key
+            && !names::kubelet_may_set(key.as_str())
+        {
+            cx.push(
+                Diagnostic::warning(
+                    Code::Label,
+                    &path,
+                    format!("the kubelet may not set `{key_str}` on its own node"),
+                )
+                .label(k.span, "restricted namespace")
+                .help(
+                    "labels under `kubernetes.io` and `k8s.io` are refused by the NodeRestriction admission \
+                     plugin (except `node.kubernetes.io/` and a few well-known keys); use your own prefix, \
+                     e.g. `example.com/role`",
+                ),
+            );
+        }
+        let field = Field {
+            path: path.clone(),
+            node: v,
+            at: k.span,
+        };
+        let value = match &v.value {
+            Value::Null => Some(String::new()),
+            _ => scalar(cx, &field).map(|s| s.value),
+        }
+        .and_then(|s| match LabelValue::new(&s) {
+            Ok(v) => Some(v),
+            Err(e) => field.invalid(
+                cx,
+                Code::Label,
+                format!("label value `{s}` {e}"),
+                "invalid label value",
+                LABEL_HELP,
+            ),
+        });
+        match (key, value, &mut out) {
+            (Ok(k), Some(v), Some(map)) => {
+                map.insert(k, v);
+            }
+            _ => out = None,
+        }
+    }
+    out
+}
+
+const TAINT_HELP: &str = "write `key=value:Effect` or `key:Effect`, or `{key, value, effect}`; the effect is \
+                          `NoSchedule`, `PreferNoSchedule` or `NoExecute`";
+
+fn taint(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Taint> {
+    type Part = Spanned<String>;
+    let (key, value, effect): (Part, Option<Part>, Part) = match &f.node.value {
+        Value::Str(s) => {
+            let part = |t: &str| Spanned::new(t.to_owned(), f.span());
+            let Some((kv, effect)) = s.rsplit_once(':') else {
+                return f.invalid(
+                    cx,
+                    Code::Taint,
+                    format!("taint `{s}` has no effect"),
+                    "missing `:Effect`",
+                    TAINT_HELP,
+                );
+            };
+            match kv.split_once('=') {
+                Some((k, v)) => (part(k), Some(part(v)), part(effect)),
+                None => (part(kv), None, part(effect)),
+            }
+        }
+        Value::Map(_) => {
+            let m = Obj::new(cx, f, &["key", "value", "effect"])?;
+            let key = m.req(cx, "key", scalar);
+            let value = m.opt(cx, "value", scalar);
+            let effect = m.req(cx, "effect", scalar);
+            (key?, value?, effect?)
+        }
+        _ => return f.wrong_type(cx, "a taint (`key=value:Effect` or a mapping)"),
+    };
+    let problem = |cx: &mut Cx<'_>, at: &Part, message: String, help: String| -> Option<Taint> {
+        cx.push(
+            Diagnostic::error(Code::Taint, &f.path, message)
+                .label(at.span, "invalid taint")
+                .help(help),
+        );
+        None
+    };
+    let effects = [
+        ("NoSchedule", TaintEffect::NoSchedule),
+        ("PreferNoSchedule", TaintEffect::PreferNoSchedule),
+        ("NoExecute", TaintEffect::NoExecute),
+    ];
+    let Some(&(_, effect_value)) = effects.iter().find(|(n, _)| *n == effect.value) else {
+        let names: Vec<&str> = effects.iter().map(|(n, _)| *n).collect();
+        let help = read::did_you_mean(&effect.value, &names)
+            .map_or(TAINT_HELP.to_owned(), |n| format!("did you mean `{n}`?"));
+        let message = format!(
+            "taint effect `{}` is not one of {}",
+            effect.value,
+            read::backticked(&names)
+        );
+        return problem(cx, &effect, message, help);
+    };
+    let key_value = match LabelKey::new(&key.value) {
+        Ok(k) => k,
+        Err(e) => {
+            let message = format!("taint key `{}` {e}", key.value);
+            return problem(cx, &key, message, TAINT_HELP.to_owned());
+        }
+    };
+    let value = match value {
+        Some(v) => match LabelValue::new(&v.value) {
+            Ok(lv) => Some(lv),
+            Err(e) => {
+                let message = format!("taint value `{}` {e}", v.value);
+                return problem(cx, &v, message, TAINT_HELP.to_owned());
+            }
+        },
+        None => None,
+    };
+    Some(Taint {
+        key: key_value,
+        value,
+        effect: effect_value,
+    })
+}
+
+fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
+    let m = Obj::new(cx, f, &["cni", "ccm", "csi"])?;
+    let cni = m.or(cx, "cni", Cni::default(), |cx, f| {
+        choice(
+            cx,
+            f,
+            &[
+                ("calico", Cni::Calico),
+                ("cilium", Cni::Cilium),
+                ("flannel", Cni::Flannel),
+                ("kube-router", Cni::KubeRouter),
+            ],
+        )
+        .map(|c| c.value)
+    });
+    let ccm = m.or(cx, "ccm", Ccm::default(), |cx, f| match &f.node.value {
+        Value::Map(_) => {
+            let m = Obj::new(cx, f, &["kos"])?;
+            m.req(cx, "kos", |cx, f| {
+                let k = Obj::new(cx, f, &["image"])?;
+                k.req(cx, "image", string)
+            })
+            .map(|image| Ccm::Kos { image: image.value })
+        }
+        _ => choice(cx, f, &[("upstream", ())]).map(|_| Ccm::Upstream),
+    });
+    let csi = m.or(cx, "csi", Csi::default(), |cx, f| {
+        choice(cx, f, &[("cinder", Csi::Cinder), ("none", Csi::None)]).map(|c| c.value)
+    });
+    Some(Addons {
+        cni: cni?,
+        ccm: ccm?,
+        csi: csi?,
+    })
+}
+
+fn ssh_key(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SshPublicKey> {
+    let s = string(cx, f)?;
+    let key = SshPublicKey::parse(&s.value);
+    let help = match key {
+        Err(SshKeyError::Pem) => {
+            "never put a private key here: paste the `.pub` file, e.g. `~/.ssh/id_ed25519.pub`"
+        }
+        _ => "paste one line of a `.pub` file: `ssh-ed25519 AAAA... comment`",
+    };
+    f.check(
+        cx,
+        key,
+        Code::SshKey,
+        "not an OpenSSH public key",
+        help,
+        |e| format!("the key {e}"),
+    )
+}

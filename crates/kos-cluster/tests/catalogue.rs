@@ -1,0 +1,370 @@
+//! The examples load cleanly, and a catalogue of malformed specs each yields its specific diagnostic at its line.
+
+use kos_cluster::{Code, Diagnostic, Report, Severity, load};
+
+/// A valid spec; every case below edits it. Line numbers in the table refer to the edited text.
+const BASE: &str = r#"apiVersion: kos.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: demo
+spec:
+  kubernetesVersion: "1.32.4"
+  network:
+    create:
+      cidr: 10.0.0.0/24
+  apiEndpoint:
+    type: loadBalancer
+  controlPlane:
+    count: 3
+    flavor: m1.medium
+    image: ubuntu-24.04
+  nodePools:
+    - name: workers
+      count: 2
+      flavor: m1.medium
+      image: ubuntu-24.04
+"#;
+
+/// Applies `(from, to)` replacements to [`BASE`]; each `from` must occur exactly once.
+fn edit(edits: &[(&str, &str)]) -> String {
+    edits.iter().fold(BASE.to_owned(), |text, (from, to)| {
+        assert_eq!(text.matches(from).count(), 1, "`{from}` must occur once");
+        text.replacen(from, to, 1)
+    })
+}
+
+fn all_diagnostics(text: &str) -> (Report, bool) {
+    match load("cluster.yaml", text) {
+        Ok(loaded) => (loaded.warnings, true),
+        Err(report) => (report, false),
+    }
+}
+
+fn primary_line(report: &Report, d: &Diagnostic) -> usize {
+    let span = d
+        .primary_span()
+        .expect("every diagnostic has a primary label");
+    report.line_col(span.offset()).0
+}
+
+struct Case {
+    name: &'static str,
+    edits: &'static [(&'static str, &'static str)],
+    code: Code,
+    message: &'static str,
+    line: usize,
+    help: &'static str,
+}
+
+const POOL_TAIL: &str = "      image: ubuntu-24.04\n";
+const CP_IMAGE: &str = "    image: ubuntu-24.04\n  nodePools";
+
+#[rustfmt::skip]
+const CASES: &[Case] = &[
+    Case { name: "unknown field with suggestion", edits: &[("  nodePools:", "  nodePool:")],
+        code: Code::UnknownField, message: "spec.nodePool: unknown field", line: 16, help: "did you mean `nodePools`?" },
+    Case { name: "unknown field, other case", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    podCidr: 10.1.0.0/16\n")],
+        code: Code::UnknownField, message: "spec.network.podCidr", line: 10, help: "did you mean `podCIDR`?" },
+    Case { name: "kubernetes version too old", edits: &[("\"1.32.4\"", "\"1.27.3\"")],
+        code: Code::Version, message: "outside the supported releases 1.29–1.33", line: 6, help: "kos supports" },
+    Case { name: "kubernetes version read as a number", edits: &[("\"1.32.4\"", "1.30")],
+        code: Code::Version, message: "`1.30` is not a version", line: 6, help: "YAML reads `1.30` as a number" },
+    Case { name: "kubernetes version with pre-release", edits: &[("\"1.32.4\"", "v1.32.0-rc.1")],
+        code: Code::Version, message: "not a version of the form `1.MINOR.PATCH`", line: 6, help: "" },
+    Case { name: "even control-plane count", edits: &[("count: 3", "count: 2")],
+        code: Code::ControlPlaneCount, message: "2 control planes: an even number", line: 13, help: "use 1 or 3" },
+    Case { name: "zero control planes", edits: &[("count: 3", "count: 0")],
+        code: Code::ControlPlaneCount, message: "at least one control plane", line: 13, help: "" },
+    Case { name: "seven control planes", edits: &[("count: 3", "count: 7")],
+        code: Code::ControlPlaneCount, message: "7 control planes", line: 13, help: "use 5" },
+    Case { name: "floating IP with three control planes", edits: &[("type: loadBalancer", "type: floatingIP")],
+        code: Code::Conflict, message: "floating-IP endpoint reaches one server, but there are 3", line: 11, help: "type: loadBalancer" },
+    Case { name: "ovn provider with floating IP", edits: &[("type: loadBalancer", "type: floatingIP\n    provider: ovn"), ("count: 3", "count: 1")],
+        code: Code::Conflict, message: "provider `ovn` is for load balancers", line: 12, help: "remove `provider`" },
+    Case { name: "pod and service CIDRs overlap", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    podCIDR: 10.96.0.0/16\n    serviceCIDR: 10.96.0.0/12\n")],
+        code: Code::CidrOverlap, message: "serviceCIDR 10.96.0.0/12 overlaps podCIDR 10.96.0.0/16", line: 11, help: "must be disjoint" },
+    Case { name: "node CIDR overlaps default pod CIDR", edits: &[("cidr: 10.0.0.0/24", "cidr: 10.244.7.0/24")],
+        code: Code::CidrOverlap, message: "create.cidr 10.244.7.0/24 overlaps podCIDR 10.244.0.0/16", line: 9, help: "" },
+    Case { name: "invalid CIDR string", edits: &[("cidr: 10.0.0.0/24", "cidr: 10.0.0/33")],
+        code: Code::InvalidCidr, message: "`10.0.0/33` is not a CIDR", line: 9, help: "e.g. `10.0.0.0/24`" },
+    Case { name: "address without prefix", edits: &[("cidr: 10.0.0.0/24", "cidr: 10.0.0.0")],
+        code: Code::InvalidCidr, message: "is not a CIDR", line: 9, help: "`10.0.0.0/32`" },
+    Case { name: "CIDR with host bits set", edits: &[("cidr: 10.0.0.0/24", "cidr: 10.0.0.5/24")],
+        code: Code::CidrHostBits, message: "`10.0.0.5/24` has host bits set", line: 9, help: "did you mean `10.0.0.0/24`?" },
+    Case { name: "IPv6 pod range", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    podCIDR: fd00::/64\n")],
+        code: Code::InvalidCidr, message: "is IPv6", line: 10, help: "" },
+    Case { name: "node subnet too small", edits: &[("cidr: 10.0.0.0/24", "cidr: 10.0.0.0/29")],
+        code: Code::CidrSize, message: "`10.0.0.0/29` is too small for the node subnet", line: 9, help: "use /28 or larger" },
+    Case { name: "service range too large", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    serviceCIDR: 10.0.0.0/8\n")],
+        code: Code::CidrSize, message: "too large for the service range", line: 10, help: "use /12 or smaller" },
+    Case { name: "pod range too small for the nodes", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    podCIDR: 10.244.0.0/23\n")],
+        code: Code::CidrSize, message: "gives 2 nodes a /24 each, the spec asks for 5", line: 10, help: "`10.244.0.0/21`" },
+    Case { name: "pod range on Docker's bridge (warning)", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    podCIDR: 172.16.0.0/12\n")],
+        code: Code::CidrReserved, message: "overlaps Docker's default bridge", line: 10, help: "" },
+    Case { name: "duplicate pool names", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n    - name: workers\n      count: 1\n      flavor: m1.small\n      image: ubuntu-24.04\n")],
+        code: Code::DuplicateName, message: "pool name `workers` is used twice", line: 21, help: "unique" },
+    Case { name: "pool name with uppercase", edits: &[("name: workers", "name: Workers")],
+        code: Code::Name, message: "`Workers` contains the uppercase letter `W`", line: 17, help: "e.g. `workers`" },
+    Case { name: "cluster name too long for tags", edits: &[("name: demo", "name: payments-production-eu1")],
+        code: Code::Name, message: "is 23 characters long; the limit is 20", line: 4, help: "`kos-cluster=<cluster>`" },
+    Case { name: "bad taint effect", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      taints: [\"gpu=true:NoSchedul\"]\n")],
+        code: Code::Taint, message: "taint effect `NoSchedul`", line: 21, help: "did you mean `NoSchedule`?" },
+    Case { name: "taint without effect", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      taints:\n        - dedicated=ml\n")],
+        code: Code::Taint, message: "has no effect", line: 22, help: "key=value:Effect" },
+    Case { name: "bad label key", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      labels:\n        example.com/-gpu: \"yes\"\n")],
+        code: Code::Label, message: "label key `example.com/-gpu` must start with a letter or digit", line: 22, help: "label keys are" },
+    Case { name: "label the kubelet may not set (warning)", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      labels:\n        node-role.kubernetes.io/worker: \"\"\n")],
+        code: Code::Label, message: "kubelet may not set", line: 22, help: "NodeRestriction" },
+    Case { name: "negative pool count", edits: &[("count: 2", "count: -1")],
+        code: Code::InvalidValue, message: "-1 is out of range; it must be 0–500", line: 18, help: "" },
+    Case { name: "pool count too large", edits: &[("count: 2", "count: 501")],
+        code: Code::InvalidValue, message: "501 is out of range", line: 18, help: "split larger ones" },
+    Case { name: "count given as a string", edits: &[("count: 2", "count: \"2\"")],
+        code: Code::WrongType, message: "expected a whole number, found a string", line: 18, help: "remove the quotes" },
+    Case { name: "boot volume too small", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n    bootVolume: {sizeGB: 5}\n  nodePools")],
+        code: Code::BootVolume, message: "5 is out of range; it must be 10–2048", line: 16, help: "at least 10 GB" },
+    Case { name: "existing network without subnet", edits: &[("    create:\n      cidr: 10.0.0.0/24\n", "    existing:\n      network: corp-net\n")],
+        code: Code::MissingField, message: "spec.network.existing.subnet: missing", line: 8, help: "add `subnet:`" },
+    Case { name: "both create and existing", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    existing: {network: a, subnet: b}\n")],
+        code: Code::Conflict, message: "has both `create` and `existing`", line: 10, help: "exactly one" },
+    Case { name: "neither create nor existing", edits: &[("    create:\n      cidr: 10.0.0.0/24\n", "    externalNetwork: public\n")],
+        code: Code::MissingField, message: "needs `create` or `existing`", line: 7, help: "" },
+    Case { name: "missing control-plane flavor", edits: &[("count: 3\n    flavor: m1.medium\n", "count: 3\n")],
+        code: Code::MissingField, message: "spec.controlPlane.flavor: missing in `spec.controlPlane`", line: 12, help: "add `flavor:`" },
+    Case { name: "missing pool image", edits: &[(POOL_TAIL, "")],
+        code: Code::MissingField, message: "spec.nodePools[0].image: missing", line: 17, help: "" },
+    Case { name: "malformed SSH key", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  sshPublicKey: ssh-rsa AAAAB3NzaC1yc2E\n  nodePools")],
+        code: Code::SshKey, message: "the key has no valid base64 key data", line: 16, help: "`.pub` file" },
+    Case { name: "private key pasted", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  sshPublicKey: \"-----BEGIN OPENSSH PRIVATE KEY-----\"\n  nodePools")],
+        code: Code::SshKey, message: "probably a private key", line: 16, help: "never put a private key here" },
+    Case { name: "invalid API allowedCIDRs", edits: &[("type: loadBalancer", "type: loadBalancer\n    allowedCIDRs: [203.0.113.0/24, office]")],
+        code: Code::InvalidCidr, message: "spec.apiEndpoint.allowedCIDRs[1]: `office` is not a CIDR", line: 12, help: "" },
+    Case { name: "invalid SSH allowedCIDRs", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    ssh:\n      allowedCIDRs: [\"198.51.100.300/32\"]\n")],
+        code: Code::InvalidCidr, message: "spec.network.ssh.allowedCIDRs[0]", line: 11, help: "" },
+    Case { name: "SSH open to the world (warning)", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    ssh:\n      allowedCIDRs: [0.0.0.0/0]\n")],
+        code: Code::Risky, message: "SSH (port 22) is open to the whole internet", line: 11, help: "" },
+    Case { name: "extra tag with a comma", edits: &[("  name: demo\n", "  name: demo\n  tags: [\"team=a,b\"]\n")],
+        code: Code::Tag, message: "tag `team=a,b` contains `,`", line: 5, help: "without `/` or `,`" },
+    Case { name: "extra tag using a kos key", edits: &[("  name: demo\n", "  name: demo\n  tags: [kos-cluster=other]\n")],
+        code: Code::Tag, message: "uses the key `kos-cluster`", line: 5, help: "" },
+    Case { name: "wrong apiVersion", edits: &[("kos.dev/v1alpha1", "kos.dev/v1")],
+        code: Code::ApiVersion, message: "`kos.dev/v1` is not supported", line: 1, help: "`kos.dev/v1alpha1`" },
+    Case { name: "wrong kind", edits: &[("kind: Cluster", "kind: Machine")],
+        code: Code::Kind, message: "`Machine` is not supported", line: 2, help: "" },
+    Case { name: "YAML syntax error", edits: &[("count: 3", "count: [3")],
+        code: Code::Syntax, message: "not valid YAML: illegal placement", line: 14, help: "" },
+    Case { name: "duplicate key", edits: &[("    count: 3\n", "    count: 3\n    count: 5\n")],
+        code: Code::DuplicateField, message: "spec.controlPlane.count: is given twice", line: 14, help: "" },
+    Case { name: "unknown CNI with suggestion", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons: {cni: calcio}\n  nodePools")],
+        code: Code::InvalidValue, message: "`calcio` is not one of", line: 16, help: "did you mean `calico`?" },
+    Case { name: "invalid DNS name for the API", edits: &[("type: loadBalancer", "type: loadBalancer\n    dnsName: api_prod.example.com")],
+        code: Code::Name, message: "`api_prod.example.com` contains `_`", line: 12, help: "API certificate" },
+    Case { name: "public not a boolean", edits: &[("type: loadBalancer", "type: loadBalancer\n    public: yes")],
+        code: Code::WrongType, message: "expected `true` or `false`, found a string", line: 12, help: "" },
+];
+
+#[test]
+fn every_example_loads_without_errors_or_warnings() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    for name in ["minimal.yaml", "ha.yaml", "byo-network.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}/{name}")).expect("example exists");
+        match load(name, &text) {
+            Ok(loaded) => assert!(loaded.warnings.is_empty(), "{name}: {:?}", loaded.warnings),
+            Err(report) => panic!("{name}: {report:#?}"),
+        }
+    }
+}
+
+#[test]
+fn base_spec_is_valid() {
+    let loaded = load("cluster.yaml", BASE).expect("base spec is valid");
+    assert!(loaded.warnings.is_empty());
+    assert_eq!(loaded.spec.node_count(), 5);
+}
+
+#[test]
+fn catalogue_of_malformed_specs_each_reports_its_problem_at_its_line() {
+    assert!(CASES.len() >= 25);
+    let mut failures = Vec::new();
+    for case in CASES {
+        let text = edit(case.edits);
+        let (report, loaded) = all_diagnostics(&text);
+        let found = report
+            .diagnostics()
+            .iter()
+            .find(|d| d.code == case.code && d.message.contains(case.message));
+        let Some(d) = found else {
+            failures.push(format!(
+                "{}: no {} containing {:?}; got {:#?}",
+                case.name,
+                case.code,
+                case.message,
+                report.diagnostics()
+            ));
+            continue;
+        };
+        let line = primary_line(&report, d);
+        if line != case.line {
+            failures.push(format!(
+                "{}: primary label on line {line}, expected {}",
+                case.name, case.line
+            ));
+        }
+        if !d.help.as_deref().unwrap_or_default().contains(case.help) {
+            failures.push(format!(
+                "{}: help {:?} lacks {:?}",
+                case.name, d.help, case.help
+            ));
+        }
+        // An error means the spec is refused, so nothing can be created from it.
+        if d.severity == Severity::Error && loaded {
+            failures.push(format!("{}: error but the spec loaded", case.name));
+        }
+        if d.severity == Severity::Warning && !loaded {
+            failures.push(format!(
+                "{}: warning only, yet refused: {:#?}",
+                case.name,
+                report.diagnostics()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Four unrelated mistakes in four sections.
+fn four_errors() -> String {
+    edit(&[
+        ("\"1.32.4\"", "\"1.27.0\""),
+        ("cidr: 10.0.0.0/24", "cidr: 10.96.0.0/24"),
+        ("count: 3", "count: 4"),
+        ("name: workers", "name: GPU_pool"),
+    ])
+}
+
+#[test]
+fn four_different_errors_are_reported_at_once() {
+    let report = load("cluster.yaml", &four_errors()).expect_err("invalid");
+    let found: Vec<(Code, usize)> = report
+        .errors()
+        .map(|d| (d.code, primary_line(&report, d)))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Code::Version, 6),
+            (Code::CidrOverlap, 9),
+            (Code::ControlPlaneCount, 13),
+            (Code::Name, 17),
+        ]
+    );
+}
+
+#[test]
+fn structural_and_semantic_errors_are_reported_together() {
+    // An unknown key, a wrong type and a semantic rule in other sections do not hide each other.
+    let text = edit(&[
+        ("  apiEndpoint:", "  apiEndpiont:"),
+        ("count: 2", "count: two"),
+        ("count: 3", "count: 2"),
+    ]);
+    let report = load("cluster.yaml", &text).expect_err("invalid");
+    let codes: Vec<Code> = report.errors().map(|d| d.code).collect();
+    assert_eq!(
+        codes,
+        [Code::UnknownField, Code::ControlPlaneCount, Code::WrongType]
+    );
+}
+
+#[test]
+fn rendered_report_names_file_lines_and_fixes() {
+    use miette::{GraphicalReportHandler, GraphicalTheme};
+    let report = load("clusters/prod.yaml", &four_errors()).expect_err("invalid");
+    let mut out = String::new();
+    GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor())
+        .with_width(120)
+        .render_report(&mut out, &report)
+        .expect("renders");
+    for expected in [
+        "kos::spec",
+        "`clusters/prod.yaml` is invalid: 4 errors",
+        "kos::spec::kubernetes_version",
+        "[clusters/prod.yaml:6:22]",
+        "spec.kubernetesVersion: `1.27.0` is outside the supported releases 1.29–1.33",
+        "[clusters/prod.yaml:9:13]",
+        "kos::spec::cidr_overlap",
+        "create.cidr 10.96.0.0/24 overlaps serviceCIDR 10.96.0.0/12",
+        "serviceCIDR defaults to 10.96.0.0/12",
+        "[clusters/prod.yaml:13:12]",
+        "help: use 3 or 5",
+        "[clusters/prod.yaml:17:13]",
+        "e.g. `gpu-pool`",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn defaults_are_applied_and_typed() {
+    use kos_cluster::spec::{
+        Addons, ControlPlaneCount, DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, EndpointKind, ImageRef,
+        LbProvider, NetworkSource, ResourceRef, ServerGroupPolicy,
+    };
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let read = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).expect("example");
+
+    let minimal = load("minimal.yaml", &read("minimal.yaml"))
+        .expect("valid")
+        .spec;
+    assert_eq!(minimal.name.as_str(), "demo");
+    assert_eq!(minimal.kubernetes_version.to_string(), "1.32.4");
+    assert_eq!(minimal.network.pod_cidr.value, DEFAULT_POD_CIDR);
+    assert_eq!(minimal.network.service_cidr.value, DEFAULT_SERVICE_CIDR);
+    assert!(minimal.network.ssh_allowed_cidrs.is_empty());
+    assert!(minimal.network.external_network.is_none());
+    assert_eq!(minimal.api_endpoint.kind.value, EndpointKind::FloatingIp);
+    assert!(minimal.api_endpoint.public);
+    assert_eq!(minimal.control_plane.count.value, ControlPlaneCount::One);
+    assert_eq!(
+        minimal.control_plane.server_group_policy,
+        ServerGroupPolicy::None
+    );
+    assert_eq!(
+        minimal.node_pools[0].server_group_policy,
+        ServerGroupPolicy::SoftAntiAffinity
+    );
+    assert_eq!(minimal.addons, Addons::default());
+    assert_eq!(minimal.node_count(), 3);
+
+    let byo = load("byo-network.yaml", &read("byo-network.yaml"))
+        .expect("valid")
+        .spec;
+    let NetworkSource::Existing(existing) = &byo.network.source else {
+        panic!("byo-network uses an existing network");
+    };
+    assert_eq!(
+        existing.subnet.value,
+        ResourceRef::Name("corp-subnet-a".into())
+    );
+    assert!(matches!(
+        byo.control_plane.machine.image.value,
+        ImageRef::Ref(ResourceRef::Id(_))
+    ));
+    assert_eq!(
+        byo.api_endpoint.kind.value,
+        EndpointKind::LoadBalancer {
+            provider: LbProvider::Ovn
+        }
+    );
+    assert_eq!(
+        byo.control_plane.server_group_policy,
+        ServerGroupPolicy::AntiAffinity
+    );
+
+    let ha = load("ha.yaml", &read("ha.yaml")).expect("valid").spec;
+    assert_eq!(ha.kubernetes_version.to_string(), "1.33.1");
+    assert_eq!(
+        ha.node_pools[1].taints[0].to_string(),
+        "nvidia.com/gpu=present:NoSchedule"
+    );
+    assert_eq!(ha.node_count(), 11);
+}

@@ -1,0 +1,639 @@
+//! Octavia's behaviour as clients depend on it: the provisioning state machine and its 409s, cascade
+//! delete, batch member update, fully-populated create, validation, filters, pagination and quotas.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Harness, Resp};
+use kos_sim::SimConfig;
+use serde_json::{Value, json};
+
+const LBAAS: &str = "/load-balancer/v2/lbaas";
+
+async fn make_subnet(h: &Harness, cidr: &str) -> String {
+    let net = h
+        .call(
+            "POST",
+            "/network/v2.0/networks",
+            Some(json!({"network": {"name": "lb-net"}})),
+            None,
+        )
+        .await;
+    let net_id = net.json["network"]["id"].as_str().expect("network id");
+    let sub = h
+        .call(
+            "POST",
+            "/network/v2.0/subnets",
+            Some(json!({"subnet": {"network_id": net_id, "cidr": cidr, "ip_version": 4}})),
+            None,
+        )
+        .await;
+    sub.json["subnet"]["id"]
+        .as_str()
+        .expect("subnet id")
+        .to_owned()
+}
+
+async fn post(h: &Harness, path: &str, body: Value) -> Resp {
+    h.call("POST", &format!("{LBAAS}{path}"), Some(body), None)
+        .await
+}
+
+async fn get(h: &Harness, path: &str) -> Resp {
+    h.call("GET", &format!("{LBAAS}{path}"), None, None).await
+}
+
+async fn create_lb(h: &Harness, subnet: &str, extra: Value) -> String {
+    let mut spec = json!({"name": "lb", "vip_subnet_id": subnet});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    let r = post(h, "/loadbalancers", json!({ "loadbalancer": spec })).await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    r.json["loadbalancer"]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned()
+}
+
+async fn lb(h: &Harness, id: &str) -> Value {
+    get(h, &format!("/loadbalancers/{id}")).await.json["loadbalancer"].clone()
+}
+
+/// Polls until the LB is ACTIVE (bounded; no timing assertion).
+async fn wait_active(h: &Harness, id: &str) -> Value {
+    for _ in 0..1000 {
+        let v = lb(h, id).await;
+        if v["provisioning_status"] == "ACTIVE" {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("load balancer {id} never became ACTIVE");
+}
+
+async fn wait_gone(h: &Harness, id: &str) {
+    for _ in 0..1000 {
+        if get(h, &format!("/loadbalancers/{id}")).await.status == 404 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("load balancer {id} was never deleted");
+}
+
+fn assert_immutable(r: &Resp, lb_id: &str) {
+    assert_eq!(r.status, 409, "{}", r.json);
+    assert_eq!(
+        r.json["faultstring"],
+        format!("Load Balancer {lb_id} is immutable and cannot be updated.")
+    );
+    assert_eq!(r.json["faultcode"], "Client");
+}
+
+/// Pending windows long enough (a few hundred real ms) that a follow-up request surely lands in them.
+fn slow() -> SimConfig {
+    let mut cfg = SimConfig::fast();
+    cfg.latency.lb_create_secs = 400.0;
+    cfg.latency.lb_update_secs = 300.0;
+    cfg
+}
+
+#[tokio::test]
+async fn pending_load_balancer_is_immutable_until_active() {
+    let h = Harness::with_config(slow()).await;
+    let subnet = make_subnet(&h, "10.1.0.0/24").await;
+    let id = create_lb(&h, &subnet, json!({})).await;
+    let v = lb(&h, &id).await;
+    assert_eq!(v["provisioning_status"], "PENDING_CREATE");
+    assert_eq!(v["operating_status"], "OFFLINE");
+    let listener =
+        json!({"listener": {"protocol": "TCP", "protocol_port": 80, "loadbalancer_id": id}});
+    assert_immutable(&post(&h, "/listeners", listener.clone()).await, &id);
+    let upd = h
+        .call(
+            "PUT",
+            &format!("{LBAAS}/loadbalancers/{id}"),
+            Some(json!({"loadbalancer": {"name": "x"}})),
+            None,
+        )
+        .await;
+    assert_immutable(&upd, &id);
+
+    let v = wait_active(&h, &id).await;
+    assert_eq!(v["operating_status"], "ONLINE");
+    // The VIP is a real Neutron port owned by Octavia.
+    let port = h
+        .call(
+            "GET",
+            &format!(
+                "/network/v2.0/ports/{}",
+                v["vip_port_id"].as_str().expect("port")
+            ),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(port.status, 200);
+    assert_eq!(port.json["port"]["device_owner"], "Octavia");
+    assert_eq!(port.json["port"]["name"], format!("octavia-lb-{id}"));
+    assert_eq!(
+        port.json["port"]["fixed_ips"][0]["ip_address"],
+        v["vip_address"]
+    );
+
+    let r = post(&h, "/listeners", listener).await;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.json["listener"]["provisioning_status"], "PENDING_CREATE");
+    assert_eq!(lb(&h, &id).await["provisioning_status"], "PENDING_UPDATE");
+    let pool =
+        json!({"pool": {"protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "loadbalancer_id": id}});
+    assert_immutable(&post(&h, "/pools", pool.clone()).await, &id);
+    wait_active(&h, &id).await;
+    let r = get(
+        &h,
+        &format!(
+            "/listeners/{}",
+            r.json["listener"]["id"].as_str().expect("id")
+        ),
+    )
+    .await;
+    assert_eq!(r.json["listener"]["provisioning_status"], "ACTIVE");
+
+    let r = post(&h, "/pools", pool).await;
+    let pool_id = r.json["pool"]["id"].as_str().expect("pool").to_owned();
+    wait_active(&h, &id).await;
+    let member = |addr: &str| json!({"member": {"address": addr, "protocol_port": 8080}});
+    let members = format!("/pools/{pool_id}/members");
+    assert_eq!(post(&h, &members, member("10.1.0.10")).await.status, 201);
+    // A member change while the LB is PENDING_UPDATE is refused.
+    assert_immutable(&post(&h, &members, member("10.1.0.11")).await, &id);
+    let batch = h
+        .call(
+            "PUT",
+            &format!("{LBAAS}{members}"),
+            Some(json!({"members": []})),
+            None,
+        )
+        .await;
+    assert_immutable(&batch, &id);
+}
+
+#[tokio::test]
+async fn children_block_delete_and_cascade_removes_everything() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.2.0.0/24").await;
+    let id = create_lb(&h, &subnet, json!({})).await;
+    let vip_port = wait_active(&h, &id).await["vip_port_id"]
+        .as_str()
+        .expect("port")
+        .to_owned();
+    post(
+        &h,
+        "/listeners",
+        json!({"listener": {"protocol": "HTTP", "protocol_port": 80, "loadbalancer_id": id}}),
+    )
+    .await;
+    wait_active(&h, &id).await;
+    let path = format!("{LBAAS}/loadbalancers/{id}");
+    let r = h.call("DELETE", &path, None, None).await;
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        r.json["faultstring"],
+        format!("Cannot delete Load Balancer {id} - it has children")
+    );
+    let r = h
+        .call("DELETE", &format!("{path}?cascade=true"), None, None)
+        .await;
+    assert_eq!(r.status, 204);
+    let v = lb(&h, &id).await;
+    assert_eq!(v["provisioning_status"], "PENDING_DELETE");
+    wait_gone(&h, &id).await;
+    assert_eq!(
+        get(&h, &format!("/listeners?loadbalancer_id={id}"))
+            .await
+            .json["listeners"],
+        json!([])
+    );
+    let port = h
+        .call(
+            "GET",
+            &format!("/network/v2.0/ports/{vip_port}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(port.status, 404, "VIP port deleted with the LB");
+}
+
+#[tokio::test]
+async fn batch_member_update_replaces_the_member_set() {
+    // Slow enough to observe the PENDING_* statuses of one batch cycle.
+    let h = Harness::with_config(slow()).await;
+    let subnet = make_subnet(&h, "10.3.0.0/24").await;
+    let id = create_lb(&h, &subnet, json!({})).await;
+    wait_active(&h, &id).await;
+    let r = post(
+        &h,
+        "/pools",
+        json!({"pool": {"protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN", "loadbalancer_id": id}}),
+    )
+    .await;
+    let pool = r.json["pool"]["id"].as_str().expect("pool").to_owned();
+    wait_active(&h, &id).await;
+    let members = format!("/pools/{pool}/members");
+    for addr in ["10.3.0.10", "10.3.0.11"] {
+        let r = post(
+            &h,
+            &members,
+            json!({"member": {"address": addr, "protocol_port": 80, "weight": 5}}),
+        )
+        .await;
+        assert_eq!(r.status, 201);
+        wait_active(&h, &id).await;
+    }
+    let dup = post(
+        &h,
+        &members,
+        json!({"member": {"address": "10.3.0.10", "protocol_port": 80}}),
+    )
+    .await;
+    assert_eq!(dup.status, 409);
+    assert!(
+        dup.json["faultstring"]
+            .as_str()
+            .is_some_and(|s| s.contains("Duplicate member")),
+        "{}",
+        dup.json
+    );
+
+    let r = h
+        .call(
+            "PUT",
+            &format!("{LBAAS}{members}"),
+            Some(json!({"members": [
+                {"address": "10.3.0.11", "protocol_port": 80, "weight": 50},
+                {"address": "10.3.0.12", "protocol_port": 80, "name": "new"},
+            ]})),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 202);
+    assert_eq!(r.json, Value::Null, "202 with an empty body");
+    let listed = get(&h, &members).await.json["members"].clone();
+    let status = |addr: &str| {
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["address"] == addr)
+            .map(|m| m["provisioning_status"].clone())
+    };
+    assert_eq!(status("10.3.0.10"), Some(json!("PENDING_DELETE")));
+    assert_eq!(status("10.3.0.11"), Some(json!("PENDING_UPDATE")));
+    assert_eq!(status("10.3.0.12"), Some(json!("PENDING_CREATE")));
+    assert_eq!(lb(&h, &id).await["provisioning_status"], "PENDING_UPDATE");
+    wait_active(&h, &id).await;
+    let listed = get(&h, &members).await.json["members"].clone();
+    let mut got: Vec<(String, i64)> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            (
+                m["address"].as_str().unwrap_or_default().to_owned(),
+                m["weight"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![("10.3.0.11".to_owned(), 50), ("10.3.0.12".to_owned(), 1)]
+    );
+    assert!(listed.as_array().into_iter().flatten().all(|m| {
+        m["provisioning_status"] == "ACTIVE" && m["operating_status"] == "NO_MONITOR"
+    }));
+}
+
+#[tokio::test]
+async fn fully_populated_create_and_operating_statuses() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.4.0.0/24").await;
+    let id = create_lb(
+        &h,
+        &subnet,
+        json!({"listeners": [{"protocol": "HTTP", "protocol_port": 80, "default_pool": {
+            "protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN",
+            "healthmonitor": {"type": "HTTP", "delay": 5, "timeout": 3, "max_retries": 3},
+            "members": [{"address": "10.4.0.5", "protocol_port": 8080}],
+        }}]}),
+    )
+    .await;
+    let tree = get(&h, &format!("/loadbalancers/{id}/status")).await.json;
+    let l = &tree["statuses"]["loadbalancer"]["listeners"][0];
+    assert_eq!(l["provisioning_status"], "PENDING_CREATE");
+    assert_eq!(
+        l["pools"][0]["members"][0]["provisioning_status"],
+        "PENDING_CREATE"
+    );
+    wait_active(&h, &id).await;
+    let tree = get(&h, &format!("/loadbalancers/{id}/status")).await.json;
+    let root = &tree["statuses"]["loadbalancer"];
+    assert_eq!(root["operating_status"], "ONLINE");
+    let pool = &root["listeners"][0]["pools"][0];
+    assert_eq!(pool["provisioning_status"], "ACTIVE");
+    assert_eq!(pool["operating_status"], "ONLINE");
+    assert_eq!(pool["healthmonitor"]["type"], "HTTP");
+    assert_eq!(
+        pool["members"][0]["operating_status"], "ONLINE",
+        "monitored member"
+    );
+
+    // A disabled LB is OFFLINE.
+    let r = h
+        .call(
+            "PUT",
+            &format!("{LBAAS}/loadbalancers/{id}"),
+            Some(json!({"loadbalancer": {"admin_state_up": false}})),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(wait_active(&h, &id).await["operating_status"], "OFFLINE");
+
+    // A graph that fails validation leaves nothing behind.
+    let r = post(
+        &h,
+        "/loadbalancers",
+        json!({"loadbalancer": {"name": "bad-graph", "vip_subnet_id": subnet, "listeners": [
+            {"protocol": "HTTP", "protocol_port": 81},
+            {"protocol": "HTTP", "protocol_port": 81},
+        ]}}),
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", r.json);
+    let listed = get(&h, "/loadbalancers?name=bad-graph").await;
+    assert_eq!(listed.json["loadbalancers"], json!([]));
+}
+
+#[tokio::test]
+async fn validation_errors() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.5.0.0/24").await;
+    let bad = |r: Resp, needle: &str| {
+        assert_eq!(r.status, 400, "{}", r.json);
+        let msg = r.json["faultstring"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
+    };
+    bad(
+        post(&h, "/loadbalancers", json!({"loadbalancer": {"name": "x"}})).await,
+        "VIP must contain one of",
+    );
+    bad(
+        post(
+            &h,
+            "/loadbalancers",
+            json!({"loadbalancer": {"vip_subnet_id": subnet, "provider": "f5"}}),
+        )
+        .await,
+        "Provider 'f5' is not enabled.",
+    );
+    bad(
+        post(
+            &h,
+            "/loadbalancers",
+            json!({"loadbalancer": {"vip_subnet_id": subnet, "flavor_id": "nope"}}),
+        )
+        .await,
+        "Invalid flavor_id",
+    );
+    bad(
+        post(
+            &h,
+            "/loadbalancers",
+            json!({"loadbalancer": {"vip_subnet_id": subnet, "colour": "red"}}),
+        )
+        .await,
+        "Unknown attribute",
+    );
+
+    let id = create_lb(&h, &subnet, json!({})).await;
+    wait_active(&h, &id).await;
+    let listener = |extra: Value| {
+        let mut l = json!({"protocol": "HTTP", "protocol_port": 80, "loadbalancer_id": id});
+        if let (Some(m), Some(e)) = (l.as_object_mut(), extra.as_object()) {
+            m.extend(e.clone());
+        }
+        json!({ "listener": l })
+    };
+    bad(
+        post(&h, "/listeners", listener(json!({"protocol_port": 70000}))).await,
+        "protocol_port",
+    );
+    bad(
+        post(
+            &h,
+            "/listeners",
+            listener(json!({"allowed_cidrs": ["10.0.0.0/33"]})),
+        )
+        .await,
+        "CIDR",
+    );
+    bad(
+        post(
+            &h,
+            "/listeners",
+            listener(json!({"protocol": "TCP", "insert_headers": {"X-Forwarded-For": "true"}})),
+        )
+        .await,
+        "headers are not supported",
+    );
+    bad(
+        post(
+            &h,
+            "/listeners",
+            listener(json!({"protocol": "TERMINATED_HTTPS", "protocol_port": 443})),
+        )
+        .await,
+        "TERMINATED_HTTPS",
+    );
+
+    let r = post(&h, "/listeners", listener(json!({}))).await;
+    assert_eq!(r.status, 201);
+    wait_active(&h, &id).await;
+    let dup = post(&h, "/listeners", listener(json!({"protocol": "TCP"}))).await;
+    assert_eq!(dup.status, 409);
+    assert_eq!(
+        dup.json["faultstring"],
+        "Another Listener on this Load Balancer is already using protocol_port 80"
+    );
+    // Another protocol family may share the port number.
+    let udp = post(&h, "/listeners", listener(json!({"protocol": "UDP"}))).await;
+    assert_eq!(udp.status, 201, "{}", udp.json);
+    wait_active(&h, &id).await;
+
+    let r = post(
+        &h,
+        "/pools",
+        json!({"pool": {"protocol": "HTTP", "lb_algorithm": "ROUND_ROBIN", "loadbalancer_id": id}}),
+    )
+    .await;
+    let pool = r.json["pool"]["id"].as_str().expect("pool").to_owned();
+    wait_active(&h, &id).await;
+    let hm = |extra: Value| {
+        let mut m =
+            json!({"pool_id": pool, "type": "HTTP", "delay": 5, "timeout": 3, "max_retries": 3});
+        if let (Some(o), Some(e)) = (m.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        json!({ "healthmonitor": m })
+    };
+    bad(
+        post(&h, "/healthmonitors", hm(json!({"timeout": 10}))).await,
+        "timeout",
+    );
+    bad(
+        post(&h, "/healthmonitors", hm(json!({"max_retries": 11}))).await,
+        "max_retries",
+    );
+    bad(
+        post(
+            &h,
+            "/healthmonitors",
+            hm(json!({"type": "TCP", "url_path": "/"})),
+        )
+        .await,
+        "url_path",
+    );
+    assert_eq!(post(&h, "/healthmonitors", hm(json!({}))).await.status, 201);
+    wait_active(&h, &id).await;
+    let again = post(&h, "/healthmonitors", hm(json!({}))).await;
+    assert_eq!(again.status, 409);
+
+    // The OVN provider balances with SOURCE_IP_PORT only.
+    let ovn = create_lb(&h, &subnet, json!({"provider": "ovn"})).await;
+    wait_active(&h, &ovn).await;
+    bad(
+        post(
+            &h,
+            "/pools",
+            json!({"pool": {"protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "loadbalancer_id": ovn}}),
+        )
+        .await,
+        "ROUND_ROBIN",
+    );
+    let ok = post(
+        &h,
+        "/pools",
+        json!({"pool": {"protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT", "loadbalancer_id": ovn}}),
+    )
+    .await;
+    assert_eq!(ok.status, 201, "{}", ok.json);
+}
+
+#[tokio::test]
+async fn tag_filters_and_pagination() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.6.0.0/24").await;
+    for (name, tags) in [
+        ("a", json!(["x", "y"])),
+        ("b", json!(["x"])),
+        ("c", json!(["z"])),
+    ] {
+        create_lb(&h, &subnet, json!({"name": name, "tags": tags})).await;
+    }
+    let names = |v: &Value| -> Vec<String> {
+        v["loadbalancers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    for (q, want) in [
+        ("tags=x,y", vec!["a"]),
+        ("tags=x", vec!["a", "b"]),
+        ("tags-any=y,z", vec!["a", "c"]),
+        ("not-tags=x,y", vec!["b", "c"]),
+        ("not-tags-any=x", vec!["c"]),
+    ] {
+        assert_eq!(
+            names(&get(&h, &format!("/loadbalancers?{q}")).await.json),
+            want,
+            "{q}"
+        );
+    }
+    let page = get(&h, "/loadbalancers?limit=2").await.json;
+    assert_eq!(names(&page), vec!["a", "b"]);
+    let next = page["loadbalancers_links"][0]["href"]
+        .as_str()
+        .expect("next link");
+    assert_eq!(page["loadbalancers_links"][0]["rel"], "next");
+    let rest = next.split_once("/lbaas").map(|(_, p)| p).expect("path");
+    let page2 = get(&h, rest).await.json;
+    assert_eq!(names(&page2), vec!["c"]);
+    assert_eq!(page2["loadbalancers_links"], json!([]));
+    let only = get(&h, "/loadbalancers?fields=id&fields=name").await.json;
+    let first = only["loadbalancers"][0].as_object().expect("object");
+    assert_eq!(first.len(), 2, "{first:?}");
+}
+
+#[tokio::test]
+async fn quota_is_enforced_with_403() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.7.0.0/24").await;
+    let r = h
+        .http
+        .put(h.url("/_sim/quotas"))
+        .json(&json!({"load_balancers": 1}))
+        .send()
+        .await
+        .expect("admin api");
+    assert!(r.status().is_success());
+    let q = get(&h, &format!("/quotas/{}", h.project_id)).await;
+    assert_eq!(q.json["quota"]["loadbalancer"], 1);
+    create_lb(&h, &subnet, json!({})).await;
+    let r = post(
+        &h,
+        "/loadbalancers",
+        json!({"loadbalancer": {"vip_subnet_id": subnet}}),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.json["faultstring"],
+        "Quota has been met for resources: Load Balancer"
+    );
+}
+
+#[tokio::test]
+async fn errored_load_balancer_can_only_be_deleted() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.8.0.0/24").await;
+    let id = create_lb(&h, &subnet, json!({})).await;
+    wait_active(&h, &id).await;
+    assert!(kos_sim::octavia::force_lb_error(
+        &mut h.sim.app().cloud(),
+        &id
+    ));
+    let v = lb(&h, &id).await;
+    assert_eq!(v["provisioning_status"], "ERROR");
+    assert_eq!(v["operating_status"], "ERROR");
+    let r = post(
+        &h,
+        "/listeners",
+        json!({"listener": {"protocol": "HTTP", "protocol_port": 80, "loadbalancer_id": id}}),
+    )
+    .await;
+    assert_immutable(&r, &id);
+    let r = h
+        .call("DELETE", &format!("{LBAAS}/loadbalancers/{id}"), None, None)
+        .await;
+    assert_eq!(r.status, 204);
+    wait_gone(&h, &id).await;
+}
