@@ -137,14 +137,14 @@ impl BlockStorageApi<'_> {
         let this = *self;
         wait::until(what, deadline, move || async move {
             let Some(v) = this.get_volume(id).await? else {
-                return Err(CloudError::Lookup {
+                return Err(CloudError::Failed {
                     what: what.to_owned(),
                     detail: "disappeared while waiting for available".into(),
                 });
             };
             match &v.status {
                 VolumeStatus::Available => Ok(Step::Done(v)),
-                s if s.is_error() => Err(CloudError::Lookup {
+                s if s.is_error() => Err(CloudError::Failed {
                     what: format!("volume {} ({id})", v.name),
                     detail: format!("went to {s}"),
                 }),

@@ -236,14 +236,14 @@ impl ComputeApi<'_> {
         let this = *self;
         wait::until(what, deadline, move || async move {
             let Some(s) = this.get_server(id).await? else {
-                return Err(CloudError::Lookup {
+                return Err(CloudError::Failed {
                     what: what.to_owned(),
                     detail: "disappeared while waiting for ACTIVE".into(),
                 });
             };
             match &s.status {
                 ServerStatus::Active => Ok(Step::Done(s)),
-                ServerStatus::Error => Err(CloudError::Lookup {
+                ServerStatus::Error => Err(CloudError::Failed {
                     what: format!("server {} ({id})", s.name),
                     detail: format!(
                         "went to ERROR: {}",

@@ -85,6 +85,16 @@ pub enum CloudError {
     /// Facades: a lookup that must find exactly one thing found none or several.
     #[error("{what}: {detail}")]
     Lookup { what: String, detail: String },
+    /// Refused before sending: the cloud would reject it (user_data too large, a bad tag, ...).
+    #[error("{what}: {detail}")]
+    Invalid { what: String, detail: String },
+    /// A waited-for object reached a failure state (server ERROR with its fault, LB ERROR, volume
+    /// error) or disappeared.
+    #[error("{what}: {detail}")]
+    Failed { what: String, detail: String },
+    /// A wait's deadline passed with the object still in a transitional state.
+    #[error("{what}: {detail}")]
+    Timeout { what: String, detail: String },
 }
 
 impl CloudError {

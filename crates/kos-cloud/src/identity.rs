@@ -33,12 +33,7 @@ impl IdentityApi<'_> {
             user_id: self.session.user_id().to_owned(),
             project_id: self.session.project_id().to_owned(),
             region: self.session.region().map(str::to_owned),
-            expires_at: self
-                .session
-                .inner
-                .client
-                .get_auth_info()
-                .map(|a| a.token.expires_at),
+            expires_at: self.session.token_expires_at(),
         }
     }
 
@@ -66,9 +61,12 @@ impl IdentityApi<'_> {
             operation: "application_credential.create",
             detail: "Keystone returned no secret".into(),
         })?;
+        // From now on this secret is one of the session's: keep it out of every later error message.
+        let secret = SecretString::from(secret);
+        self.session.redactor().add(secret.clone());
         Ok(NewApplicationCredential {
             credential: created.credential,
-            secret: SecretString::from(secret),
+            secret,
         })
     }
 

@@ -200,7 +200,7 @@ impl LoadBalancerApi<'_> {
         let this = *self;
         wait::until(what, deadline, move || async move {
             let Some(lb) = this.get_load_balancer(id).await? else {
-                return Err(CloudError::Lookup {
+                return Err(CloudError::Failed {
                     what: what.to_owned(),
                     detail: "disappeared while waiting for ACTIVE".into(),
                 });
@@ -208,7 +208,7 @@ impl LoadBalancerApi<'_> {
             match &lb.provisioning_status {
                 ProvisioningStatus::Active => Ok(Step::Done(lb)),
                 ProvisioningStatus::Error | ProvisioningStatus::Deleted => {
-                    Err(CloudError::Lookup {
+                    Err(CloudError::Failed {
                         what: format!("load balancer {} ({id})", lb.name),
                         detail: format!(
                             "provisioning_status {} (operating_status {})",

@@ -205,7 +205,7 @@ pub(crate) mod util {
 
     /// `{"<key>": req}` (a local encoding failure is a bug in a request type, reported as such).
     pub(crate) fn body(key: &str, req: &impl Serialize) -> Result<Value, CloudError> {
-        let v = serde_json::to_value(req).map_err(|e| CloudError::Lookup {
+        let v = serde_json::to_value(req).map_err(|e| CloudError::Invalid {
             what: format!("{key} request"),
             detail: format!("cannot encode: {e}"),
         })?;
@@ -262,7 +262,7 @@ pub(crate) mod wait {
     const FIRST_DELAY: Duration = Duration::from_millis(20);
     const MAX_DELAY: Duration = Duration::from_secs(5);
 
-    /// Probes until `Done`, an error, or `deadline` (then a [`CloudError::Lookup`] naming `what` and
+    /// Probes until `Done`, an error, or `deadline` (then a [`CloudError::Timeout`] naming `what` and
     /// its last state).
     pub(crate) async fn until<T, F, Fut>(
         what: &str,
@@ -282,7 +282,7 @@ pub(crate) mod wait {
             };
             let now = Instant::now();
             if now >= deadline {
-                return Err(CloudError::Lookup {
+                return Err(CloudError::Timeout {
                     what: what.to_owned(),
                     detail: format!("still {state} after {:.1}s", (now - start).as_secs_f64()),
                 });

@@ -165,6 +165,14 @@ impl Session {
         self.inner.region.as_deref()
     }
 
+    /// When the current token expires (the SDK re-authenticates on a 401 after that).
+    pub fn token_expires_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.inner
+            .client
+            .get_auth_info()
+            .map(|a| a.token.expires_at)
+    }
+
     /// The cloud's name (clouds.yaml key, or `envvars`).
     pub fn cloud_name(&self) -> &str {
         &self.inner.cloud

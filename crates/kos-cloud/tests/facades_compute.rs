@@ -230,6 +230,10 @@ async fn an_error_server_reports_its_fault() -> R {
     }
     assert_eq!(errors.len(), 1, "exactly one server fails: {errors:?}");
     let (id, err) = &errors[0];
+    assert!(
+        matches!(err, CloudError::Failed { .. }),
+        "a server in ERROR fails the wait: {err:?}"
+    );
     let s = nova.get_server(id).await?.ok_or("ERROR server missing")?;
     assert_eq!(s.status, ServerStatus::Error);
     let fault = s.fault.ok_or("no fault on an ERROR server")?;
@@ -258,6 +262,7 @@ async fn oversized_user_data_is_refused_before_sending() -> R {
         .await
         .err()
         .ok_or("oversized user_data was sent")?;
+    assert!(matches!(err, CloudError::Invalid { .. }), "{err:?}");
     assert!(err.to_string().contains("65535"), "{err}");
     assert_eq!(
         c.session

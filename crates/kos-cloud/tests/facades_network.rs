@@ -320,6 +320,7 @@ async fn port_security_off_with_pairs_is_refused_before_sending() -> R {
         .await
         .err()
         .ok_or("expected an error")?;
+    assert!(matches!(err, CloudError::Invalid { .. }), "{err:?}");
     assert!(err.to_string().contains("port_security"), "{err}");
     assert_eq!(c.session.counters().total(), before);
     Ok(())

@@ -31,6 +31,9 @@ pub fn router() -> Router<SharedApp> {
         .route("/_sim/quotas", get(get_quotas).put(put_quotas))
         .route("/_sim/state", get(state))
         .route("/_sim/clock", get(clock))
+        .route("/_sim/servers/{id}/error", post(server_error))
+        .route("/_sim/servers/{id}/console", post(console_line))
+        .route("/_sim/loadbalancers/{id}/error", post(lb_error))
 }
 
 fn bad(msg: impl Into<String>) -> SimError {
@@ -147,4 +150,53 @@ async fn state(State(app): State<SharedApp>) -> SimResult<Json<Value>> {
 
 async fn clock(State(app): State<SharedApp>) -> Json<Value> {
     Json(json!({"now": app.now().0, "time_scale": app.clock.scale()}))
+}
+
+#[derive(Deserialize)]
+struct Message {
+    message: String,
+}
+
+/// Puts a server into ERROR with this fault message (a hypervisor failure, as Nova would report it).
+async fn server_error(
+    State(app): State<SharedApp>,
+    Path(id): Path<String>,
+    Json(m): Json<Message>,
+) -> SimResult<StatusCode> {
+    if crate::nova::force_server_error(&mut app.cloud(), &id, &m.message) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(SimError::not_found(
+            Service::Admin,
+            format!("no server {id}"),
+        ))
+    }
+}
+
+/// Appends a line to a server's console log (what the guest would print).
+async fn console_line(
+    State(app): State<SharedApp>,
+    Path(id): Path<String>,
+    Json(m): Json<Message>,
+) -> SimResult<StatusCode> {
+    if crate::nova::console_append(&mut app.cloud(), &id, &m.message) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(SimError::not_found(
+            Service::Admin,
+            format!("no server {id}"),
+        ))
+    }
+}
+
+/// Puts a load balancer into provisioning_status ERROR (a failed amphora, as Octavia would report it).
+async fn lb_error(State(app): State<SharedApp>, Path(id): Path<String>) -> SimResult<StatusCode> {
+    if crate::octavia::force_lb_error(&mut app.cloud(), &id) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(SimError::not_found(
+            Service::Admin,
+            format!("no load balancer {id}"),
+        ))
+    }
 }

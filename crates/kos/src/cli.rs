@@ -12,7 +12,8 @@ use clap::{Args, Parser, Subcommand};
     propagate_version = true
 )]
 pub struct Cli {
-    /// More log output (-v, -vv). RUST_LOG overrides.
+    /// More log output (-v, -vv). RUST_LOG overrides. The SDK logs every URL at info, so it stays at
+    /// warn below -vv.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     #[command(subcommand)]

@@ -18,8 +18,8 @@ fn main() -> miette::Result<()> {
 /// Logs go to stderr; `-v` raises kos's own level, `RUST_LOG` overrides everything.
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "warn,kos=info,kos_sim=info",
-        1 => "info,kos=debug,kos_cloud=debug,kos_sim=debug",
+        0 => "warn,kos=info,kos_sim=info,openstack_sdk=warn",
+        1 => "info,kos=debug,kos_cloud=debug,kos_sim=debug,openstack_sdk=warn",
         _ => "debug,kos=trace,kos_cloud=trace,kos_sim=trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -136,7 +136,7 @@ impl fmt::Display for QuotaUsage {
 /// A request kos refuses to send because the cloud would reject it (checked locally, so the error can say
 /// exactly what is wrong).
 pub(crate) fn invalid(what: impl Into<String>, detail: impl Into<String>) -> crate::CloudError {
-    crate::CloudError::Lookup {
+    crate::CloudError::Invalid {
         what: what.into(),
         detail: detail.into(),
     }
