@@ -29,6 +29,7 @@ pub mod neutron;
 pub mod nova;
 pub mod octavia;
 pub mod paging;
+pub mod persist;
 pub mod query;
 pub mod routes;
 pub mod service;
@@ -130,6 +131,13 @@ impl Sim {
     pub fn snapshot(&self) -> serde_json::Result<serde_json::Value> {
         let cloud = self.app.cloud();
         serde_json::to_value(&*cloud)
+    }
+
+    /// Saves the cloud's state to `path` (see [`persist`]); [`persist::load`] and [`Sim::serve`] bring
+    /// it back, with the clock resumed where it stopped.
+    pub fn save(&self, path: &std::path::Path) -> Result<(), persist::PersistError> {
+        let cloud = self.app.cloud();
+        persist::save(&cloud, path)
     }
 
     /// Stops the server and waits for it.
