@@ -1,0 +1,162 @@
+//! `kos-ccm check-config`: exit status, output, and that no secret ever shows.
+
+use std::path::Path;
+use std::process::Command;
+
+use kos_ccm::check::{Format, check_config};
+use kos_cloud::Env;
+
+const CANARY: &str = "Canary-Pw-7f3a9c";
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap_or_else(|e| panic!("{e}"));
+    p
+}
+
+fn no_env() -> Env {
+    Env::from_vars::<&str, &str>([])
+}
+
+#[test]
+fn canary_never_printed() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let head = "[Global]\nauth-url = https://k:5000/v3\nregion = r\nusername = u\n";
+    let cases = [
+        format!("{head}password = {CANARY}\n"),
+        format!("{head}password = \"{CANARY};#\"\n"),
+        format!("{head}password = {CANARY}\n[LoadBalancer]\nlb-method = foo\n"),
+        format!("{head}password = \"{CANARY}\n"),
+        format!("{head}password = \"{CANARY}\\q\"\n"),
+        format!("{head}password = {CANARY}\\x\n"),
+        format!("{head}password = {CANARY}\npassword = {CANARY}2\n"),
+        format!(
+            "{head}password = {CANARY}\napplication-credential-id = i\napplication-credential-secret = {CANARY}\n"
+        ),
+        format!(
+            "[Global]\nauth-url = https://k\napplication-credential-id = i\napplication-credential-secret = {CANARY}\n"
+        ),
+        format!("{head}password {CANARY}\n"),
+        format!("{head}trustee-password = {CANARY}\ntrust-id = t\npassword = p\n"),
+        format!("{head}token = {CANARY}\n"),
+        format!(
+            "{head}password = {CANARY}\n[Foo]\nsecret = {CANARY}\n[Global]\npasswd = {CANARY}\n"
+        ),
+    ];
+    for (i, text) in cases.iter().enumerate() {
+        let p = write(dir.path(), &format!("c{i}.conf"), text);
+        for format in [Format::Table, Format::Yaml] {
+            let out = check_config(&p, format, &no_env());
+            assert!(
+                !out.stdout.contains(CANARY) && !out.stderr.contains(CANARY),
+                "case {i} leaks:\n{}\n{}",
+                out.stdout,
+                out.stderr
+            );
+        }
+    }
+}
+
+#[test]
+fn good_file_prints_effective_config() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let p = write(
+        dir.path(),
+        "cloud.conf",
+        &format!(
+            "[Global]\nauth-url = https://k:5000/v3\nregion = r\napplication-credential-id = abc\napplication-credential-secret = {CANARY}\n[LoadBalancerClass \"dmz\"]\nfloating-subnet-id = s1\n"
+        ),
+    );
+    let out = check_config(&p, Format::Table, &no_env());
+    assert!(out.ok, "{}", out.stderr);
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("application-credential-secret       <redacted>"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("[LoadBalancerClass \"dmz\"]"));
+    assert!(
+        out.stdout
+            .contains("authentication: application credential id abc")
+    );
+    let yaml = check_config(&p, Format::Yaml, &no_env());
+    assert!(
+        yaml.stdout
+            .contains("  floating-subnet-id: \"s1\"  # line 7"),
+        "{}",
+        yaml.stdout
+    );
+}
+
+#[test]
+fn use_clouds_reads_clouds_yaml_and_global_wins() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let clouds = write(
+        dir.path(),
+        "clouds.yaml",
+        "clouds:\n  mine:\n    auth:\n      auth_url: https://from-yaml:5000/v3\n      username: yu\n      password: yp\n      project_name: yproj\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: yaml-region\n",
+    );
+    let conf = write(
+        dir.path(),
+        "cloud.conf",
+        &format!(
+            "[Global]\nuse-clouds = true\nclouds-file = {}\ncloud = mine\nregion = conf-region\n",
+            clouds.display()
+        ),
+    );
+    let loaded = kos_ccm::CloudConfig::load(&conf).unwrap_or_else(|e| panic!("{e}"));
+    let p = loaded
+        .config
+        .profile(&no_env())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.auth_url, "https://from-yaml:5000/v3");
+    assert_eq!(p.region_name.as_deref(), Some("conf-region"));
+    match p.auth {
+        kos_cloud::ProfileAuth::Password { user, project, .. } => {
+            assert_eq!(user, kos_cloud::IdOrName::Name("yu".into()));
+            assert_eq!(project, Some(kos_cloud::IdOrName::Name("yproj".into())));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn binary_exit_status() {
+    let bin = env!("CARGO_BIN_EXE_kos-ccm");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for seed in ["seed-000.conf", "seed-001.conf", "seed-002.conf"] {
+        let out = Command::new(bin)
+            .args(["check-config", "--cloud-config"])
+            .arg(fixtures.join(seed))
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "{seed}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("<redacted>"), "{stdout}");
+        assert!(!stdout.contains("xxxxxxxxxxxxxxxxx") && !stdout.contains("password=pass"));
+    }
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let bad = write(
+        dir.path(),
+        "bad.conf",
+        "[Global]\nauth-url = https://k\nregion = r\nusername = u\npassword = p\n[LoadBalancer]\nlb-method = foo\n[Extra]\nx = 1\n",
+    );
+    let out = Command::new(bin)
+        .args(["check-config", "--cloud-config"])
+        .arg(&bad)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("[Extra]: unknown section"), "{stderr}");
+    assert!(
+        stderr.contains(":7: [LoadBalancer] lb-method: value \"foo\" is not one of"),
+        "{stderr}"
+    );
+}
