@@ -7,7 +7,8 @@ use tokio::time::Instant;
 
 use crate::error::CloudError;
 use crate::model::block_storage::{
-    Volume, VolumeCreate, VolumeFilter, VolumeLimits, VolumeQuotas, VolumeStatus, quota_lines,
+    Volume, VolumeCreate, VolumeFilter, VolumeLimits, VolumeQuotas, VolumeStatus, VolumeType,
+    quota_lines,
 };
 use crate::paging::util::{body, fetch, found, gone, run};
 use crate::paging::wait::{self, Step};
@@ -151,6 +152,16 @@ impl BlockStorageApi<'_> {
                 s => Ok(Step::Pending(s.to_string())),
             }
         })
+        .await
+    }
+
+    /// The volume types the project may use (public ones and those shared with it).
+    pub async fn list_volume_types(&self) -> Result<Vec<VolumeType>, CloudError> {
+        fetch(
+            self.session,
+            req(ApiRequest::get(SVC, "volume_type.list", "types")),
+            "volume_types",
+        )
         .await
     }
 

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use crate::error::CloudError;
 use crate::model::TagQuery;
 use crate::model::compute::{
-    ComputeLimits, Flavor, Keypair, KeypairCreate, Server, ServerCreate, ServerCreated,
-    ServerGroup, ServerGroupCreate, ServerStatus, VolumeAttach, VolumeAttachment,
+    AvailabilityZone, ComputeLimits, Flavor, Keypair, KeypairCreate, Server, ServerCreate,
+    ServerCreated, ServerGroup, ServerGroupCreate, ServerStatus, VolumeAttach, VolumeAttachment,
 };
 use crate::paging::util::{body, exactly_one, fetch, found, gone, run};
 use crate::paging::wait::{self, Step};
@@ -332,6 +332,18 @@ impl ComputeApi<'_> {
             MV_SERVER,
         );
         fetch(self.session, r, "volumeAttachments").await
+    }
+
+    // ------------------------------------------------------------ availability zones
+
+    /// The compute zones a server may be put in (`os-availability-zone`, the non-admin view).
+    pub async fn availability_zones(&self) -> Result<Vec<AvailabilityZone>, CloudError> {
+        fetch(
+            self.session,
+            get("availability_zone.list", "os-availability-zone", MV_SERVER),
+            "availabilityZoneInfo",
+        )
+        .await
     }
 
     // ------------------------------------------------------------ limits

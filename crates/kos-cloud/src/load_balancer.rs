@@ -10,11 +10,12 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::error::CloudError;
+use crate::model::TagQuery;
 use crate::model::common::invalid;
 use crate::model::load_balancer::{
-    HealthMonitor, HealthMonitorCreate, LbFlavor, Listener, ListenerCreate, ListenerUpdate,
-    LoadBalancer, LoadBalancerCreate, LoadBalancerFilter, LoadBalancerUpdate, Member, MemberSpec,
-    Pool, PoolCreate, PoolParent, Provider, ProvisioningStatus, StatusTree,
+    HealthMonitor, HealthMonitorCreate, LbFlavor, LbQuotas, Listener, ListenerCreate,
+    ListenerUpdate, LoadBalancer, LoadBalancerCreate, LoadBalancerFilter, LoadBalancerUpdate,
+    Member, MemberSpec, Pool, PoolCreate, PoolParent, Provider, ProvisioningStatus, StatusTree,
 };
 use crate::paging::util::{body, fetch, found, gone, run};
 use crate::paging::wait::{self, Step};
@@ -264,6 +265,20 @@ impl LoadBalancerApi<'_> {
         .await
     }
 
+    /// Listeners carrying these tags, across load balancers: one call for all of a cluster's listeners.
+    pub async fn list_listeners_tagged(
+        &self,
+        tags: &TagQuery,
+    ) -> Result<Vec<Listener>, CloudError> {
+        self.list(
+            "listener.list",
+            "lbaas/listeners",
+            "listeners",
+            tags.to_query(),
+        )
+        .await
+    }
+
     pub async fn update_listener(
         &self,
         id: &str,
@@ -310,6 +325,12 @@ impl LoadBalancerApi<'_> {
             vec![("loadbalancer_id".into(), loadbalancer_id.into())],
         )
         .await
+    }
+
+    /// Pools carrying these tags, across load balancers: one call for all of a cluster's pools.
+    pub async fn list_pools_tagged(&self, tags: &TagQuery) -> Result<Vec<Pool>, CloudError> {
+        self.list("pool.list", "lbaas/pools", "pools", tags.to_query())
+            .await
     }
 
     pub async fn delete_pool(&self, id: &str) -> Result<(), CloudError> {
@@ -372,6 +393,20 @@ impl LoadBalancerApi<'_> {
         .await
     }
 
+    /// Health monitors carrying these tags: one call for all of a cluster's monitors.
+    pub async fn list_health_monitors(
+        &self,
+        tags: &TagQuery,
+    ) -> Result<Vec<HealthMonitor>, CloudError> {
+        self.list(
+            "healthmonitor.list",
+            "lbaas/healthmonitors",
+            "healthmonitors",
+            tags.to_query(),
+        )
+        .await
+    }
+
     pub async fn delete_health_monitor(&self, id: &str) -> Result<(), CloudError> {
         self.delete("healthmonitor.delete", format!("lbaas/healthmonitors/{id}"))
             .await
@@ -389,5 +424,17 @@ impl LoadBalancerApi<'_> {
     pub async fn list_flavors(&self) -> Result<Vec<LbFlavor>, CloudError> {
         self.list("lb_flavor.list", "lbaas/flavors", "flavors", Vec::new())
             .await
+    }
+
+    /// The session project's limits (Octavia reports no usage: count the load balancers instead).
+    pub async fn quotas(&self) -> Result<LbQuotas, CloudError> {
+        let path = format!("lbaas/quotas/{}", self.session.project_id());
+        let m: std::collections::BTreeMap<String, serde_json::Value> = fetch(
+            self.session,
+            ApiRequest::get(SVC, "quota.get", path),
+            "quota",
+        )
+        .await?;
+        Ok(LbQuotas::from_map(&m))
     }
 }

@@ -294,6 +294,9 @@ impl Session {
         let policy = self.retry_policy();
         let idempotent = req.is_idempotent();
         let mut attempt = 0u32;
+        // At most one re-send after an SDK re-auth per call (a token that changes on every call
+        // must not loop forever).
+        let mut resent_after_reauth = false;
         loop {
             attempt += 1;
             // A span per attempt inside the call's span: fields are never appended to twice.
@@ -301,6 +304,22 @@ impl Session {
             let result = self.attempt(req).instrument(span).await?;
             // Counted once it went to the network (errors found before that return above).
             self.inner.counters.record_call(req.service, req.operation);
+            if self.rediscover_if_reauthenticated().await
+                && !resent_after_reauth
+                && let Attempt::Answer(rsp) = &result
+                && matches!(rsp.status, 300 | 404 | 406)
+            {
+                // The SDK replayed this call after its re-auth, against the unversioned catalog URL
+                // (it had forgotten the discovered one): a 404/406/300 from there means nothing was
+                // done, so the call is sent again to the right place. Any other answer stands.
+                tracing::debug!(
+                    status = rsp.status,
+                    "re-sending a call the SDK replayed to an undiscovered endpoint"
+                );
+                resent_after_reauth = true;
+                attempt -= 1;
+                continue;
+            }
             let (decision, retry_after, outcome) = match result {
                 Attempt::Answer(rsp) => {
                     let retry_after = rsp

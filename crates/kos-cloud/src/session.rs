@@ -7,7 +7,7 @@ use std::sync::Arc;
 use openstack_sdk::AsyncOpenStack;
 use openstack_sdk::api::AsyncClient;
 use openstack_sdk::config::{Auth, CloudConfig};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::config::{AppCredentialRef, CloudProfile, Env, IdOrName, ProfileAuth};
 use crate::counters::{CallCounters, CallCounts};
@@ -51,6 +51,10 @@ pub(crate) struct Inner {
     project_id: String,
     services: BTreeMap<ServiceKind, ServiceState>,
     redactor: Redactor,
+    /// The token the endpoints were last discovered with. The SDK re-authenticates on a 401 by
+    /// itself but forgets every discovered endpoint when it does; a changed token means: discover
+    /// again (single-flighted through this lock).
+    discovered_with: tokio::sync::Mutex<Option<SecretString>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -122,6 +126,7 @@ impl Session {
             })?;
 
         let services = discover_all(&client, &redactor).await;
+        let client_token = client.get_auth_token();
         tracing::debug!(cloud = %profile.name, ?services, "connected");
 
         Ok(Session {
@@ -136,6 +141,7 @@ impl Session {
                 project_id,
                 services,
                 redactor,
+                discovered_with: tokio::sync::Mutex::new(client_token),
             }),
             policy: RetryPolicy::default(),
         })
@@ -163,6 +169,30 @@ impl Session {
 
     pub fn region(&self) -> Option<&str> {
         self.inner.region.as_deref()
+    }
+
+    /// Whether the SDK re-authenticated since the endpoints were discovered; if so, discovers them
+    /// again (once, whoever notices first) and returns true.
+    pub(crate) async fn rediscover_if_reauthenticated(&self) -> bool {
+        let mut seen = self.inner.discovered_with.lock().await;
+        let current = self.inner.client.get_auth_token();
+        let same = match (&*seen, &current) {
+            (Some(a), Some(b)) => a.expose_secret() == b.expose_secret(),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return false;
+        }
+        if let Some(t) = &current {
+            self.inner.redactor.set_token(t.clone());
+        }
+        tracing::debug!("token renewed by the SDK: discovering the service endpoints again");
+        // Boxed: discovery is a large future, and inlining it would grow every `send` future by
+        // as much (enough to overflow a test thread's stack in debug builds).
+        Box::pin(discover_all(&self.inner.client, &self.inner.redactor)).await;
+        *seen = current;
+        true
     }
 
     /// When the current token expires (the SDK re-authenticates on a 401 after that).

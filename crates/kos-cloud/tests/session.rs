@@ -279,6 +279,62 @@ async fn reauthenticates_after_token_expiry() {
     );
 }
 
+/// The SDK forgets every discovered endpoint when it re-authenticates; the session must discover them
+/// again, or every later call goes to an unversioned URL (404 on Neutron and Octavia).
+#[tokio::test]
+async fn service_endpoints_survive_a_token_expiry() {
+    let sim = sim().await;
+    let s = connect(&sim).await;
+    let list = || ApiRequest::get(ServiceKind::Network, "network.list", "networks");
+    s.send(list()).await.expect("before expiry");
+    let expired = reqwest::Client::new()
+        .post(format!("{}/_sim/tokens/expire", sim.base_url()))
+        .send()
+        .await
+        .expect("expire");
+    assert!(expired.status().is_success());
+    let rsp = s
+        .send(list())
+        .await
+        .expect("network list after the SDK re-authenticated");
+    assert_eq!(rsp.status, 200);
+    let lbs = ApiRequest::get(
+        ServiceKind::LoadBalancer,
+        "loadbalancer.list",
+        "lbaas/loadbalancers",
+    );
+    assert_eq!(
+        s.send(lbs).await.expect("octavia after re-auth").status,
+        200
+    );
+    let log = sim_log(&sim).await;
+    assert_eq!(
+        count(&log, "POST", "/identity/v3/auth/tokens", Some(201)),
+        2,
+        "{log:#?}"
+    );
+}
+
+/// Every OpenStack call is a `send` future and the engine nests many of them: big sub-futures (the
+/// SDK's discovery, notably) are boxed so that debug builds never overflow a test thread's stack.
+#[tokio::test]
+async fn send_future_stays_small() {
+    let sim = sim().await;
+    let s = connect(&sim).await;
+    let fut = s.send(ApiRequest::get(
+        ServiceKind::Network,
+        "network.list",
+        "networks",
+    ));
+    let size = std::mem::size_of_val(&fut);
+    eprintln!("send future: {size} bytes");
+    assert!(
+        size < 4 * 1024,
+        "send future is {size} bytes: box the large sub-future"
+    );
+    fut.await.expect("list");
+}
+
 #[tokio::test]
 async fn counters_per_service_and_operation() {
     let sim = sim().await;

@@ -19,7 +19,8 @@ pub enum Severity {
     Error,
 }
 
-/// Stable identifier of a kind of problem; rendered as `kos::spec::<name>` and meant for scripts and tests.
+/// Stable identifier of a kind of problem; rendered as `kos::spec::<name>` (or `kos::preflight::<name>` for
+/// what the cloud says) and meant for scripts and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Code {
@@ -71,6 +72,41 @@ pub enum Code {
     SshKey,
     /// A setting that works but is probably not what was meant (SSH open to the world...).
     Risky,
+    // Preflight: the spec is valid but the cloud cannot run it. Rendered as `kos::preflight::<name>`.
+    /// A lookup the checks need failed (service down, forbidden...).
+    CloudError,
+    /// No image matches the name, id or tags.
+    ImageNotFound,
+    /// Several images match: kos never guesses.
+    ImageAmbiguous,
+    /// The image is not `active`, or needs more disk or RAM than the machine has.
+    ImageUnusable,
+    /// No flavor has this id or name.
+    FlavorNotFound,
+    /// The flavor cannot run the node (kubeadm's own preflight would fail), or has no root disk.
+    FlavorTooSmall,
+    /// The named external network does not exist or is not external, or none exists.
+    ExternalNetworkNotFound,
+    /// Several external networks and the spec names none.
+    ExternalNetworkAmbiguous,
+    /// An availability zone the spec names does not exist.
+    AzNotFound,
+    /// The cloud has no availability-zone API: zones were not checked.
+    AzUnchecked,
+    /// The Octavia provider is not enabled.
+    ProviderNotFound,
+    /// The boot volume type does not exist.
+    VolumeTypeNotFound,
+    /// A bring-your-own network, subnet or router is missing, ambiguous or not connected as needed.
+    ExistingNetwork,
+    /// A range collides with a network that is routed to the project, or with the external network.
+    CidrCollision,
+    /// The subnet has too few free addresses for the nodes.
+    SubnetFull,
+    /// A quota would be exceeded.
+    QuotaShort,
+    /// Quota could not be read: not checked.
+    QuotaUnchecked,
 }
 
 impl Code {
@@ -102,6 +138,23 @@ impl Code {
             Self::Taint => "kos::spec::taint",
             Self::SshKey => "kos::spec::ssh_key",
             Self::Risky => "kos::spec::risky",
+            Self::CloudError => "kos::preflight::cloud_error",
+            Self::ImageNotFound => "kos::preflight::image_not_found",
+            Self::ImageAmbiguous => "kos::preflight::image_ambiguous",
+            Self::ImageUnusable => "kos::preflight::image_unusable",
+            Self::FlavorNotFound => "kos::preflight::flavor_not_found",
+            Self::FlavorTooSmall => "kos::preflight::flavor_too_small",
+            Self::ExternalNetworkNotFound => "kos::preflight::external_network_not_found",
+            Self::ExternalNetworkAmbiguous => "kos::preflight::external_network_ambiguous",
+            Self::AzNotFound => "kos::preflight::az_not_found",
+            Self::AzUnchecked => "kos::preflight::az_unchecked",
+            Self::ProviderNotFound => "kos::preflight::provider_not_found",
+            Self::VolumeTypeNotFound => "kos::preflight::volume_type_not_found",
+            Self::ExistingNetwork => "kos::preflight::existing_network",
+            Self::CidrCollision => "kos::preflight::cidr_collision",
+            Self::SubnetFull => "kos::preflight::subnet_full",
+            Self::QuotaShort => "kos::preflight::quota_short",
+            Self::QuotaUnchecked => "kos::preflight::quota_unchecked",
         }
     }
 }

@@ -15,9 +15,19 @@
 //! Modules: [`spec`] holds the types, [`names`] the naming and tag rules, [`diagnostics`] the report type;
 //! the rules themselves are private (`validate`).
 
+pub mod apply;
+pub mod bootstrap;
 pub mod diagnostics;
+pub mod events;
+pub mod graph;
 pub mod names;
+pub mod observe;
+pub mod plan;
+pub mod preflight;
+pub mod resolved;
 pub mod spec;
+pub mod status;
+pub mod teardown;
 mod tree;
 mod validate;
 

@@ -162,6 +162,17 @@ pub struct VolumeLimits {
     pub total_snapshots_used: i64,
 }
 
+/// A Cinder volume type (`GET /types`); `extra_specs` are admin-only and not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VolumeType {
+    pub id: String,
+    pub name: String,
+    #[serde(deserialize_with = "nullable")]
+    pub description: String,
+    pub is_public: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +252,16 @@ mod tests {
             f.to_query(),
             vec![("metadata".into(), r#"{"kos-cluster":"a"}"#.into())]
         );
+        Ok(())
+    }
+
+    #[test]
+    fn volume_types_parse() -> R {
+        let t: Vec<VolumeType> = parse_sample(
+            "block-storage/volume_type/volume-types-list-response.json",
+            "volume_types",
+        )?;
+        assert!(t.iter().all(|t| !t.id.is_empty() && !t.name.is_empty()));
         Ok(())
     }
 }

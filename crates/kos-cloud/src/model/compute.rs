@@ -506,6 +506,22 @@ pub struct ComputeLimits {
     pub max_server_meta: i64,
 }
 
+/// One compute availability zone (`GET /os-availability-zone`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AvailabilityZone {
+    #[serde(rename = "zoneName")]
+    pub name: String,
+    #[serde(rename = "zoneState")]
+    pub state: ZoneState,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ZoneState {
+    pub available: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,6 +764,16 @@ mod tests {
             ),
             (10, 20, 51200)
         );
+        Ok(())
+    }
+
+    #[test]
+    fn availability_zones_parse() -> R {
+        let z: Vec<AvailabilityZone> = parse_sample(
+            "compute/os-availability-zone/availability-zone-list-resp.json",
+            "availabilityZoneInfo",
+        )?;
+        assert_eq!((z[0].name.as_str(), z[0].state.available), ("nova", true));
         Ok(())
     }
 }

@@ -605,6 +605,35 @@ pub struct LbFlavor {
     pub flavor_profile_id: Option<String>,
 }
 
+/// Octavia quotas of a project (`GET /v2/lbaas/quotas/{project}`): limits only, no usage; -1 is
+/// unlimited, `None` means the service did not say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LbQuotas {
+    pub loadbalancer: Option<i64>,
+    pub listener: Option<i64>,
+    pub pool: Option<i64>,
+    pub member: Option<i64>,
+    pub healthmonitor: Option<i64>,
+}
+
+impl LbQuotas {
+    /// Reads the quota object; Octavia sends the old spellings (`load_balancer`, `health_monitor`)
+    /// next to the current ones, so a derived `alias` would fail on the duplicate.
+    pub(crate) fn from_map(m: &BTreeMap<String, serde_json::Value>) -> Self {
+        let get = |keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| m.get(*k).and_then(serde_json::Value::as_i64))
+        };
+        LbQuotas {
+            loadbalancer: get(&["loadbalancer", "load_balancer"]),
+            listener: get(&["listener"]),
+            pool: get(&["pool"]),
+            member: get(&["member"]),
+            healthmonitor: get(&["healthmonitor", "health_monitor"]),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -772,6 +801,22 @@ mod tests {
             "{EX}/member-batch-update-request.json"
         ))?)?;
         assert_eq!(keys(&serde_json::to_value(&m)?), keys(&batch["members"][0]));
+        Ok(())
+    }
+
+    #[test]
+    fn quotas_parse_with_either_spelling() -> R {
+        let m: BTreeMap<String, serde_json::Value> =
+            parse_sample(&format!("{EX}/quotas-show-response.json"), "quota")?;
+        let q = LbQuotas::from_map(&m);
+        assert_eq!(
+            (q.loadbalancer, q.member, q.pool),
+            (Some(5), Some(50), Some(-1))
+        );
+        let old = LbQuotas::from_map(&serde_json::from_value(
+            json!({"load_balancer": 3, "loadbalancer": 3}),
+        )?);
+        assert_eq!(old.loadbalancer, Some(3));
         Ok(())
     }
 }

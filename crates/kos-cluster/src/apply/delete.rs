@@ -1,0 +1,173 @@
+//! Deleting observed objects in a safe order, waiting for absence where the cloud deletes asynchronously.
+//! Shared by apply (scale-down, duplicates, failed objects) and teardown.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::join_all;
+use kos_cloud::model::network::TaggedKind;
+use kos_cloud::{ApiErrorKind, CloudError, Session};
+use tokio::sync::mpsc::Sender;
+
+use super::wait::{Target, WaitKind, Waiter};
+use crate::events::{Event, emit};
+use crate::graph::Kind;
+use crate::observe::Resource;
+
+/// How deletes are run.
+pub(crate) struct Deleter<'a> {
+    pub session: &'a Session,
+    pub waiter: &'a Waiter,
+    pub deadline: Duration,
+    pub poll: Duration,
+    pub events: Option<&'a Sender<Event>>,
+}
+
+/// A resource that could not be deleted, and why.
+pub(crate) type Failure = (Resource, CloudError);
+
+impl Deleter<'_> {
+    /// Deletes everything, rank by rank ([`Kind::delete_rank`]); within a rank, all at once. A rank's
+    /// failures do not stop later ranks (what can go, goes: teardown must work on half-made clusters),
+    /// but everything that failed is returned.
+    pub(crate) async fn delete_all(&self, resources: Vec<Resource>) -> Vec<Failure> {
+        let mut by_rank: BTreeMap<u8, Vec<Resource>> = BTreeMap::new();
+        for r in resources {
+            by_rank.entry(r.kind.delete_rank()).or_default().push(r);
+        }
+        let mut failures = Vec::new();
+        for (_, rank) in by_rank {
+            let results = join_all(rank.into_iter().map(|r| async move {
+                let out = self.delete_one(&r).await;
+                (r, out)
+            }))
+            .await;
+            for (r, out) in results {
+                match out {
+                    Ok(()) => emit(
+                        self.events,
+                        Event::Deleted {
+                            id: r.logical_id.clone(),
+                            kind: r.kind,
+                            name: r.name.clone(),
+                        },
+                    ),
+                    Err(e) => failures.push((r, e)),
+                }
+            }
+        }
+        failures
+    }
+
+    pub(crate) async fn delete_one(&self, r: &Resource) -> Result<(), CloudError> {
+        let (net, lb, volumes) = (
+            self.session.network(),
+            self.session.load_balancer(),
+            self.session.block_storage(),
+        );
+        let what = format!("{} {} ({})", r.kind.as_str(), r.name, r.id);
+        match r.kind {
+            Kind::FloatingIpAssociation => net.disassociate_floating_ip(&r.id).await.map(drop),
+            Kind::FloatingIp => net.delete_floating_ip(&r.id).await,
+            // Children go with their load balancer (cascade); members and rules with pool and group.
+            Kind::Members | Kind::SecurityGroupRules => Ok(()),
+            Kind::Listener => self.session.load_balancer().delete_listener(&r.id).await,
+            Kind::Pool => self.session.load_balancer().delete_pool(&r.id).await,
+            Kind::HealthMonitor => {
+                self.session
+                    .load_balancer()
+                    .delete_health_monitor(&r.id)
+                    .await
+            }
+            Kind::LoadBalancer => {
+                self.retry_busy(|| lb.delete_load_balancer(&r.id, true))
+                    .await?;
+                self.gone(WaitKind::LoadBalancer, &r.id, &what).await
+            }
+            Kind::Server => {
+                self.session.compute().delete_server(&r.id).await?;
+                self.gone(WaitKind::Server, &r.id, &what).await
+            }
+            Kind::Port => self.retry_busy(|| net.delete_port(&r.id)).await,
+            Kind::Volume => {
+                self.retry_busy(|| volumes.delete_volume(&r.id)).await?;
+                self.gone(WaitKind::Volume, &r.id, &what).await
+            }
+            Kind::RouterInterface => {
+                let (Some(router), Some(subnet)) = (&r.facts.device_id, &r.facts.subnet_id) else {
+                    return net.delete_port(&r.id).await;
+                };
+                match net.remove_router_interface(router, subnet).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.is_not_found() => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            Kind::Router => self.retry_busy(|| net.delete_router(&r.id)).await,
+            Kind::Subnet => self.retry_busy(|| net.delete_subnet(&r.id)).await,
+            Kind::Network => self.retry_busy(|| net.delete_network(&r.id)).await,
+            Kind::SecurityGroup => self.retry_busy(|| net.delete_security_group(&r.id)).await,
+            Kind::ServerGroup => self.session.compute().delete_server_group(&r.id).await,
+            Kind::Keypair => self.session.compute().delete_keypair(&r.id).await,
+            Kind::AppCredential => {
+                self.session
+                    .identity()
+                    .delete_application_credential(&r.id)
+                    .await
+            }
+        }
+    }
+
+    async fn gone(&self, kind: WaitKind, id: &str, what: &str) -> Result<(), CloudError> {
+        emit(
+            self.events,
+            Event::Waiting {
+                id: id.to_owned(),
+                what: format!("{what} to go away"),
+            },
+        );
+        self.waiter
+            .wait(kind, id, Target::Gone, self.deadline, what)
+            .await
+            .map(drop)
+    }
+
+    /// Retries "in use" answers (409, or Cinder's 400 for an attached volume) until the deadline: what
+    /// holds the object (a deleted server's port, a detaching volume) goes away on its own.
+    async fn retry_busy<F, Fut>(&self, op: F) -> Result<(), CloudError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<(), CloudError>>,
+    {
+        let end = tokio::time::Instant::now() + self.deadline;
+        let mut pause = self.poll;
+        loop {
+            match op().await {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        Some(ApiErrorKind::Conflict | ApiErrorKind::BadRequest)
+                    ) && tokio::time::Instant::now() < end =>
+                {
+                    tracing::debug!("busy, retrying: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(10));
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// The Neutron tag collection of a kind, for kinds tagged after create.
+pub(crate) fn tagged_kind(kind: Kind) -> Option<TaggedKind> {
+    Some(match kind {
+        Kind::Network => TaggedKind::Network,
+        Kind::Subnet => TaggedKind::Subnet,
+        Kind::Router => TaggedKind::Router,
+        Kind::Port | Kind::RouterInterface => TaggedKind::Port,
+        Kind::SecurityGroup => TaggedKind::SecurityGroup,
+        Kind::FloatingIp => TaggedKind::FloatingIp,
+        _ => return None,
+    })
+}

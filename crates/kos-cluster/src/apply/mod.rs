@@ -1,0 +1,459 @@
+//! Apply: runs a plan as a DAG. A node starts as soon as its dependencies are done; API calls are bounded
+//! by `parallelism` (waits hold no slot); the children of one load balancer are serialised with a wait for
+//! ACTIVE after each change; waits poll one list per resource type. On the first failure no new node starts,
+//! running ones finish, and the error names every node that failed and why.
+
+mod delete;
+mod ops;
+mod wait;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kos_cloud::Session;
+use kos_cloud::model::TagQuery;
+use kos_cloud::model::block_storage::VolumeFilter;
+use kos_cloud::model::load_balancer::LoadBalancerFilter;
+use secrecy::SecretString;
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use tokio::sync::mpsc::Sender;
+use tokio::task::JoinSet;
+
+use crate::bootstrap::{Bootstrap, NodeContext};
+use crate::events::{Event, Phase, emit};
+use crate::graph::{Desired, DesiredGraph, Kind};
+use crate::names::TAG_CLUSTER;
+use crate::plan::{Action, Op, Plan};
+
+pub(crate) use delete::Deleter;
+pub(crate) use wait::{Filters, Waiter};
+
+/// How long each kind of wait may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// BUILD → ACTIVE.
+    pub server: Duration,
+    /// PENDING_* → ACTIVE (amphora boot on create).
+    pub load_balancer: Duration,
+    /// creating → available.
+    pub volume: Duration,
+    /// Any delete until the object is gone (and "in use" retries).
+    pub delete: Duration,
+}
+
+/// Knobs of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyOptions {
+    /// API calls in flight at once (waits do not count).
+    pub parallelism: usize,
+    /// Between two list calls of a wait.
+    pub poll_interval: Duration,
+    pub deadlines: Deadlines,
+    /// Delete and recreate the CCM application credential (its secret cannot be read back: use this when
+    /// the stored copy is lost).
+    pub recreate_ccm_credential: bool,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        ApplyOptions {
+            parallelism: 10,
+            poll_interval: Duration::from_secs(2),
+            deadlines: Deadlines {
+                server: Duration::from_secs(600),
+                load_balancer: Duration::from_secs(900),
+                volume: Duration::from_secs(300),
+                delete: Duration::from_secs(600),
+            },
+            recreate_ccm_credential: false,
+        }
+    }
+}
+
+impl ApplyOptions {
+    /// For the simulator (`SimConfig::fast()`): polls every 5 ms, 30 s deadlines.
+    #[must_use]
+    pub fn fast() -> Self {
+        let d = Duration::from_secs(30);
+        ApplyOptions {
+            poll_interval: Duration::from_millis(5),
+            deadlines: Deadlines {
+                server: d,
+                load_balancer: d,
+                volume: d,
+                delete: d,
+            },
+            ..Self::default()
+        }
+    }
+}
+
+/// The application credential the in-cluster CCM uses.
+///
+/// Keystone shows the secret once, at create. The CLI must store it (mode 0600 under the cluster's data
+/// dir) when `secret` is `Some`; on later runs the credential is adopted by name with `secret: None`, and
+/// the stored copy is used. If that copy is lost, run again with
+/// [`ApplyOptions::recreate_ccm_credential`].
+#[derive(Debug, Clone)]
+pub struct CcmCredential {
+    pub id: String,
+    pub name: String,
+    /// Only when created by this run. Never logged, never in a plan.
+    pub secret: Option<SecretString>,
+}
+
+/// What a successful run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ApplyReport {
+    pub cluster: String,
+    /// The API endpoint's address (floating IP, VIP or the control plane's IP).
+    pub api_address: Option<String>,
+    /// Every desired node with what was done to it.
+    pub nodes: Vec<(String, Op)>,
+    /// Logical ids deleted by the prune phase.
+    pub deleted: Vec<String>,
+    #[serde(skip)]
+    pub ccm_credential: Option<CcmCredential>,
+}
+
+impl ApplyReport {
+    /// Nodes that were not no-ops.
+    #[must_use]
+    pub fn changes(&self) -> usize {
+        self.nodes.iter().filter(|(_, op)| *op != Op::NoOp).count() + self.deleted.len()
+    }
+}
+
+/// One node that failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeFailure {
+    pub logical_id: String,
+    pub kind: Kind,
+    pub name: String,
+    pub error: String,
+}
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+#[error("apply stopped: {}", render(.failures))]
+pub struct ApplyError {
+    pub failures: Vec<NodeFailure>,
+    /// What was done before it stopped (including a newly created CCM secret, which must not be lost).
+    pub report: Box<ApplyReport>,
+}
+
+fn render(f: &[NodeFailure]) -> String {
+    f.iter()
+        .map(|f| {
+            format!(
+                "{} ({} {}): {}",
+                f.logical_id,
+                f.kind.as_str(),
+                f.name,
+                f.error
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What a finished node hands to its dependents.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Output {
+    pub id: String,
+    pub address: Option<String>,
+    pub port_id: Option<String>,
+}
+
+/// Shared by the tasks of one run.
+pub(crate) struct Ctx {
+    pub session: Session,
+    pub cluster: String,
+    pub opts: ApplyOptions,
+    pub waiter: Waiter,
+    pub permits: Semaphore,
+    pub outputs: Mutex<HashMap<String, Output>>,
+    /// One lock per load balancer (by logical id): its children change one at a time.
+    pub lb_locks: HashMap<String, tokio::sync::Mutex<()>>,
+    pub events: Option<Sender<Event>>,
+    pub ccm: Mutex<Option<CcmCredential>>,
+}
+
+/// Runs `plan` (made from `desired` and a fresh observe) against the cloud.
+///
+/// # Errors
+/// [`ApplyError`] naming each failed node (with the server's fault or the LB's ERROR), after running nodes
+/// have finished; nothing new starts once one failed. Re-running observe, plan and apply continues.
+pub async fn apply(
+    session: &Session,
+    desired: &DesiredGraph,
+    plan: &Plan,
+    bootstrap: &dyn Bootstrap,
+    opts: ApplyOptions,
+    events: Sender<Event>,
+) -> Result<ApplyReport, ApplyError> {
+    let cluster_tag = format!("{TAG_CLUSTER}={}", desired.cluster);
+    let filters = Filters {
+        servers: TagQuery::all([cluster_tag.clone()]),
+        load_balancers: LoadBalancerFilter {
+            tags: TagQuery::all([cluster_tag]),
+            ..LoadBalancerFilter::default()
+        },
+        volumes: VolumeFilter {
+            metadata: BTreeMap::from([(TAG_CLUSTER.to_owned(), desired.cluster.clone())]),
+            ..VolumeFilter::default()
+        },
+    };
+    let ctx = Arc::new(Ctx {
+        session: session.clone(),
+        cluster: desired.cluster.clone(),
+        waiter: Waiter::new(session.clone(), filters, opts.poll_interval),
+        permits: Semaphore::new(opts.parallelism.max(1)),
+        outputs: Mutex::default(),
+        lb_locks: desired
+            .nodes
+            .values()
+            .filter(|n| n.kind == Kind::LoadBalancer)
+            .map(|n| (n.id.clone(), tokio::sync::Mutex::new(())))
+            .collect(),
+        events: Some(events),
+        ccm: Mutex::default(),
+        opts,
+    });
+    let mut report = ApplyReport {
+        cluster: desired.cluster.clone(),
+        ..ApplyReport::default()
+    };
+    emit(
+        ctx.events.as_ref(),
+        Event::Phase {
+            phase: Phase::Converge,
+        },
+    );
+    let failures = converge(&ctx, desired, plan, bootstrap, &mut report).await;
+    let failures = if failures.is_empty() {
+        emit(
+            ctx.events.as_ref(),
+            Event::Phase {
+                phase: Phase::Prune,
+            },
+        );
+        prune(&ctx, plan, &mut report).await
+    } else {
+        failures
+    };
+    report.api_address = ctx.output(desired.api.node()).and_then(|o| o.address);
+    report.ccm_credential = ctx.ccm.lock().unwrap_or_else(|p| p.into_inner()).take();
+    emit(ctx.events.as_ref(), Event::Phase { phase: Phase::Done });
+    if failures.is_empty() {
+        Ok(report)
+    } else {
+        Err(ApplyError {
+            failures,
+            report: Box::new(report),
+        })
+    }
+}
+
+impl Ctx {
+    pub(crate) fn output(&self, id: &str) -> Option<Output> {
+        self.outputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    fn set_output(&self, id: &str, o: Output) {
+        self.outputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), o);
+    }
+}
+
+async fn converge(
+    ctx: &Arc<Ctx>,
+    desired: &DesiredGraph,
+    plan: &Plan,
+    bootstrap: &dyn Bootstrap,
+    report: &mut ApplyReport,
+) -> Vec<NodeFailure> {
+    let mut waiting_on: HashMap<&str, usize> = HashMap::new();
+    let mut dependents: HashMap<&str, Vec<&str>> = HashMap::new();
+    for n in desired.nodes.values() {
+        waiting_on.insert(&n.id, n.deps.len());
+        for d in &n.deps {
+            dependents.entry(d).or_default().push(&n.id);
+        }
+    }
+    let mut ready: VecDeque<&str> = desired
+        .order
+        .iter()
+        .map(String::as_str)
+        .filter(|id| waiting_on.get(id) == Some(&0))
+        .collect();
+    let mut running = JoinSet::new();
+    let mut failures = Vec::new();
+    loop {
+        while failures.is_empty()
+            && let Some(id) = ready.pop_front()
+        {
+            let Some(node) = desired.node(id) else {
+                continue;
+            };
+            let action = plan.for_node(id).cloned().unwrap_or_else(|| Action {
+                logical_id: node.id.clone(),
+                kind: node.kind,
+                name: node.name.clone(),
+                op: Op::Create,
+                reason: "not in the plan".into(),
+                changes: Vec::new(),
+                existing: None,
+            });
+            let user_data = match user_data(ctx, desired, node, &action, bootstrap) {
+                Ok(u) => u,
+                Err(error) => {
+                    failures.push(failure(node, error));
+                    continue;
+                }
+            };
+            emit(
+                ctx.events.as_ref(),
+                Event::Started {
+                    id: node.id.clone(),
+                    kind: node.kind,
+                    op: action.op,
+                },
+            );
+            let (ctx, node) = (Arc::clone(ctx), node.clone());
+            running.spawn(async move {
+                let out = ops::run(&ctx, &node, &action, user_data).await;
+                (node, action.op, out)
+            });
+        }
+        let Some(joined) = running.join_next().await else {
+            break;
+        };
+        let (node, op, out) = match joined {
+            Ok(x) => x,
+            Err(e) => {
+                failures.push(NodeFailure {
+                    logical_id: "?".into(),
+                    kind: Kind::Network,
+                    name: String::new(),
+                    error: format!("a task panicked or was cancelled: {e}"),
+                });
+                continue;
+            }
+        };
+        match out {
+            Ok(o) => {
+                ctx.set_output(&node.id, o);
+                emit(
+                    ctx.events.as_ref(),
+                    Event::Done {
+                        id: node.id.clone(),
+                        kind: node.kind,
+                        op,
+                    },
+                );
+                report.nodes.push((node.id.clone(), op));
+                for d in dependents.get(node.id.as_str()).into_iter().flatten() {
+                    if let Some(n) = waiting_on.get_mut(d) {
+                        *n -= 1;
+                        if *n == 0 {
+                            ready.push_back(d);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let error = e.to_string();
+                tracing::warn!(node = %node.id, "failed: {error}");
+                emit(
+                    ctx.events.as_ref(),
+                    Event::Failed {
+                        id: node.id.clone(),
+                        error: error.clone(),
+                    },
+                );
+                failures.push(failure(&node, error));
+            }
+        }
+    }
+    failures
+}
+
+fn failure(node: &crate::graph::Node, error: String) -> NodeFailure {
+    NodeFailure {
+        logical_id: node.id.clone(),
+        kind: node.kind,
+        name: node.name.clone(),
+        error,
+    }
+}
+
+/// Renders a server's user_data when it is about to be created (the API address is known by then: the
+/// node that provides it is a dependency).
+fn user_data(
+    ctx: &Ctx,
+    desired: &DesiredGraph,
+    node: &crate::graph::Node,
+    action: &Action,
+    bootstrap: &dyn Bootstrap,
+) -> Result<Option<Vec<u8>>, String> {
+    let Desired::Server(spec) = &node.spec else {
+        return Ok(None);
+    };
+    if !matches!(action.op, Op::Create | Op::Replace) {
+        return Ok(None);
+    }
+    let api_address = ctx
+        .output(desired.api.node())
+        .and_then(|o| o.address)
+        .ok_or_else(|| format!("the API address ({}) is not known", desired.api.node()))?;
+    let nc = NodeContext {
+        cluster: desired.cluster.clone(),
+        logical_id: node.id.clone(),
+        role: spec.role.clone(),
+        api_address,
+        labels: spec.labels.clone(),
+        taints: spec.taints.clone(),
+    };
+    bootstrap
+        .user_data(&nc)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+async fn prune(ctx: &Arc<Ctx>, plan: &Plan, report: &mut ApplyReport) -> Vec<NodeFailure> {
+    let doomed: Vec<_> = plan.deletes().filter_map(|a| a.existing.clone()).collect();
+    if doomed.is_empty() {
+        return Vec::new();
+    }
+    let deleter = Deleter {
+        session: &ctx.session,
+        waiter: &ctx.waiter,
+        deadline: ctx.opts.deadlines.delete,
+        poll: ctx.opts.poll_interval,
+        events: ctx.events.as_ref(),
+    };
+    let ids: Vec<String> = doomed.iter().map(|r| r.logical_id.clone()).collect();
+    let failed = deleter.delete_all(doomed).await;
+    report.deleted = ids
+        .into_iter()
+        .filter(|id| !failed.iter().any(|(r, _)| &r.logical_id == id))
+        .collect();
+    failed
+        .into_iter()
+        .map(|(r, e)| NodeFailure {
+            logical_id: r.logical_id,
+            kind: r.kind,
+            name: r.name,
+            error: format!("delete failed: {e}"),
+        })
+        .collect()
+}

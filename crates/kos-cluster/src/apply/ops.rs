@@ -1,0 +1,992 @@
+//! What apply does to one node: create (resolving ambiguous failures by lookup before any retry), update,
+//! adopt, replace, or hand the observed object on unchanged.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use futures::future::join_all;
+use kos_cloud::model::TagQuery;
+use kos_cloud::model::block_storage::{VolumeCreate, VolumeFilter};
+use kos_cloud::model::compute::{
+    BlockDevice, Boot, KeypairCreate, Nic, ServerCreate, ServerGroupCreate, ServerGroupPolicy,
+};
+use kos_cloud::model::identity::ApplicationCredentialCreate;
+use kos_cloud::model::load_balancer::{
+    HealthMonitorCreate, LbAlgorithm, ListenerCreate, ListenerUpdate, LoadBalancerCreate,
+    LoadBalancerFilter, MemberSpec, MonitorType, PoolCreate, PoolParent, Protocol, Vip,
+};
+use kos_cloud::model::network::{
+    AddressPair, Direction, EtherType, FixedIpRequest, FloatingIpCreate, FloatingIpFilter,
+    NetworkCreate, NetworkFilter, PortCreate, PortFilter, PortUpdate, RouterCreate, RouterFilter,
+    SecurityGroupCreate, SecurityGroupFilter, SecurityGroupRuleCreate, SubnetCreate, SubnetFilter,
+};
+use kos_cloud::{ApiErrorKind, CloudError};
+
+use super::delete::{Deleter, tagged_kind};
+use super::wait::{Target, WaitKind};
+use super::{CcmCredential, Ctx, Output};
+use crate::events::{Event, emit};
+use crate::graph::{AssocTarget, Desired, Kind, Node, Remote, ServerSpec};
+use crate::names::{TAG_CLUSTER, TAG_ID};
+use crate::observe::{ROUTER_INTERFACE, Resource};
+use crate::plan::{Action, Op, ethertype, rule_diff};
+
+type R<T> = Result<T, CloudError>;
+
+/// Runs one node's action; returns what dependents need.
+pub(super) async fn run(
+    ctx: &Ctx,
+    node: &Node,
+    action: &Action,
+    user_data: Option<Vec<u8>>,
+) -> R<Output> {
+    if let Desired::External { id } = &node.spec {
+        return Ok(Output {
+            id: id.clone(),
+            ..Output::default()
+        });
+    }
+    let existing = action.existing.as_ref();
+    match (action.op, existing) {
+        (Op::NoOp, Some(r)) => {
+            if node.kind == Kind::AppCredential && ctx.opts.recreate_ccm_credential {
+                delete(ctx, r).await?;
+                return create(ctx, node, user_data).await;
+            }
+            Ok(output_of(r))
+        }
+        (Op::Adopt, Some(r)) => {
+            tag(ctx, node, &r.id).await?;
+            ensure(ctx, node, Some(r)).await
+        }
+        (Op::Update, Some(r)) => ensure(ctx, node, Some(r)).await,
+        (Op::Replace, Some(r)) => {
+            delete(ctx, r).await?;
+            create(ctx, node, user_data).await
+        }
+        _ => create(ctx, node, user_data).await,
+    }
+}
+
+fn output_of(r: &Resource) -> Output {
+    Output {
+        id: r.id.clone(),
+        address: r.facts.address.clone(),
+        port_id: r.facts.port_id.clone(),
+    }
+}
+
+fn deleter(ctx: &Ctx) -> Deleter<'_> {
+    Deleter {
+        session: &ctx.session,
+        waiter: &ctx.waiter,
+        deadline: ctx.opts.deadlines.delete,
+        poll: ctx.opts.poll_interval,
+        events: ctx.events.as_ref(),
+    }
+}
+
+async fn delete(ctx: &Ctx, r: &Resource) -> R<()> {
+    deleter(ctx).delete_one(r).await
+}
+
+/// Tags a Neutron object found by name (a crash between its create and its tag PUT).
+async fn tag(ctx: &Ctx, node: &Node, id: &str) -> R<()> {
+    if let Some(k) = tagged_kind(node.kind) {
+        ctx.session.network().set_tags(k, id, &node.tags).await?;
+    }
+    Ok(())
+}
+
+fn dep(ctx: &Ctx, id: &str) -> R<Output> {
+    ctx.output(id).ok_or_else(|| CloudError::Invalid {
+        what: format!("dependency {id}"),
+        detail: "has not been created".into(),
+    })
+}
+
+/// The tag query that finds exactly this node (Nova, Octavia).
+fn own_tags(ctx: &Ctx, node: &Node) -> TagQuery {
+    TagQuery::all([
+        format!("{TAG_CLUSTER}={}", ctx.cluster),
+        format!("{TAG_ID}={}", node.id),
+    ])
+}
+
+/// Whether a failed create may have happened anyway.
+fn maybe_created(e: &CloudError) -> bool {
+    matches!(
+        e,
+        CloudError::Ambiguous { .. } | CloudError::Transport { .. } | CloudError::Decode { .. }
+    ) || matches!(
+        e.kind(),
+        Some(ApiErrorKind::Server | ApiErrorKind::Unavailable)
+    ) || e.to_string().contains("was created but not tagged")
+}
+
+/// Creates; when the outcome is unknown, looks the object up by its logical id (name or tags) before
+/// trying again, so a retry never makes a duplicate.
+async fn create_or_find<C, CF, F, FF>(ctx: &Ctx, node: &Node, create: C, find: F) -> R<Output>
+where
+    C: Fn() -> CF,
+    CF: Future<Output = R<Output>>,
+    F: Fn() -> FF,
+    FF: Future<Output = R<Option<Output>>>,
+{
+    const ATTEMPTS: u32 = 3;
+    let mut attempt = 1;
+    loop {
+        let result = {
+            let _permit = ctx.permits.acquire().await.ok();
+            create().await
+        };
+        match result {
+            Ok(o) => return Ok(o),
+            Err(e) if maybe_created(&e) => {
+                tracing::warn!(node = %node.id, "create outcome unknown, looking it up: {e}");
+                if let Some(o) = find().await? {
+                    return Ok(o);
+                }
+                if attempt >= ATTEMPTS {
+                    return Err(e);
+                }
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Of Neutron objects found by name, the one that is this node's (tagged with its id, or untagged), tagged.
+async fn pick_neutron(
+    ctx: &Ctx,
+    node: &Node,
+    found: Vec<(String, Vec<String>, Output)>,
+) -> R<Option<Output>> {
+    let mine = found.into_iter().find(|(_, tags, _)| {
+        tags.contains(&format!("{TAG_ID}={}", node.id))
+            || !tags.iter().any(|t| t.starts_with("kos-"))
+    });
+    let Some((id, tags, out)) = mine else {
+        return Ok(None);
+    };
+    if !tags.contains(&format!("{TAG_CLUSTER}={}", ctx.cluster)) {
+        tag(ctx, node, &id).await?;
+    }
+    Ok(Some(out))
+}
+
+fn simple(id: String) -> Output {
+    Output {
+        id,
+        ..Output::default()
+    }
+}
+
+async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output> {
+    let net = ctx.session.network();
+    let lb = ctx.session.load_balancer();
+    let name = Some(node.name.clone());
+    match &node.spec {
+        Desired::External { id } => Ok(simple(id.clone())),
+        Desired::Network => {
+            let req = NetworkCreate {
+                name: node.name.clone(),
+                tags: node.tags.clone(),
+                ..NetworkCreate::default()
+            };
+            let find = || async {
+                let f = NetworkFilter {
+                    name: name.clone(),
+                    ..NetworkFilter::default()
+                };
+                let found = net.list_networks(&f).await?;
+                pick_neutron(
+                    ctx,
+                    node,
+                    found
+                        .into_iter()
+                        .map(|x| (x.id.clone(), x.tags, simple(x.id)))
+                        .collect(),
+                )
+                .await
+            };
+            create_or_find(
+                ctx,
+                node,
+                || async { Ok(simple(net.create_network(&req).await?.id)) },
+                find,
+            )
+            .await
+        }
+        Desired::Subnet {
+            network,
+            cidr,
+            dns_servers,
+        } => {
+            let req = SubnetCreate {
+                dns_nameservers: dns_servers.clone(),
+                tags: node.tags.clone(),
+                ..SubnetCreate::new(dep(ctx, network)?.id, &node.name, cidr)
+            };
+            let find = || async {
+                let f = SubnetFilter {
+                    name: name.clone(),
+                    ..SubnetFilter::default()
+                };
+                let found = net.list_subnets(&f).await?;
+                pick_neutron(
+                    ctx,
+                    node,
+                    found
+                        .into_iter()
+                        .map(|x| (x.id.clone(), x.tags, simple(x.id)))
+                        .collect(),
+                )
+                .await
+            };
+            create_or_find(
+                ctx,
+                node,
+                || async { Ok(simple(net.create_subnet(&req).await?.id)) },
+                find,
+            )
+            .await
+        }
+        Desired::Router {
+            external_network_id,
+        } => {
+            let req = RouterCreate {
+                tags: node.tags.clone(),
+                ..RouterCreate::with_gateway(&node.name, external_network_id)
+            };
+            let find = || async {
+                let f = RouterFilter {
+                    name: name.clone(),
+                    ..RouterFilter::default()
+                };
+                let found = net.list_routers(&f).await?;
+                pick_neutron(
+                    ctx,
+                    node,
+                    found
+                        .into_iter()
+                        .map(|x| (x.id.clone(), x.tags, simple(x.id)))
+                        .collect(),
+                )
+                .await
+            };
+            create_or_find(
+                ctx,
+                node,
+                || async { Ok(simple(net.create_router(&req).await?.id)) },
+                find,
+            )
+            .await
+        }
+        Desired::RouterInterface { router, subnet } => {
+            let (router, subnet) = (dep(ctx, router)?.id, dep(ctx, subnet)?.id);
+            let find = || async {
+                let f = PortFilter {
+                    device_id: Some(router.clone()),
+                    device_owner: Some(ROUTER_INTERFACE.into()),
+                    ..PortFilter::default()
+                };
+                let found = net.list_ports(&f).await?;
+                let hit = found
+                    .into_iter()
+                    .find(|p| p.fixed_ips.iter().any(|f| f.subnet_id == subnet));
+                match hit {
+                    Some(p) => {
+                        tag(ctx, node, &p.id).await?;
+                        Ok(Some(simple(p.id)))
+                    }
+                    None => Ok(None),
+                }
+            };
+            let added = {
+                let _permit = ctx.permits.acquire().await.ok();
+                net.add_router_interface(&router, &subnet).await
+            };
+            match added {
+                Ok(i) => {
+                    tag(ctx, node, &i.port_id).await?;
+                    Ok(simple(i.port_id))
+                }
+                // Ambiguous, or already there from a run that crashed before tagging it.
+                Err(e) => find().await?.ok_or(e),
+            }
+        }
+        Desired::SecurityGroup { description } => {
+            let req = SecurityGroupCreate {
+                name: node.name.clone(),
+                description: Some(description.clone()),
+                tags: node.tags.clone(),
+            };
+            let find = || async {
+                let f = SecurityGroupFilter {
+                    name: name.clone(),
+                    ..SecurityGroupFilter::default()
+                };
+                let found = net.list_security_groups(&f).await?;
+                pick_neutron(
+                    ctx,
+                    node,
+                    found
+                        .into_iter()
+                        .map(|x| (x.id.clone(), x.tags, simple(x.id)))
+                        .collect(),
+                )
+                .await
+            };
+            create_or_find(
+                ctx,
+                node,
+                || async { Ok(simple(net.create_security_group(&req).await?.id)) },
+                find,
+            )
+            .await
+        }
+        Desired::FloatingIp {
+            external_network_id,
+        } => {
+            // Floating IPs have no name: the deterministic name is their description.
+            let req = FloatingIpCreate {
+                floating_network_id: external_network_id.clone(),
+                description: name.clone(),
+                tags: node.tags.clone(),
+                ..FloatingIpCreate::default()
+            };
+            let out = |x: &kos_cloud::model::network::FloatingIp| Output {
+                id: x.id.clone(),
+                address: Some(x.floating_ip_address.clone()),
+                port_id: x.port_id.clone(),
+            };
+            let find = || async {
+                let f = FloatingIpFilter {
+                    description: name.clone(),
+                    ..FloatingIpFilter::default()
+                };
+                let found = net.list_floating_ips(&f).await?;
+                pick_neutron(
+                    ctx,
+                    node,
+                    found
+                        .iter()
+                        .map(|x| (x.id.clone(), x.tags.clone(), out(x)))
+                        .collect(),
+                )
+                .await
+            };
+            create_or_find(
+                ctx,
+                node,
+                || async { Ok(out(&net.create_floating_ip(&req).await?)) },
+                find,
+            )
+            .await
+        }
+        Desired::Port {
+            network,
+            subnet,
+            security_groups,
+            address_pairs,
+        } => {
+            let sgs = security_groups
+                .iter()
+                .map(|g| dep(ctx, g).map(|o| o.id))
+                .collect::<R<Vec<_>>>()?;
+            let req = PortCreate {
+                fixed_ips: vec![FixedIpRequest::Subnet {
+                    subnet_id: dep(ctx, subnet)?.id,
+                }],
+                allowed_address_pairs: address_pairs.iter().map(AddressPair::ip).collect(),
+                security_groups: Some(sgs),
+                tags: node.tags.clone(),
+                ..PortCreate::new(dep(ctx, network)?.id, &node.name)
+            };
+            let out = |p: kos_cloud::model::network::Port| Output {
+                address: p.fixed_ips.first().map(|f| f.ip_address.clone()),
+                id: p.id,
+                port_id: None,
+            };
+            let find = || async {
+                let f = PortFilter {
+                    name: name.clone(),
+                    ..PortFilter::default()
+                };
+                let found = net.list_ports(&f).await?;
+                pick_neutron(
+                    ctx,
+                    node,
+                    found
+                        .into_iter()
+                        .map(|x| (x.id.clone(), x.tags.clone(), out(x)))
+                        .collect(),
+                )
+                .await
+            };
+            create_or_find(
+                ctx,
+                node,
+                || async { Ok(out(net.create_port(&req).await?)) },
+                find,
+            )
+            .await
+        }
+        Desired::ServerGroup { policy } => {
+            let req = ServerGroupCreate::new(&node.name, ServerGroupPolicy::from(*policy));
+            let find = || async {
+                let all = ctx.session.compute().list_server_groups().await?;
+                Ok(all
+                    .into_iter()
+                    .find(|g| g.name == node.name)
+                    .map(|g| simple(g.id)))
+            };
+            create_or_find(
+                ctx,
+                node,
+                || async {
+                    Ok(simple(
+                        ctx.session.compute().create_server_group(&req).await?.id,
+                    ))
+                },
+                find,
+            )
+            .await
+        }
+        Desired::Keypair { public_key } => {
+            let req = KeypairCreate::ssh(&node.name, public_key);
+            let find = || async {
+                Ok(ctx
+                    .session
+                    .compute()
+                    .get_keypair(&node.name)
+                    .await?
+                    .map(|k| simple(k.name)))
+            };
+            create_or_find(
+                ctx,
+                node,
+                || async {
+                    Ok(simple(
+                        ctx.session.compute().create_keypair(&req).await?.name,
+                    ))
+                },
+                find,
+            )
+            .await
+        }
+        Desired::AppCredential => create_app_credential(ctx, node).await,
+        Desired::LoadBalancer { subnet, provider } => {
+            let mut req = LoadBalancerCreate::new(&node.name, Vip::Subnet(dep(ctx, subnet)?.id));
+            req.provider.clone_from(provider);
+            req.tags.clone_from(&node.tags);
+            let find = || async {
+                let f = LoadBalancerFilter {
+                    tags: own_tags(ctx, node),
+                    ..LoadBalancerFilter::default()
+                };
+                Ok(lb
+                    .list_load_balancers(&f)
+                    .await?
+                    .into_iter()
+                    .next()
+                    .map(|x| simple(x.id)))
+            };
+            let o = create_or_find(
+                ctx,
+                node,
+                || async { Ok(simple(lb.create_load_balancer(&req).await?.id)) },
+                find,
+            )
+            .await?;
+            let seen = wait(
+                ctx,
+                node,
+                WaitKind::LoadBalancer,
+                &o.id,
+                ctx.opts.deadlines.load_balancer,
+            )
+            .await?;
+            Ok(Output {
+                id: o.id,
+                address: seen.address,
+                port_id: seen.port_id,
+            })
+        }
+        Desired::Listener {
+            lb: lb_id,
+            port,
+            allowed_cidrs,
+        } => {
+            let lb_out = dep(ctx, lb_id)?;
+            let mut req = ListenerCreate::new(&lb_out.id, &node.name, Protocol::Tcp, *port);
+            req.allowed_cidrs.clone_from(allowed_cidrs);
+            req.tags.clone_from(&node.tags);
+            let find = || async {
+                Ok(lb
+                    .list_listeners_tagged(&own_tags(ctx, node))
+                    .await?
+                    .into_iter()
+                    .next()
+                    .map(|x| simple(x.id)))
+            };
+            lb_step(ctx, node, lb_id, &lb_out.id, || {
+                create_or_find(
+                    ctx,
+                    node,
+                    || async { Ok(simple(lb.create_listener(&req).await?.id)) },
+                    find,
+                )
+            })
+            .await
+        }
+        Desired::Pool {
+            lb: lb_id,
+            listener,
+            ovn,
+        } => {
+            let lb_out = dep(ctx, lb_id)?;
+            // OVN supports only SOURCE_IP_PORT.
+            let algorithm = if *ovn {
+                LbAlgorithm::SourceIpPort
+            } else {
+                LbAlgorithm::RoundRobin
+            };
+            let mut req = PoolCreate::new(
+                PoolParent::Listener(dep(ctx, listener)?.id),
+                &node.name,
+                Protocol::Tcp,
+                algorithm,
+            );
+            req.tags.clone_from(&node.tags);
+            let find = || async {
+                Ok(lb
+                    .list_pools_tagged(&own_tags(ctx, node))
+                    .await?
+                    .into_iter()
+                    .next()
+                    .map(|x| simple(x.id)))
+            };
+            lb_step(ctx, node, lb_id, &lb_out.id, || {
+                create_or_find(
+                    ctx,
+                    node,
+                    || async { Ok(simple(lb.create_pool(&req).await?.id)) },
+                    find,
+                )
+            })
+            .await
+        }
+        Desired::HealthMonitor { lb: lb_id, pool } => {
+            let lb_out = dep(ctx, lb_id)?;
+            let req = HealthMonitorCreate {
+                name: node.name.clone(),
+                tags: node.tags.clone(),
+                ..HealthMonitorCreate::new(dep(ctx, pool)?.id, MonitorType::Tcp, 10, 5, 3)
+            };
+            let find = || async {
+                Ok(lb
+                    .list_health_monitors(&own_tags(ctx, node))
+                    .await?
+                    .into_iter()
+                    .next()
+                    .map(|x| simple(x.id)))
+            };
+            lb_step(ctx, node, lb_id, &lb_out.id, || {
+                create_or_find(
+                    ctx,
+                    node,
+                    || async { Ok(simple(lb.create_health_monitor(&req).await?.id)) },
+                    find,
+                )
+            })
+            .await
+        }
+        Desired::Volume {
+            size_gb,
+            volume_type,
+            image_id,
+            availability_zone,
+        } => {
+            let metadata = BTreeMap::from([
+                (TAG_CLUSTER.to_owned(), ctx.cluster.clone()),
+                (TAG_ID.to_owned(), node.id.clone()),
+            ]);
+            let req = VolumeCreate {
+                size: u64::from(*size_gb),
+                name: name.clone(),
+                volume_type: volume_type.clone(),
+                image_id: Some(image_id.clone()),
+                availability_zone: availability_zone.clone(),
+                metadata: metadata.clone(),
+                ..VolumeCreate::default()
+            };
+            let find = || async {
+                let f = VolumeFilter {
+                    metadata: metadata.clone(),
+                    ..VolumeFilter::default()
+                };
+                Ok(ctx
+                    .session
+                    .block_storage()
+                    .list_volumes(&f)
+                    .await?
+                    .into_iter()
+                    .next()
+                    .map(|v| simple(v.id)))
+            };
+            let o = create_or_find(
+                ctx,
+                node,
+                || async {
+                    Ok(simple(
+                        ctx.session.block_storage().create_volume(&req).await?.id,
+                    ))
+                },
+                find,
+            )
+            .await?;
+            wait(
+                ctx,
+                node,
+                WaitKind::Volume,
+                &o.id,
+                ctx.opts.deadlines.volume,
+            )
+            .await?;
+            Ok(o)
+        }
+        Desired::Server(spec) => create_server(ctx, node, spec, user_data).await,
+        Desired::SecurityGroupRules { .. }
+        | Desired::Members { .. }
+        | Desired::FloatingIpAssociation { .. } => ensure(ctx, node, None).await,
+    }
+}
+
+/// Brings an existing object (or, for rules, members and associations, the absence of one) in line.
+async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
+    let net = ctx.session.network();
+    match &node.spec {
+        Desired::SecurityGroupRules { group, rules } => {
+            let group_id = dep(ctx, group)?.id;
+            let observed = have.map(|r| r.facts.rules.as_slice()).unwrap_or_default();
+            let (missing, extra) = rule_diff(rules, observed, |g| ctx.output(g).map(|o| o.id));
+            let adds = missing.into_iter().map(|r| {
+                let req = SecurityGroupRuleCreate {
+                    security_group_id: group_id.clone(),
+                    direction: Direction::Ingress,
+                    ethertype: if ethertype(&r.remote) == "IPv6" {
+                        EtherType::IPv6
+                    } else {
+                        EtherType::IPv4
+                    },
+                    protocol: r.protocol.map(str::to_owned),
+                    port_range: r.ports,
+                    remote: match &r.remote {
+                        Remote::Cidr(c) => kos_cloud::model::network::Remote::IpPrefix(c.clone()),
+                        Remote::Group(g) => kos_cloud::model::network::Remote::Group(
+                            ctx.output(g).map(|o| o.id).unwrap_or_default(),
+                        ),
+                    },
+                    description: Some(r.description.to_owned()),
+                };
+                async move {
+                    let _permit = ctx.permits.acquire().await.ok();
+                    match net.create_security_group_rule(&req).await {
+                        // Already there (an earlier attempt whose answer was lost): fine.
+                        Err(e) if e.kind() == Some(ApiErrorKind::Conflict) => Ok(()),
+                        // Unknown outcome: a rule is identified by its content, so the next run's diff
+                        // finds it or adds it; never a duplicate (Neutron refuses identical rules).
+                        Err(e) if maybe_created(&e) => {
+                            tracing::warn!("rule create outcome unknown: {e}");
+                            Err(e)
+                        }
+                        other => other.map(drop),
+                    }
+                }
+            });
+            let removes = extra.into_iter().map(|r| async move {
+                let _permit = ctx.permits.acquire().await.ok();
+                net.delete_security_group_rule(&r.id).await
+            });
+            for r in join_all(adds)
+                .await
+                .into_iter()
+                .chain(join_all(removes).await)
+            {
+                r?;
+            }
+            Ok(simple(group_id))
+        }
+        Desired::Members {
+            lb: lb_id,
+            pool,
+            subnet,
+            ports,
+            port,
+        } => {
+            let lb_out = dep(ctx, lb_id)?;
+            let pool_id = dep(ctx, pool)?.id;
+            let subnet_id = dep(ctx, subnet)?.id;
+            let members = ports
+                .iter()
+                .map(|p| {
+                    let o = dep(ctx, p)?;
+                    let address = o.address.ok_or_else(|| CloudError::Invalid {
+                        what: format!("port {p}"),
+                        detail: "has no fixed IP".into(),
+                    })?;
+                    Ok(MemberSpec {
+                        name: p.clone(),
+                        subnet_id: Some(subnet_id.clone()),
+                        ..MemberSpec::new(address, *port)
+                    })
+                })
+                .collect::<R<Vec<_>>>()?;
+            let lbapi = ctx.session.load_balancer();
+            lb_step(ctx, node, lb_id, &lb_out.id, || async {
+                let _permit = ctx.permits.acquire().await.ok();
+                lbapi.replace_members(&pool_id, &members).await?;
+                Ok(simple(pool_id.clone()))
+            })
+            .await
+        }
+        Desired::Listener {
+            lb: lb_id,
+            allowed_cidrs,
+            ..
+        } => {
+            let Some(have) = have else {
+                return Err(missing(node));
+            };
+            let lb_out = dep(ctx, lb_id)?;
+            let req = ListenerUpdate {
+                allowed_cidrs: Some(allowed_cidrs.clone()),
+                ..ListenerUpdate::default()
+            };
+            let lbapi = ctx.session.load_balancer();
+            lb_step(ctx, node, lb_id, &lb_out.id, || async {
+                lbapi.update_listener(&have.id, &req).await?;
+                Ok(simple(have.id.clone()))
+            })
+            .await
+        }
+        Desired::Port {
+            security_groups,
+            address_pairs,
+            ..
+        } => {
+            let Some(have) = have else {
+                return Err(missing(node));
+            };
+            let sgs = security_groups
+                .iter()
+                .map(|g| dep(ctx, g).map(|o| o.id))
+                .collect::<R<Vec<_>>>()?;
+            let req = PortUpdate {
+                allowed_address_pairs: Some(address_pairs.iter().map(AddressPair::ip).collect()),
+                security_groups: Some(sgs),
+                ..PortUpdate::default()
+            };
+            net.update_port(&have.id, &req).await?;
+            Ok(output_of(have))
+        }
+        Desired::FloatingIpAssociation { fip, target } => {
+            let fip = dep(ctx, fip)?;
+            let port = match target {
+                AssocTarget::Port(p) => dep(ctx, p)?.id,
+                AssocTarget::LoadBalancerVip(lb) => {
+                    dep(ctx, lb)?.port_id.ok_or_else(|| CloudError::Invalid {
+                        what: format!("load balancer {lb}"),
+                        detail: "has no VIP port".into(),
+                    })?
+                }
+            };
+            if have.and_then(|h| h.facts.port_id.as_deref()) != Some(port.as_str()) {
+                net.associate_floating_ip(&fip.id, &port, None).await?;
+            }
+            Ok(fip)
+        }
+        _ => have.map(output_of).ok_or_else(|| missing(node)),
+    }
+}
+
+fn missing(node: &Node) -> CloudError {
+    CloudError::Invalid {
+        what: node.id.clone(),
+        detail: "nothing observed to update".into(),
+    }
+}
+
+/// One change to a load balancer's children: under the LB's lock, then wait for it to be ACTIVE again.
+async fn lb_step<F, Fut>(
+    ctx: &Ctx,
+    node: &Node,
+    lb_logical: &str,
+    lb_id: &str,
+    step: F,
+) -> R<Output>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = R<Output>>,
+{
+    let _guard = match ctx.lb_locks.get(lb_logical) {
+        Some(l) => Some(l.lock().await),
+        None => None,
+    };
+    let out = step().await?;
+    wait(
+        ctx,
+        node,
+        WaitKind::LoadBalancer,
+        lb_id,
+        ctx.opts.deadlines.load_balancer,
+    )
+    .await?;
+    Ok(out)
+}
+
+async fn wait(
+    ctx: &Ctx,
+    node: &Node,
+    kind: WaitKind,
+    id: &str,
+    within: std::time::Duration,
+) -> R<super::wait::Seen> {
+    let what = format!("{} {} ({id})", node.kind.as_str(), node.name);
+    emit(
+        ctx.events.as_ref(),
+        Event::Waiting {
+            id: node.id.clone(),
+            what: what.clone(),
+        },
+    );
+    ctx.waiter
+        .wait(kind, id, Target::Ready, within, &what)
+        .await
+}
+
+async fn create_server(
+    ctx: &Ctx,
+    node: &Node,
+    spec: &ServerSpec,
+    user_data: Option<Vec<u8>>,
+) -> R<Output> {
+    let port = dep(ctx, &spec.port)?;
+    let boot = match &spec.volume {
+        Some(v) => Boot::Volume(BlockDevice::Volume {
+            volume_id: dep(ctx, v)?.id,
+            delete_on_termination: false,
+        }),
+        None => Boot::Image(spec.image_id.clone()),
+    };
+    let mut req = ServerCreate::new(&node.name, &spec.flavor_id, boot);
+    req.nics = vec![Nic::Port(port.id.clone())];
+    req.user_data = user_data;
+    req.tags.clone_from(&node.tags);
+    req.key_name = spec
+        .keypair
+        .as_ref()
+        .map(|k| dep(ctx, k).map(|o| o.id))
+        .transpose()?;
+    req.server_group = spec
+        .server_group
+        .as_ref()
+        .map(|g| dep(ctx, g).map(|o| o.id))
+        .transpose()?;
+    req.availability_zone.clone_from(&spec.availability_zone);
+    let compute = ctx.session.compute();
+    let find = || async {
+        Ok(compute
+            .list_servers(&own_tags(ctx, node))
+            .await?
+            .into_iter()
+            .next()
+            .map(|s| simple(s.id)))
+    };
+    let created = create_or_find(
+        ctx,
+        node,
+        || async { Ok(simple(compute.create_server(&req).await?.id)) },
+        find,
+    )
+    .await?;
+    match wait(
+        ctx,
+        node,
+        WaitKind::Server,
+        &created.id,
+        ctx.opts.deadlines.server,
+    )
+    .await
+    {
+        Ok(_) => Ok(Output {
+            id: created.id,
+            address: port.address,
+            port_id: Some(port.id),
+        }),
+        Err(e) => {
+            // The server failed: remove it and its port (unbound once the server is gone), so nothing
+            // half-made is left and a re-run recreates both.
+            let d = deleter(ctx);
+            let res = |kind, id: &str, logical: &str| Resource {
+                kind,
+                logical_id: logical.to_owned(),
+                id: id.to_owned(),
+                name: String::new(),
+                tagged: true,
+                state: String::new(),
+                failed: true,
+                facts: crate::observe::Facts::default(),
+            };
+            if let Err(c) = d
+                .delete_one(&res(Kind::Server, &created.id, &node.id))
+                .await
+            {
+                tracing::warn!(node = %node.id, "cleanup of the failed server: {c}");
+            } else if let Err(c) = d.delete_one(&res(Kind::Port, &port.id, &spec.port)).await {
+                tracing::warn!(node = %node.id, "cleanup of the failed server's port: {c}");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The CCM's application credential: created with its secret kept for the caller; an unknown create
+/// outcome is resolved by deleting what was made (its secret is lost with the answer) and creating again.
+async fn create_app_credential(ctx: &Ctx, node: &Node) -> R<Output> {
+    let identity = ctx.session.identity();
+    let req = ApplicationCredentialCreate {
+        name: node.name.clone(),
+        description: Some(format!(
+            "kos cluster {}: the in-cluster OpenStack cloud controller manager and CSI",
+            ctx.cluster
+        )),
+        ..ApplicationCredentialCreate::default()
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match identity.create_application_credential(&req).await {
+            Ok(c) => {
+                *ctx.ccm.lock().unwrap_or_else(|p| p.into_inner()) = Some(CcmCredential {
+                    id: c.credential.id.clone(),
+                    name: c.credential.name.clone(),
+                    secret: Some(c.secret),
+                });
+                return Ok(simple(c.credential.id));
+            }
+            Err(e) if maybe_created(&e) && attempt < 3 => {
+                for c in identity
+                    .list_application_credentials(Some(&node.name))
+                    .await?
+                {
+                    identity.delete_application_credential(&c.id).await?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The hook servers get their user_data from. The bootstrap crate implements it with kubeadm and
+//! cloud-init; [`MarkerBootstrap`] is the minimal implementation used until then and in engine tests.
+
+use std::collections::BTreeMap;
+
+/// What a node's bootstrap needs to know, known before the server is created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeContext {
+    pub cluster: String,
+    /// The server's logical id (`cp-0`, `pool-workers-2`).
+    pub logical_id: String,
+    pub role: NodeRole,
+    /// The API endpoint address (the pre-allocated floating IP, or the private VIP/IP): known before
+    /// any server boots, so every node's bootstrap is complete at create time.
+    pub api_address: String,
+    pub labels: BTreeMap<String, String>,
+    /// `key=value:Effect` or `key:Effect`.
+    pub taints: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeRole {
+    /// The first control plane: runs `kubeadm init`.
+    InitControlPlane,
+    JoinControlPlane,
+    Worker {
+        pool: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot render the bootstrap of {node}: {reason}")]
+pub struct BootstrapError {
+    pub node: String,
+    pub reason: String,
+}
+
+/// Renders a node's user_data (raw bytes; the compute facade base64-encodes and size-checks them).
+pub trait Bootstrap: Send + Sync {
+    fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError>;
+}
+
+/// A valid cloud-config that only writes a marker file naming the node: enough to prove the wiring.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MarkerBootstrap;
+
+impl Bootstrap for MarkerBootstrap {
+    fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {
+        let role = match &node.role {
+            NodeRole::InitControlPlane => "init-control-plane".to_owned(),
+            NodeRole::JoinControlPlane => "join-control-plane".to_owned(),
+            NodeRole::Worker { pool } => format!("worker/{pool}"),
+        };
+        Ok(format!(
+            "#cloud-config\nwrite_files:\n  - path: /var/lib/kos/node\n    permissions: '0644'\n    content: |\n      cluster: {}\n      node: {}\n      role: {role}\n      api: {}\n",
+            node.cluster, node.logical_id, node.api_address
+        )
+        .into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_is_a_cloud_config() {
+        let ctx = NodeContext {
+            cluster: "demo".into(),
+            logical_id: "cp-0".into(),
+            role: NodeRole::InitControlPlane,
+            api_address: "172.24.4.10".into(),
+            labels: BTreeMap::new(),
+            taints: vec![],
+        };
+        let ud =
+            String::from_utf8(MarkerBootstrap.user_data(&ctx).expect("renders")).expect("utf8");
+        assert!(ud.starts_with("#cloud-config\n"));
+        assert!(ud.contains("node: cp-0"));
+    }
+}

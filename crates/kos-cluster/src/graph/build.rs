@@ -1,0 +1,408 @@
+//! [`desired`]: the spec and preflight's resolutions turned into nodes and edges (research/deployers.md §2).
+
+use super::{
+    ApiSource, AssocTarget, Desired, DesiredGraph, GraphError, Kind, Node, ServerSpec, rules,
+};
+use crate::bootstrap::NodeRole;
+use crate::names::{ClusterName, cluster_tag, id_tag, resource_name};
+use crate::resolved::{Resolved, ResolvedMachine, ResolvedNetwork};
+use crate::spec::{ClusterSpec, EndpointKind, LbProvider, ServerGroupPolicy};
+
+/// Builds the desired graph of a cluster. No cloud call: everything comes from `spec` and `resolved`.
+///
+/// # Errors
+/// A pool preflight did not resolve, or a graph that is not a DAG (a bug, or a pool named like a kos id).
+pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, GraphError> {
+    let mut b = Builder {
+        cluster: &spec.name.value,
+        extra_tags: spec.tags.iter().map(|t| t.as_str().to_owned()).collect(),
+        nodes: Vec::new(),
+    };
+
+    // Network: made by kos, or the user's own (external references, never touched).
+    let (subnet_cidr, routed) = match &resolved.network {
+        ResolvedNetwork::Create { cidr, dns_servers } => {
+            b.add("network", Kind::Network, Desired::Network, &[]);
+            b.add(
+                "subnet",
+                Kind::Subnet,
+                Desired::Subnet {
+                    network: "network".into(),
+                    cidr: cidr.to_string(),
+                    dns_servers: dns_servers.iter().map(ToString::to_string).collect(),
+                },
+                &["network"],
+            );
+            b.add(
+                "router",
+                Kind::Router,
+                Desired::Router {
+                    external_network_id: resolved.external_network.id.clone(),
+                },
+                &[],
+            );
+            b.add(
+                "router-if",
+                Kind::RouterInterface,
+                Desired::RouterInterface {
+                    router: "router".into(),
+                    subnet: "subnet".into(),
+                },
+                &["router", "subnet"],
+            );
+            (*cidr, true)
+        }
+        ResolvedNetwork::Existing {
+            network_id,
+            subnet_id,
+            subnet_cidr,
+            router_id,
+        } => {
+            b.external("network", Kind::Network, network_id);
+            b.external("subnet", Kind::Subnet, subnet_id);
+            if let Some(r) = router_id {
+                b.external("router", Kind::Router, r);
+            }
+            (*subnet_cidr, false)
+        }
+    };
+
+    b.add(
+        "sg-cp",
+        Kind::SecurityGroup,
+        Desired::SecurityGroup {
+            description: format!("kos {}: control planes", b.cluster),
+        },
+        &[],
+    );
+    b.add(
+        "sg-node",
+        Kind::SecurityGroup,
+        Desired::SecurityGroup {
+            description: format!("kos {}: all nodes", b.cluster),
+        },
+        &[],
+    );
+    for (id, group, rules) in [
+        ("sgr-cp", "sg-cp", rules::control_plane(spec, subnet_cidr)),
+        ("sgr-node", "sg-node", rules::node(spec)),
+    ] {
+        b.add(
+            id,
+            Kind::SecurityGroupRules,
+            Desired::SecurityGroupRules {
+                group: group.into(),
+                rules,
+            },
+            &["sg-cp", "sg-node"],
+        );
+    }
+    if let Some(key) = &spec.ssh_public_key {
+        b.add(
+            "keypair",
+            Kind::Keypair,
+            Desired::Keypair {
+                public_key: key.as_str().to_owned(),
+            },
+            &[],
+        );
+    }
+    b.add(
+        "appcred-ccm",
+        Kind::AppCredential,
+        Desired::AppCredential,
+        &[],
+    );
+    if let Some(n) = b.nodes.last_mut() {
+        // What operators look for in Keystone: `kos-<cluster>-ccm`.
+        n.name = format!("kos-{}-ccm", b.cluster);
+    }
+
+    // The API endpoint. The floating IP is allocated first, so its address is known before any server's
+    // user_data is rendered.
+    let public = spec.api_endpoint.public;
+    if public {
+        b.add(
+            "api-fip",
+            Kind::FloatingIp,
+            Desired::FloatingIp {
+                external_network_id: resolved.external_network.id.clone(),
+            },
+            &[],
+        );
+    }
+    let cp_ports: Vec<String> = (0..spec.control_plane.count.get())
+        .map(|i| format!("port-cp-{i}"))
+        .collect();
+    let api = match spec.api_endpoint.kind.value {
+        EndpointKind::LoadBalancer { provider } => {
+            b.add(
+                "api-lb",
+                Kind::LoadBalancer,
+                Desired::LoadBalancer {
+                    subnet: "subnet".into(),
+                    provider: resolved
+                        .lb_provider
+                        .clone()
+                        .or_else(|| Some(provider.as_str().to_owned())),
+                },
+                &["subnet"],
+            );
+            b.add(
+                "api-listener",
+                Kind::Listener,
+                Desired::Listener {
+                    lb: "api-lb".into(),
+                    port: 6443,
+                    allowed_cidrs: spec
+                        .api_endpoint
+                        .allowed_cidrs
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect(),
+                },
+                &["api-lb"],
+            );
+            b.add(
+                "api-pool",
+                Kind::Pool,
+                Desired::Pool {
+                    lb: "api-lb".into(),
+                    listener: "api-listener".into(),
+                    ovn: provider == LbProvider::Ovn,
+                },
+                &["api-listener"],
+            );
+            b.add(
+                "api-monitor",
+                Kind::HealthMonitor,
+                Desired::HealthMonitor {
+                    lb: "api-lb".into(),
+                    pool: "api-pool".into(),
+                },
+                &["api-pool"],
+            );
+            let mut deps: Vec<&str> = vec!["api-monitor"];
+            deps.extend(cp_ports.iter().map(String::as_str));
+            b.add(
+                "api-members",
+                Kind::Members,
+                Desired::Members {
+                    lb: "api-lb".into(),
+                    pool: "api-pool".into(),
+                    subnet: "subnet".into(),
+                    ports: cp_ports.clone(),
+                    port: 6443,
+                },
+                &deps,
+            );
+            if public {
+                b.assoc(AssocTarget::LoadBalancerVip("api-lb".into()), routed);
+                ApiSource::FloatingIp("api-fip".into())
+            } else {
+                ApiSource::LoadBalancerVip("api-lb".into())
+            }
+        }
+        EndpointKind::FloatingIp => {
+            if public {
+                b.assoc(AssocTarget::Port("port-cp-0".into()), routed);
+                ApiSource::FloatingIp("api-fip".into())
+            } else {
+                ApiSource::PortIp("port-cp-0".into())
+            }
+        }
+    };
+
+    let pod_and_service = vec![
+        spec.network.pod_cidr.to_string(),
+        spec.network.service_cidr.to_string(),
+    ];
+    let cp = &spec.control_plane;
+    let cp_group = b.server_group("sgroup-cp", cp.server_group_policy);
+    for i in 0..cp.count.get() {
+        let role = if i == 0 {
+            NodeRole::InitControlPlane
+        } else {
+            NodeRole::JoinControlPlane
+        };
+        b.machine(
+            &Machine {
+                prefix: "cp",
+                index: i,
+                resolved: &resolved.control_plane,
+                security_groups: &["sg-cp", "sg-node"],
+                address_pairs: &pod_and_service,
+                server_group: cp_group.as_deref(),
+                role,
+                labels: Default::default(),
+                taints: Vec::new(),
+            },
+            &api,
+            spec.ssh_public_key.is_some(),
+        );
+    }
+    for pool in &spec.node_pools {
+        let name = pool.name.value.as_str();
+        let r = resolved
+            .pools
+            .get(&pool.name.value)
+            .ok_or_else(|| GraphError::UnresolvedPool(name.to_owned()))?;
+        let group = b.server_group(&format!("sgroup-{name}"), pool.server_group_policy);
+        for i in 0..pool.count.value {
+            b.machine(
+                &Machine {
+                    prefix: name,
+                    index: i,
+                    resolved: r,
+                    security_groups: &["sg-node"],
+                    address_pairs: &pod_and_service,
+                    server_group: group.as_deref(),
+                    role: NodeRole::Worker {
+                        pool: name.to_owned(),
+                    },
+                    labels: pool
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    taints: pool.taints.iter().map(ToString::to_string).collect(),
+                },
+                &api,
+                spec.ssh_public_key.is_some(),
+            );
+        }
+    }
+    DesiredGraph::new(b.cluster.as_str(), b.nodes, api)
+}
+
+struct Builder<'a> {
+    cluster: &'a ClusterName,
+    extra_tags: Vec<String>,
+    nodes: Vec<Node>,
+}
+
+struct Machine<'a> {
+    prefix: &'a str,
+    index: u32,
+    resolved: &'a ResolvedMachine,
+    security_groups: &'a [&'a str],
+    address_pairs: &'a [String],
+    server_group: Option<&'a str>,
+    role: NodeRole,
+    labels: std::collections::BTreeMap<String, String>,
+    taints: Vec<String>,
+}
+
+impl Builder<'_> {
+    fn add(&mut self, id: &str, kind: Kind, spec: Desired, deps: &[&str]) {
+        let mut tags = vec![cluster_tag(self.cluster), id_tag(id)];
+        tags.extend(self.extra_tags.iter().cloned());
+        self.nodes.push(Node {
+            id: id.to_owned(),
+            kind,
+            name: resource_name(self.cluster, id),
+            tags,
+            spec,
+            deps: deps.iter().map(|d| (*d).to_owned()).collect(),
+        });
+    }
+
+    fn external(&mut self, id: &str, kind: Kind, cloud_id: &str) {
+        self.add(
+            id,
+            kind,
+            Desired::External {
+                id: cloud_id.to_owned(),
+            },
+            &[],
+        );
+    }
+
+    fn assoc(&mut self, target: AssocTarget, routed: bool) {
+        let mut deps = vec!["api-fip"];
+        deps.push(match &target {
+            AssocTarget::Port(p) => p.as_str(),
+            AssocTarget::LoadBalancerVip(lb) => lb.as_str(),
+        });
+        if routed {
+            deps.push("router-if");
+        }
+        let deps: Vec<String> = deps.into_iter().map(str::to_owned).collect();
+        let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+        self.add(
+            "fip-assoc",
+            Kind::FloatingIpAssociation,
+            Desired::FloatingIpAssociation {
+                fip: "api-fip".into(),
+                target,
+            },
+            &deps,
+        );
+    }
+
+    fn server_group(&mut self, id: &str, policy: ServerGroupPolicy) -> Option<String> {
+        let policy = policy.nova_policy()?;
+        self.add(id, Kind::ServerGroup, Desired::ServerGroup { policy }, &[]);
+        Some(id.to_owned())
+    }
+
+    fn machine(&mut self, m: &Machine<'_>, api: &ApiSource, keypair: bool) {
+        let host = format!("{}-{}", m.prefix, m.index);
+        let port = format!("port-{host}");
+        let az = (!m.resolved.availability_zones.is_empty()).then(|| {
+            let n = m.resolved.availability_zones.len();
+            m.resolved.availability_zones[m.index as usize % n].clone()
+        });
+        let mut port_deps = vec!["network", "subnet"];
+        port_deps.extend(m.security_groups.iter().copied());
+        self.add(
+            &port,
+            Kind::Port,
+            Desired::Port {
+                network: "network".into(),
+                subnet: "subnet".into(),
+                security_groups: m.security_groups.iter().map(|s| (*s).to_owned()).collect(),
+                address_pairs: m.address_pairs.to_vec(),
+            },
+            &port_deps,
+        );
+        let volume = m.resolved.boot_volume.as_ref().map(|bv| {
+            let id = format!("vol-{host}");
+            self.add(
+                &id,
+                Kind::Volume,
+                Desired::Volume {
+                    size_gb: bv.size_gb,
+                    volume_type: bv.volume_type.clone(),
+                    image_id: m.resolved.image_id.clone(),
+                    availability_zone: az.clone(),
+                },
+                &[],
+            );
+            id
+        });
+        let mut deps: Vec<String> = vec![port.clone()];
+        deps.extend(volume.iter().cloned());
+        deps.extend(m.server_group.map(str::to_owned));
+        if keypair {
+            deps.push("keypair".into());
+        }
+        if api.node() != port {
+            deps.push(api.node().to_owned());
+        }
+        let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+        let spec = ServerSpec {
+            flavor_id: m.resolved.flavor_id.clone(),
+            image_id: m.resolved.image_id.clone(),
+            port,
+            volume: volume.clone(),
+            server_group: m.server_group.map(str::to_owned),
+            keypair: keypair.then(|| "keypair".to_owned()),
+            availability_zone: az,
+            role: m.role.clone(),
+            labels: m.labels.clone(),
+            taints: m.taints.clone(),
+        };
+        self.add(&host, Kind::Server, Desired::Server(Box::new(spec)), &deps);
+    }
+}

@@ -1,0 +1,359 @@
+//! The desired graph: every OpenStack object a cluster needs, each a node with a stable logical id, its
+//! deterministic name and tags, what it should look like, and the nodes it depends on.
+//!
+//! Built from the spec and preflight's [`Resolved`](crate::resolved::Resolved) without any cloud call
+//! ([`desired`]); observe, plan, apply and teardown all speak in its logical ids. Edges point from a
+//! dependency to its dependents, so a topological order is a create order and its reverse a delete order.
+
+mod build;
+mod rules;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use petgraph::algo::toposort;
+use petgraph::graph::{DiGraph, NodeIndex};
+use serde::Serialize;
+
+use crate::bootstrap::NodeRole;
+
+pub use build::desired;
+pub use rules::{Remote, Rule};
+
+/// What kind of cloud object a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    Network,
+    Subnet,
+    Router,
+    RouterInterface,
+    SecurityGroup,
+    /// The ingress rules of one security group (separate from the group: rules refer to other groups).
+    SecurityGroupRules,
+    ServerGroup,
+    Keypair,
+    FloatingIp,
+    LoadBalancer,
+    Listener,
+    Pool,
+    HealthMonitor,
+    /// The whole membership of a pool, set in one batch call.
+    Members,
+    Port,
+    Volume,
+    Server,
+    FloatingIpAssociation,
+    AppCredential,
+}
+
+impl Kind {
+    /// Short human name, as shown in plans.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Network => "network",
+            Kind::Subnet => "subnet",
+            Kind::Router => "router",
+            Kind::RouterInterface => "router interface",
+            Kind::SecurityGroup => "security group",
+            Kind::SecurityGroupRules => "security group rules",
+            Kind::ServerGroup => "server group",
+            Kind::Keypair => "keypair",
+            Kind::FloatingIp => "floating IP",
+            Kind::LoadBalancer => "load balancer",
+            Kind::Listener => "listener",
+            Kind::Pool => "pool",
+            Kind::HealthMonitor => "health monitor",
+            Kind::Members => "pool members",
+            Kind::Port => "port",
+            Kind::Volume => "volume",
+            Kind::Server => "server",
+            Kind::FloatingIpAssociation => "floating IP association",
+            Kind::AppCredential => "application credential",
+        }
+    }
+
+    /// Position in a delete order (lower goes first): what holds others goes before what it holds.
+    #[must_use]
+    pub fn delete_rank(self) -> u8 {
+        match self {
+            Kind::FloatingIpAssociation | Kind::FloatingIp => 0,
+            Kind::Members | Kind::HealthMonitor | Kind::Pool | Kind::Listener => 1,
+            Kind::LoadBalancer => 2,
+            Kind::Server => 3,
+            Kind::Port | Kind::Volume => 4,
+            Kind::RouterInterface => 5,
+            Kind::Router => 6,
+            Kind::Subnet => 7,
+            Kind::Network => 8,
+            Kind::SecurityGroupRules | Kind::SecurityGroup => 9,
+            Kind::ServerGroup | Kind::Keypair => 10,
+            Kind::AppCredential => 11,
+        }
+    }
+}
+
+/// One object of the desired graph.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Stable, short, unique in the cluster: `network`, `port-cp-0`, `workers-2`.
+    pub id: String,
+    pub kind: Kind,
+    /// `kos-<cluster>-<id>` (floating IPs carry it as their description: they have no name).
+    pub name: String,
+    /// `kos-cluster=<name>`, `kos-id=<id>` and the spec's extra tags.
+    pub tags: Vec<String>,
+    pub spec: Desired,
+    /// Logical ids this node needs first.
+    pub deps: Vec<String>,
+}
+
+impl Node {
+    /// A bring-your-own object: never created, updated or deleted.
+    #[must_use]
+    pub fn is_external(&self) -> bool {
+        matches!(self.spec, Desired::External { .. })
+    }
+}
+
+/// What a node should look like. References to other nodes are logical ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Desired {
+    /// The user's own object, by id.
+    External {
+        id: String,
+    },
+    Network,
+    Subnet {
+        network: String,
+        cidr: String,
+        dns_servers: Vec<String>,
+    },
+    Router {
+        external_network_id: String,
+    },
+    RouterInterface {
+        router: String,
+        subnet: String,
+    },
+    SecurityGroup {
+        description: String,
+    },
+    SecurityGroupRules {
+        group: String,
+        rules: Vec<Rule>,
+    },
+    ServerGroup {
+        policy: &'static str,
+    },
+    Keypair {
+        public_key: String,
+    },
+    FloatingIp {
+        external_network_id: String,
+    },
+    LoadBalancer {
+        subnet: String,
+        provider: Option<String>,
+    },
+    Listener {
+        lb: String,
+        port: u16,
+        allowed_cidrs: Vec<String>,
+    },
+    Pool {
+        lb: String,
+        listener: String,
+        ovn: bool,
+    },
+    HealthMonitor {
+        lb: String,
+        pool: String,
+    },
+    Members {
+        lb: String,
+        pool: String,
+        subnet: String,
+        /// Ports whose fixed IPs are the members (known before any server exists).
+        ports: Vec<String>,
+        port: u16,
+    },
+    Port {
+        network: String,
+        subnet: String,
+        security_groups: Vec<String>,
+        /// Pod and service CIDRs: traffic the CNI routes through the node.
+        address_pairs: Vec<String>,
+    },
+    Volume {
+        size_gb: u32,
+        volume_type: Option<String>,
+        image_id: String,
+        availability_zone: Option<String>,
+    },
+    Server(Box<ServerSpec>),
+    FloatingIpAssociation {
+        fip: String,
+        target: AssocTarget,
+    },
+    AppCredential,
+}
+
+/// Where the API floating IP points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AssocTarget {
+    /// A control plane's port (floating-IP endpoint).
+    Port(String),
+    /// The load balancer's VIP port.
+    LoadBalancerVip(String),
+}
+
+/// A server and everything its create call needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    pub flavor_id: String,
+    pub image_id: String,
+    pub port: String,
+    pub volume: Option<String>,
+    pub server_group: Option<String>,
+    pub keypair: Option<String>,
+    pub availability_zone: Option<String>,
+    pub role: NodeRole,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<String>,
+}
+
+/// Where the API endpoint's address comes from, once that node exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiSource {
+    /// The pre-allocated floating IP (public endpoints).
+    FloatingIp(String),
+    /// The load balancer's private VIP.
+    LoadBalancerVip(String),
+    /// The single control plane's fixed IP (private floating-IP endpoint).
+    PortIp(String),
+}
+
+impl ApiSource {
+    /// The logical id of the node that provides the address.
+    #[must_use]
+    pub fn node(&self) -> &str {
+        match self {
+            ApiSource::FloatingIp(n) | ApiSource::LoadBalancerVip(n) | ApiSource::PortIp(n) => n,
+        }
+    }
+}
+
+/// Why a graph could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error("the desired graph has a dependency cycle through `{0}`")]
+    Cycle(String),
+    #[error("node `{node}` depends on `{missing}`, which is not in the graph")]
+    MissingDependency { node: String, missing: String },
+    #[error("node pool `{0}` was not resolved by preflight")]
+    UnresolvedPool(String),
+    #[error("logical id `{0}` is used twice (a node pool named like a kos object?)")]
+    DuplicateId(String),
+}
+
+/// The whole desired state of one cluster, in dependency order.
+#[derive(Debug, Clone)]
+pub struct DesiredGraph {
+    pub cluster: String,
+    /// Nodes by logical id.
+    pub nodes: BTreeMap<String, Node>,
+    /// Logical ids, dependencies first.
+    pub order: Vec<String>,
+    pub api: ApiSource,
+}
+
+impl DesiredGraph {
+    /// Checks references and cycles, and computes the create order.
+    ///
+    /// # Errors
+    /// A dependency on a missing node, a duplicate id, or a cycle.
+    pub fn new(cluster: &str, nodes: Vec<Node>, api: ApiSource) -> Result<Self, GraphError> {
+        let mut by_id = BTreeMap::new();
+        for n in nodes {
+            let id = n.id.clone();
+            if by_id.insert(id.clone(), n).is_some() {
+                return Err(GraphError::DuplicateId(id));
+            }
+        }
+        let (g, _) = petgraph_of(&by_id)?;
+        let order = toposort(&g, None)
+            .map_err(|c| GraphError::Cycle(g[c.node_id()].clone()))?
+            .into_iter()
+            .map(|i| g[i].clone())
+            .collect();
+        Ok(DesiredGraph {
+            cluster: cluster.to_owned(),
+            nodes: by_id,
+            order,
+            api,
+        })
+    }
+
+    #[must_use]
+    pub fn node(&self, id: &str) -> Option<&Node> {
+        self.nodes.get(id)
+    }
+
+    /// Nodes in create order.
+    pub fn in_order(&self) -> impl Iterator<Item = &Node> {
+        self.order.iter().filter_map(|id| self.nodes.get(id))
+    }
+
+    /// Graphviz rendering (`kos plan --graph dot`): externals dashed, servers boxed.
+    #[must_use]
+    pub fn dot(&self) -> String {
+        let mut out = format!("digraph \"kos-{}\" {{\n  rankdir=LR;\n", self.cluster);
+        for n in self.in_order() {
+            let style = if n.is_external() {
+                ", style=dashed"
+            } else if n.kind == Kind::Server {
+                ", shape=box"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "  \"{}\" [label=\"{}\\n{}\"{style}];",
+                n.id,
+                n.id,
+                n.kind.as_str()
+            );
+        }
+        for n in self.in_order() {
+            for d in &n.deps {
+                let _ = writeln!(out, "  \"{d}\" -> \"{}\";", n.id);
+            }
+        }
+        out.push_str("}\n");
+        out
+    }
+}
+
+type Graph = DiGraph<String, ()>;
+
+fn petgraph_of(
+    nodes: &BTreeMap<String, Node>,
+) -> Result<(Graph, BTreeMap<String, NodeIndex>), GraphError> {
+    let mut g = Graph::new();
+    let idx: BTreeMap<String, NodeIndex> = nodes
+        .keys()
+        .map(|id| (id.clone(), g.add_node(id.clone())))
+        .collect();
+    for n in nodes.values() {
+        for d in &n.deps {
+            let from = idx.get(d).ok_or_else(|| GraphError::MissingDependency {
+                node: n.id.clone(),
+                missing: d.clone(),
+            })?;
+            g.add_edge(*from, idx[&n.id], ());
+        }
+    }
+    Ok((g, idx))
+}

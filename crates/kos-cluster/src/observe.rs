@@ -1,0 +1,638 @@
+//! Observe: what the cloud holds for a cluster, matched to logical ids, in a number of API calls that does
+//! not depend on the cluster's size.
+//!
+//! One list call per resource type. Nova, Octavia and Cinder take kos's tags (metadata) atomically on
+//! create, so their lists are filtered by the cluster tag. Neutron resources are tagged *after* create
+//! (real Neutron drops tags on single POSTs), so a crash in between leaves an untagged object that only its
+//! deterministic name identifies: Neutron lists are therefore read whole and filtered here, by tag or by
+//! the `kos-<cluster>-` name. Keypairs, server groups and application credentials have no tags: the name
+//! is their identity.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::try_join;
+use kos_cloud::model::TagQuery;
+use kos_cloud::model::block_storage::{Volume, VolumeFilter};
+use kos_cloud::model::compute::{Keypair, Server, ServerGroup, ServerStatus};
+use kos_cloud::model::identity::ApplicationCredential;
+use kos_cloud::model::load_balancer::{
+    HealthMonitor, Listener, LoadBalancer, LoadBalancerFilter, Pool, ProvisioningStatus,
+};
+use kos_cloud::model::network::{
+    FloatingIp, FloatingIpFilter, Network, NetworkFilter, Port, PortFilter, Router, RouterFilter,
+    SecurityGroup, SecurityGroupFilter, Subnet, SubnetFilter,
+};
+use kos_cloud::{CloudError, Session};
+use serde::Serialize;
+
+use crate::graph::Kind;
+use crate::names::{TAG_CLUSTER, TAG_ID};
+
+/// Metadata key the Cinder CSI driver puts on the volumes it makes.
+pub const CSI_CLUSTER_KEY: &str = "cinder.csi.openstack.org/cluster";
+/// Device owner of router interface ports.
+pub(crate) const ROUTER_INTERFACE: &str = "network:router_interface";
+
+/// One cloud object, as observed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resource {
+    pub kind: Kind,
+    /// The kos logical id (for run-time objects of the cluster: a description such as `ccm-lb`).
+    pub logical_id: String,
+    /// The cloud's id (the name, for keypairs).
+    pub id: String,
+    pub name: String,
+    /// Carries kos's tags; `false`: found by its deterministic name only (a crash between create and tag).
+    pub tagged: bool,
+    /// The cloud's status word, when it has one.
+    pub state: String,
+    /// In a failure state (server/LB ERROR, volume error): to be replaced.
+    pub failed: bool,
+    pub facts: Facts,
+}
+
+/// What plan and apply compare or need, per kind.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Facts {
+    /// Floating IP address, a port's first fixed IP, an LB's VIP.
+    pub address: Option<String>,
+    /// The port a floating IP points at; an LB's VIP port.
+    pub port_id: Option<String>,
+    /// The server a port is bound to; the router of a router interface.
+    pub device_id: Option<String>,
+    pub subnet_id: Option<String>,
+    pub network_id: Option<String>,
+    /// Nova's fault message of a server in ERROR.
+    pub fault: Option<String>,
+    pub allowed_cidrs: Vec<String>,
+    pub members: Vec<String>,
+    pub address_pairs: Vec<String>,
+    pub security_groups: Vec<String>,
+    /// Ingress rules (egress is never managed).
+    pub rules: Vec<ObservedRule>,
+    pub tags: Vec<String>,
+}
+
+/// A security group rule as Neutron reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ObservedRule {
+    pub id: String,
+    pub ethertype: String,
+    pub protocol: Option<String>,
+    pub ports: Option<(u16, u16)>,
+    pub remote_ip_prefix: Option<String>,
+    pub remote_group_id: Option<String>,
+}
+
+/// Everything observed for one cluster, by logical id (several entries for one id are duplicates).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Observed {
+    pub cluster: String,
+    pub resources: BTreeMap<String, Vec<Resource>>,
+}
+
+impl Observed {
+    /// The resources seen for a logical id.
+    #[must_use]
+    pub fn get(&self, logical_id: &str) -> &[Resource] {
+        self.resources.get(logical_id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every resource, in no particular order.
+    pub fn all(&self) -> impl Iterator<Item = &Resource> {
+        self.resources.values().flatten()
+    }
+
+    /// Logical ids with more than one resource.
+    pub fn duplicates(&self) -> impl Iterator<Item = (&str, &[Resource])> {
+        self.resources
+            .iter()
+            .filter(|(_, v)| v.len() > 1)
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+    }
+}
+
+/// Lists what the cloud holds for `cluster`: one call per resource type (plus one for the API pool's
+/// members), whatever the cluster's size.
+///
+/// # Errors
+/// The first list call that failed (after the session's retries).
+pub async fn observe(session: &Session, cluster: &str) -> Result<Observed, CloudError> {
+    let inv = Inventory::fetch(session, Scope::Cluster(cluster)).await?;
+    let mut observed = inv.classify(cluster);
+    // Members have no tags and hang off the pool: one call for the (one) API pool.
+    let pools: Vec<(String, String)> = observed
+        .all()
+        .filter(|r| r.kind == Kind::Pool)
+        .map(|r| (r.logical_id.clone(), r.id.clone()))
+        .collect();
+    let mut seen = BTreeSet::new();
+    for (logical, pool_id) in pools {
+        let members_id = logical.replace("-pool", "-members");
+        if !seen.insert(members_id.clone()) {
+            continue;
+        }
+        let members = session.load_balancer().list_members(&pool_id).await?;
+        let mut addresses: Vec<String> = members.into_iter().map(|m| m.address).collect();
+        addresses.sort();
+        observed.push(Resource {
+            kind: Kind::Members,
+            logical_id: members_id,
+            id: pool_id,
+            name: String::new(),
+            tagged: true,
+            state: String::new(),
+            failed: false,
+            facts: Facts {
+                members: addresses,
+                ..Facts::default()
+            },
+        });
+    }
+    Ok(observed)
+}
+
+impl Observed {
+    pub(crate) fn push(&mut self, r: Resource) {
+        self.resources
+            .entry(r.logical_id.clone())
+            .or_default()
+            .push(r);
+    }
+}
+
+/// Which objects to list: one cluster's (tag-filtered where the service allows) or the whole project's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scope<'a> {
+    Cluster(&'a str),
+    All,
+}
+
+/// The raw lists, one per resource type.
+#[derive(Debug, Default)]
+pub(crate) struct Inventory {
+    pub networks: Vec<Network>,
+    pub subnets: Vec<Subnet>,
+    pub routers: Vec<Router>,
+    pub ports: Vec<Port>,
+    pub security_groups: Vec<SecurityGroup>,
+    pub floating_ips: Vec<FloatingIp>,
+    pub servers: Vec<Server>,
+    pub volumes: Vec<Volume>,
+    pub load_balancers: Vec<LoadBalancer>,
+    pub listeners: Vec<Listener>,
+    pub pools: Vec<Pool>,
+    pub monitors: Vec<HealthMonitor>,
+    pub keypairs: Vec<Keypair>,
+    pub server_groups: Vec<ServerGroup>,
+    pub app_credentials: Vec<ApplicationCredential>,
+}
+
+impl Inventory {
+    pub(crate) async fn fetch(session: &Session, scope: Scope<'_>) -> Result<Self, CloudError> {
+        let tags = match scope {
+            Scope::Cluster(c) => TagQuery::all([format!("{TAG_CLUSTER}={c}")]),
+            Scope::All => TagQuery::default(),
+        };
+        let volume_filter = match scope {
+            Scope::Cluster(c) => VolumeFilter {
+                metadata: BTreeMap::from([(TAG_CLUSTER.to_owned(), c.to_owned())]),
+                ..VolumeFilter::default()
+            },
+            Scope::All => VolumeFilter::default(),
+        };
+        let appcred_name = match scope {
+            Scope::Cluster(c) => Some(format!("kos-{c}-ccm")),
+            Scope::All => None,
+        };
+        let (net, lb, compute, volumes_api, identity) = (
+            session.network(),
+            session.load_balancer(),
+            session.compute(),
+            session.block_storage(),
+            session.identity(),
+        );
+        let (nf, sf, rf, pf, gf, ff) = (
+            NetworkFilter::default(),
+            SubnetFilter::default(),
+            RouterFilter::default(),
+            PortFilter::default(),
+            SecurityGroupFilter::default(),
+            FloatingIpFilter::default(),
+        );
+        let lb_filter = LoadBalancerFilter {
+            tags: tags.clone(),
+            ..LoadBalancerFilter::default()
+        };
+        let (networks, subnets, routers, ports, security_groups, floating_ips) = try_join!(
+            net.list_networks(&nf),
+            net.list_subnets(&sf),
+            net.list_routers(&rf),
+            net.list_ports(&pf),
+            net.list_security_groups(&gf),
+            net.list_floating_ips(&ff),
+        )?;
+        let (servers, volumes, load_balancers, listeners, pools, monitors) = try_join!(
+            compute.list_servers(&tags),
+            volumes_api.list_volumes(&volume_filter),
+            lb.list_load_balancers(&lb_filter),
+            lb.list_listeners_tagged(&tags),
+            lb.list_pools_tagged(&tags),
+            lb.list_health_monitors(&tags),
+        )?;
+        let (keypairs, server_groups, app_credentials) = try_join!(
+            compute.list_keypairs(),
+            compute.list_server_groups(),
+            identity.list_application_credentials(appcred_name.as_deref()),
+        )?;
+        Ok(Inventory {
+            networks,
+            subnets,
+            routers,
+            ports,
+            security_groups,
+            floating_ips,
+            servers,
+            volumes,
+            load_balancers,
+            listeners,
+            pools,
+            monitors,
+            keypairs,
+            server_groups,
+            app_credentials,
+        })
+    }
+
+    /// The resources of `cluster`, matched to logical ids.
+    pub(crate) fn classify(&self, cluster: &str) -> Observed {
+        let m = Matcher::new(cluster);
+        let mut o = Observed {
+            cluster: cluster.to_owned(),
+            ..Observed::default()
+        };
+        let mut add = |kind,
+                       (logical, tagged): (String, bool),
+                       id: &str,
+                       name: &str,
+                       state: String,
+                       failed,
+                       facts| {
+            o.push(Resource {
+                kind,
+                logical_id: logical,
+                id: id.to_owned(),
+                name: name.to_owned(),
+                tagged,
+                state,
+                failed,
+                facts,
+            });
+        };
+        for x in &self.networks {
+            if let Some(l) = m.neutron(&x.tags, &x.name) {
+                add(
+                    Kind::Network,
+                    l,
+                    &x.id,
+                    &x.name,
+                    x.status.clone(),
+                    false,
+                    tags_only(&x.tags),
+                );
+            }
+        }
+        for x in &self.subnets {
+            if let Some(l) = m.neutron(&x.tags, &x.name) {
+                let facts = Facts {
+                    network_id: Some(x.network_id.clone()),
+                    address: Some(x.cidr.clone()),
+                    ..tags_only(&x.tags)
+                };
+                add(Kind::Subnet, l, &x.id, &x.name, String::new(), false, facts);
+            }
+        }
+        for x in &self.routers {
+            if let Some(l) = m.neutron(&x.tags, &x.name) {
+                let facts = Facts {
+                    network_id: x
+                        .external_gateway_info
+                        .as_ref()
+                        .map(|g| g.network_id.clone()),
+                    ..tags_only(&x.tags)
+                };
+                add(
+                    Kind::Router,
+                    l,
+                    &x.id,
+                    &x.name,
+                    x.status.clone(),
+                    false,
+                    facts,
+                );
+            }
+        }
+        for x in &self.ports {
+            let Some(l) = m.neutron(&x.tags, &x.name) else {
+                continue;
+            };
+            let kind = if x.device_owner == ROUTER_INTERFACE {
+                Kind::RouterInterface
+            } else {
+                Kind::Port
+            };
+            let mut sgs = x.security_groups.clone();
+            sgs.sort();
+            let mut pairs: Vec<String> = x
+                .allowed_address_pairs
+                .iter()
+                .map(|p| p.ip_address.clone())
+                .collect();
+            pairs.sort();
+            let facts = Facts {
+                address: x.fixed_ips.first().map(|f| f.ip_address.clone()),
+                subnet_id: x.fixed_ips.first().map(|f| f.subnet_id.clone()),
+                network_id: Some(x.network_id.clone()),
+                device_id: (!x.device_id.is_empty()).then(|| x.device_id.clone()),
+                address_pairs: pairs,
+                security_groups: sgs,
+                ..tags_only(&x.tags)
+            };
+            add(kind, l, &x.id, &x.name, x.status.clone(), false, facts);
+        }
+        for x in &self.security_groups {
+            let Some((logical, tagged)) = m.neutron(&x.tags, &x.name) else {
+                continue;
+            };
+            let rules: Vec<ObservedRule> = x
+                .security_group_rules
+                .iter()
+                .filter(|r| r.direction == "ingress")
+                .map(|r| ObservedRule {
+                    id: r.id.clone(),
+                    ethertype: r.ethertype.clone(),
+                    protocol: r.protocol.clone(),
+                    ports: r.port_range_min.zip(r.port_range_max),
+                    remote_ip_prefix: r.remote_ip_prefix.clone(),
+                    remote_group_id: r.remote_group_id.clone(),
+                })
+                .collect();
+            if let Some(suffix) = logical.strip_prefix("sg-") {
+                add(
+                    Kind::SecurityGroupRules,
+                    (format!("sgr-{suffix}"), true),
+                    &x.id,
+                    &x.name,
+                    String::new(),
+                    false,
+                    Facts {
+                        rules,
+                        ..Facts::default()
+                    },
+                );
+            }
+            add(
+                Kind::SecurityGroup,
+                (logical, tagged),
+                &x.id,
+                &x.name,
+                String::new(),
+                false,
+                tags_only(&x.tags),
+            );
+        }
+        for x in &self.floating_ips {
+            let Some((logical, tagged)) = m.neutron(&x.tags, &x.description) else {
+                continue;
+            };
+            if let Some(port) = &x.port_id
+                && logical == "api-fip"
+            {
+                add(
+                    Kind::FloatingIpAssociation,
+                    ("fip-assoc".into(), true),
+                    &x.id,
+                    &x.description,
+                    x.status.clone(),
+                    false,
+                    Facts {
+                        port_id: Some(port.clone()),
+                        ..Facts::default()
+                    },
+                );
+            }
+            let facts = Facts {
+                address: Some(x.floating_ip_address.clone()),
+                port_id: x.port_id.clone(),
+                ..tags_only(&x.tags)
+            };
+            add(
+                Kind::FloatingIp,
+                (logical, tagged),
+                &x.id,
+                &x.description,
+                x.status.clone(),
+                false,
+                facts,
+            );
+        }
+        for x in &self.servers {
+            if let Some(l) = m.tagged(&x.tags) {
+                let facts = Facts {
+                    fault: x.fault.as_ref().map(|f| f.message.clone()),
+                    ..tags_only(&x.tags)
+                };
+                let failed = x.status == ServerStatus::Error;
+                add(
+                    Kind::Server,
+                    l,
+                    &x.id,
+                    &x.name,
+                    x.status.to_string(),
+                    failed,
+                    facts,
+                );
+            }
+        }
+        for x in &self.volumes {
+            if x.metadata.get(TAG_CLUSTER).map(String::as_str) != Some(cluster) {
+                continue;
+            }
+            if let Some(id) = x.metadata.get(TAG_ID) {
+                add(
+                    Kind::Volume,
+                    (id.clone(), true),
+                    &x.id,
+                    &x.name,
+                    x.status.to_string(),
+                    x.status.is_error(),
+                    Facts::default(),
+                );
+            }
+        }
+        for x in &self.load_balancers {
+            if let Some(l) = m.tagged(&x.tags) {
+                let facts = Facts {
+                    address: x.vip_address.clone(),
+                    port_id: x.vip_port_id.clone(),
+                    ..tags_only(&x.tags)
+                };
+                let failed = x.provisioning_status == ProvisioningStatus::Error;
+                add(
+                    Kind::LoadBalancer,
+                    l,
+                    &x.id,
+                    &x.name,
+                    x.provisioning_status.to_string(),
+                    failed,
+                    facts,
+                );
+            }
+        }
+        for x in &self.listeners {
+            if let Some(l) = m.tagged(&x.tags) {
+                let mut cidrs = x.allowed_cidrs.clone();
+                cidrs.sort();
+                let facts = Facts {
+                    allowed_cidrs: cidrs,
+                    ..tags_only(&x.tags)
+                };
+                add(
+                    Kind::Listener,
+                    l,
+                    &x.id,
+                    &x.name,
+                    x.provisioning_status.to_string(),
+                    false,
+                    facts,
+                );
+            }
+        }
+        for x in &self.pools {
+            if let Some(l) = m.tagged(&x.tags) {
+                add(
+                    Kind::Pool,
+                    l,
+                    &x.id,
+                    &x.name,
+                    x.provisioning_status.to_string(),
+                    false,
+                    tags_only(&x.tags),
+                );
+            }
+        }
+        for x in &self.monitors {
+            if let Some(l) = m.tagged(&x.tags) {
+                add(
+                    Kind::HealthMonitor,
+                    l,
+                    &x.id,
+                    &x.name,
+                    x.provisioning_status.to_string(),
+                    false,
+                    tags_only(&x.tags),
+                );
+            }
+        }
+        for x in &self.keypairs {
+            if let Some(l) = m.by_name(&x.name).filter(|l| l == "keypair") {
+                add(
+                    Kind::Keypair,
+                    (l, true),
+                    &x.name,
+                    &x.name,
+                    String::new(),
+                    false,
+                    Facts::default(),
+                );
+            }
+        }
+        for x in &self.server_groups {
+            if let Some(l) = m.by_name(&x.name).filter(|l| l.starts_with("sgroup-")) {
+                add(
+                    Kind::ServerGroup,
+                    (l, true),
+                    &x.id,
+                    &x.name,
+                    String::new(),
+                    false,
+                    Facts::default(),
+                );
+            }
+        }
+        for x in &self.app_credentials {
+            if m.by_name(&x.name).is_some_and(|l| l == "appcred-ccm") {
+                add(
+                    Kind::AppCredential,
+                    ("appcred-ccm".into(), true),
+                    &x.id,
+                    &x.name,
+                    String::new(),
+                    false,
+                    Facts::default(),
+                );
+            }
+        }
+        o
+    }
+}
+
+fn tags_only(tags: &[String]) -> Facts {
+    Facts {
+        tags: tags.to_vec(),
+        ..Facts::default()
+    }
+}
+
+/// Tells which objects belong to a cluster and under which logical id.
+pub(crate) struct Matcher {
+    cluster_tag: String,
+    prefix: String,
+}
+
+impl Matcher {
+    pub(crate) fn new(cluster: &str) -> Self {
+        Matcher {
+            cluster_tag: format!("{TAG_CLUSTER}={cluster}"),
+            prefix: format!("kos-{cluster}-"),
+        }
+    }
+
+    /// By the `kos-id` tag on an object tagged for the cluster.
+    pub(crate) fn tagged(&self, tags: &[String]) -> Option<(String, bool)> {
+        if !tags.contains(&self.cluster_tag) {
+            return None;
+        }
+        tags.iter()
+            .find_map(|t| t.strip_prefix(TAG_ID)?.strip_prefix('='))
+            .map(|id| (id.to_owned(), true))
+    }
+
+    /// Tagged, or untagged (no kos tag at all) with the cluster's deterministic name.
+    pub(crate) fn neutron(&self, tags: &[String], name: &str) -> Option<(String, bool)> {
+        if let Some(t) = self.tagged(tags) {
+            return Some(t);
+        }
+        let foreign = tags.iter().any(|t| {
+            t.starts_with(&format!("{TAG_CLUSTER}=")) || t.starts_with(&format!("{TAG_ID}="))
+        });
+        if foreign {
+            return None;
+        }
+        self.by_name(name).map(|l| (l, false))
+    }
+
+    /// `kos-<cluster>-<id>` → `<id>`.
+    pub(crate) fn by_name(&self, name: &str) -> Option<String> {
+        name.strip_prefix(&self.prefix)
+            .filter(|rest| !rest.is_empty())
+            .map(|rest| {
+                // The app credential is named `kos-<cluster>-ccm`; its logical id is `appcred-ccm`.
+                if rest == "ccm" {
+                    "appcred-ccm".to_owned()
+                } else {
+                    rest.to_owned()
+                }
+            })
+    }
+}

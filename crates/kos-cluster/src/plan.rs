@@ -1,0 +1,480 @@
+//! Plan: what to do, per logical id, to turn what is observed into what is desired, each with a reason.
+//!
+//! Pure: no cloud call. The same plan renders as a human diff (`+ ~ -` lines), as JSON, and drives apply.
+//! Secrets never appear here: user_data is rendered at apply time and the CCM credential's secret is never
+//! observed.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::graph::{AssocTarget, Desired, DesiredGraph, Kind, Node, Remote, Rule};
+use crate::observe::{Observed, ObservedRule, Resource};
+
+/// What to do with one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Op {
+    Create,
+    Update,
+    /// Found by its deterministic name without kos's tags (a crash between create and tag): tag it.
+    Adopt,
+    /// In a failure state (server/LB ERROR, volume error): delete, then create.
+    Replace,
+    Delete,
+    NoOp,
+}
+
+impl Op {
+    fn sign(self) -> &'static str {
+        match self {
+            Op::Create => "+",
+            Op::Update | Op::Adopt => "~",
+            Op::Replace => "-/+",
+            Op::Delete => "-",
+            Op::NoOp => "=",
+        }
+    }
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct Action {
+    pub logical_id: String,
+    pub kind: Kind,
+    pub name: String,
+    pub op: Op,
+    pub reason: String,
+    /// What differs, one line each (`+ rule tcp 6443 from 0.0.0.0/0`).
+    pub changes: Vec<String>,
+    /// The observed object this action keeps, updates, replaces or deletes.
+    pub existing: Option<Resource>,
+}
+
+/// The plan of one cluster.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub cluster: String,
+    /// Desired nodes in create order, then deletes.
+    pub actions: Vec<Action>,
+}
+
+/// Counts per operation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub create: usize,
+    pub update: usize,
+    pub adopt: usize,
+    pub replace: usize,
+    pub delete: usize,
+    pub unchanged: usize,
+}
+
+impl Summary {
+    /// Everything but no-ops.
+    #[must_use]
+    pub fn changes(&self) -> usize {
+        self.create + self.update + self.adopt + self.replace + self.delete
+    }
+}
+
+impl Plan {
+    #[must_use]
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary::default();
+        for a in &self.actions {
+            *match a.op {
+                Op::Create => &mut s.create,
+                Op::Update => &mut s.update,
+                Op::Adopt => &mut s.adopt,
+                Op::Replace => &mut s.replace,
+                Op::Delete => &mut s.delete,
+                Op::NoOp => &mut s.unchanged,
+            } += 1;
+        }
+        s
+    }
+
+    /// The action for a desired node (not its duplicates' deletes).
+    #[must_use]
+    pub fn for_node(&self, logical_id: &str) -> Option<&Action> {
+        self.actions
+            .iter()
+            .find(|a| a.logical_id == logical_id && a.op != Op::Delete)
+    }
+
+    /// Deletes (scaled-down objects, duplicates, leftovers).
+    pub fn deletes(&self) -> impl Iterator<Item = &Action> {
+        self.actions.iter().filter(|a| a.op == Op::Delete)
+    }
+
+    /// The human diff: one line per change, `+` create, `~` update/adopt, `-/+` replace, `-` delete;
+    /// no-ops only with `verbose`. Ends with a summary line.
+    #[must_use]
+    pub fn diff(&self, verbose: bool) -> String {
+        let mut out = String::new();
+        for a in &self.actions {
+            if a.op == Op::NoOp && !verbose {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "{:>3} {:<22} {:<24} {}",
+                a.op.sign(),
+                a.logical_id,
+                a.kind.as_str(),
+                a.reason
+            );
+            for c in &a.changes {
+                let _ = writeln!(out, "        {c}");
+            }
+        }
+        let s = self.summary();
+        let _ = writeln!(
+            out,
+            "Plan for {}: {} to create, {} to update, {} to adopt, {} to replace, {} to delete, {} unchanged.",
+            self.cluster, s.create, s.update, s.adopt, s.replace, s.delete, s.unchanged
+        );
+        out
+    }
+}
+
+/// Compares the desired graph with what was observed.
+#[must_use]
+pub fn plan(desired: &DesiredGraph, observed: &Observed) -> Plan {
+    let mut actions = Vec::new();
+    let mut deletes = Vec::new();
+    for node in desired.in_order() {
+        let (action, extra) = plan_node(node, desired, observed);
+        actions.push(action);
+        deletes.extend(extra);
+    }
+    recreate_children_of_replaced(desired, &mut actions);
+    for (logical, found) in &observed.resources {
+        if desired.node(logical).is_some() {
+            continue;
+        }
+        for r in found {
+            // Rules and members go with their group or pool; untagged objects that are not desired are not
+            // provably kos's (teardown still removes them by name).
+            if matches!(r.kind, Kind::SecurityGroupRules | Kind::Members) || !r.tagged {
+                continue;
+            }
+            let reason = match r.kind {
+                Kind::Server | Kind::Port | Kind::Volume => "not in the spec (scaled down)",
+                Kind::FloatingIpAssociation => "endpoint no longer uses it: disassociate",
+                _ => "tagged for the cluster but not in the spec",
+            };
+            deletes.push(delete_action(r, reason.to_owned()));
+        }
+    }
+    actions.extend(deletes);
+    Plan {
+        cluster: desired.cluster.clone(),
+        actions,
+    }
+}
+
+/// A replaced load balancer takes its listener, pool, monitor and members with it (cascade).
+fn recreate_children_of_replaced(desired: &DesiredGraph, actions: &mut [Action]) {
+    let replaced: BTreeSet<String> = actions
+        .iter()
+        .filter(|a| a.kind == Kind::LoadBalancer && a.op == Op::Replace)
+        .map(|a| a.logical_id.clone())
+        .collect();
+    for a in actions.iter_mut() {
+        let lb = match desired.node(&a.logical_id).map(|n| &n.spec) {
+            Some(
+                Desired::Listener { lb, .. }
+                | Desired::Pool { lb, .. }
+                | Desired::HealthMonitor { lb, .. }
+                | Desired::Members { lb, .. },
+            ) => lb,
+            _ => continue,
+        };
+        if replaced.contains(lb) && a.op != Op::Create {
+            a.op = Op::Create;
+            a.reason = format!("its load balancer {lb} is replaced");
+            a.existing = None;
+        }
+    }
+}
+
+fn delete_action(r: &Resource, reason: String) -> Action {
+    Action {
+        logical_id: r.logical_id.clone(),
+        kind: r.kind,
+        name: r.name.clone(),
+        op: Op::Delete,
+        reason,
+        changes: Vec::new(),
+        existing: Some(r.clone()),
+    }
+}
+
+fn plan_node(node: &Node, desired: &DesiredGraph, observed: &Observed) -> (Action, Vec<Action>) {
+    let action = |op, reason: String, changes, existing| Action {
+        logical_id: node.id.clone(),
+        kind: node.kind,
+        name: node.name.clone(),
+        op,
+        reason,
+        changes,
+        existing,
+    };
+    if let Desired::External { id } = &node.spec {
+        return (
+            action(Op::NoOp, format!("bring your own ({id})"), Vec::new(), None),
+            Vec::new(),
+        );
+    }
+    let found = observed.get(&node.id);
+    // Keep the best one: tagged before untagged, healthy before failed, then by cloud id for stability.
+    let mut ranked: Vec<&Resource> = found.iter().collect();
+    ranked.sort_by_key(|r| (!r.tagged, r.failed, r.id.clone()));
+    let Some((keep, rest)) = ranked.split_first() else {
+        return (
+            action(Op::Create, "not found".into(), Vec::new(), None),
+            Vec::new(),
+        );
+    };
+    let duplicates = rest
+        .iter()
+        .map(|r| delete_action(r, format!("duplicate of {} ({})", node.id, keep.id)))
+        .collect();
+    let keep = (*keep).clone();
+    if keep.failed {
+        let why = keep
+            .facts
+            .fault
+            .clone()
+            .map_or_else(|| keep.state.clone(), |f| format!("{}: {f}", keep.state));
+        return (
+            action(Op::Replace, format!("in {why}"), Vec::new(), Some(keep)),
+            duplicates,
+        );
+    }
+    let changes = differences(node, &keep, desired, observed);
+    let (op, reason) = if !keep.tagged {
+        (
+            Op::Adopt,
+            format!("found by name {} without kos's tags", keep.name),
+        )
+    } else if !changes.is_empty() {
+        (Op::Update, "differs from the spec".to_owned())
+    } else {
+        (Op::NoOp, "up to date".to_owned())
+    };
+    (action(op, reason, changes, Some(keep)), duplicates)
+}
+
+/// The cloud id an observed node has (the kept one).
+fn observed_id(observed: &Observed, logical: &str) -> Option<String> {
+    best(observed, logical).map(|r| r.id.clone())
+}
+
+fn best<'a>(observed: &'a Observed, logical: &str) -> Option<&'a Resource> {
+    observed
+        .get(logical)
+        .iter()
+        .min_by_key(|r| (!r.tagged, r.failed, r.id.clone()))
+}
+
+fn differences(
+    node: &Node,
+    have: &Resource,
+    desired: &DesiredGraph,
+    observed: &Observed,
+) -> Vec<String> {
+    let _ = desired;
+    match &node.spec {
+        Desired::Port {
+            security_groups,
+            address_pairs,
+            ..
+        } => {
+            let mut out = Vec::new();
+            let mut want_pairs = address_pairs.clone();
+            want_pairs.sort();
+            if want_pairs != have.facts.address_pairs {
+                out.push(format!(
+                    "allowed address pairs {:?} → {:?}",
+                    have.facts.address_pairs, want_pairs
+                ));
+            }
+            let want: Option<Vec<String>> = security_groups
+                .iter()
+                .map(|g| observed_id(observed, g))
+                .collect();
+            let want = want.map(|mut w| {
+                w.sort();
+                w
+            });
+            if want.as_ref() != Some(&have.facts.security_groups) {
+                out.push("security groups differ".into());
+            }
+            out
+        }
+        Desired::SecurityGroupRules { rules, .. } => {
+            let (missing, extra) =
+                rule_diff(rules, &have.facts.rules, |g| observed_id(observed, g));
+            missing
+                .iter()
+                .map(|r| format!("+ rule {}", describe(r)))
+                .chain(
+                    extra
+                        .iter()
+                        .map(|r| format!("- rule {}", describe_observed(r))),
+                )
+                .collect()
+        }
+        Desired::Listener { allowed_cidrs, .. } => {
+            let mut want = allowed_cidrs.clone();
+            want.sort();
+            if want == have.facts.allowed_cidrs {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "allowed_cidrs {:?} → {:?}",
+                    have.facts.allowed_cidrs, want
+                )]
+            }
+        }
+        Desired::Members { ports, .. } => {
+            let want: Option<BTreeSet<String>> = ports
+                .iter()
+                .map(|p| best(observed, p).and_then(|r| r.facts.address.clone()))
+                .collect();
+            let have_set: BTreeSet<String> = have.facts.members.iter().cloned().collect();
+            match want {
+                Some(w) if w == have_set => Vec::new(),
+                Some(w) => vec![format!(
+                    "members {:?} → {:?}",
+                    have_set.into_iter().collect::<Vec<_>>(),
+                    w.into_iter().collect::<Vec<_>>()
+                )],
+                None => vec!["members follow new control-plane ports".into()],
+            }
+        }
+        Desired::FloatingIpAssociation { target, .. } => {
+            let want = match target {
+                AssocTarget::Port(p) => observed_id(observed, p),
+                AssocTarget::LoadBalancerVip(lb) => {
+                    best(observed, lb).and_then(|r| r.facts.port_id.clone())
+                }
+            };
+            if want.is_some() && want == have.facts.port_id {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "points at port {}, should point at {}",
+                    have.facts.port_id.as_deref().unwrap_or("-"),
+                    want.as_deref().unwrap_or("a port not yet created")
+                )]
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The rules to add and the (ingress) rules to remove. A rule whose remote group does not exist yet is
+/// missing.
+pub(crate) fn rule_diff<'a>(
+    want: &'a [Rule],
+    have: &'a [ObservedRule],
+    group_id: impl Fn(&str) -> Option<String>,
+) -> (Vec<&'a Rule>, Vec<&'a ObservedRule>) {
+    let key_of_want = |r: &Rule| -> Option<RuleKey> {
+        let (prefix, group) = match &r.remote {
+            Remote::Cidr(c) => (Some(normalize_any(c)), None),
+            Remote::Group(g) => (None, Some(group_id(g)?)),
+        };
+        Some(RuleKey {
+            ethertype: ethertype(&r.remote).to_owned(),
+            protocol: r.protocol.map(str::to_owned),
+            ports: r.ports,
+            prefix,
+            group,
+        })
+    };
+    let key_of_have = |r: &ObservedRule| RuleKey {
+        ethertype: r.ethertype.clone(),
+        protocol: r.protocol.clone().filter(|p| p != "any"),
+        ports: r.ports,
+        prefix: r.remote_ip_prefix.as_deref().map(normalize_any),
+        group: r.remote_group_id.clone(),
+    };
+    let have_keys: Vec<RuleKey> = have.iter().map(key_of_have).collect();
+    let want_keys: Vec<Option<RuleKey>> = want.iter().map(key_of_want).collect();
+    let missing = want
+        .iter()
+        .zip(&want_keys)
+        .filter(|(_, k)| k.as_ref().is_none_or(|k| !have_keys.contains(k)))
+        .map(|(r, _)| r)
+        .collect();
+    let extra = have
+        .iter()
+        .zip(&have_keys)
+        .filter(|(_, k)| !want_keys.iter().flatten().any(|w| w == *k))
+        .map(|(r, _)| r)
+        .collect();
+    (missing, extra)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct RuleKey {
+    ethertype: String,
+    protocol: Option<String>,
+    ports: Option<(u16, u16)>,
+    prefix: Option<String>,
+    group: Option<String>,
+}
+
+/// IPv4 or IPv6, from the remote (groups: IPv4, the node network is IPv4).
+pub(crate) fn ethertype(remote: &Remote) -> &'static str {
+    match remote {
+        Remote::Cidr(c) if c.contains(':') => "IPv6",
+        _ => "IPv4",
+    }
+}
+
+fn normalize_any(c: &str) -> String {
+    c.to_owned()
+}
+
+fn describe(r: &Rule) -> String {
+    let proto = r.protocol.unwrap_or("any");
+    let ports = r
+        .ports
+        .map(|(a, b)| {
+            if a == b {
+                format!(" {a}")
+            } else {
+                format!(" {a}-{b}")
+            }
+        })
+        .unwrap_or_default();
+    let from = match &r.remote {
+        Remote::Cidr(c) => c.clone(),
+        Remote::Group(g) => format!("group {g}"),
+    };
+    format!("{proto}{ports} from {from} ({})", r.description)
+}
+
+fn describe_observed(r: &ObservedRule) -> String {
+    let ports = r
+        .ports
+        .map(|(a, b)| format!(" {a}-{b}"))
+        .unwrap_or_default();
+    let from = r
+        .remote_ip_prefix
+        .clone()
+        .or_else(|| r.remote_group_id.as_ref().map(|g| format!("group {g}")))
+        .unwrap_or_else(|| "anywhere".into());
+    format!(
+        "{}{ports} from {from} ({})",
+        r.protocol.as_deref().unwrap_or("any"),
+        r.id
+    )
+}

@@ -1,0 +1,275 @@
+//! Engine under failure on kos-sim: injected 5xx/429, an Octavia 409, token expiry, quota exhaustion,
+//! ambiguous creates, a crash between create and tag, a server in ERROR, a load balancer in ERROR. Each run
+//! converges or stops with an error naming the resource; the next run converges; never a duplicate, and
+//! nothing left after teardown.
+
+mod engine_support;
+
+use engine_support::*;
+use kos_cloud::model::network::{NetworkCreate, SecurityGroupCreate};
+use kos_cluster::graph::Kind;
+use kos_cluster::observe::observe;
+use kos_cluster::plan::Op;
+use kos_sim::{FaultRule, SimConfig};
+
+fn rule(method: Option<&str>, path: &str, status: u16) -> FaultRule {
+    FaultRule {
+        id: None,
+        method: method.map(str::to_owned),
+        path: path.to_owned(),
+        status,
+        probability: 1.0,
+        count: None,
+        skip: 0,
+        retry_after: None,
+        after_side_effect: false,
+        message: None,
+    }
+}
+
+/// One `kos up` (observe, plan, apply): `Ok` if it converged, else its error text.
+async fn attempt(c: &Cloud, g: &kos_cluster::graph::DesiredGraph) -> Result<(), String> {
+    match up_once(&c.session, g).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[tokio::test]
+async fn fault_campaign_converges_without_duplicates_or_leaks() -> R {
+    for seed in [1_u64, 2, 3] {
+        let c = start_with(SimConfig {
+            seed,
+            ..SimConfig::fast()
+        })
+        .await?;
+        let shape = Shape {
+            name: "chaos",
+            control_planes: 3,
+            load_balancer: true,
+            boot_volume: seed == 2,
+            pools: vec![("workers", 3, "soft-anti-affinity")],
+        };
+        let g = graph(&c.session, &shape).await?;
+        {
+            let mut f = c.sim.app().fault_engine();
+            for (status, p) in [(500, 0.03), (503, 0.03), (429, 0.05)] {
+                f.add(FaultRule {
+                    probability: p,
+                    retry_after: (status == 429).then_some(0),
+                    ..rule(None, "^/(network|compute|load-balancer|volume)", status)
+                })?;
+            }
+            f.add(FaultRule {
+                count: Some(1),
+                message: Some("Conflict: another operation is in progress".into()),
+                ..rule(Some("POST"), "lbaas/pools$", 409)
+            })?;
+        }
+        // Quota exhaustion mid-apply: room for only some of the servers.
+        c.sim.app().cloud().quotas.instances = 4;
+        let first = attempt(&c, &g).await;
+        if let Err(e) = &first {
+            assert!(!e.is_empty() && !e.contains("panicked"), "seed {seed}: {e}");
+        }
+        assert!(
+            first.is_err(),
+            "seed {seed}: 6 servers cannot fit a quota of 4"
+        );
+        // Token expiry between runs: the SDK re-authenticates, kos-cloud rediscovers the endpoints.
+        c.sim.app().cloud().keystone.expire_all_tokens();
+        let second = attempt(&c, &g).await;
+        if let Err(e) = &second {
+            assert!(!e.is_empty(), "seed {seed}");
+        }
+
+        // Faults cleared, quota restored: the next runs converge.
+        c.sim.app().fault_engine().clear();
+        c.sim.app().cloud().quotas.instances = 100;
+        converge(&c.session, &g, 2).await?;
+        assert_eq!(pending(&c.session, &g).await?, 0, "seed {seed}");
+        let dups = duplicates(&c.session, "chaos").await?;
+        assert!(dups.is_empty(), "seed {seed}: duplicates {dups:?}");
+        down(&c.session, "chaos").await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn quota_exhaustion_stops_with_the_resource_and_the_cause() -> R {
+    let c = start().await?;
+    let g = graph(&c.session, &Shape::small("quota", 3)).await?;
+    c.sim.app().cloud().quotas.instances = 2;
+    let e = attempt(&c, &g).await.err().ok_or("should have failed")?;
+    assert!(
+        e.contains("OverQuota") || e.to_lowercase().contains("quota"),
+        "{e}"
+    );
+    assert!(e.contains("(server kos-quota-"), "names the server: {e}");
+    c.sim.app().cloud().quotas.instances = 100;
+    converge(&c.session, &g, 1).await?;
+    assert!(duplicates(&c.session, "quota").await?.is_empty());
+    down(&c.session, "quota").await
+}
+
+#[tokio::test]
+async fn ambiguous_creates_never_duplicate() -> R {
+    let c = start().await?;
+    {
+        let mut f = c.sim.app().fault_engine();
+        for (path, count) in [
+            ("/v2.0/ports$", 3),
+            ("/servers$", 2),
+            ("/v2.0/networks$", 1),
+            ("lbaas/loadbalancers$", 1),
+            ("/volumes$", 1),
+        ] {
+            f.add(FaultRule {
+                after_side_effect: true,
+                count: Some(count),
+                ..rule(Some("POST"), path, 500)
+            })?;
+        }
+    }
+    let shape = Shape {
+        name: "amb",
+        control_planes: 1,
+        load_balancer: true,
+        boot_volume: true,
+        pools: vec![("workers", 2, "soft-anti-affinity")],
+    };
+    let g = graph(&c.session, &shape).await?;
+    // The lookup after the ambiguous answer finds what was made: the first run converges.
+    up(&c.session, &g).await?;
+    assert!(duplicates(&c.session, "amb").await?.is_empty());
+    up(&c.session, &g).await?;
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    assert!(duplicates(&c.session, "amb").await?.is_empty());
+    let o = observe(&c.session, "amb").await?;
+    assert_eq!(o.all().filter(|r| r.kind == Kind::Port).count(), 3);
+    down(&c.session, "amb").await
+}
+
+#[tokio::test]
+async fn crash_between_create_and_tag_is_adopted() -> R {
+    let c = start().await?;
+    let net = c.session.network();
+    // What a crash right after the POST and before the tag PUT leaves: the kos name, no tags.
+    let orphan_net = net
+        .create_network(&NetworkCreate {
+            name: "kos-crash-network".into(),
+            ..NetworkCreate::default()
+        })
+        .await?;
+    let orphan_sg = net
+        .create_security_group(&SecurityGroupCreate {
+            name: "kos-crash-sg-node".into(),
+            description: None,
+            tags: Vec::new(),
+        })
+        .await?;
+    let g = graph(&c.session, &Shape::small("crash", 1)).await?;
+    let p = plan_for(&c.session, &g).await?;
+    for id in ["network", "sg-node"] {
+        assert_eq!(
+            p.for_node(id).map(|a| a.op),
+            Some(Op::Adopt),
+            "{}",
+            p.diff(false)
+        );
+    }
+    up(&c.session, &g).await?;
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    assert!(duplicates(&c.session, "crash").await?.is_empty());
+    let o = observe(&c.session, "crash").await?;
+    assert_eq!(o.get("network")[0].id, orphan_net.id);
+    assert!(o.get("network")[0].tagged);
+    assert_eq!(o.get("sg-node")[0].id, orphan_sg.id);
+    down(&c.session, "crash").await
+}
+
+/// Four servers in an anti-affinity group on three hosts: the fourth goes to ERROR ("No valid host").
+#[tokio::test]
+async fn server_error_stops_with_its_fault_and_removes_its_port() -> R {
+    let c = start().await?;
+    let mut shape = Shape::small("srverr", 4);
+    shape.pools[0].2 = "anti-affinity";
+    let g = graph(&c.session, &shape).await?;
+    let e = attempt(&c, &g)
+        .await
+        .err()
+        .ok_or("the 4th server should fail")?;
+    assert!(e.contains("No valid host"), "Nova's fault message: {e}");
+    assert!(e.contains("workers-"), "names the server: {e}");
+    let o = observe(&c.session, "srverr").await?;
+    let servers = o.all().filter(|r| r.kind == Kind::Server).count();
+    let worker_ports = o
+        .all()
+        .filter(|r| r.kind == Kind::Port && r.logical_id.starts_with("port-workers"))
+        .count();
+    assert_eq!(servers, 4, "1 control plane + the 3 workers that fit");
+    assert_eq!(worker_ports, 3, "the failed server's port is deleted");
+    // With a count that fits, the next run converges.
+    shape.pools[0].1 = 3;
+    let g = graph(&c.session, &shape).await?;
+    converge(&c.session, &g, 1).await?;
+    assert!(duplicates(&c.session, "srverr").await?.is_empty());
+    down(&c.session, "srverr").await
+}
+
+#[tokio::test]
+async fn load_balancer_error_stops_the_run_and_is_replaced_next_time() -> R {
+    let c = start().await?;
+    let shape = Shape {
+        name: "lberr",
+        control_planes: 1,
+        load_balancer: true,
+        boot_volume: false,
+        pools: vec![("workers", 1, "soft-anti-affinity")],
+    };
+    let g = graph(&c.session, &shape).await?;
+    let app = c.sim.app().clone();
+    let breaker = tokio::spawn(async move {
+        loop {
+            {
+                let mut cloud = app.cloud();
+                let id = cloud
+                    .octavia
+                    .loadbalancers
+                    .first()
+                    .map(|l| l.base.id.clone());
+                if let Some(id) = id {
+                    kos_sim::octavia::force_lb_error(&mut cloud, &id);
+                    return;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    });
+    let e = attempt(&c, &g).await.err().ok_or("the LB should fail")?;
+    breaker.await?;
+    assert!(e.contains("ERROR") && e.contains("api-lb"), "{e}");
+    let p = plan_for(&c.session, &g).await?;
+    assert_eq!(
+        p.for_node("api-lb").map(|a| a.op),
+        Some(Op::Replace),
+        "{}",
+        p.diff(false)
+    );
+    converge(&c.session, &g, 1).await?;
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    assert!(duplicates(&c.session, "lberr").await?.is_empty());
+    down(&c.session, "lberr").await
+}
+
+#[tokio::test]
+async fn token_expiry_between_runs_is_survived() -> R {
+    let c = start().await?;
+    let g = graph(&c.session, &Shape::small("tok", 1)).await?;
+    up(&c.session, &g).await?;
+    c.sim.app().cloud().keystone.expire_all_tokens();
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    c.sim.app().cloud().keystone.expire_all_tokens();
+    down(&c.session, "tok").await
+}

@@ -1,0 +1,235 @@
+//! Engine on kos-sim: create from zero, no-op re-plans (and their constant cost), scale up and down,
+//! teardown with the CCM's and CSI's run-time objects.
+
+mod engine_support;
+
+use std::collections::BTreeMap;
+
+use engine_support::*;
+use kos_cloud::model::block_storage::VolumeCreate;
+use kos_cloud::model::load_balancer::{LoadBalancerCreate, Vip};
+use kos_cloud::model::network::FloatingIpCreate;
+use kos_cluster::graph::Kind;
+use kos_cluster::observe::observe;
+use kos_cluster::plan::{Op, plan};
+use secrecy::ExposeSecret;
+
+#[tokio::test]
+async fn floating_ip_endpoint_from_zero_then_nothing_to_do() -> R {
+    let c = start().await?;
+    let g = graph(&c.session, &Shape::small("fip", 2)).await?;
+    let first = plan_for(&c.session, &g).await?;
+    assert_eq!(
+        first.summary().create,
+        g.nodes.len(),
+        "{}",
+        first.diff(false)
+    );
+    assert!(!format!("{:?}{}", first, first.diff(true)).contains("cloud-config"));
+
+    let report = up(&c.session, &g).await?;
+    let ccm = report.ccm_credential.as_ref().ok_or("no CCM credential")?;
+    assert!(
+        !ccm.secret
+            .as_ref()
+            .ok_or("no secret")?
+            .expose_secret()
+            .is_empty()
+    );
+    assert!(!format!("{report:?}").contains(ccm.secret.as_ref().ok_or("")?.expose_secret()));
+    let api = report.api_address.clone().ok_or("no API address")?;
+    assert!(api.starts_with("172.24.4."), "the public FIP: {api}");
+
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    let again = up(&c.session, &g).await?;
+    assert_eq!(again.changes(), 0);
+    assert!(
+        again.ccm_credential.is_none(),
+        "adopted by name, secret not retrievable"
+    );
+    assert!(duplicates(&c.session, "fip").await?.is_empty());
+
+    // The FIP points at the control plane's port.
+    let o = observe(&c.session, "fip").await?;
+    let port = o.get("port-cp-0")[0].id.clone();
+    assert_eq!(
+        o.get("fip-assoc")[0].facts.port_id.as_deref(),
+        Some(port.as_str())
+    );
+    assert_eq!(
+        o.get("sgr-node")[0].facts.rules.len(),
+        4,
+        "kubelet, NodePorts, CNI, SSH"
+    );
+    assert_eq!(
+        o.get("sgr-cp")[0].facts.rules.len(),
+        4,
+        "API from anywhere, subnet, nodes; etcd"
+    );
+    let servers: Vec<_> = o.all().filter(|r| r.kind == Kind::Server).collect();
+    assert_eq!(servers.len(), 3);
+    assert!(servers.iter().all(|r| r.state == "ACTIVE" && r.tagged));
+    let pairs = &o.get("port-workers-1")[0].facts.address_pairs;
+    assert_eq!(pairs, &["10.244.0.0/16", "10.96.0.0/12"]);
+    down(&c.session, "fip").await
+}
+
+#[tokio::test]
+async fn ha_load_balancer_with_boot_volumes_from_zero_then_nothing_to_do() -> R {
+    let c = start().await?;
+    let shape = Shape {
+        name: "ha",
+        control_planes: 3,
+        load_balancer: true,
+        boot_volume: true,
+        pools: vec![("workers", 2, "soft-anti-affinity")],
+    };
+    let g = graph(&c.session, &shape).await?;
+    for id in [
+        "api-lb",
+        "api-listener",
+        "api-pool",
+        "api-monitor",
+        "api-members",
+        "vol-cp-2",
+        "sgroup-cp",
+        "keypair",
+    ] {
+        assert!(g.node(id).is_some(), "{id} missing from the graph");
+    }
+    assert!(g.dot().contains("\"api-monitor\" -> \"api-members\""));
+    up(&c.session, &g).await?;
+    assert_eq!(pending(&c.session, &g).await?, 0);
+
+    let o = observe(&c.session, "ha").await?;
+    let mut members = o.get("api-members")[0].facts.members.clone();
+    let mut ports: Vec<String> = (0..3)
+        .filter_map(|i| o.get(&format!("port-cp-{i}"))[0].facts.address.clone())
+        .collect();
+    members.sort();
+    ports.sort();
+    assert_eq!(members, ports, "members are the control planes' port IPs");
+    let vip_port = o.get("api-lb")[0].facts.port_id.clone();
+    assert_eq!(o.get("fip-assoc")[0].facts.port_id, vip_port);
+    assert_eq!(
+        o.get("api-listener")[0].facts.allowed_cidrs,
+        vec!["203.0.113.0/24"]
+    );
+
+    // A changed listener CIDR list is an update, applied in place.
+    let mut changed = shape.clone();
+    changed.name = "ha";
+    let spec_text = changed
+        .yaml()
+        .replace("[203.0.113.0/24]", "[203.0.113.0/24, 198.51.100.0/24]");
+    let spec = kos_cluster::load("c.yaml", &spec_text)
+        .map_err(|e| format!("{e:?}"))?
+        .spec;
+    let g2 = kos_cluster::graph::desired(&spec, &resolve(&c.session, &spec).await?)?;
+    let p = plan_for(&c.session, &g2).await?;
+    let listener = p.for_node("api-listener").ok_or("no listener action")?;
+    assert_eq!(listener.op, Op::Update, "{}", p.diff(false));
+    up(&c.session, &g2).await?;
+    assert_eq!(pending(&c.session, &g2).await?, 0);
+    down(&c.session, "ha").await
+}
+
+/// The cost of a no-op plan does not grow with the cluster: equal call counts for 3 and 30 workers.
+#[tokio::test]
+async fn noop_plan_costs_the_same_for_3_and_30_workers() -> R {
+    let c = start().await?;
+    let mut calls = Vec::new();
+    for (name, workers) in [("small", 3), ("large", 30)] {
+        let g = graph(&c.session, &Shape::small(name, workers)).await?;
+        up(&c.session, &g).await?;
+        let before = c.session.counters();
+        let p = plan(&g, &observe(&c.session, name).await?);
+        let cost = c.session.counters().since(&before);
+        assert_eq!(p.summary().changes(), 0, "{}", p.diff(false));
+        calls.push(cost.total());
+    }
+    assert_eq!(calls[0], calls[1], "no-op plan calls for 3 vs 30 workers");
+    assert!((10..=20).contains(&calls[0]), "{} calls", calls[0]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn scale_up_and_down_then_teardown_leaves_nothing() -> R {
+    let c = start().await?;
+    let s = &c.session;
+    let mut shape = Shape::small("scale", 2);
+    shape.boot_volume = true;
+    up(s, &graph(s, &shape).await?).await?;
+
+    shape.pools[0].1 = 4;
+    let g = graph(s, &shape).await?;
+    let p = plan_for(s, &g).await?;
+    assert_eq!(
+        p.summary().create,
+        3 * 2,
+        "a port, a volume and a server each: {}",
+        p.diff(false)
+    );
+    up(s, &g).await?;
+    let o = observe(s, "scale").await?;
+    assert_eq!(o.all().filter(|r| r.kind == Kind::Server).count(), 5);
+
+    shape.pools[0].1 = 1;
+    let g = graph(s, &shape).await?;
+    let p = plan_for(s, &g).await?;
+    let mut gone: Vec<&str> = p.deletes().map(|a| a.logical_id.as_str()).collect();
+    gone.sort_unstable();
+    assert_eq!(
+        gone,
+        [
+            "port-workers-1",
+            "port-workers-2",
+            "port-workers-3",
+            "vol-workers-1",
+            "vol-workers-2",
+            "vol-workers-3",
+            "workers-1",
+            "workers-2",
+            "workers-3"
+        ],
+        "the newest servers go, with their ports and volumes"
+    );
+    up(s, &g).await?;
+    assert_eq!(pending(s, &g).await?, 0);
+    let o = observe(s, "scale").await?;
+    assert!(!o.get("workers-0").is_empty() && o.get("workers-1").is_empty());
+
+    // What the CCM and the CSI driver make at run time.
+    let subnet = o.get("subnet")[0].id.clone();
+    let mut lb = LoadBalancerCreate::new("kube_service_scale_default_web", Vip::Subnet(subnet));
+    lb.description = Some("Kubernetes external service default/web from cluster scale".into());
+    s.load_balancer().create_load_balancer(&lb).await?;
+    let ext = s.network().external_network(None).await?;
+    s.network()
+        .create_floating_ip(&FloatingIpCreate {
+            floating_network_id: ext.id,
+            description: Some(
+                "Floating IP for Kubernetes external service default/web from cluster scale".into(),
+            ),
+            ..FloatingIpCreate::default()
+        })
+        .await?;
+    s.block_storage()
+        .create_volume(&VolumeCreate {
+            size: 1,
+            name: Some("pvc-1234".into()),
+            metadata: BTreeMap::from([("cinder.csi.openstack.org/cluster".into(), "scale".into())]),
+            ..VolumeCreate::default()
+        })
+        .await?;
+    let left = leftovers(s, "scale").await?;
+    assert!(
+        left.iter()
+            .any(|l| l.contains("kube_service_scale_default_web")),
+        "{left:#?}"
+    );
+    assert!(left.iter().any(|l| l.contains("pvc-1234")));
+    down(s, "scale").await?;
+    // Idempotent.
+    down(s, "scale").await
+}
