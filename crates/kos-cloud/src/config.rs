@@ -252,6 +252,17 @@ impl CloudProfile {
         )))
     }
 
+    /// The clouds.yaml on the search path that defines cloud `name`, if any (`None`: no clouds.yaml,
+    /// or it has no such cloud). Lets a caller give a name a default meaning that a user's own
+    /// clouds.yaml can still override.
+    pub fn defined_in(env: &Env, name: &str) -> Result<Option<PathBuf>, CloudError> {
+        let Some(path) = find_first(&clouds_candidates(env)) else {
+            return Ok(None);
+        };
+        let doc = CloudsDoc::read(&path)?;
+        Ok(doc.cloud(name).is_some().then_some(path))
+    }
+
     /// The cloud `name` from clouds.yaml (`file`, `OS_CLIENT_CONFIG_FILE` or the standard search
     /// path), with secure.yaml (`OS_CLIENT_SECURE_FILE`, next to clouds.yaml, or the standard search
     /// path) merged over it.

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -22,11 +22,109 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Show what `up` would create, change or delete (nothing is changed).
+    Plan(PlanArgs),
+    /// Create the cluster, or converge it to the spec (re-run after any failure).
+    Up(UpArgs),
+    /// Delete a cluster: everything tagged for it and what it made at run time (LBs, FIPs, volumes).
+    Down(DownArgs),
+    /// Every resource of a cluster with its state, the API endpoint, and what is not converged.
+    Status(StatusArgs),
+    /// List (and with --delete remove) resources of clusters that no longer exist.
+    Gc(GcArgs),
     /// The simulated OpenStack cloud (for demos, tests and benchmarks).
     Sim {
         #[command(subcommand)]
         command: SimCommand,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct CloudArgs {
+    /// Cloud from clouds.yaml (default: OS_CLOUD, else the OS_* variables); `sim` for the embedded
+    /// simulated cloud, kept under the data directory between runs.
+    #[arg(long, env = "OS_CLOUD")]
+    pub cloud: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SpecArgs {
+    /// The cluster spec.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+    /// Print the desired dependency graph in Graphviz dot instead.
+    #[arg(long, value_name = "FORMAT", value_parser = ["dot"])]
+    pub graph: Option<String>,
+    /// Show unchanged resources too.
+    #[arg(long)]
+    pub all: bool,
+    /// Exit 2 when the plan has changes (0: nothing to do).
+    #[arg(long)]
+    pub detailed_exitcode: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// How many cloud operations run at once.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=200))]
+    pub parallelism: u16,
+    /// Create a new CCM application credential if the stored secret was lost.
+    #[arg(long)]
+    pub recreate_ccm_credential: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DownArgs {
+    /// The cluster's name (metadata.name).
+    pub name: String,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// List what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The cluster's name (metadata.name).
+    pub name: String,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// The cluster's spec: also report what is not converged to it.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// Delete the orphans (default: only list them).
+    #[arg(long)]
+    pub delete: bool,
 }
 
 #[derive(Debug, Subcommand)]

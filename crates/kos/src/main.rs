@@ -1,26 +1,54 @@
 //! `kos`: Kubernetes on OpenStack.
 
 mod cli;
+mod cloud;
 mod cmd;
+mod files;
+mod progress;
+
+use std::process::ExitCode;
 
 use clap::Parser;
 
-fn main() -> miette::Result<()> {
-    let cli = cli::Cli::parse();
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are successes; every usage error is "invalid input" (3).
+            return if e.use_stderr() {
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     init_tracing(cli.verbose);
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| miette::miette!("cannot start the async runtime: {e}"))?;
-    rt.block_on(cmd::run(cli))
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kos: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(cmd::run(cli)) {
+        Ok(exit) => exit.into(),
+        Err(f) => {
+            eprintln!("{:?}", f.report);
+            ExitCode::from(f.code)
+        }
+    }
 }
 
 /// Logs go to stderr; `-v` raises kos's own level, `RUST_LOG` overrides everything.
 fn init_tracing(verbose: u8) {
     let default = match verbose {
         0 => "warn,kos=info,kos_sim=info,openstack_sdk=warn",
-        1 => "info,kos=debug,kos_cloud=debug,kos_sim=debug,openstack_sdk=warn",
-        _ => "debug,kos=trace,kos_cloud=trace,kos_sim=trace",
+        1 => "info,kos=debug,kos_cloud=debug,kos_cluster=debug,kos_sim=debug,openstack_sdk=warn",
+        _ => "debug,kos=trace,kos_cloud=trace,kos_cluster=trace,kos_sim=trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

@@ -1,13 +1,67 @@
-//! One module per subcommand.
+//! One module per subcommand, and the exit codes scripts can rely on:
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | done (for `plan --detailed-exitcode` and `status -f`: nothing to change) |
+//! | 1 | the cloud side failed; what was done stays done, run the command again to continue |
+//! | 2 | changes pending (`plan --detailed-exitcode`, `status -f` of a cluster not converged) |
+//! | 3 | invalid input: usage, the spec, the cloud configuration or preflight; nothing was changed |
 
+mod cluster;
 mod sim;
+
+use std::process::ExitCode;
 
 use crate::cli::{Cli, Command, SimCommand};
 
-pub async fn run(cli: Cli) -> miette::Result<()> {
+/// How a successful command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Ok,
+    Changes,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        match e {
+            Exit::Ok => ExitCode::SUCCESS,
+            Exit::Changes => ExitCode::from(2),
+        }
+    }
+}
+
+/// A failed command: the diagnostic to show and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub report: miette::Report,
+}
+
+impl Failure {
+    /// Bad input: nothing was created.
+    pub fn input(report: miette::Report) -> Failure {
+        Failure { code: 3, report }
+    }
+    pub fn cloud_report(report: miette::Report) -> Failure {
+        Failure { code: 1, report }
+    }
+    pub fn cloud(e: kos_cloud::CloudError) -> Failure {
+        Failure::cloud_report(miette::miette!("{e}"))
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<Exit, Failure> {
     match cli.command {
+        Command::Plan(a) => cluster::plan(a).await,
+        Command::Up(a) => cluster::up(a).await,
+        Command::Down(a) => cluster::down(a).await,
+        Command::Status(a) => cluster::status(a).await,
+        Command::Gc(a) => cluster::gc(a).await,
         Command::Sim {
             command: SimCommand::Serve(args),
-        } => sim::serve(args).await,
+        } => sim::serve(args)
+            .await
+            .map(|()| Exit::Ok)
+            .map_err(Failure::input),
     }
 }

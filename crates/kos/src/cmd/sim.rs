@@ -2,7 +2,6 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
 
 use kos_sim::{Sim, SimConfig};
 use miette::{IntoDiagnostic, WrapErr};
@@ -32,7 +31,8 @@ pub async fn serve(args: SimServeArgs) -> miette::Result<()> {
         .await
         .into_diagnostic()
         .wrap_err_with(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
-    write_private(&args.clouds_yaml, &sim.clouds_yaml("sim"))?;
+    // It holds the simulator's password: 0600 like every file kos writes secrets into.
+    crate::files::write_private(&args.clouds_yaml, sim.clouds_yaml("sim").as_bytes())?;
 
     let path = args.clouds_yaml.display();
     println!(
@@ -53,30 +53,6 @@ pub async fn serve(args: SimServeArgs) -> miette::Result<()> {
     println!("kos-sim: stopping");
     sim.stop().await;
     Ok(())
-}
-
-/// The clouds.yaml holds the simulator's password: 0600 like every file kos writes secrets into.
-fn write_private(path: &Path, contents: &str) -> miette::Result<()> {
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts
-        .open(path)
-        .into_diagnostic()
-        .wrap_err_with(|| format!("cannot write {}", path.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .into_diagnostic()?;
-    }
-    f.write_all(contents.as_bytes())
-        .into_diagnostic()
-        .wrap_err_with(|| format!("cannot write {}", path.display()))
 }
 
 async fn shutdown_signal() {

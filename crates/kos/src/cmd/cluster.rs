@@ -1,0 +1,365 @@
+//! `kos plan`, `up`, `down`, `status`, `gc`: a cluster's infrastructure, through kos-cluster.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kos_cluster::apply::{ApplyOptions, ApplyReport, CcmCredential};
+use kos_cluster::bootstrap::MarkerBootstrap;
+use kos_cluster::graph::DesiredGraph;
+use kos_cluster::plan::Plan;
+use kos_cluster::teardown::{TeardownError, TeardownOptions};
+use kos_cluster::{ClusterSpec, Loaded};
+use miette::{IntoDiagnostic, WrapErr};
+use secrecy::ExposeSecret;
+
+use super::{Exit, Failure};
+use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs};
+use crate::cloud::{self, Connected};
+
+/// A spec read, validated and checked against the cloud, with its desired graph.
+struct Prepared {
+    spec: ClusterSpec,
+    graph: DesiredGraph,
+}
+
+/// Reads and validates the spec: every problem at once, before any cloud call.
+fn load_spec(path: &Path) -> Result<(Loaded, String), Failure> {
+    let text = std::fs::read_to_string(path)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot read the cluster spec {}", path.display()))
+        .map_err(Failure::input)?;
+    let shown = path.display().to_string();
+    let loaded = kos_cluster::load(&shown, &text)
+        .map_err(|errors| Failure::input(miette::Report::new(errors)))?;
+    if !loaded.warnings.diagnostics().is_empty() {
+        eprintln!("{:?}", miette::Report::new(loaded.warnings.clone()));
+    }
+    Ok((loaded, text))
+}
+
+/// Validation, then preflight (all problems at once, nothing created), then the desired graph.
+async fn prepare(c: &Connected, path: &Path) -> Result<Prepared, Failure> {
+    let (loaded, text) = load_spec(path)?;
+    let shown = path.display().to_string();
+    let pre = kos_cluster::preflight::preflight(&c.session, &loaded.spec, &shown, &text)
+        .await
+        .map_err(|e| {
+            if let Some(q) = &e.quota
+                && !q.short().is_empty()
+            {
+                eprintln!("{q}");
+            }
+            Failure::input(miette::Report::new(e.report))
+        })?;
+    if !pre.warnings.diagnostics().is_empty() {
+        eprintln!("{:?}", miette::Report::new(pre.warnings));
+    }
+    let graph = kos_cluster::graph::desired(&loaded.spec, &pre.resolved).map_err(|e| {
+        Failure::input(miette::miette!(
+            "cannot build the cluster's resource graph: {e}"
+        ))
+    })?;
+    Ok(Prepared {
+        spec: loaded.spec,
+        graph,
+    })
+}
+
+async fn plan_of(c: &Connected, graph: &DesiredGraph) -> Result<Plan, Failure> {
+    let observed = kos_cluster::observe::observe(&c.session, &graph.cluster)
+        .await
+        .map_err(Failure::cloud)?;
+    Ok(kos_cluster::plan::plan(graph, &observed))
+}
+
+/// Runs `f` with a connected cloud and always saves the embedded simulator afterwards.
+async fn with_cloud<F, Fut>(cloud_name: Option<&str>, f: F) -> Result<Exit, Failure>
+where
+    F: FnOnce(Connected) -> Fut,
+    Fut: std::future::Future<Output = (Connected, Result<Exit, Failure>)>,
+{
+    let c = cloud::connect(cloud_name).await.map_err(Failure::input)?;
+    let (c, result) = f(c).await;
+    c.close().map_err(Failure::cloud_report)?;
+    result
+}
+
+pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
+    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+        let r = async {
+            let p = prepare(&c, &args.spec.file).await?;
+            if args.graph.is_some() {
+                print!("{}", p.graph.dot());
+                return Ok(Exit::Ok);
+            }
+            let plan = plan_of(&c, &p.graph).await?;
+            match args.output {
+                Output::Text => print!("{}", plan.diff(args.all)),
+                Output::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&plan)
+                        .into_diagnostic()
+                        .map_err(Failure::cloud_report)?
+                ),
+            }
+            Ok(if args.detailed_exitcode && plan.summary().changes() > 0 {
+                Exit::Changes
+            } else {
+                Exit::Ok
+            })
+        }
+        .await;
+        (c, r)
+    })
+    .await
+}
+
+pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
+    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+        let r = async {
+            let p = prepare(&c, &args.spec.file).await?;
+            let plan = plan_of(&c, &p.graph).await?;
+            let changes = plan.summary().changes();
+            eprintln!("kos: {}: {changes} change(s) to make", p.graph.cluster);
+            let mut opts = ApplyOptions {
+                parallelism: usize::from(args.parallelism),
+                recreate_ccm_credential: args.recreate_ccm_credential,
+                ..ApplyOptions::default()
+            };
+            if c.is_simulated() {
+                // The embedded cloud runs 100x faster than a real one: poll accordingly.
+                opts.poll_interval = Duration::from_millis(50);
+            }
+            let (tx, progress) = crate::progress::spawn(changes as u64);
+            let result =
+                kos_cluster::apply::apply(&c.session, &p.graph, &plan, &MarkerBootstrap, opts, tx)
+                    .await;
+            let _ = progress.await;
+            let report = match &result {
+                Ok(r) => r,
+                Err(e) => &*e.report,
+            };
+            // The CCM credential's secret is returned once, by the run that created it, failed or not.
+            store_ccm_credential(&c, &p.spec, report)?;
+            match result {
+                Ok(report) => {
+                    summarize(&report);
+                    Ok(Exit::Ok)
+                }
+                Err(e) => Err(Failure::cloud_report(miette::miette!(
+                    help =
+                        "fix the cause and run `kos up` again: it continues where this run stopped",
+                    "{e}"
+                ))),
+            }
+        }
+        .await;
+        (c, r)
+    })
+    .await
+}
+
+fn summarize(report: &ApplyReport) {
+    println!(
+        "Cluster {} is up: {} change(s) made.",
+        report.cluster,
+        report.changes()
+    );
+    if let Some(a) = &report.api_address {
+        println!("API endpoint: https://{a}:6443");
+    }
+}
+
+/// Where a cluster's local secrets live (its CCM credential now, its PKI with the bootstrap work).
+fn cluster_dir(c: &Connected, cluster: &str) -> Result<PathBuf, Failure> {
+    Ok(cloud::data_dir()
+        .map_err(Failure::input)?
+        .join("clusters")
+        .join(c.session.cloud_name())
+        .join(cluster))
+}
+
+fn store_ccm_credential(
+    c: &Connected,
+    spec: &ClusterSpec,
+    report: &ApplyReport,
+) -> Result<(), Failure> {
+    let Some(CcmCredential {
+        id,
+        name,
+        secret: Some(secret),
+    }) = &report.ccm_credential
+    else {
+        return Ok(());
+    };
+    let path = cluster_dir(c, spec.name.value.as_str())?.join("ccm-credential.json");
+    let body = serde_json::json!({"id": id, "name": name, "secret": secret.expose_secret()});
+    crate::files::write_private(&path, body.to_string().as_bytes())
+        .map_err(Failure::cloud_report)?;
+    eprintln!(
+        "kos: the CCM's application credential is stored in {} (0600)",
+        path.display()
+    );
+    Ok(())
+}
+
+pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
+    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+        let r = async {
+            let mut opts = TeardownOptions {
+                dry_run: args.dry_run,
+                ..TeardownOptions::default()
+            };
+            if c.is_simulated() {
+                opts.poll_interval = Duration::from_millis(50);
+            }
+            match kos_cluster::teardown::teardown_with(&c.session, &args.name, &opts).await {
+                Ok(report) => {
+                    let verb = if report.dry_run {
+                        "would delete"
+                    } else {
+                        "deleted"
+                    };
+                    for r in &report.resources {
+                        println!("{verb} {:<22} {}", r.kind.as_str(), r.name);
+                    }
+                    if report.dry_run {
+                        println!(
+                            "{} resource(s) of {} would be deleted (dry run).",
+                            report.resources.len(),
+                            report.cluster
+                        );
+                    } else {
+                        let dir = cluster_dir(&c, &args.name)?;
+                        if dir.exists() {
+                            std::fs::remove_dir_all(&dir)
+                                .into_diagnostic()
+                                .map_err(Failure::cloud_report)?;
+                        }
+                        println!(
+                            "Cluster {} deleted: {} resource(s).",
+                            report.cluster,
+                            report.resources.len()
+                        );
+                    }
+                    Ok(Exit::Ok)
+                }
+                Err(e @ TeardownError::Incomplete { .. }) => Err(Failure::cloud_report(
+                    miette::miette!(help = "run `kos down` again: it continues", "{e}"),
+                )),
+                Err(e) => Err(Failure::cloud_report(miette::miette!("{e}"))),
+            }
+        }
+        .await;
+        (c, r)
+    })
+    .await
+}
+
+pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
+    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+        let r = async {
+            let graph = match &args.file {
+                Some(f) => Some(prepare(&c, f).await?.graph),
+                None => None,
+            };
+            let st = kos_cluster::status::status(&c.session, &args.name, graph.as_ref())
+                .await
+                .map_err(Failure::cloud)?;
+            if let Output::Json = args.output {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&st)
+                        .into_diagnostic()
+                        .map_err(Failure::cloud_report)?
+                );
+                return Ok(Exit::Ok);
+            }
+            println!("Cluster {}", st.cluster);
+            println!(
+                "API endpoint: {}",
+                st.api_endpoint
+                    .as_deref()
+                    .map_or("(none yet)".into(), |a| format!("https://{a}:6443"))
+            );
+            for r in &st.resources {
+                let mark = if r.failed { "✗" } else { " " };
+                println!(
+                    "{mark} {:<22} {:<28} {:<12} {}",
+                    r.kind.as_str(),
+                    r.logical_id,
+                    r.state,
+                    r.name
+                );
+            }
+            for d in &st.duplicates {
+                println!("! duplicate: {d}");
+            }
+            match (&st.not_converged, st.converged()) {
+                (Some(actions), Some(false)) => {
+                    println!("Not converged ({} action(s) pending):", actions.len());
+                    for a in actions {
+                        println!("  {:?} {} ({})", a.op, a.logical_id, a.reason);
+                    }
+                    Ok(Exit::Changes)
+                }
+                (_, Some(true)) => {
+                    println!("Converged.");
+                    Ok(Exit::Ok)
+                }
+                _ => {
+                    println!(
+                        "{} resource(s); pass -f <spec> to compare with the spec.",
+                        st.resources.len()
+                    );
+                    Ok(Exit::Ok)
+                }
+            }
+        }
+        .await;
+        (c, r)
+    })
+    .await
+}
+
+pub async fn gc(args: GcArgs) -> Result<Exit, Failure> {
+    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+        let r = async {
+            let orphans = kos_cluster::teardown::orphans(&c.session)
+                .await
+                .map_err(Failure::cloud)?;
+            for o in &orphans {
+                println!(
+                    "{:<16} {:<22} {:<40} {}",
+                    o.cluster,
+                    o.kind.as_str(),
+                    o.name,
+                    o.reason
+                );
+            }
+            if orphans.is_empty() {
+                println!("No orphans.");
+                return Ok(Exit::Ok);
+            }
+            if !args.delete {
+                println!(
+                    "{} orphan(s); `kos gc --delete` removes them.",
+                    orphans.len()
+                );
+                return Ok(Exit::Ok);
+            }
+            let mut opts = TeardownOptions::default();
+            if c.is_simulated() {
+                opts.poll_interval = Duration::from_millis(50);
+            }
+            kos_cluster::teardown::delete_orphans(&c.session, &orphans, &opts)
+                .await
+                .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;
+            println!("Deleted {} orphan(s).", orphans.len());
+            Ok(Exit::Ok)
+        }
+        .await;
+        (c, r)
+    })
+    .await
+}
