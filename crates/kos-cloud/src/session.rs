@@ -171,6 +171,11 @@ impl Session {
         self.inner.region.as_deref()
     }
 
+    /// The Keystone URL the session authenticated against (what in-cluster clients get in cloud.conf).
+    pub fn auth_url(&self) -> &str {
+        &self.inner.auth_url
+    }
+
     /// Whether the SDK re-authenticated since the endpoints were discovered; if so, discovers them
     /// again (once, whoever notices first) and returns true.
     pub(crate) async fn rediscover_if_reauthenticated(&self) -> bool {

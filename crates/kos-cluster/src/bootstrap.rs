@@ -3,8 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use secrecy::SecretString;
+
 /// What a node's bootstrap needs to know, known before the server is created.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct NodeContext {
     pub cluster: String,
     /// The server's logical id (`cp-0`, `pool-workers-2`).
@@ -16,6 +18,13 @@ pub struct NodeContext {
     pub labels: BTreeMap<String, String>,
     /// `key=value:Effect` or `key:Effect`.
     pub taints: Vec<String>,
+    /// The nodes' subnet (cloud id): cloud.conf's `subnet-id`, where the CCM puts LB members.
+    pub subnet_id: Option<String>,
+    /// The CCM's application credential: its id once that node is done (the first control plane waits
+    /// for it), and its secret only when this run created it (Keystone shows it once; later runs use
+    /// the caller's stored copy).
+    pub ccm_credential_id: Option<String>,
+    pub ccm_credential_secret: Option<SecretString>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +81,9 @@ mod tests {
             api_address: "172.24.4.10".into(),
             labels: BTreeMap::new(),
             taints: vec![],
+            subnet_id: None,
+            ccm_credential_id: None,
+            ccm_credential_secret: None,
         };
         let ud =
             String::from_utf8(MarkerBootstrap.user_data(&ctx).expect("renders")).expect("utf8");

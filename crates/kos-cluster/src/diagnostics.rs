@@ -48,6 +48,8 @@ pub enum Code {
     Tag,
     /// Node pool names must be unique.
     DuplicateName,
+    /// A node pool name whose objects would take the ids of kos's own (`cp`, `port-…`, `vol-…`).
+    ReservedName,
     /// A string that is not an IPv4 CIDR (or IP address where one is expected).
     InvalidCidr,
     /// A CIDR with host bits set (`10.0.0.1/24`).
@@ -126,6 +128,7 @@ impl Code {
             Self::Name => "kos::spec::name",
             Self::Tag => "kos::spec::tag",
             Self::DuplicateName => "kos::spec::duplicate_name",
+            Self::ReservedName => "kos::spec::reserved_name",
             Self::InvalidCidr => "kos::spec::invalid_cidr",
             Self::CidrHostBits => "kos::spec::cidr_host_bits",
             Self::CidrSize => "kos::spec::cidr_size",

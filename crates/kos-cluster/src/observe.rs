@@ -264,9 +264,42 @@ impl Inventory {
         })
     }
 
+    /// Every cluster named by a `kos-cluster` tag (or kos's volume metadata) in the lists.
+    pub(crate) fn clusters(&self) -> BTreeSet<String> {
+        let of = |tags: &[String]| -> Option<String> {
+            tags.iter()
+                .find_map(|t| t.strip_prefix(TAG_CLUSTER)?.strip_prefix('='))
+                .map(str::to_owned)
+        };
+        let neutron = (self.networks.iter().map(|x| &x.tags))
+            .chain(self.subnets.iter().map(|x| &x.tags))
+            .chain(self.routers.iter().map(|x| &x.tags))
+            .chain(self.ports.iter().map(|x| &x.tags))
+            .chain(self.security_groups.iter().map(|x| &x.tags))
+            .chain(self.floating_ips.iter().map(|x| &x.tags));
+        let others = (self.servers.iter().map(|x| &x.tags))
+            .chain(self.load_balancers.iter().map(|x| &x.tags));
+        neutron
+            .chain(others)
+            .filter_map(|t| of(t))
+            .chain(
+                self.volumes
+                    .iter()
+                    .filter_map(|v| v.metadata.get(TAG_CLUSTER).cloned()),
+            )
+            .collect()
+    }
+
     /// The resources of `cluster`, matched to logical ids.
     pub(crate) fn classify(&self, cluster: &str) -> Observed {
-        let m = Matcher::new(cluster);
+        let known = self.clusters();
+        let m = Matcher::new(cluster, known.iter().map(String::as_str));
+        let networks: BTreeSet<&String> = self
+            .networks
+            .iter()
+            .filter(|x| m.neutron(Kind::Network, &x.tags, &x.name).is_some())
+            .map(|x| &x.id)
+            .collect();
         let mut o = Observed {
             cluster: cluster.to_owned(),
             ..Observed::default()
@@ -290,7 +323,7 @@ impl Inventory {
             });
         };
         for x in &self.networks {
-            if let Some(l) = m.neutron(&x.tags, &x.name) {
+            if let Some(l) = m.neutron(Kind::Network, &x.tags, &x.name) {
                 add(
                     Kind::Network,
                     l,
@@ -303,7 +336,7 @@ impl Inventory {
             }
         }
         for x in &self.subnets {
-            if let Some(l) = m.neutron(&x.tags, &x.name) {
+            if let Some(l) = m.neutron(Kind::Subnet, &x.tags, &x.name) {
                 let facts = Facts {
                     network_id: Some(x.network_id.clone()),
                     address: Some(x.cidr.clone()),
@@ -313,7 +346,7 @@ impl Inventory {
             }
         }
         for x in &self.routers {
-            if let Some(l) = m.neutron(&x.tags, &x.name) {
+            if let Some(l) = m.neutron(Kind::Router, &x.tags, &x.name) {
                 let facts = Facts {
                     network_id: x
                         .external_gateway_info
@@ -333,14 +366,19 @@ impl Inventory {
             }
         }
         for x in &self.ports {
-            let Some(l) = m.neutron(&x.tags, &x.name) else {
-                continue;
-            };
             let kind = if x.device_owner == ROUTER_INTERFACE {
                 Kind::RouterInterface
             } else {
                 Kind::Port
             };
+            let Some((logical, tagged)) = m.neutron(kind, &x.tags, &x.name) else {
+                continue;
+            };
+            // Found by name only: it must be on the cluster's network when the cluster has one (one more
+            // guard against a name that another cluster's objects could also have).
+            if !tagged && !networks.is_empty() && !networks.contains(&x.network_id) {
+                continue;
+            }
             let mut sgs = x.security_groups.clone();
             sgs.sort();
             let mut pairs: Vec<String> = x
@@ -358,10 +396,18 @@ impl Inventory {
                 security_groups: sgs,
                 ..tags_only(&x.tags)
             };
-            add(kind, l, &x.id, &x.name, x.status.clone(), false, facts);
+            add(
+                kind,
+                (logical, tagged),
+                &x.id,
+                &x.name,
+                x.status.clone(),
+                false,
+                facts,
+            );
         }
         for x in &self.security_groups {
-            let Some((logical, tagged)) = m.neutron(&x.tags, &x.name) else {
+            let Some((logical, tagged)) = m.neutron(Kind::SecurityGroup, &x.tags, &x.name) else {
                 continue;
             };
             let rules: Vec<ObservedRule> = x
@@ -402,7 +448,8 @@ impl Inventory {
             );
         }
         for x in &self.floating_ips {
-            let Some((logical, tagged)) = m.neutron(&x.tags, &x.description) else {
+            let Some((logical, tagged)) = m.neutron(Kind::FloatingIp, &x.tags, &x.description)
+            else {
                 continue;
             };
             if let Some(port) = &x.port_id
@@ -535,7 +582,7 @@ impl Inventory {
             }
         }
         for x in &self.keypairs {
-            if let Some(l) = m.by_name(&x.name).filter(|l| l == "keypair") {
+            if let Some(l) = m.by_name(Kind::Keypair, &x.name) {
                 add(
                     Kind::Keypair,
                     (l, true),
@@ -548,7 +595,7 @@ impl Inventory {
             }
         }
         for x in &self.server_groups {
-            if let Some(l) = m.by_name(&x.name).filter(|l| l.starts_with("sgroup-")) {
+            if let Some(l) = m.by_name(Kind::ServerGroup, &x.name) {
                 add(
                     Kind::ServerGroup,
                     (l, true),
@@ -561,7 +608,7 @@ impl Inventory {
             }
         }
         for x in &self.app_credentials {
-            if m.by_name(&x.name).is_some_and(|l| l == "appcred-ccm") {
+            if m.by_name(Kind::AppCredential, &x.name).is_some() {
                 add(
                     Kind::AppCredential,
                     ("appcred-ccm".into(), true),
@@ -588,13 +635,24 @@ fn tags_only(tags: &[String]) -> Facts {
 pub(crate) struct Matcher {
     cluster_tag: String,
     prefix: String,
+    /// `kos-<other>-` of the other clusters seen whose names extend this one's (`demo-b` for `demo`): their
+    /// objects' names start with this cluster's prefix too.
+    shadowed: Vec<String>,
 }
 
 impl Matcher {
-    pub(crate) fn new(cluster: &str) -> Self {
+    /// `known`: every cluster seen in the project (only those that extend `cluster` matter).
+    pub(crate) fn new<'a>(cluster: &str, known: impl IntoIterator<Item = &'a str>) -> Self {
+        let prefix = format!("kos-{cluster}-");
+        let shadowed = known
+            .into_iter()
+            .filter(|other| other.starts_with(&prefix[4..]))
+            .map(|other| format!("kos-{other}-"))
+            .collect();
         Matcher {
             cluster_tag: format!("{TAG_CLUSTER}={cluster}"),
-            prefix: format!("kos-{cluster}-"),
+            prefix,
+            shadowed,
         }
     }
 
@@ -608,31 +666,103 @@ impl Matcher {
             .map(|id| (id.to_owned(), true))
     }
 
-    /// Tagged, or untagged (no kos tag at all) with the cluster's deterministic name.
-    pub(crate) fn neutron(&self, tags: &[String], name: &str) -> Option<(String, bool)> {
+    /// Tagged, or untagged (no kos tag at all) with the cluster's deterministic name for `kind`.
+    pub(crate) fn neutron(
+        &self,
+        kind: Kind,
+        tags: &[String],
+        name: &str,
+    ) -> Option<(String, bool)> {
         if let Some(t) = self.tagged(tags) {
             return Some(t);
         }
         let foreign = tags.iter().any(|t| {
-            t.starts_with(&format!("{TAG_CLUSTER}=")) || t.starts_with(&format!("{TAG_ID}="))
+            t.strip_prefix(TAG_CLUSTER)
+                .or_else(|| t.strip_prefix(TAG_ID))
+                .is_some_and(|rest| rest.starts_with('='))
         });
         if foreign {
             return None;
         }
-        self.by_name(name).map(|l| (l, false))
+        self.by_name(kind, name).map(|l| (l, false))
     }
 
-    /// `kos-<cluster>-<id>` → `<id>`.
-    pub(crate) fn by_name(&self, name: &str) -> Option<String> {
-        name.strip_prefix(&self.prefix)
-            .filter(|rest| !rest.is_empty())
-            .map(|rest| {
-                // The app credential is named `kos-<cluster>-ccm`; its logical id is `appcred-ccm`.
-                if rest == "ccm" {
-                    "appcred-ccm".to_owned()
-                } else {
-                    rest.to_owned()
-                }
-            })
+    /// `kos-<cluster>-<id>` → `<id>`, when `<id>` is a logical id of `kind` ([`Kind::fits`]) and the name is
+    /// not that of a cluster whose name extends this one's.
+    pub(crate) fn by_name(&self, kind: Kind, name: &str) -> Option<String> {
+        let rest = name.strip_prefix(&self.prefix)?;
+        if self.shadowed.iter().any(|p| name.starts_with(p.as_str())) {
+            return None;
+        }
+        // The app credential is named `kos-<cluster>-ccm`, what operators look for in Keystone.
+        let id = match (kind, rest) {
+            (Kind::AppCredential, "ccm") => "appcred-ccm",
+            _ => rest,
+        };
+        kind.fits(id).then(|| id.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_of_a_cluster_whose_name_extends_this_one_never_match() {
+        let demo = Matcher::new("demo", ["demo", "demo-b", "demo-port-x"]);
+        for (kind, name) in [
+            (Kind::Network, "kos-demo-b-network"),
+            (Kind::SecurityGroup, "kos-demo-b-sg-node"),
+            (Kind::Port, "kos-demo-b-port-workers-0"),
+            (Kind::ServerGroup, "kos-demo-b-sgroup-cp"),
+            (Kind::Keypair, "kos-demo-b-keypair"),
+            (Kind::AppCredential, "kos-demo-b-ccm"),
+            // Fits `port-<pool>-<n>` for a pool `x-port-cp`, but cluster `demo-port-x` exists.
+            (Kind::Port, "kos-demo-port-x-port-cp-0"),
+            // Right shape, wrong kind.
+            (Kind::Network, "kos-demo-subnet"),
+            (Kind::Port, "kos-demo-port-workers"),
+        ] {
+            assert_eq!(demo.by_name(kind, name), None, "{name}");
+        }
+        for (kind, name, id) in [
+            (Kind::Network, "kos-demo-network", "network"),
+            (Kind::Port, "kos-demo-port-b-0", "port-b-0"),
+            (
+                Kind::ServerGroup,
+                "kos-demo-sgroup-workers",
+                "sgroup-workers",
+            ),
+            (Kind::AppCredential, "kos-demo-ccm", "appcred-ccm"),
+        ] {
+            assert_eq!(demo.by_name(kind, name).as_deref(), Some(id), "{name}");
+        }
+        let longer = Matcher::new("demo-b", ["demo"]);
+        assert_eq!(longer.by_name(Kind::Port, "kos-demo-port-b-0"), None);
+        assert_eq!(
+            longer
+                .by_name(Kind::Network, "kos-demo-b-network")
+                .as_deref(),
+            Some("network")
+        );
+    }
+
+    #[test]
+    fn foreign_tags_win_over_a_matching_name() {
+        let demo = Matcher::new("demo", []);
+        let other = vec!["kos-cluster=demo-b".to_owned()];
+        assert_eq!(
+            demo.neutron(Kind::Network, &other, "kos-demo-network"),
+            None
+        );
+        let mine = vec!["kos-cluster=demo".to_owned(), "kos-id=network".to_owned()];
+        assert_eq!(
+            demo.neutron(Kind::Network, &mine, "whatever"),
+            Some(("network".to_owned(), true))
+        );
+        assert_eq!(
+            demo.neutron(Kind::Network, &[], "kos-demo-network"),
+            Some(("network".to_owned(), false))
+        );
     }
 }

@@ -230,9 +230,8 @@ fn plan_node(node: &Node, desired: &DesiredGraph, observed: &Observed) -> (Actio
         );
     }
     let found = observed.get(&node.id);
-    // Keep the best one: tagged before untagged, healthy before failed, then by cloud id for stability.
     let mut ranked: Vec<&Resource> = found.iter().collect();
-    ranked.sort_by_key(|r| (!r.tagged, r.failed, r.id.clone()));
+    ranked.sort_by_key(|r| rank(r));
     let Some((keep, rest)) = ranked.split_first() else {
         return (
             action(Op::Create, "not found".into(), Vec::new(), None),
@@ -275,10 +274,15 @@ fn observed_id(observed: &Observed, logical: &str) -> Option<String> {
 }
 
 fn best<'a>(observed: &'a Observed, logical: &str) -> Option<&'a Resource> {
-    observed
-        .get(logical)
-        .iter()
-        .min_by_key(|r| (!r.tagged, r.failed, r.id.clone()))
+    observed.get(logical).iter().min_by_key(|r| rank(r))
+}
+
+/// Which of several objects with one logical id to keep (lowest first): tagged before untagged, healthy
+/// before failed, in use (a port bound to a server, a floating IP pointing at a port) before idle, then by
+/// cloud id for stability. Keeping an idle duplicate would delete the port a running server uses.
+fn rank(r: &Resource) -> (bool, bool, bool, &str) {
+    let in_use = r.facts.device_id.is_some() || r.facts.port_id.is_some();
+    (!r.tagged, r.failed, !in_use, &r.id)
 }
 
 fn differences(

@@ -12,7 +12,9 @@ use crate::plan::{Action, Op, plan};
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub cluster: String,
-    /// The API endpoint's address: the API floating IP, else the LB VIP, else the first control plane's IP.
+    /// The API endpoint's address: with a desired graph, that of its [`ApiSource`](crate::graph::ApiSource)
+    /// node once it exists; without one, the API floating IP, else the LB VIP, else the first control
+    /// plane's IP.
     pub api_endpoint: Option<String>,
     /// Sorted by kind, then logical id.
     pub resources: Vec<Resource>,
@@ -48,9 +50,14 @@ pub async fn status(
             .iter()
             .find_map(|r| r.facts.address.clone())
     };
-    let api_endpoint = address("api-fip")
-        .or_else(|| address("api-lb"))
-        .or_else(|| address("port-cp-0"));
+    // With the spec, the node that provides the endpoint (a public LB's VIP is not the endpoint, and a
+    // floating IP not yet allocated is no endpoint at all); without it, the first address found.
+    let api_endpoint = match desired {
+        Some(d) => address(d.api.node()),
+        None => address("api-fip")
+            .or_else(|| address("api-lb"))
+            .or_else(|| address("port-cp-0")),
+    };
     let mut resources: Vec<Resource> = observed.all().cloned().collect();
     resources.sort_by(|a, b| (a.kind, &a.logical_id).cmp(&(b.kind, &b.logical_id)));
     let duplicates = observed.duplicates().map(|(id, _)| id.to_owned()).collect();

@@ -1,12 +1,13 @@
 //! Teardown (`kos down`) and garbage collection (`kos gc`).
 //!
-//! Teardown deletes everything tagged for the cluster (or carrying its deterministic name), plus what the
-//! cluster made at run time through the upstream CCM and CSI: load balancers named
-//! `kube_service_<cluster>_…`, floating IPs described "… from cluster <cluster>", the CCM's `lb-sg-…`
-//! security groups, Cinder volumes with `cinder.csi.openstack.org/cluster=<cluster>`, and ports left on
-//! kos's network. Order: [`Kind::delete_rank`], waiting for absence of servers, LBs and volumes. It works on
-//! half-made clusters, is idempotent, and never touches a bring-your-own network, subnet or router (they
-//! carry no kos tag and no kos name).
+//! Teardown deletes everything tagged for the cluster (or, untagged, named `kos-<cluster>-<logical id>`
+//! exactly: never an object of a cluster whose name extends this one's), plus what the cluster made at run
+//! time through the upstream CCM and CSI: load balancers named `kube_service_<cluster>_…`, floating IPs
+//! described "… from cluster <cluster>", the CCM's `lb-sg-…` security groups, Cinder volumes with
+//! `cinder.csi.openstack.org/cluster=<cluster>`, ports left on kos's network and interfaces of kos's router.
+//! Order: [`Kind::delete_rank`], waiting for absence of servers, LBs and volumes. It works on half-made
+//! clusters, is idempotent, and never touches a bring-your-own network, subnet or router (they carry no kos
+//! tag and no kos name). [`teardown_with_events`] reports progress as apply does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,10 +18,13 @@ use kos_cloud::model::load_balancer::LoadBalancerFilter;
 use kos_cloud::{CloudError, Session};
 use serde::Serialize;
 
+use tokio::sync::mpsc::Sender;
+
 use crate::apply::{Deleter, Filters, Waiter};
+use crate::events::{Event, Phase, emit};
 use crate::graph::Kind;
 use crate::names::TAG_CLUSTER;
-use crate::observe::{CSI_CLUSTER_KEY, Facts, Inventory, Resource, Scope};
+use crate::observe::{CSI_CLUSTER_KEY, Facts, Inventory, ROUTER_INTERFACE, Resource, Scope};
 
 /// Knobs of a teardown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,42 +111,107 @@ pub async fn teardown_with(
     cluster: &str,
     opts: &TeardownOptions,
 ) -> Result<TeardownReport, TeardownError> {
+    run(session, cluster, opts, None).await
+}
+
+/// [`teardown_with`], reporting progress as apply does: [`Phase::Teardown`], then `Waiting`, `Deleted` and
+/// `Failed` per object, then [`Phase::Done`] (also on a dry run or an error).
+///
+/// # Errors
+/// See [`teardown_with`].
+pub async fn teardown_with_events(
+    session: &Session,
+    cluster: &str,
+    opts: &TeardownOptions,
+    events: Sender<Event>,
+) -> Result<TeardownReport, TeardownError> {
+    run(session, cluster, opts, Some(&events)).await
+}
+
+async fn run(
+    session: &Session,
+    cluster: &str,
+    opts: &TeardownOptions,
+    events: Option<&Sender<Event>>,
+) -> Result<TeardownReport, TeardownError> {
+    emit(
+        events,
+        Event::Phase {
+            phase: Phase::Teardown,
+        },
+    );
+    let out = delete_cluster(session, cluster, opts, events).await;
+    emit(events, Event::Phase { phase: Phase::Done });
+    out
+}
+
+async fn delete_cluster(
+    session: &Session,
+    cluster: &str,
+    opts: &TeardownOptions,
+    events: Option<&Sender<Event>>,
+) -> Result<TeardownReport, TeardownError> {
     let inv = Inventory::fetch(session, Scope::All).await?;
     let mut doomed = doomed(&inv, cluster);
     doomed.sort_by_key(|r| (r.kind.delete_rank(), r.name.clone()));
-    if !opts.dry_run && !doomed.is_empty() {
-        let waiter = Waiter::new(
-            session.clone(),
-            Filters {
-                servers: TagQuery::all([format!("{TAG_CLUSTER}={cluster}")]),
-                load_balancers: LoadBalancerFilter::default(),
-                volumes: VolumeFilter::default(),
-            },
-            opts.poll_interval,
-        );
-        let deleter = Deleter {
-            session,
-            waiter: &waiter,
-            deadline: opts.deadline,
-            poll: opts.poll_interval,
-            events: None,
-        };
-        let failures = deleter.delete_all(doomed.clone()).await;
-        if !failures.is_empty() {
-            return Err(TeardownError::Incomplete {
-                cluster: cluster.to_owned(),
-                failures: failures
-                    .into_iter()
-                    .map(|(r, e)| (r, e.to_string()))
-                    .collect(),
-            });
-        }
+    if !opts.dry_run {
+        delete(session, cluster, &doomed, opts, events).await?;
     }
     Ok(TeardownReport {
         cluster: cluster.to_owned(),
         dry_run: opts.dry_run,
         resources: doomed,
     })
+}
+
+/// Deletes `doomed` (in delete order), reporting each failure.
+async fn delete(
+    session: &Session,
+    cluster: &str,
+    doomed: &[Resource],
+    opts: &TeardownOptions,
+    events: Option<&Sender<Event>>,
+) -> Result<(), TeardownError> {
+    if doomed.is_empty() {
+        return Ok(());
+    }
+    let waiter = Waiter::new(
+        session.clone(),
+        Filters {
+            servers: TagQuery::all([format!("{TAG_CLUSTER}={cluster}")]),
+            load_balancers: LoadBalancerFilter::default(),
+            volumes: VolumeFilter::default(),
+        },
+        opts.poll_interval,
+    );
+    let deleter = Deleter {
+        session,
+        waiter: &waiter,
+        deadline: opts.deadline,
+        poll: opts.poll_interval,
+        events,
+    };
+    let failures = deleter.delete_all(doomed.to_vec()).await;
+    for (r, e) in &failures {
+        emit(
+            events,
+            Event::Failed {
+                id: r.logical_id.clone(),
+                error: e.to_string(),
+            },
+        );
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(TeardownError::Incomplete {
+            cluster: cluster.to_owned(),
+            failures: failures
+                .into_iter()
+                .map(|(r, e)| (r, e.to_string()))
+                .collect(),
+        })
+    }
 }
 
 /// Everything teardown removes for `cluster`.
@@ -170,7 +239,27 @@ fn doomed(inv: &Inventory, cluster: &str) -> Vec<Resource> {
         .filter(|r| r.kind == Kind::Network)
         .map(|r| r.id.as_str())
         .collect();
+    let routers: BTreeSet<&str> = out
+        .iter()
+        .filter(|r| r.kind == Kind::Router)
+        .map(|r| r.id.as_str())
+        .collect();
     let mut runtime = run_time(inv, cluster);
+    // Interfaces of kos's own routers, tagged or not (a crash between adding one and tagging it): the
+    // router cannot go while one is left.
+    runtime.extend(
+        inv.ports
+            .iter()
+            .filter(|p| {
+                p.device_owner == ROUTER_INTERFACE && routers.contains(p.device_id.as_str())
+            })
+            .map(|p| {
+                let mut r = extra(Kind::RouterInterface, "router-if", &p.id, &p.name);
+                r.facts.device_id = Some(p.device_id.clone());
+                r.facts.subnet_id = p.fixed_ips.first().map(|f| f.subnet_id.clone());
+                r
+            }),
+    );
     // Ports left on kos's own network (not the network's own DHCP/router/LB ports).
     runtime.extend(
         inv.ports
@@ -246,109 +335,145 @@ pub struct Orphan {
 /// Resources tagged `kos-cluster=*` whose cluster has neither a server nor a network any more, and the
 /// run-time LBs, FIPs and volumes of clusters of which nothing kos-made is left.
 ///
+/// A cluster with a network but no server yet is being made, not gone. Untagged objects in use are never
+/// orphans (kos cannot tell a gone kos cluster's from those of a live cluster made by another tool that
+/// shares the CCM's naming): a load balancer on a network servers run on, an attached volume, a floating
+/// IP pointing at a port other than the VIP of a load balancer that is an orphan too.
+///
 /// # Errors
 /// A list call failed.
 pub async fn orphans(session: &Session) -> Result<Vec<Orphan>, CloudError> {
     let inv = Inventory::fetch(session, Scope::All).await?;
+    Ok(find_orphans(&inv)
+        .into_iter()
+        .map(|(cluster, r, reason)| Orphan {
+            cluster,
+            kind: r.kind,
+            id: r.id,
+            name: r.name,
+            reason: reason.to_owned(),
+        })
+        .collect())
+}
+
+/// Deletes the `orphans` that [`orphans`] listed and that still are orphans now (a cluster that came back
+/// to life in between keeps its objects), and nothing else: not the rest of their clusters.
+///
+/// # Errors
+/// A list call failed, or some orphans of a cluster could not be deleted (the clusters before it were
+/// cleaned, the ones after it not tried).
+pub async fn delete_orphans(
+    session: &Session,
+    orphans: &[Orphan],
+    opts: &TeardownOptions,
+) -> Result<Vec<TeardownReport>, TeardownError> {
+    let listed: BTreeSet<&str> = orphans.iter().map(|o| o.id.as_str()).collect();
+    let inv = Inventory::fetch(session, Scope::All).await?;
+    let mut by_cluster: BTreeMap<String, Vec<Resource>> = BTreeMap::new();
+    for (cluster, r, _) in find_orphans(&inv) {
+        if listed.contains(r.id.as_str()) {
+            by_cluster.entry(cluster).or_default().push(r);
+        }
+    }
+    let mut out = Vec::new();
+    for (cluster, mut doomed) in by_cluster {
+        doomed.sort_by_key(|r| (r.kind.delete_rank(), r.name.clone()));
+        delete(session, &cluster, &doomed, opts, None).await?;
+        out.push(TeardownReport {
+            cluster,
+            dry_run: false,
+            resources: doomed,
+        });
+    }
+    Ok(out)
+}
+
+/// The orphans of the project: `(cluster, resource, reason)`.
+fn find_orphans(inv: &Inventory) -> Vec<(String, Resource, &'static str)> {
     let prefix = format!("{TAG_CLUSTER}=");
     let cluster_of = |tags: &[String]| -> Option<String> {
         tags.iter()
             .find_map(|t| t.strip_prefix(&prefix))
             .map(str::to_owned)
     };
-    let mut kos_clusters: BTreeSet<String> = BTreeSet::new();
-    let mut alive: BTreeSet<String> = BTreeSet::new();
-    for n in &inv.networks {
-        if let Some(c) = cluster_of(&n.tags) {
-            alive.insert(c.clone());
-            kos_clusters.insert(c);
-        }
-    }
-    for s in &inv.servers {
-        if let Some(c) = cluster_of(&s.tags) {
-            alive.insert(c.clone());
-            kos_clusters.insert(c);
-        }
-    }
-    let tag_lists = inv
-        .subnets
-        .iter()
-        .map(|x| &x.tags)
-        .chain(inv.routers.iter().map(|x| &x.tags))
-        .chain(inv.ports.iter().map(|x| &x.tags))
-        .chain(inv.security_groups.iter().map(|x| &x.tags))
-        .chain(inv.floating_ips.iter().map(|x| &x.tags))
-        .chain(inv.load_balancers.iter().map(|x| &x.tags));
-    kos_clusters.extend(tag_lists.filter_map(|t| cluster_of(t)));
-    kos_clusters.extend(
-        inv.volumes
-            .iter()
-            .filter_map(|v| v.metadata.get(TAG_CLUSTER).cloned()),
-    );
-    let mut runtime_clusters: BTreeMap<String, ()> = BTreeMap::new();
-    for l in &inv.load_balancers {
-        if let Some(c) = l
-            .name
+    let alive: BTreeSet<String> = (inv.networks.iter().map(|n| &n.tags))
+        .chain(inv.servers.iter().map(|s| &s.tags))
+        .filter_map(|t| cluster_of(t))
+        .collect();
+    let kos_clusters = inv.clusters();
+    let mut runtime_clusters: BTreeSet<&str> = BTreeSet::new();
+    runtime_clusters.extend(inv.load_balancers.iter().filter_map(|l| {
+        l.name
             .strip_prefix("kube_service_")
             .and_then(|r| r.split('_').next())
-        {
-            runtime_clusters.insert(c.to_owned(), ());
-        }
-    }
-    for f in &inv.floating_ips {
-        if let Some((_, c)) = f.description.trim_end().rsplit_once("from cluster ") {
-            runtime_clusters.insert(c.to_owned(), ());
-        }
-    }
-    for v in &inv.volumes {
-        if let Some(c) = v.metadata.get(CSI_CLUSTER_KEY) {
-            runtime_clusters.insert(c.clone(), ());
-        }
-    }
-    let mut out = Vec::new();
+    }));
+    runtime_clusters.extend(inv.floating_ips.iter().filter_map(|f| {
+        f.description
+            .trim_end()
+            .rsplit_once("from cluster ")
+            .map(|(_, c)| c)
+    }));
+    runtime_clusters.extend(
+        inv.volumes
+            .iter()
+            .filter_map(|v| v.metadata.get(CSI_CLUSTER_KEY).map(String::as_str)),
+    );
+    let mut found = Vec::new();
     for c in kos_clusters.iter().filter(|c| !alive.contains(*c)) {
-        for r in doomed(&inv, c) {
-            out.push(orphan(c, r, "its cluster has no servers and no network"));
-        }
+        found.extend(
+            doomed(inv, c)
+                .into_iter()
+                .map(|r| (c.clone(), r, "its cluster has no servers and no network")),
+        );
     }
     for c in runtime_clusters
-        .keys()
+        .into_iter()
         .filter(|c| !kos_clusters.contains(*c))
     {
-        for r in run_time(&inv, c) {
-            out.push(orphan(
-                c,
+        found.extend(run_time(inv, c).into_iter().map(|r| {
+            (
+                c.to_owned(),
                 r,
                 "made at run time by a cluster of which nothing is left",
-            ));
-        }
+            )
+        }));
     }
-    Ok(out)
-}
-
-fn orphan(cluster: &str, r: Resource, reason: &str) -> Orphan {
-    Orphan {
-        cluster: cluster.to_owned(),
-        kind: r.kind,
-        id: r.id,
-        name: r.name,
-        reason: reason.to_owned(),
-    }
-}
-
-/// Tears down every cluster that has orphans (`kos gc --delete`).
-///
-/// # Errors
-/// The first teardown that failed.
-pub async fn delete_orphans(
-    session: &Session,
-    orphans: &[Orphan],
-    opts: &TeardownOptions,
-) -> Result<Vec<TeardownReport>, TeardownError> {
-    let clusters: BTreeSet<&str> = orphans.iter().map(|o| o.cluster.as_str()).collect();
-    let mut out = Vec::new();
-    for c in clusters {
-        out.push(teardown_with(session, c, opts).await?);
-    }
-    Ok(out)
+    // What kos cannot prove is a cluster's (no tag: found by a naming convention that a live cluster made
+    // by another tool shares) stays while something uses it: a load balancer on a network that servers run
+    // on, an attached volume, a floating IP pointing at a port that does not go with an orphan LB.
+    let serving: BTreeSet<&str> = inv
+        .ports
+        .iter()
+        .filter(|p| p.device_owner.starts_with("compute:"))
+        .map(|p| p.network_id.as_str())
+        .collect();
+    let lb = |id: &str| inv.load_balancers.iter().find(|l| l.id == id);
+    let idle_lb = |r: &Resource| {
+        r.tagged
+            || lb(&r.id).is_none_or(|l| {
+                l.vip_network_id
+                    .as_deref()
+                    .is_none_or(|n| !serving.contains(n))
+            })
+    };
+    found.retain(|(_, r, _)| r.kind != Kind::LoadBalancer || idle_lb(r));
+    let going_vips: BTreeSet<&str> = found
+        .iter()
+        .filter(|(_, r, _)| r.kind == Kind::LoadBalancer)
+        .filter_map(|(_, r, _)| lb(&r.id)?.vip_port_id.as_deref())
+        .collect();
+    found.retain(|(_, r, _)| {
+        r.tagged
+            || match r.kind {
+                Kind::FloatingIp => inv.floating_ips.iter().any(|f| {
+                    f.id == r.id && f.port_id.as_deref().is_none_or(|p| going_vips.contains(p))
+                }),
+                Kind::Volume => inv
+                    .volumes
+                    .iter()
+                    .any(|v| v.id == r.id && v.attachments.is_empty()),
+                _ => true,
+            }
+    });
+    found
 }

@@ -680,7 +680,6 @@ fn render_volume(app: &SharedApp, c: &Caller, st: &CinderState, v: &Volume) -> V
         "snapshot_id": null,
         "source_volid": v.source_volid,
         "consistencygroup_id": null,
-        "migration_status": null,
         "replication_status": null,
         "os-vol-tenant-attr:tenant_id": v.project_id,
         "user_id": v.user_id,
@@ -694,8 +693,10 @@ fn render_volume(app: &SharedApp, c: &Caller, st: &CinderState, v: &Volume) -> V
     if let Some(img) = &v.image_id {
         j["volume_image_metadata"] = json!({"image_id": img});
     }
-    // Host and migration attributes are admin-only (Cinder's default policy).
+    // Host and migration attributes and provider_id are admin-only (Cinder's view builder and
+    // default policy; checked against Cinder 29).
     if c.ctx.is_admin() {
+        j["migration_status"] = Value::Null;
         j["os-vol-host-attr:host"] = json!("kos-sim@lvmdriver-1#lvmdriver-1");
         j["os-vol-mig-status-attr:migstat"] = Value::Null;
         j["os-vol-mig-status-attr:name_id"] = Value::Null;
@@ -714,7 +715,7 @@ fn render_volume(app: &SharedApp, c: &Caller, st: &CinderState, v: &Volume) -> V
         (65, "consumes_quota", json!(true)),
     ];
     for (minor, key, val) in by_version {
-        if c.at_least(minor) {
+        if c.at_least(minor) && (key != "provider_id" || c.ctx.is_admin()) {
             j[key] = val;
         }
     }
@@ -824,7 +825,11 @@ async fn create_volume(
             metadata,
         },
     )?;
-    let out = render_volume(&app, &c, &cloud.cinder, &v);
+    let mut out = render_volume(&app, &c, &cloud.cinder, &v);
+    // The tenant attribute extends show and detail only, not the create's answer.
+    if let Some(o) = out.as_object_mut() {
+        o.remove("os-vol-tenant-attr:tenant_id");
+    }
     cloud.cinder.volumes.push(v);
     Ok(c.reply(StatusCode::ACCEPTED, json!({"volume": out})))
 }

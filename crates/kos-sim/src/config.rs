@@ -56,11 +56,14 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
-    /// A config for tests: everything happens ~1000x faster than on a real cloud.
+    /// A config for tests: everything happens ~1000x faster than on a real cloud. Tokens still last
+    /// hours of real time (an hour of cloud time would be 3.6 real seconds: a slow, loaded machine
+    /// would see 401s mid-test); tests that want expiry use `POST /_sim/tokens/expire`.
     pub fn fast() -> Self {
         SimConfig {
             time_scale: 0.001,
             latency: LatencyModel::instant(),
+            token_lifetime_secs: 1e7,
             ..Default::default()
         }
     }

@@ -735,7 +735,13 @@ async fn create_app_cred(
             .unwrap_or(false),
         expires_at: s(c, "/expires_at").map(str::to_owned),
     };
-    let body = json!({"application_credential": app_cred_json(&app, &cred, true)});
+    let mut body = json!({"application_credential": app_cred_json(&app, &cred, true)});
+    // The create answers with the stored row as given (checked against Keystone 30): the user and
+    // `system` too, and `unrestricted` as sent (null when the request left it out).
+    let created = &mut body["application_credential"];
+    created["user_id"] = json!(cred.user_id);
+    created["system"] = Value::Null;
+    created["unrestricted"] = c.get("unrestricted").cloned().unwrap_or(Value::Null);
     ks.app_creds.push(cred);
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }

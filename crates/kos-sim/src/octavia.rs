@@ -70,6 +70,8 @@ impl Base {
             m.insert("description".into(), json!(self.description));
         }
         m.insert("project_id".into(), json!(self.project_id));
+        // Deprecated, but Octavia 19 still sends it on every object (checked against a real one).
+        m.insert("tenant_id".into(), json!(self.project_id));
         m.insert("admin_state_up".into(), json!(self.admin_state_up));
         m.insert(
             "provisioning_status".into(),

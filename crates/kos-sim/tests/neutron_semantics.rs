@@ -405,7 +405,10 @@ async fn floating_ip_needs_a_router_interface_on_the_ports_subnet() {
     )
     .await;
     let f = &v["floatingip"];
-    assert_eq!(f["status"], "ACTIVE");
+    // Neutron answers with the status the L3 agent last reported (checked against Neutron 29): the
+    // agent makes it ACTIVE a moment later.
+    assert_eq!(f["status"], "DOWN");
+    assert_eq!(fip_status_after_agent(&h, &fid).await, "ACTIVE");
     assert_eq!(f["router_id"], rid.as_str());
     assert_eq!(f["fixed_ip_address"], p["fixed_ips"][0]["ip_address"]);
     assert_eq!(f["port_details"]["network_id"], net.as_str());
@@ -451,8 +454,8 @@ async fn floating_ip_needs_a_router_interface_on_the_ports_subnet() {
         200,
     )
     .await;
-    assert_eq!(v["floatingip"]["status"], "DOWN");
     assert_eq!(v["floatingip"]["fixed_ip_address"], Value::Null);
+    assert_eq!(fip_status_after_agent(&h, &fid).await, "DOWN");
     expect(
         &h,
         "PUT",
@@ -1405,4 +1408,51 @@ async fn port_binding_through_the_service_interface() {
     )
     .await;
     assert!(neutron::floating_ips_of_port(&h.sim.app().cloud(), &pid).is_empty());
+}
+
+/// The floating IP's status once the (simulated) L3 agent has reported, 2 cloud seconds later.
+async fn fip_status_after_agent(h: &Harness, fid: &str) -> String {
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let v = expect(h, "GET", &format!("/floatingips/{fid}"), None, 200).await;
+    s(&v["floatingip"]["status"])
+}
+
+#[tokio::test]
+async fn floating_ip_status_follows_the_l3_agent() {
+    let h = Harness::new().await;
+    let public = public_network(&h).await;
+    let net = network(&h, "n").await;
+    let sub = subnet(&h, &net, "10.8.0.0/24", json!({})).await;
+    let pid = s(&port(&h, json!({"network_id": net})).await["id"]);
+    let router = expect(
+        &h,
+        "POST",
+        "/routers",
+        Some(json!({"router": {"name": "r", "external_gateway_info": {"network_id": public}}})),
+        201,
+    )
+    .await;
+    let rid = s(&router["router"]["id"]);
+    let iface = Some(json!({"subnet_id": sub}));
+    expect(
+        &h,
+        "PUT",
+        &format!("/routers/{rid}/add_router_interface"),
+        iface,
+        200,
+    )
+    .await;
+
+    // Created associated: DOWN in the answer, ACTIVE once the agent reports.
+    let body = json!({"floatingip": {"floating_network_id": public, "port_id": pid}});
+    let v = expect(&h, "POST", "/floatingips", Some(body), 201).await;
+    assert_eq!(v["floatingip"]["status"], "DOWN");
+    let fid = s(&v["floatingip"]["id"]);
+    assert_eq!(fip_status_after_agent(&h, &fid).await, "ACTIVE");
+
+    // Disassociated: still ACTIVE in the answer, DOWN once the agent reports.
+    let body = json!({"floatingip": {"port_id": null}});
+    let v = expect(&h, "PUT", &format!("/floatingips/{fid}"), Some(body), 200).await;
+    assert_eq!(v["floatingip"]["status"], "ACTIVE");
+    assert_eq!(fip_status_after_agent(&h, &fid).await, "DOWN");
 }

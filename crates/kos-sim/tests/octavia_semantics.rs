@@ -97,6 +97,7 @@ fn slow() -> SimConfig {
     let mut cfg = SimConfig::fast();
     cfg.latency.lb_create_secs = 400.0;
     cfg.latency.lb_update_secs = 300.0;
+    cfg.latency.lb_delete_secs = 300.0;
     cfg
 }
 
@@ -182,7 +183,8 @@ async fn pending_load_balancer_is_immutable_until_active() {
 
 #[tokio::test]
 async fn children_block_delete_and_cascade_removes_everything() {
-    let h = Harness::new().await;
+    // Slow enough that PENDING_DELETE is still there when the test looks (fast() is ~10 ms).
+    let h = Harness::with_config(slow()).await;
     let subnet = make_subnet(&h, "10.2.0.0/24").await;
     let id = create_lb(&h, &subnet, json!({})).await;
     let vip_port = wait_active(&h, &id).await["vip_port_id"]

@@ -137,7 +137,7 @@ async fn scenario(h: &Harness, ver: &str, subnet: &str) {
     wait_active(h, &lb_id).await;
 
     let pool = h
-        .check(
+        .check_allowing(
             "POST",
             &t("/pools"),
             &t("/pools"),
@@ -146,8 +146,11 @@ async fn scenario(h: &Harness, ver: &str, subnet: &str) {
                 "session_persistence": {"type": "APP_COOKIE", "cookie_name": "ChocolateChip"},
                 "tags": ["shape"],
             }})),
+            // No monitor yet: Octavia leaves the key out (checked against Octavia 19).
+            &["pool.healthmonitor_id"],
         )
         .await;
+    assert!(pool["pool"].get("healthmonitor_id").is_none(), "{pool}");
     let p_id = id(&pool, "pool");
     wait_active(h, &lb_id).await;
     let hm = h

@@ -32,10 +32,17 @@ pub enum Command {
     Status(StatusArgs),
     /// List (and with --delete remove) resources of clusters that no longer exist.
     Gc(GcArgs),
+    /// Write an admin kubeconfig for a cluster, signed offline with its CA (or merge it into yours).
+    Kubeconfig(KubeconfigArgs),
     /// The simulated OpenStack cloud (for demos, tests and benchmarks).
     Sim {
         #[command(subcommand)]
         command: SimCommand,
+    },
+    /// Benchmarks on a simulated cloud: measured figures, never a pass or fail.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
     },
 }
 
@@ -127,6 +134,20 @@ pub struct GcArgs {
     pub delete: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct KubeconfigArgs {
+    /// The cluster's name (metadata.name).
+    pub name: String,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// Where to write it (default: ./kubeconfig-<name>).
+    #[arg(short, long, value_name = "FILE", conflicts_with = "merge")]
+    pub output: Option<PathBuf>,
+    /// Merge it into the first file of KUBECONFIG (default ~/.kube/config) as context kos-<name>.
+    #[arg(long)]
+    pub merge: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum SimCommand {
     /// Serve a simulated OpenStack cloud on 127.0.0.1 and write a clouds.yaml for it.
@@ -147,4 +168,32 @@ pub struct SimServeArgs {
     /// Real seconds per simulated second (overrides the config file; 1 = real time).
     #[arg(long)]
     pub time_scale: Option<f64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Time `up` from zero on a simulated cloud with a realistic latency model, against the
+    /// critical-path lower bound, with API calls per service (and baselines with --baselines).
+    Apply(BenchApplyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchApplyArgs {
+    /// Control planes (1, 3 or 5), behind an Octavia load balancer.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub control_planes: u32,
+    /// Workers, in one node pool.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub workers: u32,
+    /// Requests per second each service accepts, in cloud time (0: no limit).
+    #[arg(long, default_value_t = 50.0)]
+    pub rate_limit: f64,
+    /// Real seconds per cloud second.
+    #[arg(long, default_value_t = crate::cmd::bench::DEFAULT_TIME_SCALE)]
+    pub time_scale: f64,
+    /// Also run the baselines on fresh clouds: sequential, and Terraform-like.
+    #[arg(long)]
+    pub baselines: bool,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }

@@ -1,5 +1,6 @@
 //! `kos`: Kubernetes on OpenStack.
 
+mod bootstrap;
 mod cli;
 mod cloud;
 mod cmd;

@@ -51,6 +51,11 @@ pub struct ApplyOptions {
     /// Between two list calls of a wait.
     pub poll_interval: Duration,
     pub deadlines: Deadlines,
+    /// How waits observe the cloud.
+    pub poll: PollMode,
+    /// A node keeps its parallelism slot while it waits, as in Terraform's `-parallelism` (a benchmark
+    /// baseline). Off, waits hold no slot and `parallelism` bounds only the calls in flight.
+    pub waits_hold_slots: bool,
     /// Delete and recreate the CCM application credential (its secret cannot be read back: use this when
     /// the stored copy is lost).
     pub recreate_ccm_credential: bool,
@@ -67,9 +72,24 @@ impl Default for ApplyOptions {
                 volume: Duration::from_secs(300),
                 delete: Duration::from_secs(600),
             },
+            poll: PollMode::ListPerKind,
+            waits_hold_slots: false,
             recreate_ccm_credential: false,
         }
     }
+}
+
+/// How waits observe the cloud.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PollMode {
+    /// One list call per resource type answers every pending wait of that type, soon after a wait
+    /// starts and then less often (see `wait.rs`).
+    #[default]
+    ListPerKind,
+    /// One GET per waited-for resource every `poll_interval`, as Terraform's providers poll (a benchmark
+    /// baseline).
+    GetPerResource,
 }
 
 impl ApplyOptions {
@@ -174,6 +194,8 @@ pub(crate) struct Ctx {
     pub opts: ApplyOptions,
     pub waiter: Waiter,
     pub permits: Semaphore,
+    /// With [`ApplyOptions::waits_hold_slots`]: one per running node, held through its waits.
+    pub node_slots: Option<Arc<Semaphore>>,
     pub outputs: Mutex<HashMap<String, Output>>,
     /// One lock per load balancer (by logical id): its children change one at a time.
     pub lb_locks: HashMap<String, tokio::sync::Mutex<()>>,
@@ -209,7 +231,10 @@ pub async fn apply(
     let ctx = Arc::new(Ctx {
         session: session.clone(),
         cluster: desired.cluster.clone(),
-        waiter: Waiter::new(session.clone(), filters, opts.poll_interval),
+        waiter: Waiter::new(session.clone(), filters, opts.poll_interval).with_mode(opts.poll),
+        node_slots: opts
+            .waits_hold_slots
+            .then(|| Arc::new(Semaphore::new(opts.parallelism.max(1)))),
         permits: Semaphore::new(opts.parallelism.max(1)),
         outputs: Mutex::default(),
         lb_locks: desired
@@ -330,6 +355,11 @@ async fn converge(
             );
             let (ctx, node) = (Arc::clone(ctx), node.clone());
             running.spawn(async move {
+                let slots = ctx.node_slots.clone();
+                let _slot = match &slots {
+                    Some(s) => s.acquire().await.ok(),
+                    None => None,
+                };
                 let out = ops::run(&ctx, &node, &action, user_data).await;
                 (node, action.op, out)
             });
@@ -396,6 +426,10 @@ fn failure(node: &crate::graph::Node, error: String) -> NodeFailure {
     }
 }
 
+/// Logical ids whose outputs a bootstrap reads.
+const SUBNET: &str = "subnet";
+const APP_CREDENTIAL: &str = "appcred-ccm";
+
 /// Renders a server's user_data when it is about to be created (the API address is known by then: the
 /// node that provides it is a dependency).
 fn user_data(
@@ -415,6 +449,12 @@ fn user_data(
         .output(desired.api.node())
         .and_then(|o| o.address)
         .ok_or_else(|| format!("the API address ({}) is not known", desired.api.node()))?;
+    let ccm_secret = ctx
+        .ccm
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(|c| c.secret.clone());
     let nc = NodeContext {
         cluster: desired.cluster.clone(),
         logical_id: node.id.clone(),
@@ -422,6 +462,9 @@ fn user_data(
         api_address,
         labels: spec.labels.clone(),
         taints: spec.taints.clone(),
+        subnet_id: ctx.output(SUBNET).map(|o| o.id),
+        ccm_credential_id: ctx.output(APP_CREDENTIAL).map(|o| o.id),
+        ccm_credential_secret: ccm_secret,
     };
     bootstrap
         .user_data(&nc)

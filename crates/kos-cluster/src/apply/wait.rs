@@ -1,18 +1,28 @@
-//! Waits by list-polling: every interval, one list call per resource type (servers, load balancers,
-//! volumes) answers all pending waits of that type at once, instead of one GET per resource per poll.
-//! The poller runs only while something is waited for.
+//! Waits by list-polling: one list call per resource type (servers, load balancers, volumes) answers all
+//! pending waits of that type at once, instead of one GET per resource per poll.
+//!
+//! Each wait is looked at soon after it starts and then less often: a tenth of the time waited so far,
+//! between a quarter `interval` and `interval`. Many waits are short (an LB child update takes seconds)
+//! and a fixed interval would add half of it to each of them, one after another on the LB's critical
+//! path; a long wait costs few polls, and is seen to end at most `interval` late. The poller runs only
+//! while something is waited for, and sleeps until the next wait is due.
+//! [`PollMode::GetPerResource`] polls the way Terraform's providers do, for benchmark baselines.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use futures::future::join_all;
 
 use kos_cloud::model::TagQuery;
 use kos_cloud::model::block_storage::{VolumeFilter, VolumeStatus};
 use kos_cloud::model::compute::ServerStatus;
 use kos_cloud::model::load_balancer::{LoadBalancerFilter, ProvisioningStatus};
 use kos_cloud::{CloudError, Session};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
+
+use super::PollMode;
 
 /// What is waited for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -48,6 +58,9 @@ struct Entry {
     kind: WaitKind,
     id: String,
     target: Target,
+    since: Instant,
+    /// When it is polled next.
+    due: Instant,
     deadline: Instant,
     what: String,
     last: String,
@@ -67,7 +80,10 @@ pub(crate) struct Waiter {
     session: Session,
     filters: Arc<Filters>,
     interval: Duration,
+    mode: PollMode,
     state: Arc<Mutex<State>>,
+    /// Wakes the poller when a wait is added (it may be due before the poller's next wake-up).
+    wake: Arc<Notify>,
 }
 
 impl Waiter {
@@ -76,8 +92,19 @@ impl Waiter {
             session,
             filters: Arc::new(filters),
             interval,
+            mode: PollMode::default(),
             state: Arc::default(),
+            wake: Arc::default(),
         }
+    }
+
+    pub(crate) fn with_mode(self, mode: PollMode) -> Self {
+        Waiter { mode, ..self }
+    }
+
+    /// When a wait that started at `since` is polled next, seen from `now`.
+    fn next_poll(&self, since: Instant, now: Instant) -> Instant {
+        now + poll_after(self.mode, self.interval, now - since)
     }
 
     /// Waits until the object reaches `target`, fails (with the cloud's fault message), or `within` passes.
@@ -91,18 +118,23 @@ impl Waiter {
     ) -> Result<Seen, CloudError> {
         let (tx, rx) = oneshot::channel();
         {
+            let now = Instant::now();
             let mut st = self.lock();
             st.entries.push(Entry {
                 kind,
                 id: id.to_owned(),
                 target,
-                deadline: Instant::now() + within,
+                since: now,
+                due: self.next_poll(now, now),
+                deadline: now + within,
                 what: what.to_owned(),
                 last: "not seen yet".into(),
                 misses: 0,
                 tx,
             });
-            if !st.running {
+            if st.running {
+                self.wake.notify_one();
+            } else {
                 st.running = true;
                 tokio::spawn(self.clone().poll());
             }
@@ -120,100 +152,123 @@ impl Waiter {
     }
 
     async fn poll(self) {
+        let this = &self;
         loop {
-            tokio::time::sleep(self.interval).await;
-            let kinds: BTreeSet<WaitKind> = {
+            let next = {
                 let mut st = self.lock();
-                if st.entries.is_empty() {
+                let Some(next) = st.entries.iter().map(|e| e.due).min() else {
                     st.running = false;
                     return;
-                }
-                st.entries.iter().map(|e| e.kind).collect()
+                };
+                next
             };
-            for kind in kinds {
-                let listed = self.list(kind).await;
-                self.settle(kind, listed);
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                () = self.wake.notified() => continue,
+            }
+            let now = Instant::now();
+            let due: Vec<(WaitKind, String)> = self
+                .lock()
+                .entries
+                .iter()
+                .filter(|e| e.due <= now)
+                .map(|e| (e.kind, e.id.clone()))
+                .collect();
+            match self.mode {
+                PollMode::ListPerKind => {
+                    // Every kind with a due wait, listed at once; a list answers all waits of its kind.
+                    let kinds: BTreeSet<WaitKind> = due.iter().map(|(k, _)| *k).collect();
+                    let lists = join_all(
+                        kinds
+                            .into_iter()
+                            .map(|k| async move { (k, this.list(k).await) }),
+                    )
+                    .await;
+                    for (kind, listed) in lists {
+                        self.settle(|e| e.kind == kind, &listed, now);
+                    }
+                }
+                PollMode::GetPerResource => {
+                    let gets = join_all(
+                        due.iter()
+                            .map(|(k, id)| async move { (*k, id, this.get(*k, id).await) }),
+                    )
+                    .await;
+                    for (kind, id, got) in gets {
+                        let got = got.map(|s| s.into_iter().collect());
+                        self.settle(|e| e.kind == kind && &e.id == id, &got, now);
+                    }
+                }
             }
         }
     }
 
-    /// One list call: every object of the kind, with its status and failure message.
-    async fn list(&self, kind: WaitKind) -> Result<Vec<Status>, CloudError> {
+    /// One GET (the baseline's way): the object's status, `None` when it is gone.
+    async fn get(&self, kind: WaitKind, id: &str) -> Result<Option<Status>, CloudError> {
         Ok(match kind {
             WaitKind::Server => self
                 .session
                 .compute()
-                .list_servers(&self.filters.servers)
+                .get_server(id)
                 .await?
-                .into_iter()
-                .map(|s| Status {
-                    failure: (s.status == ServerStatus::Error).then(|| {
-                        format!(
-                            "server {} went to ERROR: {}",
-                            s.name,
-                            s.fault
-                                .as_ref()
-                                .map_or("no fault message", |f| f.message.as_str())
-                        )
-                    }),
-                    ready: s.status == ServerStatus::Active,
-                    state: s.status.to_string(),
-                    id: s.id,
-                    seen: Seen::default(),
-                })
-                .collect(),
+                .map(server_status),
             WaitKind::LoadBalancer => self
                 .session
                 .load_balancer()
-                .list_load_balancers(&self.filters.load_balancers)
+                .get_load_balancer(id)
                 .await?
-                .into_iter()
-                .map(|lb| Status {
-                    failure: (lb.provisioning_status == ProvisioningStatus::Error).then(|| {
-                        format!(
-                            "load balancer {} went to ERROR (operating status {})",
-                            lb.name, lb.operating_status
-                        )
-                    }),
-                    ready: lb.provisioning_status == ProvisioningStatus::Active,
-                    state: lb.provisioning_status.to_string(),
-                    id: lb.id,
-                    seen: Seen {
-                        address: lb.vip_address,
-                        port_id: lb.vip_port_id,
-                    },
-                })
-                .collect(),
+                .map(lb_status),
             WaitKind::Volume => self
                 .session
                 .block_storage()
-                .list_volumes(&self.filters.volumes)
+                .get_volume(id)
                 .await?
-                .into_iter()
-                .map(|v| Status {
-                    failure: v
-                        .status
-                        .is_error()
-                        .then(|| format!("volume {} went to {}", v.name, v.status)),
-                    ready: matches!(v.status, VolumeStatus::Available | VolumeStatus::InUse),
-                    state: v.status.to_string(),
-                    id: v.id,
-                    seen: Seen::default(),
-                })
-                .collect(),
+                .map(volume_status),
         })
     }
 
-    fn settle(&self, kind: WaitKind, listed: Result<Vec<Status>, CloudError>) {
+    /// One list call: every object of the kind, with its status and failure message.
+    async fn list(&self, kind: WaitKind) -> Result<Vec<Status>, CloudError> {
+        let f = &self.filters;
+        Ok(match kind {
+            WaitKind::Server => {
+                let all = self.session.compute().list_servers(&f.servers).await?;
+                all.into_iter().map(server_status).collect()
+            }
+            WaitKind::LoadBalancer => {
+                let lbs = self.session.load_balancer();
+                let all = lbs.list_load_balancers(&f.load_balancers).await?;
+                all.into_iter().map(lb_status).collect()
+            }
+            WaitKind::Volume => {
+                let all = self
+                    .session
+                    .block_storage()
+                    .list_volumes(&f.volumes)
+                    .await?;
+                all.into_iter().map(volume_status).collect()
+            }
+        })
+    }
+
+    /// Settles the waits `covered` by one answer (a list of their kind, or one GET), and schedules the
+    /// next poll of those still pending, counted from when this one started (so the schedule does not
+    /// drift by the calls' own latency).
+    fn settle(
+        &self,
+        covered: impl Fn(&Entry) -> bool,
+        listed: &Result<Vec<Status>, CloudError>,
+        polled: Instant,
+    ) {
         let now = Instant::now();
         let mut st = self.lock();
         let entries = std::mem::take(&mut st.entries);
         for mut e in entries {
-            if e.kind != kind {
+            if !covered(&e) {
                 st.entries.push(e);
                 continue;
             }
-            let outcome = match &listed {
+            let outcome = match listed {
                 Err(err) => {
                     e.last = format!("list failed: {err}");
                     None
@@ -266,7 +321,10 @@ impl Waiter {
                 Some(r) => {
                     let _ = e.tx.send(r);
                 }
-                None => st.entries.push(e),
+                None => {
+                    e.due = self.next_poll(e.since, polled);
+                    st.entries.push(e);
+                }
             }
         }
     }
@@ -278,4 +336,77 @@ struct Status {
     ready: bool,
     failure: Option<String>,
     seen: Seen,
+}
+
+fn server_status(s: kos_cloud::model::compute::Server) -> Status {
+    Status {
+        failure: (s.status == ServerStatus::Error).then(|| {
+            format!(
+                "server {} went to ERROR: {}",
+                s.name,
+                s.fault
+                    .as_ref()
+                    .map_or("no fault message", |f| f.message.as_str())
+            )
+        }),
+        ready: s.status == ServerStatus::Active,
+        state: s.status.to_string(),
+        id: s.id,
+        seen: Seen::default(),
+    }
+}
+
+fn lb_status(lb: kos_cloud::model::load_balancer::LoadBalancer) -> Status {
+    Status {
+        failure: (lb.provisioning_status == ProvisioningStatus::Error).then(|| {
+            format!(
+                "load balancer {} went to ERROR (operating status {})",
+                lb.name, lb.operating_status
+            )
+        }),
+        ready: lb.provisioning_status == ProvisioningStatus::Active,
+        state: lb.provisioning_status.to_string(),
+        id: lb.id,
+        seen: Seen {
+            address: lb.vip_address,
+            port_id: lb.vip_port_id,
+        },
+    }
+}
+
+fn volume_status(v: kos_cloud::model::block_storage::Volume) -> Status {
+    Status {
+        failure: v
+            .status
+            .is_error()
+            .then(|| format!("volume {} went to {}", v.name, v.status)),
+        ready: matches!(v.status, VolumeStatus::Available | VolumeStatus::InUse),
+        state: v.status.to_string(),
+        id: v.id,
+        seen: Seen::default(),
+    }
+}
+
+/// The pause before the next poll of a wait that has lasted `age` (see the module doc).
+fn poll_after(mode: PollMode, interval: Duration, age: Duration) -> Duration {
+    match mode {
+        PollMode::ListPerKind => (age / 10).clamp(interval / 4, interval),
+        PollMode::GetPerResource => interval,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polls_densely_at_first_then_a_tenth_of_the_age_up_to_the_interval() {
+        let (i, s) = (Duration::from_secs(2), Duration::from_secs);
+        let list = |age| poll_after(PollMode::ListPerKind, i, age);
+        assert_eq!(list(s(0)), Duration::from_millis(500));
+        assert_eq!(list(s(5)), Duration::from_millis(500));
+        assert_eq!(list(s(12)), Duration::from_millis(1200));
+        assert_eq!(list(s(600)), i);
+        assert_eq!(poll_after(PollMode::GetPerResource, i, s(0)), i);
+    }
 }

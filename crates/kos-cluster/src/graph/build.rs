@@ -390,6 +390,10 @@ impl Builder<'_> {
         if api.node() != port {
             deps.push(api.node().to_owned());
         }
+        if m.role == NodeRole::InitControlPlane {
+            // Its user_data carries the CCM's cloud.conf: the credential must exist first.
+            deps.push("appcred-ccm".into());
+        }
         let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
         let spec = ServerSpec {
             flavor_id: m.resolved.flavor_id.clone(),

@@ -16,6 +16,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use serde::Serialize;
 
 use crate::bootstrap::NodeRole;
+use crate::names::PoolName;
 
 pub use build::desired;
 pub use rules::{Remote, Rule};
@@ -92,6 +93,48 @@ impl Kind {
             Kind::AppCredential => 11,
         }
     }
+
+    /// Whether `id` has the shape of a logical id that [`desired`] gives objects of this kind.
+    ///
+    /// Objects without kos's tags are matched by their name `kos-<cluster>-<id>` only when it does: cluster
+    /// names may extend each other (`demo`, `demo-b`), and `kos-demo-b-network` must never read as cluster
+    /// `demo`'s object `b-network`.
+    #[must_use]
+    pub fn fits(self, id: &str) -> bool {
+        let indexed = |prefix: &str| id.strip_prefix(prefix).is_some_and(is_host);
+        match self {
+            Kind::Network => id == "network",
+            Kind::Subnet => id == "subnet",
+            Kind::Router => id == "router",
+            Kind::RouterInterface => id == "router-if",
+            Kind::SecurityGroup => matches!(id, "sg-cp" | "sg-node"),
+            Kind::SecurityGroupRules => matches!(id, "sgr-cp" | "sgr-node"),
+            Kind::ServerGroup => id
+                .strip_prefix("sgroup-")
+                .is_some_and(|pool| PoolName::new(pool).is_ok()),
+            Kind::Keypair => id == "keypair",
+            Kind::FloatingIp => id == "api-fip",
+            Kind::LoadBalancer => id == "api-lb",
+            Kind::Listener => id == "api-listener",
+            Kind::Pool => id == "api-pool",
+            Kind::HealthMonitor => id == "api-monitor",
+            Kind::Members => id == "api-members",
+            Kind::Port => indexed("port-"),
+            Kind::Volume => indexed("vol-"),
+            Kind::Server => is_host(id),
+            Kind::FloatingIpAssociation => id == "fip-assoc",
+            Kind::AppCredential => id == "appcred-ccm",
+        }
+    }
+}
+
+/// `<pool>-<index>`: a server's logical id (`cp` is the control plane's pool).
+fn is_host(s: &str) -> bool {
+    s.rsplit_once('-').is_some_and(|(pool, index)| {
+        !index.is_empty()
+            && index.bytes().all(|b| b.is_ascii_digit())
+            && PoolName::new(pool).is_ok()
+    })
 }
 
 /// One object of the desired graph.
@@ -356,4 +399,96 @@ fn petgraph_of(
         }
     }
     Ok((g, idx))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::resolved::{
+        ExternalNetwork, Resolved, ResolvedBootVolume, ResolvedMachine, ResolvedNetwork,
+    };
+
+    fn machine() -> ResolvedMachine {
+        ResolvedMachine {
+            flavor_id: "f".into(),
+            flavor_name: "m1.small".into(),
+            vcpus: 2,
+            ram_mb: 4096,
+            disk_gb: 20,
+            image_id: "i".into(),
+            availability_zones: Vec::new(),
+            boot_volume: Some(ResolvedBootVolume {
+                size_gb: 20,
+                volume_type: None,
+            }),
+        }
+    }
+
+    /// Every name validation lets through builds a graph (no `DuplicateId`), even names that look like
+    /// kos's fixed ids; and every id has the shape [`Kind::fits`] matches untagged objects by.
+    #[test]
+    fn pool_names_like_fixed_ids_build_and_every_id_fits_its_kind() {
+        let pools = [
+            "api",
+            "network",
+            "subnet",
+            "router",
+            "router-if",
+            "sg",
+            "sg-cp",
+            "sgroup",
+            "sgroup0",
+            "keypair",
+            "ccm",
+            "appcred-ccm",
+            "api-fip",
+            "fip-assoc",
+            "port",
+            "vol",
+            "cp-0",
+            "workers",
+        ];
+        let yaml: String = pools
+            .iter()
+            .map(|p| {
+                format!("    - {{name: {p}, count: 2, flavor: m1.small, image: u, bootVolume: {{sizeGB: 20}}}}\n")
+            })
+            .collect();
+        let text = format!(
+            "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: demo}}\nspec:\n  kubernetesVersion: \"1.32.4\"\n  sshPublicKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBRy6hQTfuZ21OSeYgWgxWM66OLh6yHnC+cDozVhPY0b me@host\n  network: {{create: {{cidr: 10.0.0.0/20}}}}\n  apiEndpoint: {{type: loadBalancer}}\n  controlPlane: {{count: 3, flavor: m1.small, image: u, bootVolume: {{sizeGB: 20}}}}\n  nodePools:\n{yaml}"
+        );
+        let spec = match crate::load("c.yaml", &text) {
+            Ok(l) => l.spec,
+            Err(e) => panic!("{e:?}"),
+        };
+        let resolved = Resolved {
+            external_network: ExternalNetwork {
+                id: "ext".into(),
+                name: "public".into(),
+            },
+            network: ResolvedNetwork::Create {
+                cidr: "10.0.0.0/20".parse().expect("a CIDR"),
+                dns_servers: Vec::new(),
+            },
+            control_plane: machine(),
+            pools: spec
+                .node_pools
+                .iter()
+                .map(|p| (p.name.value.clone(), machine()))
+                .collect::<BTreeMap<_, _>>(),
+            lb_provider: Some("amphora".into()),
+        };
+        let g = desired(&spec, &resolved).expect("no duplicate id");
+        for n in g.nodes.values() {
+            assert!(
+                n.kind.fits(&n.id),
+                "{} ({}) does not fit",
+                n.id,
+                n.kind.as_str()
+            );
+        }
+        assert!(g.node("port-cp-0-1").is_some() && g.node("sgroup-cp-0").is_some());
+    }
 }

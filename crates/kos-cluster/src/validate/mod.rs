@@ -508,6 +508,28 @@ fn node_pools(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Vec<NodePool>> {
         else {
             continue;
         };
+        if let Some(why) = reserved_pool_name(text) {
+            unique = false;
+            let renamed = format!("pool-{text}");
+            let example = if renamed.len() <= names::POOL_NAME_MAX {
+                format!(" (e.g. `{renamed}`)")
+            } else {
+                String::new()
+            };
+            cx.push(
+                Diagnostic::error(
+                    Code::ReservedName,
+                    &format!("{}[{i}].name", f.path),
+                    format!("pool name `{text}` is reserved: {why}"),
+                )
+                .label(*span, "reserved by kos")
+                .help(format!(
+                    "a pool's objects get the ids `<pool>-<n>`, `port-<pool>-<n>`, `vol-<pool>-<n>` and \
+                     `sgroup-<pool>`, which must not be those of the control plane (`cp`) or of another \
+                     pool; rename it{example}"
+                )),
+            );
+        }
         if let Some(first) = seen.get(text.as_str()) {
             unique = false;
             cx.push(
@@ -525,6 +547,35 @@ fn node_pools(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Vec<NodePool>> {
         }
     }
     pools.filter(|_| unique)
+}
+
+/// Why a pool name would give the pool's objects the logical ids of other objects (the desired graph needs
+/// them unique); `None` when it is free. A pool's ids are `<pool>-<n>`, `port-<pool>-<n>`, `vol-<pool>-<n>`
+/// and `sgroup-<pool>`; the fixed ids (`network`, `api-lb`, `sg-cp`…) end in no digit, and `<pool>-<n>`
+/// splits one way only, so these are the only collisions.
+fn reserved_pool_name(name: &str) -> Option<String> {
+    let taken = |what: &str, id: &str| {
+        Some(format!(
+            "its servers (`{name}-0`…) would take the ids of the {what} (`{id}`…)"
+        ))
+    };
+    if name == "cp" {
+        return Some("the control plane's servers are `cp-0`, `cp-1`…".into());
+    }
+    if let Some(other) = name.strip_prefix("port-") {
+        return taken(&format!("ports of `{other}`"), &format!("port-{other}-0"));
+    }
+    if let Some(other) = name.strip_prefix("vol-") {
+        return taken(
+            &format!("boot volumes of `{other}`"),
+            &format!("vol-{other}-0"),
+        );
+    }
+    let other = name.strip_prefix("sgroup-")?;
+    taken(
+        &format!("server groups of pools named `{other}-<n>`"),
+        &format!("sgroup-{other}-0"),
+    )
 }
 
 fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {

@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::ipam;
 use super::*;
+use crate::clock::SimTime;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct FloatingIp {
@@ -18,7 +19,17 @@ pub struct FloatingIp {
     pub router_id: Option<String>,
     pub dns_name: String,
     pub dns_domain: String,
+    /// What the L3 agent last reported (`DOWN` until then). Neutron answers an association with the
+    /// old status; the agent flips it about [`L3_AGENT_SECS`] later (see [`agent_report`]).
+    #[serde(default)]
+    pub status: String,
+    /// When the agent reports the current association (cloud seconds).
+    #[serde(default)]
+    pub agent_due: Option<f64>,
 }
+
+/// How long the L3 agent takes to report a floating IP's new status.
+pub const L3_AGENT_SECS: f64 = 2.0;
 
 impl FloatingIp {
     pub fn disassociate(&mut self) {
@@ -26,7 +37,32 @@ impl FloatingIp {
             self.port_id = None;
             self.fixed_ip_address = None;
             self.router_id = None;
+            // No clock here: the agent reports at the next tick.
+            self.agent_due = Some(0.0);
             self.m.touch();
+        }
+    }
+
+    fn status(&self) -> &str {
+        if self.status.is_empty() {
+            "DOWN"
+        } else {
+            &self.status
+        }
+    }
+}
+
+/// The L3 agent's status reports: associated floating IPs become ACTIVE, disassociated ones DOWN.
+pub fn agent_report(n: &mut NeutronState, now: SimTime) {
+    for f in &mut n.floating_ips {
+        if f.agent_due.is_some_and(|due| due <= now.0) {
+            f.agent_due = None;
+            f.status = if f.port_id.is_some() {
+                "ACTIVE"
+            } else {
+                "DOWN"
+            }
+            .into();
         }
     }
 }
@@ -51,7 +87,7 @@ pub fn render(n: &NeutronState, x: &FloatingIp) -> Value {
             "port_id": x.port_id,
             "fixed_ip_address": x.fixed_ip_address,
             "router_id": x.router_id,
-            "status": if x.port_id.is_some() { "ACTIVE" } else { "DOWN" },
+            "status": x.status(),
             "port_details": port_details,
             "port_forwardings": [],
             "dns_name": x.dns_name,
@@ -263,6 +299,7 @@ pub fn create(cloud: &mut Cloud, ctx: &AuthCtx, obj: &Map<String, Value>) -> Sim
         fip.port_id = Some(port_id.clone());
         fip.fixed_ip_address = Some(fixed);
         fip.router_id = Some(router);
+        fip.agent_due = Some(cloud.now.after(L3_AGENT_SECS).0);
     } else if b.fixed_ip_address.is_some() {
         return Err(bad_request(
             "floatingip",
@@ -302,13 +339,18 @@ pub fn update(
         .iter_mut()
         .find(|f| f.m.id == id)
         .ok_or_else(|| Kind::FloatingIp.not_found(id))?;
+    let due = cloud.now.after(L3_AGENT_SECS).0;
     match (b.port_id, target) {
         (Some(Some(_)), Some((port_id, (fixed, router)))) => {
             fip.port_id = Some(port_id);
             fip.fixed_ip_address = Some(fixed);
             fip.router_id = Some(router);
+            fip.agent_due = Some(due);
         }
-        (Some(None), _) => fip.disassociate(),
+        (Some(None), _) => {
+            fip.disassociate();
+            fip.agent_due = Some(due);
+        }
         _ => {}
     }
     if let Some(d) = b.description {

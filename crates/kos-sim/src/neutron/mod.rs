@@ -445,7 +445,9 @@ pub fn seed(cloud: &mut Cloud, _cfg: &SimConfig, _project_id: &str) {
 }
 
 /// Neutron has no timed state machines in this model: ports go ACTIVE when Nova says so.
-pub fn advance(_cloud: &mut Cloud, _cfg: &SimConfig) {}
+pub fn advance(cloud: &mut Cloud, _cfg: &SimConfig) {
+    floating_ips::agent_report(&mut cloud.neutron, cloud.now);
+}
 
 // ---- the cross-service interface -------------------------------------------------------------------
 

@@ -459,15 +459,15 @@ fn interface_info(
     subnet_ids: Vec<String>,
     network_id: &str,
 ) -> Value {
+    // Neutron's `_make_router_interface_info`: no `tenant_id` and no `tags`, whatever the API
+    // reference's sample shows (checked against Neutron 29).
     json!({
         "id": router.m.id,
-        "tenant_id": router.m.project_id,
         "project_id": router.m.project_id,
         "port_id": port_id,
         "network_id": network_id,
         "subnet_id": subnet_ids.first(),
         "subnet_ids": subnet_ids,
-        "tags": router.m.tags,
     })
 }
 

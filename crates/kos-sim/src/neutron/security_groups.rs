@@ -49,9 +49,11 @@ pub fn render_rule(n: &NeutronState, r: &SgRule) -> Value {
             "belongs_to_default_sg": is_default(n, &r.security_group_id),
         }),
     );
-    // Rules have no name in Neutron.
+    // Rules have no name in Neutron, and no tags (its rule model has no tag support; checked
+    // against Neutron 29, whatever the API reference's sample shows).
     if let Some(o) = v.as_object_mut() {
         o.remove("name");
+        o.remove("tags");
     }
     v
 }

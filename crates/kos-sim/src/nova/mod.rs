@@ -4,6 +4,7 @@
 //! quota sets and availability zones. Responses are rendered per microversion in `servers::server_view` and
 //! `resources`; every endpoint is registered with the API-reference sample it must match.
 
+mod boot;
 pub mod digest;
 mod resources;
 mod servers;
@@ -274,6 +275,9 @@ pub struct Server {
     /// Set by DELETE: when the server disappears.
     pub delete_at: Option<SimTime>,
     pub console: Vec<String>,
+    /// Console lines the guest will write, by when (the simulated bootstrap; see `boot`).
+    #[serde(default)]
+    pub pending_console: Vec<(SimTime, String)>,
     pub instance_seq: u64,
 }
 

@@ -200,6 +200,7 @@ fn check_metadata_count(n: usize) -> SimResult<()> {
     Ok(())
 }
 
+/// Nova checks only the base64; the text kept is what cloud-init sees (gzip inflated).
 fn decode_user_data(raw: &str) -> SimResult<String> {
     if raw.len() > MAX_USER_DATA {
         return Err(bad(
@@ -210,7 +211,7 @@ fn decode_user_data(raw: &str) -> SimResult<String> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(compact)
         .map_err(|_| bad("User data needs to be valid base 64."))?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok(super::boot::inflate(&bytes))
 }
 
 fn parse_networks(v: Option<&Value>, mv: Mv) -> SimResult<Networks> {
@@ -945,6 +946,7 @@ pub async fn create(
         task_until: None,
         delete_at: None,
         console: Vec::new(),
+        pending_console: Vec::new(),
         instance_seq: cloud.nova.next_instance_seq,
     };
     match &host {
@@ -1117,6 +1119,9 @@ pub(super) fn advance(cloud: &mut Cloud) {
     for id in tasks {
         finish_task(cloud, &id);
     }
+    for s in &mut cloud.nova.servers {
+        super::boot::flush(s, now);
+    }
 }
 
 fn try_activate(cloud: &mut Cloud, id: &str) {
@@ -1177,6 +1182,7 @@ fn try_activate(cloud: &mut Cloud, id: &str) {
         s.launched_at = Some(t);
         s.updated = t;
         s.console.extend(log);
+        super::boot::schedule(s, cloud.now);
     }
 }
 

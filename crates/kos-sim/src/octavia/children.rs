@@ -544,12 +544,12 @@ pub(super) fn render_pool(p: &Pool, st: &OctaviaState) -> Value {
         ("loadbalancers".into(), json!([{"id": p.loadbalancer_id}])),
         ("listeners".into(), refs(listeners)),
         ("members".into(), refs(members)),
-        (
-            "healthmonitor_id".into(),
-            json!(st.pool_monitor(&p.base.id).map(|h| &h.base.id)),
-        ),
         ("tls_enabled".into(), json!(p.tls_enabled)),
     ]);
+    // Octavia's WSME types leave an unset attribute out: no monitor, no `healthmonitor_id` key.
+    if let Some(h) = st.pool_monitor(&p.base.id) {
+        m.insert("healthmonitor_id".into(), json!(h.base.id));
+    }
     render_echo(&mut m, &p.echo, POOL_ECHO);
     Value::Object(m)
 }

@@ -59,6 +59,9 @@ pub(super) fn render(lb: &LoadBalancer, st: &OctaviaState) -> Value {
         ("vip_port_id".into(), json!(lb.vip_port_id)),
         ("vip_qos_policy_id".into(), json!(lb.vip_qos_policy_id)),
         ("vip_vnic_type".into(), json!("normal")),
+        // Octavia 19 sends it (checked against a real one): empty unless the LB was created with
+        // VIP security groups.
+        ("vip_sg_ids".into(), json!([])),
         ("additional_vips".into(), json!([])),
         ("provider".into(), json!(lb.provider)),
         ("flavor_id".into(), json!(lb.flavor_id)),

@@ -3,16 +3,21 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kos_cloud::model::TagQuery;
 use kos_cluster::apply::{ApplyOptions, ApplyReport, CcmCredential};
-use kos_cluster::bootstrap::MarkerBootstrap;
-use kos_cluster::graph::DesiredGraph;
-use kos_cluster::plan::Plan;
+use kos_cluster::graph::{DesiredGraph, Kind};
+use kos_cluster::names::{TAG_CLUSTER, TAG_ID};
+use kos_cluster::plan::{Op, Plan};
+use kos_cluster::resolved::Resolved;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
 use kos_cluster::{ClusterSpec, Loaded};
 use miette::{IntoDiagnostic, WrapErr};
 use secrecy::ExposeSecret;
 
 use super::{Exit, Failure};
+use crate::bootstrap::follow::{self, ApiPhase, NodeState, Target, Timing};
+use crate::bootstrap::kube::Kube;
+use crate::bootstrap::{API_PORT, ClusterMeta, KubeadmBootstrap, Local, Secrets};
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs};
 use crate::cloud::{self, Connected};
 
@@ -20,6 +25,7 @@ use crate::cloud::{self, Connected};
 struct Prepared {
     spec: ClusterSpec,
     graph: DesiredGraph,
+    resolved: Resolved,
 }
 
 /// Reads and validates the spec: every problem at once, before any cloud call.
@@ -62,6 +68,7 @@ async fn prepare(c: &Connected, path: &Path) -> Result<Prepared, Failure> {
     Ok(Prepared {
         spec: loaded.spec,
         graph,
+        resolved: pre.resolved,
     })
 }
 
@@ -119,6 +126,24 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
         let r = async {
             let p = prepare(&c, &args.spec.file).await?;
             let plan = plan_of(&c, &p.graph).await?;
+            let local =
+                Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(Failure::input)?;
+            let exists = plan
+                .actions
+                .iter()
+                .any(|a| a.kind == Kind::Server && a.existing.is_some());
+            let Secrets {
+                secrets,
+                token_refreshed,
+            } = local.secrets_for_up(exists).map_err(Failure::input)?;
+            warn_if_ccm_secret_lost(&plan, &local, args.recreate_ccm_credential)
+                .map_err(Failure::input)?;
+            if token_refreshed && exists {
+                push_token(&c, &local, &p.spec, &secrets).await;
+            }
+            let bootstrap =
+                KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets.clone(), &local)
+                    .map_err(Failure::input)?;
             let changes = plan.summary().changes();
             eprintln!("kos: {}: {changes} change(s) to make", p.graph.cluster);
             let mut opts = ApplyOptions {
@@ -132,8 +157,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             }
             let (tx, progress) = crate::progress::spawn(changes as u64);
             let result =
-                kos_cluster::apply::apply(&c.session, &p.graph, &plan, &MarkerBootstrap, opts, tx)
-                    .await;
+                kos_cluster::apply::apply(&c.session, &p.graph, &plan, &bootstrap, opts, tx).await;
             let _ = progress.await;
             let report = match &result {
                 Ok(r) => r,
@@ -143,7 +167,16 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             store_ccm_credential(&c, &p.spec, report)?;
             match result {
                 Ok(report) => {
+                    if let Some(a) = &report.api_address {
+                        local
+                            .write_meta(&ClusterMeta {
+                                api_address: a.clone(),
+                                kubernetes_version: p.spec.kubernetes_version.to_string(),
+                            })
+                            .map_err(Failure::cloud_report)?;
+                    }
                     summarize(&report);
+                    follow_bootstrap(&c, &p.spec, &report, &secrets).await?;
                     Ok(Exit::Ok)
                 }
                 Err(e) => Err(Failure::cloud_report(miette::miette!(
@@ -170,13 +203,182 @@ fn summarize(report: &ApplyReport) {
     }
 }
 
-/// Where a cluster's local secrets live (its CCM credential now, its PKI with the bootstrap work).
+/// Where a cluster's local secrets live (PKI, CCM credential, API address).
 fn cluster_dir(c: &Connected, cluster: &str) -> Result<PathBuf, Failure> {
-    Ok(cloud::data_dir()
-        .map_err(Failure::input)?
-        .join("clusters")
-        .join(c.session.cloud_name())
-        .join(cluster))
+    Local::new(c.session.cloud_name(), cluster)
+        .map(|l| l.dir)
+        .map_err(Failure::input)
+}
+
+/// A cluster whose CCM credential exists but whose secret is not stored here cannot bootstrap a new
+/// first control plane: say so before anything is changed.
+fn warn_if_ccm_secret_lost(plan: &Plan, local: &Local, recreate: bool) -> miette::Result<()> {
+    let adopted = plan
+        .actions
+        .iter()
+        .any(|a| a.kind == Kind::AppCredential && a.existing.is_some());
+    if adopted && !recreate && local.ccm_credential()?.is_none() {
+        eprintln!(
+            "kos: warning: the CCM application credential's secret is not stored on this machine ({}); \
+             a re-created first control plane cannot get its cloud.conf: run `kos up --recreate-ccm-credential` to make a new one",
+            local.ccm().display()
+        );
+    }
+    Ok(())
+}
+
+/// A renewed bootstrap token is unknown to a running cluster: create its Secret through the API so
+/// nodes created by this run can join. Best effort: a private API is out of reach from here.
+async fn push_token(
+    c: &Connected,
+    local: &Local,
+    spec: &ClusterSpec,
+    secrets: &kos_bootstrap::ClusterSecrets,
+) {
+    let result = async {
+        if c.is_simulated() {
+            return Err("simulated cloud".to_owned());
+        }
+        let meta = local
+            .meta_data()
+            .map_err(|e| e.to_string())?
+            .ok_or("API address unknown")?;
+        let kube = Kube::new(&endpoint(&meta.api_address), &version(spec)?, secrets)?;
+        let manifest = kos_bootstrap::bootstrap_token_secret(secrets).map_err(|e| e.to_string())?;
+        kube.create(
+            "/api/v1/namespaces/kube-system/secrets",
+            manifest.yaml.expose(),
+        )
+        .await
+    }
+    .await;
+    match result {
+        Ok(()) => eprintln!("kos: the bootstrap token was renewed and created in the cluster"),
+        Err(why) => eprintln!(
+            "kos: warning: the bootstrap token was renewed but not created in the cluster ({why}): \
+             nodes created now can join only once it exists"
+        ),
+    }
+}
+
+fn endpoint(address: &str) -> kos_bootstrap::ApiEndpoint {
+    kos_bootstrap::ApiEndpoint {
+        host: address.to_owned(),
+        port: API_PORT,
+    }
+}
+
+fn version(spec: &ClusterSpec) -> Result<kos_bootstrap::KubeVersion, String> {
+    spec.kubernetes_version
+        .to_string()
+        .parse()
+        .map_err(|e: kos_bootstrap::Error| e.to_string())
+}
+
+/// After the servers are ACTIVE: their consoles' bootstrap markers, then the cluster through its API
+/// when that is reachable from here. Exit 1 naming the node when a step failed.
+async fn follow_bootstrap(
+    c: &Connected,
+    spec: &ClusterSpec,
+    report: &ApplyReport,
+    secrets: &kos_bootstrap::ClusterSecrets,
+) -> Result<(), Failure> {
+    let timing = if c.is_simulated() {
+        Timing {
+            poll: Duration::from_millis(50),
+            max_poll: Duration::from_millis(500),
+            deadline: Duration::from_secs(120),
+        }
+    } else {
+        Timing {
+            poll: Duration::from_secs(3),
+            max_poll: Duration::from_secs(30),
+            deadline: Duration::from_secs(30 * 60),
+        }
+    };
+    let cluster_tag = format!("{TAG_CLUSTER}={}", report.cluster);
+    let servers = c
+        .session
+        .compute()
+        .list_servers(&TagQuery::all([cluster_tag]))
+        .await
+        .map_err(Failure::cloud)?;
+    let id_prefix = format!("{TAG_ID}=");
+    let targets: Vec<Target> = servers
+        .into_iter()
+        .filter_map(|s| {
+            let logical = s
+                .tags
+                .iter()
+                .find_map(|t| t.strip_prefix(&id_prefix))?
+                .to_owned();
+            let op = report
+                .nodes
+                .iter()
+                .find(|(id, _)| *id == logical)
+                .map(|(_, op)| *op)?;
+            Some(Target {
+                created_now: matches!(op, Op::Create | Op::Replace),
+                logical_id: logical,
+                server_id: s.id,
+            })
+        })
+        .collect();
+    eprintln!(
+        "kos: phase bootstrap: following {} node(s) on their consoles",
+        targets.len()
+    );
+    let followed = follow::consoles(&c.session, &targets, timing)
+        .await
+        .map_err(|e| {
+            Failure::cloud_report(miette::miette!(
+                help = "the node's log is /var/log/kos-bootstrap.log; its console: `openstack console log show <server>`. \
+                        Fix the cause, delete the node's server and run `kos up` again",
+                "bootstrap: {e}"
+            ))
+        })?;
+    println!("Bootstrap:");
+    for (id, state) in &followed.nodes {
+        let shown = match state {
+            NodeState::Done(outcome) => format!("bootstrap {outcome}"),
+            NodeState::Running(last) => format!("last step: {last}"),
+            NodeState::Waiting => "not followed".into(),
+            NodeState::Failed { step, reason } => format!("{step} failed: {reason}"),
+        };
+        println!("  {id:<24} {shown}");
+    }
+    if followed.simulated {
+        println!(
+            "Kubernetes API: skipped (simulated cloud): /readyz and node readiness were not checked"
+        );
+        return Ok(());
+    }
+    let Some(address) = &report.api_address else {
+        println!("Kubernetes API: skipped (its address is unknown)");
+        return Ok(());
+    };
+    let kube = version(spec)
+        .and_then(|v| Kube::new(&endpoint(address), &v, secrets))
+        .map_err(|e| Failure::cloud_report(miette::miette!("cannot build an API client: {e}")))?;
+    eprintln!(
+        "kos: phase kubernetes: waiting for /readyz and {} Ready node(s)",
+        spec.node_count()
+    );
+    let probe = timing.deadline.min(Duration::from_secs(60));
+    match follow::api(&kube, spec.node_count() as usize, timing, probe).await {
+        Ok(ApiPhase::Ready { nodes }) => {
+            println!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
+            Ok(())
+        }
+        Ok(ApiPhase::Skipped(why)) => {
+            println!("Kubernetes API: skipped ({why})");
+            Ok(())
+        }
+        Err(e) => Err(Failure::cloud_report(miette::miette!(
+            help = "the cloud controller removes the uninitialized taint: check its pods in kube-system",
+            "{e}"
+        ))),
+    }
 }
 
 fn store_ccm_credential(

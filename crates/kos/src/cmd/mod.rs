@@ -7,12 +7,14 @@
 //! | 2 | changes pending (`plan --detailed-exitcode`, `status -f` of a cluster not converged) |
 //! | 3 | invalid input: usage, the spec, the cloud configuration or preflight; nothing was changed |
 
+pub mod bench;
 mod cluster;
+mod kubeconfig;
 mod sim;
 
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, SimCommand};
+use crate::cli::{BenchCommand, Cli, Command, SimCommand};
 
 /// How a successful command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +59,10 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Down(a) => cluster::down(a).await,
         Command::Status(a) => cluster::status(a).await,
         Command::Gc(a) => cluster::gc(a).await,
+        Command::Kubeconfig(a) => kubeconfig::kubeconfig(a),
+        Command::Bench {
+            command: BenchCommand::Apply(args),
+        } => bench::apply(args).await,
         Command::Sim {
             command: SimCommand::Serve(args),
         } => sim::serve(args)

@@ -1,0 +1,137 @@
+//! What a scenario made, deleted in reverse order whatever the scenario's outcome. Every delete
+//! tolerates "already gone" (scenarios delete things themselves as part of their checks) and retries
+//! "in use" while the cloud finishes an earlier delete (a port a server held, an LB's VIP port).
+
+use anyhow::{Context as _, Result, anyhow};
+use kos_cloud::model::block_storage::VolumeStatus;
+use kos_cloud::{ApiErrorKind, CloudError};
+use tokio::time::Instant;
+
+use crate::{Ctx, WAIT};
+
+/// One thing a scenario created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Made {
+    Network(String),
+    Subnet(String),
+    Router(String),
+    RouterInterface { router: String, subnet: String },
+    Port(String),
+    SecurityGroup(String),
+    FloatingIp(String),
+    Server(String),
+    Keypair(String),
+    ServerGroup(String),
+    Volume(String),
+    VolumeAttachment { server: String, volume: String },
+    LoadBalancer(String),
+    AppCredential(String),
+}
+
+#[derive(Debug, Default)]
+pub struct Cleanup {
+    made: Vec<Made>,
+}
+
+impl Cleanup {
+    pub fn push(&mut self, m: Made) {
+        self.made.push(m);
+    }
+
+    /// Deletes everything, newest first; tries every item even after a failure.
+    pub async fn run(self, ctx: &Ctx) -> Result<()> {
+        let mut failed = Vec::new();
+        for m in self.made.into_iter().rev() {
+            if let Err(e) = delete(ctx, &m).await {
+                failed.push(format!("{m:?}: {e:#}"));
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(anyhow!("{}", failed.join("; ")))
+        }
+    }
+}
+
+/// Retries `f` while the cloud answers "in use" (409) or "busy" (400 on Cinder), until [`WAIT`].
+async fn retrying<F, Fut>(ctx: &Ctx, mut f: F) -> Result<(), CloudError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), CloudError>>,
+{
+    let end = Instant::now() + WAIT;
+    loop {
+        match f().await {
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    Some(ApiErrorKind::Conflict | ApiErrorKind::BadRequest)
+                ) && Instant::now() < end =>
+            {
+                tokio::time::sleep(ctx.every.max(std::time::Duration::from_millis(50))).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn delete(ctx: &Ctx, m: &Made) -> Result<()> {
+    let s = &ctx.session;
+    let (net, comp) = (s.network(), s.compute());
+    match m {
+        Made::Network(id) => retrying(ctx, || net.delete_network(id)).await?,
+        Made::Subnet(id) => retrying(ctx, || net.delete_subnet(id)).await?,
+        Made::Router(id) => retrying(ctx, || net.delete_router(id)).await?,
+        Made::RouterInterface { router, subnet } => {
+            retrying(ctx, || async {
+                net.remove_router_interface(router, subnet).await.map(drop)
+            })
+            .await?
+        }
+        Made::Port(id) => retrying(ctx, || net.delete_port(id)).await?,
+        Made::SecurityGroup(id) => retrying(ctx, || net.delete_security_group(id)).await?,
+        Made::FloatingIp(id) => retrying(ctx, || net.delete_floating_ip(id)).await?,
+        Made::Keypair(name) => comp.delete_keypair(name).await?,
+        Made::ServerGroup(id) => comp.delete_server_group(id).await?,
+        Made::AppCredential(id) => s.identity().delete_application_credential(id).await?,
+        Made::Server(id) => {
+            comp.delete_server(id).await?;
+            ctx.poll(&format!("server {id} to go"), || async {
+                Ok(comp.get_server(id).await?.is_none().then_some(()))
+            })
+            .await?;
+        }
+        Made::VolumeAttachment { server, volume } => {
+            comp.detach_volume(server, volume).await?;
+            let bs = s.block_storage();
+            ctx.poll(&format!("volume {volume} to be detached"), || async {
+                Ok(match bs.get_volume(volume).await? {
+                    None => Some(()),
+                    Some(v) => (v.status != VolumeStatus::InUse
+                        && v.status != VolumeStatus::Detaching)
+                        .then_some(()),
+                })
+            })
+            .await?;
+        }
+        Made::Volume(id) => {
+            let bs = s.block_storage();
+            retrying(ctx, || bs.delete_volume(id)).await?;
+            ctx.poll(&format!("volume {id} to go"), || async {
+                Ok(bs.get_volume(id).await?.is_none().then_some(()))
+            })
+            .await?;
+        }
+        Made::LoadBalancer(id) => {
+            let lb = s.load_balancer();
+            // A PENDING_* LB refuses the delete (409): `retrying` waits that out.
+            retrying(ctx, || lb.delete_load_balancer(id, true)).await?;
+            lb.wait_for_deleted(id, ctx.deadline())
+                .await
+                .with_context(|| format!("load balancer {id} to go"))?;
+        }
+    }
+    Ok(())
+}

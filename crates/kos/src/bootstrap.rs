@@ -1,0 +1,364 @@
+//! The kubeadm bootstrap behind `kos up`: the cluster's secrets kept on this machine, and the
+//! [`Bootstrap`] that renders every node's cloud-init user_data with kos-bootstrap.
+//!
+//! Local files, all 0600 under `<data_dir>/clusters/<cloud>/<cluster>/`:
+//! - `pki.json`: the [`ClusterSecrets`] bundle (CAs, service-account key, bootstrap token, certificate
+//!   key). Made by the first `up`, reused by every later one, so a re-created node joins the same
+//!   cluster. Never printed, logged or put in a plan.
+//! - `ccm-credential.json`: the CCM application credential (written by `cmd::cluster`).
+//! - `cluster.json`: the API address and Kubernetes version, for `kos kubeconfig` without a cloud.
+
+pub mod follow;
+pub mod kube;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use kos_bootstrap::{
+    ApiEndpoint, Ccm, CloudConf, ClusterInput, ClusterSecrets, Cni, KubeVersion, NodeInput,
+    PkiDelivery, Role, Taint, TaintEffect,
+};
+use kos_cluster::bootstrap::{Bootstrap, BootstrapError, NodeContext, NodeRole};
+use kos_cluster::resolved::Resolved;
+use kos_cluster::{ClusterSpec, spec};
+use miette::{IntoDiagnostic, WrapErr};
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::files::write_private;
+
+/// Port of the Kubernetes API on the endpoint.
+pub const API_PORT: u16 = 6443;
+/// A token with less than this left is replaced: a node created now must be able to join with it.
+const TOKEN_MARGIN: Duration = Duration::from_secs(30 * 60);
+/// Keystone's default region, for clouds whose profile names none.
+const DEFAULT_REGION: &str = "RegionOne";
+/// The pool name control planes carry in their `kos/pool` label.
+const CONTROL_PLANE_POOL: &str = "control-plane";
+
+/// A cluster's local files.
+#[derive(Debug, Clone)]
+pub struct Local {
+    pub dir: PathBuf,
+}
+
+/// What `kos kubeconfig` needs besides the secrets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterMeta {
+    pub api_address: String,
+    pub kubernetes_version: String,
+}
+
+/// The CCM credential as stored by `kos up`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StoredCcm {
+    pub id: String,
+    pub secret: SecretString,
+}
+
+/// The secrets `up` works with and what happened to them.
+pub struct Secrets {
+    pub secrets: ClusterSecrets,
+    /// The token was replaced: a running cluster does not know it yet.
+    pub token_refreshed: bool,
+}
+
+impl Local {
+    /// `<data_dir>/clusters/<cloud>/<cluster>`.
+    pub fn new(cloud: &str, cluster: &str) -> miette::Result<Self> {
+        Ok(Self {
+            dir: crate::cloud::data_dir()?
+                .join("clusters")
+                .join(cloud)
+                .join(cluster),
+        })
+    }
+
+    pub fn pki(&self) -> PathBuf {
+        self.dir.join("pki.json")
+    }
+
+    pub fn ccm(&self) -> PathBuf {
+        self.dir.join("ccm-credential.json")
+    }
+
+    fn meta(&self) -> PathBuf {
+        self.dir.join("cluster.json")
+    }
+
+    /// The stored secrets, `None` when this machine has none for the cluster.
+    pub fn secrets(&self) -> miette::Result<Option<ClusterSecrets>> {
+        let path = self.pki();
+        let Some(text) = read_optional(&path)? else {
+            return Ok(None);
+        };
+        ClusterSecrets::from_bundle(&text).map(Some).map_err(|e| {
+            miette::miette!(
+                help = "restore the file from a backup: a new CA would not be trusted by the cluster's nodes",
+                "{}: {e}",
+                path.display()
+            )
+        })
+    }
+
+    /// The stored secrets, made on first use. `cluster_exists`: the cloud already has servers of this
+    /// cluster, so new secrets would make nodes that cannot join it: refuse instead.
+    pub fn secrets_for_up(&self, cluster_exists: bool) -> miette::Result<Secrets> {
+        let now = OffsetDateTime::now_utc();
+        let mut rng = rand::rng();
+        let (mut secrets, mut changed) = match self.secrets()? {
+            Some(s) => (s, false),
+            None if cluster_exists => miette::bail!(
+                help =
+                    "copy pki.json from the machine that created the cluster into this directory",
+                "the cluster already has servers but its secrets ({}) are not on this machine",
+                self.pki().display()
+            ),
+            None => (
+                ClusterSecrets::generate(&mut rng, now, kos_bootstrap::DEFAULT_TOKEN_TTL)
+                    .map_err(|e| miette::miette!("cannot generate the cluster's PKI: {e}"))?,
+                true,
+            ),
+        };
+        let token_refreshed =
+            !changed && secrets.refresh_token_if_expired(&mut rng, now, TOKEN_MARGIN);
+        changed |= token_refreshed;
+        if changed {
+            // Written before any server is created: a crash must not lose the CA the nodes get.
+            write_private(&self.pki(), secrets.to_bundle().expose().as_bytes())?;
+        }
+        Ok(Secrets {
+            secrets,
+            token_refreshed,
+        })
+    }
+
+    /// The CCM credential, `None` when it was never stored here (or lost).
+    pub fn ccm_credential(&self) -> miette::Result<Option<StoredCcm>> {
+        let path = self.ccm();
+        read_optional(&path)?
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .into_diagnostic()
+                    .wrap_err_with(|| format!("{} is malformed", path.display()))
+            })
+            .transpose()
+    }
+
+    pub fn write_meta(&self, meta: &ClusterMeta) -> miette::Result<()> {
+        let body = serde_json::to_vec_pretty(meta).into_diagnostic()?;
+        write_private(&self.meta(), &body)
+    }
+
+    pub fn meta_data(&self) -> miette::Result<Option<ClusterMeta>> {
+        let path = self.meta();
+        read_optional(&path)?
+            .map(|t| {
+                serde_json::from_str(&t)
+                    .into_diagnostic()
+                    .wrap_err_with(|| format!("{} is malformed", path.display()))
+            })
+            .transpose()
+    }
+}
+
+fn read_optional(path: &Path) -> miette::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e)
+            .into_diagnostic()
+            .wrap_err_with(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Renders user_data with kos-bootstrap: cp-0 runs `kubeadm init`, other control planes and workers
+/// join; all get the same CA and token, so they boot in parallel.
+pub struct KubeadmBootstrap {
+    name: String,
+    version: KubeVersion,
+    pod_cidr: IpNet,
+    service_cidr: IpNet,
+    cni: Cni,
+    ccm: Ccm,
+    dns_name: Option<String>,
+    expected_nodes: u32,
+    auth_url: String,
+    region: String,
+    floating_network_id: String,
+    secrets: ClusterSecrets,
+    stored_ccm: Option<StoredCcm>,
+    ccm_path: PathBuf,
+}
+
+impl KubeadmBootstrap {
+    pub fn new(
+        spec: &ClusterSpec,
+        resolved: &Resolved,
+        session: &kos_cloud::Session,
+        secrets: ClusterSecrets,
+        local: &Local,
+    ) -> miette::Result<Self> {
+        let version: KubeVersion = spec
+            .kubernetes_version
+            .to_string()
+            .parse()
+            .map_err(|e| miette::miette!("{e}"))?;
+        Ok(Self {
+            name: spec.name.value.as_str().to_owned(),
+            version,
+            pod_cidr: IpNet::V4(spec.network.pod_cidr.value),
+            service_cidr: IpNet::V4(spec.network.service_cidr.value),
+            cni: match spec.addons.cni {
+                spec::Cni::Calico => Cni::Calico,
+                spec::Cni::Cilium => Cni::Cilium,
+                spec::Cni::Flannel => Cni::Flannel,
+                spec::Cni::KubeRouter => Cni::KubeRouter,
+            },
+            ccm: match &spec.addons.ccm {
+                spec::Ccm::Upstream => Ccm::Upstream,
+                spec::Ccm::Kos { image } => Ccm::Kos {
+                    image: image.clone(),
+                },
+            },
+            dns_name: spec
+                .api_endpoint
+                .dns_name
+                .as_ref()
+                .map(|d| d.as_str().to_owned()),
+            expected_nodes: spec.node_count(),
+            auth_url: session.auth_url().to_owned(),
+            region: session.region().unwrap_or(DEFAULT_REGION).to_owned(),
+            floating_network_id: resolved.external_network.id.clone(),
+            secrets,
+            stored_ccm: local.ccm_credential()?,
+            ccm_path: local.ccm(),
+        })
+    }
+
+    /// cloud.conf's credential: this run's new one, else the stored copy. Only the first control
+    /// plane carries cloud.conf; the others get a stand-in that is never rendered.
+    fn credential(&self, node: &NodeContext) -> Result<(String, SecretString), String> {
+        let id = node
+            .ccm_credential_id
+            .clone()
+            .or_else(|| self.stored_ccm.as_ref().map(|c| c.id.clone()));
+        let secret = node.ccm_credential_secret.clone().or_else(|| {
+            self.stored_ccm
+                .as_ref()
+                .filter(|c| id.as_deref() == Some(c.id.as_str()))
+                .map(|c| c.secret.clone())
+        });
+        match (id, secret) {
+            (Some(id), Some(secret)) => Ok((id, secret)),
+            _ if node.role != NodeRole::InitControlPlane => {
+                Ok(("unused".into(), SecretString::from("unused")))
+            }
+            _ => Err(format!(
+                "the CCM application credential's secret is not stored on this machine ({}); run `kos up --recreate-ccm-credential` to make a new one",
+                self.ccm_path.display()
+            )),
+        }
+    }
+
+    fn cluster_input(&self, node: &NodeContext) -> Result<ClusterInput, String> {
+        let (id, secret) = self.credential(node)?;
+        let mut cert_sans = vec![node.api_address.clone()];
+        cert_sans.extend(self.dns_name.clone());
+        Ok(ClusterInput {
+            name: self.name.clone(),
+            kubernetes_version: self.version,
+            endpoint: ApiEndpoint {
+                host: node.api_address.clone(),
+                port: API_PORT,
+            },
+            cert_sans,
+            pod_cidr: self.pod_cidr,
+            service_cidr: self.service_cidr,
+            cni: self.cni,
+            cni_manifest: None,
+            ccm: self.ccm.clone(),
+            cloud: CloudConf {
+                auth_url: self.auth_url.clone(),
+                region: self.region.clone(),
+                application_credential_id: id,
+                application_credential_secret: secret,
+                floating_network_id: self.floating_network_id.clone(),
+                subnet_id: node.subnet_id.clone().unwrap_or_else(|| "unused".into()),
+            },
+            pki_delivery: PkiDelivery::AllControlPlanes,
+            expected_nodes: self.expected_nodes,
+            server_tls_bootstrap: false,
+        })
+    }
+}
+
+/// `key=value:Effect` or `key:Effect`, as the deployer writes taints.
+fn taint(s: &str) -> Result<Taint, String> {
+    let bad = || format!("taint {s:?} is not key[=value]:Effect");
+    let (kv, effect) = s.rsplit_once(':').ok_or_else(bad)?;
+    let effect = match effect {
+        "NoSchedule" => TaintEffect::NoSchedule,
+        "PreferNoSchedule" => TaintEffect::PreferNoSchedule,
+        "NoExecute" => TaintEffect::NoExecute,
+        _ => return Err(bad()),
+    };
+    let (key, value) = match kv.split_once('=') {
+        Some((k, v)) => (k, Some(v.to_owned())),
+        None => (kv, None),
+    };
+    Ok(Taint {
+        key: key.to_owned(),
+        value,
+        effect,
+    })
+}
+
+impl Bootstrap for KubeadmBootstrap {
+    fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {
+        let fail = |reason: String| BootstrapError {
+            node: node.logical_id.clone(),
+            reason,
+        };
+        let (role, pool) = match &node.role {
+            NodeRole::InitControlPlane => (Role::InitControlPlane, CONTROL_PLANE_POOL),
+            NodeRole::JoinControlPlane => (Role::JoinControlPlane, CONTROL_PLANE_POOL),
+            NodeRole::Worker { pool } => (Role::Worker, pool.as_str()),
+        };
+        let input = NodeInput {
+            role,
+            pool: pool.to_owned(),
+            labels: node.labels.clone(),
+            taints: node
+                .taints
+                .iter()
+                .map(|t| taint(t))
+                .collect::<Result<_, _>>()
+                .map_err(fail)?,
+        };
+        let cluster = self.cluster_input(node).map_err(fail)?;
+        let ud = kos_bootstrap::render_user_data(&cluster, &input, &self.secrets)
+            .map_err(|e| fail(e.to_string()))?;
+        tracing::debug!(node = %node.logical_id, bytes = ud.base64_len(), gzipped = ud.gzipped, "user_data rendered");
+        Ok(ud.payload().to_vec())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taints_parse_both_forms() {
+        let t = taint("dedicated=batch:NoSchedule").unwrap();
+        assert_eq!(
+            (t.key.as_str(), t.value.as_deref(), t.effect),
+            ("dedicated", Some("batch"), TaintEffect::NoSchedule)
+        );
+        assert_eq!(taint("gpu:NoExecute").unwrap().value, None);
+        assert!(taint("gpu").is_err() && taint("gpu:Sometimes").is_err());
+    }
+}

@@ -1,0 +1,320 @@
+//! Following a bootstrap without SSH: every node's serial console (Nova os-getConsoleOutput) carries
+//! `kos-bootstrap: <step> ok|failed: <reason>|skipped: <reason>` markers; `bootstrap` is the last. A
+//! failed step stops the wait with the node's own reason. Then, when the API answers from here, the
+//! cluster itself: `/readyz`, and every node Ready without the uninitialized taint.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kos_cloud::Session;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::kube::{Kube, NodeStatus};
+
+const MARKER: &str = "kos-bootstrap: ";
+/// What the simulator's markers say for steps it could not run.
+const SIMULATED: &str = "simulated cloud";
+/// The simulator's cloud-init failure line.
+const CLOUD_INIT_FAILED: &str = "cloud-init: user-data failed: ";
+
+/// A node's bootstrap, as its console shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeState {
+    /// No marker yet.
+    Waiting,
+    /// The last step seen (`kernel ok`).
+    Running(String),
+    /// The final `bootstrap` marker: `ok`, or `skipped: <reason>` on a simulated cloud.
+    Done(String),
+    Failed {
+        step: String,
+        reason: String,
+    },
+}
+
+impl NodeState {
+    fn finished(&self) -> bool {
+        matches!(self, Self::Done(_) | Self::Failed { .. })
+    }
+}
+
+/// The markers in `console`, in order, and the state they add up to. The first failure wins.
+pub fn parse(console: &str) -> (Vec<String>, NodeState) {
+    let mut markers = Vec::new();
+    let mut state = NodeState::Waiting;
+    for line in console.lines() {
+        if let Some(i) = line.find(CLOUD_INIT_FAILED) {
+            let reason = line[i + CLOUD_INIT_FAILED.len()..].trim().to_owned();
+            markers.push(format!("cloud-init failed: {reason}"));
+            state = NodeState::Failed {
+                step: "cloud-init".into(),
+                reason,
+            };
+            break;
+        }
+        let Some(i) = line.find(MARKER) else {
+            continue;
+        };
+        let marker = line[i + MARKER.len()..].trim().to_owned();
+        let (step, outcome) = marker.split_once(' ').unwrap_or((marker.as_str(), ""));
+        let (step, outcome) = (step.to_owned(), outcome.to_owned());
+        markers.push(marker.clone());
+        if let Some(reason) = outcome.strip_prefix("failed:") {
+            state = NodeState::Failed {
+                step,
+                reason: reason.trim().to_owned(),
+            };
+            break;
+        }
+        state = if step == "bootstrap" {
+            NodeState::Done(outcome)
+        } else {
+            NodeState::Running(marker)
+        };
+    }
+    (markers, state)
+}
+
+/// A server to follow.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub logical_id: String,
+    pub server_id: String,
+    /// Created (or replaced) by this run. A server from an earlier run whose console shows no marker
+    /// is not waited for: its markers may have scrolled out of the log.
+    pub created_now: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// First interval between two rounds of console reads; it doubles while nothing changes.
+    pub poll: Duration,
+    pub max_poll: Duration,
+    /// For the console phase, and again for the API phase.
+    pub deadline: Duration,
+}
+
+/// How the console phase ended.
+#[derive(Debug)]
+pub struct Followed {
+    pub nodes: BTreeMap<String, NodeState>,
+    /// Some node's markers say its steps were skipped on a simulated cloud: there is no API to check.
+    pub simulated: bool,
+}
+
+/// Reads every target's console until all finished; prints each new marker as `kos: <node>: <marker>`.
+///
+/// # Errors
+/// The failed nodes with their own reasons, or the nodes still running at the deadline.
+pub async fn consoles(
+    session: &Session,
+    targets: &[Target],
+    timing: Timing,
+) -> Result<Followed, String> {
+    let deadline = Instant::now() + timing.deadline;
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut states: BTreeMap<String, NodeState> = targets
+        .iter()
+        .map(|t| (t.logical_id.clone(), NodeState::Waiting))
+        .collect();
+    let mut pending: Vec<Target> = targets.to_vec();
+    let mut interval = timing.poll;
+    let mut first = true;
+    while !pending.is_empty() {
+        let mut reads = JoinSet::new();
+        for t in &pending {
+            let (s, t) = (session.clone(), t.clone());
+            reads.spawn(async move {
+                let out = s.compute().console_output(&t.server_id, None).await;
+                (t, out)
+            });
+        }
+        let mut progressed = false;
+        let mut still = Vec::new();
+        while let Some(r) = reads.join_next().await {
+            let Ok((t, out)) = r else { continue };
+            let console = match out {
+                Ok(c) => c,
+                Err(e) => {
+                    // A console can be briefly unavailable (a host busy, a rebooting guest): retry.
+                    tracing::debug!(node = %t.logical_id, "console output: {e}");
+                    still.push(t);
+                    continue;
+                }
+            };
+            let (markers, state) = parse(&console);
+            let n = seen.entry(t.logical_id.clone()).or_default();
+            for m in markers.iter().skip(*n) {
+                eprintln!("kos: {}: {m}", t.logical_id);
+            }
+            progressed |= markers.len() > *n;
+            *n = markers.len();
+            let quiet_old = first && !t.created_now && state == NodeState::Waiting;
+            if quiet_old {
+                eprintln!(
+                    "kos: {}: no bootstrap markers on its console (created by an earlier run): not followed",
+                    t.logical_id
+                );
+            } else if !state.finished() {
+                still.push(t.clone());
+            }
+            states.insert(t.logical_id.clone(), state);
+        }
+        let failed: Vec<String> = states
+            .iter()
+            .filter_map(|(id, s)| match s {
+                NodeState::Failed { step, reason } => {
+                    Some(format!("{id} failed at {step}: {reason}"))
+                }
+                _ => None,
+            })
+            .collect();
+        if !failed.is_empty() {
+            return Err(failed.join("; "));
+        }
+        pending = still;
+        if pending.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let late: Vec<String> = pending
+                .iter()
+                .map(|t| match states.get(&t.logical_id) {
+                    Some(NodeState::Running(last)) => format!("{} (last: {last})", t.logical_id),
+                    _ => format!("{} (no marker yet)", t.logical_id),
+                })
+                .collect();
+            return Err(format!(
+                "bootstrap did not finish within {}s: {}",
+                timing.deadline.as_secs(),
+                late.join(", ")
+            ));
+        }
+        interval = if progressed {
+            timing.poll
+        } else {
+            (interval * 2).min(timing.max_poll)
+        };
+        first = false;
+        tokio::time::sleep(interval).await;
+    }
+    let simulated = states
+        .values()
+        .any(|s| matches!(s, NodeState::Done(o) if o.contains(SIMULATED)));
+    Ok(Followed {
+        nodes: states,
+        simulated,
+    })
+}
+
+/// How the API phase ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ApiPhase {
+    /// `/readyz` ok and every node Ready and initialised.
+    Ready { nodes: usize },
+    /// Not checked, and why.
+    Skipped(String),
+}
+
+/// Waits for `/readyz` and for `expected` nodes Ready without the uninitialized taint. An API that
+/// cannot be reached at all for `probe` is reported as skipped (a private endpoint).
+///
+/// # Errors
+/// The deadline, with what was still missing.
+pub async fn api(
+    kube: &Kube,
+    expected: usize,
+    timing: Timing,
+    probe: Duration,
+) -> Result<ApiPhase, String> {
+    let start = Instant::now();
+    let deadline = start + timing.deadline;
+    let mut reached = false;
+    let mut last;
+    let mut shown = String::new();
+    loop {
+        match kube.readyz().await {
+            Err(e) if !reached && start.elapsed() >= probe => {
+                return Ok(ApiPhase::Skipped(format!(
+                    "not reachable from this machine: {e}"
+                )));
+            }
+            Err(e) => last = e,
+            Ok(false) => {
+                reached = true;
+                last = "/readyz is not ok yet".into();
+            }
+            Ok(true) => {
+                reached = true;
+                match kube.nodes().await {
+                    Ok(nodes) => {
+                        let good = nodes.iter().filter(|n| n.ready && !n.uninitialized).count();
+                        last = summary(&nodes, expected);
+                        if last != shown {
+                            eprintln!("kos: kubernetes: {last}");
+                            shown.clone_from(&last);
+                        }
+                        if good >= expected {
+                            return Ok(ApiPhase::Ready { nodes: good });
+                        }
+                    }
+                    Err(e) => last = e,
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the cluster was not ready within {}s: {last}",
+                timing.deadline.as_secs()
+            ));
+        }
+        tokio::time::sleep(timing.poll).await;
+    }
+}
+
+fn summary(nodes: &[NodeStatus], expected: usize) -> String {
+    let ready = nodes.iter().filter(|n| n.ready).count();
+    let uninit: Vec<&str> = nodes
+        .iter()
+        .filter(|n| n.uninitialized)
+        .map(|n| n.name.as_str())
+        .collect();
+    let mut s = format!("{ready}/{expected} node(s) Ready");
+    if !uninit.is_empty() {
+        s.push_str(&format!(
+            ", waiting for the cloud controller to initialise {}",
+            uninit.join(", ")
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_add_up_to_a_state() {
+        let console = "[ 1.0] boot\nkos-bootstrap: preflight ok\n[ 9.1] cloud-init[1]: kos-bootstrap: packages ok\n";
+        let (m, s) = parse(console);
+        assert_eq!(m, ["preflight ok", "packages ok"]);
+        assert_eq!(s, NodeState::Running("packages ok".into()));
+
+        let (_, s) = parse(
+            "kos-bootstrap: kubeadm-join failed: token expired\nkos-bootstrap: bootstrap ok\n",
+        );
+        assert_eq!(
+            s,
+            NodeState::Failed {
+                step: "kubeadm-join".into(),
+                reason: "token expired".into()
+            }
+        );
+        let (_, s) = parse("kos-bootstrap: bootstrap skipped: simulated cloud\n");
+        assert_eq!(s, NodeState::Done("skipped: simulated cloud".into()));
+        let (_, s) = parse("x cloud-init: user-data failed: not a cloud-config\n");
+        assert!(matches!(s, NodeState::Failed { step, .. } if step == "cloud-init"));
+        assert_eq!(parse("login:").1, NodeState::Waiting);
+    }
+}

@@ -1,0 +1,500 @@
+//! The bootstrap phase of `kos up` as a user sees it: every node's console markers, the cluster's secrets
+//! kept 0600 and reused, a re-created worker joining with the same CA and a valid token, a failed step
+//! stopping the run with the node's reason, `kos kubeconfig`, and no secret in any output.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kos_bootstrap::ClusterSecrets;
+use kos_cloud::model::TagQuery;
+use kos_cloud::{CloudProfile, Env, Session};
+use serde_json::Value;
+
+const KOS: &str = env!("CARGO_BIN_EXE_kos");
+const NODES: [&str; 3] = ["cp-0", "workers-0", "workers-1"];
+
+fn minimal() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/minimal.yaml")
+}
+
+/// `kos <args>` isolated from the developer's machine: its own HOME, data dir and clouds.yaml.
+fn isolated(data: &Path, clouds: Option<&Path>, args: &[&str]) -> Command {
+    let mut cmd = Command::new(KOS);
+    cmd.args(args)
+        .current_dir(data)
+        .env("HOME", data)
+        .env("XDG_CONFIG_HOME", data.join(".config"))
+        .env("KOS_DATA_DIR", data.join("kos-data"))
+        .env_remove("OS_CLOUD")
+        .env_remove("OS_CLIENT_CONFIG_FILE")
+        .env_remove("KUBECONFIG")
+        .env_remove("RUST_LOG");
+    if let Some(c) = clouds {
+        cmd.env("OS_CLIENT_CONFIG_FILE", c);
+    }
+    cmd
+}
+
+fn kos(data: &Path, clouds: Option<&Path>, args: &[&str]) -> Output {
+    isolated(data, clouds, args).output().expect("kos runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+fn secrets(data: &Path) -> ClusterSecrets {
+    let pki = data.join("kos-data/clusters/sim/demo/pki.json");
+    assert_eq!(mode(&pki), 0o600);
+    ClusterSecrets::from_bundle(&std::fs::read_to_string(pki).expect("pki.json")).expect("bundle")
+}
+
+fn assert_markers(o: &Output) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    for node in NODES {
+        for step in [
+            "preflight",
+            "packages",
+            "kernel",
+            "containerd",
+            "metadata-block",
+        ] {
+            assert!(
+                err.contains(&format!("kos: {node}: {step} ok")),
+                "{node} {step}: {}",
+                text(o)
+            );
+        }
+        assert!(
+            err.contains(&format!("kos: {node}: bootstrap skipped: simulated cloud")),
+            "{node} finished: {}",
+            text(o)
+        );
+    }
+    for step in ["kubeadm-init", "cni", "addons"] {
+        assert!(
+            err.contains(&format!("kos: cp-0: {step} skipped: simulated cloud")),
+            "{}",
+            text(o)
+        );
+    }
+    for w in ["workers-0", "workers-1"] {
+        assert!(
+            err.contains(&format!("kos: {w}: kubeadm-join skipped: simulated cloud")),
+            "{}",
+            text(o)
+        );
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Kubernetes API: skipped (simulated cloud)"),
+        "{}",
+        text(o)
+    );
+    assert!(!err.contains(" ok: simulated") && !out.contains("Kubernetes API: ready"));
+}
+
+fn openssl(args: &[&str], dir: &Path) -> Output {
+    Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs")
+}
+
+#[test]
+fn up_shows_every_nodes_markers_and_kubeconfig_is_signed_by_the_cluster_ca() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let spec = minimal();
+    let spec = spec.to_str().expect("utf8");
+
+    let up = kos(d, None, &["up", "-f", spec, "--cloud", "sim", "-vv"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    assert_markers(&up);
+    let first = secrets(d);
+
+    // Re-run: same CA, same token (not expired), nothing to follow but what is on the consoles.
+    let plan = kos(d, None, &["plan", "-f", spec, "--cloud", "sim", "-vv"]);
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+    let again = kos(d, None, &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert_eq!(secrets(d), first, "secrets are reused, not regenerated");
+
+    // No secret in any output, logs at -vv included.
+    let ccm: Value = serde_json::from_str(
+        &std::fs::read_to_string(d.join("kos-data/clusters/sim/demo/ccm-credential.json"))
+            .expect("ccm credential"),
+    )
+    .expect("json");
+    let canaries = [
+        ccm["secret"].as_str().expect("secret").to_owned(),
+        first.token.secret.expose().to_owned(),
+        first.certificate_key.expose().to_owned(),
+        first
+            .ca
+            .key_pem
+            .expose()
+            .lines()
+            .nth(1)
+            .expect("key body")
+            .to_owned(),
+    ];
+    for o in [&up, &plan, &again] {
+        let all = text(o);
+        for c in &canaries {
+            assert!(!all.contains(c.as_str()), "a secret leaked into the output");
+        }
+    }
+
+    // kubeconfig: 0600, YAML, context kos-demo, client certificate signed by the cluster CA.
+    let kc = kos(d, None, &["kubeconfig", "demo", "--cloud", "sim"]);
+    assert_eq!(kc.status.code(), Some(0), "{}", text(&kc));
+    let file = d.join("kubeconfig-demo");
+    assert_eq!(mode(&file), 0o600);
+    let doc: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&file).expect("kubeconfig")).expect("YAML");
+    assert_eq!(doc["current-context"], "kos-demo");
+    assert_eq!(doc["contexts"][0]["name"], "kos-demo");
+    assert!(
+        doc["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("https://") && s.ends_with(":6443"))
+    );
+    use base64::Engine;
+    let b64 = |v: &Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().expect("base64 field"))
+            .expect("base64")
+    };
+    let ca = b64(&doc["clusters"][0]["cluster"]["certificate-authority-data"]);
+    assert_eq!(String::from_utf8_lossy(&ca), first.ca.cert_pem);
+    std::fs::write(d.join("ca.pem"), &ca).expect("write");
+    std::fs::write(
+        d.join("client.pem"),
+        b64(&doc["users"][0]["user"]["client-certificate-data"]),
+    )
+    .expect("write");
+    let v = openssl(&["verify", "-CAfile", "ca.pem", "client.pem"], d);
+    assert!(v.status.success(), "{}", text(&v));
+    let subj = openssl(&["x509", "-in", "client.pem", "-noout", "-subject"], d);
+    assert!(
+        String::from_utf8_lossy(&subj.stdout).contains("kubernetes-admin"),
+        "{}",
+        text(&subj)
+    );
+
+    // Merge: another context is kept, ours is added once, the file stays 0600.
+    let kube = d.join(".kube");
+    std::fs::create_dir_all(&kube).expect("mkdir");
+    let other = "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster:\n    server: https://prod.example:6443\nusers:\n- name: prod\n  user:\n    token: t\ncontexts:\n- name: prod\n  context:\n    cluster: prod\n    user: prod\ncurrent-context: prod\n";
+    std::fs::write(kube.join("config"), other).expect("write");
+    for _ in 0..2 {
+        let m = kos(
+            d,
+            None,
+            &["kubeconfig", "demo", "--cloud", "sim", "--merge"],
+        );
+        assert_eq!(m.status.code(), Some(0), "{}", text(&m));
+    }
+    assert_eq!(mode(&kube.join("config")), 0o600);
+    let merged: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(kube.join("config")).expect("read"))
+            .expect("YAML");
+    let names: Vec<&str> = merged["contexts"]
+        .as_array()
+        .expect("contexts")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["prod", "kos-demo"]);
+    assert_eq!(merged["current-context"], "kos-demo");
+
+    // KUBECONFIG's first file is the one merged into.
+    let first_file = d.join("first.yaml");
+    let m = isolated(
+        d,
+        None,
+        &["kubeconfig", "demo", "--cloud", "sim", "--merge"],
+    )
+    .env(
+        "KUBECONFIG",
+        format!("{}:{}", first_file.display(), kube.join("config").display()),
+    )
+    .output()
+    .expect("kos");
+    assert_eq!(m.status.code(), Some(0), "{}", text(&m));
+    assert_eq!(mode(&first_file), 0o600);
+
+    // A cluster whose secrets are not here: a clear error, exit 3.
+    let none = kos(d, None, &["kubeconfig", "nosuch", "--cloud", "sim"]);
+    assert_eq!(none.status.code(), Some(3), "{}", text(&none));
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("not on this machine"),
+        "{}",
+        text(&none)
+    );
+}
+
+/// `kos sim serve` in the background: a cloud a test can change between and during `kos` runs.
+struct Served {
+    child: Child,
+    clouds: PathBuf,
+    base: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path) -> Served {
+    let clouds = dir.join("clouds.yaml");
+    let mut child = Command::new(KOS)
+        .args([
+            "sim",
+            "serve",
+            "--port",
+            "0",
+            "--time-scale",
+            "0.05",
+            "--clouds-yaml",
+        ])
+        .arg(&clouds)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kos sim serve");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    let base = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .to_owned();
+    std::thread::spawn(move || for _ in lines {});
+    Served {
+        child,
+        clouds,
+        base,
+    }
+}
+
+fn sim_state(base: &str) -> Value {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        reqwest::get(format!("{base}/_sim/state"))
+            .await
+            .expect("state")
+            .json()
+            .await
+            .expect("json")
+    })
+}
+
+fn server<'a>(state: &'a Value, name: &str) -> Option<&'a Value> {
+    state["nova"]["servers"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == name && s["vm_state"] != "deleted")
+}
+
+/// The content of `path` in a cloud-config's write_files.
+fn written(user_data: &str, path: &str) -> String {
+    let doc: Value = serde_saphyr::from_str(user_data).expect("cloud-config YAML");
+    doc["write_files"]
+        .as_array()
+        .expect("write_files")
+        .iter()
+        .find(|f| f["path"] == path)
+        .and_then(|f| f["content"].as_str())
+        .unwrap_or_else(|| panic!("{path} not written"))
+        .to_owned()
+}
+
+#[test]
+fn a_recreated_worker_joins_with_the_same_ca_and_a_valid_token() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let spec = minimal();
+    let spec = spec.to_str().expect("utf8");
+    let up = kos(d, Some(&sim.clouds), &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    assert_markers(&up);
+    let stored = secrets(d);
+    let state = sim_state(&sim.base);
+    let cp = server(&state, "kos-demo-cp-0").expect("cp-0");
+    let cp_ud = cp["user_data_decoded"].as_str().expect("user_data kept");
+    assert!(
+        cp_ud.starts_with("## template: jinja\n#cloud-config\n"),
+        "gzip inflated by the sim"
+    );
+
+    // Delete one worker behind kos's back, through the facade.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let profile =
+            CloudProfile::load(&Env::process(), Some("sim"), Some(&sim.clouds)).expect("profile");
+        let s = Session::connect(&profile).await.expect("session");
+        let c = s.compute();
+        let victim = c
+            .list_servers(&TagQuery::default())
+            .await
+            .expect("servers")
+            .into_iter()
+            .find(|x| x.name == "kos-demo-workers-1")
+            .expect("workers-1");
+        c.delete_server(&victim.id).await.expect("delete");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c.get_server(&victim.id).await.expect("get").is_some() {
+            assert!(Instant::now() < deadline, "server deleted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+
+    // Meanwhile the join window closed: the re-run renews the token and keeps every CA.
+    let pki = d.join("kos-data/clusters/sim/demo/pki.json");
+    let mut bundle: Value =
+        serde_json::from_str(&std::fs::read_to_string(&pki).expect("pki")).expect("json");
+    bundle["token"]["expires_unix"] = (time::OffsetDateTime::now_utc().unix_timestamp() - 1).into();
+    std::fs::write(&pki, bundle.to_string()).expect("write");
+
+    let again = kos(d, Some(&sim.clouds), &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("kos: workers-1: kubeadm-join skipped: simulated cloud"),
+        "{}",
+        text(&again)
+    );
+    assert!(
+        err.contains("bootstrap token was renewed"),
+        "{}",
+        text(&again)
+    );
+    let renewed = secrets(d);
+    assert_eq!(
+        (
+            &renewed.ca,
+            &renewed.etcd_ca,
+            &renewed.front_proxy_ca,
+            &renewed.service_account
+        ),
+        (
+            &stored.ca,
+            &stored.etcd_ca,
+            &stored.front_proxy_ca,
+            &stored.service_account
+        ),
+        "the CAs are kept"
+    );
+    assert_ne!(renewed.token, stored.token, "the expired token is replaced");
+    let stored = renewed;
+
+    let state = sim_state(&sim.base);
+    let ud = server(&state, "kos-demo-workers-1")
+        .and_then(|s| s["user_data_decoded"].as_str())
+        .expect("the recreated worker's user_data");
+    let kubeadm = written(ud, "/etc/kos/kubeadm.yaml");
+    let hash = stored.discovery_hash().expect("hash");
+    assert!(kubeadm.contains(&hash), "same CA (discovery hash {hash})");
+    assert!(
+        kubeadm.contains(stored.token.value().expose()),
+        "the stored token"
+    );
+    assert!(
+        !stored
+            .token
+            .is_expired(time::OffsetDateTime::now_utc(), Duration::from_secs(600)),
+        "and it is valid"
+    );
+    // Workers get the token and hash only: no CA key.
+    assert!(!ud.contains("/etc/kubernetes/pki/ca.key"));
+}
+
+#[test]
+fn a_failed_step_stops_up_with_the_nodes_reason() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let spec = minimal();
+    let child = isolated(
+        d,
+        Some(&sim.clouds),
+        &["up", "-f", spec.to_str().expect("utf8"), "--cloud", "sim"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("kos up");
+    // As soon as the worker exists, its (simulated) bootstrap fails: the sim stops writing markers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        if let Some(id) =
+            server(&sim_state(&sim.base), "kos-demo-workers-1").and_then(|s| s["id"].as_str())
+        {
+            break id.to_owned();
+        }
+        assert!(Instant::now() < deadline, "workers-1 was never created");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{}/_sim/servers/{id}/console", sim.base))
+            .json(&serde_json::json!({"message": "kos-bootstrap: kubeadm-join failed: couldn't validate the identity of the API Server"}))
+            .send()
+            .await
+            .expect("inject");
+        assert!(r.status().is_success());
+    });
+    let out = child.wait_with_output().expect("kos up");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The error names the node and step (miette wraps its text), the progress line its own reason.
+    assert!(
+        err.contains("bootstrap: workers-1 failed at kubeadm-join:"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        err.contains(
+            "kos: workers-1: kubeadm-join failed: couldn't validate the identity of the API Server"
+        ),
+        "{}",
+        text(&out)
+    );
+    let state = sim_state(&sim.base);
+    let console = server(&state, "kos-demo-workers-1").expect("worker")["console"].to_string();
+    assert!(
+        !console.contains("kubeadm-join skipped"),
+        "the failed script wrote nothing after its failure"
+    );
+}
