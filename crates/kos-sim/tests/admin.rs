@@ -193,3 +193,52 @@ async fn image_id(h: &Harness) -> String {
         .expect("seeded image")
         .to_owned()
 }
+
+/// `kos sim serve --config FILE`: faults, rate limits and the time model from YAML, as a person writes it.
+#[tokio::test]
+async fn faults_and_rate_limits_from_a_config_file() {
+    let dir = std::env::temp_dir().join(format!("kos-sim-cfg-{}", kos_sim::ids::hex_id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("sim.yaml");
+    std::fs::write(
+        &path,
+        "time_scale: 0.001\nlatency:\n  per_call_secs: 0\n  server_boot_secs: 20\nrate_limits:\n  load-balancer: 1\nfaults:\n  - method: GET\n    path: ^/network/v2.0/ports$\n    status: 503\n    count: 1\n    retry_after: 3\n",
+    )
+    .expect("write");
+    let cfg = kos_sim::SimConfig::from_yaml_file(&path).expect("valid config");
+    assert_eq!(cfg.latency.server_boot_secs, 20.0);
+    let h = Harness::with_config(cfg).await;
+    let r = h.call("GET", "/network/v2.0/ports", None, None).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(
+        r.headers.get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("3")
+    );
+    assert_eq!(
+        h.call("GET", "/network/v2.0/ports", None, None)
+            .await
+            .status,
+        200
+    );
+    let mut limited = false;
+    for _ in 0..20 {
+        if h.call("GET", "/load-balancer/v2/lbaas/loadbalancers", None, None)
+            .await
+            .status
+            == 429
+        {
+            limited = true;
+            break;
+        }
+    }
+    assert!(
+        limited,
+        "1 request/s on load-balancer is exceeded by 20 immediate calls"
+    );
+
+    // A typo is an error that names the file, not a silently ignored key.
+    std::fs::write(&path, "time_scael: 0.5\n").expect("write");
+    let err = kos_sim::SimConfig::from_yaml_file(&path).expect_err("unknown key");
+    assert!(err.to_string().contains("sim.yaml"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
