@@ -475,9 +475,11 @@ fn render(r: &Report) -> String {
         let limited: u64 = x.calls.values().map(|c| c.rate_limited).sum();
         let _ = writeln!(out, " {limited:>6}");
     }
-    let _ = writeln!(
-        out,
-        "\nwall: the apply from zero in cloud seconds (real / time scale); ratio: wall / lower bound; calls: sent by kos / received by the cloud, apply only;\nsequential: one node at a time, waits included; terraform-like: 10 nodes at a time, each holding its slot while it waits, one GET per resource per poll."
+    out.push_str(
+        "\nwall: the apply from zero in cloud seconds (real / time scale); ratio: wall / lower bound; calls: sent by kos / received by the cloud, apply only\n",
     );
+    if r.runs.len() > 1 {
+        out.push_str("sequential: one node at a time, waits included; terraform-like: 10 nodes at a time, each holding its slot while it waits, one GET per resource per poll\n");
+    }
     out
 }
