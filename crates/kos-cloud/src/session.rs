@@ -53,8 +53,9 @@ pub(crate) struct Inner {
     redactor: Redactor,
     /// The token the endpoints were last discovered with. The SDK re-authenticates on a 401 by
     /// itself but forgets every discovered endpoint when it does; a changed token means: discover
-    /// again (single-flighted through this lock).
-    discovered_with: tokio::sync::Mutex<Option<SecretString>>,
+    /// again (single-flighted through `rediscovery`).
+    discovered_token: std::sync::RwLock<Option<SecretString>>,
+    rediscovery: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Session {
@@ -141,7 +142,8 @@ impl Session {
                 project_id,
                 services,
                 redactor,
-                discovered_with: tokio::sync::Mutex::new(client_token),
+                discovered_token: std::sync::RwLock::new(client_token),
+                rediscovery: tokio::sync::Mutex::new(()),
             }),
             policy: RetryPolicy::default(),
         })
@@ -179,15 +181,38 @@ impl Session {
     /// Whether the SDK re-authenticated since the endpoints were discovered; if so, discovers them
     /// again (once, whoever notices first) and returns true.
     pub(crate) async fn rediscover_if_reauthenticated(&self) -> bool {
-        let mut seen = self.inner.discovered_with.lock().await;
+        // Fast path, taken by almost every call: the token is the one discovery ran with. A read
+        // lock, so concurrent calls never queue behind each other for this check.
+        let unchanged =
+            |seen: &Option<SecretString>, current: &Option<SecretString>| match (seen, current) {
+                (Some(a), Some(b)) => a.expose_secret() == b.expose_secret(),
+                (None, None) => true,
+                _ => false,
+            };
         let current = self.inner.client.get_auth_token();
-        let same = match (&*seen, &current) {
-            (Some(a), Some(b)) => a.expose_secret() == b.expose_secret(),
-            (None, None) => true,
-            _ => false,
-        };
-        if same {
+        if unchanged(
+            &self
+                .inner
+                .discovered_token
+                .read()
+                .unwrap_or_else(|p| p.into_inner()),
+            &current,
+        ) {
             return false;
+        }
+        // Slow path, single-flighted: whoever gets the lock first discovers; the others see the
+        // new token recorded and return.
+        let _guard = self.inner.rediscovery.lock().await;
+        let current = self.inner.client.get_auth_token();
+        if unchanged(
+            &self
+                .inner
+                .discovered_token
+                .read()
+                .unwrap_or_else(|p| p.into_inner()),
+            &current,
+        ) {
+            return true;
         }
         if let Some(t) = &current {
             self.inner.redactor.set_token(t.clone());
@@ -196,7 +221,11 @@ impl Session {
         // Boxed: discovery is a large future, and inlining it would grow every `send` future by
         // as much (enough to overflow a test thread's stack in debug builds).
         Box::pin(discover_all(&self.inner.client, &self.inner.redactor)).await;
-        *seen = current;
+        *self
+            .inner
+            .discovered_token
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = current;
         true
     }
 

@@ -127,12 +127,6 @@ impl Sim {
         )
     }
 
-    /// A serialisable copy of the cloud's state (for saving a demo cloud between runs).
-    pub fn snapshot(&self) -> serde_json::Result<serde_json::Value> {
-        let cloud = self.app.cloud();
-        serde_json::to_value(&*cloud)
-    }
-
     /// Saves the cloud's state to `path` (see [`persist`]); [`persist::load`] and [`Sim::serve`] bring
     /// it back, with the clock resumed where it stopped.
     pub fn save(&self, path: &std::path::Path) -> Result<(), persist::PersistError> {

@@ -65,10 +65,6 @@ impl Service {
         }
     }
 
-    pub fn name(self) -> &'static str {
-        self.catalog_type()
-    }
-
     /// Which service a request path belongs to.
     pub fn from_path(path: &str) -> Option<Service> {
         [
@@ -104,7 +100,7 @@ impl Service {
 
 impl std::fmt::Display for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.catalog_type())
     }
 }
 
