@@ -294,29 +294,24 @@ impl Session {
         let policy = self.retry_policy();
         let idempotent = req.is_idempotent();
         let mut attempt = 0u32;
-        // At most one re-send after an SDK re-auth per call (a token that changes on every call
-        // must not loop forever).
-        let mut resent_after_reauth = false;
+        // At most one re-authentication per call: credentials that Keystone accepts but a service
+        // then rejects must not loop forever.
+        let mut reauthenticated = false;
         loop {
             attempt += 1;
             // A span per attempt inside the call's span: fields are never appended to twice.
             let span = tracing::debug_span!("attempt", n = attempt);
-            let result = self.attempt(req).instrument(span).await?;
+            let (result, epoch) = self.attempt(req).instrument(span).await?;
             // Counted once it went to the network (errors found before that return above).
             self.inner.counters.record_call(req.service, req.operation);
-            if self.rediscover_if_reauthenticated().await
-                && !resent_after_reauth
+            if !reauthenticated
                 && let Attempt::Answer(rsp) = &result
-                && matches!(rsp.status, 300 | 404 | 406)
+                && rsp.status == 401
             {
-                // The SDK replayed this call after its re-auth, against the unversioned catalog URL
-                // (it had forgotten the discovered one): a 404/406/300 from there means nothing was
-                // done, so the call is sent again to the right place. Any other answer stands.
-                tracing::debug!(
-                    status = rsp.status,
-                    "re-sending a call the SDK replayed to an undiscovered endpoint"
-                );
-                resent_after_reauth = true;
+                // The token expired or was revoked: nothing was done, so the call is sent again
+                // once the session has a new token and its endpoints back.
+                self.reauthenticate(epoch).await?;
+                reauthenticated = true;
                 attempt -= 1;
                 continue;
             }
@@ -367,13 +362,23 @@ impl Session {
 
     /// One HTTP exchange. Errors that happen before anything could be sent and will not get better
     /// by retrying (no endpoint, incompatible microversion, bad URL) are returned directly.
-    async fn attempt(&self, req: &ApiRequest) -> Result<Attempt, CloudError> {
+    /// Also returns the authentication epoch it was sent in.
+    async fn attempt(&self, req: &ApiRequest) -> Result<(Attempt, u64), CloudError> {
         let ep = Endpoint { req };
-        let result = api::raw(ep)
-            .skip_error_check(true)
-            .query_async(&self.inner.client)
-            .await;
-        match result {
+        let (result, epoch) = loop {
+            let endpoints = self.inner.endpoints.read().await;
+            if endpoints.undiscovered.contains(&req.service) {
+                drop(endpoints);
+                self.rediscover(req.service, req.operation).await?;
+                continue;
+            }
+            let result = api::raw(ep)
+                .skip_error_check(true)
+                .query_async(&self.inner.client)
+                .await;
+            break (result, endpoints.epoch);
+        };
+        let attempt = match result {
             Ok(rsp) => {
                 let status = rsp.status().as_u16();
                 let (parts, body) = rsp.into_parts();
@@ -405,7 +410,8 @@ impl Session {
                 operation: req.operation,
                 detail: self.redact(&error_chain(&other)),
             }),
-        }
+        };
+        attempt.map(|a| (a, epoch))
     }
 
     /// The error for a final, failed attempt.

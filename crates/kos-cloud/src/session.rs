@@ -1,13 +1,13 @@
 //! An authenticated connection to one cloud: one token shared by every call (and every clone), the
 //! catalog discovered once, the call counters, and the secrets to redact.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use openstack_sdk::AsyncOpenStack;
 use openstack_sdk::api::AsyncClient;
 use openstack_sdk::config::{Auth, CloudConfig};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 
 use crate::config::{AppCredentialRef, CloudProfile, Env, IdOrName, ProfileAuth};
 use crate::counters::{CallCounters, CallCounts};
@@ -51,11 +51,22 @@ pub(crate) struct Inner {
     project_id: String,
     services: BTreeMap<ServiceKind, ServiceState>,
     redactor: Redactor,
-    /// The token the endpoints were last discovered with. The SDK re-authenticates on a 401 by
-    /// itself but forgets every discovered endpoint when it does; a changed token means: discover
-    /// again (single-flighted through `rediscovery`).
-    discovered_token: std::sync::RwLock<Option<SecretString>>,
-    rediscovery: tokio::sync::Mutex<()>,
+    /// The token's endpoints. Each attempt holds a read guard while it is on the wire;
+    /// re-authenticating and rediscovering take the write guard. Re-authenticating makes the SDK
+    /// forget every discovered endpoint until discovery runs again, and a call sent in between
+    /// would go to an unversioned URL (404, 406, 300): the lock makes that window unobservable.
+    /// (The SDK's own 401 replay is switched off for the same reason.)
+    pub(crate) endpoints: tokio::sync::RwLock<Endpoints>,
+}
+
+/// What a session knows of its token and of the endpoints discovered with it.
+#[derive(Debug, Default)]
+pub(crate) struct Endpoints {
+    /// Bumped by every re-authentication.
+    pub(crate) epoch: u64,
+    /// Services whose endpoint must be discovered again before the next call to them: discovery
+    /// after a re-authentication failed for them (a 503 from a busy cloud, say).
+    pub(crate) undiscovered: BTreeSet<ServiceKind>,
 }
 
 impl std::fmt::Debug for Session {
@@ -97,11 +108,14 @@ impl Session {
         let config = cloud_config(profile);
         // No on-disk token cache: kos runs unattended and must not leave tokens in ~/.osc. (The SDK
         // still creates an empty ~/.osc directory, mode 0700, in its State::new().)
-        let client = AsyncOpenStack::builder(&config)
+        let mut client = AsyncOpenStack::builder(&config)
             .disable_auth_cache(true)
             .connect()
             .await
             .map_err(|e| connect_error(profile, &redactor, &e))?;
+        // 401s come back to `Session::send`, which re-authenticates and rediscovers under
+        // `auth_epoch`'s write lock (see there).
+        client.set_max_auth_retries(0);
         if let Some(t) = client.get_auth_token() {
             redactor.set_token(t);
         }
@@ -126,8 +140,7 @@ impl Session {
                 ))
             })?;
 
-        let services = discover_all(&client, &redactor).await;
-        let client_token = client.get_auth_token();
+        let services = discover(&client, &redactor, &CONNECT_DISCOVERY, &ServiceKind::ALL).await;
         tracing::debug!(cloud = %profile.name, ?services, "connected");
 
         Ok(Session {
@@ -142,8 +155,7 @@ impl Session {
                 project_id,
                 services,
                 redactor,
-                discovered_token: std::sync::RwLock::new(client_token),
-                rediscovery: tokio::sync::Mutex::new(()),
+                endpoints: tokio::sync::RwLock::default(),
             }),
             policy: RetryPolicy::default(),
         })
@@ -178,58 +190,99 @@ impl Session {
         &self.inner.auth_url
     }
 
-    /// Whether the SDK re-authenticated since the endpoints were discovered; if so, discovers them
-    /// again (once, whoever notices first) and returns true.
-    pub(crate) async fn rediscover_if_reauthenticated(&self) -> bool {
-        // Fast path, taken by almost every call: the token is the one discovery ran with. A read
-        // lock, so concurrent calls never queue behind each other for this check.
-        let unchanged =
-            |seen: &Option<SecretString>, current: &Option<SecretString>| match (seen, current) {
-                (Some(a), Some(b)) => a.expose_secret() == b.expose_secret(),
-                (None, None) => true,
-                _ => false,
-            };
-        let current = self.inner.client.get_auth_token();
-        if unchanged(
-            &self
-                .inner
-                .discovered_token
-                .read()
-                .unwrap_or_else(|p| p.into_inner()),
-            &current,
-        ) {
-            return false;
+    /// Authenticates again and rediscovers every endpoint, unless someone already did since
+    /// `seen_epoch` (many calls see the same expired token; one re-authentication serves them all).
+    /// No call is on the wire meanwhile: they all hold a read guard of `endpoints`.
+    pub(crate) async fn reauthenticate(&self, seen_epoch: u64) -> Result<(), CloudError> {
+        let mut endpoints = self.inner.endpoints.write().await;
+        if endpoints.epoch != seen_epoch {
+            return Ok(());
         }
-        // Slow path, single-flighted: whoever gets the lock first discovers; the others see the
-        // new token recorded and return.
-        let _guard = self.inner.rediscovery.lock().await;
-        let current = self.inner.client.get_auth_token();
-        if unchanged(
-            &self
-                .inner
-                .discovered_token
-                .read()
-                .unwrap_or_else(|p| p.into_inner()),
-            &current,
-        ) {
-            return true;
+        tracing::debug!("token rejected: authenticating again and rediscovering the endpoints");
+        // A full login with the configured credentials, then discovery, which the new catalog
+        // has forgotten. The SDK would first exchange the token it still holds (rejected when
+        // revoked, and otherwise keeping the old expiry): forgetting it forces the login.
+        self.inner.client.disable_auth_cache();
+        Box::pin(self.inner.client.authorize(None, false, true))
+            .await
+            .map_err(|e| {
+                CloudError::Auth(self.redact(&format!(
+                    "cloud '{}': re-authentication failed: {}",
+                    self.inner.cloud,
+                    crate::request::error_chain(&e)
+                )))
+            })?;
+        if let Some(t) = self.inner.client.get_auth_token() {
+            self.inner.redactor.set_token(t);
         }
-        if let Some(t) = &current {
-            self.inner.redactor.set_token(t.clone());
-        }
-        tracing::debug!("token renewed by the SDK: discovering the service endpoints again");
+        endpoints.epoch += 1;
+        let in_use: Vec<ServiceKind> = self
+            .inner
+            .services
+            .iter()
+            .filter(|(_, state)| **state == ServiceState::Ready)
+            .map(|(s, _)| *s)
+            .collect();
         // Boxed: discovery is a large future, and inlining it would grow every `send` future by
         // as much (enough to overflow a test thread's stack in debug builds).
-        Box::pin(discover_all(&self.inner.client, &self.inner.redactor)).await;
-        *self
-            .inner
-            .discovered_token
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = current;
-        true
+        let found = Box::pin(discover(
+            &self.inner.client,
+            &self.inner.redactor,
+            &self.policy,
+            &in_use,
+        ))
+        .await;
+        endpoints.undiscovered = found
+            .into_iter()
+            .filter(|(s, state)| {
+                let failed = *state != ServiceState::Ready;
+                if failed {
+                    tracing::warn!(service = %s, ?state, "version discovery failed after re-authentication; retried at the next call");
+                }
+                failed
+            })
+            .map(|(s, _)| s)
+            .collect();
+        Ok(())
     }
 
-    /// When the current token expires (the SDK re-authenticates on a 401 after that).
+    /// Discovers `service` again if discovery after the last re-authentication failed for it.
+    pub(crate) async fn rediscover(
+        &self,
+        service: ServiceKind,
+        operation: &'static str,
+    ) -> Result<(), CloudError> {
+        let mut endpoints = self.inner.endpoints.write().await;
+        if !endpoints.undiscovered.contains(&service) {
+            return Ok(());
+        }
+        let found = Box::pin(discover(
+            &self.inner.client,
+            &self.inner.redactor,
+            &self.policy,
+            &[service],
+        ))
+        .await;
+        match found.get(&service) {
+            Some(ServiceState::Ready) => {
+                endpoints.undiscovered.remove(&service);
+                Ok(())
+            }
+            other => Err(CloudError::Transport {
+                service,
+                operation,
+                detail: format!(
+                    "the {service} endpoint could not be discovered after re-authentication: {}",
+                    match other {
+                        Some(ServiceState::Broken(why)) => why.as_str(),
+                        _ => "not in the new token's catalog",
+                    }
+                ),
+            }),
+        }
+    }
+
+    /// When the current token expires (`send` re-authenticates on a 401 after that).
     pub fn token_expires_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
         self.inner
             .client
@@ -387,9 +440,22 @@ fn catalog_aliases(s: ServiceKind) -> &'static [&'static str] {
 }
 
 /// Discovers every service in the catalog, concurrently. Identity was discovered by `connect`.
-async fn discover_all(
+/// Connect-time discovery retries less than calls do: a service that is really broken there is
+/// reported (when used) without a long wait.
+const CONNECT_DISCOVERY: RetryPolicy = RetryPolicy {
+    max_attempts: 3,
+    base_delay: std::time::Duration::from_millis(500),
+    max_delay: std::time::Duration::from_secs(5),
+    max_retry_after: std::time::Duration::from_secs(5),
+};
+
+/// Version discovery of `kinds`, concurrently, each retried under `policy` (a 503 from a busy
+/// cloud must not leave a service undiscovered, its calls then going to the unversioned URL).
+async fn discover(
     client: &AsyncOpenStack,
     redactor: &Redactor,
+    policy: &RetryPolicy,
+    kinds: &[ServiceKind],
 ) -> BTreeMap<ServiceKind, ServiceState> {
     let catalog: Vec<String> = client
         .get_token_catalog()
@@ -405,27 +471,42 @@ async fn discover_all(
             if !present {
                 return (s, ServiceState::Missing);
             }
-            if s != ServiceKind::Identity
-                && let Err(e) = client.discover_service_endpoint(&s.sdk()).await
-            {
-                return (s, ServiceState::Broken(redactor.redact(&e.to_string())));
-            }
-            // Region or interface mismatches show up here, not in discovery.
-            match client.get_service_endpoint(&s.sdk(), None).await {
-                Ok(_) => (s, ServiceState::Ready),
-                Err(e) => (s, ServiceState::Broken(redactor.redact(&e.to_string()))),
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let result = async {
+                    if s != ServiceKind::Identity {
+                        client
+                            .discover_service_endpoint(&s.sdk())
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                    // Region or interface mismatches show up here, not in discovery.
+                    client
+                        .get_service_endpoint(&s.sdk(), None)
+                        .await
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                }
+                .await;
+                match result {
+                    Ok(()) => return (s, ServiceState::Ready),
+                    Err(e) if attempt >= policy.max_attempts => {
+                        return (s, ServiceState::Broken(redactor.redact(&e)));
+                    }
+                    Err(e) => {
+                        let delay = policy.delay(attempt, None, &mut rand::rng());
+                        tracing::debug!(service = %s, attempt, error = %redactor.redact(&e), "version discovery failed; retrying");
+                        tokio::time::sleep(delay).await;
+                    }
+                }
             }
         }
     };
-    let (a, b, c, d, e, f) = tokio::join!(
-        one(ServiceKind::Identity),
-        one(ServiceKind::Compute),
-        one(ServiceKind::Network),
-        one(ServiceKind::Image),
-        one(ServiceKind::LoadBalancer),
-        one(ServiceKind::BlockStorage),
-    );
-    [a, b, c, d, e, f].into_iter().collect()
+    futures::future::join_all(kinds.iter().map(|s| one(*s)))
+        .await
+        .into_iter()
+        .collect()
 }
 
 /// A connect failure: transport problems name the URL; everything else is an auth failure.

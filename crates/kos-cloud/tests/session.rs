@@ -272,11 +272,88 @@ async fn reauthenticates_after_token_expiry() {
     let log = sim_log(&sim).await;
     let issued = count(&log, "POST", "/identity/v3/auth/tokens", Some(201));
     assert_eq!(issued, 2, "a second token was issued: {log:#?}");
-    // Only calls made through `send` are counted; the SDK's internal 401 replay is not.
+    // Every request that went to the network is counted: the one refused with 401 too.
     assert_eq!(
         s.counters().operation(ServiceKind::Identity, "project.get"),
-        2
+        3
     );
+}
+
+/// Many calls in flight when the token expires: one re-authentication serves them all, and no call
+/// reaches a service while its endpoint is being rediscovered (it would land on the unversioned
+/// URL and get a 404 that looks like "no such resource").
+#[tokio::test]
+async fn calls_in_flight_share_one_reauthentication() {
+    // Every call takes a few real milliseconds, so calls overlap the re-authentication.
+    let sim = Sim::start(SimConfig {
+        token_lifetime_secs: 1e7,
+        time_scale: 0.1,
+        latency: kos_sim::LatencyModel {
+            per_call_secs: 0.02,
+            ..kos_sim::LatencyModel::instant()
+        },
+        ..SimConfig::fast()
+    })
+    .await
+    .expect("start sim");
+    let s = connect(&sim).await;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let workers = (0..12).map(|i| {
+        let (s, done) = (s.clone(), done.clone());
+        async move {
+            for _ in 0..20 {
+                let req = match i % 3 {
+                    0 => ApiRequest::get(ServiceKind::Network, "network.list", "networks"),
+                    1 => ApiRequest::get(
+                        ServiceKind::LoadBalancer,
+                        "loadbalancer.list",
+                        "lbaas/loadbalancers",
+                    ),
+                    _ => ApiRequest::get(ServiceKind::Compute, "flavor.list", "flavors"),
+                };
+                let status = s.send(req).await.map(|r| r.status);
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                assert_eq!(status.expect("call"), 200, "worker {i}");
+            }
+        }
+    });
+    let expirer = {
+        let (base, done) = (sim.base_url().to_owned(), done.clone());
+        async move {
+            // Twice, each while the workers are mid-way.
+            for at in [40, 140] {
+                while done.load(std::sync::atomic::Ordering::SeqCst) < at {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                let expired = reqwest::Client::new()
+                    .post(format!("{base}/_sim/tokens/expire"))
+                    .send()
+                    .await
+                    .expect("expire");
+                assert!(expired.status().is_success());
+            }
+        }
+    };
+    tokio::join!(futures::future::join_all(workers), expirer);
+    let log = sim_log(&sim).await;
+    assert_eq!(
+        count(&log, "POST", "/identity/v3/auth/tokens", Some(201)),
+        3,
+        "one new token per expiry: {log:#?}"
+    );
+    let misrouted: Vec<_> = log
+        .iter()
+        .filter(|e| {
+            // Discovery's own probes get 300/404 too; the calls above must not.
+            let path = e["path"].as_str().unwrap_or_default();
+            ["/networks", "/lbaas/loadbalancers", "/flavors"]
+                .iter()
+                .any(|p| path.ends_with(p))
+                && e["status"] != 200
+                && e["status"] != 401
+        })
+        .collect();
+    assert!(misrouted.is_empty(), "{misrouted:#?}");
 }
 
 /// The SDK forgets every discovered endpoint when it re-authenticates; the session must discover them
@@ -313,6 +390,58 @@ async fn service_endpoints_survive_a_token_expiry() {
         2,
         "{log:#?}"
     );
+}
+
+/// The discovery that follows a re-authentication meets a busy cloud: it is retried, and when it
+/// still fails the service's next call discovers again instead of going to the unversioned URL.
+#[tokio::test]
+async fn discovery_after_reauthentication_survives_a_busy_cloud() {
+    let sim = sim().await;
+    let s = connect(&sim).await;
+    let lbs = || {
+        ApiRequest::get(
+            ServiceKind::LoadBalancer,
+            "loadbalancer.list",
+            "lbaas/loadbalancers",
+        )
+    };
+    let nets = || ApiRequest::get(ServiceKind::Network, "network.list", "networks");
+    let http = reqwest::Client::new();
+    let fault = |count: u64| {
+        http.post(format!("{}/_sim/faults", sim.base_url()))
+            .json(&json!({"method": "GET", "path": "^/load-balancer/?$", "status": 503, "count": count}))
+            .send()
+    };
+    let expire = || {
+        http.post(format!("{}/_sim/tokens/expire", sim.base_url()))
+            .send()
+    };
+    // A short outage: retried within the re-authentication.
+    assert!(fault(2).await.expect("fault").status().is_success());
+    assert!(expire().await.expect("expire").status().is_success());
+    assert_eq!(s.send(nets()).await.expect("networks").status, 200);
+    assert_eq!(s.send(lbs()).await.expect("octavia").status, 200);
+
+    // A longer one: Octavia's calls fail clearly while it lasts, other services are unaffected,
+    // and once it is over Octavia's endpoint is found again.
+    assert!(fault(1000).await.expect("fault").status().is_success());
+    assert!(expire().await.expect("expire").status().is_success());
+    assert_eq!(s.send(nets()).await.expect("networks").status, 200);
+    let e = s.send(lbs()).await.expect_err("octavia undiscoverable");
+    assert!(e.to_string().contains("could not be discovered"), "{e}");
+    let cleared = http
+        .delete(format!("{}/_sim/faults", sim.base_url()))
+        .send()
+        .await
+        .expect("clear");
+    assert!(cleared.status().is_success());
+    assert_eq!(s.send(lbs()).await.expect("octavia again").status, 200);
+    let log = sim_log(&sim).await;
+    let misrouted = log
+        .iter()
+        .filter(|e| e["path"] == "/load-balancer/lbaas/loadbalancers")
+        .count();
+    assert_eq!(misrouted, 0, "{log:#?}");
 }
 
 /// Every OpenStack call is a `send` future and the engine nests many of them: big sub-futures (the
