@@ -20,7 +20,7 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use time::format_description::well_known::Rfc3339;
 
-use crate::input::{Ccm, ClusterInput, Cni, ManifestPin};
+use crate::input::{Ccm, ClusterInput, Cni, Csi, ManifestPin};
 use crate::{ClusterSecrets, Error, Result, Sensitive};
 
 /// One manifest file (possibly several YAML documents), named for the order it is applied in.
@@ -248,18 +248,27 @@ pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
             yaml: Sensitive::new(fill(template, &vars)?),
         })
     };
-    Ok(vec![
+    let mut manifests = vec![
         cloud_config_secret(cluster)?,
         file(
             "10-openstack-cloud-controller-manager.yaml",
             include_str!("addons/ccm.yaml"),
         )?,
-        file("20-cinder-csi.yaml", include_str!("addons/cinder-csi.yaml"))?,
-        file(
-            "30-storageclass.yaml",
-            include_str!("addons/storageclass.yaml"),
-        )?,
-    ])
+    ];
+    match cluster.csi {
+        Csi::Cinder => {
+            manifests.push(file(
+                "20-cinder-csi.yaml",
+                include_str!("addons/cinder-csi.yaml"),
+            )?);
+            manifests.push(file(
+                "30-storageclass.yaml",
+                include_str!("addons/storageclass.yaml"),
+            )?);
+        }
+        Csi::None => {}
+    }
+    Ok(manifests)
 }
 
 #[cfg(test)]

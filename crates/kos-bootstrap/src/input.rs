@@ -178,6 +178,15 @@ pub enum Ccm {
     Kos { image: String },
 }
 
+/// Which storage driver the first control plane installs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Csi {
+    /// cinder-csi at the pinned images, and a default StorageClass.
+    Cinder,
+    /// None: the user brings their own (or needs no volumes).
+    None,
+}
+
 /// What goes into `cloud.conf` for the CCM and cinder-csi. The credential is the per-cluster
 /// application credential the deployer creates.
 #[derive(Debug, Clone)]
@@ -217,6 +226,7 @@ pub struct ClusterInput {
     /// Overrides the pins table's manifest for `cni` (use it to supply a verified sha256).
     pub cni_manifest: Option<ManifestPin>,
     pub ccm: Ccm,
+    pub csi: Csi,
     pub cloud: CloudConf,
     pub pki_delivery: PkiDelivery,
     /// How many nodes (control planes + workers) will join: the first control plane deletes the bootstrap

@@ -34,7 +34,7 @@ pub use addons::{Manifest, bootstrap_token_secret, render_addons};
 pub use cloud_init::{UserData, render_user_data};
 pub use error::{Error, Result};
 pub use input::{
-    ApiEndpoint, Ccm, CloudConf, ClusterInput, Cni, KubeVersion, ManifestPin, NodeInput,
+    ApiEndpoint, Ccm, CloudConf, ClusterInput, Cni, Csi, KubeVersion, ManifestPin, NodeInput,
     PkiDelivery, Role, Taint, TaintEffect,
 };
 pub use kubeadm::render_kubeadm;

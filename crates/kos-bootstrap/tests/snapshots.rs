@@ -124,6 +124,41 @@ fn addons() {
     );
 }
 
+/// `csi: none`: no cinder-csi and no default StorageClass, in the addons and in the first control
+/// plane's user_data; the CCM and its cloud-config stay.
+#[test]
+fn addons_without_csi() {
+    let mut c = cluster("1.31.4", 1, 0);
+    c.csi = Csi::None;
+    let names: Vec<_> = render_addons(&c)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "00-cloud-config-secret.yaml",
+            "10-openstack-cloud-controller-manager.yaml"
+        ]
+    );
+    let s = secrets();
+    let init = node(Role::InitControlPlane);
+    let text = |c: &ClusterInput| {
+        render_user_data(c, &init, &s)
+            .unwrap()
+            .text
+            .expose()
+            .to_string()
+    };
+    let (with, without) = (text(&cluster("1.31.4", 1, 0)), text(&c));
+    assert!(with.contains("20-cinder-csi.yaml"));
+    assert!(!without.contains("20-cinder-csi.yaml"));
+    assert!(!without.contains("cinder.csi.openstack.org"));
+    assert!(!without.contains("30-storageclass.yaml"));
+    assert!(without.contains("10-openstack-cloud-controller-manager.yaml"));
+}
+
 #[test]
 fn bootstrap_token_secret_manifest() {
     let s = secrets();

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use kos_bootstrap::{
-    ApiEndpoint, Ccm, CloudConf, ClusterInput, ClusterSecrets, Cni, KubeVersion, NodeInput,
+    ApiEndpoint, Ccm, CloudConf, ClusterInput, ClusterSecrets, Cni, Csi, KubeVersion, NodeInput,
     PkiDelivery, Role, Taint, TaintEffect,
 };
 use kos_cluster::bootstrap::{Bootstrap, BootstrapError, NodeContext, NodeRole};
@@ -183,6 +183,7 @@ pub struct KubeadmBootstrap {
     service_cidr: IpNet,
     cni: Cni,
     ccm: Ccm,
+    csi: Csi,
     dns_name: Option<String>,
     expected_nodes: u32,
     auth_url: String,
@@ -222,6 +223,10 @@ impl KubeadmBootstrap {
                 spec::Ccm::Kos { image } => Ccm::Kos {
                     image: image.clone(),
                 },
+            },
+            csi: match spec.addons.csi {
+                spec::Csi::Cinder => Csi::Cinder,
+                spec::Csi::None => Csi::None,
             },
             dns_name: spec
                 .api_endpoint
@@ -280,6 +285,7 @@ impl KubeadmBootstrap {
             cni: self.cni,
             cni_manifest: None,
             ccm: self.ccm.clone(),
+            csi: self.csi,
             cloud: CloudConf {
                 auth_url: self.auth_url.clone(),
                 region: self.region.clone(),

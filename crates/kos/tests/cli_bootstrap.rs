@@ -498,3 +498,74 @@ fn a_failed_step_stops_up_with_the_nodes_reason() {
         "the failed script wrote nothing after its failure"
     );
 }
+
+/// A bootstrap too large for Nova is refused before anything is created, naming the node, the limit
+/// and what takes the room, and the cloud is left untouched.
+#[test]
+fn an_oversized_bootstrap_is_refused_before_anything_is_created() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    // Thousands of distinct node labels: valid, but kubelet's flags no longer fit the user_data
+    // limit even gzipped (hex digests do not compress much).
+    let mut labels = String::new();
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut random_hex = || {
+        // splitmix64: incompressible enough, and reproducible.
+        (0..3)
+            .map(|_| {
+                x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = x;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                format!("{:016x}", z ^ (z >> 31))
+            })
+            .collect::<String>()
+    };
+    for _ in 0..2500 {
+        let (k, v) = (random_hex(), random_hex());
+        labels.push_str(&format!(
+            "        example.com/l{}: v{}\n",
+            &k[..40],
+            &v[..40]
+        ));
+    }
+    let spec = std::fs::read_to_string(minimal())
+        .expect("example")
+        .replace(
+            "      count: 2\n",
+            &format!("      count: 2\n      labels:\n{labels}"),
+        );
+    assert!(
+        spec.contains("example.com/l"),
+        "the example changed: adapt this test"
+    );
+    let file = d.join("huge.yaml");
+    std::fs::write(&file, spec).expect("write spec");
+    let out = kos(
+        d,
+        Some(&sim.clouds),
+        &["up", "-f", file.to_str().expect("utf8"), "--cloud", "sim"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr).replace('\n', " ");
+    assert!(err.contains("workers-0"), "{}", text(&out));
+    assert!(err.contains("nothing was created"), "{}", text(&out));
+    assert!(err.contains("65535"), "names the limit: {}", text(&out));
+    let state = sim_state(&sim.base);
+    for (service, kind) in [
+        ("nova", "servers"),
+        ("neutron", "networks"),
+        ("neutron", "floatingips"),
+    ] {
+        let live = state[service][kind]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|o| o["name"].as_str().is_some_and(|n| n.contains("demo")))
+                    .count()
+            })
+            .unwrap_or(0);
+        assert_eq!(live, 0, "{service} {kind} created: {}", text(&out));
+    }
+}

@@ -45,6 +45,7 @@ pub fn cluster(version: &str, control_planes: u32, workers: u32) -> ClusterInput
         cni: Cni::Calico,
         cni_manifest: None,
         ccm: Ccm::Upstream,
+        csi: Csi::Cinder,
         cloud: CloudConf {
             auth_url: "https://keystone.example.com:5000/v3".into(),
             region: "RegionOne".into(),

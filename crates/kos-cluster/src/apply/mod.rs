@@ -14,6 +14,7 @@ use std::time::Duration;
 use kos_cloud::Session;
 use kos_cloud::model::TagQuery;
 use kos_cloud::model::block_storage::VolumeFilter;
+use kos_cloud::model::compute::MAX_USER_DATA_BASE64;
 use kos_cloud::model::load_balancer::LoadBalancerFilter;
 use secrecy::SecretString;
 use serde::Serialize;
@@ -251,6 +252,13 @@ pub async fn apply(
         cluster: desired.cluster.clone(),
         ..ApplyReport::default()
     };
+    let rehearsal = rehearse_bootstrap(desired, plan, bootstrap);
+    if !rehearsal.is_empty() {
+        return Err(ApplyError {
+            failures: rehearsal,
+            report: Box::new(report),
+        });
+    }
     emit(
         ctx.events.as_ref(),
         Event::Phase {
@@ -470,6 +478,54 @@ fn user_data(
         .user_data(&nc)
         .map(Some)
         .map_err(|e| e.to_string())
+}
+
+/// Renders the user_data of every server this run creates before anything is created, with the
+/// longest values the run-time outputs can take: a bootstrap that cannot be rendered (over Nova's
+/// size limit, say) stops the run while the cloud is still untouched, instead of after the network,
+/// the load balancer and the first servers exist.
+fn rehearse_bootstrap(
+    desired: &DesiredGraph,
+    plan: &Plan,
+    bootstrap: &dyn Bootstrap,
+) -> Vec<NodeFailure> {
+    // Stand-ins as long as the real values: an IPv4 address, a Neutron UUID, a Keystone id and an
+    // application-credential secret (86 characters, base64 of 64 random bytes).
+    let placeholder_secret = SecretString::from("x".repeat(86));
+    plan.actions
+        .iter()
+        .filter(|a| matches!(a.op, Op::Create | Op::Replace))
+        .filter_map(|a| desired.node(&a.logical_id))
+        .filter_map(|node| {
+            let Desired::Server(spec) = &node.spec else {
+                return None;
+            };
+            let nc = NodeContext {
+                cluster: desired.cluster.clone(),
+                logical_id: node.id.clone(),
+                role: spec.role.clone(),
+                api_address: "255.255.255.255".into(),
+                labels: spec.labels.clone(),
+                taints: spec.taints.clone(),
+                subnet_id: Some("00000000-0000-0000-0000-000000000000".into()),
+                ccm_credential_id: Some("0".repeat(32)),
+                ccm_credential_secret: Some(placeholder_secret.clone()),
+            };
+            let error = match bootstrap.user_data(&nc) {
+                Err(e) => e.reason,
+                Ok(raw) if raw.len().div_ceil(3) * 4 > MAX_USER_DATA_BASE64 => format!(
+                    "its user_data is {} bytes after base64 encoding; Nova accepts at most \
+                     {MAX_USER_DATA_BASE64}",
+                    raw.len().div_ceil(3) * 4
+                ),
+                Ok(_) => return None,
+            };
+            Some(failure(
+                node,
+                format!("nothing was created: the bootstrap cannot be rendered: {error}"),
+            ))
+        })
+        .collect()
 }
 
 async fn prune(ctx: &Arc<Ctx>, plan: &Plan, report: &mut ApplyReport) -> Vec<NodeFailure> {
