@@ -486,6 +486,17 @@ pub struct Addons {
     pub ccm: Ccm,
     /// `csi`, default Cinder.
     pub csi: Csi,
+    /// `cniManifest`: the CNI's manifest from this URL, checked against this sha256, instead of the
+    /// pinned one (which kos applies only once its checksum is verified).
+    pub cni_manifest: Option<CniManifest>,
+}
+
+/// A CNI manifest the user vouches for: an `https://` URL and the sha256 of its content.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CniManifest {
+    pub url: String,
+    /// 64 lowercase hex digits.
+    pub sha256: String,
 }
 
 /// Pod network plugin.

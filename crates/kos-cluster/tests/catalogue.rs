@@ -163,6 +163,10 @@ const CASES: &[Case] = &[
         code: Code::DuplicateField, message: "spec.controlPlane.count: is given twice", line: 14, help: "" },
     Case { name: "unknown CNI with suggestion", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons: {cni: calcio}\n  nodePools")],
         code: Code::InvalidValue, message: "`calcio` is not one of", line: 16, help: "did you mean `calico`?" },
+    Case { name: "CNI manifest over plain http", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons:\n    cniManifest: {url: \"http://example.com/calico.yaml\", sha256: 0000000000000000000000000000000000000000000000000000000000000000}\n  nodePools")],
+        code: Code::InvalidValue, message: "`http://example.com/calico.yaml` is not an https:// URL", line: 17, help: "give an https:// URL" },
+    Case { name: "CNI manifest checksum not a sha256", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons:\n    cniManifest: {url: \"https://example.com/calico.yaml\", sha256: ABC}\n  nodePools")],
+        code: Code::InvalidValue, message: "`ABC` is not a sha256", line: 17, help: "sha256sum" },
     Case { name: "invalid DNS name for the API", edits: &[("type: loadBalancer", "type: loadBalancer\n    dnsName: api_prod.example.com")],
         code: Code::Name, message: "`api_prod.example.com` contains `_`", line: 12, help: "API certificate" },
     Case { name: "public not a boolean", edits: &[("type: loadBalancer", "type: loadBalancer\n    public: yes")],
@@ -373,4 +377,23 @@ fn defaults_are_applied_and_typed() {
         "nvidia.com/gpu=present:NoSchedule"
     );
     assert_eq!(ha.node_count(), 11);
+}
+
+#[test]
+fn a_cni_manifest_pin_is_read() {
+    use kos_cluster::spec::{Cni, CniManifest};
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/minimal.yaml");
+    let text = std::fs::read_to_string(example).expect("example").replace(
+        "  nodePools:",
+        "  addons:\n    cni: flannel\n    cniManifest:\n      url: https://example.com/kube-flannel.yml\n      sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n  nodePools:",
+    );
+    let spec = load("minimal.yaml", &text).expect("valid").spec;
+    assert_eq!(spec.addons.cni, Cni::Flannel);
+    assert_eq!(
+        spec.addons.cni_manifest,
+        Some(CniManifest {
+            url: "https://example.com/kube-flannel.yml".into(),
+            sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
+        })
+    );
 }

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use kos_bootstrap::{
-    ApiEndpoint, Ccm, CloudConf, ClusterInput, ClusterSecrets, Cni, Csi, KubeVersion, NodeInput,
-    PkiDelivery, Role, Taint, TaintEffect,
+    ApiEndpoint, Ccm, CloudConf, ClusterInput, ClusterSecrets, Cni, Csi, KubeVersion, ManifestPin,
+    NodeInput, PkiDelivery, Role, Taint, TaintEffect,
 };
 use kos_cluster::bootstrap::{Bootstrap, BootstrapError, NodeContext, NodeRole};
 use kos_cluster::resolved::Resolved;
@@ -184,6 +184,7 @@ pub struct KubeadmBootstrap {
     cni: Cni,
     ccm: Ccm,
     csi: Csi,
+    cni_manifest: Option<ManifestPin>,
     dns_name: Option<String>,
     expected_nodes: u32,
     auth_url: String,
@@ -224,6 +225,10 @@ impl KubeadmBootstrap {
                     image: image.clone(),
                 },
             },
+            cni_manifest: spec.addons.cni_manifest.as_ref().map(|m| ManifestPin {
+                url: m.url.clone(),
+                sha256: m.sha256.clone(),
+            }),
             csi: match spec.addons.csi {
                 spec::Csi::Cinder => Csi::Cinder,
                 spec::Csi::None => Csi::None,
@@ -283,7 +288,7 @@ impl KubeadmBootstrap {
             pod_cidr: self.pod_cidr,
             service_cidr: self.service_cidr,
             cni: self.cni,
-            cni_manifest: None,
+            cni_manifest: self.cni_manifest.clone(),
             ccm: self.ccm.clone(),
             csi: self.csi,
             cloud: CloudConf {

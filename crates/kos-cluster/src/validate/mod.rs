@@ -16,7 +16,7 @@ use crate::names::{
     self, CLUSTER_NAME_MAX, ClusterName, DnsName, LabelKey, LabelValue, NameError, PoolName, Tag,
 };
 use crate::spec::{
-    API_VERSION, Addons, ApiEndpoint, BootVolume, Ccm, ClusterSpec, Cni, ControlPlane,
+    API_VERSION, Addons, ApiEndpoint, BootVolume, Ccm, ClusterSpec, Cni, CniManifest, ControlPlane,
     ControlPlaneCount, Csi, EndpointKind, ImageRef, KIND, KubernetesVersion, LbProvider, Machine,
     NodePool, ServerGroupPolicy, Spanned, SshKeyError, SshPublicKey, Taint, TaintEffect,
     VersionError,
@@ -771,7 +771,7 @@ fn taint(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Taint> {
 }
 
 fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
-    let m = Obj::new(cx, f, &["cni", "ccm", "csi"])?;
+    let m = Obj::new(cx, f, &["cni", "ccm", "csi", "cniManifest"])?;
     let cni = m.or(cx, "cni", Cni::default(), |cx, f| {
         choice(
             cx,
@@ -799,10 +799,50 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
     let csi = m.or(cx, "csi", Csi::default(), |cx, f| {
         choice(cx, f, &[("cinder", Csi::Cinder), ("none", Csi::None)]).map(|c| c.value)
     });
+    let cni_manifest = m.opt(cx, "cniManifest", cni_manifest);
     Some(Addons {
         cni: cni?,
         ccm: ccm?,
         csi: csi?,
+        cni_manifest: cni_manifest?,
+    })
+}
+
+fn cni_manifest(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<CniManifest> {
+    let m = Obj::new(cx, f, &["url", "sha256"])?;
+    let url = m.req(cx, "url", |cx, f| {
+        let s = string(cx, f)?;
+        if !s.value.starts_with("https://") || s.value.len() <= "https://".len() {
+            return f.invalid(
+                cx,
+                Code::InvalidValue,
+                format!("`{}` is not an https:// URL", s.value),
+                "not https",
+                "the first control plane downloads it: give an https:// URL (it is verified by sha256 too)",
+            );
+        }
+        Some(s.value)
+    });
+    let sha256 = m.req(cx, "sha256", |cx, f| {
+        let s = string(cx, f)?;
+        let ok = s.value.len() == 64
+            && s.value
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !ok {
+            return f.invalid(
+                cx,
+                Code::InvalidValue,
+                format!("`{}` is not a sha256 (64 lowercase hex digits)", s.value),
+                "not a sha256",
+                "use the output of `curl -fsSL <url> | sha256sum` for the exact URL given",
+            );
+        }
+        Some(s.value)
+    });
+    Some(CniManifest {
+        url: url?,
+        sha256: sha256?,
     })
 }
 
