@@ -102,3 +102,27 @@ mod tests {
         assert_eq!(d.retries, 1);
     }
 }
+
+/// One request attempt as it went over the wire: what a metrics exporter needs.
+#[derive(Debug, Clone, Copy)]
+pub struct CallRecord<'a> {
+    pub service: ServiceKind,
+    /// `noun.verb`, e.g. `loadbalancer.create`.
+    pub operation: &'a str,
+    /// The HTTP status, `None` when no answer came (connection refused, reset, timeout).
+    pub status: Option<u16>,
+    pub duration: std::time::Duration,
+}
+
+impl CallRecord<'_> {
+    /// Whether the attempt failed: no answer, or a status of 400 or more.
+    pub fn is_error(&self) -> bool {
+        self.status.is_none_or(|s| s >= 400)
+    }
+}
+
+/// Told about every attempt [`Session::send`](crate::Session::send) makes (retries and re-sends
+/// after a re-authentication included). Called inline: keep it cheap and never block.
+pub trait CallObserver: Send + Sync {
+    fn observe(&self, call: &CallRecord<'_>);
+}

@@ -21,7 +21,7 @@ pub mod network;
 pub mod paging;
 
 pub use config::{AppCredentialRef, CloudProfile, Env, IdOrName, Interface, ProfileAuth, Source};
-pub use counters::CallCounts;
+pub use counters::{CallCounts, CallObserver, CallRecord};
 pub use error::{ApiErrorKind, CloudError};
 pub use redact::Redactor;
 pub use request::{ApiRequest, ApiResponse, ServiceKind};

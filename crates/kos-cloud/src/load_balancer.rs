@@ -13,9 +13,10 @@ use crate::error::CloudError;
 use crate::model::TagQuery;
 use crate::model::common::invalid;
 use crate::model::load_balancer::{
-    HealthMonitor, HealthMonitorCreate, LbFlavor, LbQuotas, Listener, ListenerCreate,
-    ListenerUpdate, LoadBalancer, LoadBalancerCreate, LoadBalancerFilter, LoadBalancerUpdate,
-    Member, MemberSpec, Pool, PoolCreate, PoolParent, Provider, ProvisioningStatus, StatusTree,
+    HealthMonitor, HealthMonitorCreate, HealthMonitorUpdate, LbFlavor, LbQuotas, Listener,
+    ListenerCreate, ListenerUpdate, LoadBalancer, LoadBalancerCreate, LoadBalancerFilter,
+    LoadBalancerUpdate, Member, MemberSpec, Pool, PoolCreate, PoolParent, PoolUpdate, Provider,
+    ProvisioningStatus, StatusTree,
 };
 use crate::paging::util::{body, fetch, found, gone, run};
 use crate::paging::wait::{self, Step};
@@ -279,6 +280,22 @@ impl LoadBalancerApi<'_> {
         .await
     }
 
+    /// Every listener of the session's project, across load balancers, in one (paged) list: the
+    /// bulk observation a controller shares between all the load balancers it manages.
+    pub async fn list_project_listeners(&self) -> Result<Vec<Listener>, CloudError> {
+        self.list(
+            "listener.list",
+            "lbaas/listeners",
+            "listeners",
+            self.project_query(),
+        )
+        .await
+    }
+
+    fn project_query(&self) -> Vec<(String, String)> {
+        vec![("project_id".into(), self.session.project_id().to_owned())]
+    }
+
     pub async fn update_listener(
         &self,
         id: &str,
@@ -333,6 +350,17 @@ impl LoadBalancerApi<'_> {
             .await
     }
 
+    /// Every pool of the session's project, across load balancers, in one (paged) list.
+    pub async fn list_project_pools(&self) -> Result<Vec<Pool>, CloudError> {
+        self.list("pool.list", "lbaas/pools", "pools", self.project_query())
+            .await
+    }
+
+    pub async fn update_pool(&self, id: &str, req: &PoolUpdate) -> Result<Pool, CloudError> {
+        self.put("pool.update", format!("lbaas/pools/{id}"), "pool", req)
+            .await
+    }
+
     pub async fn delete_pool(&self, id: &str) -> Result<(), CloudError> {
         self.delete("pool.delete", format!("lbaas/pools/{id}"))
             .await
@@ -354,6 +382,30 @@ impl LoadBalancerApi<'_> {
             json!({"members": members}),
         );
         run(self.session, r).await
+    }
+
+    /// Adds one member (for providers that cannot take the batch update).
+    pub async fn create_member(
+        &self,
+        pool_id: &str,
+        member: &MemberSpec,
+    ) -> Result<Member, CloudError> {
+        self.post(
+            "member.create",
+            &format!("lbaas/pools/{pool_id}/members"),
+            "member",
+            member,
+        )
+        .await
+    }
+
+    /// Removes one member; already gone is fine.
+    pub async fn delete_member(&self, pool_id: &str, member_id: &str) -> Result<(), CloudError> {
+        self.delete(
+            "member.delete",
+            format!("lbaas/pools/{pool_id}/members/{member_id}"),
+        )
+        .await
     }
 
     pub async fn list_members(&self, pool_id: &str) -> Result<Vec<Member>, CloudError> {
@@ -403,6 +455,31 @@ impl LoadBalancerApi<'_> {
             "lbaas/healthmonitors",
             "healthmonitors",
             tags.to_query(),
+        )
+        .await
+    }
+
+    /// Every health monitor of the session's project, in one (paged) list.
+    pub async fn list_project_health_monitors(&self) -> Result<Vec<HealthMonitor>, CloudError> {
+        self.list(
+            "healthmonitor.list",
+            "lbaas/healthmonitors",
+            "healthmonitors",
+            self.project_query(),
+        )
+        .await
+    }
+
+    pub async fn update_health_monitor(
+        &self,
+        id: &str,
+        req: &HealthMonitorUpdate,
+    ) -> Result<HealthMonitor, CloudError> {
+        self.put(
+            "healthmonitor.update",
+            format!("lbaas/healthmonitors/{id}"),
+            "healthmonitor",
+            req,
         )
         .await
     }

@@ -14,6 +14,7 @@ use openstack_sdk::{RestError, api::BodyError};
 use serde_json::Value;
 use tracing::Instrument;
 
+use crate::counters::CallRecord;
 use crate::error::{ApiErrorKind, CloudError};
 use crate::retry::{self, Decision};
 use crate::session::Session;
@@ -301,9 +302,21 @@ impl Session {
             attempt += 1;
             // A span per attempt inside the call's span: fields are never appended to twice.
             let span = tracing::debug_span!("attempt", n = attempt);
+            let started = std::time::Instant::now();
             let (result, epoch) = self.attempt(req).instrument(span).await?;
             // Counted once it went to the network (errors found before that return above).
             self.inner.counters.record_call(req.service, req.operation);
+            if let Some(o) = &self.observer {
+                o.observe(&CallRecord {
+                    service: req.service,
+                    operation: req.operation,
+                    status: match &result {
+                        Attempt::Answer(rsp) => Some(rsp.status),
+                        Attempt::Transport { .. } => None,
+                    },
+                    duration: started.elapsed(),
+                });
+            }
             if !reauthenticated
                 && let Attempt::Answer(rsp) = &result
                 && rsp.status == 401

@@ -10,7 +10,7 @@ use openstack_sdk::config::{Auth, CloudConfig};
 use secrecy::SecretString;
 
 use crate::config::{AppCredentialRef, CloudProfile, Env, IdOrName, ProfileAuth};
-use crate::counters::{CallCounters, CallCounts};
+use crate::counters::{CallCounters, CallCounts, CallObserver};
 use crate::error::CloudError;
 use crate::redact::Redactor;
 use crate::request::ServiceKind;
@@ -38,6 +38,7 @@ const _: fn() = || {
 pub struct Session {
     pub(crate) inner: Arc<Inner>,
     policy: RetryPolicy,
+    pub(crate) observer: Option<Arc<dyn CallObserver>>,
 }
 
 pub(crate) struct Inner {
@@ -158,6 +159,7 @@ impl Session {
                 endpoints: tokio::sync::RwLock::default(),
             }),
             policy: RetryPolicy::default(),
+            observer: None,
         })
     }
 
@@ -301,6 +303,12 @@ impl Session {
             .services
             .get(&s)
             .unwrap_or(&ServiceState::Missing)
+    }
+
+    /// Reports every attempt of this session (and of its clones made afterwards) to `o`.
+    pub fn with_observer(mut self, o: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(o);
+        self
     }
 
     pub fn with_retry_policy(mut self, p: RetryPolicy) -> Self {

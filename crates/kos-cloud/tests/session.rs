@@ -535,3 +535,49 @@ async fn network_list_through_discovered_endpoint() {
         1
     );
 }
+
+/// An observer (what kos-ccm's metrics plug into) sees every attempt: a retried call twice, the
+/// failed attempt as an error with its status.
+#[tokio::test]
+async fn an_observer_sees_every_attempt() {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<(String, Option<u16>, bool)>>);
+    impl kos_cloud::CallObserver for Seen {
+        fn observe(&self, call: &kos_cloud::CallRecord<'_>) {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((call.operation.to_owned(), call.status, call.is_error()));
+        }
+    }
+    let sim = sim().await;
+    let seen = Arc::new(Seen::default());
+    let s = connect(&sim).await.with_observer(seen.clone());
+    let added = reqwest::Client::new()
+        .post(format!("{}/_sim/faults", sim.base_url()))
+        .json(&json!({"method": "GET", "path": "/networks$", "status": 503, "count": 1}))
+        .send()
+        .await
+        .expect("fault");
+    assert!(added.status().is_success());
+    let rsp = s
+        .clone()
+        .send(ApiRequest::get(
+            ServiceKind::Network,
+            "network.list",
+            "networks",
+        ))
+        .await
+        .expect("retried");
+    assert_eq!(rsp.status, 200);
+    let seen = seen.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(
+        seen,
+        vec![
+            ("network.list".to_owned(), Some(503), true),
+            ("network.list".to_owned(), Some(200), false),
+        ]
+    );
+}

@@ -195,6 +195,8 @@ pub struct LoadBalancerUpdate {
 pub struct LoadBalancerFilter {
     pub name: Option<String>,
     pub vip_port_id: Option<String>,
+    /// Only this project's (an admin session sees every project's otherwise).
+    pub project_id: Option<String>,
     pub tags: TagQuery,
 }
 
@@ -206,6 +208,9 @@ impl LoadBalancerFilter {
         }
         if let Some(p) = &self.vip_port_id {
             q.push(("vip_port_id".into(), p.clone()));
+        }
+        if let Some(p) = &self.project_id {
+            q.push(("project_id".into(), p.clone()));
         }
         q
     }
@@ -247,6 +252,8 @@ pub struct Listener {
     pub connection_limit: Option<i64>,
     #[serde(deserialize_with = "nullable")]
     pub insert_headers: BTreeMap<String, String>,
+    /// The Barbican certificate of a TERMINATED_HTTPS listener.
+    pub default_tls_container_ref: Option<String>,
     #[serde(deserialize_with = "nullable")]
     pub tags: Vec<String>,
 }
@@ -271,6 +278,9 @@ pub struct ListenerCreate {
     /// e.g. `X-Forwarded-For: "true"` (HTTP listeners only).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub insert_headers: BTreeMap<String, String>,
+    /// Barbican container or secret URL; required by (and only allowed on) TERMINATED_HTTPS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_tls_container_ref: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_pool_id: Option<String>,
     /// Only inside a fully-populated load balancer create.
@@ -313,7 +323,11 @@ pub struct ListenerUpdate {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub insert_headers: Option<BTreeMap<String, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_tls_container_ref: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default_pool_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_state_up: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
 }
@@ -414,6 +428,24 @@ impl PoolCreate {
     }
 }
 
+/// Changes to a pool; `None` leaves a field as it is. `session_persistence: Some(None)` sends
+/// `null`, which removes the persistence.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PoolUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lb_algorithm: Option<LbAlgorithm>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_persistence: Option<Option<SessionPersistence>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_state_up: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Member {
@@ -476,6 +508,7 @@ pub struct HealthMonitor {
     pub url_path: Option<String>,
     pub http_method: Option<String>,
     pub expected_codes: Option<String>,
+    pub admin_state_up: bool,
     #[serde(deserialize_with = "nullable")]
     pub pools: Vec<IdRef>,
     pub provisioning_status: ProvisioningStatus,
@@ -527,6 +560,31 @@ impl HealthMonitorCreate {
             ..Default::default()
         }
     }
+}
+
+/// Changes to a health monitor (its type and pool are fixed); `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HealthMonitorUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retries_down: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_codes: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_state_up: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
 }
 
 /// `GET /lbaas/loadbalancers/{id}/status`: the whole tree's provisioning and operating statuses.

@@ -687,6 +687,8 @@ pub struct FloatingIpFilter {
     pub port_id: Option<String>,
     pub floating_ip_address: Option<String>,
     pub floating_network_id: Option<String>,
+    /// Only this project's (an admin session sees every project's otherwise).
+    pub project_id: Option<String>,
     pub tags: TagQuery,
 }
 
@@ -705,6 +707,7 @@ impl FloatingIpFilter {
             "floating_network_id",
             self.floating_network_id.as_ref(),
         );
+        push(&mut q, "project_id", self.project_id.as_ref());
         q
     }
 }
