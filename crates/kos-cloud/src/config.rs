@@ -184,6 +184,9 @@ pub struct CloudProfile {
     pub cacert: Option<PathBuf>,
     /// `false` turns TLS verification off (`verify: false`, `insecure: true`, `OS_INSECURE`).
     pub verify: bool,
+    /// How long one HTTP request may take (`api_timeout` in clouds.yaml, seconds); the SDK's 30 s
+    /// when unset.
+    pub api_timeout: Option<std::time::Duration>,
     /// Field name (`auth_url`, `password`, `project_name`, …) → where its value came from.
     pub sources: BTreeMap<String, Source>,
 }
@@ -199,6 +202,7 @@ impl CloudProfile {
             interface: Interface::Public,
             cacert: None,
             verify: true,
+            api_timeout: None,
             sources: BTreeMap::new(),
         }
     }
@@ -491,6 +495,22 @@ fn build(name: &str, lookup: &impl Lookup) -> Result<CloudProfile, CloudError> {
         (None, Some(insecure)) => !insecure,
         (None, None) => true,
     };
+    let api_timeout = match b.opt("api_timeout") {
+        None => None,
+        Some(t) => Some(
+            t.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(std::time::Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    CloudError::Config(format!(
+                        "api_timeout '{t}' from {} is not a positive number of seconds",
+                        b.sources["api_timeout"]
+                    ))
+                })?,
+        ),
+    };
     Ok(CloudProfile {
         name: name.to_owned(),
         auth_url,
@@ -499,6 +519,7 @@ fn build(name: &str, lookup: &impl Lookup) -> Result<CloudProfile, CloudError> {
         interface,
         cacert: b.opt("cacert").map(PathBuf::from),
         verify,
+        api_timeout,
         sources: b.sources,
     })
 }
@@ -525,6 +546,7 @@ fn env_vars(field: &str) -> &'static [&'static str] {
         "interface" => &["OS_INTERFACE", "OS_ENDPOINT_TYPE"],
         "cacert" => &["OS_CACERT"],
         "insecure" => &["OS_INSECURE"],
+        "api_timeout" => &["OS_API_TIMEOUT"],
         "application_credential_id" => &["OS_APPLICATION_CREDENTIAL_ID"],
         "application_credential_name" => &["OS_APPLICATION_CREDENTIAL_NAME"],
         "application_credential_secret" => &["OS_APPLICATION_CREDENTIAL_SECRET"],
@@ -601,13 +623,14 @@ struct YamlLookup<'a> {
 
 /// Fields that live under `auth:` in clouds.yaml; everything else is at the cloud's top level.
 fn yaml_path(field: &str) -> (&'static str, &str) {
-    const TOP: [&str; 6] = [
+    const TOP: [&str; 7] = [
         "auth_type",
         "region_name",
         "interface",
         "cacert",
         "verify",
         "insecure",
+        "api_timeout",
     ];
     if TOP.contains(&field) {
         ("", field)

@@ -19,6 +19,7 @@ pub mod load_balancer;
 pub mod model;
 pub mod network;
 pub mod paging;
+pub mod rate_limit;
 
 pub use config::{AppCredentialRef, CloudProfile, Env, IdOrName, Interface, ProfileAuth, Source};
 pub use counters::{CallCounts, CallObserver, CallRecord};

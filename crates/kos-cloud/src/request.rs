@@ -302,6 +302,9 @@ impl Session {
             attempt += 1;
             // A span per attempt inside the call's span: fields are never appended to twice.
             let span = tracing::debug_span!("attempt", n = attempt);
+            if let Some(l) = &self.limiter {
+                l.acquire().await;
+            }
             let started = std::time::Instant::now();
             let (result, epoch) = self.attempt(req).instrument(span).await?;
             // Counted once it went to the network (errors found before that return above).

@@ -12,6 +12,7 @@ use secrecy::SecretString;
 use crate::config::{AppCredentialRef, CloudProfile, Env, IdOrName, ProfileAuth};
 use crate::counters::{CallCounters, CallCounts, CallObserver};
 use crate::error::CloudError;
+use crate::rate_limit::RateLimiter;
 use crate::redact::Redactor;
 use crate::request::ServiceKind;
 use crate::retry::RetryPolicy;
@@ -39,6 +40,7 @@ pub struct Session {
     pub(crate) inner: Arc<Inner>,
     policy: RetryPolicy,
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
+    pub(crate) limiter: Option<Arc<RateLimiter>>,
 }
 
 pub(crate) struct Inner {
@@ -109,8 +111,11 @@ impl Session {
         let config = cloud_config(profile);
         // No on-disk token cache: kos runs unattended and must not leave tokens in ~/.osc. (The SDK
         // still creates an empty ~/.osc directory, mode 0700, in its State::new().)
-        let mut client = AsyncOpenStack::builder(&config)
-            .disable_auth_cache(true)
+        let mut builder = AsyncOpenStack::builder(&config).disable_auth_cache(true);
+        if let Some(t) = profile.api_timeout {
+            builder = builder.http_timeout(t);
+        }
+        let mut client = builder
             .connect()
             .await
             .map_err(|e| connect_error(profile, &redactor, &e))?;
@@ -160,6 +165,7 @@ impl Session {
             }),
             policy: RetryPolicy::default(),
             observer: None,
+            limiter: None,
         })
     }
 
@@ -308,6 +314,13 @@ impl Session {
     /// Reports every attempt of this session (and of its clones made afterwards) to `o`.
     pub fn with_observer(mut self, o: Arc<dyn CallObserver>) -> Self {
         self.observer = Some(o);
+        self
+    }
+
+    /// Sends at most `per_second` requests per second on average (`burst` back to back), across
+    /// this session and its clones made afterwards. `None` (or a non-positive rate): no limit.
+    pub fn with_rate_limit(mut self, per_second: f64, burst: u32) -> Self {
+        self.limiter = RateLimiter::new(per_second, burst).map(Arc::new);
         self
     }
 

@@ -546,10 +546,11 @@ async fn an_observer_sees_every_attempt() {
     struct Seen(Mutex<Vec<(String, Option<u16>, bool)>>);
     impl kos_cloud::CallObserver for Seen {
         fn observe(&self, call: &kos_cloud::CallRecord<'_>) {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((call.operation.to_owned(), call.status, call.is_error()));
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).push((
+                call.operation.to_owned(),
+                call.status,
+                call.is_error(),
+            ));
         }
     }
     let sim = sim().await;
@@ -579,5 +580,77 @@ async fn an_observer_sees_every_attempt() {
             ("network.list".to_owned(), Some(503), true),
             ("network.list".to_owned(), Some(200), false),
         ]
+    );
+}
+
+/// `api_timeout` from clouds.yaml bounds every HTTP request, authentication included: a cloud that
+/// accepts connections and never answers fails the call instead of hanging it for the SDK's 30 s.
+#[tokio::test]
+async fn api_timeout_bounds_a_silent_cloud() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    // Accepts and holds connections, never answering.
+    let _silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            held.push(sock);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clouds = write(
+        dir.path(),
+        "clouds.yaml",
+        &format!(
+            "clouds:\n  silent:\n    api_timeout: 0.3\n    auth:\n      auth_url: http://127.0.0.1:{port}/v3\n      username: u\n      password: p\n      project_name: p\n      user_domain_name: Default\n      project_domain_name: Default\n"
+        ),
+    );
+    let p =
+        CloudProfile::load(&clean_env(dir.path()), Some("silent"), Some(&clouds)).expect("profile");
+    assert_eq!(p.api_timeout, Some(std::time::Duration::from_millis(300)));
+    // Far below the SDK's default of 30 s: only the configured timeout can end it in time.
+    let r = tokio::time::timeout(std::time::Duration::from_secs(20), Session::connect(&p)).await;
+    let e = r
+        .expect("connect gave up on its own")
+        .expect_err("nothing answers");
+    assert!(!e.to_string().contains("secret"), "{e}");
+
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "clouds:\n  c:\n    api_timeout: soon\n    auth:\n      auth_url: http://127.0.0.1:1/v3\n      username: u\n      password: p\n      project_name: p\n",
+    );
+    let e = CloudProfile::load(&clean_env(dir.path()), Some("c"), Some(&bad))
+        .expect_err("not a number");
+    assert!(e.to_string().contains("api_timeout 'soon'"), "{e}");
+}
+
+/// The client-side rate limit holds across clones (a lower bound: a slow machine only adds time).
+#[tokio::test]
+async fn rate_limit_spaces_calls_across_clones() {
+    let sim = sim().await;
+    let s = connect(&sim).await.with_rate_limit(20.0, 1);
+    let start = std::time::Instant::now();
+    let calls = (0..5).map(|_| {
+        let s = s.clone();
+        async move {
+            s.send(ApiRequest::get(
+                ServiceKind::Network,
+                "network.list",
+                "networks",
+            ))
+            .await
+            .map(|r| r.status)
+        }
+    });
+    for r in futures::future::join_all(calls).await {
+        assert_eq!(r.expect("call"), 200);
+    }
+    // Five calls at 20/s, no burst: the fifth not before 4 intervals of 50 ms.
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(200),
+        "{:?}",
+        start.elapsed()
     );
 }
