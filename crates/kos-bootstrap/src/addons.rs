@@ -250,10 +250,13 @@ pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
     };
     let mut manifests = vec![
         cloud_config_secret(cluster)?,
-        file(
-            "10-openstack-cloud-controller-manager.yaml",
-            include_str!("addons/ccm.yaml"),
-        )?,
+        match cluster.ccm {
+            Ccm::Upstream => file(
+                "10-openstack-cloud-controller-manager.yaml",
+                include_str!("addons/ccm.yaml"),
+            )?,
+            Ccm::Kos { .. } => file("10-kos-ccm.yaml", include_str!("addons/kos-ccm.yaml"))?,
+        },
     ];
     match cluster.csi {
         Csi::Cinder => {

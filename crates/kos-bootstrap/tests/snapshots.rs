@@ -117,11 +117,12 @@ fn addons() {
         image: "ghcr.io/example/kos-ccm:v0.1.0".into(),
     };
     let ccm = &render_addons(&kos).unwrap()[1];
-    assert!(
-        ccm.yaml
-            .expose()
-            .contains("image: ghcr.io/example/kos-ccm:v0.1.0")
-    );
+    assert_eq!(ccm.name, "10-kos-ccm.yaml");
+    let text = ccm.yaml.expose();
+    assert!(text.contains("image: ghcr.io/example/kos-ccm:v0.1.0"));
+    assert!(text.contains("- /bin/kos-ccm"));
+    assert!(text.contains("path: /healthz"));
+    assert!(!text.contains("openstack-cloud-controller-manager"));
 }
 
 /// `csi: none`: no cinder-csi and no default StorageClass, in the addons and in the first control
