@@ -317,6 +317,52 @@ impl NetworkApi<'_> {
         fetch(self.session, r, "router").await
     }
 
+    /// The aliases of the API extensions Neutron has (`extraroute-atomic`, `allowed-address-pairs`…).
+    pub async fn extension_aliases(&self) -> Result<Vec<String>, CloudError> {
+        let rsp = self
+            .session
+            .send(ApiRequest::get(SVC, "extension.list", "extensions"))
+            .await?;
+        let v: serde_json::Value = rsp.json()?;
+        Ok(v["extensions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["alias"].as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// Adds extra routes atomically (`extraroute-atomic`): concurrent writers of other routes are
+    /// not overwritten, unlike a PUT of the whole list.
+    pub async fn add_router_routes(
+        &self,
+        router_id: &str,
+        routes: &[HostRoute],
+    ) -> Result<Router, CloudError> {
+        let r = ApiRequest::put(
+            SVC,
+            "router.add_extraroutes",
+            format!("routers/{router_id}/add_extraroutes"),
+            json!({"router": {"routes": routes}}),
+        );
+        fetch(self.session, r, "router").await
+    }
+
+    /// Removes extra routes atomically (`extraroute-atomic`); routes not present are ignored.
+    pub async fn remove_router_routes(
+        &self,
+        router_id: &str,
+        routes: &[HostRoute],
+    ) -> Result<Router, CloudError> {
+        let r = ApiRequest::put(
+            SVC,
+            "router.remove_extraroutes",
+            format!("routers/{router_id}/remove_extraroutes"),
+            json!({"router": {"routes": routes}}),
+        );
+        fetch(self.session, r, "router").await
+    }
+
     // ------------------------------------------------------------ ports
 
     pub async fn create_port(&self, req: &PortCreate) -> Result<Port, CloudError> {

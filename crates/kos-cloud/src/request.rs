@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::counters::CallRecord;
 use crate::error::{ApiErrorKind, CloudError};
-use crate::retry::{self, Decision};
+use crate::retry::{self, Decision, RetryReason};
 use crate::session::Session;
 
 /// The OpenStack services kos talks to.
@@ -357,6 +357,8 @@ impl Session {
                         return Ok(rsp);
                     }
                 }
+                Decision::Retry(RetryReason::LoadBalancerBusy, _)
+                    if !policy.retry_busy_load_balancer => {}
                 Decision::Retry(reason, _) if attempt < policy.max_attempts => {
                     let delay = policy.delay(attempt, retry_after, &mut rand::rng());
                     self.inner.counters.record_retry();

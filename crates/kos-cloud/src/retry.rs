@@ -21,6 +21,10 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// A Retry-After longer than this is cut to it (a cloud asking for 10 minutes would stall a run).
     pub max_retry_after: Duration,
+    /// Whether a 409 from an Octavia object busy in PENDING_* is retried here. A controller that
+    /// requeues instead (and must not hold a worker while Octavia works) turns this off: the 409
+    /// then comes back as [`crate::CloudError::Api`] with status 409.
+    pub retry_busy_load_balancer: bool,
 }
 
 impl Default for RetryPolicy {
@@ -30,6 +34,7 @@ impl Default for RetryPolicy {
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(20),
             max_retry_after: Duration::from_secs(60),
+            retry_busy_load_balancer: true,
         }
     }
 }
@@ -42,6 +47,7 @@ impl RetryPolicy {
             base_delay: Duration::from_millis(2),
             max_delay: Duration::from_millis(20),
             max_retry_after: Duration::from_secs(5),
+            retry_busy_load_balancer: true,
         }
     }
 

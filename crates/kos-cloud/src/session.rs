@@ -468,6 +468,7 @@ const CONNECT_DISCOVERY: RetryPolicy = RetryPolicy {
     base_delay: std::time::Duration::from_millis(500),
     max_delay: std::time::Duration::from_secs(5),
     max_retry_after: std::time::Duration::from_secs(5),
+    retry_busy_load_balancer: true,
 };
 
 /// Version discovery of `kinds`, concurrently, each retried under `policy` (a 503 from a busy

@@ -137,6 +137,38 @@ async fn rate_limited_post_waits_for_retry_after() {
     assert_eq!(app_cred_names(&s).await, ["after-429"]);
 }
 
+/// A controller that requeues instead of waiting turns the busy-409 retry off: one attempt, and
+/// the 409 comes back to it.
+#[tokio::test]
+async fn octavia_immutable_409_comes_back_when_busy_retries_are_off() {
+    let sim = sim().await;
+    let s = connect(&sim).await.with_retry_policy(RetryPolicy {
+        retry_busy_load_balancer: false,
+        ..RetryPolicy::fast()
+    });
+    fault(
+        &sim,
+        json!({"path": "^/load-balancer/v2/lbaas/loadbalancers", "status": 409, "count": 1,
+               "message": "Load Balancer x is immutable and cannot be updated."}),
+    )
+    .await;
+    let e = s
+        .send(ApiRequest::get(
+            ServiceKind::LoadBalancer,
+            "loadbalancer.list",
+            "lbaas/loadbalancers",
+        ))
+        .await
+        .expect_err("the 409 is the caller's");
+    assert_eq!(e.status(), Some(409), "{e:?}");
+    let c = s.counters();
+    assert_eq!(
+        c.operation(ServiceKind::LoadBalancer, "loadbalancer.list"),
+        1
+    );
+    assert_eq!(c.retries, 0);
+}
+
 #[tokio::test]
 async fn octavia_immutable_409_is_retried() {
     let sim = sim().await;

@@ -863,6 +863,83 @@ mod tests {
     }
 
     #[test]
+    fn update_requests_use_the_api_reference_keys() -> R {
+        let subset = |v: serde_json::Value, sample: &str, key: &str| -> R {
+            let got = keys(&v);
+            let mut want = sample_keys(&format!("{EX}/{sample}"), key)?;
+            // The api-ref lists admin_state_up for every update; not every sample shows it.
+            want.push("admin_state_up".into());
+            assert!(got.iter().all(|k| want.contains(k)), "{got:?} ⊄ {want:?}");
+            Ok(())
+        };
+        let pool = PoolUpdate {
+            name: Some("p".into()),
+            description: Some("d".into()),
+            lb_algorithm: Some(LbAlgorithm::SourceIp),
+            session_persistence: Some(Some(SessionPersistence {
+                kind: "SOURCE_IP".into(),
+                cookie_name: None,
+            })),
+            admin_state_up: Some(true),
+            tags: Some(vec!["t".into()]),
+        };
+        subset(
+            serde_json::to_value(&pool)?,
+            "pool-update-request.json",
+            "pool",
+        )?;
+        // Some(None) removes the persistence: it must go out as null, not be left out.
+        let clear = PoolUpdate {
+            session_persistence: Some(None),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&clear)?,
+            json!({"session_persistence": null})
+        );
+        let hm = HealthMonitorUpdate {
+            name: Some("n".into()),
+            delay: Some(5),
+            timeout: Some(2),
+            max_retries: Some(2),
+            max_retries_down: Some(2),
+            url_path: Some("/healthz".into()),
+            http_method: Some("GET".into()),
+            expected_codes: Some("200".into()),
+            admin_state_up: Some(true),
+            tags: Some(vec!["t".into()]),
+        };
+        subset(
+            serde_json::to_value(&hm)?,
+            "healthmonitor-update-request.json",
+            "healthmonitor",
+        )?;
+        let l = ListenerUpdate {
+            default_tls_container_ref: Some("https://kms/v1/containers/x".into()),
+            admin_state_up: Some(true),
+            connection_limit: Some(-1),
+            allowed_cidrs: Some(vec![]),
+            ..Default::default()
+        };
+        subset(
+            serde_json::to_value(&l)?,
+            "listener-update-request.json",
+            "listener",
+        )?;
+        let mut c = ListenerCreate::new("lb", "l", Protocol::TerminatedHttps, 443);
+        c.default_tls_container_ref = Some("https://kms/v1/containers/x".into());
+        subset(
+            serde_json::to_value(&c)?,
+            "listener-create-request.json",
+            "listener",
+        )?;
+        let shown: Listener =
+            parse_sample(&format!("{EX}/listener-show-response.json"), "listener")?;
+        assert!(shown.default_tls_container_ref.is_some());
+        Ok(())
+    }
+
+    #[test]
     fn quotas_parse_with_either_spelling() -> R {
         let m: BTreeMap<String, serde_json::Value> =
             parse_sample(&format!("{EX}/quotas-show-response.json"), "quota")?;
