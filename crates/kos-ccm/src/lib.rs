@@ -3,5 +3,19 @@
 
 pub mod check;
 pub mod config;
+/// What every controller shares at run time (session, cloud.conf, client, Event recorder).
+pub mod context;
+/// The Service load-balancer controller's core (decide and act, no Kubernetes IO).
+pub mod lb;
+pub mod leader;
+pub mod metrics;
+/// The node controllers: initialisation, address refresh, lifecycle.
+pub mod node;
+pub mod options;
+/// The route controller (`[Route] router-id`): pod-CIDR routes and allowed address pairs.
+pub mod route;
+/// A kos-ccm run: session, client, leader election, controllers.
+pub mod run;
+pub mod serve;
 
 pub use config::{CloudConfig, ConfigError, Diagnostic, Loaded};

@@ -1,20 +1,25 @@
-//! The `kos-ccm` binary.
+//! The `kos-ccm` binary: without a subcommand it runs the cloud-controller-manager with the
+//! upstream's flags; `kos-ccm check-config` checks a cloud.conf.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use kos_ccm::check::{Format, check_config};
+use kos_ccm::options::RunArgs;
 
 #[derive(Parser)]
 #[command(
     name = "kos-ccm",
     version,
-    about = "OpenStack cloud-controller-manager"
+    about = "OpenStack cloud-controller-manager: the upstream's cloud.conf, flags and annotations",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Subcommand)]
@@ -29,12 +34,66 @@ enum Command {
     },
 }
 
+/// The arguments, without a leading binary path: the upstream manifests run
+/// `args: [/bin/openstack-cloud-controller-manager, --flags…]`, which reaches an image whose
+/// entrypoint is kos-ccm as a first positional argument.
+fn args() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<_> = std::env::args_os().collect();
+    let is_binary_path = |a: &std::ffi::OsString| {
+        let s = a.to_string_lossy();
+        !s.starts_with('-')
+            && (s.ends_with("/openstack-cloud-controller-manager") || s.ends_with("/kos-ccm"))
+    };
+    if args.len() > 1 && is_binary_path(&args[1]) {
+        args.remove(1);
+    }
+    args
+}
+
+fn init_logging(verbosity: u8) {
+    use tracing_subscriber::EnvFilter;
+    // klog's levels: 0-1 info, 2-3 debug, 4 and more trace; RUST_LOG wins when set.
+    let default = match verbosity {
+        0 | 1 => "info",
+        2 | 3 => "info,kos_ccm=debug,kos_cloud=debug",
+        _ => "debug,kos_ccm=trace,kos_cloud=trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn sigterm() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::CheckConfig {
+    let cli = Cli::parse_from(args());
+    match cli.command {
+        Some(Command::CheckConfig {
             cloud_config,
             format,
-        } => {
+        }) => {
             let out = check_config(&cloud_config, format, &kos_cloud::Env::process());
             print!("{}", out.stdout);
             eprint!("{}", out.stderr);
@@ -42,6 +101,31 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
+            }
+        }
+        None => {
+            let opts = match cli.run.check() {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("kos-ccm: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            init_logging(opts.verbosity);
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("kos-ccm: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let env = kos_cloud::Env::process();
+            match runtime.block_on(kos_ccm::run::run(opts, &env, sigterm())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    ExitCode::FAILURE
+                }
             }
         }
     }

@@ -64,6 +64,18 @@ impl ComputeApi<'_> {
             .await
     }
 
+    /// `None` when there is no such flavor.
+    pub async fn get_flavor(&self, id: &str) -> Result<Option<Flavor>, CloudError> {
+        found(
+            fetch(
+                self.session,
+                get("flavor.get", format!("flavors/{id}"), MV_SERVER),
+                "flavor",
+            )
+            .await,
+        )
+    }
+
     /// The one flavor whose id or name is `name_or_id`.
     pub async fn find_flavor(&self, name_or_id: &str) -> Result<Flavor, CloudError> {
         let all = self.list_flavors().await?;
@@ -211,6 +223,16 @@ impl ComputeApi<'_> {
         let mut r = get("server.list", "servers/detail", MV_SERVER);
         r.query.extend(tags.to_query());
         self.session.list_all(r, "servers", self.page_size).await
+    }
+
+    /// The servers named exactly `name` (Nova filters names by regular expression: the name is
+    /// anchored and escaped, and the answer checked again here).
+    pub async fn list_servers_named(&self, name: &str) -> Result<Vec<Server>, CloudError> {
+        let mut r = get("server.list", "servers/detail", MV_SERVER);
+        r.query
+            .push(("name".into(), format!("^{}$", regex_quote(name))));
+        let all: Vec<Server> = self.session.list_all(r, "servers", self.page_size).await?;
+        Ok(all.into_iter().filter(|s| s.name == name).collect())
     }
 
     /// Starts the delete (204); a server that is already gone is fine.
@@ -361,5 +383,27 @@ impl ComputeApi<'_> {
         )
         .await?;
         Ok(l.absolute)
+    }
+}
+
+/// `s` as a regular expression that matches only itself (Python `re` and Go `regexp.QuoteMeta`
+/// agree on these metacharacters).
+fn regex_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn regex_quote_escapes_metacharacters() {
+        assert_eq!(super::regex_quote("kos-a.cp-0"), "kos-a\\.cp-0");
+        assert_eq!(super::regex_quote("a+b(c)"), "a\\+b\\(c\\)");
     }
 }

@@ -208,6 +208,11 @@ pub struct Server {
     pub image_id: Option<String>,
     #[serde(rename = "OS-EXT-AZ:availability_zone")]
     pub availability_zone: Option<String>,
+    /// The user-set public addresses (`""` when unset, as Nova sends them).
+    #[serde(rename = "accessIPv4", deserialize_with = "nullable")]
+    pub access_ipv4: String,
+    #[serde(rename = "accessIPv6", deserialize_with = "nullable")]
+    pub access_ipv6: String,
     #[serde(
         rename = "os-extended-volumes:volumes_attached",
         deserialize_with = "nullable"
@@ -623,6 +628,10 @@ mod tests {
                 Some("70a599e0-31e7-49b7-b260-868f441e862b")
             );
             assert_eq!(s.fixed_ips().collect::<Vec<_>>(), vec!["192.168.1.30"]);
+            assert_eq!(
+                (s.access_ipv4.as_str(), s.access_ipv6.as_str()),
+                ("1.2.3.4", "80fe::")
+            );
         }
         let l: Vec<Server> = parse_sample(
             "compute/servers/v2.100/servers-details-resp.json",

@@ -1,0 +1,171 @@
+//! Leader election: of the kos-ccm replicas of a cluster (one per control plane), only the holder of
+//! a `coordination.k8s.io/v1` Lease reconciles. Behind [`Elector`] so that tests, and
+//! `--leader-elect=false`, need no Lease.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    #[error("leader election on Lease {namespace}/{name}: {source}")]
+    Lease {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube_lease_manager::LeaseManagerError,
+    },
+}
+
+/// Whether this instance leads, as it changes. Dropping it ends the campaign and releases the Lease
+/// if held (a quick hand-over on shutdown instead of waiting out the lease duration).
+pub struct Leadership {
+    leading: watch::Receiver<bool>,
+    campaign: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Leadership {
+    /// A leadership that never changes (`--leader-elect=false`, tests).
+    pub fn fixed(leading: bool) -> Self {
+        let (tx, rx) = watch::channel(leading);
+        // Keep the sender alive for as long as the receiver: a closed channel means "lost".
+        let campaign = tokio::spawn(async move {
+            tx.closed().await;
+        });
+        Leadership {
+            leading: rx,
+            campaign: Some(campaign),
+        }
+    }
+
+    /// Built from a channel someone else drives (tests that hand leadership over).
+    pub fn from_channel(leading: watch::Receiver<bool>) -> Self {
+        Leadership {
+            leading,
+            campaign: None,
+        }
+    }
+
+    pub fn is_leading(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Waits until this instance leads. `false` when the campaign ended first.
+    pub async fn acquired(&mut self) -> bool {
+        self.leading.wait_for(|l| *l).await.is_ok()
+    }
+
+    /// Waits until this instance no longer leads (or the campaign ended).
+    pub async fn lost(&mut self) {
+        let _ = self.leading.wait_for(|l| !*l).await;
+    }
+
+    /// Ends the campaign, releasing the Lease if held, and waits for that to be done.
+    pub async fn step_down(mut self) {
+        let campaign = self.campaign.take();
+        // Closing the channel is what makes the campaign release the Lease and stop.
+        drop(self);
+        if let Some(c) = campaign {
+            let _ = c.await;
+        }
+    }
+}
+
+/// Starts a campaign.
+pub trait Elector: Send {
+    fn campaign(
+        self: Box<Self>,
+    ) -> Pin<Box<dyn Future<Output = Result<Leadership, LeaderError>> + Send>>;
+}
+
+/// Campaigns on a Lease with kube-lease-manager (the upstream CCM's flags map onto it:
+/// `--leader-elect-resource-namespace`, `--leader-elect-resource-name`,
+/// `--leader-elect-lease-duration`, `--leader-elect-renew-deadline`).
+pub struct LeaseElector {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub name: String,
+    /// Unique per replica: the pod or host name plus a random suffix, as upstream does.
+    pub identity: String,
+    pub lease_duration: Duration,
+    /// How long before expiry the holder renews.
+    pub renew_margin: Duration,
+}
+
+impl Elector for LeaseElector {
+    fn campaign(
+        self: Box<Self>,
+    ) -> Pin<Box<dyn Future<Output = Result<Leadership, LeaderError>> + Send>> {
+        Box::pin(async move {
+            let wrap = |source| LeaderError::Lease {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                source,
+            };
+            let manager =
+                kube_lease_manager::LeaseManagerBuilder::new(self.client.clone(), &self.name)
+                    .with_namespace(&self.namespace)
+                    .with_identity(&self.identity)
+                    .with_duration(self.lease_duration.as_secs().max(1))
+                    .with_grace(self.renew_margin.as_secs().max(1))
+                    .build()
+                    .await
+                    .map_err(wrap)?;
+            let (leading, task) = manager.watch().await;
+            let (namespace, name) = (self.namespace.clone(), self.name.clone());
+            let campaign = tokio::spawn(async move {
+                match task.await {
+                    Ok(Ok(_)) => tracing::debug!(%namespace, %name, "lease released"),
+                    Ok(Err(e)) => {
+                        tracing::warn!(%namespace, %name, error = %e, "leader election ended")
+                    }
+                    Err(e) => {
+                        tracing::warn!(%namespace, %name, error = %e, "leader election task failed")
+                    }
+                }
+            });
+            Ok(Leadership {
+                leading,
+                campaign: Some(campaign),
+            })
+        })
+    }
+}
+
+/// `--leader-elect=false`: this instance always leads.
+pub struct Unelected;
+
+impl Elector for Unelected {
+    fn campaign(
+        self: Box<Self>,
+    ) -> Pin<Box<dyn Future<Output = Result<Leadership, LeaderError>> + Send>> {
+        Box::pin(async { Ok(Leadership::fixed(true)) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn fixed_and_handed_over() {
+        let mut l = Box::new(Unelected).campaign().await.expect("unelected");
+        assert!(l.acquired().await);
+        assert!(l.is_leading());
+        l.step_down().await;
+
+        let (tx, rx) = watch::channel(false);
+        let mut l = Leadership::from_channel(rx);
+        assert!(!l.is_leading());
+        tx.send(true).expect("send");
+        assert!(l.acquired().await);
+        tx.send(false).expect("send");
+        l.lost().await;
+        assert!(!l.is_leading());
+        // The campaign ended: never leading again.
+        drop(tx);
+        assert!(!l.acquired().await);
+    }
+}

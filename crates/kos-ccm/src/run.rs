@@ -1,0 +1,238 @@
+//! A `kos-ccm` run: cloud.conf → OpenStack session (with metrics, a rate limit and API timeouts),
+//! Kubernetes client, `/healthz` and `/metrics`, leader election, then the controllers until
+//! SIGTERM (graceful: reconciles in flight finish, the Lease is released) or lost leadership
+//! (exit non-zero, so the kubelet restarts the pod and it campaigns again, as upstream does).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kos_cloud::{Env, RetryPolicy, Session};
+use kube::runtime::events::Reporter;
+use tokio::sync::watch;
+
+use crate::config::{CloudConfig, ConfigError};
+use crate::context::Context;
+use crate::leader::{Elector, LeaderError, LeaseElector, Unelected};
+use crate::metrics::Metrics;
+use crate::options::{Controller, Options};
+use crate::{node, route, serve};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("connecting to OpenStack: {0}")]
+    Cloud(#[from] kos_cloud::CloudError),
+    #[error("Kubernetes client: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("Kubernetes client configuration: {0}")]
+    KubeConfig(String),
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error("route controller: {0}")]
+    Route(#[from] route::RouteError),
+    #[error("--cluster-cidr is required when the route controller runs ([Route] router-id is set)")]
+    NoClusterCidr,
+    #[error("serving /healthz and /metrics on {addr}: {source}")]
+    Serve {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("leadership lost: stopping so that the pod restarts and campaigns again")]
+    LostLeadership,
+}
+
+/// Runs until `terminate` completes (SIGTERM in the binary) or leadership is lost.
+pub async fn run(
+    opts: Options,
+    env: &Env,
+    terminate: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let loaded = CloudConfig::load(&opts.cloud_config)?;
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    let config = loaded.config;
+    let mut profile = config.profile(env)?;
+    profile.api_timeout = Some(opts.openstack_api_timeout);
+    let metrics = Arc::new(Metrics::new());
+    let session = Session::connect(&profile)
+        .await?
+        .with_observer(metrics.clone())
+        .with_rate_limit(opts.openstack_rate_limit, opts.openstack_rate_burst)
+        // Controllers requeue a busy load balancer rather than wait for it in a worker.
+        .with_retry_policy(RetryPolicy {
+            retry_busy_load_balancer: false,
+            ..RetryPolicy::default()
+        });
+    tracing::info!(cloud = %profile.name, region = ?session.region(), "connected to OpenStack");
+    let client = kube_client(&opts).await?;
+
+    // Stops every task: SIGTERM, or leadership lost.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let server = match opts.serve_on {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| RunError::Serve { addr, source })?;
+            let m = metrics.clone();
+            let stop = stopped();
+            Some(tokio::spawn(async move {
+                if let Err(e) = serve::serve_on(listener, m, stop).await {
+                    tracing::warn!(error = %e, "/healthz and /metrics stopped");
+                }
+            }))
+        }
+        None => None,
+    };
+
+    let identity = identity();
+    let elector: Box<dyn Elector> = match &opts.leader_election {
+        Some(le) => Box::new(LeaseElector {
+            client: client.clone(),
+            namespace: le.namespace.clone(),
+            name: le.name.clone(),
+            identity: identity.clone(),
+            lease_duration: le.lease_duration,
+            renew_margin: le.renew_margin,
+        }),
+        None => Box::new(Unelected),
+    };
+    let mut leadership = elector.campaign().await?;
+    let terminate = async move {
+        terminate.await;
+    };
+    tokio::pin!(terminate);
+    tracing::info!(%identity, "waiting for leadership");
+    let leading = tokio::select! {
+        got = leadership.acquired() => got,
+        () = &mut terminate => false,
+    };
+    if !leading {
+        let _ = stop_tx.send(true);
+        leadership.step_down().await;
+        if let Some(s) = server {
+            let _ = s.await;
+        }
+        return Ok(());
+    }
+    tracing::info!(%identity, "leading: starting controllers");
+
+    let ctx = Arc::new(Context::new(
+        session.clone(),
+        config,
+        opts.cluster_name.clone(),
+        client.clone(),
+        Reporter {
+            controller: "kos-ccm".into(),
+            instance: Some(identity.clone()),
+        },
+    ));
+    let mut tasks = tokio::task::JoinSet::new();
+    let on = |c: Controller| opts.controllers.contains(&c);
+    if on(Controller::CloudNode) || on(Controller::CloudNodeLifecycle) {
+        let settings = node::Settings {
+            cloud_node: on(Controller::CloudNode),
+            lifecycle: on(Controller::CloudNodeLifecycle),
+            status_update_frequency: opts.node_status_update_frequency,
+            monitor_period: opts.node_monitor_period,
+            regional_provider_id: env
+                .get(node::REGIONAL_PROVIDER_ID_ENV)
+                .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+            ..node::Settings::default()
+        };
+        tasks.spawn(node::run(ctx.clone(), settings, stopped()));
+    }
+    if on(Controller::Route)
+        && opts.configure_cloud_routes
+        && let Some(router_id) = ctx.config.route.router_id.clone()
+    {
+        let cluster_cidr = opts.cluster_cidr.ok_or(RunError::NoClusterCidr)?;
+        route::check(&session, &router_id).await?;
+        let routes = route::Routes {
+            router_id,
+            cluster_cidr,
+        };
+        tasks.spawn(route::run(
+            ctx.clone(),
+            routes,
+            opts.route_reconciliation_period,
+            stopped(),
+        ));
+    }
+
+    let lost = tokio::select! {
+        () = leadership.lost() => true,
+        () = &mut terminate => false,
+    };
+    let _ = stop_tx.send(true);
+    while tasks.join_next().await.is_some() {}
+    leadership.step_down().await;
+    if let Some(s) = server {
+        let _ = s.await;
+    }
+    if lost {
+        Err(RunError::LostLeadership)
+    } else {
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+async fn kube_client(opts: &Options) -> Result<kube::Client, RunError> {
+    let mut config = match &opts.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| RunError::KubeConfig(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| RunError::KubeConfig(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| RunError::KubeConfig(e.to_string()))?,
+    };
+    if let Some(master) = &opts.master {
+        config.cluster_url = master
+            .parse()
+            .map_err(|e| RunError::KubeConfig(format!("--master {master}: {e}")))?;
+    }
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// The Lease holder's identity: host name (the pod's, with hostNetwork the node's) plus a random
+/// suffix, so two processes on one host never both think they hold the Lease.
+fn identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "kos-ccm".into());
+    let suffix: u32 = rand_suffix();
+    format!("{host}_{suffix:08x}")
+}
+
+fn rand_suffix() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS: enough to tell two processes apart.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish() as u32
+}

@@ -1,0 +1,1603 @@
+//! The load-balancer reconcile core against an in-process kos-sim: each test drives passes the way
+//! the Kubernetes wiring will (apply the outcome's annotations and status, requeue after the given
+//! delay, until converged) and checks the cloud through the simulator's state and request log.
+//! Deadlines are generous; nothing asserts on timing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Node, NodeAddress, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec, ServiceStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kos_ccm::CloudConfig;
+use kos_ccm::lb::annotations as a;
+use kos_ccm::lb::{LbSettings, LoadBalancers, Outcome, reasons};
+use kos_cloud::model::load_balancer::{
+    HealthMonitor, LbAlgorithm, Listener, ListenerCreate, ListenerUpdate, LoadBalancer,
+    LoadBalancerCreate, LoadBalancerFilter, Member, MemberSpec, MonitorType, Pool, PoolCreate,
+    PoolParent, PoolUpdate, Protocol, Vip,
+};
+use kos_cloud::model::network::{
+    FloatingIp, FloatingIpCreate, FloatingIpFilter, NetworkCreate, RouterCreate, SubnetCreate,
+};
+use kos_cloud::{CloudProfile, Env, RetryPolicy, Session};
+use kos_sim::{FaultRule, LogEntry, Sim, SimConfig};
+use tokio::time::Instant;
+
+const AUTH: &str = "[Global]\nauth-url = https://keystone.example:5000/v3\nregion = r1\nusername = u\npassword = p\ntenant-name = t\n";
+
+struct Cloud {
+    sim: Sim,
+    session: Session,
+    subnet: String,
+    public: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn cloud() -> Cloud {
+    cloud_with(SimConfig::fast(), RetryPolicy::fast()).await
+}
+
+async fn cloud_with(cfg: SimConfig, policy: RetryPolicy) -> Cloud {
+    let sim = Sim::start(cfg).await.expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clouds = dir.path().join("clouds.yaml");
+    std::fs::write(&clouds, sim.clouds_yaml("sim")).expect("clouds.yaml");
+    let env = Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.path().join("no-etc"));
+    let profile = CloudProfile::load(&env, Some("sim"), Some(&clouds)).expect("profile");
+    let session = Session::connect(&profile)
+        .await
+        .expect("connect")
+        .with_retry_policy(policy);
+    let net = session.network();
+    let public = net.external_network(None).await.expect("public").id;
+    let n = net
+        .create_network(&NetworkCreate {
+            name: "nodes".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("network");
+    let subnet = net
+        .create_subnet(&SubnetCreate::new(&n.id, "nodes", "10.10.0.0/24"))
+        .await
+        .expect("subnet");
+    let router = net
+        .create_router(&RouterCreate::with_gateway("router", &public))
+        .await
+        .expect("router");
+    net.add_router_interface(&router.id, &subnet.id)
+        .await
+        .expect("interface");
+    Cloud {
+        sim,
+        session,
+        subnet: subnet.id,
+        public,
+        _dir: dir,
+    }
+}
+
+impl Cloud {
+    fn config(&self, extra: &str) -> Arc<CloudConfig> {
+        let text = format!(
+            "{AUTH}[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n{extra}",
+            self.subnet, self.public
+        );
+        Arc::new(
+            CloudConfig::parse("cloud.conf", &text)
+                .expect("cloud.conf")
+                .config,
+        )
+    }
+
+    fn controller(&self, cluster: &str, extra: &str) -> LoadBalancers {
+        self.controller_with(self.session.clone(), settings(cluster), extra)
+    }
+
+    fn controller_with(&self, session: Session, s: LbSettings, extra: &str) -> LoadBalancers {
+        LoadBalancers::new(session, self.config(extra), s)
+    }
+
+    fn seq(&self) -> u64 {
+        self.sim
+            .app()
+            .observations()
+            .log
+            .back()
+            .map_or(0, |e| e.seq)
+    }
+
+    fn log_since(&self, seq: u64) -> Vec<LogEntry> {
+        self.sim
+            .app()
+            .observations()
+            .log
+            .iter()
+            .filter(|e| e.seq > seq)
+            .cloned()
+            .collect()
+    }
+
+    async fn lbs(&self) -> Vec<LoadBalancer> {
+        self.session
+            .load_balancer()
+            .list_load_balancers(&LoadBalancerFilter::default())
+            .await
+            .expect("list LBs")
+    }
+
+    async fn lb(&self, id: &str) -> Option<LoadBalancer> {
+        self.session
+            .load_balancer()
+            .get_load_balancer(id)
+            .await
+            .expect("get LB")
+    }
+
+    async fn listeners(&self, lb: &str) -> Vec<Listener> {
+        let mut l = self
+            .session
+            .load_balancer()
+            .list_listeners(lb)
+            .await
+            .expect("listeners");
+        l.sort_by_key(|l| l.protocol_port);
+        l
+    }
+
+    async fn pool(&self, id: &str) -> Pool {
+        self.session
+            .load_balancer()
+            .get_pool(id)
+            .await
+            .expect("pool")
+            .expect("pool exists")
+    }
+
+    async fn members(&self, pool: &str) -> Vec<Member> {
+        let mut m = self
+            .session
+            .load_balancer()
+            .list_members(pool)
+            .await
+            .expect("members");
+        m.sort_by(|a, b| a.name.cmp(&b.name));
+        m
+    }
+
+    async fn monitor(&self, pool: &Pool) -> Option<HealthMonitor> {
+        let id = pool.healthmonitor_id.as_deref()?;
+        self.session
+            .load_balancer()
+            .get_health_monitor(id)
+            .await
+            .expect("monitor")
+    }
+
+    async fn fips(&self) -> Vec<FloatingIp> {
+        self.session
+            .network()
+            .list_floating_ips(&FloatingIpFilter::default())
+            .await
+            .expect("fips")
+    }
+
+    async fn wait_active(&self, id: &str) {
+        self.session
+            .load_balancer()
+            .wait_for_active(id, Instant::now() + Duration::from_secs(30))
+            .await
+            .expect("active");
+    }
+}
+
+fn settings(cluster: &str) -> LbSettings {
+    LbSettings {
+        pending_requeue: Duration::from_millis(10),
+        retry_requeue: Duration::from_millis(50),
+        snapshot_max_age: Duration::from_secs(2),
+        ..LbSettings::new(cluster)
+    }
+}
+
+static UID: AtomicU32 = AtomicU32::new(1);
+
+fn service(name: &str, ports: &[(&str, i32, i32)]) -> Service {
+    let uid = UID.fetch_add(1, Ordering::SeqCst);
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(format!("00000000-0000-4000-8000-{uid:012}")),
+            annotations: Some(BTreeMap::new()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(ports_of(ports)),
+            ..Default::default()
+        }),
+        status: Some(ServiceStatus::default()),
+    }
+}
+
+fn ports_of(ports: &[(&str, i32, i32)]) -> Vec<ServicePort> {
+    ports
+        .iter()
+        .map(|(proto, port, node_port)| ServicePort {
+            name: Some(format!("p{port}")),
+            protocol: Some((*proto).into()),
+            port: *port,
+            node_port: Some(*node_port),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn annotate(svc: &mut Service, key: &str, value: &str) {
+    svc.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(key.into(), value.into());
+}
+
+fn spec(svc: &mut Service) -> &mut ServiceSpec {
+    svc.spec.get_or_insert_with(ServiceSpec::default)
+}
+
+fn node(name: &str, ip: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec::default()),
+        status: Some(NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: ip.into(),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn nodes(n: usize) -> Vec<Node> {
+    (1..=n)
+        .map(|i| node(&format!("node-{i}"), &format!("10.10.0.{}", 10 + i)))
+        .collect()
+}
+
+/// What the wiring does with an outcome: annotations and status onto the Service.
+fn apply(svc: &mut Service, o: &Outcome) {
+    let ann = svc.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    for (k, v) in &o.annotations {
+        ann.insert(k.clone(), v.clone());
+    }
+    if let Some(s) = &o.status {
+        svc.status
+            .get_or_insert_with(ServiceStatus::default)
+            .load_balancer = Some(s.clone());
+    }
+}
+
+/// `LB_TRACE=1` prints every pass (writes and events) while debugging a test.
+fn trace(what: &str, svc: &Service, o: &Outcome) {
+    if std::env::var_os("LB_TRACE").is_some() {
+        eprintln!(
+            "{what} {:?}: converged={} requeue={:?} writes={:?} events={:?}",
+            svc.metadata.name,
+            o.converged,
+            o.requeue_after,
+            o.writes,
+            o.events
+                .iter()
+                .map(|e| format!("{}: {}", e.reason, e.note))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Passes until converged; every pass is returned.
+async fn converge(lbs: &LoadBalancers, svc: &mut Service, nodes: &[Node]) -> Vec<Outcome> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut passes = Vec::new();
+    loop {
+        let o = lbs.ensure_service(svc, nodes).await.expect("ensure");
+        trace("ensure", svc, &o);
+        apply(svc, &o);
+        let done = o.converged;
+        let after = o.requeue_after;
+        passes.push(o);
+        if done {
+            return passes;
+        }
+        let after = after.unwrap_or_else(|| panic!("stuck: {:#?}", passes.last()));
+        assert!(
+            Instant::now() < deadline,
+            "not converged: {:#?}",
+            passes.last()
+        );
+        tokio::time::sleep(after).await;
+    }
+}
+
+async fn delete(lbs: &LoadBalancers, svc: &Service) -> Vec<Outcome> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut passes = Vec::new();
+    loop {
+        let o = lbs.ensure_service_deleted(svc).await.expect("delete");
+        trace("delete", svc, &o);
+        let done = o.converged;
+        let after = o.requeue_after;
+        passes.push(o);
+        if done {
+            return passes;
+        }
+        let after = after.unwrap_or_else(|| panic!("stuck: {:#?}", passes.last()));
+        assert!(
+            Instant::now() < deadline,
+            "not deleted: {:#?}",
+            passes.last()
+        );
+        tokio::time::sleep(after).await;
+    }
+}
+
+fn lb_id(svc: &Service) -> String {
+    svc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(a::LOAD_BALANCER_ID))
+        .cloned()
+        .expect("load-balancer-id annotation")
+}
+
+fn address(svc: &Service) -> String {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .and_then(|i| i.first())
+        .and_then(|i| i.ip.clone())
+        .expect("status ip")
+}
+
+fn is_write(e: &LogEntry) -> bool {
+    e.method != "GET" && !e.path.starts_with("/identity") && !e.path.starts_with("/_sim")
+}
+
+fn writes(log: &[LogEntry]) -> Vec<String> {
+    log.iter()
+        .filter(|e| is_write(e))
+        .map(|e| format!("{} {}", e.operation, e.status))
+        .collect()
+}
+
+fn count(log: &[LogEntry], method: &str, path_end: &str) -> usize {
+    log.iter()
+        .filter(|e| e.method == method && e.operation.ends_with(path_end))
+        .count()
+}
+
+fn conflicts(log: &[LogEntry]) -> usize {
+    log.iter().filter(|e| e.status == 409).count()
+}
+
+fn all_events(passes: &[Outcome]) -> Vec<(&'static str, String)> {
+    passes
+        .iter()
+        .flat_map(|o| o.events.iter().map(|e| (e.reason, e.note.clone())))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_service_gets_one_fully_populated_create_and_a_floating_ip() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080), ("TCP", 443, 30443)]);
+    let start = c.seq();
+    let passes = converge(&lbs, &mut svc, &nodes(2)).await;
+    let log = c.log_since(start);
+
+    // One POST carries listeners, pools, members; nothing is added piecemeal afterwards.
+    assert_eq!(count(&log, "POST", "/lbaas/loadbalancers"), 1);
+    for child in ["/lbaas/listeners", "/lbaas/pools", "/lbaas/healthmonitors"] {
+        assert_eq!(count(&log, "POST", child), 0, "{child}: {:?}", writes(&log));
+    }
+    assert_eq!(count(&log, "PUT", "/members"), 0);
+    // Nothing was sent while the load balancer was PENDING: Octavia never answered 409.
+    assert_eq!(conflicts(&log), 0, "{:?}", writes(&log));
+    assert!(passes.len() > 1, "the create is followed by requeues");
+    assert!(passes[0].requeue_after.is_some());
+
+    let id = lb_id(&svc);
+    let lb = c.lb(&id).await.expect("lb");
+    assert_eq!(lb.name, "kube_service_test_default_web");
+    assert_eq!(
+        lb.description,
+        "Kubernetes external service default/web from cluster test"
+    );
+    assert!(
+        lb.tags
+            .contains(&"kube_service_test_default_web".to_owned())
+    );
+    assert!(lb.tags.contains(&"kos-cluster=test".to_owned()));
+    let listeners = c.listeners(&id).await;
+    assert_eq!(
+        listeners
+            .iter()
+            .map(|l| (l.protocol.clone(), l.protocol_port, l.name.as_str()))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                Protocol::Tcp,
+                80,
+                "listener_0_kube_service_test_default_web"
+            ),
+            (
+                Protocol::Tcp,
+                443,
+                "listener_1_kube_service_test_default_web"
+            )
+        ]
+    );
+    let pool = c
+        .pool(listeners[1].default_pool_id.as_deref().expect("pool"))
+        .await;
+    assert_eq!(pool.name, "pool_1_kube_service_test_default_web");
+    let members = c.members(&pool.id).await;
+    assert_eq!(
+        members
+            .iter()
+            .map(|m| (m.name.as_str(), m.address.as_str(), m.protocol_port))
+            .collect::<Vec<_>>(),
+        vec![
+            ("node-1", "10.10.0.11", 30443),
+            ("node-2", "10.10.0.12", 30443)
+        ]
+    );
+    assert!(c.monitor(&pool).await.is_none(), "create-monitor is off");
+
+    let fips = c.fips().await;
+    assert_eq!(fips.len(), 1);
+    assert_eq!(fips[0].port_id, lb.vip_port_id);
+    assert_eq!(
+        fips[0].description,
+        "Floating IP for Kubernetes external service default/web from cluster test"
+    );
+    let last = passes.last().expect("pass");
+    let ingress = &last
+        .status
+        .as_ref()
+        .expect("status")
+        .ingress
+        .as_ref()
+        .expect("ingress")[0];
+    assert_eq!(
+        ingress.ip.as_deref(),
+        Some(fips[0].floating_ip_address.as_str())
+    );
+    assert_eq!(ingress.ip_mode.as_deref(), Some("VIP"));
+    assert_eq!(
+        last.annotations.get(a::LOAD_BALANCER_ADDRESS),
+        Some(&fips[0].floating_ip_address)
+    );
+    assert!(last.has_event(reasons::ENSURED));
+    assert!(passes[0].has_event(reasons::CREATING));
+
+    // Deleting removes the load balancer and the floating IP kos-ccm made.
+    delete(&lbs, &svc).await;
+    assert!(c.lbs().await.is_empty());
+    assert!(c.fips().await.is_empty());
+}
+
+#[tokio::test]
+async fn an_internal_service_gets_its_vip_and_switching_releases_only_our_floating_ip() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut svc = service("db", &[("TCP", 5432, 30432)]);
+    annotate(&mut svc, a::INTERNAL, "true");
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    let lb = c.lb(&lb_id(&svc)).await.expect("lb");
+    assert_eq!(Some(address(&svc)), lb.vip_address);
+    assert!(c.fips().await.is_empty());
+
+    // External: a floating IP appears.
+    annotate(&mut svc, a::INTERNAL, "false");
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    let fips = c.fips().await;
+    assert_eq!(fips.len(), 1);
+    assert_eq!(address(&svc), fips[0].floating_ip_address);
+
+    // Internal again: the floating IP kos-ccm made is deleted.
+    annotate(&mut svc, a::INTERNAL, "true");
+    let passes = converge(&lbs, &mut svc, &nodes(1)).await;
+    assert!(c.fips().await.is_empty(), "{:#?}", all_events(&passes));
+    assert_eq!(Some(address(&svc)), lb.vip_address);
+
+    // With keep-floatingip, going internal only detaches it.
+    annotate(&mut svc, a::INTERNAL, "false");
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    annotate(&mut svc, a::KEEP_FLOATING_IP, "true");
+    annotate(&mut svc, a::INTERNAL, "true");
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    let fips = c.fips().await;
+    assert_eq!(fips.len(), 1);
+    assert_eq!(fips[0].port_id, None);
+}
+
+#[tokio::test]
+async fn protocol_annotations_pick_the_upstream_listener_and_pool_protocols() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut xff = service("xff", &[("TCP", 80, 30080)]);
+    annotate(&mut xff, a::X_FORWARDED_FOR, "true");
+    annotate(&mut xff, a::LB_METHOD, "LEAST_CONNECTIONS");
+    annotate(&mut xff, a::CONNECTION_LIMIT, "1000");
+    annotate(&mut xff, a::TIMEOUT_CLIENT_DATA, "120000");
+    annotate(&mut xff, a::TIMEOUT_TCP_INSPECT, "10");
+    annotate(&mut xff, a::HOSTNAME, "web.example.com");
+    annotate(&mut xff, a::MEMBER_SUBNET_ID, &c.subnet);
+    spec(&mut xff).session_affinity = Some("ClientIP".into());
+    let passes = converge(&lbs, &mut xff, &nodes(1)).await;
+    let l = &c.listeners(&lb_id(&xff)).await[0];
+    assert_eq!(l.protocol, Protocol::Http);
+    assert_eq!(
+        l.insert_headers.get("X-Forwarded-For").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(l.connection_limit, Some(1000));
+    assert_eq!(l.timeouts.timeout_client_data, Some(120_000));
+    assert_eq!(l.timeouts.timeout_member_connect, Some(5_000));
+    assert_eq!(l.timeouts.timeout_tcp_inspect, Some(10));
+    let pool = c.pool(l.default_pool_id.as_deref().expect("pool")).await;
+    assert_eq!(pool.protocol, Protocol::Http);
+    assert_eq!(pool.lb_algorithm, LbAlgorithm::LeastConnections);
+    assert_eq!(
+        pool.session_persistence.as_ref().map(|p| p.kind.as_str()),
+        Some("SOURCE_IP")
+    );
+    assert_eq!(
+        c.members(&pool.id).await[0].subnet_id.as_deref(),
+        Some(c.subnet.as_str())
+    );
+    let status = passes
+        .last()
+        .and_then(|o| o.status.clone())
+        .expect("status");
+    let ingress = &status.ingress.expect("ingress")[0];
+    assert_eq!(ingress.hostname.as_deref(), Some("web.example.com"));
+    assert_eq!(ingress.ip, None, "the hostname annotation replaces the IP");
+    assert!(
+        passes
+            .last()
+            .expect("pass")
+            .annotations
+            .contains_key(a::LOAD_BALANCER_ADDRESS)
+    );
+
+    // Settings changed on a live load balancer are applied in place.
+    annotate(&mut xff, a::LB_METHOD, "SOURCE_IP");
+    annotate(&mut xff, a::CONNECTION_LIMIT, "-1");
+    spec(&mut xff).session_affinity = Some("None".into());
+    converge(&lbs, &mut xff, &nodes(1)).await;
+    let l = &c.listeners(&lb_id(&xff)).await[0];
+    assert_eq!(l.connection_limit, Some(-1));
+    let pool = c.pool(l.default_pool_id.as_deref().expect("pool")).await;
+    assert_eq!(pool.lb_algorithm, LbAlgorithm::SourceIp);
+    assert!(pool.session_persistence.is_none());
+
+    let tls_ref = "https://kms.example/v1/containers/6a4b1c2d-1111-2222-3333-444455556666";
+    let mut tls = service("tls", &[("TCP", 443, 30443)]);
+    annotate(&mut tls, a::DEFAULT_TLS_CONTAINER_REF, tls_ref);
+    converge(&lbs, &mut tls, &nodes(1)).await;
+    let l = &c.listeners(&lb_id(&tls)).await[0];
+    assert_eq!(l.protocol, Protocol::TerminatedHttps);
+    assert_eq!(l.default_tls_container_ref.as_deref(), Some(tls_ref));
+
+    let mut proxy = service("proxy", &[("TCP", 80, 30081)]);
+    annotate(&mut proxy, a::PROXY_PROTOCOL, "v2");
+    let passes = converge(&lbs, &mut proxy, &nodes(1)).await;
+    let l = &c.listeners(&lb_id(&proxy)).await[0];
+    assert_eq!(l.protocol, Protocol::Tcp);
+    let pool = c.pool(l.default_pool_id.as_deref().expect("pool")).await;
+    assert_eq!(pool.protocol, Protocol::ProxyV2);
+    let status = passes
+        .last()
+        .and_then(|o| o.status.clone())
+        .expect("status");
+    assert_eq!(
+        status.ingress.expect("ingress")[0].ip_mode.as_deref(),
+        Some("Proxy"),
+        "PROXY protocol must keep in-cluster clients on the load balancer (KEP-1860)"
+    );
+}
+
+#[tokio::test]
+async fn changing_ports_adds_and_removes_listeners_and_moves_members() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let id = lb_id(&svc);
+
+    spec(&mut svc).ports = Some(ports_of(&[("TCP", 80, 31080), ("TCP", 8080, 30880)]));
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let listeners = c.listeners(&id).await;
+    assert_eq!(
+        listeners
+            .iter()
+            .map(|l| l.protocol_port)
+            .collect::<Vec<_>>(),
+        vec![80, 8080]
+    );
+    for (l, node_port) in listeners.iter().zip([31080, 30880]) {
+        let pool = c.pool(l.default_pool_id.as_deref().expect("pool")).await;
+        let ports: Vec<u16> = c
+            .members(&pool.id)
+            .await
+            .iter()
+            .map(|m| m.protocol_port)
+            .collect();
+        assert_eq!(ports, vec![node_port, node_port]);
+    }
+
+    spec(&mut svc).ports = Some(ports_of(&[("TCP", 8080, 30880)]));
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let listeners = c.listeners(&id).await;
+    assert_eq!(
+        listeners
+            .iter()
+            .map(|l| l.protocol_port)
+            .collect::<Vec<_>>(),
+        vec![8080]
+    );
+    // The removed port's pool went with its listener.
+    let pools = c
+        .session
+        .load_balancer()
+        .list_pools(&id)
+        .await
+        .expect("pools");
+    assert_eq!(pools.len(), 1);
+}
+
+#[tokio::test]
+async fn services_share_a_load_balancer_within_max_shared_lb_and_delete_in_any_order() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "max-shared-lb = 2\n");
+    let mut owner = service("owner", &[("TCP", 80, 30080)]);
+    converge(&lbs, &mut owner, &nodes(2)).await;
+    let id = lb_id(&owner);
+    let fip = address(&owner);
+
+    let mut second = service("second", &[("TCP", 8080, 30880)]);
+    annotate(&mut second, a::LOAD_BALANCER_ID, &id);
+    converge(&lbs, &mut second, &nodes(2)).await;
+    assert_eq!(address(&second), fip, "the shared load balancer's address");
+    let lb = c.lb(&id).await.expect("lb");
+    assert!(
+        lb.tags
+            .contains(&"kube_service_test_default_second".to_owned())
+    );
+    let listeners = c.listeners(&id).await;
+    assert_eq!(listeners.len(), 2);
+    assert!(
+        listeners[1]
+            .tags
+            .contains(&"kube_service_test_default_second".to_owned())
+    );
+
+    // A third Service exceeds max-shared-lb: a warning, and nothing changes.
+    let mut third = service("third", &[("TCP", 9090, 30990)]);
+    annotate(&mut third, a::LOAD_BALANCER_ID, &id);
+    let start = c.seq();
+    let o = lbs.ensure_service(&third, &nodes(2)).await.expect("ensure");
+    assert!(o.has_event(reasons::SHARED_LIMIT), "{:#?}", o.events);
+    assert!(writes(&c.log_since(start)).is_empty());
+    assert!(!o.converged && o.status.is_none());
+
+    // A port another Service uses on the load balancer is refused.
+    let lbs3 = c.controller("test", "max-shared-lb = 3\n");
+    let mut clash = service("clash", &[("TCP", 80, 30111)]);
+    annotate(&mut clash, a::LOAD_BALANCER_ID, &id);
+    let start = c.seq();
+    let o = lbs3
+        .ensure_service(&clash, &nodes(2))
+        .await
+        .expect("ensure");
+    assert!(o.has_event(reasons::PORT_CONFLICT), "{:#?}", o.events);
+    assert!(writes(&c.log_since(start)).is_empty());
+
+    // The owner goes first: only its listener and tag; the load balancer and its address stay.
+    delete(&lbs, &owner).await;
+    let lb = c.lb(&id).await.expect("still there");
+    assert!(
+        !lb.tags
+            .contains(&"kube_service_test_default_owner".to_owned())
+    );
+    assert_eq!(
+        c.listeners(&id)
+            .await
+            .iter()
+            .map(|l| l.protocol_port)
+            .collect::<Vec<_>>(),
+        vec![8080]
+    );
+    assert_eq!(c.fips().await.len(), 1);
+    // The last one takes the load balancer (made by a CCM) and the floating IP with it.
+    delete(&lbs, &second).await;
+    assert!(c.lb(&id).await.is_none());
+    assert!(c.fips().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_user_made_load_balancer_is_shared_and_survives_its_services() {
+    let c = cloud().await;
+    let api = c.session.load_balancer();
+    let mut req = LoadBalancerCreate::new("my-edge", Vip::Subnet(c.subnet.clone()));
+    req.tags = vec!["team=edge".into()];
+    let user_lb = api.create_load_balancer(&req).await.expect("user LB");
+    c.wait_active(&user_lb.id).await;
+    let user_fip = c
+        .session
+        .network()
+        .create_floating_ip(&FloatingIpCreate {
+            floating_network_id: c.public.clone(),
+            port_id: user_lb.vip_port_id.clone(),
+            description: Some("edge address".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("user FIP");
+
+    let lbs = c.controller("test", "max-shared-lb = 3\n");
+    let mut x = service("x", &[("TCP", 80, 30080)]);
+    annotate(&mut x, a::LOAD_BALANCER_ID, &user_lb.id);
+    let mut y = service("y", &[("UDP", 53, 30053)]);
+    annotate(&mut y, a::LOAD_BALANCER_ID, &user_lb.id);
+    converge(&lbs, &mut x, &nodes(1)).await;
+    converge(&lbs, &mut y, &nodes(1)).await;
+    assert_eq!(address(&x), user_fip.floating_ip_address);
+    assert_eq!(c.listeners(&user_lb.id).await.len(), 2);
+
+    delete(&lbs, &x).await;
+    delete(&lbs, &y).await;
+    let lb = c
+        .lb(&user_lb.id)
+        .await
+        .expect("the user's load balancer stays");
+    assert_eq!(
+        lb.tags,
+        vec!["team=edge".to_owned()],
+        "our tags are gone again"
+    );
+    assert!(c.listeners(&user_lb.id).await.is_empty());
+    let fips = c.fips().await;
+    assert_eq!(fips.len(), 1);
+    assert_eq!(
+        fips[0].port_id, user_lb.vip_port_id,
+        "the user's FIP is untouched"
+    );
+}
+
+#[tokio::test]
+async fn local_traffic_policy_always_gets_an_http_monitor_on_the_health_check_port() {
+    // Regression for upstream #2866: create-monitor is off, ETP=Local still gets /healthz.
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut svc = service("local", &[("TCP", 80, 30080)]);
+    spec(&mut svc).external_traffic_policy = Some("Local".into());
+    spec(&mut svc).health_check_node_port = Some(32100);
+    let passes = converge(&lbs, &mut svc, &nodes(2)).await;
+    assert!(passes.iter().any(|o| o.has_event(reasons::MONITOR_FORCED)));
+    let l = &c.listeners(&lb_id(&svc)).await[0];
+    let pool = c.pool(l.default_pool_id.as_deref().expect("pool")).await;
+    let m = c.monitor(&pool).await.expect("monitor");
+    assert_eq!(m.kind, MonitorType::Http);
+    assert_eq!(m.url_path.as_deref(), Some("/healthz"));
+    assert_eq!(m.name, "monitor_0_kube_service_test_default_local");
+    for member in c.members(&pool.id).await {
+        assert_eq!(member.monitor_port, Some(32100));
+    }
+
+    // Back to Cluster: the monitor goes (create-monitor is off) and members check their port.
+    spec(&mut svc).external_traffic_policy = Some("Cluster".into());
+    spec(&mut svc).health_check_node_port = None;
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let pool = c.pool(&pool.id).await;
+    assert!(c.monitor(&pool).await.is_none());
+    for member in c.members(&pool.id).await {
+        assert_eq!(member.monitor_port.unwrap_or(30080), 30080);
+    }
+}
+
+#[tokio::test]
+async fn udp_and_sctp_ports_get_their_own_listeners_pools_and_monitors() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "create-monitor = true\n");
+    let mut svc = service(
+        "dns",
+        &[
+            ("UDP", 53, 30053),
+            ("TCP", 53, 30054),
+            ("SCTP", 3868, 30055),
+        ],
+    );
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let listeners = c.listeners(&lb_id(&svc)).await;
+    let mut seen = Vec::new();
+    for l in &listeners {
+        let pool = c.pool(l.default_pool_id.as_deref().expect("pool")).await;
+        let m = c.monitor(&pool).await.expect("monitor");
+        seen.push((l.protocol.clone(), pool.protocol.clone(), m.kind));
+    }
+    seen.sort_by_key(|s| s.0.to_string());
+    assert_eq!(
+        seen,
+        vec![
+            (Protocol::Sctp, Protocol::Sctp, MonitorType::Sctp),
+            (Protocol::Tcp, Protocol::Tcp, MonitorType::Tcp),
+            (Protocol::Udp, Protocol::Udp, MonitorType::UdpConnect)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn source_ranges_become_allowed_cidrs_and_follow_changes() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut svc = service("ranged", &[("TCP", 80, 30080)]);
+    spec(&mut svc).load_balancer_source_ranges = Some(vec!["203.0.113.0/24".into()]);
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    let id = lb_id(&svc);
+    assert_eq!(
+        c.listeners(&id).await[0].allowed_cidrs,
+        vec!["203.0.113.0/24"]
+    );
+
+    spec(&mut svc).load_balancer_source_ranges =
+        Some(vec!["198.51.100.0/24".into(), "203.0.113.0/24".into()]);
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    assert_eq!(
+        c.listeners(&id).await[0].allowed_cidrs,
+        vec!["198.51.100.0/24", "203.0.113.0/24"]
+    );
+
+    spec(&mut svc).load_balancer_source_ranges = None;
+    annotate(&mut svc, a::SOURCE_RANGES, "10.0.0.0/8");
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    assert_eq!(c.listeners(&id).await[0].allowed_cidrs, vec!["10.0.0.0/8"]);
+
+    annotate(&mut svc, a::SOURCE_RANGES, "");
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    assert!(c.listeners(&id).await[0].allowed_cidrs.is_empty());
+}
+
+#[tokio::test]
+async fn node_changes_cost_exactly_one_member_put_per_pool() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut svc = service(
+        "web",
+        &[("TCP", 80, 30080), ("TCP", 443, 30443), ("UDP", 53, 30053)],
+    );
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let id = lb_id(&svc);
+    let pools: Vec<String> = c
+        .listeners(&id)
+        .await
+        .iter()
+        .filter_map(|l| l.default_pool_id.clone())
+        .collect();
+
+    let member_puts = |log: &[LogEntry]| {
+        let mut per_pool: BTreeMap<String, usize> = BTreeMap::new();
+        for e in log
+            .iter()
+            .filter(|e| e.method == "PUT" && e.path.ends_with("/members"))
+        {
+            *per_pool.entry(e.path.clone()).or_default() += 1;
+        }
+        per_pool
+    };
+    for (label, n) in [("add a node", 3), ("remove two", 1)] {
+        let start = c.seq();
+        converge(&lbs, &mut svc, &nodes(n)).await;
+        let log = c.log_since(start);
+        let puts = member_puts(&log);
+        assert_eq!(puts.len(), 3, "{label}: one PUT per pool: {puts:?}");
+        assert!(puts.values().all(|n| *n == 1), "{label}: {puts:?}");
+        assert_eq!(
+            writes(&log).len(),
+            3,
+            "{label}: nothing but the member PUTs: {:?}",
+            writes(&log)
+        );
+        assert_eq!(conflicts(&log), 0);
+        for p in &pools {
+            assert_eq!(c.members(p).await.len(), n);
+        }
+    }
+    // The same nodes again: no PUT at all.
+    let start = c.seq();
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    assert!(writes(&c.log_since(start)).is_empty());
+}
+
+#[tokio::test]
+async fn a_load_balancer_in_error_is_deleted_and_recreated_with_the_same_address() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let old = lb_id(&svc);
+    let before = address(&svc);
+    assert!(kos_sim::octavia::force_lb_error(
+        &mut c.sim.app().cloud(),
+        &old
+    ));
+    lbs.invalidate_snapshot();
+    let passes = converge(&lbs, &mut svc, &nodes(2)).await;
+    assert!(
+        passes.iter().any(|o| o.has_event(reasons::IN_ERROR)),
+        "{:#?}",
+        all_events(&passes)
+    );
+    let new = lb_id(&svc);
+    assert_ne!(old, new);
+    assert!(c.lb(&old).await.is_none(), "the broken one is gone");
+    let named: Vec<_> = c
+        .lbs()
+        .await
+        .into_iter()
+        .filter(|l| l.name == "kube_service_test_default_web")
+        .collect();
+    assert_eq!(named.len(), 1);
+    assert_eq!(address(&svc), before, "the floating IP moved over");
+    assert_eq!(c.fips().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_409_from_octavia_is_a_requeue_and_the_service_converges() {
+    // No client-side retries, so the reconcile itself sees every 409.
+    let c = cloud_with(SimConfig::fast(), RetryPolicy::none()).await;
+    let lbs = c.controller_with(c.session.clone(), settings("test"), "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    let id = lb_id(&svc);
+    c.sim
+        .app()
+        .fault_engine()
+        .add(FaultRule {
+            id: None,
+            method: Some("PUT".into()),
+            path: "/members$".into(),
+            status: 409,
+            probability: 1.0,
+            count: Some(2),
+            skip: 0,
+            retry_after: None,
+            after_side_effect: false,
+            message: Some(format!(
+                "Load Balancer {id} is immutable and cannot be updated."
+            )),
+        })
+        .expect("fault");
+    let start = c.seq();
+    let passes = converge(&lbs, &mut svc, &nodes(2)).await;
+    let log = c.log_since(start);
+    assert_eq!(conflicts(&log), 2);
+    let busy: Vec<&Outcome> = passes
+        .iter()
+        .filter(|o| o.writes.is_empty() && !o.converged)
+        .collect();
+    assert!(busy.len() >= 2, "each 409 was a requeue: {passes:#?}");
+    assert!(
+        busy.iter()
+            .all(|o| o.requeue_after.is_some() && o.warnings().count() == 0)
+    );
+    let pool = c.listeners(&id).await[0]
+        .default_pool_id
+        .clone()
+        .expect("pool");
+    assert_eq!(c.members(&pool).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_pending_load_balancer_is_requeued_without_a_write() {
+    // Creates take ten minutes of real time here: every pass after the create sees
+    // PENDING_CREATE, however slow the machine.
+    let mut cfg = SimConfig::fast();
+    cfg.latency.lb_create_secs = 600_000.0;
+    let c = cloud_with(cfg, RetryPolicy::fast()).await;
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    let first = lbs.ensure_service(&svc, &nodes(1)).await.expect("create");
+    apply(&mut svc, &first);
+    assert!(
+        first
+            .writes
+            .iter()
+            .any(|w| w.starts_with("create load balancer"))
+    );
+    let start = c.seq();
+    for _ in 0..3 {
+        let o = lbs.ensure_service(&svc, &nodes(2)).await.expect("pass");
+        assert!(o.requeue_after.is_some() && !o.converged, "{o:#?}");
+        assert!(o.status.is_none(), "no address is reported before ACTIVE");
+    }
+    let log = c.log_since(start);
+    assert!(writes(&log).is_empty(), "{:?}", writes(&log));
+    // Each pass looked again (the snapshot is not reused while the load balancer is pending).
+    assert_eq!(count(&log, "GET", "/lbaas/loadbalancers"), 3);
+}
+
+#[tokio::test]
+async fn drift_is_put_back() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "create-monitor = true\n");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    spec(&mut svc).load_balancer_source_ranges = Some(vec!["203.0.113.0/24".into()]);
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let id = lb_id(&svc);
+    let fip = address(&svc);
+    let api = c.session.load_balancer();
+    let listener = c.listeners(&id).await.remove(0);
+    let pool_id = listener.default_pool_id.clone().expect("pool");
+
+    // A pool setting.
+    api.update_pool(
+        &pool_id,
+        &PoolUpdate {
+            lb_algorithm: Some(LbAlgorithm::LeastConnections),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("drift pool");
+    c.wait_active(&id).await;
+    lbs.invalidate_snapshot();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    assert_eq!(c.pool(&pool_id).await.lb_algorithm, LbAlgorithm::RoundRobin);
+
+    // A member removed, another one's weight changed.
+    let members = c.members(&pool_id).await;
+    api.delete_member(&pool_id, &members[0].id)
+        .await
+        .expect("drift member");
+    c.wait_active(&id).await;
+    lbs.invalidate_snapshot();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    assert_eq!(c.members(&pool_id).await.len(), 2);
+
+    // A listener setting.
+    api.update_listener(
+        &listener.id,
+        &ListenerUpdate {
+            allowed_cidrs: Some(vec![]),
+            connection_limit: Some(5),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("drift listener");
+    c.wait_active(&id).await;
+    lbs.invalidate_snapshot();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let l = &c.listeners(&id).await[0];
+    assert_eq!(l.allowed_cidrs, vec!["203.0.113.0/24"]);
+    assert_eq!(l.connection_limit, Some(-1));
+
+    // A health monitor setting.
+    let pool = c.pool(&pool_id).await;
+    api.update_health_monitor(
+        pool.healthmonitor_id.as_deref().expect("monitor"),
+        &kos_cloud::model::load_balancer::HealthMonitorUpdate {
+            delay: Some(30),
+            max_retries: Some(7),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("drift monitor settings");
+    c.wait_active(&id).await;
+    lbs.invalidate_snapshot();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let m = c.monitor(&c.pool(&pool_id).await).await.expect("monitor");
+    assert_eq!((m.delay, m.max_retries), (5, 1));
+
+    // The health monitor deleted.
+    let pool = c.pool(&pool_id).await;
+    api.delete_health_monitor(pool.healthmonitor_id.as_deref().expect("monitor"))
+        .await
+        .expect("drift monitor");
+    c.wait_active(&id).await;
+    lbs.invalidate_snapshot();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    assert!(c.monitor(&c.pool(&pool_id).await).await.is_some());
+
+    // The whole listener (and its pool) deleted.
+    api.delete_pool(&pool_id).await.expect("drift pool delete");
+    c.wait_active(&id).await;
+    api.delete_listener(&listener.id)
+        .await
+        .expect("drift listener delete");
+    c.wait_active(&id).await;
+    lbs.invalidate_snapshot();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let l = &c.listeners(&id).await[0];
+    let pool = c.pool(l.default_pool_id.as_deref().expect("pool")).await;
+    assert_eq!(c.members(&pool.id).await.len(), 2);
+    assert!(c.monitor(&pool).await.is_some());
+
+    // The floating IP detached: the same one comes back.
+    let f = c.fips().await.remove(0);
+    c.session
+        .network()
+        .disassociate_floating_ip(&f.id)
+        .await
+        .expect("drift fip");
+    lbs.invalidate_snapshot();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    assert_eq!(address(&svc), fip);
+    let lb = c.lb(&id).await.expect("lb");
+    assert_eq!(c.fips().await[0].port_id, lb.vip_port_id);
+
+    // The floating IP deleted: a new one, and the status follows.
+    c.session
+        .network()
+        .delete_floating_ip(&f.id)
+        .await
+        .expect("drift fip delete");
+    lbs.invalidate_snapshot();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let fips = c.fips().await;
+    assert_eq!(fips.len(), 1);
+    assert_eq!(address(&svc), fips[0].floating_ip_address);
+}
+
+#[tokio::test]
+async fn two_clusters_in_one_project_never_touch_each_others_load_balancers() {
+    // Upstream #2241 and #3102: same Service in two clusters of one project.
+    let c = cloud().await;
+    let id_settings = |cluster: &str, id: &str| LbSettings {
+        cluster_id: Some(id.into()),
+        ..settings(cluster)
+    };
+    // Two clusters that even share the default name, told apart by their ids, and a third.
+    let a = c.controller_with(c.session.clone(), id_settings("kubernetes", "uid-a"), "");
+    let b = c.controller_with(c.session.clone(), id_settings("kubernetes", "uid-b"), "");
+    let other = c.controller_with(c.session.clone(), id_settings("staging", "uid-c"), "");
+    let mut svc_a = service("web", &[("TCP", 80, 30080)]);
+    let mut svc_b = service("web", &[("TCP", 80, 31080)]);
+    converge(&a, &mut svc_a, &nodes(2)).await;
+    converge(&b, &mut svc_b, &[node("b-1", "10.10.0.99")]).await;
+    let (lb_a, lb_b) = (lb_id(&svc_a), lb_id(&svc_b));
+    assert_ne!(lb_a, lb_b, "each cluster made its own");
+    assert!(
+        c.lb(&lb_b)
+            .await
+            .expect("b")
+            .tags
+            .contains(&"kos-cluster-id=uid-b".to_owned())
+    );
+
+    // Resyncs of A do not write anything, B's load balancer included.
+    let start = c.seq();
+    a.invalidate_snapshot();
+    converge(&a, &mut svc_a, &nodes(2)).await;
+    assert!(writes(&c.log_since(start)).is_empty());
+
+    // A Service of a third cluster pointed at A's load balancer: a warning, no write.
+    let mut stray = service("stray", &[("TCP", 9000, 30900)]);
+    annotate(&mut stray, a::LOAD_BALANCER_ID, &lb_a);
+    let start = c.seq();
+    let o = other
+        .ensure_service(&stray, &nodes(1))
+        .await
+        .expect("ensure");
+    assert!(o.has_event(reasons::FOREIGN), "{:#?}", o.events);
+    assert!(writes(&c.log_since(start)).is_empty());
+    let o = other.ensure_service_deleted(&stray).await.expect("delete");
+    assert!(o.converged && o.writes.is_empty());
+
+    // Deleting in A leaves B's load balancer, members and floating IP alone.
+    let b_fip = address(&svc_b);
+    delete(&a, &svc_a).await;
+    assert!(c.lb(&lb_a).await.is_none());
+    let pool = c.listeners(&lb_b).await[0]
+        .default_pool_id
+        .clone()
+        .expect("pool");
+    assert_eq!(c.members(&pool).await[0].address, "10.10.0.99");
+    assert!(
+        c.fips()
+            .await
+            .iter()
+            .any(|f| f.floating_ip_address == b_fip)
+    );
+    let start = c.seq();
+    b.invalidate_snapshot();
+    converge(&b, &mut svc_b, &[node("b-1", "10.10.0.99")]).await;
+    assert!(writes(&c.log_since(start)).is_empty());
+}
+
+#[tokio::test]
+async fn a_no_op_resync_makes_no_writes_and_one_list_per_resource_type() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "create-monitor = true\n");
+    let mut services: Vec<Service> = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let base = 30000 + 10 * i32::try_from(i).expect("small");
+            service(n, &[("TCP", 80, base), ("UDP", 53, base + 1)])
+        })
+        .collect();
+    let ns = nodes(3);
+    // Converge all three in parallel, as --concurrent-service-syncs workers would.
+    let lbs_ref = &lbs;
+    let ns_ref = &ns;
+    futures::future::join_all(
+        services
+            .iter_mut()
+            .map(|s| async move { converge(lbs_ref, s, ns_ref).await }),
+    )
+    .await;
+
+    let start = c.seq();
+    let observed = lbs.observe().await.expect("observe");
+    for s in &services {
+        let o = lbs.ensure(s, &ns, &observed).await.expect("resync");
+        assert!(o.converged && o.writes.is_empty(), "{:#?}", o);
+        assert!(o.warnings().count() == 0, "{:#?}", o.events);
+    }
+    let log = c.log_since(start);
+    assert!(writes(&log).is_empty(), "{:?}", writes(&log));
+    let gets: Vec<&str> = log
+        .iter()
+        .filter(|e| e.method == "GET")
+        .map(|e| e.operation.as_str())
+        .collect();
+    assert_eq!(gets.len(), 5, "{gets:#?}");
+    for suffix in [
+        "/lbaas/loadbalancers",
+        "/lbaas/listeners",
+        "/lbaas/pools",
+        "/lbaas/healthmonitors",
+        "/floatingips",
+    ] {
+        assert_eq!(
+            gets.iter().filter(|g| g.ends_with(suffix)).count(),
+            1,
+            "{suffix}: {gets:#?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn load_balancer_ip_reuses_a_floating_ip_of_the_project_and_never_deletes_it() {
+    let c = cloud().await;
+    let mine = c
+        .session
+        .network()
+        .create_floating_ip(&FloatingIpCreate {
+            floating_network_id: c.public.clone(),
+            description: Some("reserved for web".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("fip");
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    spec(&mut svc).load_balancer_ip = Some(mine.floating_ip_address.clone());
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    assert_eq!(address(&svc), mine.floating_ip_address);
+    assert_eq!(c.fips().await.len(), 1, "no new floating IP");
+    delete(&lbs, &svc).await;
+    let fips = c.fips().await;
+    assert_eq!(fips.len(), 1, "a user's floating IP is never deleted");
+    assert_eq!(fips[0].id, mine.id);
+
+    // An address that is not a floating IP of the project: Neutron's policy refuses to make it.
+    let mut other = service("other", &[("TCP", 80, 30081)]);
+    spec(&mut other).load_balancer_ip = Some("172.24.4.200".into());
+    let mut saw = None;
+    for _ in 0..200 {
+        let o = lbs.ensure_service(&other, &nodes(1)).await.expect("ensure");
+        apply(&mut other, &o);
+        if let Some(w) = o
+            .warnings()
+            .find(|w| w.reason == reasons::FLOATING_IP_FAILED)
+        {
+            saw = Some(w.note.clone());
+            break;
+        }
+        tokio::time::sleep(o.requeue_after.unwrap_or(Duration::from_millis(10))).await;
+    }
+    let note = saw.expect("a warning about the address");
+    assert!(note.contains("only admins choose the address"), "{note}");
+}
+
+#[tokio::test]
+async fn keep_floatingip_keeps_the_address_after_the_service_is_deleted() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    annotate(&mut svc, a::KEEP_FLOATING_IP, "true");
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    let kept = address(&svc);
+    delete(&lbs, &svc).await;
+    assert!(c.lbs().await.is_empty());
+    let fips = c.fips().await;
+    assert_eq!(fips.len(), 1);
+    assert_eq!(fips[0].floating_ip_address, kept);
+    assert_eq!(fips[0].port_id, None);
+}
+
+#[tokio::test]
+async fn a_load_balancer_made_by_the_upstream_ccm_is_adopted_not_recreated() {
+    // What the upstream CCM leaves: its name, its one tag, an untagged listener (pre-tag era).
+    let c = cloud().await;
+    let api = c.session.load_balancer();
+    let name = "kube_service_test_default_web";
+    let mut req = LoadBalancerCreate::new(name, Vip::Subnet(c.subnet.clone()));
+    req.tags = vec![name.into()];
+    let lb = api.create_load_balancer(&req).await.expect("upstream LB");
+    c.wait_active(&lb.id).await;
+    let l = api
+        .create_listener(&ListenerCreate::new(
+            &lb.id,
+            format!("listener_0_{name}"),
+            Protocol::Tcp,
+            80,
+        ))
+        .await
+        .expect("listener");
+    c.wait_active(&lb.id).await;
+    let p = api
+        .create_pool(&PoolCreate::new(
+            PoolParent::Listener(l.id.clone()),
+            format!("pool_0_{name}"),
+            Protocol::Tcp,
+            LbAlgorithm::RoundRobin,
+        ))
+        .await
+        .expect("pool");
+    c.wait_active(&lb.id).await;
+    api.replace_members(
+        &p.id,
+        &[MemberSpec {
+            name: "node-1".into(),
+            ..MemberSpec::new("10.10.0.11", 30080)
+        }],
+    )
+    .await
+    .expect("members");
+    c.wait_active(&lb.id).await;
+
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    let start = c.seq();
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    let log = c.log_since(start);
+    assert_eq!(lb_id(&svc), lb.id, "adopted");
+    assert_eq!(count(&log, "POST", "/lbaas/loadbalancers"), 0);
+    assert_eq!(c.listeners(&lb.id).await[0].id, l.id, "its listener kept");
+    let tags = c.lb(&lb.id).await.expect("lb").tags;
+    assert!(tags.contains(&"kos-cluster=test".to_owned()), "{tags:?}");
+}
+
+#[tokio::test]
+async fn services_that_are_not_ours_cost_nothing() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut classed = service("classed", &[("TCP", 80, 30080)]);
+    spec(&mut classed).load_balancer_class = Some("example.com/other".into());
+    let mut cluster_ip = service("plain", &[("TCP", 80, 30080)]);
+    spec(&mut cluster_ip).type_ = Some("ClusterIP".into());
+    let mut bad = service("bad", &[("TCP", 80, 30080)]);
+    annotate(&mut bad, a::TIMEOUT_CLIENT_DATA, "5s");
+    let start = c.seq();
+    let observed = kos_ccm::lb::Observed::empty();
+    for s in [&classed, &cluster_ip] {
+        let o = lbs.ensure(s, &nodes(1), &observed).await.expect("ensure");
+        assert!(o.converged && o.events.is_empty() && o.status.is_none());
+    }
+    let o = lbs
+        .ensure(&bad, &nodes(1), &observed)
+        .await
+        .expect("ensure");
+    let w: Vec<_> = o.warnings().collect();
+    assert_eq!(w.len(), 1);
+    assert!(w[0].note.contains("timeout-client-data"), "{}", w[0].note);
+    assert!(!o.converged && o.requeue_after.is_none());
+    assert!(c.log_since(start).is_empty(), "not a single call");
+}
+
+#[tokio::test]
+async fn a_serial_provider_gets_its_children_one_call_at_a_time() {
+    let c = cloud().await;
+    let lbs = c.controller(
+        "test",
+        "provider-requires-serial-api-calls = true\ncreate-monitor = true\n",
+    );
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    let start = c.seq();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let log = c.log_since(start);
+    assert_eq!(count(&log, "POST", "/lbaas/loadbalancers"), 1);
+    assert_eq!(count(&log, "POST", "/lbaas/listeners"), 1);
+    assert_eq!(count(&log, "POST", "/lbaas/pools"), 1);
+    assert_eq!(count(&log, "POST", "/members"), 2, "{:?}", writes(&log));
+    assert_eq!(count(&log, "PUT", "/members"), 0, "no batch update");
+    assert_eq!(count(&log, "POST", "/lbaas/healthmonitors"), 1);
+    assert_eq!(conflicts(&log), 0);
+
+    // A node leaves: one member DELETE.
+    let start = c.seq();
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    let log = c.log_since(start);
+    assert_eq!(writes(&log).len(), 1, "{:?}", writes(&log));
+    assert_eq!(count(&log, "DELETE", "/members/{id}"), 1);
+}
+
+#[tokio::test]
+async fn without_a_configured_subnet_the_vip_goes_to_the_nodes_subnet() {
+    let c = cloud().await;
+    let cfg = Arc::new(
+        CloudConfig::parse(
+            "cloud.conf",
+            &format!("{AUTH}[LoadBalancer]\nfloating-network-id = {}\n", c.public),
+        )
+        .expect("cloud.conf")
+        .config,
+    );
+    let lbs = LoadBalancers::new(c.session.clone(), cfg, settings("test"));
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let lb = c.lb(&lb_id(&svc)).await.expect("lb");
+    assert_eq!(lb.vip_subnet_id.as_deref(), Some(c.subnet.as_str()));
+    let pool = c.listeners(&lb.id).await[0]
+        .default_pool_id
+        .clone()
+        .expect("pool");
+    assert_eq!(
+        c.members(&pool).await[0].subnet_id.as_deref(),
+        Some(c.subnet.as_str()),
+        "members default to the VIP subnet"
+    );
+}
+
+#[tokio::test]
+async fn a_class_selects_the_floating_subnet_by_name_pattern() {
+    let c = cloud().await;
+    let lbs = c.controller(
+        "test",
+        "[LoadBalancerClass \"public\"]\nfloating-subnet = public-*\n\
+         [LoadBalancerClass \"nowhere\"]\nfloating-subnet = private-*\n",
+    );
+    let mut good = service("good", &[("TCP", 80, 30080)]);
+    annotate(&mut good, a::CLASS, "public");
+    converge(&lbs, &mut good, &nodes(1)).await;
+    assert!(address(&good).starts_with("172.24.4."));
+
+    let mut bad = service("bad", &[("TCP", 80, 30081)]);
+    annotate(&mut bad, a::CLASS, "nowhere");
+    let mut note = None;
+    for _ in 0..200 {
+        let o = lbs.ensure_service(&bad, &nodes(1)).await.expect("ensure");
+        apply(&mut bad, &o);
+        if let Some(w) = o
+            .warnings()
+            .find(|w| w.reason == reasons::FLOATING_IP_FAILED)
+        {
+            note = Some(w.note.clone());
+            break;
+        }
+        tokio::time::sleep(o.requeue_after.unwrap_or(Duration::from_millis(10))).await;
+    }
+    let note = note.expect("a warning about the floating subnet");
+    assert!(note.contains("no subnet of floating network"), "{note}");
+}
+
+#[tokio::test]
+async fn create_only_settings_go_into_the_create_and_changes_are_warned_about() {
+    let c = cloud().await;
+    let flavor = c
+        .session
+        .load_balancer()
+        .list_flavors()
+        .await
+        .expect("flavors")
+        .remove(0);
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    annotate(&mut svc, a::FLAVOR_ID, &flavor.id);
+    annotate(&mut svc, a::AVAILABILITY_ZONE, "az-1");
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    let lb = c.lb(&lb_id(&svc)).await.expect("lb");
+    assert_eq!(lb.flavor_id.as_deref(), Some(flavor.id.as_str()));
+    assert_eq!(lb.availability_zone.as_deref(), Some("az-1"));
+
+    annotate(&mut svc, a::AVAILABILITY_ZONE, "az-2");
+    let start = c.seq();
+    let passes = converge(&lbs, &mut svc, &nodes(1)).await;
+    assert!(
+        passes.iter().any(|o| o.has_event(reasons::IMMUTABLE)),
+        "{:#?}",
+        all_events(&passes)
+    );
+    assert!(writes(&c.log_since(start)).is_empty());
+}
+
+#[tokio::test]
+async fn a_service_with_bad_annotations_can_still_be_deleted() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    annotate(&mut svc, a::TIMEOUT_CLIENT_DATA, "forever");
+    annotate(&mut svc, a::INTERNAL, "maybe");
+    let o = lbs.ensure_service(&svc, &nodes(1)).await.expect("ensure");
+    assert!(o.has_event(reasons::INVALID) && o.writes.is_empty());
+    delete(&lbs, &svc).await;
+    assert!(c.lbs().await.is_empty());
+    assert!(c.fips().await.is_empty());
+}
+
+#[tokio::test]
+async fn the_vip_goes_on_the_port_or_network_the_annotations_name() {
+    let c = cloud().await;
+    let net = c.session.network();
+    let network = net
+        .get_subnet(&c.subnet)
+        .await
+        .expect("subnet")
+        .expect("exists")
+        .network_id;
+    let port = net
+        .create_port(&kos_cloud::model::network::PortCreate::new(
+            &network, "my-vip",
+        ))
+        .await
+        .expect("port");
+    let lbs = c.controller("test", "");
+    let mut on_port = service("on-port", &[("TCP", 80, 30080)]);
+    annotate(&mut on_port, a::PORT_ID, &port.id);
+    let passes = converge(&lbs, &mut on_port, &nodes(1)).await;
+    let lb = c.lb(&lb_id(&on_port)).await.expect("lb");
+    assert_eq!(lb.vip_port_id.as_deref(), Some(port.id.as_str()));
+    assert!(
+        all_events(&passes)
+            .iter()
+            .any(|(r, n)| *r == reasons::IGNORED && n.contains("port-id")),
+        "the configured subnet-id is not used for the VIP, and the user hears it"
+    );
+    let fips = c.fips().await;
+    assert_eq!(fips[0].port_id.as_deref(), Some(port.id.as_str()));
+
+    let mut on_net = service("on-net", &[("TCP", 80, 30081)]);
+    annotate(&mut on_net, a::NETWORK_ID, &network);
+    let lbs_no_subnet = LoadBalancers::new(
+        c.session.clone(),
+        Arc::new(
+            CloudConfig::parse(
+                "cloud.conf",
+                &format!("{AUTH}[LoadBalancer]\nfloating-network-id = {}\n", c.public),
+            )
+            .expect("cloud.conf")
+            .config,
+        ),
+        settings("test"),
+    );
+    converge(&lbs_no_subnet, &mut on_net, &nodes(1)).await;
+    let lb = c.lb(&lb_id(&on_net)).await.expect("lb");
+    assert_eq!(lb.vip_network_id.as_deref(), Some(network.as_str()));
+}

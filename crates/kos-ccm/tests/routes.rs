@@ -1,0 +1,214 @@
+//! The route controller's pass against an in-process kos-sim: pod-CIDR routes on the router and
+//! allowed address pairs on the nodes' ports; nothing written when nothing changed; routes of
+//! nodes that left removed; routes outside the cluster CIDR never touched.
+
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
+use kos_ccm::route::{Routes, check, host_route};
+use kos_cloud::model::network::{
+    FixedIpRequest, HostRoute, NetworkCreate, PortCreate, RouterCreate, SubnetCreate,
+};
+use kos_cloud::{CloudProfile, Env, RetryPolicy, ServiceKind, Session};
+use kos_sim::{Sim, SimConfig};
+
+struct Cloud {
+    _sim: Sim,
+    session: Session,
+    router: String,
+    ports: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+/// A network 10.0.0.0/24 on a router, and three node ports 10.0.0.11-13.
+async fn cloud() -> Cloud {
+    let sim = Sim::start(SimConfig::fast()).await.expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clouds = dir.path().join("clouds.yaml");
+    std::fs::write(&clouds, sim.clouds_yaml("sim")).expect("clouds.yaml");
+    let env = Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.path().join("no-etc"));
+    let profile = CloudProfile::load(&env, Some("sim"), Some(&clouds)).expect("profile");
+    let session = Session::connect(&profile)
+        .await
+        .expect("connect")
+        .with_retry_policy(RetryPolicy::fast());
+    let net = session.network();
+    let n = net
+        .create_network(&NetworkCreate {
+            name: "nodes".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("network");
+    let s = net
+        .create_subnet(&SubnetCreate::new(&n.id, "nodes", "10.0.0.0/24"))
+        .await
+        .expect("subnet");
+    let r = net
+        .create_router(&RouterCreate {
+            name: "r".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("router");
+    net.add_router_interface(&r.id, &s.id)
+        .await
+        .expect("interface");
+    let mut ports = Vec::new();
+    for i in 11..=13 {
+        let p = net
+            .create_port(&PortCreate {
+                network_id: n.id.clone(),
+                name: format!("node-{i}"),
+                fixed_ips: vec![FixedIpRequest::Address {
+                    subnet_id: s.id.clone(),
+                    ip_address: format!("10.0.0.{i}"),
+                }],
+                ..Default::default()
+            })
+            .await
+            .expect("port");
+        ports.push(p.id);
+    }
+    Cloud {
+        _sim: sim,
+        session,
+        router: r.id,
+        ports,
+        _dir: dir,
+    }
+}
+
+fn node(name: &str, pod_cidr: &str, ip: &str) -> Node {
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    n.spec = Some(NodeSpec {
+        pod_cidr: Some(pod_cidr.into()),
+        pod_cidrs: Some(vec![pod_cidr.into()]),
+        ..Default::default()
+    });
+    n.status = Some(NodeStatus {
+        addresses: Some(vec![
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: ip.into(),
+            },
+            NodeAddress {
+                type_: "Hostname".into(),
+                address: name.into(),
+            },
+        ]),
+        ..Default::default()
+    });
+    n
+}
+
+fn route(d: &str, n: &str) -> HostRoute {
+    host_route(d.parse().expect("destination"), n.parse().expect("nexthop"))
+}
+
+async fn router_routes(c: &Cloud) -> Vec<HostRoute> {
+    let mut r = c
+        .session
+        .network()
+        .get_router(&c.router)
+        .await
+        .expect("get")
+        .expect("router")
+        .routes;
+    r.sort_by(|a, b| a.destination.cmp(&b.destination));
+    r
+}
+
+async fn pairs(c: &Cloud, i: usize) -> Vec<String> {
+    c.session
+        .network()
+        .get_port(&c.ports[i])
+        .await
+        .expect("get")
+        .expect("port")
+        .allowed_address_pairs
+        .into_iter()
+        .map(|a| a.ip_address)
+        .collect()
+}
+
+fn writes(session: &Session) -> u64 {
+    let c = session.counters();
+    c.by_operation
+        .iter()
+        .filter(|((s, op), _)| {
+            *s == ServiceKind::Network
+                && (op.ends_with(".update")
+                    || op.ends_with("_extraroutes")
+                    || op.ends_with(".create")
+                    || op.ends_with(".delete"))
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[tokio::test]
+async fn routes_follow_the_nodes_and_leave_foreign_routes_alone() {
+    let c = cloud().await;
+    let net = c.session.network();
+    // Someone else's route, outside the cluster CIDR (its nexthop is on the router's subnet).
+    net.set_router_routes(&c.router, &[route("192.168.50.0/24", "10.0.0.200")])
+        .await
+        .expect("foreign route");
+    check(&c.session, &c.router).await.expect("router usable");
+    let routes = Routes {
+        router_id: c.router.clone(),
+        cluster_cidr: "10.244.0.0/16".parse().expect("cidr"),
+    };
+    let nodes = vec![
+        node("a", "10.244.1.0/24", "10.0.0.11"),
+        node("b", "10.244.2.0/24", "10.0.0.12"),
+    ];
+    let report = routes.sync(&c.session, &nodes).await.expect("first pass");
+    assert_eq!(report.routed, ["a", "b"]);
+    assert_eq!(
+        router_routes(&c).await,
+        [
+            route("10.244.1.0/24", "10.0.0.11"),
+            route("10.244.2.0/24", "10.0.0.12"),
+            route("192.168.50.0/24", "10.0.0.200"),
+        ]
+    );
+    assert_eq!(pairs(&c, 0).await, ["10.244.1.0/24"]);
+    assert_eq!(pairs(&c, 1).await, ["10.244.2.0/24"]);
+    assert!(pairs(&c, 2).await.is_empty());
+
+    // Nothing changed: nothing written.
+    let before = writes(&c.session);
+    let report = routes.sync(&c.session, &nodes).await.expect("no-op pass");
+    assert!(report.plan.is_empty(), "{:?}", report.plan);
+    assert_eq!(writes(&c.session), before);
+
+    // Node b leaves, c joins.
+    let nodes = vec![
+        node("a", "10.244.1.0/24", "10.0.0.11"),
+        node("c", "10.244.3.0/24", "10.0.0.13"),
+    ];
+    routes.sync(&c.session, &nodes).await.expect("third pass");
+    assert_eq!(
+        router_routes(&c).await,
+        [
+            route("10.244.1.0/24", "10.0.0.11"),
+            route("10.244.3.0/24", "10.0.0.13"),
+            route("192.168.50.0/24", "10.0.0.200"),
+        ]
+    );
+    assert!(
+        pairs(&c, 1).await.is_empty(),
+        "b's pod CIDR is no longer allowed"
+    );
+    assert_eq!(pairs(&c, 2).await, ["10.244.3.0/24"]);
+}
+
+#[tokio::test]
+async fn a_wrong_router_id_is_reported_with_its_fix() {
+    let c = cloud().await;
+    let e = check(&c.session, "00000000-0000-0000-0000-000000000000")
+        .await
+        .expect_err("no such router");
+    assert!(e.to_string().contains("fix [Route] router-id"), "{e}");
+}

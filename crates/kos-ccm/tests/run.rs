@@ -1,0 +1,296 @@
+//! `kos-ccm` as the binary runs it (`kos_ccm::run::run` with parsed flags): cloud.conf and a
+//! kubeconfig on disk, kos-sim as OpenStack, kos-kube-fake as Kubernetes. A run initialises
+//! nodes, serves `/healthz` and `/metrics` under the upstream metric names, holds the Lease and
+//! releases it on SIGTERM; with two replicas, only one leads and the other takes over when it
+//! stops. Every check polls with a generous deadline; nothing is timed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, NodeStatus, Taint};
+use kos_ccm::options::RunArgs;
+use kos_cloud::model::compute::{Boot, Nic, ServerCreate};
+use kos_cloud::model::image::ImageFilter;
+use kos_cloud::model::network::{NetworkCreate, SubnetCreate};
+use kos_cloud::{CloudProfile, Env, Session};
+use kos_kube_fake::FakeKube;
+use kos_sim::{Sim, SimConfig};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+struct World {
+    sim: Sim,
+    fake: FakeKube,
+    dir: tempfile::TempDir,
+    env: Env,
+}
+
+async fn world() -> R<World> {
+    let sim = Sim::start(SimConfig::fast()).await?;
+    let fake = FakeKube::start().await?;
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("kube-system".into());
+    fake.insert(&ns)?;
+    let dir = tempfile::tempdir()?;
+    let c = sim.config();
+    std::fs::write(
+        dir.path().join("cloud.conf"),
+        format!(
+            "[Global]\nauth-url = {}\nusername = {}\npassword = {}\ntenant-name = {}\ndomain-name = Default\nregion = {}\n",
+            sim.auth_url(),
+            c.username,
+            c.password,
+            c.project,
+            c.region
+        ),
+    )?;
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\nusers:\n- name: fake\n  user: {{}}\ncurrent-context: fake\n",
+            fake.url()
+        ),
+    )?;
+    let env = Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.path().join("no-etc"));
+    Ok(World {
+        sim,
+        fake,
+        dir,
+        env,
+    })
+}
+
+fn flags(dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut v = vec![
+        "kos-ccm".to_owned(),
+        format!("--cloud-config={}", dir.join("cloud.conf").display()),
+        format!("--kubeconfig={}", dir.join("kubeconfig").display()),
+        "--cluster-name=prod".to_owned(),
+        "--controllers=cloud-node,cloud-node-lifecycle".to_owned(),
+        "--node-status-update-frequency=1s".to_owned(),
+        "--node-monitor-period=500ms".to_owned(),
+    ];
+    v.extend(extra.iter().map(|s| (*s).to_owned()));
+    v
+}
+
+/// A run in a task, and its SIGTERM (send, or drop the sender).
+type Running = (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), kos_ccm::run::RunError>>,
+);
+
+fn start(w: &World, extra: &[&str]) -> R<Running> {
+    let opts = Cli::try_parse_from(flags(w.dir.path(), extra))?
+        .run
+        .check()?;
+    let env = w.env.clone();
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        kos_ccm::run::run(opts, &env, async {
+            let _ = rx.await;
+        })
+        .await
+    });
+    Ok((tx, task))
+}
+
+async fn wait_for<T>(what: &str, mut check: impl FnMut() -> R<Option<T>>) -> R<T> {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = check()? {
+            return Ok(v);
+        }
+        if Instant::now() > end {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An ACTIVE server named `name` on a fresh network.
+async fn server(w: &World, name: &str) -> R<String> {
+    let clouds = w.dir.path().join("clouds.yaml");
+    std::fs::write(&clouds, w.sim.clouds_yaml("sim"))?;
+    let profile = CloudProfile::load(&w.env, Some("sim"), Some(&clouds))?;
+    let s = Session::connect(&profile).await?;
+    let net = s
+        .network()
+        .create_network(&NetworkCreate {
+            name: format!("{name}-net"),
+            ..Default::default()
+        })
+        .await?;
+    s.network()
+        .create_subnet(&SubnetCreate::new(
+            &net.id,
+            format!("{name}-subnet"),
+            "10.1.0.0/24",
+        ))
+        .await?;
+    let flavor = s
+        .compute()
+        .list_flavors()
+        .await?
+        .into_iter()
+        .min_by_key(|f| (f.ram, f.vcpus))
+        .ok_or("no flavor")?;
+    let image = s
+        .image()
+        .list_images(&ImageFilter::default())
+        .await?
+        .into_iter()
+        .next()
+        .ok_or("no image")?;
+    let mut req = ServerCreate::new(name, &flavor.id, Boot::Image(image.id));
+    req.nics = vec![Nic::Network {
+        id: net.id,
+        fixed_ip: None,
+    }];
+    let created = s.compute().create_server(&req).await?;
+    s.compute()
+        .wait_for_server_active(&created.id, Instant::now() + DEADLINE)
+        .await?;
+    Ok(created.id)
+}
+
+/// A Node as kubelet `--cloud-provider=external` registers it.
+fn kubelet_node(name: &str) -> Node {
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    n.spec = Some(NodeSpec {
+        taints: Some(vec![Taint {
+            key: UNINITIALIZED.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    n.status = Some(NodeStatus::default());
+    n
+}
+
+fn initialised(fake: &FakeKube, name: &str) -> R<Option<Node>> {
+    Ok(fake.get::<Node>(None, name)?.filter(|n| {
+        let tainted = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED));
+        !tainted && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some())
+    }))
+}
+
+fn holder(fake: &FakeKube) -> R<Option<String>> {
+    Ok(fake
+        .get::<Lease>(Some("kube-system"), "cloud-controller-manager")?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty()))
+}
+
+fn free_port() -> R<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+#[tokio::test]
+async fn a_run_initialises_nodes_serves_metrics_and_releases_its_lease() -> R {
+    let w = world().await?;
+    let id = server(&w, "node-a").await?;
+    w.fake.insert(&kubelet_node("node-a"))?;
+    let port = free_port()?.to_string();
+    let (stop, task) = start(
+        &w,
+        &["--bind-address=127.0.0.1", &format!("--secure-port={port}")],
+    )?;
+    let node = wait_for("node-a initialised", || initialised(&w.fake, "node-a")).await?;
+    assert_eq!(
+        node.spec.and_then(|s| s.provider_id),
+        Some(format!("openstack:///{id}"))
+    );
+    let held_by = wait_for("the Lease held", || holder(&w.fake)).await?;
+    assert!(!held_by.is_empty());
+
+    let base = format!("http://127.0.0.1:{port}");
+    assert_eq!(reqwest::get(format!("{base}/healthz")).await?.status(), 200);
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await?
+        .text()
+        .await?;
+    assert!(
+        metrics.contains("openstack_api_requests_total{request=\"server_get\"}")
+            || metrics.contains("openstack_api_requests_total{request=\"server_list\"}"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains(&w.sim.config().password),
+        "no secret in metrics"
+    );
+
+    // SIGTERM: a clean stop that releases the Lease for the next replica.
+    let _ = stop.send(());
+    let result = tokio::time::timeout(DEADLINE, task).await??;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(holder(&w.fake)?, None, "the Lease is released on shutdown");
+    Ok(())
+}
+
+#[tokio::test]
+async fn leadership_hands_over_when_the_leader_stops() -> R {
+    let w = world().await?;
+    let le = [
+        "--secure-port=0",
+        "--leader-elect-lease-duration=3s",
+        "--leader-elect-renew-deadline=2s",
+    ];
+    let (stop_a, task_a) = start(&w, &le)?;
+    let first = wait_for("a leader", || holder(&w.fake)).await?;
+    let (stop_b, task_b) = start(&w, &le)?;
+    // The first leader keeps the Lease while it runs: the second one waits.
+    w.fake.insert(&kubelet_node("node-b"))?;
+    server(&w, "node-b").await?;
+    wait_for("node-b initialised by the leader", || {
+        initialised(&w.fake, "node-b")
+    })
+    .await?;
+    assert_eq!(holder(&w.fake)?.as_deref(), Some(first.as_str()));
+
+    // The leader stops; the other replica takes the Lease and does the work from then on.
+    let _ = stop_a.send(());
+    tokio::time::timeout(DEADLINE, task_a)
+        .await??
+        .map_err(|e| e.to_string())?;
+    let second = wait_for("a new leader", || {
+        Ok(holder(&w.fake)?.filter(|h| *h != first))
+    })
+    .await?;
+    assert_ne!(second, first);
+    server(&w, "node-c").await?;
+    w.fake.insert(&kubelet_node("node-c"))?;
+    wait_for("node-c initialised by the new leader", || {
+        initialised(&w.fake, "node-c")
+    })
+    .await?;
+
+    let _ = stop_b.send(());
+    tokio::time::timeout(DEADLINE, task_b)
+        .await??
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}

@@ -1,0 +1,412 @@
+//! kos-kube-fake: an in-process fake Kubernetes API server, so controllers are tested with the real
+//! kube-rs client and runtime (`Api`, `Controller`, `watcher`, `reflector`, the event `Recorder`,
+//! kube-lease-manager) unchanged, without a kube-apiserver binary.
+//!
+//! [`FakeKube::start`] serves plain HTTP on `127.0.0.1:0` (kube-rs's rustls connector speaks
+//! `http://` URLs as is); [`FakeKube::client`] is a `kube::Client` for it. The server is generic
+//! over resource types ([`ResourceType`], [`resources::builtin`]): objects are stored as JSON, and
+//! every write bumps one global resourceVersion and wakes the watches.
+//!
+//! What it serves, per type: list (labelSelector, fieldSelector, limit/continue,
+//! resourceVersion), streaming watch (from a resourceVersion, initial events, BOOKMARKs, 410 for a
+//! compacted history), get, create (generateName), replace with optimistic concurrency, delete
+//! (finalizers, preconditions), deletecollection, JSON / merge / strategic-merge patch, server-side
+//! apply with field ownership and conflicts, the `/status` subresource, `PartialObjectMetadata`,
+//! and the discovery documents. Errors are `v1/Status` bodies with the real codes and reasons.
+//! The module docs of `store`, `patch`, `fields` and `watch` list what is simplified.
+//!
+//! For tests: [`FakeKube::insert`], [`FakeKube::get`], [`FakeKube::modify`], [`FakeKube::events`]
+//! (what controllers recorded), [`FakeKube::requests`] / [`FakeKube::writes`] (the request log) and
+//! [`FakeKube::inject`] (faults).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use k8s_openapi::api::core::v1::Node;
+//! use kos_kube_fake::FakeKube;
+//!
+//! let fake = FakeKube::start().await?;
+//! let nodes: kube::Api<Node> = kube::Api::all(fake.client()?);
+//! let mut n = Node::default();
+//! n.metadata.name = Some("n1".into());
+//! nodes.create(&Default::default(), &n).await?;
+//! assert!(fake.get::<Node>(None, "n1")?.is_some());
+//! assert_eq!(fake.writes().len(), 1);
+//! # Ok(()) }
+//! ```
+
+pub mod error;
+mod fields;
+pub mod log;
+mod patch;
+pub mod resources;
+mod selectors;
+mod server;
+mod store;
+mod validate;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use error::{ApiError, Cause, Details};
+pub use log::{Fault, PatchType, Request, Verb};
+pub use resources::{NameRule, ResourceType};
+
+use server::Shared;
+use store::{Scope, Store, WriteCtx};
+
+/// How a fake behaves.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How often a watch that allows bookmarks gets one (the real server: about a minute).
+    pub bookmark_interval: Duration,
+    /// How many changes the history keeps for watches to resume from (older: 410).
+    pub history: usize,
+    /// The served types.
+    pub resources: Vec<ResourceType>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            bookmark_interval: Duration::from_secs(5),
+            history: 10_000,
+            resources: resources::builtin(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FakeError {
+    #[error("cannot start the fake API server")]
+    Start(#[source] std::io::Error),
+    #[error("{kind} is not served by the fake: add its ResourceType to Config::resources")]
+    UnknownType { kind: String },
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("cannot convert {what} to or from JSON")]
+    Convert {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot build a kube client for the fake")]
+    Client(#[source] kube::Error),
+    #[error("cannot make a URL of the fake's address: {0}")]
+    Uri(String),
+}
+
+/// One Event a controller recorded, from `events.k8s.io/v1` or `core/v1` alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedEvent {
+    /// `events.k8s.io/v1` or `v1`.
+    pub api_version: String,
+    pub namespace: String,
+    pub name: String,
+    /// `Normal` or `Warning`.
+    pub type_: String,
+    pub reason: String,
+    /// `note` (events.k8s.io) or `message` (core).
+    pub message: String,
+    pub action: Option<String>,
+    pub regarding_kind: Option<String>,
+    pub regarding_name: Option<String>,
+    pub regarding_namespace: Option<String>,
+    pub reporting_controller: Option<String>,
+    /// How often it was observed (`series.count`, or `count`), at least 1.
+    pub count: i64,
+}
+
+impl RecordedEvent {
+    fn from_json(v: &Value) -> RecordedEvent {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let core = v.get("apiVersion").and_then(Value::as_str) == Some("v1");
+        let regarding = if core { "involvedObject" } else { "regarding" };
+        let count = if core {
+            v.get("count").and_then(Value::as_i64)
+        } else {
+            v.pointer("/series/count").and_then(Value::as_i64)
+        };
+        RecordedEvent {
+            api_version: s("/apiVersion").unwrap_or_default(),
+            namespace: s("/metadata/namespace").unwrap_or_default(),
+            name: s("/metadata/name").unwrap_or_default(),
+            type_: s("/type").unwrap_or_default(),
+            reason: s("/reason").unwrap_or_default(),
+            message: if core { s("/message") } else { s("/note") }.unwrap_or_default(),
+            action: s("/action"),
+            regarding_kind: s(&format!("/{regarding}/kind")),
+            regarding_name: s(&format!("/{regarding}/name")),
+            regarding_namespace: s(&format!("/{regarding}/namespace")),
+            reporting_controller: if core {
+                s("/reportingComponent").or_else(|| s("/source/component"))
+            } else {
+                s("/reportingController")
+            },
+            count: count.unwrap_or(1).max(1),
+        }
+    }
+}
+
+/// A running fake API server. Dropping it stops the server and ends open watches.
+pub struct FakeKube {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for FakeKube {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeKube")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+fn to_json<K: Serialize>(obj: &K, what: &str) -> Result<Value, FakeError> {
+    serde_json::to_value(obj).map_err(|source| FakeError::Convert {
+        what: what.to_owned(),
+        source,
+    })
+}
+
+fn from_json<K: DeserializeOwned>(v: Value, what: &str) -> Result<K, FakeError> {
+    serde_json::from_value(v).map_err(|source| FakeError::Convert {
+        what: what.to_owned(),
+        source,
+    })
+}
+
+/// Test-side writes are not requests: they are neither logged nor hit by faults.
+fn test_ctx(scope: Scope) -> WriteCtx {
+    WriteCtx {
+        manager: "kos-kube-fake".into(),
+        scope,
+        dry_run: false,
+        keep_status: true,
+    }
+}
+
+impl FakeKube {
+    /// Starts a fake serving the [built-in](resources::builtin) types.
+    pub async fn start() -> Result<FakeKube, FakeError> {
+        FakeKube::start_with(Config::default()).await
+    }
+
+    pub async fn start_with(config: Config) -> Result<FakeKube, FakeError> {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .map_err(FakeError::Start)?;
+        let addr = listener.local_addr().map_err(FakeError::Start)?;
+        let store = Store::new(config.resources.clone(), config.history);
+        let shared = Arc::new(Shared::new(store, config));
+        let app = axum::Router::new()
+            .fallback(server::handle)
+            .with_state(shared.clone());
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("kos-kube-fake stopped: {e}");
+            }
+        });
+        Ok(FakeKube {
+            shared,
+            addr,
+            task: Some(task),
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube-rs client for the fake (call it inside a tokio runtime, as any `kube::Client`).
+    pub fn client(&self) -> Result<kube::Client, FakeError> {
+        let uri: http::Uri = self
+            .url()
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| FakeError::Uri(e.to_string()))?;
+        kube::Client::try_from(kube::Config::new(uri)).map_err(FakeError::Client)
+    }
+
+    fn index_of<K: Resource<DynamicType = ()>>(&self) -> Result<usize, FakeError> {
+        self.shared
+            .store()
+            .type_index(&K::group(&()), &K::version(&()), &K::plural(&()))
+            .ok_or_else(|| FakeError::UnknownType {
+                kind: K::kind(&()).into_owned(),
+            })
+    }
+
+    /// Creates `obj` as a client would (validated, with server metadata, watchers notified), but
+    /// keeping any `status` it carries and without a request log entry.
+    pub fn insert<K>(&self, obj: &K) -> Result<K, FakeError>
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    {
+        let res = self.index_of::<K>()?;
+        let v = to_json(obj, &K::kind(&()))?;
+        let ns = obj.meta().namespace.clone().unwrap_or_default();
+        let created = self
+            .shared
+            .store()
+            .create(res, &ns, v, &test_ctx(Scope::Everything))?;
+        self.shared.notify();
+        from_json(created, &K::kind(&()))
+    }
+
+    /// The stored object, `ns` `None` for cluster-scoped types.
+    pub fn get<K>(&self, ns: Option<&str>, name: &str) -> Result<Option<K>, FakeError>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let res = self.index_of::<K>()?;
+        match self.shared.store().get(res, ns.unwrap_or_default(), name) {
+            Ok(v) => from_json(v, &K::kind(&())).map(Some),
+            Err(e) if e.code == 404 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every stored object of a type, in one namespace or all (`None`).
+    pub fn list<K>(&self, ns: Option<&str>) -> Result<Vec<K>, FakeError>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let res = self.index_of::<K>()?;
+        let items = self
+            .shared
+            .store()
+            .list(res, ns, &Default::default(), &Default::default());
+        items
+            .into_iter()
+            .map(|v| from_json(v, &K::kind(&())))
+            .collect()
+    }
+
+    /// Changes an object in place, spec and status alike (what kubelet or a user would do to it),
+    /// as one write that watchers see.
+    pub fn modify<K>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        change: impl FnOnce(&mut K),
+    ) -> Result<K, FakeError>
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    {
+        let res = self.index_of::<K>()?;
+        let ns = ns.unwrap_or_default();
+        let mut obj: K = from_json(self.shared.store().get(res, ns, name)?, &K::kind(&()))?;
+        change(&mut obj);
+        let mut v = to_json(&obj, &K::kind(&()))?;
+        // Unconditional: the test means to overwrite whatever is there now.
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+        }
+        let updated = self
+            .shared
+            .store()
+            .update(res, ns, name, v, &test_ctx(Scope::Everything))?;
+        self.shared.notify();
+        from_json(updated, &K::kind(&()))
+    }
+
+    /// Deletes like a client (finalizers are honoured).
+    pub fn delete<K>(&self, ns: Option<&str>, name: &str) -> Result<(), FakeError>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let res = self.index_of::<K>()?;
+        self.shared
+            .store()
+            .delete(res, ns.unwrap_or_default(), name, &Value::Null, false)?;
+        self.shared.notify();
+        Ok(())
+    }
+
+    /// The Events recorded so far (both Event APIs), oldest write first.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        let store = self.shared.store();
+        let mut all: Vec<Value> = store
+            .types
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.kind == "Event")
+            .flat_map(|(i, _)| store.list(i, None, &Default::default(), &Default::default()))
+            .collect();
+        let rv = |v: &Value| {
+            v.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or_default()
+        };
+        all.sort_by_key(rv);
+        all.iter().map(RecordedEvent::from_json).collect()
+    }
+
+    /// Every request served so far, in order.
+    pub fn requests(&self) -> Vec<Request> {
+        self.shared.store().requests.clone()
+    }
+
+    /// The accepted writes among [`FakeKube::requests`].
+    pub fn writes(&self) -> Vec<Request> {
+        self.shared
+            .store()
+            .requests
+            .iter()
+            .filter(|r| r.is_write())
+            .cloned()
+            .collect()
+    }
+
+    /// Forgets the request log (the sequence numbers keep counting).
+    pub fn clear_requests(&self) {
+        self.shared.store().requests.clear();
+    }
+
+    /// Makes matching requests fail (see [`Fault`]).
+    pub fn inject(&self, fault: Fault) {
+        self.shared.store().faults.push(fault);
+    }
+
+    pub fn clear_faults(&self) {
+        self.shared.store().faults.clear();
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store().resource_version()
+    }
+
+    /// Drops the change history, as etcd compaction does: watches resuming from an earlier
+    /// resourceVersion get 410 Gone and must relist.
+    pub fn compact(&self) {
+        self.shared.store().compact();
+    }
+
+    /// Stops serving; open watches end.
+    pub async fn stop(mut self) {
+        self.shared.stopping.send_replace(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for FakeKube {
+    fn drop(&mut self) {
+        self.shared.stopping.send_replace(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

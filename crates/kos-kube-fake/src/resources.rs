@@ -1,0 +1,132 @@
+//! The resource types the fake serves: where each lives in the URL space, its kind, its scope and
+//! the few per-type rules the real API server applies (status subresource, name format).
+//!
+//! The store itself is generic (objects are `serde_json::Value`); everything type-specific is in
+//! this table, so serving another type is one more [`ResourceType`].
+
+use kube::Resource;
+
+/// How the API server validates `metadata.name` of a type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain: lower-case alphanumerics, `-` and `.`, at most 253 (most types).
+    Subdomain,
+    /// RFC 1035 label: lower-case alphanumerics and `-`, starting with a letter, at most 63
+    /// (Services, Namespaces).
+    Label,
+    /// Path segment rules only: no `/`, `%`, not `.` or `..` (Events).
+    PathSegment,
+}
+
+/// One served resource type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceType {
+    /// API group, `""` for the core group.
+    pub group: String,
+    pub version: String,
+    /// Lower-case plural, as in the URL (`nodes`).
+    pub plural: String,
+    pub kind: String,
+    pub namespaced: bool,
+    /// Has a `/status` subresource: the main resource ignores status changes and `/status`
+    /// ignores everything else.
+    pub status_subresource: bool,
+    /// The server clears `status` on create (Services, Pods); Nodes keep the kubelet's status.
+    pub reset_status_on_create: bool,
+    pub name_rule: NameRule,
+}
+
+impl ResourceType {
+    pub fn new(
+        group: &str,
+        version: &str,
+        plural: &str,
+        kind: &str,
+        namespaced: bool,
+    ) -> ResourceType {
+        ResourceType {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            plural: plural.to_owned(),
+            kind: kind.to_owned(),
+            namespaced,
+            status_subresource: false,
+            reset_status_on_create: false,
+            name_rule: NameRule::Subdomain,
+        }
+    }
+
+    /// The type of a k8s-openapi (or `kube::CustomResource`) struct.
+    pub fn of<K: Resource<DynamicType = ()>>(namespaced: bool) -> ResourceType {
+        ResourceType::new(
+            &K::group(&()),
+            &K::version(&()),
+            &K::plural(&()),
+            &K::kind(&()),
+            namespaced,
+        )
+    }
+
+    #[must_use]
+    pub fn with_status(mut self) -> Self {
+        self.status_subresource = true;
+        self
+    }
+
+    #[must_use]
+    fn resetting_status(mut self) -> Self {
+        self.reset_status_on_create = true;
+        self
+    }
+
+    #[must_use]
+    fn names(mut self, rule: NameRule) -> Self {
+        self.name_rule = rule;
+        self
+    }
+
+    /// `v1` or `group/version`, as in an object's `apiVersion`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `nodes` or `leases.coordination.k8s.io`, as in error messages.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+}
+
+/// The types every fake serves: what a cloud-controller-manager reads and writes, plus the usual
+/// neighbours tests create.
+pub fn builtin() -> Vec<ResourceType> {
+    use k8s_openapi::api::{coordination, core, discovery, events};
+    vec![
+        ResourceType::of::<core::v1::Node>(false).with_status(),
+        ResourceType::of::<core::v1::Namespace>(false)
+            .with_status()
+            .names(NameRule::Label),
+        ResourceType::of::<core::v1::Service>(true)
+            .with_status()
+            .resetting_status()
+            .names(NameRule::Label),
+        ResourceType::of::<core::v1::Pod>(true)
+            .with_status()
+            .resetting_status(),
+        ResourceType::of::<core::v1::Event>(true).names(NameRule::PathSegment),
+        ResourceType::of::<core::v1::Secret>(true),
+        ResourceType::of::<core::v1::ConfigMap>(true),
+        ResourceType::of::<core::v1::Endpoints>(true),
+        ResourceType::of::<core::v1::ServiceAccount>(true),
+        ResourceType::of::<events::v1::Event>(true).names(NameRule::PathSegment),
+        ResourceType::of::<coordination::v1::Lease>(true),
+        ResourceType::of::<discovery::v1::EndpointSlice>(true),
+    ]
+}

@@ -1,0 +1,703 @@
+//! The HTTP surface: URL parsing into (type, namespace, name, subresource), the verbs, discovery,
+//! the request log and fault injection. One axum fallback handler serves every path, because the
+//! Kubernetes URL space (`/api/v1/namespaces/{ns}/{plural}` next to `/api/v1/namespaces/{name}`)
+//! does not fit a static route table.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::Config;
+use crate::error::{ApiError, ApiResult};
+use crate::log::{PatchType, Request, Verb};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{Scope, Store, WriteCtx};
+use crate::watch::{self as watching, WatchParams};
+
+/// State shared by the server, the watches and the test handle.
+pub(crate) struct Shared {
+    store: Mutex<Store>,
+    /// The latest resourceVersion; watches wake on it.
+    pub changed: watch::Sender<u64>,
+    /// Set when the fake stops; open watches end.
+    pub stopping: watch::Sender<bool>,
+    pub config: Config,
+}
+
+impl Shared {
+    pub fn new(store: Store, config: Config) -> Shared {
+        let rv = store.resource_version();
+        Shared {
+            store: Mutex::new(store),
+            changed: watch::Sender::new(rv),
+            stopping: watch::Sender::new(false),
+            config,
+        }
+    }
+
+    /// The store; a panic elsewhere while it was held leaves it usable (tests then see the panic).
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the watches after a write.
+    pub fn notify(&self) {
+        let rv = self.store().resource_version();
+        self.changed.send_replace(rv);
+    }
+}
+
+pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// `meta.k8s.io/v1` `PartialObjectMetadata` of an object (what `Api::get_metadata` asks for).
+pub(crate) fn partial_metadata(obj: &Value) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// What a URL names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Version,
+    CoreVersions,
+    Groups,
+    Group(String),
+    Resources {
+        group: String,
+        version: String,
+    },
+    Collection {
+        res: usize,
+        ns: Option<String>,
+    },
+    Object {
+        res: usize,
+        ns: Option<String>,
+        name: String,
+        sub: Option<String>,
+    },
+}
+
+fn parse_target(store: &Store, path: &str) -> Option<Target> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest): (&str, &str, &[&str]) = match segs[..] {
+        ["version"] => return Some(Target::Version),
+        ["api"] => return Some(Target::CoreVersions),
+        ["apis"] => return Some(Target::Groups),
+        ["apis", g] => return Some(Target::Group(g.to_owned())),
+        ["api", v, ref rest @ ..] => ("", v, rest),
+        ["apis", g, v, ref rest @ ..] => (g, v, rest),
+        _ => return None,
+    };
+    let find = |plural: &str| store.type_index(group, version, plural);
+    let namespaced = |plural: &str| find(plural).filter(|&i| store.types[i].namespaced);
+    let cluster = |plural: &str| find(plural).filter(|&i| !store.types[i].namespaced);
+    let obj = |res, ns: Option<&str>, name: &str, sub: Option<&str>| Target::Object {
+        res,
+        ns: ns.map(str::to_owned),
+        name: name.to_owned(),
+        sub: sub.map(str::to_owned),
+    };
+    Some(match *rest {
+        [] => Target::Resources {
+            group: group.to_owned(),
+            version: version.to_owned(),
+        },
+        ["namespaces", ns, plural] if namespaced(plural).is_some() => Target::Collection {
+            res: namespaced(plural)?,
+            ns: Some(ns.to_owned()),
+        },
+        ["namespaces", ns, plural, name] => obj(namespaced(plural)?, Some(ns), name, None),
+        ["namespaces", ns, plural, name, sub] => {
+            obj(namespaced(plural)?, Some(ns), name, Some(sub))
+        }
+        // All namespaces (list and watch only), or a cluster-scoped collection.
+        [plural] => Target::Collection {
+            res: find(plural)?,
+            ns: None,
+        },
+        [plural, name] => obj(cluster(plural)?, None, name, None),
+        [plural, name, sub] => obj(cluster(plural)?, None, name, Some(sub)),
+        _ => return None,
+    })
+}
+
+/// Query parameters, last value wins.
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: Option<&str>) -> Query {
+        Query(
+            url::form_urlencoded::parse(q.unwrap_or_default().as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    }
+
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn flag(&self, k: &str) -> bool {
+        matches!(self.get(k), Some("true" | "1"))
+    }
+}
+
+fn header_str(h: &HeaderMap, name: header::HeaderName) -> &str {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
+fn parse_json(body: &Bytes) -> ApiResult<Value> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// Apply configurations are YAML (JSON is YAML too, and what kube-rs sends).
+fn parse_apply(body: &Bytes) -> ApiResult<Value> {
+    if let Ok(v) = serde_json::from_slice(body) {
+        return Ok(v);
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the apply configuration is not UTF-8"))?;
+    serde_saphyr::from_str::<Value>(text)
+        .map_err(|e| ApiError::bad_request(format!("the apply configuration is not YAML: {e}")))
+}
+
+/// The handler behind every path.
+pub(crate) async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let query = Query::parse(uri.query());
+    let target = parse_target(&shared.store(), uri.path());
+    let mut rec = Request {
+        seq: 0,
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        query: uri.query().unwrap_or_default().to_owned(),
+        verb: Verb::Discovery,
+        resource: None,
+        group: None,
+        namespace: None,
+        name: None,
+        subresource: None,
+        patch: None,
+        field_manager: query.get("fieldManager").map(str::to_owned),
+        status: 0,
+    };
+    let response = match &target {
+        None => ApiError::no_route(uri.path()).into_response(),
+        Some(t) => {
+            describe(&shared, t, &method, &query, &headers, &mut rec);
+            let fault = {
+                let mut store = shared.store();
+                let hit = store.faults.iter().position(|f| f.matches(&rec));
+                hit.map(|i| {
+                    let f = &mut store.faults[i];
+                    if let Some(n) = &mut f.times {
+                        *n -= 1;
+                    }
+                    f.code
+                })
+            };
+            match fault {
+                Some(code) => ApiError::for_code(code, "injected by the test").into_response(),
+                None => serve(&shared, t, &method, &query, &headers, &body, rec.verb)
+                    .await
+                    .unwrap_or_else(IntoResponse::into_response),
+            }
+        }
+    };
+    rec.status = response.status().as_u16();
+    {
+        let mut store = shared.store();
+        rec.seq = store.next_seq;
+        store.next_seq += 1;
+        tracing::debug!(
+            method = %rec.method, path = %rec.path, status = rec.status, "kos-kube-fake"
+        );
+        store.requests.push(rec);
+    }
+    response
+}
+
+/// Fills the request record's verb and object coordinates.
+fn describe(
+    shared: &Shared,
+    t: &Target,
+    method: &Method,
+    query: &Query,
+    headers: &HeaderMap,
+    rec: &mut Request,
+) {
+    let store = shared.store();
+    let (res, ns, name, sub) = match t {
+        Target::Collection { res, ns } => (*res, ns.clone(), None, None),
+        Target::Object { res, ns, name, sub } => {
+            (*res, ns.clone(), Some(name.clone()), sub.clone())
+        }
+        _ => return,
+    };
+    let rt = &store.types[res];
+    rec.resource = Some(rt.plural.clone());
+    rec.group = Some(rt.group.clone());
+    rec.namespace = ns;
+    rec.subresource = sub;
+    let collection = name.is_none();
+    rec.name = name;
+    rec.verb = match (method.as_str(), collection) {
+        ("GET", true) if query.flag("watch") => Verb::Watch,
+        ("GET", true) => Verb::List,
+        ("GET", false) => Verb::Get,
+        ("POST", _) => Verb::Create,
+        ("PUT", _) => Verb::Update,
+        ("PATCH", _) => Verb::Patch,
+        ("DELETE", true) => Verb::DeleteCollection,
+        ("DELETE", false) => Verb::Delete,
+        _ => Verb::Discovery,
+    };
+    if rec.verb == Verb::Patch {
+        rec.patch = PatchType::from_content_type(header_str(headers, header::CONTENT_TYPE));
+    }
+}
+
+fn write_ctx(query: &Query, headers: &HeaderMap, sub: Option<&str>) -> ApiResult<WriteCtx> {
+    let scope = match sub {
+        None => Scope::Main,
+        Some("status") => Scope::Status,
+        Some(other) => {
+            return Err(ApiError::no_route(&format!("subresource {other:?}")));
+        }
+    };
+    // Like the apiserver: an unnamed manager is the user agent up to its first `/`.
+    let manager = query
+        .get("fieldManager")
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            let ua = header_str(headers, header::USER_AGENT);
+            ua.split('/')
+                .next()
+                .filter(|s| !s.is_empty())
+                .unwrap_or("unknown")
+                .to_owned()
+        });
+    Ok(WriteCtx {
+        manager,
+        scope,
+        dry_run: query.get("dryRun") == Some("All"),
+        keep_status: false,
+    })
+}
+
+fn wants_partial_metadata(headers: &HeaderMap) -> bool {
+    header_str(headers, header::ACCEPT).contains("as=PartialObjectMetadata")
+}
+
+async fn serve(
+    shared: &Arc<Shared>,
+    t: &Target,
+    method: &Method,
+    query: &Query,
+    headers: &HeaderMap,
+    body: &Bytes,
+    verb: Verb,
+) -> ApiResult<Response> {
+    let partial = wants_partial_metadata(headers);
+    let ok = |code: StatusCode, v: Value| {
+        let v = if partial { partial_metadata(&v) } else { v };
+        json_response(code, &v)
+    };
+    match t {
+        Target::Version => Ok(json_response(StatusCode::OK, &version())),
+        Target::CoreVersions => Ok(json_response(
+            StatusCode::OK,
+            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+        )),
+        Target::Groups => Ok(json_response(
+            StatusCode::OK,
+            &groups(&shared.store(), None)?,
+        )),
+        Target::Group(g) => Ok(json_response(
+            StatusCode::OK,
+            &groups(&shared.store(), Some(g))?,
+        )),
+        Target::Resources { group, version } => Ok(json_response(
+            StatusCode::OK,
+            &resources(&shared.store(), group, version)?,
+        )),
+        Target::Collection { res, ns } => {
+            let res = *res;
+            match verb {
+                Verb::Watch => watch(shared, res, ns.clone(), query, partial),
+                Verb::List => list(shared, res, ns.as_deref(), query, partial),
+                Verb::Create => {
+                    let Some(ns) = ns
+                        .as_deref()
+                        .or((!shared.store().types[res].namespaced).then_some(""))
+                    else {
+                        return Err(ApiError::method_not_allowed(
+                            "create a namespaced object under /namespaces/<ns>/",
+                        ));
+                    };
+                    let ctx = write_ctx(query, headers, None)?;
+                    let obj = parse_json(body)?;
+                    let created = shared.store().create(res, ns, obj, &ctx)?;
+                    shared.notify();
+                    Ok(ok(StatusCode::CREATED, created))
+                }
+                Verb::DeleteCollection => {
+                    let labels =
+                        LabelSelector::parse(query.get("labelSelector").unwrap_or_default())?;
+                    let fields =
+                        FieldSelector::parse(query.get("fieldSelector").unwrap_or_default())?;
+                    let dry_run = query.get("dryRun") == Some("All");
+                    let opts = parse_json(body)?;
+                    let deleted = {
+                        let mut store = shared.store();
+                        let rt = store.types[res].clone();
+                        let victims = store.list(res, ns.as_deref(), &labels, &fields);
+                        let mut out = Vec::new();
+                        for v in victims {
+                            let vns = v
+                                .pointer("/metadata/namespace")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned();
+                            let vname = v
+                                .pointer("/metadata/name")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned();
+                            out.push(store.delete(res, &vns, &vname, &opts, dry_run)?);
+                        }
+                        json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {"resourceVersion": store.resource_version().to_string()}, "items": out})
+                    };
+                    shared.notify();
+                    Ok(json_response(StatusCode::OK, &deleted))
+                }
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "{method} is not supported on a collection"
+                ))),
+            }
+        }
+        Target::Object { res, ns, name, sub } => {
+            let res = *res;
+            let ns = ns.as_deref().unwrap_or_default();
+            if sub.as_deref().is_some_and(|s| s != "status")
+                || (sub.is_some() && !shared.store().types[res].status_subresource)
+            {
+                return Err(ApiError::no_route(&format!(
+                    "{}/{}",
+                    name,
+                    sub.as_deref().unwrap_or_default()
+                )));
+            }
+            match verb {
+                Verb::Get => Ok(ok(StatusCode::OK, shared.store().get(res, ns, name)?)),
+                Verb::Update => {
+                    let ctx = write_ctx(query, headers, sub.as_deref())?;
+                    let obj = parse_json(body)?;
+                    let updated = shared.store().update(res, ns, name, obj, &ctx)?;
+                    shared.notify();
+                    Ok(ok(StatusCode::OK, updated))
+                }
+                Verb::Patch => {
+                    let ct = header_str(headers, header::CONTENT_TYPE);
+                    let kind = PatchType::from_content_type(ct)
+                        .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+                    let ctx = write_ctx(query, headers, sub.as_deref())?;
+                    let patch = if kind == PatchType::Apply {
+                        if query.get("fieldManager").is_none_or(str::is_empty) {
+                            return Err(ApiError::bad_request(
+                                "PATCH, application/apply-patch+yaml requires fieldManager to be set",
+                            ));
+                        }
+                        parse_apply(body)?
+                    } else {
+                        parse_json(body)?
+                    };
+                    let force = query.flag("force");
+                    let patched = shared
+                        .store()
+                        .patch(res, ns, name, kind, &patch, force, &ctx)?;
+                    shared.notify();
+                    Ok(ok(StatusCode::OK, patched))
+                }
+                Verb::Delete if sub.is_none() => {
+                    let opts = parse_json(body)?;
+                    let dry_run = query.get("dryRun") == Some("All")
+                        || opts
+                            .get("dryRun")
+                            .and_then(Value::as_array)
+                            .is_some_and(|a| a.iter().any(|x| x == "All"));
+                    let deleted = shared.store().delete(res, ns, name, &opts, dry_run)?;
+                    shared.notify();
+                    Ok(ok(StatusCode::OK, deleted))
+                }
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "{method} is not supported here"
+                ))),
+            }
+        }
+    }
+}
+
+fn list(
+    shared: &Arc<Shared>,
+    res: usize,
+    ns: Option<&str>,
+    query: &Query,
+    partial: bool,
+) -> ApiResult<Response> {
+    let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or_default())?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or_default())?;
+    let limit: Option<usize> = match query.get("limit") {
+        None | Some("" | "0") => None,
+        Some(l) => Some(
+            l.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        ),
+    };
+    let store = shared.store();
+    let current = store.resource_version();
+    let continue_from = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => Some(decode_continue(token, &store)?),
+        None => {
+            check_list_rv(query, current)?;
+            None
+        }
+    };
+    let rt = store.types[res].clone();
+    let mut items = store.list(res, ns, &labels, &fields);
+    let list_rv = continue_from.as_ref().map_or(current, |c| c.0);
+    if let Some((_, after_ns, after_name)) = &continue_from {
+        items.retain(|o| {
+            let k = object_key(o);
+            (k.0.as_str(), k.1.as_str()) > (after_ns.as_str(), after_name.as_str())
+        });
+    }
+    let mut meta = json!({"resourceVersion": list_rv.to_string()});
+    if let Some(l) = limit
+        && items.len() > l
+    {
+        let remaining = items.len() - l;
+        items.truncate(l);
+        if let Some(last) = items.last() {
+            let (lns, lname) = object_key(last);
+            meta["continue"] = json!(encode_continue(list_rv, &lns, &lname));
+            meta["remainingItemCount"] = json!(remaining);
+        }
+    }
+    if partial {
+        items = items.iter().map(partial_metadata).collect();
+    }
+    let (api_version, kind) = if partial {
+        (
+            "meta.k8s.io/v1".to_owned(),
+            "PartialObjectMetadataList".to_owned(),
+        )
+    } else {
+        (rt.api_version(), format!("{}List", rt.kind))
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"kind": kind, "apiVersion": api_version, "metadata": meta, "items": items}),
+    ))
+}
+
+/// `resourceVersion` / `resourceVersionMatch` of a list without a continue token. The store keeps
+/// no old snapshots: an exact older version is gone (410); a future one is not there yet (504).
+fn check_list_rv(query: &Query, current: u64) -> ApiResult<()> {
+    let Some(rv) = query
+        .get("resourceVersion")
+        .filter(|v| !v.is_empty() && *v != "0")
+    else {
+        return Ok(());
+    };
+    let rv: u64 = rv
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?;
+    if rv > current {
+        return Err(ApiError::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {rv}, current: {current}"),
+        ));
+    }
+    if query.get("resourceVersionMatch") == Some("Exact") && rv < current {
+        return Err(ApiError::expired(format!(
+            "too old resource version: {rv} ({current})"
+        )));
+    }
+    Ok(())
+}
+
+fn object_key(o: &Value) -> (String, String) {
+    let s = |p: &str| {
+        o.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (s("/metadata/namespace"), s("/metadata/name"))
+}
+
+fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!([rv, ns, name]).to_string())
+}
+
+fn decode_continue(token: &str, store: &Store) -> ApiResult<(u64, String, String)> {
+    let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
+    let (rv, ns, name): (u64, String, String) =
+        serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    if store.is_compacted(rv) {
+        return Err(ApiError::expired(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+        ));
+    }
+    Ok((rv, ns, name))
+}
+
+fn watch(
+    shared: &Arc<Shared>,
+    res: usize,
+    ns: Option<String>,
+    query: &Query,
+    partial: bool,
+) -> ApiResult<Response> {
+    let since = match query.get("resourceVersion") {
+        None | Some("" | "0") => None,
+        Some(v) => Some(
+            v.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}")))?,
+        ),
+    };
+    let p = WatchParams {
+        res,
+        ns,
+        labels: LabelSelector::parse(query.get("labelSelector").unwrap_or_default())?,
+        fields: FieldSelector::parse(query.get("fieldSelector").unwrap_or_default())?,
+        since,
+        send_initial: query.flag("sendInitialEvents"),
+        bookmarks: query.flag("allowWatchBookmarks"),
+        timeout: watching::timeout(query.get("timeoutSeconds"))?,
+        partial_metadata: partial,
+    };
+    let stream = watching::start(shared.clone(), p);
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+fn version() -> Value {
+    json!({
+        "major": "1", "minor": "34", "gitVersion": "v1.34.0-kos-kube-fake",
+        "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
+        "platform": "linux/amd64", "emulationMajor": "1", "emulationMinor": "34",
+        "minCompatibilityMajor": "1", "minCompatibilityMinor": "33"
+    })
+}
+
+/// `/apis` (every group) or `/apis/{g}`.
+fn groups(store: &Store, only: Option<&str>) -> ApiResult<Value> {
+    let mut names: Vec<(&str, &str)> = store
+        .types
+        .iter()
+        .filter(|t| !t.group.is_empty())
+        .map(|t| (t.group.as_str(), t.version.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let group = |g: &str| {
+        let versions: Vec<Value> = names
+            .iter()
+            .filter(|(n, _)| *n == g)
+            .map(|(_, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+            .collect();
+        json!({"name": g, "versions": versions.clone(), "preferredVersion": versions.first().cloned().unwrap_or(Value::Null)})
+    };
+    match only {
+        Some(g) if names.iter().any(|(n, _)| *n == g) => {
+            let mut v = group(g);
+            v["kind"] = json!("APIGroup");
+            v["apiVersion"] = json!("v1");
+            Ok(v)
+        }
+        Some(g) => Err(ApiError::no_route(&format!("/apis/{g}"))),
+        None => {
+            let mut seen: Vec<&str> = names.iter().map(|(g, _)| *g).collect();
+            seen.dedup();
+            Ok(
+                json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": seen.iter().map(|g| group(g)).collect::<Vec<_>>()}),
+            )
+        }
+    }
+}
+
+/// `/api/v1` or `/apis/{g}/{v}`: the resources of one group version.
+fn resources(store: &Store, group: &str, version: &str) -> ApiResult<Value> {
+    let mut list = Vec::new();
+    for t in store
+        .types
+        .iter()
+        .filter(|t| t.group == group && t.version == version)
+    {
+        list.push(json!({
+            "name": t.plural, "singularName": t.kind.to_lowercase(), "namespaced": t.namespaced,
+            "kind": t.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+        }));
+        if t.status_subresource {
+            list.push(json!({
+                "name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced,
+                "kind": t.kind, "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    if list.is_empty() {
+        return Err(ApiError::no_route(&format!("{group}/{version}")));
+    }
+    let gv = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    Ok(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
+    )
+}

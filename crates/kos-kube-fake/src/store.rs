@@ -1,0 +1,803 @@
+//! The object store: every object as JSON, keyed by (type, namespace, name), one global
+//! resourceVersion counter, and the history of changes that watches replay.
+//!
+//! Invariants kept here, as the real API server keeps them:
+//! - every successful write bumps the global resourceVersion by one and appends one change;
+//!   a write that changes nothing is not a write (no bump, no event);
+//! - identity and server-owned metadata (`uid`, `creationTimestamp`, `deletionTimestamp`,
+//!   `resourceVersion`, `managedFields`, `generation`) are the server's, whatever the client sends;
+//! - an object with finalizers is only marked for deletion; it goes when the last finalizer does;
+//! - on types with a status subresource, the main resource never changes `status` and `/status`
+//!   changes nothing else.
+//!
+//! Not kept: snapshot reads. A paginated list reads the current state on every page, and a list at
+//! an older exact resourceVersion is answered 410 (the store has no MVCC history, only the change
+//! log that watches need).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{ApiError, ApiResult};
+use crate::fields::{Manager, Operation, Ownership};
+use crate::log::{Fault, Request};
+use crate::patch;
+use crate::resources::ResourceType;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::validate;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Key {
+    pub res: usize,
+    /// `""` for cluster-scoped objects.
+    pub ns: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone)]
+struct Stored {
+    obj: Value,
+    owners: Ownership,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One entry of the change history.
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    pub rv: u64,
+    pub res: usize,
+    pub ns: String,
+    pub kind: ChangeKind,
+    /// The new state (the last state, with the deletion's resourceVersion, for `Deleted`).
+    pub object: Value,
+    /// The state before, for `Modified`: a watch with a selector turns a change into ADDED or
+    /// DELETED when the object starts or stops matching.
+    pub old: Option<Value>,
+}
+
+/// Which part of an object a write may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// The main resource: on types with a status subresource, `status` is kept as stored.
+    Main,
+    /// `/status`: only `status` is taken from the request.
+    Status,
+    /// Test helpers: everything.
+    Everything,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct WriteCtx {
+    pub manager: String,
+    pub scope: Scope,
+    pub dry_run: bool,
+    /// Test inserts keep the status they bring even where the server would clear it.
+    pub keep_status: bool,
+}
+
+impl WriteCtx {
+    fn who(&self, op: Operation) -> Manager {
+        Manager {
+            name: self.manager.clone(),
+            operation: op,
+            subresource: if self.scope == Scope::Status {
+                "status".into()
+            } else {
+                String::new()
+            },
+        }
+    }
+}
+
+/// Everything the fake holds, behind one lock (no `.await` while it is held).
+#[derive(Debug)]
+pub(crate) struct Store {
+    pub types: Vec<ResourceType>,
+    objects: BTreeMap<Key, Stored>,
+    rv: u64,
+    log: VecDeque<Change>,
+    history: usize,
+    /// Every change with a resourceVersion above this is in `log`.
+    compacted: u64,
+    pub requests: Vec<Request>,
+    pub faults: Vec<Fault>,
+    pub next_seq: u64,
+}
+
+pub(crate) fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    match obj.get_mut("metadata") {
+        Some(Value::Object(m)) => m,
+        // Made an object just above.
+        _ => unreachable!("metadata is an object"),
+    }
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+fn finalizers_empty(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+}
+
+/// The object without what changes on every write, for no-op detection.
+fn comparable(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    let m = meta_mut(&mut o);
+    m.remove("resourceVersion");
+    m.remove("managedFields");
+    o
+}
+
+/// Anything but metadata and status changed: the spec generation moves.
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Value::Object(m) = &mut v {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(old) != strip(new)
+}
+
+fn generated_name(prefix: &str) -> String {
+    use rand::Rng;
+    // The apiserver's alphabet: no vowels (no words), no confusable characters.
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    let suffix: String = (0..5)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect();
+    format!("{prefix}{suffix}")
+}
+
+impl Store {
+    pub fn new(types: Vec<ResourceType>, history: usize) -> Store {
+        Store {
+            types,
+            objects: BTreeMap::new(),
+            // A real cluster never starts at 0; neither should clients assume it does.
+            rv: 1000,
+            log: VecDeque::new(),
+            history: history.max(1),
+            compacted: 1000,
+            requests: Vec::new(),
+            faults: Vec::new(),
+            next_seq: 1,
+        }
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn type_index(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
+        self.types
+            .iter()
+            .position(|t| t.group == group && t.version == version && t.plural == plural)
+    }
+
+    fn key(&self, res: usize, ns: &str, name: &str) -> Key {
+        Key {
+            res,
+            ns: if self.types[res].namespaced {
+                ns.to_owned()
+            } else {
+                String::new()
+            },
+            name: name.to_owned(),
+        }
+    }
+
+    pub fn get(&self, res: usize, ns: &str, name: &str) -> ApiResult<Value> {
+        self.objects
+            .get(&self.key(res, ns, name))
+            .map(|s| s.obj.clone())
+            .ok_or_else(|| ApiError::not_found(&self.types[res], name))
+    }
+
+    /// Matching objects in key order (namespace, then name), as etcd lists them.
+    pub fn list(
+        &self,
+        res: usize,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+    ) -> Vec<Value> {
+        self.objects
+            .iter()
+            .filter(|(k, _)| k.res == res && ns.is_none_or(|n| k.ns == n))
+            .filter(|(k, _)| fields.single_name().is_none_or(|n| k.name == n))
+            .filter(|(_, s)| labels.matches(&s.obj) && fields.matches(&s.obj))
+            .map(|(_, s)| s.obj.clone())
+            .collect()
+    }
+
+    /// Changes of type `res` after `rv`, or 410 when the history no longer reaches back that far.
+    pub fn changes_since(&self, res: usize, rv: u64) -> ApiResult<Vec<Change>> {
+        if self.is_compacted(rv) {
+            return Err(ApiError::expired(format!(
+                "too old resource version: {rv} ({})",
+                self.compacted
+            )));
+        }
+        let start = self.log.partition_point(|c| c.rv <= rv);
+        Ok(self
+            .log
+            .iter()
+            .skip(start)
+            .filter(|c| c.res == res)
+            .cloned()
+            .collect())
+    }
+
+    /// Changes after `rv` are no longer all in the history.
+    pub fn is_compacted(&self, rv: u64) -> bool {
+        rv < self.compacted
+    }
+
+    /// Forgets the whole change history: watches from any earlier resourceVersion get 410.
+    pub fn compact(&mut self) {
+        self.log.clear();
+        self.compacted = self.rv;
+    }
+
+    fn record(&mut self, change: Change) {
+        self.log.push_back(change);
+        while self.log.len() > self.history {
+            if let Some(c) = self.log.pop_front() {
+                self.compacted = c.rv;
+            }
+        }
+    }
+
+    fn check_type(rt: &ResourceType, body: &Value) -> ApiResult<()> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
+        }
+        if let Some(k) = body.get("kind").and_then(Value::as_str)
+            && k != rt.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "the kind of the object ({k}) does not match the resource ({})",
+                rt.kind
+            )));
+        }
+        if let Some(v) = body.get("apiVersion").and_then(Value::as_str)
+            && v != rt.api_version()
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({})",
+                rt.api_version()
+            )));
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------------------ create
+
+    pub fn create(
+        &mut self,
+        res: usize,
+        ns: &str,
+        body: Value,
+        ctx: &WriteCtx,
+    ) -> ApiResult<Value> {
+        let rt = self.types[res].clone();
+        Self::check_type(&rt, &body)?;
+        let mut owners = Ownership::default();
+        let obj = self.prepare_create(res, ns, body, ctx)?;
+        owners.record_update(&ctx.who(Operation::Update), None, &obj, &now());
+        self.insert_new(res, obj, owners, ctx)
+    }
+
+    /// Name, namespace and server metadata of a new object.
+    fn prepare_create(
+        &self,
+        res: usize,
+        ns: &str,
+        mut obj: Value,
+        ctx: &WriteCtx,
+    ) -> ApiResult<Value> {
+        let rt = &self.types[res];
+        if rt.namespaced {
+            if let Some(n) = meta_str(&obj, "namespace")
+                && n != ns
+            {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            if ns.is_empty() {
+                return Err(ApiError::bad_request(format!(
+                    "{} is namespaced: create it under /namespaces/<ns>/",
+                    rt.plural
+                )));
+            }
+        }
+        let name = match (meta_str(&obj, "name"), meta_str(&obj, "generateName")) {
+            (Some(n), _) => n.to_owned(),
+            (None, Some(prefix)) => {
+                let prefix = prefix.to_owned();
+                let mut n = generated_name(&prefix);
+                while self.objects.contains_key(&self.key(res, ns, &n)) {
+                    n = generated_name(&prefix);
+                }
+                n
+            }
+            (None, None) => {
+                return Err(ApiError::invalid(
+                    rt,
+                    "",
+                    vec![crate::error::Cause {
+                        reason: "FieldValueRequired",
+                        field: "metadata.name".into(),
+                        message: "name or generateName is required".into(),
+                    }],
+                ));
+            }
+        };
+        obj["apiVersion"] = json!(rt.api_version());
+        obj["kind"] = json!(rt.kind);
+        let has_spec = obj.get("spec").is_some();
+        let m = meta_mut(&mut obj);
+        m.insert("name".into(), json!(name));
+        if rt.namespaced {
+            m.insert("namespace".into(), json!(ns));
+        } else {
+            m.remove("namespace");
+        }
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(now()));
+        for server_owned in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "selfLink",
+            "generation",
+        ] {
+            m.remove(server_owned);
+        }
+        if has_spec {
+            m.insert("generation".into(), json!(1));
+        }
+        if rt.reset_status_on_create && !ctx.keep_status {
+            obj["status"] = if rt.kind == "Service" {
+                json!({"loadBalancer": {}})
+            } else {
+                json!({})
+            };
+        }
+        Ok(obj)
+    }
+
+    fn insert_new(
+        &mut self,
+        res: usize,
+        mut obj: Value,
+        owners: Ownership,
+        ctx: &WriteCtx,
+    ) -> ApiResult<Value> {
+        let rt = &self.types[res];
+        let name = meta_str(&obj, "name").unwrap_or_default().to_owned();
+        let ns = meta_str(&obj, "namespace").unwrap_or_default().to_owned();
+        let key = self.key(res, &ns, &name);
+        if self.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(rt, &name));
+        }
+        let problems = validate::check(rt, &obj, None);
+        if !problems.is_empty() {
+            return Err(ApiError::invalid(rt, &name, problems));
+        }
+        let rv = self.rv + 1;
+        let m = meta_mut(&mut obj);
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        m.insert("managedFields".into(), owners.render(&rt.api_version()));
+        if ctx.dry_run {
+            return Ok(obj);
+        }
+        self.rv = rv;
+        self.objects.insert(
+            key,
+            Stored {
+                obj: obj.clone(),
+                owners,
+            },
+        );
+        self.record(Change {
+            rv,
+            res,
+            ns,
+            kind: ChangeKind::Added,
+            object: obj.clone(),
+            old: None,
+        });
+        Ok(obj)
+    }
+
+    // ------------------------------------------------------------------------------ update
+
+    /// PUT: the whole object, with optimistic concurrency when it carries a resourceVersion.
+    pub fn update(
+        &mut self,
+        res: usize,
+        ns: &str,
+        name: &str,
+        body: Value,
+        ctx: &WriteCtx,
+    ) -> ApiResult<Value> {
+        let rt = self.types[res].clone();
+        Self::check_type(&rt, &body)?;
+        if let Some(n) = meta_str(&body, "name")
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        let key = self.key(res, ns, name);
+        let stored = self
+            .objects
+            .get(&key)
+            .ok_or_else(|| ApiError::not_found(&rt, name))?;
+        Self::preconditions(&rt, name, &stored.obj, &body)?;
+        self.finish_update(key, body, None, ctx)
+    }
+
+    /// A resourceVersion or UID in the request must be the stored one.
+    fn preconditions(rt: &ResourceType, name: &str, stored: &Value, req: &Value) -> ApiResult<()> {
+        if let Some(rv) = meta_str(req, "resourceVersion")
+            && Some(rv) != meta_str(stored, "resourceVersion")
+        {
+            return Err(ApiError::modified(rt, name));
+        }
+        if let Some(uid) = meta_str(req, "uid")
+            && Some(uid) != meta_str(stored, "uid")
+        {
+            return Err(ApiError::conflict(
+                rt,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(stored, "uid").unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// PATCH in any of the four formats; an apply of an absent object creates it.
+    #[allow(clippy::too_many_arguments)] // One per request parameter; a struct would only rename them.
+    pub fn patch(
+        &mut self,
+        res: usize,
+        ns: &str,
+        name: &str,
+        kind: crate::log::PatchType,
+        body: &Value,
+        force: bool,
+        ctx: &WriteCtx,
+    ) -> ApiResult<Value> {
+        use crate::log::PatchType;
+        let rt = self.types[res].clone();
+        let key = self.key(res, ns, name);
+        let Some(stored) = self.objects.get(&key) else {
+            if kind != PatchType::Apply {
+                return Err(ApiError::not_found(&rt, name));
+            }
+            return self.apply_create(res, ns, name, body, force, ctx);
+        };
+        let mut candidate = stored.obj.clone();
+        let mut owners = None;
+        match kind {
+            PatchType::Merge => patch::merge_patch(&mut candidate, body)?,
+            PatchType::Json => patch::json_patch(&mut candidate, body)?,
+            PatchType::Strategic => patch::strategic_merge_patch(&mut candidate, body, &rt.kind)?,
+            PatchType::Apply => {
+                Self::check_apply(&rt, name, body)?;
+                let (c, o) = stored
+                    .owners
+                    .apply(
+                        &ctx.who(Operation::Apply),
+                        Some(&stored.obj),
+                        body,
+                        force,
+                        &now(),
+                    )
+                    .map_err(|c| apply_conflict(&rt, name, &c))?;
+                candidate = c;
+                owners = Some(o);
+            }
+        }
+        // A resourceVersion the patch sets is a precondition, as on the real server.
+        Self::preconditions(&rt, name, &stored.obj, &candidate)?;
+        self.finish_update(key, candidate, owners, ctx)
+    }
+
+    fn check_apply(rt: &ResourceType, name: &str, body: &Value) -> ApiResult<()> {
+        if body.get("apiVersion").is_none() || body.get("kind").is_none() {
+            return Err(ApiError::bad_request(
+                "apiVersion and kind must be set in an apply configuration",
+            ));
+        }
+        Self::check_type(rt, body)?;
+        if let Some(n) = meta_str(body, "name")
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        Ok(())
+    }
+
+    fn apply_create(
+        &mut self,
+        res: usize,
+        ns: &str,
+        name: &str,
+        body: &Value,
+        force: bool,
+        ctx: &WriteCtx,
+    ) -> ApiResult<Value> {
+        let rt = self.types[res].clone();
+        Self::check_apply(&rt, name, body)?;
+        if ctx.scope == Scope::Status {
+            return Err(ApiError::not_found(&rt, name));
+        }
+        let (mut candidate, owners) = Ownership::default()
+            .apply(&ctx.who(Operation::Apply), None, body, force, &now())
+            .map_err(|c| apply_conflict(&rt, name, &c))?;
+        meta_mut(&mut candidate).insert("name".into(), json!(name));
+        let obj = self.prepare_create(res, ns, candidate, ctx)?;
+        self.insert_new(res, obj, owners, ctx)
+    }
+
+    /// Scope masking, server metadata, no-op detection, validation, finalization, commit.
+    fn finish_update(
+        &mut self,
+        key: Key,
+        candidate: Value,
+        owners: Option<Ownership>,
+        ctx: &WriteCtx,
+    ) -> ApiResult<Value> {
+        let rt = self.types[key.res].clone();
+        let Some(stored) = self.objects.get(&key) else {
+            return Err(ApiError::not_found(&rt, &key.name));
+        };
+        let old = stored.obj.clone();
+        let mut new = match ctx.scope {
+            Scope::Main if rt.status_subresource => {
+                let mut c = candidate;
+                set_or_remove(&mut c, "status", old.get("status"));
+                c
+            }
+            Scope::Status => {
+                let mut c = old.clone();
+                set_or_remove(&mut c, "status", candidate.get("status"));
+                c
+            }
+            _ => candidate,
+        };
+        new["apiVersion"] = old["apiVersion"].clone();
+        new["kind"] = old["kind"].clone();
+        let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let m = meta_mut(&mut new);
+        for server_owned in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "resourceVersion",
+            "selfLink",
+        ] {
+            match old_meta.get(server_owned) {
+                Some(v) => {
+                    m.insert(server_owned.into(), v.clone());
+                }
+                None => {
+                    m.remove(server_owned);
+                }
+            }
+        }
+        m.remove("managedFields");
+        if comparable(&new) == comparable(&old) {
+            return Ok(old);
+        }
+        if spec_changed(&old, &new)
+            && let Some(g) = new.pointer("/metadata/generation").and_then(Value::as_i64)
+        {
+            meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+        }
+        let problems = validate::check(&rt, &new, Some(&old));
+        if !problems.is_empty() {
+            return Err(ApiError::invalid(&rt, &key.name, problems));
+        }
+        // An apply brings the ownership it computed; any other write takes what it changed.
+        let owners = owners.unwrap_or_else(|| {
+            let mut o = stored.owners.clone();
+            o.record_update(&ctx.who(Operation::Update), Some(&old), &new, &now());
+            o
+        });
+        let rv = self.rv + 1;
+        let m = meta_mut(&mut new);
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        m.insert("managedFields".into(), owners.render(&rt.api_version()));
+        if ctx.dry_run {
+            return Ok(new);
+        }
+        self.rv = rv;
+        if meta_str(&new, "deletionTimestamp").is_some() && finalizers_empty(&new) {
+            // The last finalizer went: the deletion the client asked for earlier completes.
+            self.objects.remove(&key);
+            self.record(Change {
+                rv,
+                res: key.res,
+                ns: key.ns,
+                kind: ChangeKind::Deleted,
+                object: new.clone(),
+                old: Some(old),
+            });
+            return Ok(new);
+        }
+        self.objects.insert(
+            key.clone(),
+            Stored {
+                obj: new.clone(),
+                owners,
+            },
+        );
+        self.record(Change {
+            rv,
+            res: key.res,
+            ns: key.ns,
+            kind: ChangeKind::Modified,
+            object: new.clone(),
+            old: Some(old),
+        });
+        Ok(new)
+    }
+
+    // ------------------------------------------------------------------------------ delete
+
+    /// Deletes now, or marks for deletion when finalizers remain. `opts` is the `DeleteOptions`
+    /// body (preconditions are honoured; propagation and grace periods are not modelled).
+    pub fn delete(
+        &mut self,
+        res: usize,
+        ns: &str,
+        name: &str,
+        opts: &Value,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let rt = self.types[res].clone();
+        let key = self.key(res, ns, name);
+        let stored = self
+            .objects
+            .get(&key)
+            .ok_or_else(|| ApiError::not_found(&rt, name))?;
+        if let Some(p) = opts.get("preconditions") {
+            let want = json!({"metadata": p});
+            Self::preconditions(&rt, name, &stored.obj, &want)?;
+        }
+        let old = stored.obj.clone();
+        let mut obj = old.clone();
+        let owners = stored.owners.clone();
+        let rv = self.rv + 1;
+        if !finalizers_empty(&obj) {
+            if meta_str(&obj, "deletionTimestamp").is_some() {
+                return Ok(obj);
+            }
+            let m = meta_mut(&mut obj);
+            m.insert("deletionTimestamp".into(), json!(now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            m.insert("resourceVersion".into(), json!(rv.to_string()));
+            if dry_run {
+                return Ok(obj);
+            }
+            self.rv = rv;
+            self.objects.insert(
+                key.clone(),
+                Stored {
+                    obj: obj.clone(),
+                    owners,
+                },
+            );
+            self.record(Change {
+                rv,
+                res,
+                ns: key.ns,
+                kind: ChangeKind::Modified,
+                object: obj.clone(),
+                old: Some(old),
+            });
+            return Ok(obj);
+        }
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+        if dry_run {
+            return Ok(obj);
+        }
+        self.rv = rv;
+        self.objects.remove(&key);
+        self.record(Change {
+            rv,
+            res,
+            ns: key.ns,
+            kind: ChangeKind::Deleted,
+            object: obj.clone(),
+            old: None,
+        });
+        Ok(obj)
+    }
+}
+
+fn set_or_remove(obj: &mut Value, field: &str, value: Option<&Value>) {
+    if let Value::Object(m) = obj {
+        match value {
+            Some(v) => {
+                m.insert(field.into(), v.clone());
+            }
+            None => {
+                m.remove(field);
+            }
+        }
+    }
+}
+
+fn apply_conflict(
+    rt: &ResourceType,
+    name: &str,
+    conflicts: &[crate::fields::Conflict],
+) -> ApiError {
+    let n = conflicts.len();
+    let lines: Vec<String> = conflicts
+        .iter()
+        .map(|c| format!("conflict with \"{}\": {}", c.manager, c.field_string()))
+        .collect();
+    ApiError::new(
+        409,
+        "Conflict",
+        format!(
+            "Apply failed with {n} conflict{}: {}",
+            if n == 1 { "" } else { "s" },
+            lines.join("\n")
+        ),
+    )
+    .about(rt, &rt.plural, name)
+    .with_causes(
+        conflicts
+            .iter()
+            .map(|c| crate::error::Cause {
+                reason: "FieldManagerConflict",
+                field: c.field_string(),
+                message: format!("conflict with \"{}\"", c.manager),
+            })
+            .collect(),
+    )
+}
