@@ -17,5 +17,7 @@ pub mod route;
 /// A kos-ccm run: session, client, leader election, controllers.
 pub mod run;
 pub mod serve;
+/// The Service controller: Kubernetes wiring of the load-balancer core.
+pub mod service;
 
 pub use config::{CloudConfig, ConfigError, Diagnostic, Loaded};

@@ -12,10 +12,11 @@ use tokio::sync::watch;
 
 use crate::config::{CloudConfig, ConfigError};
 use crate::context::Context;
+use crate::lb::{LbSettings, LoadBalancers};
 use crate::leader::{Elector, LeaderError, LeaseElector, Unelected};
 use crate::metrics::Metrics;
 use crate::options::{Controller, Options};
-use crate::{node, route, serve};
+use crate::{node, route, serve, service};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -149,6 +150,36 @@ pub async fn run(
             ..node::Settings::default()
         };
         tasks.spawn(node::run(ctx.clone(), settings, stopped()));
+    }
+    if on(Controller::Service) {
+        // Tags every load balancer with the cluster's identity, not only its name. Without the
+        // permission (an older ClusterRole), the name alone is used, as upstream.
+        let cluster_id = match service::cluster_id(&client).await {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the kube-system namespace: load balancers are owned by cluster name only");
+                None
+            }
+        };
+        let mut lb_settings = LbSettings::new(opts.cluster_name.clone());
+        lb_settings.cluster_id = cluster_id;
+        let lbs = Arc::new(LoadBalancers::new(
+            session.clone(),
+            ctx.config.clone(),
+            lb_settings,
+        ));
+        let settings = service::ServiceSettings {
+            concurrency: u16::try_from(opts.concurrent_service_syncs).unwrap_or(u16::MAX),
+            resync_period: opts.lb_resync_period,
+            ..service::ServiceSettings::default()
+        };
+        tasks.spawn(service::run(
+            ctx.clone(),
+            lbs,
+            settings,
+            Some(metrics.clone()),
+            stopped(),
+        ));
     }
     if on(Controller::Route)
         && opts.configure_cloud_routes

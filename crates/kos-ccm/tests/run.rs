@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec, Taint,
+};
 use kos_ccm::options::RunArgs;
 use kos_cloud::model::compute::{Boot, Nic, ServerCreate};
 use kos_cloud::model::image::ImageFilter;
-use kos_cloud::model::network::{NetworkCreate, SubnetCreate};
+use kos_cloud::model::network::{NetworkCreate, RouterCreate, SubnetCreate};
 use kos_cloud::{CloudProfile, Env, Session};
 use kos_kube_fake::FakeKube;
 use kos_sim::{Sim, SimConfig};
@@ -36,6 +38,16 @@ struct World {
     fake: FakeKube,
     dir: tempfile::TempDir,
     env: Env,
+    /// The nodes' network (the load balancers' VIP subnet is on it).
+    network: String,
+}
+
+/// A session of the project, as a person with the openstack CLI would have.
+async fn admin(sim: &Sim, dir: &tempfile::TempDir, env: &Env) -> R<Session> {
+    let clouds = dir.path().join("clouds.yaml");
+    std::fs::write(&clouds, sim.clouds_yaml("sim"))?;
+    let profile = CloudProfile::load(env, Some("sim"), Some(&clouds))?;
+    Ok(Session::connect(&profile).await?)
 }
 
 async fn world() -> R<World> {
@@ -45,16 +57,38 @@ async fn world() -> R<World> {
     ns.metadata.name = Some("kube-system".into());
     fake.insert(&ns)?;
     let dir = tempfile::tempdir()?;
+    let env = Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.path().join("no-etc"));
+    let s = admin(&sim, &dir, &env).await?;
+    let public = s.network().external_network(None).await?.id;
+    let net = s
+        .network()
+        .create_network(&NetworkCreate {
+            name: "nodes".into(),
+            ..Default::default()
+        })
+        .await?;
+    let subnet = s
+        .network()
+        .create_subnet(&SubnetCreate::new(&net.id, "nodes", "10.1.0.0/24"))
+        .await?;
+    let router = s
+        .network()
+        .create_router(&RouterCreate::with_gateway("r", &public))
+        .await?;
+    s.network()
+        .add_router_interface(&router.id, &subnet.id)
+        .await?;
     let c = sim.config();
     std::fs::write(
         dir.path().join("cloud.conf"),
         format!(
-            "[Global]\nauth-url = {}\nusername = {}\npassword = {}\ntenant-name = {}\ndomain-name = Default\nregion = {}\n",
+            "[Global]\nauth-url = {}\nusername = {}\npassword = {}\ntenant-name = {}\ndomain-name = Default\nregion = {}\n\n[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {public}\n",
             sim.auth_url(),
             c.username,
             c.password,
             c.project,
-            c.region
+            c.region,
+            subnet.id,
         ),
     )?;
     std::fs::write(
@@ -64,12 +98,12 @@ async fn world() -> R<World> {
             fake.url()
         ),
     )?;
-    let env = Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.path().join("no-etc"));
     Ok(World {
         sim,
         fake,
         dir,
         env,
+        network: net.id,
     })
 }
 
@@ -79,7 +113,6 @@ fn flags(dir: &Path, extra: &[&str]) -> Vec<String> {
         format!("--cloud-config={}", dir.join("cloud.conf").display()),
         format!("--kubeconfig={}", dir.join("kubeconfig").display()),
         "--cluster-name=prod".to_owned(),
-        "--controllers=cloud-node,cloud-node-lifecycle".to_owned(),
         "--node-status-update-frequency=1s".to_owned(),
         "--node-monitor-period=500ms".to_owned(),
     ];
@@ -121,26 +154,9 @@ async fn wait_for<T>(what: &str, mut check: impl FnMut() -> R<Option<T>>) -> R<T
     }
 }
 
-/// An ACTIVE server named `name` on a fresh network.
+/// An ACTIVE server named `name` on the nodes' network.
 async fn server(w: &World, name: &str) -> R<String> {
-    let clouds = w.dir.path().join("clouds.yaml");
-    std::fs::write(&clouds, w.sim.clouds_yaml("sim"))?;
-    let profile = CloudProfile::load(&w.env, Some("sim"), Some(&clouds))?;
-    let s = Session::connect(&profile).await?;
-    let net = s
-        .network()
-        .create_network(&NetworkCreate {
-            name: format!("{name}-net"),
-            ..Default::default()
-        })
-        .await?;
-    s.network()
-        .create_subnet(&SubnetCreate::new(
-            &net.id,
-            format!("{name}-subnet"),
-            "10.1.0.0/24",
-        ))
-        .await?;
+    let s = admin(&w.sim, &w.dir, &w.env).await?;
     let flavor = s
         .compute()
         .list_flavors()
@@ -157,7 +173,7 @@ async fn server(w: &World, name: &str) -> R<String> {
         .ok_or("no image")?;
     let mut req = ServerCreate::new(name, &flavor.id, Boot::Image(image.id));
     req.nics = vec![Nic::Network {
-        id: net.id,
+        id: w.network.clone(),
         fixed_ip: None,
     }];
     let created = s.compute().create_server(&req).await?;
@@ -227,6 +243,36 @@ async fn a_run_initialises_nodes_serves_metrics_and_releases_its_lease() -> R {
     let held_by = wait_for("the Lease held", || holder(&w.fake)).await?;
     assert!(!held_by.is_empty());
 
+    // The Service controller runs too: a LoadBalancer Service gets its floating IP.
+    let mut svc = Service::default();
+    svc.metadata.name = Some("web".into());
+    svc.metadata.namespace = Some("default".into());
+    svc.spec = Some(ServiceSpec {
+        type_: Some("LoadBalancer".into()),
+        ports: Some(vec![ServicePort {
+            port: 80,
+            node_port: Some(30080),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    w.fake.insert(&svc)?;
+    let ip = wait_for("the Service's address", || {
+        Ok(w.fake
+            .get::<Service>(Some("default"), "web")?
+            .and_then(|s| s.status)
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .and_then(|i| i.into_iter().next())
+            .and_then(|i| i.ip))
+    })
+    .await?;
+    assert!(
+        ip.starts_with("172.24.4."),
+        "a floating IP of `public`: {ip}"
+    );
+
     let base = format!("http://127.0.0.1:{port}");
     assert_eq!(reqwest::get(format!("{base}/healthz")).await?.status(), 200);
     let metrics = reqwest::get(format!("{base}/metrics"))
@@ -236,6 +282,11 @@ async fn a_run_initialises_nodes_serves_metrics_and_releases_its_lease() -> R {
     assert!(
         metrics.contains("openstack_api_requests_total{request=\"server_get\"}")
             || metrics.contains("openstack_api_requests_total{request=\"server_list\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("cloudprovider_openstack_reconcile_total{operation=\"loadbalancer_ensure\"}"),
         "{metrics}"
     );
     assert!(

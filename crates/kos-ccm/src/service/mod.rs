@@ -1,0 +1,171 @@
+//! The Service controller: the Kubernetes side of the load-balancer controller (what the upstream
+//! runs as the generic `service` controller over OCCM's `LoadBalancer`), as one kube-rs
+//! `Controller` over the Services of all namespaces, driving [`LoadBalancers`].
+//!
+//! For every Service of `type: LoadBalancer` whose `loadBalancerClass` is kos-ccm's:
+//! - the finalizer [`FINALIZER`] is added before anything is sent to the cloud;
+//! - [`LoadBalancers::ensure_service`] runs with the cluster's Nodes; its `status.loadBalancer`
+//!   and its `load-balancer-id` / `load-balancer-address` annotations are written back, each only
+//!   when it differs from what the Service carries, and every Event note becomes an Event on the
+//!   Service (a note repeated while nothing changed is recorded again only after
+//!   [`ServiceSettings::event_repeat_interval`]);
+//! - a requeue the pass asks for (Octavia busy) is a requeue of the Service, never a wait.
+//!
+//! A Service being deleted, or one that is no longer `type: LoadBalancer` (or has another class),
+//! but still carries the finalizer, is cleaned up with [`LoadBalancers::ensure_service_deleted`];
+//! the finalizer goes only once that reports everything gone. A live Service cleaned up that way
+//! also loses its `status.loadBalancer` and the annotations that named the deleted load balancer.
+//!
+//! Triggers besides Service changes:
+//! - a change of the Nodes that can alter pool members (added, removed, addresses, labels, the
+//!   exclude label, the autoscaler's deletion taint; not readiness, which the core does not use)
+//!   reconciles every Service;
+//! - every [`ServiceSettings::resync_period`] the shared cloud observation is dropped and every
+//!   Service reconciled, so drift made behind kos-ccm's back is repaired. A resync that finds
+//!   nothing to do writes nothing, to the cloud or to Kubernetes.
+//!
+//! Services are reconciled only once the Nodes have been listed: an empty node list would empty
+//! every pool.
+//!
+//! Entry point: [`run`]. The binary builds the [`LoadBalancers`] (with [`cluster_id`] as
+//! `LbSettings::cluster_id`), adds flags, metrics and leader election around it.
+
+mod error;
+mod events;
+mod nodes;
+mod reconcile;
+mod writeback;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::runtime::{Controller, controller, watcher};
+use kube::{Api, Client};
+
+pub use error::Error;
+
+use crate::context::Context;
+use crate::lb::LoadBalancers;
+use crate::metrics::Metrics;
+use reconcile::ServiceController;
+
+/// The upstream's finalizer: a load balancer exists (or may) for the Service.
+pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+
+/// The Event `action` of each kind of pass.
+pub mod action {
+    pub const ENSURE: &str = "EnsureLoadBalancer";
+    pub const DELETE: &str = "EnsureLoadBalancerDeleted";
+}
+
+/// How the Service controller runs.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceSettings {
+    /// Services reconciled at once (`--concurrent-service-syncs`); at least 1.
+    pub concurrency: u16,
+    /// Every this long all Services are compared with a fresh observation of the cloud
+    /// (`--lb-resync-period`).
+    pub resync_period: Duration,
+    /// First retry delay after a failure; doubled per consecutive failure up to `retry_max`
+    /// (the upstream's work queue: 5 s to 300 s).
+    pub retry_min: Duration,
+    pub retry_max: Duration,
+    /// An Event note repeated by a Service that did not change is recorded again only after this
+    /// long (Events expire after an hour by default), so resyncs do not flood the Event stream.
+    pub event_repeat_interval: Duration,
+}
+
+impl Default for ServiceSettings {
+    fn default() -> ServiceSettings {
+        ServiceSettings {
+            concurrency: 8,
+            resync_period: Duration::from_secs(5 * 60),
+            retry_min: Duration::from_secs(5),
+            retry_max: Duration::from_secs(5 * 60),
+            event_repeat_interval: Duration::from_secs(60 * 60),
+        }
+    }
+}
+
+/// The cluster's unique id for `LbSettings::cluster_id`: the `kube-system` namespace's UID (what
+/// CAPO and Gardener use too). `None` when that namespace cannot be seen.
+pub async fn cluster_id(client: &Client) -> Result<Option<String>, kube::Error> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    Ok(namespaces
+        .get_opt("kube-system")
+        .await?
+        .and_then(|n| n.metadata.uid))
+}
+
+/// Runs the Service controller until `shutdown` completes (reconciles in flight finish first).
+/// `lbs` should be built with `ctx.session`, `ctx.config` and `ctx.cluster_name`.
+pub async fn run(
+    ctx: Arc<Context>,
+    lbs: Arc<LoadBalancers>,
+    settings: ServiceSettings,
+    metrics: Option<Arc<Metrics>>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let shutdown = shutdown.shared();
+    let (node_task, nodes) = nodes::spawn(Api::all(ctx.client.clone()));
+    let mut ready = nodes.clone();
+    let listed = async move { ready.wait_for(Option::is_some).await.is_ok() };
+    tokio::select! {
+        ok = listed => if !ok {
+            tracing::error!("the node watch ended before the nodes were listed");
+            return;
+        },
+        () = shutdown.clone() => {
+            node_task.abort();
+            return;
+        }
+    }
+    tracing::info!("nodes listed, starting the Service controller");
+
+    let services: Api<Service> = Api::all(ctx.client.clone());
+    let controller = Controller::new(services, watcher::Config::default());
+    let state = Arc::new(ServiceController::new(
+        ctx,
+        lbs,
+        settings,
+        metrics,
+        nodes.clone(),
+        controller.store(),
+    ));
+    controller
+        .with_config(controller::Config::default().concurrency(settings.concurrency.max(1)))
+        .reconcile_all_on(nodes::changes(nodes))
+        .reconcile_all_on(resync(settings.resync_period, state.clone()))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, state)
+        .for_each(|res| async move {
+            match res {
+                Ok((svc, action)) => {
+                    tracing::debug!(service = %svc, ?action, "service reconciled");
+                }
+                // Logged by the error policy.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                // A requeue of a Service deleted meanwhile.
+                Err(controller::Error::ObjectNotFound(r)) => {
+                    tracing::debug!(service = %r, "service gone before its requeue");
+                }
+                Err(e) => tracing::warn!(error = %e, "service controller"),
+            }
+        })
+        .await;
+    node_task.abort();
+}
+
+/// A tick every `period` (the first one a period after the start: the controller's initial list
+/// reconciles everything anyway). Each tick first drops the shared observation, so the passes it
+/// triggers look at the cloud afresh.
+fn resync(period: Duration, state: Arc<ServiceController>) -> impl Stream<Item = ()> + Send {
+    futures::stream::unfold(state, move |state| async move {
+        tokio::time::sleep(period).await;
+        state.resync_started();
+        Some(((), state))
+    })
+}

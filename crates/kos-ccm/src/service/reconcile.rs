@@ -1,0 +1,355 @@
+//! One reconcile of one Service (see the module docs of [`super`]): ensure, or clean up, then
+//! write back what changed. Never waits for the cloud: the core's requeue is the Service's.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::Value;
+
+use super::error::{Error, Result};
+use super::events::{EventMemory, fingerprint};
+use super::nodes::NodeList;
+use super::writeback::{
+    annotations_patch, finalizer_patch, has_finalizer, status_patch, wants_load_balancer,
+};
+use super::{ServiceSettings, action};
+use crate::context::{Context, FIELD_MANAGER};
+use crate::lb::annotations::{LOAD_BALANCER_ADDRESS, LOAD_BALANCER_ID};
+use crate::lb::{EventType, LbError, LoadBalancers, Outcome};
+use crate::metrics::Metrics;
+
+/// Upstream's reconcile metric operations.
+const OP_ENSURE: &str = "loadbalancer_ensure";
+const OP_DELETE: &str = "loadbalancer_delete";
+
+/// The controller's state, shared by its reconciles.
+pub(crate) struct ServiceController {
+    ctx: Arc<Context>,
+    lbs: Arc<LoadBalancers>,
+    settings: ServiceSettings,
+    metrics: Option<Arc<Metrics>>,
+    nodes: NodeList,
+    /// The controller's Service cache, to forget Services that are gone.
+    services: Store<Service>,
+    events: EventMemory,
+    /// Service UID → consecutive failures, for the retry backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn uid(svc: &Service) -> String {
+    svc.uid().unwrap_or_else(|| key(svc))
+}
+
+/// `namespace/name`, for logs and errors.
+fn key(svc: &Service) -> String {
+    format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any())
+}
+
+/// An error and its causes on one line, for logs.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+fn event_type(t: EventType) -> kube::runtime::events::EventType {
+    match t {
+        EventType::Normal => kube::runtime::events::EventType::Normal,
+        EventType::Warning => kube::runtime::events::EventType::Warning,
+    }
+}
+
+fn lb_err(svc: &Service) -> impl FnOnce(LbError) -> Error {
+    let service = key(svc);
+    move |source| Error::LoadBalancer { service, source }
+}
+
+fn kube_err(svc: &Service, what: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    let service = key(svc);
+    move |source| Error::Kube {
+        service,
+        what,
+        source,
+    }
+}
+
+fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 404)
+}
+
+/// Entry point for the kube-runtime `Controller`.
+pub(crate) async fn reconcile(svc: Arc<Service>, st: Arc<ServiceController>) -> Result<Action> {
+    let outcome = st.sync(&svc).await;
+    if outcome.is_ok() {
+        locked(&st.failures).remove(&uid(&svc));
+    }
+    outcome
+}
+
+/// Retries with exponential backoff per Service; a lost write race after the shortest delay; a
+/// failure no retry can fix waits for the Service to change.
+pub(crate) fn error_policy(svc: Arc<Service>, err: &Error, st: Arc<ServiceController>) -> Action {
+    let action = if !err.is_retryable() {
+        Action::await_change()
+    } else if err.is_conflict() {
+        Action::requeue(st.settings.retry_min)
+    } else {
+        Action::requeue(st.backoff(&uid(&svc)))
+    };
+    tracing::warn!(
+        service = %key(&svc),
+        reason = err.metric_label(),
+        next = ?action,
+        "{}",
+        chain(err)
+    );
+    action
+}
+
+fn requeue(after: Option<Duration>) -> Action {
+    after.map_or_else(Action::await_change, Action::requeue)
+}
+
+impl ServiceController {
+    pub(crate) fn new(
+        ctx: Arc<Context>,
+        lbs: Arc<LoadBalancers>,
+        settings: ServiceSettings,
+        metrics: Option<Arc<Metrics>>,
+        nodes: NodeList,
+        services: Store<Service>,
+    ) -> ServiceController {
+        ServiceController {
+            ctx,
+            lbs,
+            events: EventMemory::new(settings.event_repeat_interval),
+            settings,
+            metrics,
+            nodes,
+            services,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn backoff(&self, uid: &str) -> Duration {
+        let mut f = locked(&self.failures);
+        let n = f.entry(uid.to_owned()).or_insert(0);
+        let delay = self
+            .settings
+            .retry_min
+            .saturating_mul(2u32.saturating_pow(*n))
+            .min(self.settings.retry_max);
+        *n = n.saturating_add(1);
+        delay
+    }
+
+    /// A periodic resync begins: the next passes look at the cloud afresh.
+    pub(crate) fn resync_started(&self) {
+        tracing::debug!("periodic load-balancer resync");
+        self.lbs.invalidate_snapshot();
+        let live: HashSet<String> = self.services.state().iter().map(|s| uid(s)).collect();
+        self.events.retain(&live);
+        locked(&self.failures).retain(|u, _| live.contains(u));
+    }
+
+    async fn sync(&self, svc: &Service) -> Result<Action> {
+        let class = self.lbs.settings().load_balancer_class.as_deref();
+        let wanted = wants_load_balancer(svc, class) && svc.metadata.deletion_timestamp.is_none();
+        if wanted {
+            self.timed(OP_ENSURE, self.ensure(svc)).await
+        } else if has_finalizer(svc) {
+            self.timed(OP_DELETE, self.clean_up(svc)).await
+        } else {
+            // Not ours, or already cleaned up: not even a look at the cloud.
+            Ok(Action::await_change())
+        }
+    }
+
+    async fn timed(
+        &self,
+        operation: &'static str,
+        pass: impl Future<Output = Result<Action>>,
+    ) -> Result<Action> {
+        let timer = self.metrics.as_ref().map(|m| m.reconcile(operation));
+        let r = pass.await;
+        if let Some(t) = timer {
+            t.finish(r.is_ok());
+        }
+        r
+    }
+
+    async fn ensure(&self, svc: &Service) -> Result<Action> {
+        let nodes = self.nodes.borrow().clone();
+        let Some(nodes) = nodes else {
+            // `run` waits for the first node list; this is only a safety net.
+            return Ok(Action::requeue(self.settings.retry_min));
+        };
+        // Before anything reaches the cloud: nothing kos-ccm makes can outlive its Service.
+        let mut cur = match finalizer_patch(svc, true) {
+            Some(p) => self.patch(svc, &p, "add the finalizer").await?,
+            None => svc.clone(),
+        };
+        let out = self
+            .lbs
+            .ensure_service(&cur, &nodes)
+            .await
+            .map_err(lb_err(svc))?;
+        self.log(&cur, &out, "ensure");
+        self.record(&cur, &out, action::ENSURE).await;
+        if let Some(p) = annotations_patch(&cur, &out.annotations, &[]) {
+            cur = self
+                .patch(&cur, &p, "write the load-balancer annotations")
+                .await?;
+        }
+        if let Some(want) = &out.status
+            && let Some(p) = status_patch(&cur, Some(want))
+        {
+            self.patch_status(&cur, &p, "write status.loadBalancer")
+                .await?;
+        }
+        Ok(requeue(out.requeue_after))
+    }
+
+    async fn clean_up(&self, svc: &Service) -> Result<Action> {
+        let out = self
+            .lbs
+            .ensure_service_deleted(svc)
+            .await
+            .map_err(lb_err(svc))?;
+        self.log(svc, &out, "delete");
+        self.record(svc, &out, action::DELETE).await;
+        if !out.converged {
+            return Ok(Action::requeue(
+                out.requeue_after
+                    .unwrap_or(self.lbs.settings().pending_requeue),
+            ));
+        }
+        let mut cur = svc.clone();
+        if svc.metadata.deletion_timestamp.is_none() {
+            // Still a Service, no longer one of ours: it must not go on naming a load balancer.
+            if let Some(p) = status_patch(&cur, None) {
+                cur = self
+                    .patch_status(&cur, &p, "clear status.loadBalancer")
+                    .await?;
+            }
+            let mut remove = vec![LOAD_BALANCER_ADDRESS];
+            // The id goes with its load balancer; one that stays (shared, or the user's) is the
+            // user's choice and is kept.
+            if let Some(id) = cur.annotations().get(LOAD_BALANCER_ID).cloned() {
+                let observed = self.lbs.snapshot().await.map_err(lb_err(svc))?;
+                if observed.load_balancer(id.trim()).is_none() {
+                    remove.push(LOAD_BALANCER_ID);
+                }
+            }
+            if let Some(p) = annotations_patch(&cur, &BTreeMap::new(), &remove) {
+                cur = self
+                    .patch(&cur, &p, "remove the load-balancer annotations")
+                    .await?;
+            }
+        }
+        if let Some(p) = finalizer_patch(&cur, false) {
+            match self.patch(&cur, &p, "remove the finalizer").await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.events.forget(&uid(svc));
+        Ok(Action::await_change())
+    }
+
+    fn log(&self, svc: &Service, out: &Outcome, what: &str) {
+        if out.writes.is_empty() {
+            tracing::debug!(
+                service = %key(svc),
+                converged = out.converged,
+                requeue = ?out.requeue_after,
+                "{what}: nothing to change"
+            );
+        } else {
+            tracing::info!(
+                service = %key(svc),
+                converged = out.converged,
+                requeue = ?out.requeue_after,
+                writes = ?out.writes,
+                "{what}: load balancer changed"
+            );
+        }
+    }
+
+    /// Every note of the pass as an Event on the Service, but notes the Service already got.
+    async fn record(&self, svc: &Service, out: &Outcome, action: &str) {
+        if out.events.is_empty() {
+            return;
+        }
+        let notes = self.events.to_record(
+            &uid(svc),
+            fingerprint(svc),
+            &out.events,
+            !out.writes.is_empty(),
+        );
+        let reference = svc.object_ref(&());
+        for n in notes {
+            self.ctx
+                .publish(
+                    &reference,
+                    event_type(n.type_),
+                    n.reason,
+                    action,
+                    n.note.clone(),
+                )
+                .await;
+        }
+    }
+
+    fn api(&self, svc: &Service) -> Api<Service> {
+        Api::namespaced(
+            self.ctx.client.clone(),
+            &svc.namespace().unwrap_or_default(),
+        )
+    }
+
+    async fn patch(&self, svc: &Service, body: &Value, what: &'static str) -> Result<Service> {
+        tracing::debug!(service = %key(svc), "{what}");
+        self.api(svc)
+            .patch(&svc.name_any(), &params(), &Patch::Merge(body))
+            .await
+            .map_err(kube_err(svc, what))
+    }
+
+    async fn patch_status(
+        &self,
+        svc: &Service,
+        body: &Value,
+        what: &'static str,
+    ) -> Result<Service> {
+        tracing::debug!(service = %key(svc), "{what}");
+        self.api(svc)
+            .patch_status(&svc.name_any(), &params(), &Patch::Merge(body))
+            .await
+            .map_err(kube_err(svc, what))
+    }
+}
