@@ -441,10 +441,16 @@ fn find_orphans(inv: &Inventory) -> Vec<(String, Resource, &'static str)> {
     // What kos cannot prove is a cluster's (no tag: found by a naming convention that a live cluster made
     // by another tool shares) stays while something uses it: a load balancer on a network that servers run
     // on, an attached volume, a floating IP pointing at a port that does not go with an orphan LB.
+    // Servers of this project only: an amphora LB's own port on its VIP network (`octavia-lb-vrrp-…`,
+    // owned `compute:nova`, in the user's project) belongs to a server in Octavia's project, and is the
+    // LB itself, not a user of it.
+    let servers: BTreeSet<&str> = inv.servers.iter().map(|s| s.id.as_str()).collect();
     let serving: BTreeSet<&str> = inv
         .ports
         .iter()
-        .filter(|p| p.device_owner.starts_with("compute:"))
+        .filter(|p| {
+            p.device_owner.starts_with("compute:") && servers.contains(p.device_id.as_str())
+        })
         .map(|p| p.network_id.as_str())
         .collect();
     let lb = |id: &str| inv.load_balancers.iter().find(|l| l.id == id);
@@ -476,4 +482,67 @@ fn find_orphans(inv: &Inventory) -> Vec<(String, Resource, &'static str)> {
             }
     });
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use kos_cloud::model::compute::Server;
+    use kos_cloud::model::load_balancer::LoadBalancer;
+    use kos_cloud::model::network::Port;
+
+    use super::*;
+
+    fn port(id: &str, network: &str, owner: &str, device: &str) -> Port {
+        Port {
+            id: id.into(),
+            network_id: network.into(),
+            device_owner: owner.into(),
+            device_id: device.into(),
+            ..Port::default()
+        }
+    }
+
+    /// What a CCM made for `cluster`: an LB on `network`, with the port the amphora provider puts there.
+    fn ccm_lb(cluster: &str, network: &str) -> (LoadBalancer, Port) {
+        let lb = LoadBalancer {
+            id: format!("lb-{cluster}"),
+            name: format!("kube_service_{cluster}_default_web"),
+            vip_network_id: Some(network.into()),
+            vip_port_id: Some(format!("vip-{cluster}")),
+            ..LoadBalancer::default()
+        };
+        // Owned `compute:nova` by an amphora, a server of Octavia's project (not listed here).
+        let vrrp = port(
+            &format!("vrrp-{cluster}"),
+            network,
+            "compute:nova",
+            &format!("amphora-{cluster}"),
+        );
+        (lb, vrrp)
+    }
+
+    #[test]
+    fn an_amphora_on_its_own_vip_network_does_not_keep_an_orphan_lb() {
+        let (gone, gone_vrrp) = ccm_lb("gone", "net-a");
+        let (used, used_vrrp) = ccm_lb("used", "net-b");
+        let inv = Inventory {
+            load_balancers: vec![gone, used],
+            servers: vec![Server {
+                id: "srv-1".into(),
+                ..Server::default()
+            }],
+            ports: vec![
+                gone_vrrp,
+                used_vrrp,
+                // One of the project's servers runs on net-b: its LB may serve a live cluster.
+                port("p-1", "net-b", "compute:nova", "srv-1"),
+            ],
+            ..Inventory::default()
+        };
+        let found: Vec<(String, String)> = find_orphans(&inv)
+            .into_iter()
+            .map(|(c, r, _)| (c, r.id))
+            .collect();
+        assert_eq!(found, [("gone".to_owned(), "lb-gone".to_owned())]);
+    }
 }

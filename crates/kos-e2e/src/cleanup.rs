@@ -15,7 +15,10 @@ pub enum Made {
     Network(String),
     Subnet(String),
     Router(String),
-    RouterInterface { router: String, subnet: String },
+    RouterInterface {
+        router: String,
+        subnet: String,
+    },
     Port(String),
     SecurityGroup(String),
     FloatingIp(String),
@@ -23,9 +26,14 @@ pub enum Made {
     Keypair(String),
     ServerGroup(String),
     Volume(String),
-    VolumeAttachment { server: String, volume: String },
+    VolumeAttachment {
+        server: String,
+        volume: String,
+    },
     LoadBalancer(String),
     AppCredential(String),
+    /// A cluster made with `kos up`: removed with `kos down`, then listed by its tag and names.
+    Cluster(String),
 }
 
 #[derive(Debug, Default)]
@@ -36,6 +44,17 @@ pub struct Cleanup {
 impl Cleanup {
     pub fn push(&mut self, m: Made) {
         self.made.push(m);
+    }
+
+    /// The clusters registered, whose leftovers [`Ctx::guarded`] lists after the cleanup.
+    pub fn clusters(&self) -> Vec<String> {
+        self.made
+            .iter()
+            .filter_map(|m| match m {
+                Made::Cluster(c) => Some(c.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Deletes everything, newest first; tries every item even after a failure.
@@ -96,6 +115,10 @@ async fn delete(ctx: &Ctx, m: &Made) -> Result<()> {
         Made::Keypair(name) => comp.delete_keypair(name).await?,
         Made::ServerGroup(id) => comp.delete_server_group(id).await?,
         Made::AppCredential(id) => s.identity().delete_application_credential(id).await?,
+        Made::Cluster(name) => {
+            // What a user runs; it is idempotent and succeeds when nothing is left.
+            ctx.kos().await?.down(name).await?;
+        }
         Made::Server(id) => {
             comp.delete_server(id).await?;
             ctx.poll(&format!("server {id} to go"), || async {
@@ -104,7 +127,8 @@ async fn delete(ctx: &Ctx, m: &Made) -> Result<()> {
             .await?;
         }
         Made::VolumeAttachment { server, volume } => {
-            comp.detach_volume(server, volume).await?;
+            // Gone with its server or volume (a teardown deletes both): nothing to detach.
+            retrying(ctx, || comp.detach_volume(server, volume)).await?;
             let bs = s.block_storage();
             ctx.poll(&format!("volume {volume} to be detached"), || async {
                 Ok(match bs.get_volume(volume).await? {

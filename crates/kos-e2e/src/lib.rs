@@ -6,13 +6,21 @@
 //! scenario registers what it makes in a [`Cleanup`], which runs whatever the outcome, and ends by
 //! checking that nothing with the run's tag or prefix is left.
 //!
+//! Cluster-level scenarios drive the `kos` CLI itself ([`cli`]) against the same targets, on the
+//! example clusters rewritten for the target ([`examples`]), and check the cloud through the facades
+//! ([`census`]).
+//!
 //! [`fidelity`] runs one recorded call sequence against both targets and compares them.
 
+pub mod census;
 pub mod cleanup;
+pub mod cli;
+pub mod examples;
 pub mod fidelity;
 pub mod scenarios;
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -27,9 +35,11 @@ use kos_cloud::model::network::{
 };
 use kos_cloud::{CloudProfile, Env, ProfileAuth, RetryPolicy, Session};
 use kos_sim::{Sim, SimConfig};
+use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 pub use cleanup::{Cleanup, Made};
+use cli::{CliCloud, Kos};
 
 /// Names the clouds.yaml cloud of the real tier (falls back to `OS_CLOUD`).
 pub const CLOUD_VAR: &str = "KOS_E2E_CLOUD";
@@ -39,6 +49,14 @@ pub const NEEDS_CLOUD: &str = "needs a real cloud: set KOS_E2E_CLOUD (see docs/t
 
 /// The longest any single wait may take (a real LB is ~10 s, a server 5–12 s): generous, never asserted.
 pub const WAIT: Duration = Duration::from_secs(120);
+
+/// The cloud name of the hermetic target's clouds.yaml: not `sim`, which the CLI would take for its
+/// embedded simulator if the file were not found.
+const SIM_CLOUD: &str = "kos-e2e-sim";
+
+/// How many cluster scenarios run at once against one real cloud (they share its quotas):
+/// `KOS_E2E_CLUSTERS_AT_ONCE`, default 2.
+const CLUSTERS_AT_ONCE: usize = 2;
 
 /// Where a scenario runs.
 #[derive(Debug, Clone)]
@@ -80,16 +98,24 @@ impl Target {
                 let sim = Sim::start((**cfg).clone()).await?;
                 let dir = tempfile::tempdir()?;
                 let clouds = dir.path().join("clouds.yaml");
-                std::fs::write(&clouds, sim.clouds_yaml("sim"))?;
+                std::fs::write(&clouds, sim.clouds_yaml(SIM_CLOUD))?;
                 // Only the file written here is read: no HOME, no /etc/openstack.
                 let env = Env::from_vars([("HOME", "/nonexistent")])
                     .with_system_dir(dir.path().join("no-etc"));
-                let profile = CloudProfile::load(&env, Some("sim"), Some(&clouds))?;
+                let profile = CloudProfile::load(&env, Some(SIM_CLOUD), Some(&clouds))?;
                 let session = Session::connect(&profile)
                     .await?
                     .with_retry_policy(RetryPolicy::fast());
                 let every = Duration::from_secs_f64((cfg.time_scale * 2.0).clamp(0.005, 0.5));
-                Ok(Ctx::new(session, profile, every, Some((sim, dir))))
+                let cli = CliCloud {
+                    name: SIM_CLOUD.into(),
+                    file: Some(clouds),
+                    isolated: true,
+                    // The simulator "boots" user_data and writes the bootstrap markers: follow them.
+                    wait: "ready".into(),
+                    timeout: Duration::from_secs(300),
+                };
+                Ok(Ctx::new(session, profile, every, cli, Some((sim, dir))))
             }
             Target::Cloud { name, file } => {
                 let profile = CloudProfile::load(&Env::process(), Some(name), file.as_deref())
@@ -97,7 +123,20 @@ impl Target {
                 let session = Session::connect(&profile)
                     .await
                     .with_context(|| format!("connecting to cloud {name:?}"))?;
-                Ok(Ctx::new(session, profile, Duration::from_millis(500), None))
+                let cli = CliCloud {
+                    name: name.clone(),
+                    file: file.clone(),
+                    isolated: false,
+                    wait: cli::real_cloud_wait()?,
+                    timeout: Duration::from_secs(20 * 60),
+                };
+                Ok(Ctx::new(
+                    session,
+                    profile,
+                    Duration::from_millis(500),
+                    cli,
+                    None,
+                ))
             }
         }
     }
@@ -133,6 +172,13 @@ impl Run {
     pub fn query(&self) -> TagQuery {
         TagQuery::all([self.tag()])
     }
+
+    /// A cluster name of this run, `e2e<random>-<what>` (a DNS label of at most 20 characters, so
+    /// `what` has 8). Its objects, `kos-e2e<random>-<what>-…`, can never be mistaken for the run's own
+    /// `kos-e2e-<random>-…` objects, nor the other way round; `kos down <cluster>` removes a killed run's.
+    pub fn cluster(&self, what: &str) -> String {
+        format!("e2e{}-{what}", &self.prefix["kos-e2e-".len()..])
+    }
 }
 
 impl Default for Run {
@@ -148,6 +194,9 @@ pub struct Ctx {
     pub run: Run,
     /// Poll interval: short on the simulator (its clock is scaled), 0.5 s on a real cloud.
     pub every: Duration,
+    /// How the `kos` CLI reaches this cloud.
+    cli: CliCloud,
+    kos: OnceCell<Kos>,
     sim: Option<(Sim, tempfile::TempDir)>,
 }
 
@@ -156,6 +205,7 @@ impl Ctx {
         session: Session,
         profile: CloudProfile,
         every: Duration,
+        cli: CliCloud,
         sim: Option<(Sim, tempfile::TempDir)>,
     ) -> Ctx {
         Ctx {
@@ -163,8 +213,36 @@ impl Ctx {
             profile,
             run: Run::new(),
             every,
+            cli,
+            kos: OnceCell::new(),
             sim,
         }
+    }
+
+    /// The `kos` CLI on this cloud, with this scenario's own data directory.
+    pub async fn kos(&self) -> Result<&Kos> {
+        self.kos
+            .get_or_try_init(|| Kos::new(self.cli.clone()))
+            .await
+    }
+
+    /// A turn to run a cluster scenario: on a real cloud at most `KOS_E2E_CLUSTERS_AT_ONCE` (2) run at
+    /// once, so their sum stays inside one project's quotas; the simulator is this scenario's own.
+    pub async fn cluster_turn(&self) -> Result<Option<SemaphorePermit<'static>>> {
+        static TURNS: OnceLock<Semaphore> = OnceLock::new();
+        if self.is_sim() {
+            return Ok(None);
+        }
+        let n = match std::env::var("KOS_E2E_CLUSTERS_AT_ONCE") {
+            Ok(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .with_context(|| format!("KOS_E2E_CLUSTERS_AT_ONCE={v:?}"))?,
+            Err(_) => CLUSTERS_AT_ONCE,
+        };
+        let turns = TURNS.get_or_init(|| Semaphore::new(n));
+        Ok(Some(turns.acquire().await?))
     }
 
     /// The in-process simulator, when this is the hermetic target.
@@ -196,8 +274,15 @@ impl Ctx {
     {
         let mut made = Cleanup::default();
         let outcome = body(&mut made).await;
+        let clusters = made.clusters();
         let cleaned = made.run(self).await;
-        let left = self.leftovers().await;
+        let left = match self.leftovers().await {
+            Ok(mut l) => self.cluster_leftovers(&clusters).await.map(|c| {
+                l.extend(c);
+                l
+            }),
+            Err(e) => Err(e),
+        };
         match (outcome, cleaned, left) {
             (Err(e), Ok(()), _) => Err(e),
             (Err(e), Err(c), _) => Err(e.context(format!("and cleanup failed: {c:#}"))),
@@ -210,7 +295,18 @@ impl Ctx {
         }
     }
 
-    /// Everything carrying the run's tag, name prefix or metadata, as `kind name-or-id`.
+    /// Everything of `clusters` still on the cloud (see [`census`]).
+    pub async fn cluster_leftovers(&self, clusters: &[String]) -> Result<Vec<String>> {
+        let mut left = Vec::new();
+        for c in clusters {
+            let objs = census::census(&self.session, c).await?;
+            left.extend(objs.0.iter().map(|o| format!("cluster {c}: {o}")));
+        }
+        Ok(left)
+    }
+
+    /// Everything carrying the run's tag, name prefix or metadata, as `kind name-or-id` (clusters are
+    /// listed by [`Ctx::cluster_leftovers`]).
     pub async fn leftovers(&self) -> Result<Vec<String>> {
         let s = &self.session;
         let (net, q) = (s.network(), self.run.query());

@@ -15,6 +15,10 @@ macro_rules! on_sim {
 }
 
 on_sim!(
+    cluster_minimal,
+    cluster_ha,
+    cluster_byo_network,
+    cluster_gc,
     identity,
     network,
     floating_ip,

@@ -17,6 +17,10 @@ macro_rules! on_cloud {
 }
 
 on_cloud!(
+    cluster_minimal,
+    cluster_ha,
+    cluster_byo_network,
+    cluster_gc,
     identity,
     network,
     floating_ip,

@@ -99,6 +99,22 @@ pub struct UpArgs {
     /// Create a new CCM application credential if the stored secret was lost.
     #[arg(long)]
     pub recreate_ccm_credential: bool,
+    /// How far to follow the cluster once its cloud resources exist.
+    #[arg(long, value_enum, default_value_t)]
+    pub wait: Wait,
+}
+
+/// How far `kos up` follows a cluster after the infrastructure is converged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Wait {
+    /// Stop once every resource exists and the servers are ACTIVE (images without cloud-init, or
+    /// following the bootstrap elsewhere).
+    Infra,
+    /// Also wait for every new node's bootstrap markers on its console.
+    Bootstrap,
+    /// Also wait for the Kubernetes API and every node Ready, when the API answers from here.
+    #[default]
+    Ready,
 }
 
 #[derive(Debug, Args)]
@@ -129,6 +145,9 @@ pub struct StatusArgs {
 pub struct GcArgs {
     #[command(flatten)]
     pub cloud: CloudArgs,
+    /// Only the orphans of this cluster (repeatable; default: every cluster's).
+    #[arg(long = "cluster", value_name = "NAME")]
+    pub clusters: Vec<String>,
     /// Delete the orphans (default: only list them).
     #[arg(long)]
     pub delete: bool,
@@ -175,6 +194,31 @@ pub enum BenchCommand {
     /// Time `up` from zero on a simulated cloud with a realistic latency model, against the
     /// critical-path lower bound, with API calls per service (and baselines with --baselines).
     Apply(BenchApplyArgs),
+    /// kos-ccm's Service controller at scale on a simulated cloud with realistic load-balancer
+    /// provisioning times: time until every Service has an address against a one-at-a-time,
+    /// blocking baseline (the upstream's), calls per resync and per node join, peak RSS.
+    Ccm(BenchCcmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchCcmArgs {
+    /// Services of type LoadBalancer, created at once.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=2000))]
+    pub services: u32,
+    /// Nodes (members of every pool).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub nodes: u32,
+    /// Services reconciled at once (kos-ccm's --concurrent-service-syncs).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
+    /// Real seconds per cloud second.
+    #[arg(long, default_value_t = 0.01)]
+    pub time_scale: f64,
+    /// Skip the one-at-a-time baseline (it takes a minute or more).
+    #[arg(long)]
+    pub no_baseline: bool,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 #[derive(Debug, Args)]

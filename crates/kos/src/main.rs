@@ -7,6 +7,7 @@ mod cmd;
 mod files;
 mod progress;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -56,6 +57,8 @@ fn init_tracing(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: escape codes in a redirected log or a CI capture are noise.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
 }

@@ -1,5 +1,5 @@
-//! `kos bench apply` runs end to end and reports in JSON. A smoke test of the plumbing only: the figures
-//! are a benchmark's, never asserted (the clock runs 500x fast here, so they are noisy anyway).
+//! `kos bench apply` and `kos bench ccm` run end to end and report in JSON. Figures are a benchmark's,
+//! never asserted (the clock runs 500x fast here, so they are noisy anyway).
 
 use std::process::Command;
 
@@ -38,4 +38,40 @@ fn bench_apply_reports_the_bound_the_runs_and_their_calls() {
         assert!(compute["client"].as_u64().is_some_and(|n| n >= 5), "{run}");
         assert_eq!(compute["client"], compute["cloud"], "{run}");
     }
+}
+
+/// `kos bench ccm` end to end: the real Service controller over an in-process Kubernetes API and
+/// kos-sim. Behaviour is asserted (a resync with nothing to do writes nothing, a node join is one
+/// member PUT per pool), never a time.
+#[test]
+fn bench_ccm_reports_addresses_resync_and_node_join() {
+    let out = Command::new(KOS)
+        .args(["bench", "ccm", "--services", "3", "--nodes", "2"])
+        .args(["--time-scale", "0.002", "--output", "json"])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("kos runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert!(r["kos_secs"].as_f64().is_some_and(|s| s > 0.0), "{r}");
+    assert!(r["baseline_secs"].as_f64().is_some_and(|s| s > 0.0), "{r}");
+    assert_eq!(r["resync_writes"], 0, "{r}");
+    // One list per resource type, whatever the number of Services.
+    let resync: u64 = r["resync_calls"]
+        .as_object()
+        .expect("calls")
+        .values()
+        .filter_map(serde_json::Value::as_u64)
+        .sum();
+    assert_eq!(resync, 5, "{r}");
+    let puts: u64 = r["node_join_calls"]
+        .as_object()
+        .expect("calls")
+        .iter()
+        .filter(|(op, _)| op.starts_with("PUT ") && op.ends_with("/members"))
+        .filter_map(|(_, n)| n.as_u64())
+        .sum();
+    assert_eq!(puts, 3, "one member PUT per pool: {r}");
+    assert_eq!(r["node_join_writes"], 3, "{r}");
 }

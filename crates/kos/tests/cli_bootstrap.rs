@@ -109,6 +109,77 @@ fn assert_markers(o: &Output) {
     assert!(!err.contains(" ok: simulated") && !out.contains("Kubernetes API: ready"));
 }
 
+#[test]
+fn wait_infra_stops_at_the_servers_and_wait_bootstrap_at_the_consoles() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let spec = minimal();
+    let spec = spec.to_str().expect("utf8");
+
+    // Infra: the servers exist and are ACTIVE; no console is read (an image without cloud-init would
+    // otherwise keep `up` waiting for markers that never come).
+    let up = kos(
+        d,
+        None,
+        &["up", "-f", spec, "--cloud", "sim", "--wait", "infra"],
+    );
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let (out, err) = (
+        String::from_utf8_lossy(&up.stdout),
+        String::from_utf8_lossy(&up.stderr),
+    );
+    assert!(
+        out.contains("Bootstrap: not followed (--wait infra)"),
+        "{}",
+        text(&up)
+    );
+    assert!(
+        !err.contains("kos-bootstrap")
+            && !err.contains(": preflight ok")
+            && !out.contains("Kubernetes API"),
+        "{}",
+        text(&up)
+    );
+
+    // Bootstrap: a new worker's markers are followed, the API is not waited for.
+    let bigger = std::fs::read_to_string(spec).expect("example").replacen(
+        "      count: 2",
+        "      count: 3",
+        1,
+    );
+    let bigger_path = d.join("bigger.yaml");
+    std::fs::write(&bigger_path, bigger).expect("write spec");
+    let bigger = bigger_path.to_str().expect("utf8");
+    let up = kos(
+        d,
+        None,
+        &["up", "-f", bigger, "--cloud", "sim", "--wait", "bootstrap"],
+    );
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let (out, err) = (
+        String::from_utf8_lossy(&up.stdout),
+        String::from_utf8_lossy(&up.stderr),
+    );
+    assert!(
+        err.contains("kos: workers-2: bootstrap skipped: simulated cloud"),
+        "{}",
+        text(&up)
+    );
+    assert!(
+        out.contains("Kubernetes API: not checked (--wait bootstrap)")
+            && !out.contains("Kubernetes API: skipped"),
+        "{}",
+        text(&up)
+    );
+
+    let bad = kos(
+        d,
+        None,
+        &["up", "-f", spec, "--cloud", "sim", "--wait", "forever"],
+    );
+    assert_eq!(bad.status.code(), Some(3), "{}", text(&bad));
+}
+
 fn openssl(args: &[&str], dir: &Path) -> Output {
     Command::new("openssl")
         .args(args)

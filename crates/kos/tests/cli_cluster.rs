@@ -177,6 +177,31 @@ fn embedded_sim_walkthrough_plan_up_status_scale_down() {
 }
 
 #[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let spec = example("minimal.yaml");
+    let o = kos(
+        data.path(),
+        None,
+        &[
+            "plan",
+            "-f",
+            spec.to_str().expect("utf8"),
+            "--cloud",
+            "sim",
+            "-vv",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("DEBUG"), "-vv logs: {}", text(&o));
+    assert!(
+        !err.contains('\x1b'),
+        "escape codes in a captured log: {err:?}"
+    );
+}
+
+#[test]
 fn bad_input_exits_3_and_creates_nothing() {
     let data = tempfile::tempdir().expect("tempdir");
     let d = data.path();

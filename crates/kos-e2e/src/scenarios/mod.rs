@@ -2,10 +2,11 @@
 //! tagged with the run's prefix), checks the behaviour kos relies on, and deletes everything through
 //! [`Ctx::guarded`], which also proves that nothing tagged is left.
 //!
-//! Cluster-level scenarios (`kos up / plan / down / gc` of the example clusters, scale up and down,
-//! a teardown that leaves nothing tagged) go in `cluster.rs` here once the engine's commands exist:
-//! same signature, same two targets (see docs/testing.md, "Adding a scenario").
+//! Cluster-level scenarios (`kos plan / up / down / gc` of the example clusters, scale up and down, a
+//! teardown that leaves nothing tagged) are in [`cluster`]: same signature, same two targets (see
+//! docs/testing.md, "Adding a scenario").
 
+mod cluster;
 mod compute;
 mod floating_ip;
 mod identity;
@@ -14,6 +15,7 @@ mod network;
 mod quotas;
 mod volume;
 
+pub use cluster::{cluster_byo_network, cluster_gc, cluster_ha, cluster_minimal};
 pub(crate) use compute::PUBLIC_KEY;
 pub use compute::server_on_port;
 pub use floating_ip::floating_ip;

@@ -352,7 +352,7 @@ async fn run(
 
 /// A session on the simulator, with kos's retry timings on the simulator's clock. The simulator's
 /// Retry-After is in cloud seconds (1 at any rate of at least 1/s): the cap makes it one cloud second.
-async fn connect(sim: &Sim, scale: f64) -> miette::Result<Session> {
+pub(crate) async fn connect(sim: &Sim, scale: f64) -> miette::Result<Session> {
     let c = sim.config();
     let profile = CloudProfile::new(
         "bench",

@@ -18,7 +18,7 @@ use super::{Exit, Failure};
 use crate::bootstrap::follow::{self, ApiPhase, NodeState, Target, Timing};
 use crate::bootstrap::kube::Kube;
 use crate::bootstrap::{API_PORT, ClusterMeta, KubeadmBootstrap, Local, Secrets};
-use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs};
+use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
 
 /// A spec read, validated and checked against the cloud, with its desired graph.
@@ -176,7 +176,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                             .map_err(Failure::cloud_report)?;
                     }
                     summarize(&report);
-                    follow_bootstrap(&c, &p.spec, &report, &secrets).await?;
+                    follow_bootstrap(&c, &p.spec, &report, &secrets, args.wait).await?;
                     Ok(Exit::Ok)
                 }
                 Err(e) => Err(Failure::cloud_report(miette::miette!(
@@ -276,13 +276,18 @@ fn version(spec: &ClusterSpec) -> Result<kos_bootstrap::KubeVersion, String> {
 }
 
 /// After the servers are ACTIVE: their consoles' bootstrap markers, then the cluster through its API
-/// when that is reachable from here. Exit 1 naming the node when a step failed.
+/// when that is reachable from here, as far as `wait` asks. Exit 1 naming the node when a step failed.
 async fn follow_bootstrap(
     c: &Connected,
     spec: &ClusterSpec,
     report: &ApplyReport,
     secrets: &kos_bootstrap::ClusterSecrets,
+    wait: Wait,
 ) -> Result<(), Failure> {
+    if wait == Wait::Infra {
+        println!("Bootstrap: not followed (--wait infra)");
+        return Ok(());
+    }
     let timing = if c.is_simulated() {
         Timing {
             poll: Duration::from_millis(50),
@@ -346,6 +351,10 @@ async fn follow_bootstrap(
             NodeState::Failed { step, reason } => format!("{step} failed: {reason}"),
         };
         println!("  {id:<24} {shown}");
+    }
+    if wait == Wait::Bootstrap {
+        println!("Kubernetes API: not checked (--wait bootstrap)");
+        return Ok(());
     }
     if followed.simulated {
         println!(
@@ -527,9 +536,12 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
 pub async fn gc(args: GcArgs) -> Result<Exit, Failure> {
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let orphans = kos_cluster::teardown::orphans(&c.session)
+            let mut orphans = kos_cluster::teardown::orphans(&c.session)
                 .await
                 .map_err(Failure::cloud)?;
+            if !args.clusters.is_empty() {
+                orphans.retain(|o| args.clusters.contains(&o.cluster));
+            }
             for o in &orphans {
                 println!(
                     "{:<16} {:<22} {:<40} {}",

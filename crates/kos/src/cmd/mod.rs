@@ -8,6 +8,7 @@
 //! | 3 | invalid input: usage, the spec, the cloud configuration or preflight; nothing was changed |
 
 pub mod bench;
+mod bench_ccm;
 mod cluster;
 mod kubeconfig;
 mod sim;
@@ -47,6 +48,9 @@ impl Failure {
     pub fn cloud_report(report: miette::Report) -> Failure {
         Failure { code: 1, report }
     }
+    pub fn cloud_diagnostic(report: miette::Report) -> Failure {
+        Failure::cloud_report(report)
+    }
     pub fn cloud(e: kos_cloud::CloudError) -> Failure {
         Failure::cloud_report(miette::miette!("{e}"))
     }
@@ -63,6 +67,9 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Bench {
             command: BenchCommand::Apply(args),
         } => bench::apply(args).await,
+        Command::Bench {
+            command: BenchCommand::Ccm(args),
+        } => bench_ccm::ccm(args).await,
         Command::Sim {
             command: SimCommand::Serve(args),
         } => sim::serve(args)
