@@ -40,6 +40,8 @@ impl Observed {
     }
 
     async fn take_at(session: &Session, generation: u64) -> Result<Observed, CloudError> {
+        // When the listing starts: a write made while it runs may or may not be in it.
+        let started = Instant::now();
         let lb = session.load_balancer();
         let project = Some(session.project_id().to_owned());
         let lbs = LoadBalancerFilter {
@@ -64,7 +66,7 @@ impl Observed {
             pools,
             monitors,
             floating_ips,
-            taken_at: Instant::now(),
+            taken_at: started,
             generation,
         })
     }
@@ -139,36 +141,48 @@ impl Observed {
     }
 }
 
-/// The shared, cached snapshot: one refresh at a time (others wait for it and reuse it), and a
-/// snapshot is reused only while it is younger than the max age and no write happened since.
+/// The shared, cached snapshot: one refresh at a time (others wait for it and reuse it). A
+/// snapshot is reused while it is younger than the max age, was not forced out by a resync, and
+/// started after the asking Service's own last write: a pass must see what it wrote itself, but
+/// one Service's write must not make every other Service list the project again. (Were every
+/// write to force a refresh, a storm of N new Services would cost N refreshes one after the
+/// other; this way it costs one per wave of passes.)
 #[derive(Debug, Default)]
 pub struct Snapshots {
     current: Mutex<Option<Arc<Observed>>>,
     refresh: tokio::sync::Mutex<()>,
+    /// Bumped by [`Snapshots::force`]: snapshots of an older generation are not reused.
     generation: AtomicU64,
+    /// Bumped by every [`Snapshots::invalidate`]: tells a pass whether it wrote.
+    writes: AtomicU64,
 }
 
 impl Snapshots {
-    fn fresh(&self, max_age: Duration) -> Option<Arc<Observed>> {
+    fn fresh(&self, max_age: Duration, not_before: Option<Instant>) -> Option<Arc<Observed>> {
         let generation = self.generation.load(Ordering::SeqCst);
         let cur = self.current.lock().ok()?;
         cur.as_ref()
-            .filter(|o| o.generation == generation && o.taken_at.elapsed() < max_age)
+            .filter(|o| {
+                o.generation == generation
+                    && o.taken_at.elapsed() < max_age
+                    && not_before.is_none_or(|t| o.taken_at >= t)
+            })
             .cloned()
     }
 
-    /// A snapshot no older than `max_age` that reflects every write made through
-    /// [`Snapshots::invalidate`] callers.
+    /// A snapshot no older than `max_age`, taken after `not_before` (the asking Service's last
+    /// write) and after the last [`Snapshots::force`].
     pub async fn get(
         &self,
         session: &Session,
         max_age: Duration,
+        not_before: Option<Instant>,
     ) -> Result<Arc<Observed>, CloudError> {
-        if let Some(o) = self.fresh(max_age) {
+        if let Some(o) = self.fresh(max_age, not_before) {
             return Ok(o);
         }
         let _one = self.refresh.lock().await;
-        if let Some(o) = self.fresh(max_age) {
+        if let Some(o) = self.fresh(max_age, not_before) {
             return Ok(o);
         }
         let generation = self.generation.load(Ordering::SeqCst);
@@ -179,8 +193,19 @@ impl Snapshots {
         Ok(o)
     }
 
-    /// The cloud changed (we wrote, or saw something in transition): the next `get` lists again.
+    /// The cloud changed (we wrote, or saw something in transition): the Service whose pass this
+    /// is needs a newer snapshot next time (see [`Snapshots::writes`]).
     pub fn invalidate(&self) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many [`Snapshots::invalidate`] calls so far.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+
+    /// Nothing listed before now is reused (a periodic resync looks for drift).
+    pub fn force(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 }

@@ -154,6 +154,8 @@ pub struct LoadBalancers {
     /// Ids of load balancers this process deleted (ERROR recreation): an annotation still naming
     /// one is expected, not news.
     deleted: Mutex<std::collections::HashSet<String>>,
+    /// Service or load-balancer key → when a pass last wrote for it (see `ensure_service`).
+    dirty: Mutex<HashMap<String, Instant>>,
 }
 
 impl LoadBalancers {
@@ -168,6 +170,7 @@ impl LoadBalancers {
             members,
             recent_creates: Mutex::new(HashMap::new()),
             deleted: Mutex::new(std::collections::HashSet::new()),
+            dirty: Mutex::new(HashMap::new()),
         }
     }
 
@@ -189,12 +192,16 @@ impl LoadBalancers {
         Ok(Arc::new(o))
     }
 
-    /// The shared observation: reused while younger than `snapshot_max_age` and while nothing was
-    /// written since; otherwise listed again (one refresh at a time).
+    /// The shared observation: reused while younger than `snapshot_max_age` and not forced out;
+    /// otherwise listed again (one refresh at a time).
     pub async fn snapshot(&self) -> Result<Arc<Observed>, LbError> {
+        self.snapshot_after(None).await
+    }
+
+    async fn snapshot_after(&self, not_before: Option<Instant>) -> Result<Arc<Observed>, LbError> {
         let o = self
             .snapshots
-            .get(&self.session, self.settings.snapshot_max_age)
+            .get(&self.session, self.settings.snapshot_max_age, not_before)
             .await
             .map_err(|source| LbError::Observe { source })?;
         self.members.prune(&o);
@@ -204,19 +211,75 @@ impl LoadBalancers {
     /// Forgets the cached observation: the next [`snapshot`](Self::snapshot) lists again. The
     /// wiring calls it when a periodic resync starts, so drift made behind kos-ccm's back is seen.
     pub fn invalidate_snapshot(&self) {
-        self.snapshots.invalidate();
+        self.snapshots.force();
     }
 
-    /// [`ensure`](Self::ensure) with the shared snapshot.
+    /// [`ensure`](Self::ensure) with the shared snapshot, new enough to hold this Service's own
+    /// last writes (and those of any Service on the same load balancer).
     pub async fn ensure_service(&self, svc: &Service, nodes: &[Node]) -> Result<Outcome, LbError> {
-        let o = self.snapshot().await?;
-        self.ensure(svc, nodes, &o).await
+        let keys = self.dirty_keys(svc);
+        let wrote = self.snapshots.writes();
+        let o = self.snapshot_after(self.last_write(&keys)).await?;
+        let out = self.ensure(svc, nodes, &o).await;
+        self.note_writes(keys, wrote, out.as_ref().ok());
+        out
     }
 
-    /// [`ensure_deleted`](Self::ensure_deleted) with the shared snapshot.
+    /// [`ensure_deleted`](Self::ensure_deleted) with the shared snapshot (as `ensure_service`).
     pub async fn ensure_service_deleted(&self, svc: &Service) -> Result<Outcome, LbError> {
-        let o = self.snapshot().await?;
-        self.ensure_deleted(svc, &o).await
+        let keys = self.dirty_keys(svc);
+        let wrote = self.snapshots.writes();
+        let o = self.snapshot_after(self.last_write(&keys)).await?;
+        let out = self.ensure_deleted(svc, &o).await;
+        self.note_writes(keys, wrote, out.as_ref().ok());
+        out
+    }
+
+    /// What a Service's writes are remembered under: the Service itself and the load balancer its
+    /// annotation names (Services sharing one load balancer see each other's writes).
+    fn dirty_keys(&self, svc: &Service) -> Vec<String> {
+        let mut keys = vec![format!(
+            "svc/{}/{}",
+            svc.metadata.namespace.as_deref().unwrap_or_default(),
+            svc.metadata.name.as_deref().unwrap_or_default()
+        )];
+        if let Some(id) = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::lb::annotations::LOAD_BALANCER_ID))
+        {
+            keys.push(format!("lb/{id}"));
+        }
+        keys
+    }
+
+    fn last_write(&self, keys: &[String]) -> Option<Instant> {
+        let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        keys.iter().filter_map(|k| dirty.get(k).copied()).max()
+    }
+
+    /// After a pass that wrote (or saw the cloud in transition), its next pass, and every pass on
+    /// the same load balancer, needs a snapshot taken after now.
+    fn note_writes(&self, mut keys: Vec<String>, writes_before: u64, out: Option<&Outcome>) {
+        let wrote =
+            self.snapshots.writes() != writes_before || out.is_some_and(|o| !o.writes.is_empty());
+        if !wrote {
+            return;
+        }
+        if let Some(id) =
+            out.and_then(|o| o.annotations.get(crate::lb::annotations::LOAD_BALANCER_ID))
+        {
+            keys.push(format!("lb/{id}"));
+        }
+        let now = Instant::now();
+        let max_age = self.settings.snapshot_max_age;
+        let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        // An entry older than the max age no longer matters: no snapshot that old is reused.
+        dirty.retain(|_, t| t.elapsed() < max_age);
+        for k in keys {
+            dirty.insert(k, now);
+        }
     }
 
     fn is_ours(&self, svc: &Service) -> bool {
