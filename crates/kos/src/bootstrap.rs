@@ -8,6 +8,8 @@
 //! - `ccm-credential.json`: the CCM application credential (written by `cmd::cluster`).
 //! - `cluster.json`: the API address and Kubernetes version, for `kos kubeconfig` without a cloud.
 
+#[cfg(test)]
+mod api_tests;
 pub mod follow;
 pub mod kube;
 
