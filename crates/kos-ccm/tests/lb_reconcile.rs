@@ -21,7 +21,9 @@ use kos_cloud::model::load_balancer::{
     PoolParent, PoolUpdate, Protocol, Vip,
 };
 use kos_cloud::model::network::{
-    FloatingIp, FloatingIpCreate, FloatingIpFilter, NetworkCreate, RouterCreate, SubnetCreate,
+    FixedIpRequest, FloatingIp, FloatingIpCreate, FloatingIpFilter, NetworkCreate, Port,
+    PortCreate, PortUpdate, RouterCreate, SecurityGroup, SecurityGroupCreate, SecurityGroupFilter,
+    SubnetCreate,
 };
 use kos_cloud::{CloudProfile, Env, RetryPolicy, Session};
 use kos_sim::{FaultRule, LogEntry, Sim, SimConfig};
@@ -1600,4 +1602,271 @@ async fn the_vip_goes_on_the_port_or_network_the_annotations_name() {
     converge(&lbs_no_subnet, &mut on_net, &nodes(1)).await;
     let lb = c.lb(&lb_id(&on_net)).await.expect("lb");
     assert_eq!(lb.vip_network_id.as_deref(), Some(network.as_str()));
+}
+
+// ---------------------------------------------------------------- manage-security-groups
+
+/// The Neutron port of each node address on the nodes' subnet, as Nova would have made it.
+async fn node_ports(c: &Cloud, ips: &[&str]) -> Vec<String> {
+    let net = c.session.network();
+    let network = net
+        .get_subnet(&c.subnet)
+        .await
+        .expect("subnet")
+        .expect("subnet exists")
+        .network_id;
+    let mut ids = Vec::new();
+    for ip in ips {
+        let mut req = PortCreate::new(&network, format!("node-{ip}"));
+        req.fixed_ips = vec![FixedIpRequest::Address {
+            subnet_id: c.subnet.clone(),
+            ip_address: (*ip).into(),
+        }];
+        ids.push(net.create_port(&req).await.expect("node port").id);
+    }
+    ids
+}
+
+async fn port(c: &Cloud, id: &str) -> Port {
+    c.session
+        .network()
+        .get_port(id)
+        .await
+        .expect("get port")
+        .expect("port exists")
+}
+
+async fn service_sg(c: &Cloud, svc: &Service) -> Option<SecurityGroup> {
+    let m = &svc.metadata;
+    let name = format!(
+        "lb-sg-{}-{}-{}",
+        m.uid.as_deref().unwrap_or_default(),
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default()
+    );
+    let mut found = c
+        .session
+        .network()
+        .list_security_groups(&SecurityGroupFilter {
+            name: Some(name),
+            ..Default::default()
+        })
+        .await
+        .expect("list SGs");
+    assert!(found.len() <= 1, "one group per Service: {found:?}");
+    found.pop()
+}
+
+/// The group's ingress rules as `proto port from prefix (ethertype)`, sorted.
+fn ingress(sg: &SecurityGroup) -> Vec<String> {
+    let mut r: Vec<String> = sg
+        .security_group_rules
+        .iter()
+        .filter(|r| r.direction == "ingress")
+        .map(|r| {
+            assert_eq!(r.port_range_min, r.port_range_max, "{r:?}");
+            format!(
+                "{} {} from {} ({})",
+                r.protocol.as_deref().unwrap_or("any"),
+                r.port_range_min.unwrap_or_default(),
+                r.remote_ip_prefix.as_deref().unwrap_or("any"),
+                r.ethertype
+            )
+        })
+        .collect();
+    r.sort();
+    r
+}
+
+fn sg_calls(log: &[LogEntry]) -> Vec<String> {
+    log.iter()
+        .filter(|e| {
+            e.path.contains("security-group")
+                || e.path.contains("/ports") && e.method != "GET"
+                || e.path.contains("/tags")
+        })
+        .map(|e| format!("{} {}", e.method, e.operation))
+        .collect()
+}
+
+#[tokio::test]
+async fn manage_security_groups_opens_node_ports_on_member_ports_and_follows_changes() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "manage-security-groups = true\n");
+    let net = c.session.network();
+    let ops = net
+        .create_security_group(&SecurityGroupCreate {
+            name: "ops".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("ops SG");
+    let ports = node_ports(&c, &["10.10.0.11", "10.10.0.12", "10.10.0.13"]).await;
+    // Node 1's port carries the user's own group too: it must stay.
+    net.update_port(
+        &ports[0],
+        &PortUpdate {
+            security_groups: Some(vec![ops.id.clone()]),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("ops on port 1");
+    let before_port2 = port(&c, &ports[1]).await.security_groups;
+    assert_eq!(before_port2.len(), 1, "the project's default group");
+
+    let mut svc = service("web", &[("TCP", 80, 30080), ("UDP", 53, 30053)]);
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let sg = service_sg(&c, &svc).await.expect("the Service's group");
+    assert_eq!(
+        sg.description,
+        "Security Group for default/web Service LoadBalancer in cluster test"
+    );
+    assert_eq!(
+        ingress(&sg),
+        [
+            "tcp 30080 from 10.10.0.0/24 (IPv4)",
+            "udp 30053 from 10.10.0.0/24 (IPv4)"
+        ]
+    );
+    assert!(
+        sg.security_group_rules
+            .iter()
+            .any(|r| r.direction == "egress"),
+        "Neutron's egress rules are left alone"
+    );
+    let p1 = port(&c, &ports[0]).await;
+    assert_eq!(p1.security_groups, [ops.id.clone(), sg.id.clone()]);
+    assert!(p1.tags.contains(&sg.id), "tagged for the delete: {p1:?}");
+    let p2 = port(&c, &ports[1]).await;
+    assert_eq!(p2.security_groups, [before_port2[0].clone(), sg.id.clone()]);
+    assert!(!port(&c, &ports[2]).await.security_groups.contains(&sg.id));
+
+    // Nothing changed: not one write, and a bounded number of reads.
+    let start = c.seq();
+    let passes = converge(&lbs, &mut svc, &nodes(2)).await;
+    assert_eq!(passes.len(), 1);
+    assert!(passes[0].writes.is_empty(), "{:?}", passes[0].writes);
+    let log = c.log_since(start);
+    assert!(writes(&log).is_empty(), "{:?}", writes(&log));
+    assert_eq!(count(&log, "GET", "/security-groups"), 1);
+    assert_eq!(count(&log, "GET", "/ports"), 1);
+
+    // A node port changes: one rule created, one deleted, the group kept.
+    spec(&mut svc).ports = Some(ports_of(&[("TCP", 80, 30081), ("UDP", 53, 30053)]));
+    let start = c.seq();
+    converge(&lbs, &mut svc, &nodes(2)).await;
+    let log = c.log_since(start);
+    let sg_writes: Vec<String> = writes(&log)
+        .into_iter()
+        .filter(|w| w.contains("security-group"))
+        .collect();
+    assert_eq!(
+        sg_writes,
+        [
+            "POST /network/v2.0/security-group-rules 201",
+            "DELETE /network/v2.0/security-group-rules/{id} 204"
+        ],
+        "a diff, not a recreate"
+    );
+    let sg2 = service_sg(&c, &svc).await.expect("group");
+    assert_eq!(sg2.id, sg.id);
+    assert_eq!(
+        ingress(&sg2),
+        [
+            "tcp 30081 from 10.10.0.0/24 (IPv4)",
+            "udp 30053 from 10.10.0.0/24 (IPv4)"
+        ]
+    );
+
+    // A third node gets the group; node 1 leaves and loses it (its own group stays).
+    converge(&lbs, &mut svc, &nodes(3)).await;
+    assert!(port(&c, &ports[2]).await.security_groups.contains(&sg.id));
+    let later = [node("node-2", "10.10.0.12"), node("node-3", "10.10.0.13")];
+    converge(&lbs, &mut svc, &later).await;
+    let p1 = port(&c, &ports[0]).await;
+    assert_eq!(p1.security_groups, vec![ops.id.clone()]);
+    assert!(!p1.tags.contains(&sg.id), "{p1:?}");
+    assert!(port(&c, &ports[1]).await.security_groups.contains(&sg.id));
+
+    // ETP=Local: the health-check node port from the member subnet.
+    spec(&mut svc).external_traffic_policy = Some("Local".into());
+    spec(&mut svc).health_check_node_port = Some(32100);
+    converge(&lbs, &mut svc, &later).await;
+    assert!(
+        ingress(&service_sg(&c, &svc).await.expect("group"))
+            .contains(&"tcp 32100 from 10.10.0.0/24 (IPv4)".to_owned())
+    );
+
+    // Delete: off every port, then gone; the ports keep their other groups.
+    let passes = delete(&lbs, &svc).await;
+    assert!(
+        passes
+            .iter()
+            .flat_map(|o| &o.writes)
+            .any(|w| w.starts_with("delete security group lb-sg-")),
+        "{passes:#?}"
+    );
+    assert!(service_sg(&c, &svc).await.is_none());
+    for (p, want) in ports.iter().zip([
+        vec![ops.id.clone()],
+        before_port2.clone(),
+        before_port2.clone(),
+    ]) {
+        let p = port(&c, p).await;
+        assert_eq!(p.security_groups, want, "{p:?}");
+        assert!(!p.tags.contains(&sg.id), "{p:?}");
+    }
+}
+
+#[tokio::test]
+async fn under_ovn_the_security_group_opens_node_ports_to_the_source_ranges() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "lb-provider = ovn\nmanage-security-groups = true\n");
+    let ports = node_ports(&c, &["10.10.0.11"]).await;
+    let mut svc = service("ovn", &[("TCP", 80, 30080)]);
+    spec(&mut svc).load_balancer_source_ranges =
+        Some(vec!["203.0.113.0/24".into(), "2001:db8::/64".into()]);
+    let passes = converge(&lbs, &mut svc, &nodes(1)).await;
+    assert!(
+        !passes.iter().any(|o| o.has_event(reasons::IGNORED)),
+        "the ranges are enforced, not ignored: {:?}",
+        all_events(&passes)
+    );
+    let sg = service_sg(&c, &svc).await.expect("group");
+    assert_eq!(
+        ingress(&sg),
+        [
+            "tcp 30080 from 2001:db8::/64 (IPv6)",
+            "tcp 30080 from 203.0.113.0/24 (IPv4)"
+        ]
+    );
+    assert!(port(&c, &ports[0]).await.security_groups.contains(&sg.id));
+
+    // No ranges: OVN keeps the client address, so everyone of the Service's family.
+    spec(&mut svc).load_balancer_source_ranges = None;
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    assert_eq!(
+        ingress(&service_sg(&c, &svc).await.expect("group")),
+        ["tcp 30080 from 0.0.0.0/0 (IPv4)"]
+    );
+    delete(&lbs, &svc).await;
+    assert!(service_sg(&c, &svc).await.is_none());
+}
+
+#[tokio::test]
+async fn without_manage_security_groups_nothing_touches_groups_or_ports() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let ports = node_ports(&c, &["10.10.0.11"]).await;
+    let before = port(&c, &ports[0]).await;
+    let start = c.seq();
+    let mut svc = service("plain", &[("TCP", 80, 30080)]);
+    spec(&mut svc).external_traffic_policy = Some("Local".into());
+    spec(&mut svc).health_check_node_port = Some(32100);
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    delete(&lbs, &svc).await;
+    let log = c.log_since(start);
+    assert!(sg_calls(&log).is_empty(), "{:?}", sg_calls(&log));
+    assert_eq!(port(&c, &ports[0]).await, before);
 }

@@ -859,17 +859,21 @@ pub fn parse(svc: &Service, cfg: &CloudConfig) -> Result<ServiceOptions, Vec<Pro
     };
 
     let source_ranges = source_ranges(&mut r, spec.load_balancer_source_ranges.as_deref());
+    // OVN listeners take no allowed CIDRs; with manage-security-groups the Service's security
+    // group enforces the ranges instead (security_groups.rs), so there is nothing to warn about.
     let source_ranges = if ovn && !source_ranges.is_empty() {
-        r.note(
-            "spec.loadBalancerSourceRanges",
-            &source_ranges
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-            "are ignored: the OVN provider has no allowed CIDRs on listeners (the upstream \
+        if !lbc.manage_security_groups {
+            r.note(
+                "spec.loadBalancerSourceRanges",
+                &source_ranges
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                "are ignored: the OVN provider has no allowed CIDRs on listeners (the upstream \
              enforces them only with manage-security-groups)",
-        );
+            );
+        }
         Vec::new()
     } else {
         source_ranges

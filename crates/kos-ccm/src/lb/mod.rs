@@ -9,6 +9,8 @@
 //! requeues while Octavia is busy; [`LoadBalancers::ensure_deleted`] removes what is the
 //! Service's. Names, descriptions and tags follow the upstream CCM ([`naming`]), so its load
 //! balancers are adopted; ownership tags keep clusters apart.
+//! With `manage-security-groups`, [`security_groups`] keeps a per-Service Neutron security group on
+//! the member nodes' ports once the load balancer is in place, and removes it on delete.
 //!
 //! ```no_run
 //! # async fn demo(session: kos_cloud::Session, cfg: std::sync::Arc<kos_ccm::CloudConfig>,
@@ -31,6 +33,7 @@ pub mod observed;
 pub mod outcome;
 pub mod plan;
 pub mod reconcile;
+pub mod security_groups;
 #[cfg(test)]
 mod testutil;
 

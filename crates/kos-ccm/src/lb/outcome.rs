@@ -43,6 +43,8 @@ pub mod reasons {
     pub const FLOATING_IP_SKIPPED: &str = "LoadBalancerFloatingIPSkipped";
     pub const FLOATING_IP_FAILED: &str = "LoadBalancerFloatingIPFailed";
     pub const CLOUD_REFUSED: &str = "SyncLoadBalancerFailed";
+    /// Warning: manage-security-groups could not bring the Service's security group in line.
+    pub const SECURITY_GROUP_FAILED: &str = "LoadBalancerSecurityGroupFailed";
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,6 +28,7 @@ use super::nodes::{self, Backends};
 use super::observed::{MemberCache, Observed, Snapshots};
 use super::outcome::{Outcome, reasons};
 use super::plan::{self, LbAction, PlanInput};
+use super::security_groups;
 use crate::config::CloudConfig;
 
 /// How the controller behaves; everything else comes from cloud.conf and the Service.
@@ -948,6 +949,12 @@ impl LoadBalancers {
         } else {
             false
         };
+        // manage-security-groups: once the load balancer and its members are in place. A failure
+        // is a Warning and a requeue; it never holds up the status.
+        let sg_ok = changed
+            || self
+                .security_group(svc, ids, opts, backends, member_subnet.as_deref(), out)
+                .await;
 
         let vip = lb.vip_address.clone().unwrap_or_default();
         let address = match lb.vip_port_id.as_deref().filter(|p| !p.is_empty()) {
@@ -973,9 +980,9 @@ impl LoadBalancers {
                 );
             }
             out.status = Some(status);
-            out.converged = out.writes.is_empty();
+            out.converged = out.writes.is_empty() && sg_ok;
             if !out.converged {
-                // A floating-IP change this pass: confirm it on the next one.
+                // A floating-IP or security-group change this pass: confirm it on the next one.
                 out.requeue(self.settings.pending_requeue);
             }
         } else if !changed {
@@ -1067,6 +1074,21 @@ impl LoadBalancers {
     /// Annotations are read leniently: a Service with bad annotations can still be deleted.
     #[instrument(skip_all, fields(service = ?svc.metadata.name, namespace = ?svc.metadata.namespace))]
     pub async fn ensure_deleted(
+        &self,
+        svc: &Service,
+        observed: &Observed,
+    ) -> Result<Outcome, LbError> {
+        let mut out = self.delete_load_balancer(svc, observed).await?;
+        // manage-security-groups: the Service's group comes off the node ports and goes; until
+        // it is gone the finalizer stays.
+        if !self.delete_security_group(svc, &mut out).await {
+            out.converged = false;
+        }
+        Ok(out)
+    }
+
+    /// The load-balancer half of [`ensure_deleted`](Self::ensure_deleted).
+    async fn delete_load_balancer(
         &self,
         svc: &Service,
         observed: &Observed,
@@ -1340,5 +1362,99 @@ impl LoadBalancers {
             }
         }
         Ok(())
+    }
+
+    /// manage-security-groups in a pass of `update`: the Service's group, its rules and its node
+    /// ports. False when it failed (a Warning and a requeue are in `out`).
+    #[allow(clippy::too_many_arguments)] // One pass's context; a struct would only rename it.
+    async fn security_group(
+        &self,
+        svc: &Service,
+        ids: &Ids,
+        opts: &ServiceOptions,
+        backends: &Backends,
+        member_subnet: Option<&str>,
+        out: &mut Outcome,
+    ) -> bool {
+        if !self.config.load_balancer.manage_security_groups {
+            return true;
+        }
+        let uid = svc.metadata.uid.as_deref().unwrap_or_default();
+        let Some(subnet) = member_subnet.filter(|s| !s.is_empty() && !uid.is_empty()) else {
+            out.warning(
+                reasons::SECURITY_GROUP_FAILED,
+                "manage-security-groups: no member subnet (or no Service UID) to build the \
+                 security group from; set [LoadBalancer] member-subnet-id or subnet-id",
+            );
+            out.requeue(self.settings.retry_requeue);
+            return false;
+        };
+        let input = security_groups::SgInput {
+            svc,
+            name: security_groups::sg_name(uid, &ids.namespace, &ids.name),
+            description: security_groups::sg_description(
+                &ids.namespace,
+                &ids.name,
+                &self.settings.cluster,
+            ),
+            member_subnet_id: subnet,
+            ovn: opts.ovn,
+            ipv6: opts.ipv6,
+            members: backends
+                .backends
+                .iter()
+                .map(|b| b.address.as_str())
+                .collect(),
+        };
+        let before = out.writes.len();
+        let r = security_groups::ensure(&self.session, &input, &mut out.writes).await;
+        self.security_group_result(&input.name, before, r, out)
+    }
+
+    /// The group of a deleted Service off its ports, then gone. False when that failed.
+    async fn delete_security_group(&self, svc: &Service, out: &mut Outcome) -> bool {
+        let meta = &svc.metadata;
+        let (Some(uid), Some(ns), Some(name)) = (&meta.uid, &meta.namespace, &meta.name) else {
+            return true;
+        };
+        if !self.config.load_balancer.manage_security_groups || uid.is_empty() {
+            return true;
+        }
+        let sg = security_groups::sg_name(uid, ns, name);
+        let before = out.writes.len();
+        let r = security_groups::ensure_deleted(&self.session, &sg, &mut out.writes).await;
+        self.security_group_result(&sg, before, r, out)
+    }
+
+    fn security_group_result(
+        &self,
+        sg: &str,
+        before: usize,
+        r: Result<(), security_groups::SgFailure>,
+        out: &mut Outcome,
+    ) -> bool {
+        if out.writes.len() != before {
+            let done = out.writes[before..].join("; ");
+            out.normal(reasons::UPDATING, format!("security group {sg}: {done}"));
+        }
+        let Err(e) = r else {
+            return true;
+        };
+        warn!(sg, error = %e, "security group not in line");
+        // Gone or changed under us: look again soon; anything else waits for the retry delay.
+        let soon = matches!(
+            e.source.kind(),
+            Some(ApiErrorKind::NotFound | ApiErrorKind::Conflict)
+        );
+        out.warning(
+            reasons::SECURITY_GROUP_FAILED,
+            format!("security group {sg}: {e}"),
+        );
+        out.requeue(if soon {
+            self.settings.pending_requeue
+        } else {
+            self.settings.retry_requeue
+        });
+        false
     }
 }
