@@ -4,6 +4,8 @@
 
 use anyhow::{Context as _, Result, anyhow};
 use kos_cloud::model::block_storage::VolumeStatus;
+use kos_cloud::model::load_balancer::LoadBalancerFilter;
+use kos_cloud::model::network::FloatingIpFilter;
 use kos_cloud::{ApiErrorKind, CloudError};
 use tokio::time::Instant;
 
@@ -34,6 +36,10 @@ pub enum Made {
     AppCredential(String),
     /// A cluster made with `kos up`: removed with `kos down`, then listed by its tag and names.
     Cluster(String),
+    /// What a CCM of this cluster name makes (LBs `kube_service_<cluster>_…`, floating IPs described
+    /// "… from cluster <cluster>"): deleted by name, then listed like a cluster's. Registered before
+    /// the first reconcile, so a pass that fails after its create still leaves nothing.
+    CcmCluster(String),
 }
 
 #[derive(Debug, Default)]
@@ -51,7 +57,7 @@ impl Cleanup {
         self.made
             .iter()
             .filter_map(|m| match m {
-                Made::Cluster(c) => Some(c.clone()),
+                Made::Cluster(c) | Made::CcmCluster(c) => Some(c.clone()),
                 _ => None,
             })
             .collect()
@@ -119,6 +125,7 @@ async fn delete(ctx: &Ctx, m: &Made) -> Result<()> {
             // What a user runs; it is idempotent and succeeds when nothing is left.
             ctx.kos().await?.down(name).await?;
         }
+        Made::CcmCluster(cluster) => delete_ccm_objects(ctx, cluster).await?,
         Made::Server(id) => {
             comp.delete_server(id).await?;
             ctx.poll(&format!("server {id} to go"), || async {
@@ -156,6 +163,35 @@ async fn delete(ctx: &Ctx, m: &Made) -> Result<()> {
                 .await
                 .with_context(|| format!("load balancer {id} to go"))?;
         }
+    }
+    Ok(())
+}
+
+/// Deletes the CCM-made load balancers (cascade) and floating IPs of `cluster`, matched exactly as
+/// [`crate::census`] lists them.
+async fn delete_ccm_objects(ctx: &Ctx, cluster: &str) -> Result<()> {
+    let s = &ctx.session;
+    let (lbs, net) = (s.load_balancer(), s.network());
+    let name = format!("kube_service_{cluster}_");
+    let desc = format!("from cluster {cluster}");
+    let mine = lbs
+        .list_load_balancers(&LoadBalancerFilter::default())
+        .await?
+        .into_iter()
+        .filter(|lb| lb.name.starts_with(&name));
+    let fips = net
+        .list_floating_ips(&FloatingIpFilter::default())
+        .await?
+        .into_iter()
+        .filter(|f| f.description.trim_end().ends_with(&desc));
+    for f in fips {
+        retrying(ctx, || net.delete_floating_ip(&f.id)).await?;
+    }
+    for lb in mine {
+        retrying(ctx, || lbs.delete_load_balancer(&lb.id, true)).await?;
+        lbs.wait_for_deleted(&lb.id, ctx.deadline())
+            .await
+            .with_context(|| format!("load balancer {} to go", lb.name))?;
     }
     Ok(())
 }

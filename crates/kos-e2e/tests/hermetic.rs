@@ -25,6 +25,7 @@ on_sim!(
     server_on_port,
     volume,
     load_balancer,
+    ccm_load_balancer,
     quotas
 );
 

@@ -27,5 +27,6 @@ on_cloud!(
     server_on_port,
     volume,
     load_balancer,
+    ccm_load_balancer,
     quotas
 );

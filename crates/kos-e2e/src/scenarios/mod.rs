@@ -4,8 +4,10 @@
 //!
 //! Cluster-level scenarios (`kos plan / up / down / gc` of the example clusters, scale up and down, a
 //! teardown that leaves nothing tagged) are in [`cluster`]: same signature, same two targets (see
-//! docs/testing.md, "Adding a scenario").
+//! docs/testing.md, "Adding a scenario"). [`ccm`] drives kos-ccm's Service load-balancer core on
+//! the target's Octavia, without Kubernetes.
 
+mod ccm;
 mod cluster;
 mod compute;
 mod floating_ip;
@@ -15,6 +17,7 @@ mod network;
 mod quotas;
 mod volume;
 
+pub use ccm::ccm_load_balancer;
 pub use cluster::{cluster_byo_network, cluster_gc, cluster_ha, cluster_minimal};
 pub(crate) use compute::PUBLIC_KEY;
 pub use compute::server_on_port;
