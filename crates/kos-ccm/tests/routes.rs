@@ -11,7 +11,7 @@ use kos_cloud::{CloudProfile, Env, RetryPolicy, ServiceKind, Session};
 use kos_sim::{Sim, SimConfig};
 
 struct Cloud {
-    _sim: Sim,
+    sim: Sim,
     session: Session,
     router: String,
     ports: Vec<String>,
@@ -69,7 +69,7 @@ async fn cloud() -> Cloud {
         ports.push(p.id);
     }
     Cloud {
-        _sim: sim,
+        sim,
         session,
         router: r.id,
         ports,
@@ -211,4 +211,107 @@ async fn a_wrong_router_id_is_reported_with_its_fix() {
         .await
         .expect_err("no such router");
     assert!(e.to_string().contains("fix [Route] router-id"), "{e}");
+}
+
+/// The controller as the binary runs it: nodes listed from the Kubernetes API, routes made, and the
+/// routed nodes marked `NetworkUnavailable=False` once; later passes write nothing anywhere.
+#[tokio::test]
+async fn the_controller_routes_listed_nodes_and_marks_them_once() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use kos_ccm::CloudConfig;
+    use kos_ccm::context::Context;
+    use kube::runtime::events::Reporter;
+
+    let c = cloud().await;
+    let fake = kos_kube_fake::FakeKube::start().await.expect("fake API");
+    for n in [
+        node("a", "10.244.1.0/24", "10.0.0.11"),
+        node("b", "10.244.2.0/24", "10.0.0.12"),
+    ] {
+        fake.insert(&n).expect("node");
+    }
+    let config = CloudConfig::parse(
+        "cloud.conf",
+        &format!(
+            "[Global]\nauth-url = http://unused.invalid/v3\nusername = u\npassword = p\ntenant-name = t\n\n[Route]\nrouter-id = {}\n",
+            c.router
+        ),
+    )
+    .expect("cloud.conf")
+    .config;
+    let ctx = Arc::new(Context::new(
+        c.session.clone(),
+        config,
+        "kubernetes",
+        fake.client().expect("client"),
+        Reporter {
+            controller: "kos-ccm".into(),
+            instance: Some("test".into()),
+        },
+    ));
+    let routes = Routes {
+        router_id: c.router.clone(),
+        cluster_cidr: "10.244.0.0/16".parse().expect("cidr"),
+    };
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(kos_ccm::route::run(
+        ctx,
+        routes,
+        Duration::from_millis(100),
+        async {
+            let _ = rx.await;
+        },
+    ));
+    let marked = |name: &str| {
+        fake.get::<Node>(None, name)
+            .ok()
+            .flatten()
+            .and_then(|n| n.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "NetworkUnavailable"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("RouteCreated")
+                })
+            })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !(marked("a") && marked("b")) {
+        assert!(tokio::time::Instant::now() < deadline, "nodes never marked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        router_routes(&c).await,
+        [
+            route("10.244.1.0/24", "10.0.0.11"),
+            route("10.244.2.0/24", "10.0.0.12"),
+        ]
+    );
+    // Let a pass in flight finish, then count: several more passes change nothing, anywhere.
+    let router_gets = || {
+        c.sim
+            .app()
+            .observations()
+            .log
+            .iter()
+            .filter(|e| e.method == "GET" && e.path.contains("/routers/"))
+            .count()
+    };
+    let settle = router_gets() + 2;
+    while router_gets() < settle {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (kube_writes, cloud_writes) = (fake.writes().len(), writes(&c.session));
+    let later = router_gets() + 3;
+    while router_gets() < later {
+        assert!(tokio::time::Instant::now() < deadline, "no more passes");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(fake.writes().len(), kube_writes, "no Kubernetes write");
+    assert_eq!(writes(&c.session), cloud_writes, "no OpenStack write");
+    let _ = stop.send(());
+    let _ = task.await;
 }
