@@ -2,8 +2,10 @@
 //! controller (`kos_ccm::node::run`) in a task, and the cloud.conf → Session path the binary takes.
 //! Every check polls for the expected state with a generous deadline; none times anything.
 
+mod support;
+use support::{DEADLINE, R, wait_for, wait_for_async};
+
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,11 +24,6 @@ use kos_sim::{Sim, SimConfig};
 use kube::runtime::events::Reporter;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-
-type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
-
-/// Far more than any step needs on an idle machine; only a loaded one gets near it.
-const DEADLINE: Duration = Duration::from_secs(60);
 
 struct Harness {
     sim: Sim,
@@ -101,38 +98,6 @@ async fn start(extra: &str, settings: Settings) -> R<Harness> {
         task,
         _dir: dir,
     })
-}
-
-/// Polls `check` until it returns `Some`, or fails after [`DEADLINE`] saying what it waited for.
-async fn wait_for<T>(what: &str, mut check: impl FnMut() -> R<Option<T>>) -> R<T> {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check()? {
-            return Ok(v);
-        }
-        if Instant::now() > end {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The async flavour, for checks that ask the cloud.
-async fn wait_for_async<T, F, Fut>(what: &str, mut check: F) -> R<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = R<Option<T>>>,
-{
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check().await? {
-            return Ok(v);
-        }
-        if Instant::now() > end {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 impl Harness {

@@ -4,8 +4,10 @@
 //! releases it on SIGTERM; with two replicas, only one leads and the other takes over when it
 //! stops. Every check polls with a generous deadline; nothing is timed.
 
+mod support;
+use support::{DEADLINE, R, wait_for};
+
 use std::path::Path;
-use std::time::Duration;
 
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -22,9 +24,6 @@ use kos_sim::{Sim, SimConfig};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
-
-const DEADLINE: Duration = Duration::from_secs(60);
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 #[derive(Parser)]
@@ -139,19 +138,6 @@ fn start(w: &World, extra: &[&str]) -> R<Running> {
         .await
     });
     Ok((tx, task))
-}
-
-async fn wait_for<T>(what: &str, mut check: impl FnMut() -> R<Option<T>>) -> R<T> {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check()? {
-            return Ok(v);
-        }
-        if Instant::now() > end {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// An ACTIVE server named `name` on the nodes' network.

@@ -4,8 +4,10 @@
 //! (`tests/e2e/cloudprovider/test-lb-service.sh`) plus the controller's own promises.
 //! Every check polls for the expected state with a generous deadline; none times anything.
 
+mod support;
+use support::{DEADLINE, R, wait_for, wait_for_async};
+
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,11 +36,6 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-
-type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
-
-/// Far more than any step needs on an idle machine; only a loaded one gets near it.
-const DEADLINE: Duration = Duration::from_secs(120);
 
 const NS: &str = "default";
 
@@ -221,38 +218,6 @@ async fn start_full(extra: &str, fault: Option<Fault>, settings: ServiceSettings
         task,
         _dir: dir,
     })
-}
-
-/// Polls `check` until it returns `Some`, or fails after [`DEADLINE`] saying what it waited for.
-async fn wait_for<T>(what: &str, mut check: impl FnMut() -> R<Option<T>>) -> R<T> {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check()? {
-            return Ok(v);
-        }
-        if Instant::now() > end {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The async flavour, for checks that ask the cloud.
-async fn wait_for_async<T, F, Fut>(what: &str, mut check: F) -> R<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = R<Option<T>>>,
-{
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check().await? {
-            return Ok(v);
-        }
-        if Instant::now() > end {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn lb_service(name: &str, ports: &[(&str, i32, i32)]) -> Service {
