@@ -211,8 +211,9 @@ pub struct BenchCcmArgs {
     /// Services reconciled at once (kos-ccm's --concurrent-service-syncs).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrency: u16,
-    /// Real seconds per cloud second.
-    #[arg(long, default_value_t = 0.01)]
+    /// Real seconds per cloud second. Faster clocks inflate kos-ccm's figure: the CPU time of its
+    /// passes is real time (see docs/benchmarks.md).
+    #[arg(long, default_value_t = crate::cmd::bench::DEFAULT_TIME_SCALE)]
     pub time_scale: f64,
     /// Skip the one-at-a-time baseline (it takes a minute or more).
     #[arg(long)]

@@ -49,6 +49,8 @@ struct Report {
     /// The same for the one-at-a-time, blocking baseline (`None`: not run).
     baseline_secs: Option<f64>,
     baseline_time_scale: Option<f64>,
+    /// OpenStack calls until every Service had an address, by operation.
+    create_calls: BTreeMap<String, u64>,
     /// OpenStack calls of one resync with nothing to do, by operation.
     resync_calls: BTreeMap<String, u64>,
     resync_writes: u64,
@@ -84,9 +86,11 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
     let (stop, controller) = world.controller(lbs.clone(), args.concurrency, scale)?;
 
     let t0 = Instant::now();
+    let before = world.cloud_calls();
     world.create_services(args.services)?;
     world.wait_all_addressed(args.services).await?;
     let kos_secs = t0.elapsed().as_secs_f64() / scale;
+    let create_calls = since(&world.cloud_calls(), &before);
     eprintln!("kos-ccm: every Service has an address after {kos_secs:.0} cloud s");
 
     // Passes still queued (a last status write, a requeue) are not part of what follows.
@@ -167,6 +171,7 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
         concurrency: args.concurrency,
         time_scale: scale,
         kos_secs,
+        create_calls,
         baseline_secs,
         baseline_time_scale,
         resync_calls,
@@ -454,6 +459,15 @@ fn render(r: &Report) -> String {
         );
     }
     let total = |m: &BTreeMap<String, u64>| m.values().sum::<u64>();
+    let _ = writeln!(
+        out,
+        "\n  until every Service had an address: {} calls, {} writes",
+        total(&r.create_calls),
+        writes(&r.create_calls)
+    );
+    for (op, n) in &r.create_calls {
+        let _ = writeln!(out, "    {n:>6}  {op}");
+    }
     let _ = writeln!(
         out,
         "\n  resync with nothing to do: {} calls, {} writes",
