@@ -90,6 +90,42 @@ impl Local {
         self.dir.join("cluster.json")
     }
 
+    /// The script that creates a renewed bootstrap token in a cluster whose API kos cannot reach.
+    pub fn token_script(&self) -> PathBuf {
+        self.dir.join("create-bootstrap-token.sh")
+    }
+
+    /// Writes [`token_script`](Self::token_script) (0600: it holds the token) for `cluster`: run on
+    /// a control plane, it creates the token kos put into this run's new nodes, so they can join a
+    /// cluster whose API is private. Nothing is printed or logged with the token in it.
+    pub fn write_token_script(
+        &self,
+        cluster: &str,
+        secrets: &ClusterSecrets,
+        now: OffsetDateTime,
+    ) -> miette::Result<PathBuf> {
+        let t = &secrets.token;
+        // What is left of the join window, at least a quarter of an hour to get to a control plane.
+        let ttl = (t.expires - now).max(time::Duration::minutes(15));
+        let script = format!(
+            "#!/bin/sh\n\
+             # kos: create the renewed bootstrap token of cluster {cluster}, so that the nodes `kos up`\n\
+             # creates can join. Run it on one of the cluster's control planes, as root:\n\
+             #   sudo sh create-bootstrap-token.sh\n\
+             # It holds the token: keep it 0600 and delete it afterwards.\n\
+             set -eu\n\
+             kubeadm token create '{}.{}' --kubeconfig /etc/kubernetes/admin.conf --ttl {}s \\\n  \
+             --groups system:bootstrappers:kubeadm:default-node-token \\\n  \
+             --description 'renewed by kos up'\n",
+            t.id,
+            t.secret.expose(),
+            ttl.whole_seconds()
+        );
+        let path = self.token_script();
+        write_private(&path, script.as_bytes())?;
+        Ok(path)
+    }
+
     /// The stored secrets, `None` when this machine has none for the cluster.
     pub fn secrets(&self) -> miette::Result<Option<ClusterSecrets>> {
         let path = self.pki();
@@ -363,6 +399,38 @@ impl Bootstrap for KubeadmBootstrap {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_token_script_holds_the_token_in_a_private_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = Local {
+            dir: dir.path().to_path_buf(),
+        };
+        let now = OffsetDateTime::now_utc();
+        let secrets =
+            ClusterSecrets::generate(&mut rand::rng(), now, kos_bootstrap::DEFAULT_TOKEN_TTL)
+                .unwrap();
+        let path = local.write_token_script("demo", &secrets, now).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let token = format!("{}.{}", secrets.token.id, secrets.token.secret.expose());
+        assert!(
+            text.contains(&format!("kubeadm token create '{token}'")),
+            "{text}"
+        );
+        assert!(text.contains("system:bootstrappers:kubeadm:default-node-token"));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // A real shell accepts it.
+        let check = std::process::Command::new("sh")
+            .arg("-n")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(check.success());
+    }
 
     #[test]
     fn taints_parse_both_forms() {

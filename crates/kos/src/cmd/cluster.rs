@@ -253,11 +253,29 @@ async fn push_token(
     }
     .await;
     match result {
-        Ok(()) => eprintln!("kos: the bootstrap token was renewed and created in the cluster"),
-        Err(why) => eprintln!(
-            "kos: warning: the bootstrap token was renewed but not created in the cluster ({why}): \
-             nodes created now can join only once it exists"
-        ),
+        Ok(()) => {
+            eprintln!("kos: the bootstrap token was renewed and created in the cluster");
+            // A script from an earlier run is of no use any more, and holds a token.
+            let _ = std::fs::remove_file(local.token_script());
+        }
+        Err(why) if c.is_simulated() => {
+            eprintln!("kos: the bootstrap token was renewed (not created in the cluster: {why})");
+        }
+        Err(why) => {
+            let name = spec.name.value.as_str();
+            match local.write_token_script(name, secrets, time::OffsetDateTime::now_utc()) {
+                Ok(path) => eprintln!(
+                    "kos: warning: the bootstrap token was renewed but the cluster's API cannot be reached \
+                     from here ({why}): nodes created now can join once it exists. Run {} (0600, it holds \
+                     the token) on a control plane: `sudo sh create-bootstrap-token.sh`",
+                    path.display()
+                ),
+                Err(e) => eprintln!(
+                    "kos: warning: the bootstrap token was renewed but not created in the cluster ({why}), \
+                     and its script could not be written: {e}"
+                ),
+            }
+        }
     }
 }
 
