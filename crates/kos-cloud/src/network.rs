@@ -308,12 +308,18 @@ impl NetworkApi<'_> {
         router_id: &str,
         routes: &[HostRoute],
     ) -> Result<Router, CloudError> {
-        let r = ApiRequest::put(
-            SVC,
-            "router.update",
-            format!("routers/{router_id}"),
-            json!({"router": {"routes": routes}}),
-        );
+        self.put_routes("router.update", format!("routers/{router_id}"), routes)
+            .await
+    }
+
+    /// A PUT of `{"router": {"routes": …}}`: the whole list, or the atomic add and remove.
+    async fn put_routes(
+        &self,
+        operation: &'static str,
+        path: String,
+        routes: &[HostRoute],
+    ) -> Result<Router, CloudError> {
+        let r = ApiRequest::put(SVC, operation, path, json!({"router": {"routes": routes}}));
         fetch(self.session, r, "router").await
     }
 
@@ -339,13 +345,9 @@ impl NetworkApi<'_> {
         router_id: &str,
         routes: &[HostRoute],
     ) -> Result<Router, CloudError> {
-        let r = ApiRequest::put(
-            SVC,
-            "router.add_extraroutes",
-            format!("routers/{router_id}/add_extraroutes"),
-            json!({"router": {"routes": routes}}),
-        );
-        fetch(self.session, r, "router").await
+        let path = format!("routers/{router_id}/add_extraroutes");
+        self.put_routes("router.add_extraroutes", path, routes)
+            .await
     }
 
     /// Removes extra routes atomically (`extraroute-atomic`); routes not present are ignored.
@@ -354,13 +356,9 @@ impl NetworkApi<'_> {
         router_id: &str,
         routes: &[HostRoute],
     ) -> Result<Router, CloudError> {
-        let r = ApiRequest::put(
-            SVC,
-            "router.remove_extraroutes",
-            format!("routers/{router_id}/remove_extraroutes"),
-            json!({"router": {"routes": routes}}),
-        );
-        fetch(self.session, r, "router").await
+        let path = format!("routers/{router_id}/remove_extraroutes");
+        self.put_routes("router.remove_extraroutes", path, routes)
+            .await
     }
 
     // ------------------------------------------------------------ ports
