@@ -291,10 +291,11 @@ async fn a_run_initialises_nodes_serves_metrics_and_releases_its_lease() -> R {
 #[tokio::test]
 async fn leadership_hands_over_when_the_leader_stops() -> R {
     let w = world().await?;
+    // A renewal margin of 5 s: a loaded machine must not make the first leader lose its Lease.
     let le = [
         "--secure-port=0",
-        "--leader-elect-lease-duration=3s",
-        "--leader-elect-renew-deadline=2s",
+        "--leader-elect-lease-duration=10s",
+        "--leader-elect-renew-deadline=5s",
     ];
     let (stop_a, task_a) = start(&w, &le)?;
     let first = wait_for("a leader", || holder(&w.fake)).await?;
