@@ -53,6 +53,17 @@ pub struct Ran {
 }
 
 impl Ran {
+    /// Nova gave up placing a server: concurrent boots into a hard anti-affinity group race for the
+    /// same host and are rescheduled until the hosts run out (a cloud with as many hosts as the
+    /// group has members, like minicloud's three). Not kos's doing; `kos up` again is the remedy.
+    pub fn hit_scheduling_race(&self) -> bool {
+        self.code == Some(1)
+            && (self
+                .stderr
+                .contains("Exhausted all hosts available for retrying build failures")
+                || self.stderr.contains("No valid host was found"))
+    }
+
     /// Fails with the whole output unless the command exited with `code`.
     pub fn expect(self, code: i32) -> Result<Ran> {
         if self.code == Some(code) {
@@ -156,10 +167,14 @@ impl Kos {
 
     /// `kos up -f <spec> --wait <target's>`, which must succeed.
     pub async fn up(&self, spec: &Path) -> Result<Ran> {
+        self.try_up(spec).await?.expect(0)
+    }
+
+    /// `kos up -f <spec> --wait <target's>`, whatever its exit code.
+    pub async fn try_up(&self, spec: &Path) -> Result<Ran> {
         let spec = utf8(spec)?;
         self.run(&["up", "-f", spec, "--wait", &self.cloud.wait])
-            .await?
-            .expect(0)
+            .await
     }
 
     /// `kos plan -f <spec> --detailed-exitcode`: its exit code (0 nothing to do, 2 changes) and output.

@@ -101,7 +101,20 @@ impl<'a> Cluster<'a> {
             .plan(spec)
             .await?
             .expect(if changes.is_empty() { 0 } else { 2 })?;
-        let up = self.kos.up(spec).await?;
+        let first = self.kos.try_up(spec).await?;
+        if first.hit_scheduling_race() {
+            // What the error's own help says: run it again, it continues where it stopped. The
+            // exact changes are then split over two runs; convergence is still checked below.
+            eprintln!(
+                "`{}` met Nova's anti-affinity scheduling race; running it again\n{}",
+                first.line,
+                first.output()
+            );
+            let again = self.kos.up(spec).await?;
+            self.converged(spec).await?;
+            return Ok(again);
+        }
+        let up = first.expect(0)?;
         let said = format!(
             "Cluster {} is up: {} change(s) made.",
             self.name,
