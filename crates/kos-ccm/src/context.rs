@@ -13,6 +13,26 @@ use crate::config::CloudConfig;
 /// The field manager of every write the CCM makes (what `managedFields` show).
 pub const FIELD_MANAGER: &str = "kos-ccm";
 
+/// Patch parameters of every write the CCM makes: its field manager, nothing else.
+pub fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// An error and its causes on one line, for logs and Event notes.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// The upstream CCM's `--cluster-name` default.
 pub const DEFAULT_CLUSTER_NAME: &str = "kubernetes";
 

@@ -3,6 +3,8 @@
 //! delay, until converged) and checks the cloud through the simulator's state and request log.
 //! Deadlines are generous; nothing asserts on timing.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -25,7 +27,7 @@ use kos_cloud::model::network::{
     PortCreate, PortUpdate, RouterCreate, SecurityGroup, SecurityGroupCreate, SecurityGroupFilter,
     SubnetCreate,
 };
-use kos_cloud::{CloudProfile, Env, RetryPolicy, Session};
+use kos_cloud::{RetryPolicy, Session};
 use kos_sim::{FaultRule, LogEntry, Sim, SimConfig};
 use tokio::time::Instant;
 
@@ -46,14 +48,9 @@ async fn cloud() -> Cloud {
 async fn cloud_with(cfg: SimConfig, policy: RetryPolicy) -> Cloud {
     let sim = Sim::start(cfg).await.expect("sim");
     let dir = tempfile::tempdir().expect("tempdir");
-    let clouds = dir.path().join("clouds.yaml");
-    std::fs::write(&clouds, sim.clouds_yaml("sim")).expect("clouds.yaml");
-    let env = Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.path().join("no-etc"));
-    let profile = CloudProfile::load(&env, Some("sim"), Some(&clouds)).expect("profile");
-    let session = Session::connect(&profile)
+    let session = support::connect(&sim, dir.path(), policy)
         .await
-        .expect("connect")
-        .with_retry_policy(policy);
+        .expect("connect");
     let net = session.network();
     let public = net.external_network(None).await.expect("public").id;
     let n = net
@@ -105,23 +102,11 @@ impl Cloud {
     }
 
     fn seq(&self) -> u64 {
-        self.sim
-            .app()
-            .observations()
-            .log
-            .back()
-            .map_or(0, |e| e.seq)
+        support::sim_seq(&self.sim)
     }
 
     fn log_since(&self, seq: u64) -> Vec<LogEntry> {
-        self.sim
-            .app()
-            .observations()
-            .log
-            .iter()
-            .filter(|e| e.seq > seq)
-            .cloned()
-            .collect()
+        support::sim_log_since(&self.sim, seq)
     }
 
     async fn lbs(&self) -> Vec<LoadBalancer> {

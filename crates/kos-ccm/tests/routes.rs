@@ -2,12 +2,14 @@
 //! allowed address pairs on the nodes' ports; nothing written when nothing changed; routes of
 //! nodes that left removed; routes outside the cluster CIDR never touched.
 
+mod support;
+
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use kos_ccm::route::{Routes, check, host_route};
 use kos_cloud::model::network::{
     FixedIpRequest, HostRoute, NetworkCreate, PortCreate, RouterCreate, SubnetCreate,
 };
-use kos_cloud::{CloudProfile, Env, RetryPolicy, ServiceKind, Session};
+use kos_cloud::{RetryPolicy, ServiceKind, Session};
 use kos_sim::{Sim, SimConfig};
 
 struct Cloud {
@@ -22,14 +24,9 @@ struct Cloud {
 async fn cloud() -> Cloud {
     let sim = Sim::start(SimConfig::fast()).await.expect("sim");
     let dir = tempfile::tempdir().expect("tempdir");
-    let clouds = dir.path().join("clouds.yaml");
-    std::fs::write(&clouds, sim.clouds_yaml("sim")).expect("clouds.yaml");
-    let env = Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.path().join("no-etc"));
-    let profile = CloudProfile::load(&env, Some("sim"), Some(&clouds)).expect("profile");
-    let session = Session::connect(&profile)
+    let session = support::connect(&sim, dir.path(), RetryPolicy::fast())
         .await
-        .expect("connect")
-        .with_retry_policy(RetryPolicy::fast());
+        .expect("connect");
     let net = session.network();
     let n = net
         .create_network(&NetworkCreate {

@@ -18,7 +18,7 @@ use kos_ccm::options::RunArgs;
 use kos_cloud::model::compute::{Boot, Nic, ServerCreate};
 use kos_cloud::model::image::ImageFilter;
 use kos_cloud::model::network::{NetworkCreate, RouterCreate, SubnetCreate};
-use kos_cloud::{CloudProfile, Env, Session};
+use kos_cloud::{Env, RetryPolicy, Session};
 use kos_kube_fake::FakeKube;
 use kos_sim::{Sim, SimConfig};
 use tokio::sync::oneshot;
@@ -42,11 +42,8 @@ struct World {
 }
 
 /// A session of the project, as a person with the openstack CLI would have.
-async fn admin(sim: &Sim, dir: &tempfile::TempDir, env: &Env) -> R<Session> {
-    let clouds = dir.path().join("clouds.yaml");
-    std::fs::write(&clouds, sim.clouds_yaml("sim"))?;
-    let profile = CloudProfile::load(env, Some("sim"), Some(&clouds))?;
-    Ok(Session::connect(&profile).await?)
+async fn admin(sim: &Sim, dir: &tempfile::TempDir) -> R<Session> {
+    support::connect(sim, dir.path(), RetryPolicy::default()).await
 }
 
 async fn world() -> R<World> {
@@ -57,7 +54,7 @@ async fn world() -> R<World> {
     fake.insert(&ns)?;
     let dir = tempfile::tempdir()?;
     let env = Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.path().join("no-etc"));
-    let s = admin(&sim, &dir, &env).await?;
+    let s = admin(&sim, &dir).await?;
     let public = s.network().external_network(None).await?.id;
     let net = s
         .network()
@@ -142,7 +139,7 @@ fn start(w: &World, extra: &[&str]) -> R<Running> {
 
 /// An ACTIVE server named `name` on the nodes' network.
 async fn server(w: &World, name: &str) -> R<String> {
-    let s = admin(&w.sim, &w.dir, &w.env).await?;
+    let s = admin(&w.sim, &w.dir).await?;
     let flavor = s
         .compute()
         .list_flavors()

@@ -330,23 +330,11 @@ impl Harness {
     }
 
     fn sim_seq(&self) -> u64 {
-        self.sim
-            .app()
-            .observations()
-            .log
-            .back()
-            .map_or(0, |e| e.seq)
+        support::sim_seq(&self.sim)
     }
 
     fn sim_log_since(&self, seq: u64) -> Vec<LogEntry> {
-        self.sim
-            .app()
-            .observations()
-            .log
-            .iter()
-            .filter(|e| e.seq > seq)
-            .cloned()
-            .collect()
+        support::sim_log_since(&self.sim, seq)
     }
 
     fn sim_writes_since(&self, seq: u64) -> Vec<String> {

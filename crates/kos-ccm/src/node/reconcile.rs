@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -24,7 +24,7 @@ use super::labels::{
     REGION_BETA, TAINT_SHUTDOWN, TAINT_UNINITIALIZED, ZONE, ZONE_BETA,
 };
 use super::{Settings, reason};
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::{Context, error_chain, patch_params};
 
 const ACTION_INITIALIZE: &str = "InitializeNode";
 const ACTION_UPDATE_ADDRESSES: &str = "UpdateNodeAddresses";
@@ -95,25 +95,6 @@ fn current_addresses(node: &Node) -> Vec<Address> {
         .unwrap_or_default()
 }
 
-/// An error and its causes on one line, for logs and Event notes.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
-fn params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    }
-}
-
 /// Entry point for the kube-runtime `Controller`.
 pub async fn reconcile(node: Arc<Node>, st: Arc<NodeController>) -> Result<Action> {
     let outcome = st.sync(&node).await;
@@ -136,7 +117,7 @@ pub fn error_policy(node: Arc<Node>, err: &Error, st: Arc<NodeController>) -> Ac
         reason = err.metric_label(),
         retry_in = ?delay,
         "{}",
-        chain(err)
+        error_chain(err)
     );
     Action::requeue(delay)
 }
@@ -325,7 +306,7 @@ impl NodeController {
                             EventType::Warning,
                             reason::INSTANCE_LOOKUP_FAILED,
                             action,
-                            chain(&e),
+                            error_chain(&e),
                         )
                         .await;
                     }
@@ -342,7 +323,7 @@ impl NodeController {
                     EventType::Warning,
                     reason::INSTANCE_NOT_FOUND,
                     action,
-                    format!("{}: the node name must be its server's name, or kubelet must set --provider-id=openstack:///<server id>", chain(&e)),
+                    format!("{}: the node name must be its server's name, or kubelet must set --provider-id=openstack:///<server id>", error_chain(&e)),
                 )
                 .await;
                 Err(e)
@@ -358,7 +339,7 @@ impl NodeController {
                     EventType::Warning,
                     reason::INSTANCE_NOT_FOUND,
                     action,
-                    chain(&e),
+                    error_chain(&e),
                 )
                 .await;
                 Err(e)
@@ -384,7 +365,7 @@ impl NodeController {
                     EventType::Warning,
                     reason::PROVIDED_NODE_IP_INVALID,
                     ACTION_INITIALIZE,
-                    chain(&e),
+                    error_chain(&e),
                 )
                 .await;
                 return Err(e);
@@ -473,7 +454,7 @@ impl NodeController {
                     EventType::Warning,
                     reason::PROVIDED_NODE_IP_INVALID,
                     ACTION_UPDATE_ADDRESSES,
-                    chain(&e),
+                    error_chain(&e),
                 )
                 .await;
             }
@@ -489,7 +470,7 @@ impl NodeController {
         self.nodes
             .patch_status(
                 &cur.name_any(),
-                &params(),
+                &patch_params(),
                 &Patch::Merge(json!({"status": {"addresses": list}})),
             )
             .await
@@ -498,7 +479,7 @@ impl NodeController {
 
     async fn patch(&self, cur: &Node, body: Value, what: &'static str) -> Result<Node> {
         self.nodes
-            .patch(&cur.name_any(), &params(), &Patch::Merge(body))
+            .patch(&cur.name_any(), &patch_params(), &Patch::Merge(body))
             .await
             .map_err(Self::kube_err(cur, what))
     }
@@ -565,7 +546,7 @@ impl NodeController {
                     EventType::Warning,
                     reason::DELETING_NODE_FAILED,
                     ACTION_DELETE,
-                    format!("Failed deleting node {name}: {}", chain(&e)),
+                    format!("Failed deleting node {name}: {}", error_chain(&e)),
                 )
                 .await;
                 return Err(e);

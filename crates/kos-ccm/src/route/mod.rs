@@ -19,11 +19,11 @@ use k8s_openapi::api::core::v1::Node;
 use kos_cloud::model::network::{PortFilter, PortUpdate};
 use kos_cloud::{CloudError, Session};
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch};
 
 pub use plan::{NodeRoute, RoutePlan, host_route, plan};
 
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::{Context, patch_params};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
@@ -238,14 +238,7 @@ async fn mark_routed(api: &Api<Node>, nodes: &[Node], routed: &[String]) {
             "lastHeartbeatTime": now.to_string(),
         }]}});
         if let Err(e) = api
-            .patch_status(
-                name,
-                &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..PatchParams::default()
-                },
-                &Patch::Strategic(&patch),
-            )
+            .patch_status(name, &patch_params(), &Patch::Strategic(&patch))
             .await
         {
             tracing::warn!(node = name, error = %e, "cannot set NetworkUnavailable=False");

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
@@ -20,7 +20,7 @@ use super::writeback::{
     annotations_patch, finalizer_patch, has_finalizer, status_patch, wants_load_balancer,
 };
 use super::{ServiceSettings, action};
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::{Context, error_chain, patch_params};
 use crate::lb::annotations::{LOAD_BALANCER_ADDRESS, LOAD_BALANCER_ID};
 use crate::lb::{EventType, LbError, LoadBalancers, Outcome};
 use crate::metrics::Metrics;
@@ -54,25 +54,6 @@ fn uid(svc: &Service) -> String {
 /// `namespace/name`, for logs and errors.
 fn key(svc: &Service) -> String {
     format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any())
-}
-
-/// An error and its causes on one line, for logs.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
-fn params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    }
 }
 
 fn event_type(t: EventType) -> kube::runtime::events::EventType {
@@ -124,7 +105,7 @@ pub(crate) fn error_policy(svc: Arc<Service>, err: &Error, st: Arc<ServiceContro
         reason = err.metric_label(),
         next = ?action,
         "{}",
-        chain(err)
+        error_chain(err)
     );
     action
 }
@@ -335,7 +316,7 @@ impl ServiceController {
     async fn patch(&self, svc: &Service, body: &Value, what: &'static str) -> Result<Service> {
         tracing::debug!(service = %key(svc), "{what}");
         self.api(svc)
-            .patch(&svc.name_any(), &params(), &Patch::Merge(body))
+            .patch(&svc.name_any(), &patch_params(), &Patch::Merge(body))
             .await
             .map_err(kube_err(svc, what))
     }
@@ -348,7 +329,7 @@ impl ServiceController {
     ) -> Result<Service> {
         tracing::debug!(service = %key(svc), "{what}");
         self.api(svc)
-            .patch_status(&svc.name_any(), &params(), &Patch::Merge(body))
+            .patch_status(&svc.name_any(), &patch_params(), &Patch::Merge(body))
             .await
             .map_err(kube_err(svc, what))
     }

@@ -45,3 +45,36 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A session of the simulated project, as a user with its clouds.yaml has it (written into `dir`);
+/// nothing of the machine running the tests is read.
+pub async fn connect(
+    sim: &kos_sim::Sim,
+    dir: &std::path::Path,
+    policy: kos_cloud::RetryPolicy,
+) -> R<kos_cloud::Session> {
+    let clouds = dir.join("clouds.yaml");
+    std::fs::write(&clouds, sim.clouds_yaml("sim"))?;
+    let env =
+        kos_cloud::Env::from_vars([("HOME", "/nonexistent")]).with_system_dir(dir.join("no-etc"));
+    let profile = kos_cloud::CloudProfile::load(&env, Some("sim"), Some(&clouds))?;
+    Ok(kos_cloud::Session::connect(&profile)
+        .await?
+        .with_retry_policy(policy))
+}
+
+/// The sequence number of the simulator's last logged request.
+pub fn sim_seq(sim: &kos_sim::Sim) -> u64 {
+    sim.app().observations().log.back().map_or(0, |e| e.seq)
+}
+
+/// The requests the simulator logged after `seq`.
+pub fn sim_log_since(sim: &kos_sim::Sim, seq: u64) -> Vec<kos_sim::LogEntry> {
+    sim.app()
+        .observations()
+        .log
+        .iter()
+        .filter(|e| e.seq > seq)
+        .cloned()
+        .collect()
+}
