@@ -1,6 +1,8 @@
 //! kos-ccm: an OpenStack cloud-controller-manager that reads the upstream CCM's cloud.conf and
 //! honours its annotations, so switching is a change of image.
 
+/// Per-object retry delays after failures.
+pub mod backoff;
 pub mod check;
 pub mod config;
 /// What every controller shares at run time (session, cloud.conf, client, Event recorder).

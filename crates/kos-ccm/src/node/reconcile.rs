@@ -24,6 +24,7 @@ use super::labels::{
     REGION_BETA, TAINT_SHUTDOWN, TAINT_UNINITIALIZED, ZONE, ZONE_BETA,
 };
 use super::{Settings, reason};
+use crate::backoff::Backoff;
 use crate::context::{Context, error_chain, patch_params};
 
 const ACTION_INITIALIZE: &str = "InitializeNode";
@@ -41,8 +42,8 @@ pub struct NodeController {
     cache: Store<Node>,
     /// Node UID → last successful address refresh.
     refreshed: Mutex<HashMap<String, Instant>>,
-    /// Node UID → consecutive failures, for the retry backoff.
-    failures: Mutex<HashMap<String, u32>>,
+    /// Retry delays after failures, per Node UID.
+    backoff: Backoff,
 }
 
 impl std::fmt::Debug for NodeController {
@@ -99,7 +100,7 @@ fn current_addresses(node: &Node) -> Vec<Address> {
 pub async fn reconcile(node: Arc<Node>, st: Arc<NodeController>) -> Result<Action> {
     let outcome = st.sync(&node).await;
     if outcome.is_ok() {
-        locked(&st.failures).remove(&uid(&node));
+        st.backoff.reset(&uid(&node));
     }
     outcome
 }
@@ -110,7 +111,7 @@ pub fn error_policy(node: Arc<Node>, err: &Error, st: Arc<NodeController>) -> Ac
     let delay = if err.is_conflict() {
         st.settings.retry_min
     } else {
-        st.backoff(&uid(&node))
+        st.backoff.failed(&uid(&node))
     };
     tracing::warn!(
         node = %node.name_any(),
@@ -137,20 +138,8 @@ impl NodeController {
             instances,
             cache,
             refreshed: Mutex::new(HashMap::new()),
-            failures: Mutex::new(HashMap::new()),
+            backoff: Backoff::new(settings.retry_min, settings.retry_max),
         }
-    }
-
-    fn backoff(&self, uid: &str) -> Duration {
-        let mut f = locked(&self.failures);
-        let n = f.entry(uid.to_owned()).or_insert(0);
-        let delay = self
-            .settings
-            .retry_min
-            .saturating_mul(2u32.saturating_pow(*n))
-            .min(self.settings.retry_max);
-        *n = n.saturating_add(1);
-        delay
     }
 
     /// Time until the node's addresses are due for a refresh (zero: now).
@@ -172,14 +161,14 @@ impl NodeController {
         if r.len() > 2 * known.len() + 8 {
             let uids: HashSet<String> = known.iter().map(|n| uid(n)).collect();
             r.retain(|u, _| uids.contains(u));
-            locked(&self.failures).retain(|u, _| uids.contains(u));
+            self.backoff.retain(&uids);
         }
     }
 
     fn forget(&self, node: &Node) {
         let u = uid(node);
         locked(&self.refreshed).remove(&u);
-        locked(&self.failures).remove(&u);
+        self.backoff.reset(&u);
     }
 
     async fn publish(

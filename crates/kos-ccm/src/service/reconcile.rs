@@ -1,9 +1,9 @@
 //! One reconcile of one Service (see the module docs of [`super`]): ensure, or clean up, then
 //! write back what changed. Never waits for the cloud: the core's requeue is the Service's.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
@@ -20,6 +20,7 @@ use super::writeback::{
     annotations_patch, finalizer_patch, has_finalizer, status_patch, wants_load_balancer,
 };
 use super::{ServiceSettings, action};
+use crate::backoff::Backoff;
 use crate::context::{Context, error_chain, patch_params};
 use crate::lb::annotations::{LOAD_BALANCER_ADDRESS, LOAD_BALANCER_ID};
 use crate::lb::{EventType, LbError, LoadBalancers, Outcome};
@@ -39,12 +40,8 @@ pub(crate) struct ServiceController {
     /// The controller's Service cache, to forget Services that are gone.
     services: Store<Service>,
     events: EventMemory,
-    /// Service UID → consecutive failures, for the retry backoff.
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Retry delays after failures, per Service UID.
+    backoff: Backoff,
 }
 
 fn uid(svc: &Service) -> String {
@@ -85,7 +82,7 @@ fn is_not_found(e: &Error) -> bool {
 pub(crate) async fn reconcile(svc: Arc<Service>, st: Arc<ServiceController>) -> Result<Action> {
     let outcome = st.sync(&svc).await;
     if outcome.is_ok() {
-        locked(&st.failures).remove(&uid(&svc));
+        st.backoff.reset(&uid(&svc));
     }
     outcome
 }
@@ -98,7 +95,7 @@ pub(crate) fn error_policy(svc: Arc<Service>, err: &Error, st: Arc<ServiceContro
     } else if err.is_conflict() {
         Action::requeue(st.settings.retry_min)
     } else {
-        Action::requeue(st.backoff(&uid(&svc)))
+        Action::requeue(st.backoff.failed(&uid(&svc)))
     };
     tracing::warn!(
         service = %key(&svc),
@@ -131,20 +128,8 @@ impl ServiceController {
             metrics,
             nodes,
             services,
-            failures: Mutex::new(HashMap::new()),
+            backoff: Backoff::new(settings.retry_min, settings.retry_max),
         }
-    }
-
-    fn backoff(&self, uid: &str) -> Duration {
-        let mut f = locked(&self.failures);
-        let n = f.entry(uid.to_owned()).or_insert(0);
-        let delay = self
-            .settings
-            .retry_min
-            .saturating_mul(2u32.saturating_pow(*n))
-            .min(self.settings.retry_max);
-        *n = n.saturating_add(1);
-        delay
     }
 
     /// A periodic resync begins: the next passes look at the cloud afresh.
@@ -153,7 +138,7 @@ impl ServiceController {
         self.lbs.invalidate_snapshot();
         let live: HashSet<String> = self.services.state().iter().map(|s| uid(s)).collect();
         self.events.retain(&live);
-        locked(&self.failures).retain(|u, _| live.contains(u));
+        self.backoff.retain(&live);
     }
 
     async fn sync(&self, svc: &Service) -> Result<Action> {
