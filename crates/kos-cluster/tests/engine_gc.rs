@@ -216,11 +216,21 @@ async fn gc_finds_and_removes_exactly_the_orphans() -> R {
         ids_of(&found, "ghost2"),
         BTreeSet::from([ghost_in_use[0].as_str(), ghost_in_use[2].as_str()])
     );
-    // An orphan load balancer takes its VIP port with it.
+    // An orphan load balancer takes its VIP port with it, and its amphora's port (Octavia's, on the VIP
+    // network, the VIP as its allowed address pair).
     let mut goes: BTreeSet<String> = found.iter().map(|o| o.id.clone()).collect();
+    let ports = s.network().list_ports(&PortFilter::default()).await?;
     for o in found.iter().filter(|o| o.kind == Kind::LoadBalancer) {
-        let lb = s.load_balancer().get_load_balancer(&o.id).await?;
-        goes.extend(lb.and_then(|l| l.vip_port_id));
+        let Some(lb) = s.load_balancer().get_load_balancer(&o.id).await? else {
+            continue;
+        };
+        let vip = lb.vip_address.unwrap_or_default();
+        let amphora = ports
+            .iter()
+            .filter(|p| p.name.starts_with("octavia-lb-vrrp-"))
+            .filter(|p| p.allowed_address_pairs.iter().any(|a| a.ip_address == vip));
+        goes.extend(amphora.map(|p| p.id.clone()));
+        goes.extend(lb.vip_port_id);
     }
     let kept: BTreeSet<String> = before_gc.difference(&goes).cloned().collect();
     for id in [

@@ -9,6 +9,8 @@ mod children;
 mod lb;
 mod misc;
 
+pub use lb::fail_over;
+
 use axum::http::StatusCode;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -128,6 +130,9 @@ pub struct LoadBalancer {
     /// Octavia created the VIP port (and deletes it with the LB); a user-supplied vip_port_id is kept.
     pub vip_port_owned: bool,
     pub vip_qos_policy_id: Option<String>,
+    /// The amphora's port and the VIP's security group (provider `amphora` only).
+    #[serde(default)]
+    pub amphora: Option<crate::neutron::amphora::AmphoraPlumbing>,
     pub provider: String,
     pub flavor_id: Option<String>,
     pub availability_zone: Option<String>,
@@ -363,10 +368,13 @@ pub fn advance(cloud: &mut Cloud, cfg: &SimConfig) {
     for (id, deleting) in due {
         let st = &mut cloud.octavia;
         if deleting {
-            if let Some(lb) = st.remove_lb(&id)
-                && lb.vip_port_owned
-            {
-                crate::neutron::delete_port_internal(cloud, &lb.vip_port_id);
+            if let Some(lb) = st.remove_lb(&id) {
+                if let Some(amphora) = &lb.amphora {
+                    crate::neutron::amphora::unplug(cloud, amphora);
+                }
+                if lb.vip_port_owned {
+                    crate::neutron::delete_port_internal(cloud, &lb.vip_port_id);
+                }
             }
             continue;
         }

@@ -639,3 +639,132 @@ async fn errored_load_balancer_can_only_be_deleted() {
     assert_eq!(r.status, 204);
     wait_gone(&h, &id).await;
 }
+
+async fn ports_on(h: &Harness, network: &str) -> Vec<Value> {
+    let r = h
+        .call(
+            "GET",
+            &format!("/network/v2.0/ports?network_id={network}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    r.json["ports"].as_array().cloned().unwrap_or_default()
+}
+
+fn named<'a>(ports: &'a [Value], prefix: &str) -> Vec<&'a Value> {
+    ports
+        .iter()
+        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        .collect()
+}
+
+/// As minicloud shows an amphora load balancer: the amphora's `octavia-lb-vrrp-<id>` port, owned by
+/// Octavia's project, appears among the network owner's ports, untouchable by them; the VIP port is
+/// administratively down and both carry Octavia's `lb-<lb id>` group, which the user cannot show.
+#[tokio::test]
+async fn amphora_plugs_its_own_port_into_the_vip_network() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.9.0.0/24").await;
+    let id = create_lb(&h, &subnet, json!({})).await;
+    let v = wait_active(&h, &id).await;
+    let network = v["vip_network_id"]
+        .as_str()
+        .expect("vip network")
+        .to_owned();
+    let ports = ports_on(&h, &network).await;
+    let vip = named(&ports, &format!("octavia-lb-{id}"));
+    let vrrp = named(&ports, "octavia-lb-vrrp-");
+    assert_eq!((vip.len(), vrrp.len()), (1, 1), "{ports:#?}");
+    let (vip, vrrp) = (vip[0], vrrp[0]);
+    assert_eq!(vip["admin_state_up"], false);
+    assert_eq!(vip["project_id"], h.project_id.as_str());
+    assert_eq!(vrrp["device_owner"], "compute:nova");
+    assert_eq!(vrrp["status"], "ACTIVE");
+    assert_ne!(vrrp["project_id"], h.project_id.as_str());
+    assert_eq!(
+        vrrp["allowed_address_pairs"][0]["ip_address"],
+        v["vip_address"]
+    );
+    assert_eq!(vrrp["security_groups"], vip["security_groups"]);
+    let sg = vip["security_groups"][0].as_str().expect("the lb- group");
+    let r = h
+        .call(
+            "GET",
+            &format!("/network/v2.0/security-groups/{sg}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 404, "another project's group: {}", r.json);
+    let vrrp_id = vrrp["id"].as_str().expect("port id").to_owned();
+    let path = format!("/network/v2.0/ports/{vrrp_id}");
+    let r = h
+        .call("PUT", &path, Some(json!({"port": {"name": "x"}})), None)
+        .await;
+    assert_eq!(r.status, 403, "{}", r.json);
+    let r = h.call("DELETE", &path, None, None).await;
+    assert_eq!(r.status, 403, "{}", r.json);
+    // The user's port quota is not charged for Octavia's port.
+    let r = h
+        .call(
+            "GET",
+            &format!("/network/v2.0/quotas/{}/details", h.project_id),
+            None,
+            None,
+        )
+        .await;
+    let own = ports
+        .iter()
+        .filter(|p| p["project_id"] == h.project_id.as_str())
+        .count();
+    assert_eq!(ports.len(), own + 1);
+    assert_eq!(r.json["quota"]["port"]["used"], own, "{}", r.json);
+
+    // A member may not fail it over; an admin's failover replaces the amphora, and its port with it.
+    let r = h
+        .call(
+            "PUT",
+            &format!("{LBAAS}/loadbalancers/{id}/failover"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.json);
+    kos_sim::octavia::fail_over(&mut h.sim.app().cloud(), &id).expect("failover");
+    assert_eq!(lb(&h, &id).await["provisioning_status"], "PENDING_UPDATE");
+    wait_active(&h, &id).await;
+    let after = ports_on(&h, &network).await;
+    let vrrp = named(&after, "octavia-lb-vrrp-");
+    assert_eq!(vrrp.len(), 1, "{after:#?}");
+    assert_ne!(vrrp[0]["id"], vrrp_id.as_str());
+
+    // Deleting the load balancer takes its ports and group with it: the network can go.
+    let r = h
+        .call("DELETE", &format!("{LBAAS}/loadbalancers/{id}"), None, None)
+        .await;
+    assert_eq!(r.status, 204);
+    wait_gone(&h, &id).await;
+    let left = ports_on(&h, &network).await;
+    assert!(named(&left, "octavia-").is_empty(), "{left:#?}");
+    let r = h
+        .call(
+            "DELETE",
+            &format!("/network/v2.0/subnets/{subnet}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.json);
+}
+
+#[tokio::test]
+async fn ovn_load_balancer_has_no_amphora_port() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.10.0.0/24").await;
+    let id = create_lb(&h, &subnet, json!({"provider": "ovn"})).await;
+    let v = wait_active(&h, &id).await;
+    let ports = ports_on(&h, v["vip_network_id"].as_str().expect("network")).await;
+    assert!(named(&ports, "octavia-lb-vrrp-").is_empty(), "{ports:#?}");
+}

@@ -47,10 +47,12 @@ pub(super) fn rows(n: &NeutronState, kind: Kind, ctx: &AuthCtx, id: Option<&str>
             .filter(|x| want(&x.m) && subnets::visible(n, x, ctx))
             .map(|x| subnets::render(n, x))
             .collect(),
+        // Neutron's `network_owner` rule: a network's owner also sees the ports other projects (Octavia's
+        // amphorae) have on it.
         Kind::Port => n
             .ports
             .iter()
-            .filter(|x| want(&x.m) && mine(&x.m))
+            .filter(|x| want(&x.m) && (mine(&x.m) || owns_network(n, ctx, &x.network_id)))
             .map(|x| ports::render(x, admin))
             .collect(),
         Kind::Router => n
@@ -93,6 +95,12 @@ pub(super) fn meta_mut<'a>(n: &'a mut NeutronState, kind: Kind, id: &str) -> Opt
         Kind::SecurityGroupRule => find(&mut n.security_group_rules, id, |x| &mut x.m),
         Kind::FloatingIp => find(&mut n.floating_ips, id, |x| &mut x.m),
     }
+}
+
+fn owns_network(n: &NeutronState, ctx: &AuthCtx, network_id: &str) -> bool {
+    n.networks
+        .iter()
+        .any(|x| x.m.id == network_id && owns(ctx, &x.m.project_id))
 }
 
 /// 404 when the caller cannot see the resource, 403 when it sees but does not own it.

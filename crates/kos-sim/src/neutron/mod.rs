@@ -5,6 +5,7 @@
 //! in-use deletions answer Neutron's own error types, and floating IPs only associate to ports whose subnet
 //! is routed to the external network.
 
+pub mod amphora;
 mod api;
 mod floating_ips;
 mod ipam;

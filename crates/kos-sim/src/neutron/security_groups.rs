@@ -89,7 +89,7 @@ fn rule(
 }
 
 /// A new group with Neutron's two egress rules (and, for `default`, ingress from its own members).
-fn new_group(
+pub(super) fn new_group(
     n: &mut NeutronState,
     project: &str,
     name: &str,

@@ -259,6 +259,7 @@ pub(super) async fn create(
         vip_port_id: String::new(),
         vip_port_owned: false,
         vip_qos_policy_id: i.str("vip_qos_policy_id")?,
+        amphora: None,
         provider,
         flavor_id,
         availability_zone: i.str("availability_zone")?,
@@ -274,6 +275,7 @@ pub(super) async fn create(
         cloud.octavia.remove_lb(&id);
         return Err(e);
     }
+    replace_amphora(&mut cloud, &id)?;
     let st = &cloud.octavia;
     let lb = st.lb(&id)?;
     let v = if graph {
@@ -607,15 +609,52 @@ pub(super) async fn stats(
     Ok(zero_stats())
 }
 
-/// Failover rebuilds the amphorae: the LB goes through PENDING_UPDATE.
+/// Failover rebuilds the amphorae: the LB goes through PENDING_UPDATE. Octavia's default policy keeps it
+/// for admins (a project member gets 403, as on minicloud).
 pub(super) async fn failover(
     State(app): State<SharedApp>,
     Extension(ctx): Extension<AuthCtx>,
     Path(id): Path<String>,
 ) -> SimResult<StatusCode> {
     let mut cloud = app.cloud();
-    let now = cloud.now;
     owned(&ctx, cloud.octavia.lb(&id)?)?;
-    cloud.octavia.lock_lb(&id, now)?;
+    if !ctx.is_admin() {
+        return Err(SimError::forbidden(
+            SVC,
+            "Policy does not allow this request to be performed.",
+        ));
+    }
+    fail_over(&mut cloud, &id)?;
     Ok(StatusCode::ACCEPTED)
+}
+
+/// What an admin's failover does (also for tests, as no simulated user is an admin).
+pub fn fail_over(cloud: &mut Cloud, lb_id: &str) -> SimResult<()> {
+    let now = cloud.now;
+    cloud.octavia.lock_lb(lb_id, now)?;
+    replace_amphora(cloud, lb_id)
+}
+
+/// Boots the amphora of an `amphora` load balancer (create), or a new one in place of the old
+/// (failover): a new port on the VIP network. When Neutron refuses the port (the subnet is full), the
+/// load balancer goes to ERROR, as when a real amphora fails to build.
+fn replace_amphora(cloud: &mut Cloud, lb_id: &str) -> SimResult<()> {
+    let lb = cloud.octavia.lb(lb_id)?;
+    if lb.provider != "amphora" {
+        return Ok(());
+    }
+    let (old, vip_port_id) = (lb.amphora.clone(), lb.vip_port_id.clone());
+    if let Some(old) = &old {
+        neutron::amphora::unplug(cloud, old);
+    }
+    let plugged = neutron::amphora::plug(cloud, lb_id, &vip_port_id);
+    let lb = cloud.octavia.lb_mut(lb_id)?;
+    match plugged {
+        Ok(p) => lb.amphora = Some(p),
+        Err(_) => {
+            lb.amphora = None;
+            lb.base.touch(ERROR);
+        }
+    }
+    Ok(())
 }
