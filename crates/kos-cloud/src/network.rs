@@ -15,7 +15,8 @@ use crate::model::network::{
     FloatingIp, FloatingIpCreate, FloatingIpFilter, HostRoute, Network, NetworkCreate,
     NetworkFilter, NetworkQuotas, Port, PortCreate, PortFilter, PortUpdate, Router, RouterCreate,
     RouterFilter, RouterInterface, SecurityGroup, SecurityGroupCreate, SecurityGroupFilter,
-    SecurityGroupRule, SecurityGroupRuleCreate, Subnet, SubnetCreate, SubnetFilter, TaggedKind,
+    SecurityGroupRule, SecurityGroupRuleCreate, Subnet, SubnetCreate, SubnetFilter, Tagged,
+    TaggedKind,
 };
 use crate::paging::util::{body, exactly_one, fetch, found, gone, run};
 use crate::request::{ApiRequest, ServiceKind};
@@ -38,22 +39,6 @@ impl Session {
         }
     }
 }
-
-/// Objects that carry their tags, so a create can return them after the tag PUT.
-trait Tagged {
-    fn tags_mut(&mut self) -> &mut Vec<String>;
-    fn id(&self) -> &str;
-}
-
-macro_rules! tagged {
-    ($($t:ty),*) => {$(
-        impl Tagged for $t {
-            fn tags_mut(&mut self) -> &mut Vec<String> { &mut self.tags }
-            fn id(&self) -> &str { &self.id }
-        }
-    )*};
-}
-tagged!(Network, Subnet, Router, Port, SecurityGroup, FloatingIp);
 
 impl NetworkApi<'_> {
     /// Lists ask for pages of `n` (default: the service's own page size, usually everything).

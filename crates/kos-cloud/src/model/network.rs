@@ -12,6 +12,25 @@ use serde_json::json;
 
 use super::common::{QuotaUsage, TagQuery, nullable};
 
+/// A Neutron object that carries its tags: what a lookup by name needs to tell whose it is, and what a
+/// create fills in after its tag PUT.
+pub trait Tagged {
+    fn id(&self) -> &str;
+    fn tags(&self) -> &[String];
+    fn tags_mut(&mut self) -> &mut Vec<String>;
+}
+
+macro_rules! tagged {
+    ($($t:ty),*) => {$(
+        impl Tagged for $t {
+            fn id(&self) -> &str { &self.id }
+            fn tags(&self) -> &[String] { &self.tags }
+            fn tags_mut(&mut self) -> &mut Vec<String> { &mut self.tags }
+        }
+    )*};
+}
+tagged!(Network, Subnet, Router, Port, SecurityGroup, FloatingIp);
+
 /// A Neutron resource type that takes tags (`PUT /v2.0/{collection}/{id}/tags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaggedKind {

@@ -19,6 +19,7 @@ use kos_cloud::model::network::{
     AddressPair, Direction, EtherType, FixedIpRequest, FloatingIpCreate, FloatingIpFilter,
     NetworkCreate, NetworkFilter, PortCreate, PortFilter, PortUpdate, RouterCreate, RouterFilter,
     SecurityGroupCreate, SecurityGroupFilter, SecurityGroupRuleCreate, SubnetCreate, SubnetFilter,
+    Tagged,
 };
 use kos_cloud::{ApiErrorKind, CloudError};
 
@@ -158,22 +159,29 @@ where
 }
 
 /// Of Neutron objects found by name, the one that is this node's (tagged with its id, or untagged), tagged.
-async fn pick_neutron(
+async fn pick_neutron<T: Tagged>(
     ctx: &Ctx,
     node: &Node,
-    found: Vec<(String, Vec<String>, Output)>,
+    found: Vec<T>,
+    out: impl FnOnce(T) -> Output,
 ) -> R<Option<Output>> {
-    let mine = found.into_iter().find(|(_, tags, _)| {
-        tags.contains(&format!("{TAG_ID}={}", node.id))
-            || !tags.iter().any(|t| t.starts_with("kos-"))
+    let own_id = format!("{TAG_ID}={}", node.id);
+    let mine = found.into_iter().find(|x| {
+        let tags = x.tags();
+        tags.contains(&own_id) || !tags.iter().any(|t| t.starts_with("kos-"))
     });
-    let Some((id, tags, out)) = mine else {
+    let Some(x) = mine else {
         return Ok(None);
     };
-    if !tags.contains(&format!("{TAG_CLUSTER}={}", ctx.cluster)) {
-        tag(ctx, node, &id).await?;
+    if !x.tags().contains(&format!("{TAG_CLUSTER}={}", ctx.cluster)) {
+        tag(ctx, node, x.id()).await?;
     }
-    Ok(Some(out))
+    Ok(Some(out(x)))
+}
+
+/// Just the id, for dependents.
+fn id_of<T: Tagged>(x: T) -> Output {
+    simple(x.id().to_owned())
 }
 
 fn simple(id: String) -> Output {
@@ -200,16 +208,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                     name: name.clone(),
                     ..NetworkFilter::default()
                 };
-                let found = net.list_networks(&f).await?;
-                pick_neutron(
-                    ctx,
-                    node,
-                    found
-                        .into_iter()
-                        .map(|x| (x.id.clone(), x.tags, simple(x.id)))
-                        .collect(),
-                )
-                .await
+                pick_neutron(ctx, node, net.list_networks(&f).await?, id_of).await
             };
             create_or_find(
                 ctx,
@@ -234,16 +233,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                     name: name.clone(),
                     ..SubnetFilter::default()
                 };
-                let found = net.list_subnets(&f).await?;
-                pick_neutron(
-                    ctx,
-                    node,
-                    found
-                        .into_iter()
-                        .map(|x| (x.id.clone(), x.tags, simple(x.id)))
-                        .collect(),
-                )
-                .await
+                pick_neutron(ctx, node, net.list_subnets(&f).await?, id_of).await
             };
             create_or_find(
                 ctx,
@@ -265,16 +255,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                     name: name.clone(),
                     ..RouterFilter::default()
                 };
-                let found = net.list_routers(&f).await?;
-                pick_neutron(
-                    ctx,
-                    node,
-                    found
-                        .into_iter()
-                        .map(|x| (x.id.clone(), x.tags, simple(x.id)))
-                        .collect(),
-                )
-                .await
+                pick_neutron(ctx, node, net.list_routers(&f).await?, id_of).await
             };
             create_or_find(
                 ctx,
@@ -328,16 +309,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                     name: name.clone(),
                     ..SecurityGroupFilter::default()
                 };
-                let found = net.list_security_groups(&f).await?;
-                pick_neutron(
-                    ctx,
-                    node,
-                    found
-                        .into_iter()
-                        .map(|x| (x.id.clone(), x.tags, simple(x.id)))
-                        .collect(),
-                )
-                .await
+                pick_neutron(ctx, node, net.list_security_groups(&f).await?, id_of).await
             };
             create_or_find(
                 ctx,
@@ -368,15 +340,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                     ..FloatingIpFilter::default()
                 };
                 let found = net.list_floating_ips(&f).await?;
-                pick_neutron(
-                    ctx,
-                    node,
-                    found
-                        .iter()
-                        .map(|x| (x.id.clone(), x.tags.clone(), out(x)))
-                        .collect(),
-                )
-                .await
+                pick_neutron(ctx, node, found, |x| out(&x)).await
             };
             create_or_find(
                 ctx,
@@ -415,16 +379,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                     name: name.clone(),
                     ..PortFilter::default()
                 };
-                let found = net.list_ports(&f).await?;
-                pick_neutron(
-                    ctx,
-                    node,
-                    found
-                        .into_iter()
-                        .map(|x| (x.id.clone(), x.tags.clone(), out(x)))
-                        .collect(),
-                )
-                .await
+                pick_neutron(ctx, node, net.list_ports(&f).await?, out).await
             };
             create_or_find(
                 ctx,
