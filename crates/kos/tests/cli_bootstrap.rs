@@ -2,51 +2,22 @@
 //! kept 0600 and reused, a re-created worker joining with the same CA and a valid token, a failed step
 //! stopping the run with the node's reason, `kos kubeconfig`, and no secret in any output.
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use kos_bootstrap::ClusterSecrets;
 use kos_cloud::model::TagQuery;
 use kos_cloud::{CloudProfile, Env, Session};
 use serde_json::Value;
+use support::*;
 
-const KOS: &str = env!("CARGO_BIN_EXE_kos");
 const NODES: [&str; 3] = ["cp-0", "workers-0", "workers-1"];
 
 fn minimal() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/minimal.yaml")
-}
-
-/// `kos <args>` isolated from the developer's machine: its own HOME, data dir and clouds.yaml.
-fn isolated(data: &Path, clouds: Option<&Path>, args: &[&str]) -> Command {
-    let mut cmd = Command::new(KOS);
-    cmd.args(args)
-        .current_dir(data)
-        .env("HOME", data)
-        .env("XDG_CONFIG_HOME", data.join(".config"))
-        .env("KOS_DATA_DIR", data.join("kos-data"))
-        .env_remove("OS_CLOUD")
-        .env_remove("OS_CLIENT_CONFIG_FILE")
-        .env_remove("KUBECONFIG")
-        .env_remove("RUST_LOG");
-    if let Some(c) = clouds {
-        cmd.env("OS_CLIENT_CONFIG_FILE", c);
-    }
-    cmd
-}
-
-fn kos(data: &Path, clouds: Option<&Path>, args: &[&str]) -> Output {
-    isolated(data, clouds, args).output().expect("kos runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    example("minimal.yaml")
 }
 
 fn mode(p: &Path) -> u32 {
@@ -320,52 +291,6 @@ fn up_shows_every_nodes_markers_and_kubeconfig_is_signed_by_the_cluster_ca() {
         "{}",
         text(&none)
     );
-}
-
-/// `kos sim serve` in the background: a cloud a test can change between and during `kos` runs.
-struct Served {
-    child: Child,
-    clouds: PathBuf,
-    base: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(dir: &Path) -> Served {
-    let clouds = dir.join("clouds.yaml");
-    let mut child = Command::new(KOS)
-        .args([
-            "sim",
-            "serve",
-            "--port",
-            "0",
-            "--time-scale",
-            "0.05",
-            "--clouds-yaml",
-        ])
-        .arg(&clouds)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("kos sim serve");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = lines.next().and_then(Result::ok).unwrap_or_default();
-    let base = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {first:?}"))
-        .to_owned();
-    std::thread::spawn(move || for _ in lines {});
-    Served {
-        child,
-        clouds,
-        base,
-    }
 }
 
 fn sim_state(base: &str) -> Value {

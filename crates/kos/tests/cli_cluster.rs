@@ -2,57 +2,16 @@
 //! `--cloud sim` (state kept between invocations) and against a standalone `kos sim serve` that keeps
 //! running while `kos` itself is killed at random moments.
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use kos_cloud::model::TagQuery;
 use kos_cloud::{CloudProfile, Env, Session};
 use rand::{Rng, SeedableRng};
-
-const KOS: &str = env!("CARGO_BIN_EXE_kos");
-
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name)
-}
-
-/// `kos <args>` with its own data directory (and clouds.yaml when given).
-fn kos(data: &Path, clouds: Option<&Path>, args: &[&str]) -> Output {
-    isolated(data, clouds, args).output().expect("kos runs")
-}
-
-/// `kos <args>` that sees no clouds.yaml but `clouds` (none from the developer's machine: not in the
-/// working directory, not under HOME), so `--cloud sim` means what the test intends.
-fn isolated(data: &Path, clouds: Option<&Path>, args: &[&str]) -> Command {
-    let mut cmd = Command::new(KOS);
-    cmd.args(args)
-        .current_dir(data)
-        .env("HOME", data)
-        .env("XDG_CONFIG_HOME", data.join(".config"))
-        .env("KOS_DATA_DIR", data.join("kos-data"))
-        .env_remove("OS_CLOUD")
-        .env_remove("OS_CLIENT_CONFIG_FILE")
-        .env_remove("RUST_LOG");
-    if let Some(c) = clouds {
-        cmd.env("OS_CLIENT_CONFIG_FILE", c);
-    }
-    cmd
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
+use support::*;
 
 /// A copy of the minimal example with the worker pool resized.
 fn with_workers(dir: &Path, n: u32) -> PathBuf {
@@ -174,6 +133,13 @@ fn embedded_sim_walkthrough_plan_up_status_scale_down() {
     );
     let v: serde_json::Value = serde_json::from_slice(&after.stdout).expect("status JSON");
     assert_eq!(v["resources"], serde_json::json!([]), "nothing left: {v}");
+    let human = kos(d, None, &["status", "demo", "--cloud", "sim"]);
+    assert_eq!(code(&human), 0, "{}", text(&human));
+    assert!(
+        String::from_utf8_lossy(&human.stdout).contains("No cluster demo here"),
+        "{}",
+        text(&human)
+    );
 }
 
 #[test]
@@ -254,44 +220,6 @@ fn bad_input_exits_3_and_creates_nothing() {
 
     let usage = kos(d, None, &["up", "--no-such-flag"]);
     assert_eq!(code(&usage), 3);
-}
-
-/// `kos sim serve` in the background (a cloud that outlives the `kos` processes killed below).
-struct Served {
-    child: Child,
-    clouds: PathBuf,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(dir: &Path) -> Served {
-    let clouds = dir.join("clouds.yaml");
-    let mut child = Command::new(KOS)
-        .args([
-            "sim",
-            "serve",
-            "--port",
-            "0",
-            // 20x faster than real time: an HA `up` takes seconds, a wide window to kill it in.
-            "--time-scale",
-            "0.05",
-            "--clouds-yaml",
-        ])
-        .arg(&clouds)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("kos sim serve");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert!(first.contains("listening"), "{first}");
-    std::thread::spawn(move || for _ in lines {});
-    Served { child, clouds }
 }
 
 /// Every kos-named object of `cluster` still in the cloud, found through kos-cloud directly (not through

@@ -536,6 +536,14 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                     println!("Converged.");
                     Ok(Exit::Ok)
                 }
+                _ if st.resources.is_empty() => {
+                    println!(
+                        "No cluster {0} here: nothing carries the tag kos-cluster={0} (the name is the spec's \
+                         metadata.name; `kos gc` lists what deleted clusters left behind).",
+                        st.cluster
+                    );
+                    Ok(Exit::Ok)
+                }
                 _ => {
                     println!(
                         "{} resource(s); pass -f <spec> to compare with the spec.",
