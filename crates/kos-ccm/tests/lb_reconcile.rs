@@ -971,6 +971,7 @@ async fn a_409_from_octavia_is_a_requeue_and_the_service_converges() {
             skip: 0,
             retry_after: None,
             after_side_effect: false,
+            build_error: false,
             message: Some(format!(
                 "Load Balancer {id} is immutable and cannot be updated."
             )),

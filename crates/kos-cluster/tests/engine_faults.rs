@@ -23,6 +23,7 @@ fn rule(method: Option<&str>, path: &str, status: u16) -> FaultRule {
         skip: 0,
         retry_after: None,
         after_side_effect: false,
+        build_error: false,
         message: None,
     }
 }
@@ -127,6 +128,7 @@ async fn ambiguous_creates_never_duplicate() -> R {
         ] {
             f.add(FaultRule {
                 after_side_effect: true,
+                build_error: false,
                 count: Some(count),
                 ..rule(Some("POST"), path, 500)
             })?;
@@ -216,6 +218,50 @@ async fn server_error_stops_with_its_fault_and_removes_its_port() -> R {
     converge(&c.session, &g, 1).await?;
     assert!(duplicates(&c.session, "srverr").await?.is_empty());
     down(&c.session, "srverr").await
+}
+
+/// Nova's "Exhausted all hosts" (boots of one anti-affinity group racing for a host, as on minicloud) is
+/// not the end of the run: the server is deleted and booted again on the same port, in the same run.
+#[tokio::test]
+async fn a_lost_placement_race_is_booted_again_in_the_same_run() -> R {
+    let c = start().await?;
+    let mut shape = Shape::small("race", 2);
+    shape.pools[0].2 = "anti-affinity";
+    let g = graph(&c.session, &shape).await?;
+    c.sim.app().fault_engine().add(FaultRule {
+        method: Some("POST".into()),
+        count: Some(2),
+        build_error: true,
+        message: Some(
+            "Exceeded maximum number of retries. Exhausted all hosts available for retrying build \
+             failures for instance {id}."
+                .into(),
+        ),
+        ..rule(None, "^/compute/v2.1/servers$", 500)
+    })?;
+    attempt(&c, &g).await?;
+    let log: Vec<String> = c
+        .sim
+        .app()
+        .observations()
+        .log
+        .iter()
+        .filter(|e| e.path.starts_with("/compute/v2.1/servers") && e.method != "GET")
+        .map(|e| e.operation.clone())
+        .collect();
+    let count = |op: &str| log.iter().filter(|o| *o == op).count();
+    assert_eq!(count("POST /compute/v2.1/servers"), 5, "{log:?}");
+    assert_eq!(count("DELETE /compute/v2.1/servers/{id}"), 2, "{log:?}");
+    let o = observe(&c.session, "race").await?;
+    assert_eq!(o.all().filter(|r| r.kind == Kind::Server).count(), 3);
+    assert!(o.all().all(|r| !r.failed), "nothing left in ERROR");
+    assert!(duplicates(&c.session, "race").await?.is_empty());
+    assert_eq!(
+        plan_for(&c.session, &g).await?.summary().changes(),
+        0,
+        "converged in one run"
+    );
+    down(&c.session, "race").await
 }
 
 #[tokio::test]

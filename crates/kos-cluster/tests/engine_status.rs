@@ -111,6 +111,7 @@ async fn status_of_a_half_made_cluster_lists_what_is_missing() -> R {
         skip: 0,
         retry_after: None,
         after_side_effect: false,
+        build_error: false,
         message: None,
     })?;
     assert!(up_once(s, &g).await?.is_err(), "no server can be made");

@@ -55,7 +55,8 @@ pub struct Ran {
 impl Ran {
     /// Nova gave up placing a server: concurrent boots into a hard anti-affinity group race for the
     /// same host and are rescheduled until the hosts run out (a cloud with as many hosts as the
-    /// group has members, like minicloud's three). Not kos's doing; `kos up` again is the remedy.
+    /// group has members, like minicloud's three). kos boots such a server again itself, three boots
+    /// at most; should all three lose, `kos up` again is the remedy its error gives.
     pub fn hit_scheduling_race(&self) -> bool {
         self.code == Some(1)
             && (self

@@ -218,6 +218,10 @@ pub async fn gate(State(app): State<SharedApp>, req: Request, next: Next) -> Res
 
     let resp = match decision {
         Some(Err(limited)) => limited.into_response(),
+        Some(Ok(hit)) if hit.build_error => {
+            fault_rule = Some(hit.rule_id);
+            fail_build(&app, next.run(req).await, hit.status, &hit.message).await
+        }
         Some(Ok(hit)) => {
             fault_rule = Some(hit.rule_id);
             let svc = cloud_service.unwrap_or(Service::Admin);
@@ -250,6 +254,26 @@ pub async fn gate(State(app): State<SharedApp>, req: Request, next: Next) -> Res
     tracing::debug!(target: "kos_sim::request", method = %entry.method, path = %entry.path, status = entry.status, "request");
     app.observations().record(entry, rate_limited);
     resp
+}
+
+/// A server create that Nova accepted and whose build then fails: the server in the response goes to
+/// ERROR with `message` as its fault. Any other response passes unchanged.
+async fn fail_build(app: &SharedApp, resp: Response, code: u16, message: &str) -> Response {
+    if !resp.status().is_success() {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    let id = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v["server"]["id"].as_str().map(str::to_owned));
+    if let Some(id) = id {
+        let message = message.replace("{id}", &id);
+        crate::nova::fail_build(&mut app.cloud(), &id, code, &message);
+    }
+    Response::from_parts(parts, Body::from(bytes))
 }
 
 /// Per-service middleware: a valid, unexpired `X-Auth-Token` or the service's own 401.

@@ -37,6 +37,11 @@ pub struct FaultRule {
     /// whose response was lost after the side effect happened.
     #[serde(default)]
     pub after_side_effect: bool,
+    /// For a server create: the request succeeds, then the build fails and the server goes to ERROR with
+    /// `message` as its fault and `status` as the fault's code, as Nova reports a NoValidHost or
+    /// exhausted reschedules (an anti-affinity race) long after it answered 202.
+    #[serde(default)]
+    pub build_error: bool,
     #[serde(default)]
     pub message: Option<String>,
 }
@@ -51,6 +56,7 @@ pub struct FaultHit {
     pub status: u16,
     pub retry_after: Option<u64>,
     pub after_side_effect: bool,
+    pub build_error: bool,
     pub message: String,
 }
 
@@ -167,6 +173,7 @@ impl FaultEngine {
                 status: r.rule.status,
                 retry_after: r.rule.retry_after,
                 after_side_effect: r.rule.after_side_effect,
+                build_error: r.rule.build_error,
                 message: r.rule.message.clone().unwrap_or_else(|| {
                     format!("injected fault (rule {})", r.rule.id.unwrap_or_default())
                 }),
@@ -214,6 +221,7 @@ mod tests {
             skip: 1,
             retry_after: Some(3),
             after_side_effect: false,
+            build_error: false,
             message: None,
         }
     }

@@ -828,3 +828,88 @@ async fn force_error_sets_fault() {
     assert_eq!(s["status"], "ERROR");
     assert_eq!(s["fault"]["message"], "host died");
 }
+
+/// A `build_error` fault rule: Nova answers 202, then the build fails (here, as an anti-affinity race
+/// ends on a real cloud); the server is ERROR on no host and its pre-made port is unbound, kept.
+#[tokio::test]
+async fn injected_build_failure_errors_the_server_after_202() {
+    let h = Harness::new().await;
+    let r = h
+        .call(
+            "POST",
+            "/_sim/faults",
+            Some(json!({
+                "method": "POST", "path": "^/compute/v2.1/servers$", "status": 500, "count": 1,
+                "build_error": true,
+                "message": "Exceeded maximum number of retries. Exhausted all hosts available for retrying build failures for instance {id}.",
+            })),
+            None,
+        )
+        .await;
+    assert!(r.status < 300, "{}", r.json);
+    let net = h
+        .call(
+            "POST",
+            "/network/v2.0/networks",
+            Some(json!({"network": {"name": "b1"}})),
+            None,
+        )
+        .await;
+    let net_id = net.json["network"]["id"].as_str().expect("net").to_owned();
+    let sub = h
+        .call(
+            "POST",
+            "/network/v2.0/subnets",
+            Some(
+                json!({"subnet": {"network_id": net_id, "cidr": "10.31.0.0/24", "ip_version": 4}}),
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(sub.status, 201, "{}", sub.json);
+    let port = h
+        .call(
+            "POST",
+            "/network/v2.0/ports",
+            Some(json!({"port": {"network_id": net_id}})),
+            None,
+        )
+        .await;
+    let port_id = port.json["port"]["id"].as_str().expect("port").to_owned();
+
+    let failed = create_ok(
+        &h,
+        server_body(&h, "f", json!({"networks": [{"port": port_id}]})).await,
+    )
+    .await;
+    let s = show(&h, &failed).await.json["server"].clone();
+    assert_eq!(s["status"], "ERROR", "{s}");
+    assert_eq!(
+        s["fault"]["message"],
+        format!(
+            "Exceeded maximum number of retries. Exhausted all hosts available for retrying build failures for instance {failed}."
+        )
+    );
+    let p = h
+        .call("GET", &format!("/network/v2.0/ports/{port_id}"), None, None)
+        .await;
+    assert_eq!(p.json["port"]["device_id"], "", "{}", p.json);
+
+    // The rule fired once: the port serves the next server.
+    let r = h
+        .call(
+            "DELETE",
+            &format!("/compute/v2.1/servers/{failed}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204);
+    wait_gone(&h, &failed).await;
+    let ok = create_ok(
+        &h,
+        server_body(&h, "g", json!({"networks": [{"port": port_id}]})).await,
+    )
+    .await;
+    wait_status(&h, &ok, "ACTIVE").await;
+}

@@ -861,52 +861,98 @@ async fn create_server(
             .next()
             .map(|s| simple(s.id)))
     };
-    let created = create_or_find(
-        ctx,
-        node,
-        || async { Ok(simple(compute.create_server(&req).await?.id)) },
-        find,
-    )
-    .await?;
-    match wait(
-        ctx,
-        node,
-        WaitKind::Server,
-        &created.id,
-        ctx.opts.deadlines.server,
-    )
-    .await
-    {
-        Ok(_) => Ok(Output {
-            id: created.id,
-            address: port.address,
-            port_id: Some(port.id),
-        }),
-        Err(e) => {
-            // The server failed: remove it and its port (unbound once the server is gone), so nothing
-            // half-made is left and a re-run recreates both.
-            let d = deleter(ctx);
-            let res = |kind, id: &str, logical: &str| Resource {
-                kind,
-                logical_id: logical.to_owned(),
-                id: id.to_owned(),
-                name: String::new(),
-                tagged: true,
-                state: String::new(),
-                failed: true,
-                facts: crate::observe::Facts::default(),
-            };
-            if let Err(c) = d
-                .delete_one(&res(Kind::Server, &created.id, &node.id))
-                .await
-            {
-                tracing::warn!(node = %node.id, "cleanup of the failed server: {c}");
-            } else if let Err(c) = d.delete_one(&res(Kind::Port, &port.id, &spec.port)).await {
-                tracing::warn!(node = %node.id, "cleanup of the failed server's port: {c}");
+    let d = deleter(ctx);
+    let res = |kind, id: &str, logical: &str| Resource {
+        kind,
+        logical_id: logical.to_owned(),
+        id: id.to_owned(),
+        name: String::new(),
+        tagged: true,
+        state: String::new(),
+        failed: true,
+        facts: crate::observe::Facts::default(),
+    };
+    let mut attempt = 1;
+    loop {
+        let created = create_or_find(
+            ctx,
+            node,
+            || async { Ok(simple(compute.create_server(&req).await?.id)) },
+            find,
+        )
+        .await?;
+        let booted = wait(
+            ctx,
+            node,
+            WaitKind::Server,
+            &created.id,
+            ctx.opts.deadlines.server,
+        )
+        .await;
+        match booted {
+            Ok(_) => {
+                return Ok(Output {
+                    id: created.id,
+                    address: port.address,
+                    port_id: Some(port.id),
+                });
             }
-            Err(e)
+            Err(e) if lost_placement_race(&e) && attempt < BOOT_ATTEMPTS => {
+                // The port stays (Nova unbinds it); the server goes, then boots again once its peers
+                // have landed and the scheduler sees where they are.
+                attempt += 1;
+                tracing::warn!(node = %node.id, attempt, "Nova lost a placement race, booting again: {e}");
+                emit(
+                    ctx.events.as_ref(),
+                    Event::Waiting {
+                        id: node.id.clone(),
+                        what: format!(
+                            "boot again: Nova lost a placement race (attempt {attempt} of {BOOT_ATTEMPTS})"
+                        ),
+                    },
+                );
+                d.delete_one(&res(Kind::Server, &created.id, &node.id))
+                    .await?;
+                tokio::time::sleep(race_backoff(ctx, node, attempt)).await;
+            }
+            Err(e) => {
+                // The server failed: remove it and its port (unbound once the server is gone), so
+                // nothing half-made is left and a re-run recreates both.
+                if let Err(c) = d
+                    .delete_one(&res(Kind::Server, &created.id, &node.id))
+                    .await
+                {
+                    tracing::warn!(node = %node.id, "cleanup of the failed server: {c}");
+                } else if let Err(c) = d.delete_one(&res(Kind::Port, &port.id, &spec.port)).await {
+                    tracing::warn!(node = %node.id, "cleanup of the failed server's port: {c}");
+                }
+                return Err(e);
+            }
         }
     }
+}
+
+/// Boots of one server, the first included, when Nova keeps losing placement races.
+const BOOT_ATTEMPTS: u32 = 3;
+
+/// Nova's fault when a boot's reschedules ran out, typically members of one anti-affinity group booted
+/// at once and placed on the same host (seen on minicloud): booting again later succeeds. A plain
+/// "No valid host" is a lack of room and fails the run at once.
+fn lost_placement_race(e: &CloudError) -> bool {
+    matches!(e, CloudError::Failed { .. })
+        && e.to_string()
+            .contains("Exhausted all hosts available for retrying build failures")
+}
+
+/// A few poll intervals, growing with the attempt and spread by the node's id, so that boots that
+/// raced once do not race again.
+fn race_backoff(ctx: &Ctx, node: &Node, attempt: u32) -> std::time::Duration {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.id.hash(&mut h);
+    let spread = (h.finish() % 1000) as f64 / 1000.0;
+    let base = ctx.opts.poll_interval * attempt;
+    base + base.mul_f64(spread)
 }
 
 /// The CCM's application credential: created with its secret kept for the caller; an unknown create

@@ -365,6 +365,23 @@ pub fn force_server_error(cloud: &mut Cloud, server_id: &str, message: &str) -> 
     }
 }
 
+/// A build that fails after Nova accepted it (NoValidHost, exhausted reschedules): the server goes to
+/// ERROR on no host, its ports are released (pre-created ones unbound and kept, as Nova does) and it
+/// stays a member of its server groups.
+pub fn fail_build(cloud: &mut Cloud, server_id: &str, code: u16, message: &str) {
+    let Some(s) = cloud.nova.server_mut(server_id) else {
+        return;
+    };
+    servers::set_error(s, code, message);
+    s.host = None;
+    s.pending_console.clear();
+    let s = s.clone();
+    servers::release_ports(cloud, &s);
+    if let Some(s) = cloud.nova.server_mut(server_id) {
+        s.ports.clear();
+    }
+}
+
 /// Appends a line to a server's console log (what `os-getConsoleOutput` returns).
 pub fn console_append(cloud: &mut Cloud, server_id: &str, line: &str) -> bool {
     match cloud.nova.server_mut(server_id) {

@@ -1036,7 +1036,7 @@ fn allocate_ports(
 }
 
 /// Deletes the ports Nova created and unbinds the ones the user passed.
-fn release_ports(cloud: &mut Cloud, s: &Server) {
+pub(super) fn release_ports(cloud: &mut Cloud, s: &Server) {
     for p in &s.ports {
         if p.created_by_nova {
             neutron::delete_port_internal(cloud, &p.port_id);
