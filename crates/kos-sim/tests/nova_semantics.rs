@@ -78,6 +78,40 @@ async fn wait_gone(h: &Harness, id: &str) {
     panic!("server {id} was never removed");
 }
 
+/// A network with a subnet of `cidr`, and a port on it: (network id, port id).
+async fn port_on_new_network(h: &Harness, name: &str, cidr: &str) -> (String, String) {
+    let net = h
+        .call(
+            "POST",
+            "/network/v2.0/networks",
+            Some(json!({"network": {"name": name}})),
+            None,
+        )
+        .await;
+    assert_eq!(net.status, 201, "{}", net.json);
+    let net_id = net.json["network"]["id"].as_str().expect("net").to_owned();
+    let sub = h
+        .call(
+            "POST",
+            "/network/v2.0/subnets",
+            Some(json!({"subnet": {"network_id": net_id, "cidr": cidr, "ip_version": 4}})),
+            None,
+        )
+        .await;
+    assert_eq!(sub.status, 201, "{}", sub.json);
+    let port = h
+        .call(
+            "POST",
+            "/network/v2.0/ports",
+            Some(json!({"port": {"network_id": net_id}})),
+            None,
+        )
+        .await;
+    assert_eq!(port.status, 201, "{}", port.json);
+    let port_id = port.json["port"]["id"].as_str().expect("port").to_owned();
+    (net_id, port_id)
+}
+
 fn message(r: &Resp) -> String {
     r.json
         .as_object()
@@ -656,37 +690,7 @@ async fn list_paging_by_marker() {
 #[tokio::test]
 async fn server_on_premade_port_binds_it() {
     let h = Harness::new().await;
-    let net = h
-        .call(
-            "POST",
-            "/network/v2.0/networks",
-            Some(json!({"network": {"name": "n1"}})),
-            None,
-        )
-        .await;
-    assert_eq!(net.status, 201, "{}", net.json);
-    let net_id = net.json["network"]["id"].as_str().expect("net").to_owned();
-    let sub = h
-        .call(
-            "POST",
-            "/network/v2.0/subnets",
-            Some(
-                json!({"subnet": {"network_id": net_id, "cidr": "10.30.0.0/24", "ip_version": 4}}),
-            ),
-            None,
-        )
-        .await;
-    assert_eq!(sub.status, 201, "{}", sub.json);
-    let port = h
-        .call(
-            "POST",
-            "/network/v2.0/ports",
-            Some(json!({"port": {"network_id": net_id}})),
-            None,
-        )
-        .await;
-    assert_eq!(port.status, 201, "{}", port.json);
-    let port_id = port.json["port"]["id"].as_str().expect("port").to_owned();
+    let (net_id, port_id) = port_on_new_network(&h, "n1", "10.30.0.0/24").await;
 
     let id = create_ok(
         &h,
@@ -847,35 +851,7 @@ async fn injected_build_failure_errors_the_server_after_202() {
         )
         .await;
     assert!(r.status < 300, "{}", r.json);
-    let net = h
-        .call(
-            "POST",
-            "/network/v2.0/networks",
-            Some(json!({"network": {"name": "b1"}})),
-            None,
-        )
-        .await;
-    let net_id = net.json["network"]["id"].as_str().expect("net").to_owned();
-    let sub = h
-        .call(
-            "POST",
-            "/network/v2.0/subnets",
-            Some(
-                json!({"subnet": {"network_id": net_id, "cidr": "10.31.0.0/24", "ip_version": 4}}),
-            ),
-            None,
-        )
-        .await;
-    assert_eq!(sub.status, 201, "{}", sub.json);
-    let port = h
-        .call(
-            "POST",
-            "/network/v2.0/ports",
-            Some(json!({"port": {"network_id": net_id}})),
-            None,
-        )
-        .await;
-    let port_id = port.json["port"]["id"].as_str().expect("port").to_owned();
+    let (_, port_id) = port_on_new_network(&h, "b1", "10.31.0.0/24").await;
 
     let failed = create_ok(
         &h,

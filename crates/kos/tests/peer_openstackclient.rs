@@ -6,12 +6,13 @@
 //! (where `.ci/run` installs it), then `PATH`. Without it the test fails, saying how to install it: it is
 //! never skipped silently.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
+
+mod support;
 
 fn openstack_cli() -> PathBuf {
     if let Some(p) = std::env::var_os("KOS_OPENSTACK_CLI") {
@@ -39,9 +40,10 @@ fn openstack_cli() -> PathBuf {
     })
 }
 
-/// `kos sim serve` in the background; killed on drop.
+/// `kos sim serve` in the background (killed on drop), its clouds.yaml in a directory of its own.
 struct SimProcess {
-    child: Child,
+    // Held for its Drop (the process is killed before its directory goes).
+    _served: support::Served,
     clouds_yaml: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -49,32 +51,9 @@ struct SimProcess {
 impl SimProcess {
     fn start() -> SimProcess {
         let dir = tempfile::tempdir().expect("tempdir");
-        let clouds_yaml = dir.path().join("clouds.yaml");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kos"))
-            // 50x faster than real time: LB provisioning takes ~1 s, a server boot ~0.6 s.
-            .args([
-                "sim",
-                "serve",
-                "--port",
-                "0",
-                "--time-scale",
-                "0.02",
-                "--clouds-yaml",
-            ])
-            .arg(&clouds_yaml)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("kos sim serve starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert!(
-            first.contains("listening on http://127.0.0.1:"),
-            "unexpected first line: {first}"
-        );
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        // 50x faster than real time: LB provisioning takes ~1 s, a server boot ~0.6 s.
+        let served = support::serve_scaled(dir.path(), "0.02");
+        let clouds_yaml = served.clouds.clone();
         let mode = std::fs::metadata(&clouds_yaml).expect("clouds.yaml written");
         #[cfg(unix)]
         {
@@ -86,17 +65,10 @@ impl SimProcess {
             );
         }
         SimProcess {
-            child,
+            _served: served,
             clouds_yaml,
             _dir: dir,
         }
-    }
-}
-
-impl Drop for SimProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

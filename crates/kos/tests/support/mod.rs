@@ -70,6 +70,11 @@ impl Drop for Served {
 /// Starts it with its clouds.yaml in `dir`, 20x faster than real time: an HA `up` takes seconds, a
 /// wide window to kill it in.
 pub fn serve(dir: &Path) -> Served {
+    serve_scaled(dir, "0.05")
+}
+
+/// As [`serve`], at `time_scale` real seconds per cloud second.
+pub fn serve_scaled(dir: &Path, time_scale: &str) -> Served {
     let clouds = dir.join("clouds.yaml");
     let mut child = Command::new(KOS)
         .args([
@@ -78,7 +83,7 @@ pub fn serve(dir: &Path) -> Served {
             "--port",
             "0",
             "--time-scale",
-            "0.05",
+            time_scale,
             "--clouds-yaml",
         ])
         .arg(&clouds)
