@@ -1851,8 +1851,46 @@ async fn without_manage_security_groups_nothing_touches_groups_or_ports() {
     spec(&mut svc).external_traffic_policy = Some("Local".into());
     spec(&mut svc).health_check_node_port = Some(32100);
     converge(&lbs, &mut svc, &nodes(1)).await;
-    delete(&lbs, &svc).await;
     let log = c.log_since(start);
     assert!(sg_calls(&log).is_empty(), "{:?}", sg_calls(&log));
+    // On delete, lookups of the group the Service would have had (none here), nothing else.
+    let start = c.seq();
+    delete(&lbs, &svc).await;
+    let calls = sg_calls(&c.log_since(start));
+    assert!(
+        !calls.is_empty()
+            && calls
+                .iter()
+                .all(|x| x == "GET GET /network/v2.0/security-groups"),
+        "{calls:?}"
+    );
     assert_eq!(port(&c, &ports[0]).await, before);
+}
+
+/// As upstream: turning `manage-security-groups` off does not strand the groups made while it was on.
+#[tokio::test]
+async fn a_group_made_while_managing_goes_with_its_service_after_managing_stopped() {
+    let c = cloud().await;
+    let ports = node_ports(&c, &["10.10.0.11"]).await;
+    let before = port(&c, &ports[0]).await;
+    let mut svc = service("was-managed", &[("TCP", 80, 30080)]);
+    let managing = c.controller("test", "manage-security-groups = true\n");
+    converge(&managing, &mut svc, &nodes(1)).await;
+    let sg = service_sg(&c, &svc).await.expect("group");
+    assert!(port(&c, &ports[0]).await.security_groups.contains(&sg.id));
+
+    let plain = c.controller("test", "");
+    let passes = delete(&plain, &svc).await;
+    assert!(
+        passes
+            .iter()
+            .flat_map(|o| &o.writes)
+            .any(|w| w.starts_with("delete security group lb-sg-")),
+        "{passes:#?}"
+    );
+    assert!(service_sg(&c, &svc).await.is_none());
+    assert_eq!(
+        port(&c, &ports[0]).await.security_groups,
+        before.security_groups
+    );
 }

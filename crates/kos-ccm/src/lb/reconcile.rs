@@ -1411,13 +1411,15 @@ impl LoadBalancers {
         self.security_group_result(&input.name, before, r, out)
     }
 
-    /// The group of a deleted Service off its ports, then gone. False when that failed.
+    /// The group of a deleted Service off its ports, then gone. False when that failed. Also with
+    /// `manage-security-groups` off, as upstream: a group made while it was on must not outlive its
+    /// Service (one lookup by name when there is none).
     async fn delete_security_group(&self, svc: &Service, out: &mut Outcome) -> bool {
         let meta = &svc.metadata;
         let (Some(uid), Some(ns), Some(name)) = (&meta.uid, &meta.namespace, &meta.name) else {
             return true;
         };
-        if !self.config.load_balancer.manage_security_groups || uid.is_empty() {
+        if uid.is_empty() {
             return true;
         }
         let sg = security_groups::sg_name(uid, ns, name);
