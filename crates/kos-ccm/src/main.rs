@@ -53,15 +53,19 @@ fn args() -> Vec<std::ffi::OsString> {
 fn init_logging(verbosity: u8) {
     use tracing_subscriber::EnvFilter;
     // klog's levels: 0-1 info, 2-3 debug, 4 and more trace; RUST_LOG wins when set.
+    // The SDK logs every request at info: kos-cloud's own call records (debug) say it once, without
+    // the request's Debug dump.
     let default = match verbosity {
-        0 | 1 => "info",
-        2 | 3 => "info,kos_ccm=debug,kos_cloud=debug",
+        0 | 1 => "info,openstack_sdk=warn",
+        2 | 3 => "info,kos_ccm=debug,kos_cloud=debug,openstack_sdk=warn",
         _ => "debug,kos_ccm=trace,kos_cloud=trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A container's log is a pipe: colour codes there are noise in every log collector.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
 

@@ -160,3 +160,20 @@ fn binary_exit_status() {
         "{stderr}"
     );
 }
+
+/// A container's log is a pipe: what kos-ccm logs there carries no colour codes.
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kos-ccm"))
+        .args(["--cloud-config", "/nonexistent/cloud.conf"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ERROR") && stderr.contains("/nonexistent/cloud.conf"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
+}
