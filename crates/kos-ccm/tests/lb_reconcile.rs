@@ -1675,6 +1675,18 @@ fn sg_calls(log: &[LogEntry]) -> Vec<String> {
         .collect()
 }
 
+/// The delete passes removed the Service's group, and it is gone.
+async fn assert_group_deleted(c: &Cloud, svc: &Service, passes: &[Outcome]) {
+    assert!(
+        passes
+            .iter()
+            .flat_map(|o| &o.writes)
+            .any(|w| w.starts_with("delete security group lb-sg-")),
+        "{passes:#?}"
+    );
+    assert!(service_sg(c, svc).await.is_none());
+}
+
 #[tokio::test]
 async fn manage_security_groups_opens_node_ports_on_member_ports_and_follows_changes() {
     let c = cloud().await;
@@ -1786,14 +1798,7 @@ async fn manage_security_groups_opens_node_ports_on_member_ports_and_follows_cha
 
     // Delete: off every port, then gone; the ports keep their other groups.
     let passes = delete(&lbs, &svc).await;
-    assert!(
-        passes
-            .iter()
-            .flat_map(|o| &o.writes)
-            .any(|w| w.starts_with("delete security group lb-sg-")),
-        "{passes:#?}"
-    );
-    assert!(service_sg(&c, &svc).await.is_none());
+    assert_group_deleted(&c, &svc, &passes).await;
     for (p, want) in ports.iter().zip([
         vec![ops.id.clone()],
         before_port2.clone(),
@@ -1881,14 +1886,7 @@ async fn a_group_made_while_managing_goes_with_its_service_after_managing_stoppe
 
     let plain = c.controller("test", "");
     let passes = delete(&plain, &svc).await;
-    assert!(
-        passes
-            .iter()
-            .flat_map(|o| &o.writes)
-            .any(|w| w.starts_with("delete security group lb-sg-")),
-        "{passes:#?}"
-    );
-    assert!(service_sg(&c, &svc).await.is_none());
+    assert_group_deleted(&c, &svc, &passes).await;
     assert_eq!(
         port(&c, &ports[0]).await.security_groups,
         before.security_groups
