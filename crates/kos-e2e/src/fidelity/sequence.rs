@@ -501,13 +501,30 @@ async fn steps(r: &mut Recorder<'_>, made: &mut Cleanup) -> Result<()> {
         settle().first(first.as_deref()),
     )
     .await;
-    r.call(
-        "loadbalancer.get",
-        get_lb.clone(),
-        Some("loadbalancer"),
-        &["provisioning_status", "tags"],
-    )
-    .await;
+    let settled = r
+        .call(
+            "loadbalancer.get",
+            get_lb.clone(),
+            Some("loadbalancer"),
+            &["provisioning_status", "tags"],
+        )
+        .await;
+    // What the load balancer put on the user's network: its VIP port, and (amphora provider) the
+    // amphora's own port, another project's, which the network's owner sees next to the server's.
+    if let Some(vip_port) = str_of(&settled, "vip_port_id") {
+        let get = ApiRequest::get(Network, "port.get", format!("ports/{vip_port}"));
+        r.call(
+            "port.get.vip",
+            get,
+            Some("port"),
+            &["admin_state_up", "status", "device_owner"],
+        )
+        .await;
+    }
+    let ports = ApiRequest::get(Network, "port.list", "ports")
+        .query("network_id", &net)
+        .query("device_owner", "compute:nova");
+    r.list("port.list.compute_owned", ports, "ports").await;
     let list = ApiRequest::get(LoadBalancer, "loadbalancer.list", "lbaas/loadbalancers")
         .query("tags", tag);
     r.list("loadbalancer.list.tags", list, "loadbalancers")
