@@ -22,25 +22,14 @@ use kos_cloud::{CloudProfile, Env, RetryPolicy, Session};
 use kos_kube_fake::{FakeKube, Fault, RecordedEvent, Verb};
 use kos_sim::{Sim, SimConfig};
 use kube::runtime::events::Reporter;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 struct Harness {
     sim: Sim,
     fake: FakeKube,
     session: Session,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    _controller: support::Running,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        self.task.abort();
-    }
 }
 
 /// Quick periods so refresh and lifecycle run many times within a test.
@@ -86,16 +75,12 @@ async fn start(extra: &str, settings: Settings) -> R<Harness> {
             instance: Some("test".into()),
         },
     ));
-    let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(node::run(ctx, settings, async {
-        let _ = rx.await;
-    }));
+    let controller = support::Running::spawn(|shutdown| node::run(ctx, settings, shutdown));
     Ok(Harness {
         sim,
         fake,
         session,
-        stop: Some(tx),
-        task,
+        _controller: controller,
         _dir: dir,
     })
 }

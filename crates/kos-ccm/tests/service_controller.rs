@@ -34,7 +34,6 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::Reporter;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 const NS: &str = "default";
@@ -48,18 +47,8 @@ struct Harness {
     public: String,
     subnet: String,
     cluster_uid: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    _controller: support::Running,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        self.task.abort();
-    }
 }
 
 /// Quick retries; a resync period long enough that only the tests that want it see one.
@@ -195,16 +184,10 @@ async fn start_full(extra: &str, fault: Option<Fault>, settings: ServiceSettings
         fake.inject(f);
     }
     let metrics = Arc::new(Metrics::new());
-    let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(service::run(
-        ctx,
-        lbs,
-        settings,
-        Some(metrics.clone()),
-        async {
-            let _ = rx.await;
-        },
-    ));
+    let controller = support::Running::spawn({
+        let metrics = metrics.clone();
+        |shutdown| service::run(ctx, lbs, settings, Some(metrics), shutdown)
+    });
     Ok(Harness {
         sim,
         fake,
@@ -214,8 +197,7 @@ async fn start_full(extra: &str, fault: Option<Fault>, settings: ServiceSettings
         public,
         subnet,
         cluster_uid,
-        stop: Some(tx),
-        task,
+        _controller: controller,
         _dir: dir,
     })
 }

@@ -78,3 +78,37 @@ pub fn sim_log_since(sim: &kos_sim::Sim, seq: u64) -> Vec<kos_sim::LogEntry> {
         .cloned()
         .collect()
 }
+
+/// A controller running in the background until dropped: the drop sends its shutdown signal (a
+/// graceful stop, as SIGTERM would), then aborts whatever is left of the task.
+pub struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Spawns `run(shutdown)`, where `shutdown` completes when this is dropped.
+    pub fn spawn<F, Fut>(run: F) -> Running
+    where
+        F: FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = Box::pin(async {
+            let _ = rx.await;
+        });
+        Running {
+            stop: Some(tx),
+            task: tokio::spawn(run(shutdown)),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.abort();
+    }
+}
