@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeAddress, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec, ServiceStatus,
-};
+use k8s_openapi::api::core::v1::{Node, Service, ServiceSpec, ServiceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kos_ccm::CloudConfig;
 use kos_ccm::lb::annotations as a;
@@ -23,12 +21,12 @@ use kos_cloud::model::load_balancer::{
     PoolParent, PoolUpdate, Protocol, Vip,
 };
 use kos_cloud::model::network::{
-    FixedIpRequest, FloatingIp, FloatingIpCreate, FloatingIpFilter, NetworkCreate, Port,
-    PortCreate, PortUpdate, RouterCreate, SecurityGroup, SecurityGroupCreate, SecurityGroupFilter,
-    SubnetCreate,
+    FixedIpRequest, FloatingIp, FloatingIpCreate, FloatingIpFilter, Port, PortCreate, PortUpdate,
+    SecurityGroup, SecurityGroupCreate, SecurityGroupFilter,
 };
 use kos_cloud::{RetryPolicy, Session};
 use kos_sim::{FaultRule, LogEntry, Sim, SimConfig};
+use support::{node, ports_of};
 use tokio::time::Instant;
 
 const AUTH: &str = "[Global]\nauth-url = https://keystone.example:5000/v3\nregion = r1\nusername = u\npassword = p\ntenant-name = t\n";
@@ -53,28 +51,11 @@ async fn cloud_with(cfg: SimConfig, policy: RetryPolicy) -> Cloud {
         .expect("connect");
     let net = session.network();
     let public = net.external_network(None).await.expect("public").id;
-    let n = net
-        .create_network(&NetworkCreate {
-            name: "nodes".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("network");
-    let subnet = net
-        .create_subnet(&SubnetCreate::new(&n.id, "nodes", "10.10.0.0/24"))
-        .await
-        .expect("subnet");
-    let router = net
-        .create_router(&RouterCreate::with_gateway("router", &public))
-        .await
-        .expect("router");
-    net.add_router_interface(&router.id, &subnet.id)
-        .await
-        .expect("interface");
+    let (_, subnet, _) = support::node_network(&session, "10.10.0.0/24", Some(&public)).await;
     Cloud {
         sim,
         session,
-        subnet: subnet.id,
+        subnet,
         public,
         _dir: dir,
     }
@@ -212,19 +193,6 @@ fn service(name: &str, ports: &[(&str, i32, i32)]) -> Service {
     }
 }
 
-fn ports_of(ports: &[(&str, i32, i32)]) -> Vec<ServicePort> {
-    ports
-        .iter()
-        .map(|(proto, port, node_port)| ServicePort {
-            name: Some(format!("p{port}")),
-            protocol: Some((*proto).into()),
-            port: *port,
-            node_port: Some(*node_port),
-            ..Default::default()
-        })
-        .collect()
-}
-
 fn annotate(svc: &mut Service, key: &str, value: &str) {
     svc.metadata
         .annotations
@@ -234,23 +202,6 @@ fn annotate(svc: &mut Service, key: &str, value: &str) {
 
 fn spec(svc: &mut Service) -> &mut ServiceSpec {
     svc.spec.get_or_insert_with(ServiceSpec::default)
-}
-
-fn node(name: &str, ip: &str) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(NodeSpec::default()),
-        status: Some(NodeStatus {
-            addresses: Some(vec![NodeAddress {
-                type_: "InternalIP".into(),
-                address: ip.into(),
-            }]),
-            ..Default::default()
-        }),
-    }
 }
 
 fn nodes(n: usize) -> Vec<Node> {

@@ -6,9 +6,7 @@ mod support;
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use kos_ccm::route::{Routes, check, host_route};
-use kos_cloud::model::network::{
-    FixedIpRequest, HostRoute, NetworkCreate, PortCreate, RouterCreate, SubnetCreate,
-};
+use kos_cloud::model::network::{FixedIpRequest, HostRoute, PortCreate};
 use kos_cloud::{RetryPolicy, ServiceKind, Session};
 use kos_sim::{Sim, SimConfig};
 
@@ -28,35 +26,15 @@ async fn cloud() -> Cloud {
         .await
         .expect("connect");
     let net = session.network();
-    let n = net
-        .create_network(&NetworkCreate {
-            name: "nodes".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("network");
-    let s = net
-        .create_subnet(&SubnetCreate::new(&n.id, "nodes", "10.0.0.0/24"))
-        .await
-        .expect("subnet");
-    let r = net
-        .create_router(&RouterCreate {
-            name: "r".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("router");
-    net.add_router_interface(&r.id, &s.id)
-        .await
-        .expect("interface");
+    let (network, subnet, router) = support::node_network(&session, "10.0.0.0/24", None).await;
     let mut ports = Vec::new();
     for i in 11..=13 {
         let p = net
             .create_port(&PortCreate {
-                network_id: n.id.clone(),
+                network_id: network.clone(),
                 name: format!("node-{i}"),
                 fixed_ips: vec![FixedIpRequest::Address {
-                    subnet_id: s.id.clone(),
+                    subnet_id: subnet.clone(),
                     ip_address: format!("10.0.0.{i}"),
                 }],
                 ..Default::default()
@@ -68,7 +46,7 @@ async fn cloud() -> Cloud {
     Cloud {
         sim,
         session,
-        router: r.id,
+        router,
         ports,
         _dir: dir,
     }

@@ -5,15 +5,14 @@
 //! Every check polls for the expected state with a generous deadline; none times anything.
 
 mod support;
-use support::{DEADLINE, R, wait_for, wait_for_async};
+use support::{DEADLINE, R, ports_of, wait_for, wait_for_async};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Service, ServicePort,
-    ServiceSpec,
+    Namespace, Node, NodeCondition, Service, ServicePort, ServiceSpec,
 };
 use kos_ccm::CloudConfig;
 use kos_ccm::context::Context;
@@ -70,21 +69,11 @@ fn resyncing(period: Duration) -> ServiceSettings {
 }
 
 fn node(name: &str, ip: &str) -> Node {
-    Node {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(NodeSpec::default()),
-        status: Some(NodeStatus {
-            addresses: Some(vec![NodeAddress {
-                type_: "InternalIP".into(),
-                address: ip.into(),
-            }]),
-            conditions: Some(vec![ready(true)]),
-            ..Default::default()
-        }),
+    let mut n = support::node(name, ip);
+    if let Some(st) = n.status.as_mut() {
+        st.conditions = Some(vec![ready(true)]);
     }
+    n
 }
 
 fn ready(yes: bool) -> NodeCondition {
@@ -212,19 +201,6 @@ fn lb_service(name: &str, ports: &[(&str, i32, i32)]) -> Service {
         ..Default::default()
     });
     s
-}
-
-fn ports_of(ports: &[(&str, i32, i32)]) -> Vec<ServicePort> {
-    ports
-        .iter()
-        .map(|(proto, port, node_port)| ServicePort {
-            name: Some(format!("p{port}")),
-            protocol: Some((*proto).into()),
-            port: *port,
-            node_port: Some(*node_port),
-            ..Default::default()
-        })
-        .collect()
 }
 
 fn annotated(mut s: Service, key: &str, value: &str) -> Service {

@@ -325,33 +325,13 @@ impl DesiredPort {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
 
     use super::*;
     use crate::lb::nodes::Backend;
-    use crate::lb::testutil::opts;
+    use crate::lb::testutil::{local_service, opts};
 
     fn svc(ports: &[(&str, i32, i32)], etp_local: Option<i32>) -> Service {
-        Service {
-            spec: Some(ServiceSpec {
-                type_: Some("LoadBalancer".into()),
-                ports: Some(
-                    ports
-                        .iter()
-                        .map(|(proto, port, node_port)| ServicePort {
-                            protocol: Some((*proto).into()),
-                            port: *port,
-                            node_port: Some(*node_port),
-                            ..Default::default()
-                        })
-                        .collect(),
-                ),
-                external_traffic_policy: etp_local.map(|_| "Local".into()),
-                health_check_node_port: etp_local,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        local_service(ports, etp_local)
     }
 
     fn backends() -> Backends {

@@ -518,29 +518,11 @@ pub async fn ensure_deleted(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
     use kos_cloud::model::network::FixedIp;
 
     fn svc(ports: &[(&str, i32)], hc: Option<i32>) -> Service {
-        Service {
-            spec: Some(ServiceSpec {
-                ports: Some(
-                    ports
-                        .iter()
-                        .map(|(p, n)| ServicePort {
-                            protocol: Some((*p).into()),
-                            port: 80,
-                            node_port: Some(*n),
-                            ..Default::default()
-                        })
-                        .collect(),
-                ),
-                external_traffic_policy: hc.map(|_| "Local".into()),
-                health_check_node_port: hc,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        let ports: Vec<_> = ports.iter().map(|(p, n)| (*p, 80, *n)).collect();
+        crate::lb::testutil::local_service(&ports, hc)
     }
 
     fn net(s: &str) -> IpNet {

@@ -73,6 +73,16 @@ pub(crate) fn service(ports: &[(&str, i32, i32)]) -> Service {
     }
 }
 
+/// [`service`] with `externalTrafficPolicy: Local` and this health-check node port, when given.
+pub(crate) fn local_service(ports: &[(&str, i32, i32)], health_check: Option<i32>) -> Service {
+    let mut svc = service(ports);
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.external_traffic_policy = health_check.map(|_| "Local".into());
+        spec.health_check_node_port = health_check;
+    }
+    svc
+}
+
 /// Nodes `n1`… at 10.0.0.11….
 pub(crate) fn backends(n: usize) -> Backends {
     Backends {

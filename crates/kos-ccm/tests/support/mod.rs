@@ -112,3 +112,69 @@ impl Drop for Running {
         self.task.abort();
     }
 }
+
+/// Service ports `p<port>` from (protocol, port, nodePort).
+pub fn ports_of(ports: &[(&str, i32, i32)]) -> Vec<k8s_openapi::api::core::v1::ServicePort> {
+    ports
+        .iter()
+        .map(
+            |(proto, port, node_port)| k8s_openapi::api::core::v1::ServicePort {
+                name: Some(format!("p{port}")),
+                protocol: Some((*proto).into()),
+                port: *port,
+                node_port: Some(*node_port),
+                ..Default::default()
+            },
+        )
+        .collect()
+}
+
+/// A Node with one InternalIP and no conditions.
+pub fn node(name: &str, ip: &str) -> k8s_openapi::api::core::v1::Node {
+    use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    n.spec = Some(NodeSpec::default());
+    n.status = Some(NodeStatus {
+        addresses: Some(vec![NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.into(),
+        }]),
+        ..Default::default()
+    });
+    n
+}
+
+/// A `nodes` network with a `cidr` subnet behind a router (with a gateway to `external`, when
+/// given): where the tests' nodes live. Returns (network id, subnet id, router id).
+pub async fn node_network(
+    session: &kos_cloud::Session,
+    cidr: &str,
+    external: Option<&str>,
+) -> (String, String, String) {
+    use kos_cloud::model::network::{NetworkCreate, RouterCreate, SubnetCreate};
+    let net = session.network();
+    let n = net
+        .create_network(&NetworkCreate {
+            name: "nodes".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("network");
+    let s = net
+        .create_subnet(&SubnetCreate::new(&n.id, "nodes", cidr))
+        .await
+        .expect("subnet");
+    let router = match external {
+        Some(ext) => RouterCreate::with_gateway("router", ext),
+        None => RouterCreate {
+            name: "router".into(),
+            ..Default::default()
+        },
+    };
+    let r = net.create_router(&router).await.expect("router");
+    net.add_router_interface(&r.id, &s.id)
+        .await
+        .expect("interface");
+    (n.id, s.id, r.id)
+}
