@@ -49,18 +49,46 @@ pub struct CniPin {
     pub version: String,
     pub url: String,
     pub sha256: String,
-    /// False until someone checked the sha256 against the real download: the script then refuses it.
+    /// False until someone checked the sha256 against the real download: validation and the script
+    /// then refuse it.
     pub verified: bool,
     /// A pod network the manifest hard-codes and the script rewrites to the cluster's (empty: none).
     pub pod_cidr_default: String,
+    /// An image the manifest names without a tag, and the tag the script gives it.
+    #[serde(default)]
+    pub pin_image: Option<ImagePin>,
 }
 
-/// The pinned images.
+/// An untagged image reference of a manifest and the release tag it gets.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagePin {
+    pub name: String,
+    pub tag: String,
+}
+
+/// The images that follow the cluster's minor: cloud-provider-openstack's release of that minor.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MinorImages {
+    pub openstack_cloud_controller_manager: String,
+    pub cinder_csi_plugin: String,
+}
+
+/// The Kubernetes releases kos supports.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesPins {
+    /// The newest patch of the newest minor: what new specs and the examples use.
+    pub default: String,
+    /// The supported minors (of 1.x) and their images.
+    pub minors: BTreeMap<u32, MinorImages>,
+}
+
+/// The images that do not depend on the cluster's minor (cinder-csi's sidecars).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Images {
-    pub openstack_cloud_controller_manager: String,
-    pub cinder_csi_plugin: String,
     pub csi_attacher: String,
     pub csi_provisioner: String,
     pub csi_resizer: String,
@@ -72,6 +100,7 @@ pub struct Images {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pins {
+    pub kubernetes: KubernetesPins,
     pub cni: BTreeMap<String, CniPin>,
     pub images: Images,
 }
@@ -79,9 +108,14 @@ pub struct Pins {
 const PINS: &str = include_str!("pins.yaml");
 
 impl Pins {
-    /// The built-in table.
-    pub fn builtin() -> Result<Self> {
-        serde_saphyr::from_str(PINS).map_err(|e| Error::Pins(e.to_string()))
+    /// The built-in table, parsed once.
+    pub fn builtin() -> Result<&'static Self> {
+        static TABLE: std::sync::OnceLock<std::result::Result<Pins, String>> =
+            std::sync::OnceLock::new();
+        TABLE
+            .get_or_init(|| serde_saphyr::from_str(PINS).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| Error::Pins(e.clone()))
     }
 
     /// The CNI manifest to apply: the cluster's own pin (trusted as verified) or the table's entry.
@@ -97,9 +131,27 @@ impl Pins {
                 sha256: pin.sha256.clone(),
                 verified: true,
                 pod_cidr_default: entry.pod_cidr_default.clone(),
+                pin_image: None,
             },
             None => entry.clone(),
         })
+    }
+
+    /// Whether the table vouches for `cni`'s manifest (a verified checksum of a real URL).
+    pub fn cni_verified(&self, cni: Cni) -> bool {
+        self.cni
+            .get(cni.key())
+            .is_some_and(|p| p.verified && !p.url.is_empty())
+    }
+
+    /// The images of a Kubernetes minor, `None` when kos does not support it.
+    pub fn images_for(&self, minor: u32) -> Option<&MinorImages> {
+        self.kubernetes.minors.get(&minor)
+    }
+
+    /// The supported minors, oldest first.
+    pub fn supported_minors(&self) -> impl Iterator<Item = u32> + '_ {
+        self.kubernetes.minors.keys().copied()
     }
 }
 
@@ -108,19 +160,43 @@ fn gcfg(v: &str) -> String {
     format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// The `cloud.conf` shared by the CCM and cinder-csi.
+/// Where the `cloud-config` Secret is mounted in the CCM and cinder-csi pods (every manifest mounts it
+/// there), so its `ca.crt` key is this file.
+pub const CA_FILE: &str = "/etc/config/ca.crt";
+
+/// The `cloud.conf` shared by the CCM and cinder-csi, as a careful operator writes it:
+/// - `manage-security-groups`: each Service's NodePorts are opened on the nodes' ports for what its
+///   load balancer really sends from (the amphora's address on the member subnet, or with OVN the
+///   clients themselves, limited to `loadBalancerSourceRanges`): `sg-node` admits NodePorts only from
+///   other nodes, so without it no Service load balancer reaches its members;
+/// - `lb-provider` when the Services' provider is not the cloud's default, with `SOURCE_IP_PORT`
+///   for OVN (the only algorithm it has; the CCM's default ROUND_ROBIN is refused there);
+/// - `ca-file` when the cloud's clouds.yaml needs a `cacert`: the CA travels in the same Secret.
 pub fn cloud_conf(cluster: &ClusterInput) -> Sensitive {
     let c = &cluster.cloud;
-    Sensitive::new(format!(
-        "[Global]\nauth-url = {}\nregion = {}\napplication-credential-id = {}\napplication-credential-secret = {}\n\n\
-         [LoadBalancer]\nfloating-network-id = {}\nsubnet-id = {}\n\n\
-         [BlockStorage]\n# upstream's documented default; unset, cinder-csi reports no attach limit at all\nnode-volume-attach-limit = 256\n",
+    let mut global = format!(
+        "[Global]\nauth-url = {}\nregion = {}\napplication-credential-id = {}\napplication-credential-secret = {}\n",
         gcfg(&c.auth_url),
         gcfg(&c.region),
         gcfg(&c.application_credential_id),
         gcfg(c.application_credential_secret.expose_secret()),
+    );
+    if c.ca_cert.is_some() {
+        global.push_str(&format!("ca-file = {}\n", gcfg(CA_FILE)));
+    }
+    let mut lb = format!(
+        "[LoadBalancer]\nfloating-network-id = {}\nsubnet-id = {}\nmanage-security-groups = true\n",
         gcfg(&c.floating_network_id),
         gcfg(&c.subnet_id),
+    );
+    if let Some(provider) = &c.lb_provider {
+        lb.push_str(&format!("lb-provider = {}\n", gcfg(provider)));
+        if provider == "ovn" {
+            lb.push_str("lb-method = \"SOURCE_IP_PORT\"\n");
+        }
+    }
+    Sensitive::new(format!(
+        "{global}\n{lb}\n[BlockStorage]\n# upstream's documented default; unset, cinder-csi reports no attach limit at all\nnode-volume-attach-limit = 256\n"
     ))
 }
 
@@ -162,10 +238,13 @@ fn secret_yaml<V: Serialize>(
 
 /// The `kube-system/cloud-config` Secret the CCM and cinder-csi mount.
 pub fn cloud_config_secret(cluster: &ClusterInput) -> Result<Manifest> {
-    let data = BTreeMap::from([(
+    let mut data = BTreeMap::from([(
         "cloud.conf",
         serde_saphyr::LitString(cloud_conf(cluster).expose().to_string()),
     )]);
+    if let Some(ca) = &cluster.cloud.ca_cert {
+        data.insert("ca.crt", serde_saphyr::LitString(ca.clone()));
+    }
     Ok(Manifest {
         name: "00-cloud-config-secret.yaml".into(),
         yaml: secret_yaml("cloud-config".into(), "Opaque", data)?,
@@ -225,14 +304,24 @@ pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
     cluster.validate()?;
     let pins = Pins::builtin()?;
     let i = &pins.images;
+    let minor = cluster.kubernetes_version.minor;
+    let m = pins.images_for(minor).ok_or_else(|| {
+        Error::invalid(
+            "kubernetes version",
+            format!(
+                "{} has no images in the pins table",
+                cluster.kubernetes_version
+            ),
+        )
+    })?;
     let ccm_image = match &cluster.ccm {
-        Ccm::Upstream => i.openstack_cloud_controller_manager.as_str(),
+        Ccm::Upstream => m.openstack_cloud_controller_manager.as_str(),
         Ccm::Kos { image } => image.as_str(),
     };
     let vars = [
         ("CLUSTER_NAME", cluster.name.as_str()),
         ("CCM_IMAGE", ccm_image),
-        ("CINDER_CSI_IMAGE", i.cinder_csi_plugin.as_str()),
+        ("CINDER_CSI_IMAGE", m.cinder_csi_plugin.as_str()),
         ("CSI_ATTACHER_IMAGE", i.csi_attacher.as_str()),
         ("CSI_PROVISIONER_IMAGE", i.csi_provisioner.as_str()),
         ("CSI_RESIZER_IMAGE", i.csi_resizer.as_str()),
@@ -303,6 +392,71 @@ mod tests {
         let p = pins.cni_for(Cni::Flannel, Some(&own)).unwrap();
         assert!(p.verified);
         assert_eq!(p.pod_cidr_default, "10.244.0.0/16");
+    }
+
+    /// The built-in CNIs a real cluster gets are the verified releases of research/cni-pins.md, each
+    /// manifest at its release tag; only cilium (no static manifest upstream) has none.
+    #[test]
+    fn builtin_cnis_are_verified_releases_but_cilium() {
+        let pins = Pins::builtin().unwrap();
+        for (cni, version, sha) in [
+            (
+                Cni::Calico,
+                "v3.32.1",
+                "a1df919d9721cf667accdc3e72848911b0cb25cfab7d2478ad0c996302c95744",
+            ),
+            (
+                Cni::Flannel,
+                "v0.28.9",
+                "e875824be2f552b45711dbda91af81b17eb961d00025d914d9fef18fad8f09c0",
+            ),
+            (
+                Cni::KubeRouter,
+                "v2.11.1",
+                "847b9b7a47c31d8e10149f5b4d94c78ea214d1c1d70df1640744ae21b0b9121a",
+            ),
+        ] {
+            let p = pins.cni_for(cni, None).unwrap();
+            assert!(pins.cni_verified(cni), "{}", cni.key());
+            assert_eq!((p.version.as_str(), p.sha256.as_str()), (version, sha));
+            assert!(
+                p.url.starts_with("https://raw.githubusercontent.com/")
+                    && p.url.contains(&format!("/{version}/")),
+                "{}: the manifest must be the file at the release tag",
+                p.url
+            );
+        }
+        assert!(!pins.cni_verified(Cni::Cilium));
+        // kube-router's manifest names its image untagged: the pin gives it the release's tag.
+        let kr = pins.cni_for(Cni::KubeRouter, None).unwrap();
+        assert_eq!(
+            kr.pin_image,
+            Some(ImagePin {
+                name: "docker.io/cloudnativelabs/kube-router".into(),
+                tag: "v2.11.1".into()
+            })
+        );
+    }
+
+    /// Three consecutive minors, the default the newest of them, and the CCM and cinder-csi of each
+    /// minor's own cloud-provider-openstack release.
+    #[test]
+    fn kubernetes_minors_carry_their_own_cloud_provider_release() {
+        let pins = Pins::builtin().unwrap();
+        let minors: Vec<u32> = pins.supported_minors().collect();
+        assert_eq!(minors.len(), 3);
+        assert!(minors.windows(2).all(|w| w[1] == w[0] + 1), "{minors:?}");
+        let default: crate::KubeVersion = pins.kubernetes.default.parse().unwrap();
+        assert_eq!(Some(&default.minor), minors.last());
+        for minor in minors {
+            let m = pins.images_for(minor).unwrap();
+            let tag = format!(":v1.{minor}.");
+            assert!(
+                m.openstack_cloud_controller_manager.contains(&tag)
+                    && m.cinder_csi_plugin.contains(&tag),
+                "{m:?}"
+            );
+        }
     }
 
     #[test]

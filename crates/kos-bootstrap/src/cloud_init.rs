@@ -141,7 +141,8 @@ pub fn bootstrap_env(
     };
     let v = &cluster.kubernetes_version;
     let ttl = secrets.token.ttl.as_secs().to_string();
-    let vars: [(&str, String); 19] = [
+    let (image, image_tag) = pin.pin_image.map(|i| (i.name, i.tag)).unwrap_or_default();
+    let vars: [(&str, String); 21] = [
         ("KOS_ROLE", node.role.key().into()),
         ("KOS_K8S_VERSION", v.to_string()),
         ("KOS_K8S_CHANNEL", v.channel()),
@@ -158,6 +159,8 @@ pub fn bootstrap_env(
         ("KOS_CNI_SHA256", pin.sha256),
         ("KOS_CNI_VERIFIED", pin.verified.to_string()),
         ("KOS_CNI_POD_CIDR_DEFAULT", pin.pod_cidr_default),
+        ("KOS_CNI_IMAGE", image),
+        ("KOS_CNI_IMAGE_TAG", image_tag),
         ("KOS_EXPECTED_NODES", cluster.expected_nodes.to_string()),
         ("KOS_TOKEN_ID", secrets.token.id.clone()),
         ("KOS_TOKEN_TTL_SECONDS", ttl),

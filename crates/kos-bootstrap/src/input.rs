@@ -20,60 +20,20 @@ pub struct KubeVersion {
     pub patch: u32,
 }
 
-/// The kubeadm configuration API a version takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KubeadmApi {
-    /// `kubeadm.k8s.io/v1beta3`, for Kubernetes < 1.31 (extraArgs are maps).
-    V1Beta3,
-    /// `kubeadm.k8s.io/v1beta4`, for Kubernetes >= 1.31 (extraArgs are `{name, value}` lists).
-    V1Beta4,
-}
-
-impl KubeadmApi {
-    /// The `apiVersion` string.
-    pub fn api_version(self) -> &'static str {
-        match self {
-            Self::V1Beta3 => "kubeadm.k8s.io/v1beta3",
-            Self::V1Beta4 => "kubeadm.k8s.io/v1beta4",
-        }
-    }
-}
-
 impl KubeVersion {
-    /// The oldest release we render for: v1beta3 and the pkgs.k8s.io repositories both start earlier.
-    pub const MIN: KubeVersion = KubeVersion {
-        major: 1,
-        minor: 28,
-        patch: 0,
-    };
-
-    /// `v1.31.4`, as kubeadm and `kubeadm version -o short` write it.
+    /// `v1.36.4`, as kubeadm and `kubeadm version -o short` write it.
     pub fn tag(&self) -> String {
         format!("v{self}")
     }
 
-    /// `v1.31`: the pkgs.k8s.io channel.
+    /// `v1.36`: the pkgs.k8s.io channel.
     pub fn channel(&self) -> String {
         format!("v{}.{}", self.major, self.minor)
     }
 
-    /// Which kubeadm config API to emit.
-    pub fn kubeadm_api(&self) -> KubeadmApi {
-        if self.minor >= 31 {
-            KubeadmApi::V1Beta4
-        } else {
-            KubeadmApi::V1Beta3
-        }
-    }
-
-    /// The group bound to cluster-admin for admin kubeconfigs: kubeadm moved admin.conf from
-    /// `system:masters` to `kubeadm:cluster-admins` in 1.29.
+    /// The group bound to cluster-admin for admin kubeconfigs (kubeadm's admin.conf since 1.29).
     pub fn admin_group(&self) -> &'static str {
-        if self.minor >= 29 {
-            "kubeadm:cluster-admins"
-        } else {
-            "system:masters"
-        }
+        "kubeadm:cluster-admins"
     }
 }
 
@@ -114,10 +74,16 @@ impl FromStr for KubeVersion {
             minor: minor?,
             patch: patch?,
         };
-        if v.major != 1 || v < Self::MIN {
+        let pins = crate::addons::Pins::builtin()?;
+        if v.major != 1 || pins.images_for(v.minor).is_none() {
+            let minors: Vec<String> = pins.supported_minors().map(|m| format!("1.{m}")).collect();
             return Err(Error::invalid(
                 "kubernetes version",
-                format!("{v} is not supported (need 1.x, at least {})", Self::MIN),
+                format!(
+                    "{v} is not supported (kos supports {}; the newest is {})",
+                    minors.join(", "),
+                    pins.kubernetes.default
+                ),
             ));
         }
         Ok(v)
@@ -197,6 +163,10 @@ pub struct CloudConf {
     pub application_credential_secret: SecretString,
     pub floating_network_id: String,
     pub subnet_id: String,
+    /// The Octavia provider of the Services' load balancers (`lb-provider`); `None`: the cloud's default.
+    pub lb_provider: Option<String>,
+    /// The PEM bundle that verifies the cloud's endpoints (clouds.yaml `cacert`), for `ca-file`.
+    pub ca_cert: Option<String>,
 }
 
 /// How joining control planes get the shared CA and service-account keys.
@@ -528,17 +498,13 @@ mod tests {
 
     #[test]
     fn versions_parse_strictly() {
-        let v: KubeVersion = "v1.31.4".parse().unwrap();
-        assert_eq!(
-            (v.tag(), v.channel(), v.kubeadm_api()),
-            ("v1.31.4".into(), "v1.31".into(), KubeadmApi::V1Beta4)
-        );
-        assert_eq!(
-            "1.30.9".parse::<KubeVersion>().unwrap().kubeadm_api(),
-            KubeadmApi::V1Beta3
-        );
+        let v: KubeVersion = "v1.36.4".parse().unwrap();
+        assert_eq!((v.tag(), v.channel()), ("v1.36.4".into(), "v1.36".into()));
+        // Outside the three supported minors: refused, naming what is supported.
+        let err = "1.33.1".parse::<KubeVersion>().unwrap_err().to_string();
+        assert!(err.contains("1.34, 1.35, 1.36"), "{err}");
         for bad in [
-            "1.31", "1.31.4.1", "1.31.x", "2.0.0", "1.20.0", "1.031.0", "", "1..1",
+            "1.36", "1.36.4.1", "1.36.x", "2.0.0", "1.20.0", "1.036.0", "", "1..1", "1.37.0",
         ] {
             assert!(bad.parse::<KubeVersion>().is_err(), "{bad}");
         }

@@ -1,15 +1,10 @@
-//! Typed kubeadm configuration for `kubeadm.k8s.io/v1beta4` (Kubernetes >= 1.31) and `v1beta3` (< 1.31).
-//!
-//! The two versions differ, for what we emit, only in how extra arguments are written: v1beta4 takes a
-//! list of `{name, value}`, v1beta3 a map. The structs are generic over that ([`ExtraArgs`]) and deny
-//! unknown fields, so a rendered document parses back only if it is exactly what we meant.
+//! Typed kubeadm configuration, `kubeadm.k8s.io/v1beta4` (every supported Kubernetes release, 1.31 and
+//! newer, takes it; v1beta3 is deprecated there). The structs deny unknown fields, so a rendered
+//! document parses back only if it is exactly what we meant.
 
-use std::collections::BTreeMap;
-
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::input::{ClusterInput, KubeadmApi, NodeInput, POOL_LABEL, PkiDelivery, Role, Taint};
+use crate::input::{ClusterInput, NodeInput, POOL_LABEL, PkiDelivery, Role, Taint};
 use crate::{ClusterSecrets, Error, Result, Sensitive, token::go_duration};
 
 /// The containerd socket the bootstrap script configures.
@@ -30,42 +25,20 @@ pub struct Arg {
     pub value: String,
 }
 
-/// How a kubeadm API version writes extra arguments.
-pub trait ExtraArgs:
-    Serialize + DeserializeOwned + Default + Clone + PartialEq + std::fmt::Debug
-{
-    fn from_pairs(pairs: Vec<(String, String)>) -> Self;
-    fn get(&self, name: &str) -> Option<&str>;
-    fn is_empty(&self) -> bool;
-}
+/// The API version of every document rendered here.
+pub const API_VERSION: &str = "kubeadm.k8s.io/v1beta4";
 
-impl ExtraArgs for Vec<Arg> {
-    fn from_pairs(pairs: Vec<(String, String)>) -> Self {
-        pairs
-            .into_iter()
-            .map(|(name, value)| Arg { name, value })
-            .collect()
-    }
-    fn get(&self, name: &str) -> Option<&str> {
-        self.iter()
-            .find(|a| a.name == name)
-            .map(|a| a.value.as_str())
-    }
-    fn is_empty(&self) -> bool {
-        Vec::is_empty(self)
-    }
-}
+/// Extra arguments, v1beta4's list of `{name, value}`.
+pub type ExtraArgs = Vec<Arg>;
 
-impl ExtraArgs for BTreeMap<String, String> {
-    fn from_pairs(pairs: Vec<(String, String)>) -> Self {
-        pairs.into_iter().collect()
-    }
-    fn get(&self, name: &str) -> Option<&str> {
-        BTreeMap::get(self, name).map(String::as_str)
-    }
-    fn is_empty(&self) -> bool {
-        BTreeMap::is_empty(self)
-    }
+fn args(pairs: Vec<(&str, String)>) -> ExtraArgs {
+    pairs
+        .into_iter()
+        .map(|(name, value)| Arg {
+            name: name.to_owned(),
+            value,
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,23 +62,21 @@ pub struct KubeTaint {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[serde(bound = "A: ExtraArgs")]
-pub struct NodeRegistration<A> {
+pub struct NodeRegistration {
     pub name: String,
     pub cri_socket: String,
     /// Always written (an empty list means "no taints"; absent would mean kubeadm's default).
     pub taints: Vec<KubeTaint>,
-    pub kubelet_extra_args: A,
+    pub kubelet_extra_args: ExtraArgs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[serde(bound = "A: ExtraArgs")]
-pub struct InitConfiguration<A> {
+pub struct InitConfiguration {
     pub api_version: String,
     pub kind: String,
     pub bootstrap_tokens: Vec<BootstrapTokenSpec>,
-    pub node_registration: NodeRegistration<A>,
+    pub node_registration: NodeRegistration,
     pub certificate_key: Sensitive,
 }
 
@@ -119,25 +90,22 @@ pub struct Networking {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[serde(bound = "A: ExtraArgs")]
-pub struct ApiServer<A> {
+pub struct ApiServer {
     #[serde(rename = "certSANs")]
     pub cert_sans: Vec<String>,
-    #[serde(default, skip_serializing_if = "ExtraArgs::is_empty")]
-    pub extra_args: A,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: ExtraArgs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[serde(bound = "A: ExtraArgs")]
-pub struct Component<A> {
-    pub extra_args: A,
+pub struct Component {
+    pub extra_args: ExtraArgs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[serde(bound = "A: ExtraArgs")]
-pub struct ClusterConfiguration<A> {
+pub struct ClusterConfiguration {
     pub api_version: String,
     pub kind: String,
     pub cluster_name: String,
@@ -145,8 +113,8 @@ pub struct ClusterConfiguration<A> {
     pub control_plane_endpoint: String,
     pub certificates_dir: String,
     pub networking: Networking,
-    pub api_server: ApiServer<A>,
-    pub controller_manager: Component<A>,
+    pub api_server: ApiServer,
+    pub controller_manager: Component,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,14 +140,13 @@ pub struct JoinControlPlane {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[serde(bound = "A: ExtraArgs")]
-pub struct JoinConfiguration<A> {
+pub struct JoinConfiguration {
     pub api_version: String,
     pub kind: String,
     pub discovery: Discovery,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<JoinControlPlane>,
-    pub node_registration: NodeRegistration<A>,
+    pub node_registration: NodeRegistration,
 }
 
 /// `kubelet.config.k8s.io/v1beta1`, uploaded by `kubeadm init` for every node's kubelet.
@@ -197,16 +164,16 @@ pub struct KubeletConfiguration {
 // Built once per node and rendered right away: boxing the larger variant would buy nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Documents<A> {
+pub enum Documents {
     Init {
-        init: InitConfiguration<A>,
-        cluster: ClusterConfiguration<A>,
+        init: InitConfiguration,
+        cluster: ClusterConfiguration,
         kubelet: KubeletConfiguration,
     },
-    Join(JoinConfiguration<A>),
+    Join(JoinConfiguration),
 }
 
-fn kubelet_args<A: ExtraArgs>(node: &NodeInput) -> A {
+fn kubelet_args(node: &NodeInput) -> ExtraArgs {
     let mut labels = node.labels.clone();
     labels.insert(POOL_LABEL.into(), node.pool.clone());
     let labels = labels
@@ -214,10 +181,10 @@ fn kubelet_args<A: ExtraArgs>(node: &NodeInput) -> A {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",");
-    A::from_pairs(vec![
-        ("cloud-provider".into(), "external".into()),
-        ("provider-id".into(), format!("openstack:///{INSTANCE_ID}")),
-        ("node-labels".into(), labels),
+    args(vec![
+        ("cloud-provider", "external".into()),
+        ("provider-id", format!("openstack:///{INSTANCE_ID}")),
+        ("node-labels", labels),
     ])
 }
 
@@ -237,20 +204,19 @@ fn taints(role: Role, extra: &[Taint]) -> Vec<KubeTaint> {
 }
 
 /// The typed documents for one node.
-pub fn documents<A: ExtraArgs>(
-    api: KubeadmApi,
+pub fn documents(
     cluster: &ClusterInput,
     node: &NodeInput,
     secrets: &ClusterSecrets,
-) -> Result<Documents<A>> {
+) -> Result<Documents> {
     cluster.validate()?;
     node.validate()?;
-    let api_version = api.api_version().to_string();
+    let api_version = API_VERSION.to_string();
     let registration = NodeRegistration {
         name: LOCAL_HOSTNAME.into(),
         cri_socket: CRI_SOCKET.into(),
         taints: taints(node.role, &node.taints),
-        kubelet_extra_args: kubelet_args::<A>(node),
+        kubelet_extra_args: kubelet_args(node),
     };
     let endpoint = cluster.endpoint.to_string();
     Ok(match node.role {
@@ -289,13 +255,10 @@ pub fn documents<A: ExtraArgs>(
                     },
                     api_server: ApiServer {
                         cert_sans: sans,
-                        extra_args: A::default(),
+                        extra_args: ExtraArgs::new(),
                     },
                     controller_manager: Component {
-                        extra_args: A::from_pairs(vec![(
-                            "cloud-provider".into(),
-                            "external".into(),
-                        )]),
+                        extra_args: args(vec![("cloud-provider", "external".into())]),
                     },
                 },
                 kubelet: KubeletConfiguration {
@@ -327,7 +290,7 @@ pub fn documents<A: ExtraArgs>(
 
 use crate::yaml::to_string as to_yaml;
 
-impl<A: ExtraArgs> Documents<A> {
+impl Documents {
     /// Multi-document YAML.
     pub fn to_yaml(&self) -> Result<String> {
         let docs = match self {
@@ -360,29 +323,14 @@ impl<A: ExtraArgs> Documents<A> {
     }
 }
 
-/// The v1beta4 shapes.
-pub mod v1beta4 {
-    pub type Documents = super::Documents<Vec<super::Arg>>;
-}
-
-/// The v1beta3 shapes.
-pub mod v1beta3 {
-    pub type Documents = super::Documents<std::collections::BTreeMap<String, String>>;
-}
-
-/// The kubeadm configuration (multi-document YAML) for a node, in the API its Kubernetes version takes.
-/// It contains the bootstrap token (and for the first control plane the certificate key).
+/// The kubeadm configuration (multi-document YAML) for a node. It contains the bootstrap token (and for
+/// the first control plane the certificate key).
 pub fn render_kubeadm(
     cluster: &ClusterInput,
     node: &NodeInput,
     secrets: &ClusterSecrets,
 ) -> Result<Sensitive> {
-    let api = cluster.kubernetes_version.kubeadm_api();
-    let yaml = match api {
-        KubeadmApi::V1Beta4 => documents::<Vec<Arg>>(api, cluster, node, secrets)?.to_yaml()?,
-        KubeadmApi::V1Beta3 => {
-            documents::<BTreeMap<String, String>>(api, cluster, node, secrets)?.to_yaml()?
-        }
-    };
-    Ok(Sensitive::new(yaml))
+    Ok(Sensitive::new(
+        documents(cluster, node, secrets)?.to_yaml()?,
+    ))
 }

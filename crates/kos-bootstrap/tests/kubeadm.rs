@@ -3,19 +3,23 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
 use common::*;
-use kos_bootstrap::kubeadm::{Arg, Documents, ExtraArgs, KubeTaint, NodeRegistration};
+use kos_bootstrap::kubeadm::{Arg, Documents, KubeTaint, NodeRegistration};
 use kos_bootstrap::*;
 
-fn check_registration<A: ExtraArgs>(r: &NodeRegistration<A>, role: Role) {
+fn arg<'a>(args: &'a [Arg], name: &str) -> Option<&'a str> {
+    args.iter()
+        .find(|a| a.name == name)
+        .map(|a| a.value.as_str())
+}
+
+fn check_registration(r: &NodeRegistration, role: Role) {
     assert_eq!(r.name, "{{ v1.local_hostname }}");
     assert_eq!(r.cri_socket, "unix:///run/containerd/containerd.sock");
     let args = &r.kubelet_extra_args;
-    assert_eq!(args.get("cloud-provider"), Some("external"));
+    assert_eq!(arg(args, "cloud-provider"), Some("external"));
     assert_eq!(
-        args.get("provider-id"),
+        arg(args, "provider-id"),
         Some("openstack:///{{ v1.instance_id }}")
     );
     let cp_taint = KubeTaint {
@@ -25,7 +29,7 @@ fn check_registration<A: ExtraArgs>(r: &NodeRegistration<A>, role: Role) {
     };
     if role == Role::Worker {
         assert_eq!(
-            args.get("node-labels"),
+            arg(args, "node-labels"),
             Some("kos/pool=workers,tier=general")
         );
         assert_eq!(
@@ -37,18 +41,18 @@ fn check_registration<A: ExtraArgs>(r: &NodeRegistration<A>, role: Role) {
             }]
         );
     } else {
-        assert_eq!(args.get("node-labels"), Some("kos/pool=control-plane"));
+        assert_eq!(arg(args, "node-labels"), Some("kos/pool=control-plane"));
         assert_eq!(r.taints, vec![cp_taint]);
     }
 }
 
-fn check<A: ExtraArgs>(version: &str, api_version: &str, delivery: PkiDelivery) {
+fn check(version: &str, api_version: &str, delivery: PkiDelivery) {
     let s = secrets();
     let mut c = cluster(version, 3, 2);
     c.pki_delivery = delivery;
     for role in [Role::InitControlPlane, Role::JoinControlPlane, Role::Worker] {
         let yaml = render_kubeadm(&c, &node(role), &s).unwrap();
-        let docs = Documents::<A>::parse(yaml.expose()).unwrap();
+        let docs = Documents::parse(yaml.expose()).unwrap();
         match (role, docs) {
             (
                 Role::InitControlPlane,
@@ -84,7 +88,7 @@ fn check<A: ExtraArgs>(version: &str, api_version: &str, delivery: PkiDelivery) 
                     ["203.0.113.10", "10.0.0.5", "api.demo.example.com"]
                 );
                 assert_eq!(
-                    cluster.controller_manager.extra_args.get("cloud-provider"),
+                    arg(&cluster.controller_manager.extra_args, "cloud-provider"),
                     Some("external")
                 );
                 assert_eq!(kubelet.cgroup_driver, "systemd");
@@ -117,48 +121,37 @@ fn check<A: ExtraArgs>(version: &str, api_version: &str, delivery: PkiDelivery) 
 
 #[test]
 fn v1beta4_documents_carry_every_field() {
-    check::<Vec<Arg>>(
-        "1.31.4",
+    check(
+        "1.36.4",
         "kubeadm.k8s.io/v1beta4",
         PkiDelivery::AllControlPlanes,
     );
-    check::<Vec<Arg>>("1.32.0", "kubeadm.k8s.io/v1beta4", PkiDelivery::UploadCerts);
-}
-
-#[test]
-fn v1beta3_documents_carry_every_field() {
-    check::<BTreeMap<String, String>>(
-        "1.30.8",
-        "kubeadm.k8s.io/v1beta3",
-        PkiDelivery::AllControlPlanes,
-    );
-    check::<BTreeMap<String, String>>(
-        "1.29.12",
-        "kubeadm.k8s.io/v1beta3",
-        PkiDelivery::UploadCerts,
-    );
+    check("1.34.0", "kubeadm.k8s.io/v1beta4", PkiDelivery::UploadCerts);
 }
 
 #[test]
 fn the_types_are_strict() {
     let s = secrets();
-    let v4 = render_kubeadm(&cluster("1.31.4", 1, 0), &node(Role::Worker), &s).unwrap();
-    // v1beta4 list-form arguments are not v1beta3 maps, and the reverse.
-    assert!(Documents::<BTreeMap<String, String>>::parse(v4.expose()).is_err());
-    let v3 = render_kubeadm(&cluster("1.30.8", 1, 0), &node(Role::Worker), &s).unwrap();
-    assert!(Documents::<Vec<Arg>>::parse(v3.expose()).is_err());
+    let v4 = render_kubeadm(&cluster("1.36.4", 1, 0), &node(Role::Worker), &s).unwrap();
+    // v1beta3's map-form arguments are refused.
+    let v3 = v4.expose().replace(
+        "  kubeletExtraArgs:\n  - name: cloud-provider\n    value: external\n",
+        "  kubeletExtraArgs:\n    cloud-provider: external\n",
+    );
+    assert_ne!(&v3, v4.expose());
+    assert!(Documents::parse(&v3).is_err());
     // An unknown field is refused.
     let extra = v4.expose().replace(
         "kind: JoinConfiguration\n",
         "kind: JoinConfiguration\ndryRun: true\n",
     );
-    assert!(Documents::<Vec<Arg>>::parse(&extra).is_err());
+    assert!(Documents::parse(&extra).is_err());
 }
 
 #[test]
 fn invalid_nodes_are_refused_before_rendering() {
     let s = secrets();
-    let c = cluster("1.31.4", 1, 0);
+    let c = cluster("1.36.4", 1, 0);
     let mut n = node(Role::Worker);
     n.labels
         .insert("node-role.kubernetes.io/worker".into(), "".into());
@@ -171,7 +164,7 @@ fn invalid_nodes_are_refused_before_rendering() {
     let mut n = node(Role::Worker);
     n.taints[0].key = "bad key".into();
     assert!(render_kubeadm(&c, &n, &s).is_err());
-    let mut bad = cluster("1.31.4", 1, 0);
+    let mut bad = cluster("1.36.4", 1, 0);
     bad.service_cidr = "10.244.128.0/20".parse().unwrap();
     assert!(
         render_kubeadm(&bad, &node(Role::Worker), &s)

@@ -80,7 +80,7 @@ fn broken_bundles_are_refused_without_echoing_them() {
 #[test]
 fn the_canary_never_leaks() {
     let s = secrets();
-    let c = cluster("1.31.4", 3, 2);
+    let c = cluster("1.36.4", 3, 2);
     let mut debug = vec![format!("{c:?}"), format!("{s:?}"), format!("{:?}", c.cloud)];
     for role in [Role::InitControlPlane, Role::JoinControlPlane, Role::Worker] {
         let ud = render_user_data(&c, &node(role), &s).unwrap();
@@ -140,7 +140,7 @@ fn the_canary_never_leaks() {
 #[test]
 fn workers_never_get_keys() {
     let s = secrets();
-    let ud = render_user_data(&cluster("1.31.4", 3, 2), &node(Role::Worker), &s).unwrap();
+    let ud = render_user_data(&cluster("1.36.4", 3, 2), &node(Role::Worker), &s).unwrap();
     let text = ud.text.expose();
     assert!(!text.contains("PRIVATE KEY"));
     assert!(
@@ -161,7 +161,7 @@ fn workers_never_get_keys() {
 #[test]
 fn control_plane_keys_are_0600() {
     let s = secrets();
-    let ud = render_user_data(&cluster("1.31.4", 3, 2), &node(Role::JoinControlPlane), &s).unwrap();
+    let ud = render_user_data(&cluster("1.36.4", 3, 2), &node(Role::JoinControlPlane), &s).unwrap();
     let pki: Vec<_> = ud
         .files
         .iter()

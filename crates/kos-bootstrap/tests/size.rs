@@ -15,7 +15,7 @@ use rand::Rng;
 fn five_control_planes_with_the_largest_options_fit() {
     let s = secrets();
     for delivery in [PkiDelivery::AllControlPlanes, PkiDelivery::UploadCerts] {
-        let mut c = cluster("1.31.4", 5, 100);
+        let mut c = cluster("1.36.4", 5, 100);
         c.pki_delivery = delivery;
         c.cert_sans = (0..20)
             .map(|i| format!("api-{i}.a-rather-long-domain-name.demo.example.com"))
@@ -65,7 +65,7 @@ fn five_control_planes_with_the_largest_options_fit() {
 #[test]
 fn an_oversized_user_data_fails_naming_the_largest_parts() {
     let s = secrets();
-    let c = cluster("1.31.4", 1, 0);
+    let c = cluster("1.36.4", 1, 0);
     let mut n = node(Role::Worker);
     // Incompressible label values: several hundred KB of kubelet arguments.
     let mut r = rng();
@@ -104,7 +104,7 @@ fn an_oversized_user_data_fails_naming_the_largest_parts() {
 #[test]
 fn rendering_is_deterministic() {
     let s = secrets();
-    let c = cluster("1.31.4", 3, 2);
+    let c = cluster("1.36.4", 3, 2);
     for role in [Role::InitControlPlane, Role::JoinControlPlane, Role::Worker] {
         let a = render_user_data(&c, &node(role), &s).unwrap();
         let b = render_user_data(&c, &node(role), &s).unwrap();

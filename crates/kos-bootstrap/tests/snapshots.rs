@@ -37,7 +37,7 @@ fn user_data_snapshot(c: &ClusterInput, n: &NodeInput, s: &ClusterSecrets) -> (S
 #[test]
 fn user_data_one_control_plane() {
     let s = secrets();
-    let c = cluster("1.31.4", 1, 2);
+    let c = cluster("1.36.4", 1, 2);
     // init: 3 CA keys + sa.key + token + certificate key + app-cred (in the folded Secret).
     let (text, n) = user_data_snapshot(&c, &node(Role::InitControlPlane), &s);
     assert_eq!(n, 7);
@@ -51,7 +51,7 @@ fn user_data_one_control_plane() {
 #[test]
 fn user_data_three_control_planes() {
     let s = secrets();
-    let c = cluster("1.31.4", 3, 2);
+    let c = cluster("1.36.4", 3, 2);
     let (text, n) = user_data_snapshot(&c, &node(Role::InitControlPlane), &s);
     assert_eq!(n, 7);
     insta::assert_snapshot!("user_data_3cp_init", text);
@@ -67,7 +67,7 @@ fn user_data_three_control_planes() {
 #[test]
 fn user_data_upload_certs_join_carries_no_pki() {
     let s = secrets();
-    let mut c = cluster("1.31.4", 3, 0);
+    let mut c = cluster("1.36.4", 3, 0);
     c.pki_delivery = PkiDelivery::UploadCerts;
     // token + certificate key, no keys.
     let (text, n) = user_data_snapshot(&c, &node(Role::JoinControlPlane), &s);
@@ -79,7 +79,7 @@ fn user_data_upload_certs_join_carries_no_pki() {
 #[test]
 fn kubeadm_configs() {
     let s = secrets();
-    for (version, tag) in [("1.31.4", "v1beta4"), ("1.30.8", "v1beta3")] {
+    for (version, tag) in [("1.36.4", "v1beta4")] {
         let c = cluster(version, 3, 2);
         for (role, name, secrets_expected) in [
             (Role::InitControlPlane, "init", 2),
@@ -96,7 +96,7 @@ fn kubeadm_configs() {
 #[test]
 fn addons() {
     let s = secrets();
-    let manifests = render_addons(&cluster("1.31.4", 3, 2)).unwrap();
+    let manifests = render_addons(&cluster("1.36.4", 3, 2)).unwrap();
     let names: Vec<_> = manifests.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(
         names,
@@ -112,7 +112,7 @@ fn addons() {
         assert_eq!(n, usize::from(m.name.starts_with("00-")), "{}", m.name);
         insta::assert_snapshot!(format!("addons_{}", m.name.trim_end_matches(".yaml")), text);
     }
-    let mut kos = cluster("1.31.4", 1, 0);
+    let mut kos = cluster("1.36.4", 1, 0);
     kos.ccm = Ccm::Kos {
         image: "ghcr.io/example/kos-ccm:v0.1.0".into(),
     };
@@ -125,11 +125,52 @@ fn addons() {
     assert!(!text.contains("openstack-cloud-controller-manager"));
 }
 
+/// The CCM's cloud.conf as a careful operator writes it: Service load balancers open their NodePorts
+/// (`manage-security-groups`), use the spec's provider (OVN with the only algorithm it has), and the
+/// cloud's CA travels in the Secret when clouds.yaml needs one.
+#[test]
+fn cloud_conf_reaches_nodeports_uses_the_provider_and_trusts_the_cloud_ca() {
+    let conf = |c: &ClusterInput| kos_bootstrap::addons::cloud_conf(c).expose().to_string();
+    let mut c = cluster("1.36.4", 1, 0);
+    let plain = conf(&c);
+    let lb = plain.split("[LoadBalancer]").nth(1).unwrap();
+    assert!(lb.contains("\nmanage-security-groups = true\n"), "{plain}");
+    assert!(
+        !plain.contains("lb-provider") && !plain.contains("ca-file"),
+        "{plain}"
+    );
+
+    c.cloud.lb_provider = Some("ovn".into());
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    c.cloud.ca_cert = Some(ca.into());
+    let ovn = conf(&c);
+    let (global, lb) = ovn.split_once("[LoadBalancer]").unwrap();
+    assert!(
+        global.contains("\nca-file = \"/etc/config/ca.crt\"\n"),
+        "{ovn}"
+    );
+    assert!(lb.contains("\nlb-provider = \"ovn\"\n"), "{ovn}");
+    assert!(lb.contains("\nlb-method = \"SOURCE_IP_PORT\"\n"), "{ovn}");
+    c.cloud.lb_provider = Some("amphora".into());
+    assert!(!conf(&c).contains("lb-method"));
+
+    // The CA is in the Secret the CCM and cinder-csi mount at /etc/config, next to cloud.conf.
+    let secret = &render_addons(&c).unwrap()[0];
+    let doc: serde_json::Value = serde_saphyr::from_str(secret.yaml.expose()).unwrap();
+    assert_eq!(doc["stringData"]["ca.crt"], ca);
+    for m in &render_addons(&c).unwrap()[1..] {
+        let text = m.yaml.expose();
+        if text.contains("secretName: cloud-config") {
+            assert!(text.contains("mountPath: /etc/config"), "{}", m.name);
+        }
+    }
+}
+
 /// `csi: none`: no cinder-csi and no default StorageClass, in the addons and in the first control
 /// plane's user_data; the CCM and its cloud-config stay.
 #[test]
 fn addons_without_csi() {
-    let mut c = cluster("1.31.4", 1, 0);
+    let mut c = cluster("1.36.4", 1, 0);
     c.csi = Csi::None;
     let names: Vec<_> = render_addons(&c)
         .unwrap()
@@ -152,7 +193,7 @@ fn addons_without_csi() {
             .expose()
             .to_string()
     };
-    let (with, without) = (text(&cluster("1.31.4", 1, 0)), text(&c));
+    let (with, without) = (text(&cluster("1.36.4", 1, 0)), text(&c));
     assert!(with.contains("20-cinder-csi.yaml"));
     assert!(!without.contains("20-cinder-csi.yaml"));
     assert!(!without.contains("cinder.csi.openstack.org"));
@@ -177,7 +218,7 @@ fn bootstrap_script() {
 #[test]
 fn kubeconfig() {
     let s = secrets();
-    let c = cluster("1.31.4", 1, 0);
+    let c = cluster("1.36.4", 1, 0);
     let kc = render_kubeconfig(
         &mut rng(),
         &c.name,

@@ -74,7 +74,7 @@ fn tool_path(name: &str) -> std::path::PathBuf {
 
 fn scenarios() -> Vec<(String, ClusterInput, NodeInput)> {
     let mut out = vec![];
-    for (version, cps) in [("1.31.4", 1), ("1.31.4", 3), ("1.30.8", 3)] {
+    for (version, cps) in [("1.36.4", 1), ("1.36.4", 3), ("1.34.2", 3)] {
         for role in [Role::InitControlPlane, Role::JoinControlPlane, Role::Worker] {
             if cps == 1 && role == Role::JoinControlPlane {
                 continue;
@@ -86,14 +86,14 @@ fn scenarios() -> Vec<(String, ClusterInput, NodeInput)> {
             ));
         }
     }
-    let mut upload = cluster("1.31.4", 3, 0);
+    let mut upload = cluster("1.36.4", 3, 0);
     upload.pki_delivery = PkiDelivery::UploadCerts;
     out.push((
         "upload-certs-join".into(),
         upload,
         node(Role::JoinControlPlane),
     ));
-    let mut v6 = cluster("1.31.4", 1, 0);
+    let mut v6 = cluster("1.36.4", 1, 0);
     v6.pod_cidr = "fd00:10:244::/56".parse().unwrap();
     v6.service_cidr = "fd00:10:96::/112".parse().unwrap();
     out.push(("ipv6-init".into(), v6, node(Role::InitControlPlane)));
@@ -165,7 +165,7 @@ fn every_shell_script_passes_shellcheck() {
     let env = write(
         dir.path(),
         "check.env",
-        bootstrap_env(&cluster("1.31.4", 3, 2), &node(Role::Worker), &s)
+        bootstrap_env(&cluster("1.36.4", 3, 2), &node(Role::Worker), &s)
             .unwrap()
             .as_bytes(),
     );
@@ -179,7 +179,7 @@ fn every_shell_script_passes_shellcheck() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "worker 203.0.113.10:6443 v1.31\n"
+        "worker 203.0.113.10:6443 v1.36\n"
     );
 }
 
@@ -265,7 +265,7 @@ fn pki_is_what_kubeadm_expects() {
 fn admin_kubeconfig_chains_to_the_ca_even_from_a_stored_bundle() {
     let generated = secrets();
     let s = ClusterSecrets::from_bundle(generated.to_bundle().expose()).unwrap();
-    let c = cluster("1.31.4", 1, 0);
+    let c = cluster("1.36.4", 1, 0);
     let kc = render_kubeconfig(
         &mut rng(),
         &c.name,
@@ -308,46 +308,17 @@ fn admin_kubeconfig_chains_to_the_ca_even_from_a_stored_bundle() {
         subject.contains("TLS Web Client Authentication"),
         "{subject}"
     );
-    // Before 1.29 the admin is a member of system:masters.
-    let old: KubeVersion = "1.28.15".parse().unwrap();
-    let kc = render_kubeconfig(&mut rng(), &c.name, &c.endpoint, &old, &s, now()).unwrap();
-    assert!(kc.expose().contains("current-context: kos-demo"));
-    let line = kc
-        .expose()
-        .lines()
-        .find(|l| l.contains("client-certificate-data"))
-        .unwrap()
-        .to_string();
-    let crt = {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD
-            .decode(line.split_once(": ").unwrap().1.trim())
-            .unwrap()
-    };
-    let crt = write(dir.path(), "old.crt", &crt);
-    assert!(
-        sh(&format!(
-            "openssl x509 -in {} -noout -subject",
-            crt.display()
-        ))
-        .contains("system:masters")
-    );
 }
 
-/// Runs the script's `cni` step against a local "download": unverified pins and checksum mismatches fail
-/// closed with a marker; a matching manifest is rewritten to the pod CIDR and handed to kubectl.
+/// Runs the script's `cni` step against a local "download": a CNI without a manifest, unverified pins
+/// and checksum mismatches fail closed with a marker; a matching manifest is rewritten to the pod CIDR
+/// (and an untagged image to its pinned tag) and handed to kubectl.
 #[test]
 fn cni_step_fails_closed_and_applies_only_verified_manifests() {
     let s = secrets();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let script = write(d, "kos-bootstrap", BOOTSTRAP_SCRIPT.as_bytes());
-    let manifest = "net-conf.json: '{\"Network\": \"10.244.0.0/16\"}'\n";
-    let manifest_path = write(d, "upstream.yaml", manifest.as_bytes());
-    let sha = sh(&format!(
-        "sha256sum {} | cut -d' ' -f1",
-        manifest_path.display()
-    ));
     // A kubectl that records what it was asked to apply.
     let bin = d.join("bin");
     write(
@@ -360,10 +331,6 @@ fn cni_step_fails_closed_and_applies_only_verified_manifests() {
         bin.join("kubectl").display(),
         script.display()
     ));
-    let mut c = cluster("1.31.4", 1, 0);
-    c.cni = Cni::Flannel;
-    c.pod_cidr = "10.42.0.0/16".parse().unwrap();
-    let env = bootstrap_env(&c, &node(Role::InitControlPlane), &s).unwrap();
     let run = |name: &str, env: &str| -> (bool, String) {
         let env_file = write(d, &format!("{name}.env"), env.as_bytes());
         let console = d.join(format!("{name}.console"));
@@ -385,37 +352,91 @@ fn cni_step_fails_closed_and_applies_only_verified_manifests() {
             .success();
         (ok, std::fs::read_to_string(console).unwrap())
     };
-    let _ = tool("curl", "curl");
-    // The built-in table is unverified: refused before anything is downloaded.
-    let (ok, console) = run("unverified", &env);
-    assert!(!ok);
-    assert_eq!(
-        console,
-        "kos-bootstrap: cni failed: sha256 of the flannel v0.26.1 manifest is not verified: pin one in the cluster spec\n"
-    );
-    let pinned = |sha: &str| {
+    // The env of `cni`, its download pointed at a local manifest with the given sha256.
+    let pinned = |env: &str, manifest: &Path, sha: &str, verified: bool| {
         env.lines()
             .map(|l| match l.split_once('=') {
-                Some(("KOS_CNI_URL", _)) => {
-                    format!("KOS_CNI_URL='file://{}'", manifest_path.display())
-                }
+                Some(("KOS_CNI_URL", _)) => format!("KOS_CNI_URL='file://{}'", manifest.display()),
                 Some(("KOS_CNI_SHA256", _)) => format!("KOS_CNI_SHA256='{sha}'"),
-                Some(("KOS_CNI_VERIFIED", _)) => "KOS_CNI_VERIFIED='true'".into(),
+                Some(("KOS_CNI_VERIFIED", _)) => format!("KOS_CNI_VERIFIED='{verified}'"),
                 _ => l.to_string(),
             })
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let (ok, console) = run("mismatch", &pinned(&"0".repeat(64)));
+    let sha_of = |path: &Path| sh(&format!("sha256sum {} | cut -d' ' -f1", path.display()));
+    let _ = tool("curl", "curl");
+
+    // Cilium has no manifest to pin (validation refuses it first; the script still fails closed).
+    let mut c = cluster("1.36.4", 1, 0);
+    c.cni = Cni::Cilium;
+    let env = bootstrap_env(&c, &node(Role::InitControlPlane), &s).unwrap();
+    let (ok, console) = run("cilium", &env);
+    assert!(!ok);
+    assert_eq!(
+        console,
+        "kos-bootstrap: cni failed: no manifest for CNI cilium: pin one (url and sha256) in the cluster spec\n"
+    );
+
+    // Flannel: the verified pin is used as is; its hard-coded network becomes the pod CIDR.
+    let manifest = "net-conf.json: '{\"Network\": \"10.244.0.0/16\"}'\n";
+    let manifest_path = write(d, "flannel.yaml", manifest.as_bytes());
+    let sha = sha_of(&manifest_path);
+    c.cni = Cni::Flannel;
+    c.pod_cidr = "10.42.0.0/16".parse().unwrap();
+    let env = bootstrap_env(&c, &node(Role::InitControlPlane), &s).unwrap();
+    assert!(env.contains("KOS_CNI_VERIFIED='true'"), "{env}");
+    let (ok, console) = run(
+        "unverified",
+        &pinned(&env, &manifest_path, sha.trim(), false),
+    );
+    assert!(!ok);
+    assert_eq!(
+        console,
+        "kos-bootstrap: cni failed: sha256 of the flannel v0.28.9 manifest is not verified: pin one in the cluster spec\n"
+    );
+    let (ok, console) = run(
+        "mismatch",
+        &pinned(&env, &manifest_path, &"0".repeat(64), true),
+    );
     assert!(!ok);
     assert!(
         console.starts_with("kos-bootstrap: cni failed: sha256 mismatch for file://"),
         "{console}"
     );
     assert!(!d.join("mismatch.applied").exists());
-    let (ok, console) = run("good", &pinned(sha.trim()));
+    let (ok, console) = run("good", &pinned(&env, &manifest_path, sha.trim(), true));
     assert!(ok, "{console}");
     assert_eq!(console, "kos-bootstrap: cni ok\n");
     let applied = std::fs::read_to_string(d.join("good.applied")).unwrap();
     assert_eq!(applied, manifest.replace("10.244.0.0/16", "10.42.0.0/16"));
+
+    // kube-router names its image without a tag: it gets the release's tag, on every container.
+    let manifest = "      containers:\n      - name: kube-router\n        image: docker.io/cloudnativelabs/kube-router\n        imagePullPolicy: Always\n      initContainers:\n      - image: docker.io/cloudnativelabs/kube-router\n";
+    let manifest_path = write(d, "kube-router.yaml", manifest.as_bytes());
+    let sha = sha_of(&manifest_path);
+    c.cni = Cni::KubeRouter;
+    let env = bootstrap_env(&c, &node(Role::InitControlPlane), &s).unwrap();
+    let (ok, console) = run(
+        "kube-router",
+        &pinned(&env, &manifest_path, sha.trim(), true),
+    );
+    assert!(ok, "{console}");
+    let applied = std::fs::read_to_string(d.join("kube-router.applied")).unwrap();
+    assert_eq!(
+        applied,
+        manifest.replace(
+            "docker.io/cloudnativelabs/kube-router\n",
+            "docker.io/cloudnativelabs/kube-router:v2.11.1\n"
+        )
+    );
+    // A manifest without that image cannot be pinned: refused rather than applied unpinned.
+    let other = write(d, "other.yaml", b"image: example.org/other\n");
+    let sha = sha_of(&other);
+    let (ok, console) = run("no-image", &pinned(&env, &other, sha.trim(), true));
+    assert!(!ok);
+    assert_eq!(
+        console,
+        "kos-bootstrap: cni failed: could not pin image docker.io/cloudnativelabs/kube-router to v2.11.1 in the kube-router manifest\n"
+    );
 }

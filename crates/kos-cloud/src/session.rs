@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     project_id: String,
     services: BTreeMap<ServiceKind, ServiceState>,
     redactor: Redactor,
+    /// clouds.yaml's `cacert`: what in-cluster clients need to trust the cloud too.
+    cacert: Option<std::path::PathBuf>,
     /// The token's endpoints. Each attempt holds a read guard while it is on the wire;
     /// re-authenticating and rediscovering take the write guard. Re-authenticating makes the SDK
     /// forget every discovered endpoint until discovery runs again, and a call sent in between
@@ -161,6 +163,7 @@ impl Session {
                 project_id,
                 services,
                 redactor,
+                cacert: profile.cacert.clone(),
                 endpoints: tokio::sync::RwLock::default(),
             }),
             policy: RetryPolicy::default(),
@@ -191,6 +194,11 @@ impl Session {
 
     pub fn region(&self) -> Option<&str> {
         self.inner.region.as_deref()
+    }
+
+    /// The CA bundle the profile names (`cacert`), which in-cluster clients need as well.
+    pub fn cacert(&self) -> Option<&std::path::Path> {
+        self.inner.cacert.as_deref()
     }
 
     /// The Keystone URL the session authenticated against (what in-cluster clients get in cloud.conf).

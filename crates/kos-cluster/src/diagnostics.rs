@@ -72,6 +72,8 @@ pub enum Code {
     Taint,
     /// `sshPublicKey` is not an OpenSSH public key line.
     SshKey,
+    /// An addon kos has no verified manifest for, and the spec pins none.
+    Unpinned,
     /// A setting that works but is probably not what was meant (SSH open to the world...).
     Risky,
     // Preflight: the spec is valid but the cloud cannot run it. Rendered as `kos::preflight::<name>`.
@@ -140,6 +142,7 @@ impl Code {
             Self::Label => "kos::spec::label",
             Self::Taint => "kos::spec::taint",
             Self::SshKey => "kos::spec::ssh_key",
+            Self::Unpinned => "kos::spec::unpinned",
             Self::Risky => "kos::spec::risky",
             Self::CloudError => "kos::preflight::cloud_error",
             Self::ImageNotFound => "kos::preflight::image_not_found",

@@ -19,6 +19,9 @@ pub struct Resolved {
     pub pools: BTreeMap<PoolName, ResolvedMachine>,
     /// Octavia provider for the API load balancer (`None` for a floating-IP endpoint).
     pub lb_provider: Option<String>,
+    /// Octavia provider for the Services' load balancers (the CCM's `lb-provider`); `None`: the
+    /// cloud's default.
+    pub service_lb_provider: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

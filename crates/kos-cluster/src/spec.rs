@@ -82,6 +82,8 @@ pub struct ClusterSpec {
     pub node_pools: Vec<NodePool>,
     /// `spec.addons`.
     pub addons: Addons,
+    /// `spec.serviceLoadBalancers`.
+    pub service_load_balancers: ServiceLoadBalancers,
     /// `spec.sshPublicKey`: put on every server if given; kos itself never uses SSH.
     pub ssh_public_key: Option<SshPublicKey>,
 }
@@ -92,6 +94,28 @@ impl ClusterSpec {
     pub fn node_count(&self) -> u32 {
         self.control_plane.count.get() + self.node_pools.iter().map(|p| p.count.value).sum::<u32>()
     }
+
+    /// The Octavia provider of the Services' load balancers: the one given, else the API load
+    /// balancer's, else `None` (the cloud's default).
+    #[must_use]
+    pub fn service_lb_provider(&self) -> Option<LbProvider> {
+        match (
+            self.service_load_balancers.provider,
+            self.api_endpoint.kind.value,
+        ) {
+            (Some(p), _) => Some(p.value),
+            (None, EndpointKind::LoadBalancer { provider }) => Some(provider),
+            (None, EndpointKind::FloatingIp) => None,
+        }
+    }
+}
+
+/// `spec.serviceLoadBalancers`: how the cloud controller makes the load balancers of `type:
+/// LoadBalancer` Services.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ServiceLoadBalancers {
+    /// `provider`; unset: the API load balancer's provider (see [`ClusterSpec::service_lb_provider`]).
+    pub provider: Option<Spanned<LbProvider>>,
 }
 
 /// A Kubernetes release `1.MINOR.PATCH` within the supported window.
@@ -102,15 +126,28 @@ pub struct KubernetesVersion {
 }
 
 impl KubernetesVersion {
-    /// Oldest supported minor release.
-    pub const MIN_MINOR: u32 = 29;
-    /// Newest supported minor release.
-    pub const MAX_MINOR: u32 = 33;
+    /// The supported minors of 1.x, oldest first: the three newest releases, from kos's pins table
+    /// (crates/kos-bootstrap/src/pins.yaml), where each has its cloud controller and CSI images.
+    #[must_use]
+    pub fn supported_minors() -> Vec<u32> {
+        kos_bootstrap::addons::Pins::builtin()
+            .map(|p| p.supported_minors().collect())
+            .unwrap_or_default()
+    }
+
+    /// The release a spec without `kubernetesVersion` gets: the newest patch of the newest minor.
+    ///
+    /// # Errors
+    /// The pins table is broken (a bug the tests catch).
+    pub fn default_release() -> Result<Self, VersionError> {
+        let pins = kos_bootstrap::addons::Pins::builtin().map_err(|_| VersionError::Table)?;
+        Self::parse(&pins.kubernetes.default)
+    }
 
     /// Parses `1.MINOR.PATCH`, with or without a leading `v`.
     ///
     /// # Errors
-    /// What is wrong with the string, worded to follow it ("`1.28.0` is older than...").
+    /// What is wrong with the string, worded to follow it ("`1.28.0` is outside...").
     pub fn parse(s: &str) -> Result<Self, VersionError> {
         let digits = s.strip_prefix('v').unwrap_or(s);
         let parts: Vec<&str> = digits.split('.').collect();
@@ -130,13 +167,21 @@ impl KubernetesVersion {
         if major != 1 {
             return Err(VersionError::Major(major));
         }
-        if !(Self::MIN_MINOR..=Self::MAX_MINOR).contains(&minor) {
-            return Err(VersionError::Unsupported(minor));
+        let supported = Self::supported_minors();
+        if !supported.contains(&minor) {
+            return Err(VersionError::Unsupported {
+                minor,
+                supported: supported
+                    .iter()
+                    .map(|m| format!("1.{m}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
         }
         Ok(Self { minor, patch })
     }
 
-    /// The minor release (the `31` of `1.31.2`).
+    /// The minor release (the `36` of `1.36.4`).
     #[must_use]
     pub fn minor(self) -> u32 {
         self.minor
@@ -149,7 +194,7 @@ impl KubernetesVersion {
     }
 }
 
-/// Without the `v`: `1.31.2`. kubeadm's `kubernetesVersion` wants `v{version}`.
+/// Without the `v`: `1.36.4`. kubeadm's `kubernetesVersion` wants `v{version}`.
 impl fmt::Display for KubernetesVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "1.{}.{}", self.minor, self.patch)
@@ -165,13 +210,12 @@ pub enum VersionError {
     /// Not Kubernetes 1.x.
     #[error("has major version {0}; Kubernetes releases are 1.x")]
     Major(u32),
-    /// Outside the window kos is tested with.
-    #[error(
-        "is outside the supported releases 1.{min}–1.{max}",
-        min = KubernetesVersion::MIN_MINOR,
-        max = KubernetesVersion::MAX_MINOR
-    )]
-    Unsupported(u32),
+    /// Outside the window kos supports.
+    #[error("is outside the supported releases ({supported})")]
+    Unsupported { minor: u32, supported: String },
+    /// kos's own pins table does not parse: a bug.
+    #[error("cannot be checked: kos's pins table is malformed (a bug)")]
+    Table,
 }
 
 /// `spec.network`.
@@ -513,6 +557,19 @@ pub enum Cni {
     KubeRouter,
 }
 
+impl Cni {
+    /// The spelling in the spec and in kos's pins table.
+    #[must_use]
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Calico => "calico",
+            Self::Cilium => "cilium",
+            Self::Flannel => "flannel",
+            Self::KubeRouter => "kube-router",
+        }
+    }
+}
+
 /// Cloud controller manager.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Ccm {
@@ -634,8 +691,8 @@ mod tests {
 
     #[test]
     fn versions_accept_a_leading_v_and_refuse_shapes_and_old_releases() {
-        let v = KubernetesVersion::parse("v1.31.2").expect("valid");
-        assert_eq!(v.to_string(), "1.31.2");
+        let v = KubernetesVersion::parse("v1.36.2").expect("valid");
+        assert_eq!(v.to_string(), "1.36.2");
         assert_eq!(KubernetesVersion::parse("1.31"), Err(VersionError::Shape));
         assert_eq!(
             KubernetesVersion::parse("1.031.0"),
@@ -646,8 +703,15 @@ mod tests {
             Err(VersionError::Major(2))
         );
         assert_eq!(
-            KubernetesVersion::parse("1.28.9"),
-            Err(VersionError::Unsupported(28))
+            KubernetesVersion::parse("1.33.9"),
+            Err(VersionError::Unsupported {
+                minor: 33,
+                supported: "1.34, 1.35, 1.36".into()
+            })
+        );
+        assert_eq!(
+            KubernetesVersion::default_release().map(|v| v.to_string()),
+            Ok("1.36.4".to_owned())
         );
     }
 

@@ -8,7 +8,7 @@ kind: Cluster
 metadata:
   name: demo
 spec:
-  kubernetesVersion: "1.32.4"
+  kubernetesVersion: "1.36.4"
   network:
     create:
       cidr: 10.0.0.0/24
@@ -65,11 +65,19 @@ const CASES: &[Case] = &[
         code: Code::UnknownField, message: "spec.nodePool: unknown field", line: 16, help: "did you mean `nodePools`?" },
     Case { name: "unknown field, other case", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    podCidr: 10.1.0.0/16\n")],
         code: Code::UnknownField, message: "spec.network.podCidr", line: 10, help: "did you mean `podCIDR`?" },
-    Case { name: "kubernetes version too old", edits: &[("\"1.32.4\"", "\"1.27.3\"")],
-        code: Code::Version, message: "outside the supported releases 1.29–1.33", line: 6, help: "kos supports" },
-    Case { name: "kubernetes version read as a number", edits: &[("\"1.32.4\"", "1.30")],
+    Case { name: "kubernetes version too old", edits: &[("\"1.36.4\"", "\"1.27.3\"")],
+        code: Code::Version, message: "outside the supported releases (1.34, 1.35, 1.36)", line: 6, help: "kos supports the three newest minor releases, 1.34, 1.35, 1.36: e.g. `1.36.4`, the newest" },
+    Case { name: "kubernetes version a minor ahead", edits: &[("\"1.36.4\"", "\"1.37.0\"")],
+        code: Code::Version, message: "`1.37.0` is outside the supported releases", line: 6, help: "e.g. `1.36.4`" },
+    Case { name: "no kubernetes version (warning)", edits: &[("  kubernetesVersion: \"1.36.4\"\n", "")],
+        code: Code::Version, message: "`kubernetesVersion` is not set: the cluster gets 1.36.4", line: 5, help: "pin it, `kubernetesVersion: \"1.36.4\"`" },
+    Case { name: "cilium without a pinned manifest", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n  addons:\n    cni: cilium\n")],
+        code: Code::Unpinned, message: "spec.addons.cni: kos has no verified manifest for CNI `cilium`", line: 22, help: "cniManifest: {url: https://" },
+    Case { name: "unknown service load balancer provider", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n  serviceLoadBalancers:\n    provider: octavia\n")],
+        code: Code::InvalidValue, message: "spec.serviceLoadBalancers.provider", line: 22, help: "" },
+    Case { name: "kubernetes version read as a number", edits: &[("\"1.36.4\"", "1.30")],
         code: Code::Version, message: "`1.30` is not a version", line: 6, help: "YAML reads `1.30` as a number" },
-    Case { name: "kubernetes version with pre-release", edits: &[("\"1.32.4\"", "v1.32.0-rc.1")],
+    Case { name: "kubernetes version with pre-release", edits: &[("\"1.36.4\"", "v1.32.0-rc.1")],
         code: Code::Version, message: "not a version of the form `1.MINOR.PATCH`", line: 6, help: "" },
     Case { name: "even control-plane count", edits: &[("count: 3", "count: 2")],
         code: Code::ControlPlaneCount, message: "2 control planes: an even number", line: 13, help: "use 1 or 3" },
@@ -244,7 +252,7 @@ fn catalogue_of_malformed_specs_each_reports_its_problem_at_its_line() {
 /// Four unrelated mistakes in four sections.
 fn four_errors() -> String {
     edit(&[
-        ("\"1.32.4\"", "\"1.27.0\""),
+        ("\"1.36.4\"", "\"1.27.0\""),
         ("cidr: 10.0.0.0/24", "cidr: 10.96.0.0/24"),
         ("count: 3", "count: 4"),
         ("name: workers", "name: GPU_pool"),
@@ -299,7 +307,7 @@ fn rendered_report_names_file_lines_and_fixes() {
         "`clusters/prod.yaml` is invalid: 4 errors",
         "kos::spec::kubernetes_version",
         "[clusters/prod.yaml:6:22]",
-        "spec.kubernetesVersion: `1.27.0` is outside the supported releases 1.29–1.33",
+        "spec.kubernetesVersion: `1.27.0` is outside the supported releases (1.34, 1.35, 1.36)",
         "[clusters/prod.yaml:9:13]",
         "kos::spec::cidr_overlap",
         "create.cidr 10.96.0.0/24 overlaps serviceCIDR 10.96.0.0/12",
@@ -326,7 +334,7 @@ fn defaults_are_applied_and_typed() {
         .expect("valid")
         .spec;
     assert_eq!(minimal.name.as_str(), "demo");
-    assert_eq!(minimal.kubernetes_version.to_string(), "1.32.4");
+    assert_eq!(minimal.kubernetes_version.to_string(), "1.36.4");
     assert_eq!(minimal.network.pod_cidr.value, DEFAULT_POD_CIDR);
     assert_eq!(minimal.network.service_cidr.value, DEFAULT_SERVICE_CIDR);
     assert!(minimal.network.ssh_allowed_cidrs.is_empty());
@@ -353,11 +361,11 @@ fn defaults_are_applied_and_typed() {
     };
     assert_eq!(
         existing.subnet.value,
-        ResourceRef::Name("corp-subnet-a".into())
+        ResourceRef::Name("private-subnet".into())
     );
     assert!(matches!(
         byo.control_plane.machine.image.value,
-        ImageRef::Ref(ResourceRef::Id(_))
+        ImageRef::Ref(ResourceRef::Name(_))
     ));
     assert_eq!(
         byo.api_endpoint.kind.value,
@@ -371,12 +379,15 @@ fn defaults_are_applied_and_typed() {
     );
 
     let ha = load("ha.yaml", &read("ha.yaml")).expect("valid").spec;
-    assert_eq!(ha.kubernetes_version.to_string(), "1.33.1");
+    assert_eq!(ha.kubernetes_version.to_string(), "1.36.4");
     assert_eq!(
         ha.node_pools[1].taints[0].to_string(),
-        "nvidia.com/gpu=present:NoSchedule"
+        "example.com/dedicated=batch:NoSchedule"
     );
-    assert_eq!(ha.node_count(), 11);
+    assert_eq!(ha.node_count(), 8);
+    assert_eq!(ha.service_lb_provider(), Some(LbProvider::Amphora));
+    assert_eq!(byo.service_lb_provider(), Some(LbProvider::Ovn));
+    assert_eq!(minimal.service_lb_provider(), None);
 }
 
 #[test]

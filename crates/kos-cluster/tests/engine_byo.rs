@@ -29,10 +29,10 @@ fn spec_text(name: &str, edits: &[(&str, &str)]) -> Result<String, E> {
         "/../../examples/byo-network.yaml"
     );
     let base = std::fs::read_to_string(path)?
-        .replace("0d3b8c5e-1f2a-4b6c-9d7e-123456789abc", "ubuntu-24.04")
         .replace("name: internal", &format!("name: {name}"))
-        .replace("subnet: corp-subnet-a", "subnet: corp-net-subnet")
-        .replace("router: corp-router", "router: corp-net-router");
+        .replace("network: private", "network: corp-net")
+        .replace("subnet: private-subnet", "subnet: corp-net-subnet")
+        .replace("router: router1", "router: corp-net-router");
     edits.iter().try_fold(base, |t, (from, to)| {
         if t.matches(from).count() == 1 {
             Ok(t.replacen(from, to, 1))
@@ -237,7 +237,7 @@ async fn byo_network_public_floating_ip_through_the_users_router() -> R {
         "edge",
         &[
             (
-                "type: loadBalancer\n    provider: ovn\n    public: false\n    allowedCIDRs: [10.0.0.0/8]",
+                "type: loadBalancer\n    provider: ovn\n    public: false\n    allowedCIDRs: [172.16.0.0/12]",
                 "type: floatingIP",
             ),
             (

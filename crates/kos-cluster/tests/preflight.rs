@@ -25,11 +25,15 @@ struct Cloud {
 }
 
 async fn start() -> Result<Cloud, E> {
-    let cfg = SimConfig {
+    start_with(SimConfig {
         // The fast clock runs ~1000x real time: a default token would expire within seconds.
         token_lifetime_secs: 1e9,
         ..SimConfig::fast()
-    };
+    })
+    .await
+}
+
+async fn start_with(cfg: SimConfig) -> Result<Cloud, E> {
     let sim = Sim::start(cfg).await?;
     let dir = tempfile::tempdir()?;
     let clouds = dir.path().join("clouds.yaml");
@@ -124,22 +128,6 @@ impl Cloud {
             .find(|i| i.name.as_deref() == Some(name))
             .map(|i| i.id.clone())
             .unwrap_or_default()
-    }
-
-    /// A copy of the seeded Ubuntu image under another id and name, as an operator would upload it.
-    fn copy_image(&self, id: &str, name: &str) -> Result<(), E> {
-        let mut cloud = self.sim.app().cloud();
-        let mut image = cloud
-            .glance
-            .images
-            .iter()
-            .find(|i| i.name.as_deref() == Some("ubuntu-24.04"))
-            .cloned()
-            .ok_or("no seeded ubuntu image")?;
-        image.id = id.into();
-        image.name = Some(name.into());
-        cloud.glance.images.push(image);
-        Ok(())
     }
 
     /// An operator-made flavor (members cannot create flavors).
@@ -248,6 +236,7 @@ async fn minimal_example_resolves() -> R {
             m(MEDIUM, &ubuntu),
         )]),
         lb_provider: None,
+        service_lb_provider: None,
     };
     assert_eq!(p.resolved, want);
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
@@ -257,90 +246,85 @@ async fn minimal_example_resolves() -> R {
     Ok(())
 }
 
-#[tokio::test]
-async fn ha_example_resolves_once_the_cloud_has_its_zones_flavor_and_images() -> R {
-    let c = start().await?;
-    // The sim has one zone (`nova`) and devstack's flavors: give it the GPU flavor and images the example
-    // names, and point the zones at the sim's.
-    c.add_flavor("g1", "g1.xlarge", 8, 32768, 160)?;
-    c.copy_image("5b1d6a52-8f3e-4c1a-9e2b-0f6c4d7a9e11", "ubuntu-24.04-cuda")?;
-    let ubuntu = c.image_id("ubuntu-24.04");
-    // The seeded image is the operator's: tag it as the operator would.
-    for i in &mut c.sim.app().cloud().glance.images {
-        if i.id == ubuntu {
-            i.tags.push("ubuntu-24.04".into());
+/// The cloud a newcomer tries the examples on (`--cloud sim`): the demo profile.
+async fn start_demo() -> Result<Cloud, E> {
+    start_with(SimConfig {
+        token_lifetime_secs: 1e9,
+        ..SimConfig {
+            time_scale: 0.001,
+            latency: kos_sim::LatencyModel::instant(),
+            ..SimConfig::demo()
         }
-    }
-    c.quotas(|q| {
-        q.instances = 20;
-        q.cores = 100;
-        q.ram_mb = 256_000;
-    });
-    let text = example("ha.yaml")?.replace("[az1, az2, az3]", "[nova]");
-    let p = c.run(&text).await?.map_err(|e| format!("{:?}", e.report))?;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn ha_example_resolves_on_the_demo_cloud_as_written() -> R {
+    let c = start_demo().await?;
+    let p = c
+        .run(&example("ha.yaml")?)
+        .await?
+        .map_err(|e| format!("{:?}", e.report))?;
     let r = &p.resolved;
+    let ubuntu = c.image_id("ubuntu-24.04");
     assert_eq!(r.lb_provider.as_deref(), Some("amphora"));
+    assert_eq!(r.service_lb_provider.as_deref(), Some("amphora"));
     assert_eq!(r.external_network.name, "public");
     assert_eq!(r.control_plane.flavor_name, "m1.large");
     assert_eq!(r.control_plane.image_id, ubuntu);
-    assert_eq!(r.control_plane.availability_zones, ["nova"]);
+    assert_eq!(r.control_plane.availability_zones, ["az1", "az2", "az3"]);
     let bv = r
         .control_plane
         .boot_volume
         .as_ref()
         .ok_or("no boot volume")?;
     assert_eq!((bv.size_gb, bv.volume_type.as_deref()), (50, Some("ssd")));
-    let gpu = r
+    let batch = r
         .pools
-        .get(&kos_cluster::names::PoolName::new("gpu")?)
-        .ok_or("no gpu pool")?;
-    assert_eq!((gpu.flavor_id.as_str(), gpu.vcpus), ("g1", 8));
-    assert_eq!(gpu.image_id, "5b1d6a52-8f3e-4c1a-9e2b-0f6c4d7a9e11");
+        .get(&kos_cluster::names::PoolName::new("batch")?)
+        .ok_or("no batch pool")?;
+    assert_eq!((batch.flavor_name.as_str(), batch.vcpus), ("m1.xlarge", 8));
     assert!(matches!(r.network, ResolvedNetwork::Create { .. }));
     let gb = p.quota.row(Resource::Gigabytes).ok_or("no gigabytes row")?;
-    assert_eq!(gb.need, 3 * 50 + 6 * 100);
+    assert_eq!(gb.need, 3 * 50 + 3 * 100);
     Ok(())
 }
 
 #[tokio::test]
-async fn byo_network_example_resolves_to_the_users_network() -> R {
-    let c = start().await?;
-    c.copy_image("0d3b8c5e-1f2a-4b6c-9d7e-123456789abc", "corp-ubuntu")?;
-    let sub = c
-        .user_network("corp-net", "10.10.0.0/24", Some("corp-router"))
-        .await?;
-    // Rename the subnet to the example's name through the sim (the helper names it `<net>-subnet`).
-    for s in &mut c.sim.app().cloud().neutron.subnets {
-        if s.m.id == sub.id {
-            s.m.name = "corp-subnet-a".into();
-        }
-    }
-    c.quotas(|q| q.cores = 40);
+async fn byo_network_example_resolves_to_the_demo_clouds_project_network() -> R {
+    let c = start_demo().await?;
     let p = c
         .run(&example("byo-network.yaml")?)
         .await?
         .map_err(|e| format!("{:?}", e.report))?;
-    let router = c
-        .session
-        .network()
+    let n = c.session.network();
+    let subnet = n
+        .list_subnets(&Default::default())
+        .await?
+        .into_iter()
+        .find(|s| s.name == "private-subnet")
+        .ok_or("no private-subnet")?;
+    let router = n
         .list_routers(&Default::default())
         .await?
         .into_iter()
-        .find(|r| r.name == "corp-router")
-        .ok_or("no router")?;
+        .find(|r| r.name == "router1")
+        .ok_or("no router1")?;
     assert_eq!(
         p.resolved.network,
         ResolvedNetwork::Existing {
-            network_id: sub.network_id.clone(),
-            subnet_id: sub.id.clone(),
+            network_id: subnet.network_id.clone(),
+            subnet_id: subnet.id.clone(),
             subnet_cidr: "10.10.0.0/24".parse()?,
             router_id: Some(router.id),
         }
     );
     assert_eq!(p.resolved.lb_provider.as_deref(), Some("ovn"));
+    assert_eq!(p.resolved.service_lb_provider.as_deref(), Some("ovn"));
     assert_eq!(
         p.resolved.control_plane,
-        m(LARGE, "0d3b8c5e-1f2a-4b6c-9d7e-123456789abc")
+        m(LARGE, &c.image_id("ubuntu-24.04"))
     );
     // The external network comes from the router's gateway; a private endpoint needs no floating IP.
     assert_eq!(p.resolved.external_network.name, "public");

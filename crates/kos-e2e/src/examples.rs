@@ -196,7 +196,7 @@ pub fn minimal(fit: &Fit, cluster: &str, cidr: &str, workers: u32) -> Result<Str
 }
 
 /// examples/ha.yaml: three control planes behind an Octavia LB with a floating IP, boot volumes, a
-/// general and a tainted GPU pool (one node each, down from 6 and 2: the quota of two clusters at once).
+/// general and a tainted batch pool (one node each, down from 3 and 2: the quota of two clusters at once).
 pub fn ha(fit: &Fit, cluster: &str) -> Result<String> {
     let mut e = Edit::example("ha.yaml")?;
     e.once("  name: prod\n", &format!("  name: {cluster}\n"))?;
@@ -204,12 +204,14 @@ pub fn ha(fit: &Fit, cluster: &str) -> Result<String> {
         "    externalNetwork: public\n",
         &format!("    externalNetwork: {}\n", fit.external_network),
     )?;
-    e.once(
+    // The API's and the Services' provider.
+    e.times(
         "    provider: amphora\n",
         &format!("    provider: {}\n", fit.provider("amphora")?),
+        2,
     )?;
     e.once(
-        "    count: 3\n    flavor: m1.large\n    image:\n      tags: [kos, ubuntu-24.04]\n",
+        "    count: 3\n    flavor: m1.large\n    # An image by name or id, or `{tags: [kos, ubuntu-24.04]}`: the one image carrying all these tags.\n    image: ubuntu-24.04\n",
         &format!(
             "    count: 3\n    flavor: {}\n    image: {}\n",
             fit.cp_flavor, fit.image
@@ -231,14 +233,14 @@ pub fn ha(fit: &Fit, cluster: &str) -> Result<String> {
         2,
     )?;
     e.once(
-        "      count: 6\n      flavor: m1.xlarge\n      image:\n        tags: [kos, ubuntu-24.04]\n",
+        "      count: 3\n      flavor: m1.xlarge\n      image: ubuntu-24.04\n",
         &format!(
             "      count: 1\n      flavor: {}\n      image: {}\n",
             fit.flavor, fit.image
         ),
     )?;
     e.once(
-        "      count: 2\n      flavor: g1.xlarge\n      image: ubuntu-24.04-cuda\n",
+        "      count: 2\n      flavor: m1.xlarge\n      image: ubuntu-24.04\n",
         &format!(
             "      count: 1\n      flavor: {}\n      image: {}\n",
             fit.flavor, fit.image
@@ -252,7 +254,7 @@ pub fn byo_network(fit: &Fit, cluster: &str, net: &Byo) -> Result<String> {
     let mut e = Edit::example("byo-network.yaml")?;
     e.once("  name: internal\n", &format!("  name: {cluster}\n"))?;
     e.once(
-        "      network: corp-net\n      subnet: corp-subnet-a\n      router: corp-router\n",
+        "      network: private\n      subnet: private-subnet\n      router: router1\n",
         &format!(
             "      network: {}\n      subnet: {}\n      router: {}\n",
             net.network, net.subnet, net.router
@@ -262,7 +264,7 @@ pub fn byo_network(fit: &Fit, cluster: &str, net: &Byo) -> Result<String> {
         "    provider: ovn\n",
         &format!("    provider: {}\n", fit.provider("ovn")?),
     )?;
-    let image = "0d3b8c5e-1f2a-4b6c-9d7e-123456789abc";
+    let image = "ubuntu-24.04";
     e.once(
         &format!("    count: 3\n    flavor: m1.large\n    image: {image}\n"),
         &format!(
@@ -341,10 +343,10 @@ mod tests {
         assert!(!m.contains("ubuntu-24.04") && !m.contains("externalNetwork: "));
 
         let h = ha(&f, "e2e-1-ha")?;
-        assert!(h.contains("availabilityZones: [nova]") && !h.contains("az1"));
+        assert!(h.contains("availabilityZones: [nova]") && !h.contains("[az1"));
         assert!(!h.contains("type: ssd") && h.contains("sizeGB: 100"));
         assert!(h.contains("externalNetwork: ext") && h.contains("provider: amphora"));
-        assert!(h.contains("nvidia.com/gpu=present:NoSchedule") && !h.contains("g1.xlarge"));
+        assert!(h.contains("example.com/dedicated=batch:NoSchedule") && !h.contains("m1.xlarge"));
 
         let b = byo_network(
             &f,
@@ -356,7 +358,7 @@ mod tests {
             },
         )?;
         assert!(b.contains("provider: amphora") && b.contains("      router: r\n"));
-        assert!(!b.contains("0d3b8c5e") && b.contains("allowedCIDRs: [10.0.0.0/8]"));
+        assert!(!b.contains("ubuntu-24.04") && b.contains("allowedCIDRs: [172.16.0.0/12]"));
 
         let pinned = Fit {
             external_network_pinned: true,

@@ -33,7 +33,6 @@ const SVC: Service = Service::BlockStorage;
 const MIN_MINOR: u32 = 0;
 const MAX_MINOR: u32 = 70;
 const DEFAULT_TYPE: &str = "__DEFAULT__";
-const ZONE: &str = "nova";
 const DELETABLE: &[&str] = &[
     "available",
     "error",
@@ -347,8 +346,8 @@ fn new_volume(cloud: &Cloud, n: NewVolume) -> SimResult<Volume> {
         })?
         .name
         .clone();
-    let zone = n.availability_zone.unwrap_or_else(|| ZONE.into());
-    if zone != ZONE {
+    let zone = n.availability_zone.unwrap_or_else(|| cloud.default_zone());
+    if !cloud.zones.contains(&zone) {
         return Err(bad(format!(
             "Invalid input received: Availability zone '{zone}' is invalid."
         )));
@@ -1269,11 +1268,14 @@ async fn show_type(
     Ok(c.reply(StatusCode::OK, json!({"volume_type": render_type(&c, t)})))
 }
 
-async fn availability_zones(c: Caller) -> Response {
-    c.reply(
-        StatusCode::OK,
-        json!({"availabilityZoneInfo": [{"zoneName": ZONE, "zoneState": {"available": true}}]}),
-    )
+async fn availability_zones(State(app): State<SharedApp>, c: Caller) -> Response {
+    let zones: Vec<Value> = app
+        .cloud()
+        .zones
+        .iter()
+        .map(|z| json!({"zoneName": z, "zoneState": {"available": true}}))
+        .collect();
+    c.reply(StatusCode::OK, json!({ "availabilityZoneInfo": zones }))
 }
 
 async fn limits(State(app): State<SharedApp>, c: Caller) -> Response {

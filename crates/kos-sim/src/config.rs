@@ -26,6 +26,11 @@ pub struct SimConfig {
     /// Capacity of each compute host.
     pub host_vcpus: u32,
     pub host_ram_mb: u64,
+    /// Availability zones (compute and volume); hosts are spread over them round-robin.
+    pub zones: Vec<String>,
+    /// Seed devstack's project network too: `private` (10.10.0.0/24 on `private-subnet`) behind
+    /// `router1` on the external network, for specs that bring their own network.
+    pub project_network: bool,
     pub quotas: Quotas,
     pub faults: Vec<FaultRule>,
     /// Requests per second per service; above it the service answers 429 with Retry-After.
@@ -47,6 +52,8 @@ impl Default for SimConfig {
             compute_hosts: 3,
             host_vcpus: 64,
             host_ram_mb: 262_144,
+            zones: vec!["nova".into()],
+            project_network: false,
             quotas: Quotas::default(),
             faults: Vec::new(),
             rate_limits: BTreeMap::new(),
@@ -64,6 +71,29 @@ impl SimConfig {
             time_scale: 0.001,
             latency: LatencyModel::instant(),
             token_lifetime_secs: 1e7,
+            ..Default::default()
+        }
+    }
+
+    /// The cloud a newcomer tries kos on (`--cloud sim`, `kos sim serve`): a project of a typical public
+    /// cloud rather than a bare devstack: three zones of two hosts each, devstack's project network,
+    /// and room for the HA example (devstack's default quotas fit only the minimal one).
+    pub fn demo() -> Self {
+        SimConfig {
+            compute_hosts: 6,
+            zones: vec!["az1".into(), "az2".into(), "az3".into()],
+            project_network: true,
+            quotas: Quotas {
+                instances: 40,
+                cores: 160,
+                ram_mb: 327_680,
+                server_group_members: 40,
+                security_groups: 20,
+                security_group_rules: 200,
+                volumes: 40,
+                gigabytes: 4_000,
+                ..Quotas::default()
+            },
             ..Default::default()
         }
     }

@@ -25,6 +25,14 @@ pub struct Cloud {
     pub cinder: CinderState,
     /// Quotas of the (single) project; the admin API can change them.
     pub quotas: Quotas,
+    /// Availability zones, compute and volume alike; compute host `compute<i>` is in zone
+    /// `zones[(i - 1) % len]`.
+    #[serde(default = "default_zones")]
+    pub zones: Vec<String>,
+}
+
+fn default_zones() -> Vec<String> {
+    vec!["nova".into()]
 }
 
 impl Cloud {
@@ -33,6 +41,11 @@ impl Cloud {
     pub fn seeded(cfg: &SimConfig) -> Cloud {
         let mut c = Cloud {
             quotas: cfg.quotas.clone(),
+            zones: if cfg.zones.is_empty() {
+                default_zones()
+            } else {
+                cfg.zones.clone()
+            },
             ..Default::default()
         };
         c.keystone.seed(cfg);
@@ -43,6 +56,25 @@ impl Cloud {
         crate::octavia::seed(&mut c, cfg, &project_id);
         crate::cinder::seed(&mut c, cfg, &project_id);
         c
+    }
+
+    /// The zone of a compute host (`compute<i>`).
+    #[must_use]
+    pub fn zone_of_host(&self, host: &str) -> String {
+        let i: usize = host
+            .strip_prefix("compute")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        match self.zones.len() {
+            0 => "nova".into(),
+            n => self.zones[(i.max(1) - 1) % n].clone(),
+        }
+    }
+
+    /// The zone a volume or server gets when none is asked for (Cinder's `default_availability_zone`).
+    #[must_use]
+    pub fn default_zone(&self) -> String {
+        self.zones.first().cloned().unwrap_or_else(|| "nova".into())
     }
 
     /// Moves every resource whose deadline has passed to its next state.

@@ -228,6 +228,10 @@ pub struct KubeadmBootstrap {
     auth_url: String,
     region: String,
     floating_network_id: String,
+    /// The Services' Octavia provider (cloud.conf `lb-provider`).
+    service_lb_provider: Option<String>,
+    /// The PEM of clouds.yaml's `cacert`, for cloud.conf's `ca-file`.
+    ca_cert: Option<String>,
     secrets: ClusterSecrets,
     stored_ccm: Option<StoredCcm>,
     ccm_path: PathBuf,
@@ -246,6 +250,19 @@ impl KubeadmBootstrap {
             .to_string()
             .parse()
             .map_err(|e| miette::miette!("{e}"))?;
+        let ca_cert = session
+            .cacert()
+            .map(|path| {
+                std::fs::read_to_string(path)
+                    .into_diagnostic()
+                    .wrap_err_with(|| {
+                        format!(
+                            "cannot read the cloud's CA bundle {} (clouds.yaml `cacert`), which the cloud controller needs too",
+                            path.display()
+                        )
+                    })
+            })
+            .transpose()?;
         Ok(Self {
             name: spec.name.value.as_str().to_owned(),
             version,
@@ -280,6 +297,8 @@ impl KubeadmBootstrap {
             auth_url: session.auth_url().to_owned(),
             region: session.region().unwrap_or(DEFAULT_REGION).to_owned(),
             floating_network_id: resolved.external_network.id.clone(),
+            service_lb_provider: resolved.service_lb_provider.clone(),
+            ca_cert,
             secrets,
             stored_ccm: local.ccm_credential()?,
             ccm_path: local.ccm(),
@@ -336,6 +355,8 @@ impl KubeadmBootstrap {
                 application_credential_secret: secret,
                 floating_network_id: self.floating_network_id.clone(),
                 subnet_id: node.subnet_id.clone().unwrap_or_else(|| "unused".into()),
+                lb_provider: self.service_lb_provider.clone(),
+                ca_cert: self.ca_cert.clone(),
             },
             pki_delivery: PkiDelivery::AllControlPlanes,
             expected_nodes: self.expected_nodes,

@@ -98,7 +98,7 @@ async fn connect_sim(dir: &Path) -> miette::Result<Connected> {
     let saved = kos_sim::persist::load(&state).into_diagnostic()?;
     let cfg = SimConfig {
         time_scale: DEMO_TIME_SCALE,
-        ..SimConfig::default()
+        ..SimConfig::demo()
     };
     let sim = Sim::serve(cfg, SocketAddr::from(([127, 0, 0, 1], 0)), saved)
         .await

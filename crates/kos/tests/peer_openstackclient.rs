@@ -161,6 +161,14 @@ fn openstackclient_drives_the_simulator() {
         "token issued: {token}"
     );
 
+    // What the fresh (demo) cloud holds, which must be all that is left at the end.
+    let seeded_ports = osc.json(&["port", "list"]);
+    assert_eq!(
+        osc.names(&["router", "list"]),
+        vec!["router1".to_owned()],
+        "the demo cloud has devstack's project router"
+    );
+
     // Network plumbing.
     osc.run(&["network", "create", "peer-net"]);
     osc.run(&[
@@ -393,13 +401,17 @@ fn openstackclient_drives_the_simulator() {
         osc.names(&["server", "group", "list"]),
         Vec::<String>::new()
     );
-    assert_eq!(osc.names(&["router", "list"]), Vec::<String>::new());
+    assert_eq!(osc.names(&["router", "list"]), vec!["router1".to_owned()]);
     assert_eq!(osc.json(&["floating", "ip", "list"]), serde_json::json!([]));
-    assert_eq!(osc.json(&["port", "list"]), serde_json::json!([]));
-    assert_eq!(osc.names(&["network", "list"]), vec!["public".to_owned()]);
+    assert_eq!(osc.json(&["port", "list"]), seeded_ports);
+    let mut networks = osc.names(&["network", "list"]);
+    networks.sort();
+    assert_eq!(networks, vec!["private".to_owned(), "public".to_owned()]);
+    let mut subnets = osc.names(&["subnet", "list"]);
+    subnets.sort();
     assert_eq!(
-        osc.names(&["subnet", "list"]),
-        vec!["public-subnet".to_owned()]
+        subnets,
+        vec!["private-subnet".to_owned(), "public-subnet".to_owned()]
     );
     assert_eq!(
         osc.names(&["security", "group", "list"]),

@@ -194,6 +194,17 @@ kubeadm_join() {
   kubeadm_retry "$KOS_JOIN_ATTEMPTS" join
 }
 
+# A manifest that names an image without a tag would pull whatever is newest: give it the pinned tag.
+pin_cni_image() {
+  [ -n "$KOS_CNI_IMAGE" ] || return 0
+  local name=${KOS_CNI_IMAGE//./\\.} pinned="$KOS_CNI_IMAGE:$KOS_CNI_IMAGE_TAG"
+  sed -i -E "s#^([[:space:]-]*image:[[:space:]]*)${name}[[:space:]]*\$#\\1$pinned#" "$CNI_FILE"
+  if grep -Eq "^[[:space:]-]*image:[[:space:]]*${name}[[:space:]]*\$" "$CNI_FILE" || ! grep -qF "image: $pinned" "$CNI_FILE"; then
+    echo "could not pin image $KOS_CNI_IMAGE to $KOS_CNI_IMAGE_TAG in the $KOS_CNI_NAME manifest"
+    return 1
+  fi
+}
+
 cni() {
   if [ -z "$KOS_CNI_URL" ]; then
     echo "no manifest for CNI $KOS_CNI_NAME: pin one (url and sha256) in the cluster spec"
@@ -211,6 +222,7 @@ cni() {
   if [ -n "$KOS_CNI_POD_CIDR_DEFAULT" ] && [ "$KOS_CNI_POD_CIDR_DEFAULT" != "$KOS_POD_CIDR" ]; then
     sed -i "s#$KOS_CNI_POD_CIDR_DEFAULT#$KOS_POD_CIDR#g" "$CNI_FILE"
   fi
+  pin_cni_image
   retry 10 kubectl apply -f "$CNI_FILE"
 }
 

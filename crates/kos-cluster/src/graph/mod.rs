@@ -457,7 +457,7 @@ mod tests {
             })
             .collect();
         let text = format!(
-            "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: demo}}\nspec:\n  kubernetesVersion: \"1.32.4\"\n  sshPublicKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBRy6hQTfuZ21OSeYgWgxWM66OLh6yHnC+cDozVhPY0b me@host\n  network: {{create: {{cidr: 10.0.0.0/20}}}}\n  apiEndpoint: {{type: loadBalancer}}\n  controlPlane: {{count: 3, flavor: m1.small, image: u, bootVolume: {{sizeGB: 20}}}}\n  nodePools:\n{yaml}"
+            "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: demo}}\nspec:\n  kubernetesVersion: \"1.36.4\"\n  sshPublicKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBRy6hQTfuZ21OSeYgWgxWM66OLh6yHnC+cDozVhPY0b me@host\n  network: {{create: {{cidr: 10.0.0.0/20}}}}\n  apiEndpoint: {{type: loadBalancer}}\n  controlPlane: {{count: 3, flavor: m1.small, image: u, bootVolume: {{sizeGB: 20}}}}\n  nodePools:\n{yaml}"
         );
         let spec = match crate::load("c.yaml", &text) {
             Ok(l) => l.spec,
@@ -479,6 +479,7 @@ mod tests {
                 .map(|p| (p.name.value.clone(), machine()))
                 .collect::<BTreeMap<_, _>>(),
             lb_provider: Some("amphora".into()),
+            service_lb_provider: Some("amphora".into()),
         };
         let g = desired(&spec, &resolved).expect("no duplicate id");
         for n in g.nodes.values() {

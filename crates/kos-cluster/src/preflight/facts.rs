@@ -73,7 +73,7 @@ impl Facts {
         let uses_lb = matches!(
             spec.api_endpoint.kind.value,
             EndpointKind::LoadBalancer { .. }
-        );
+        ) || spec.service_load_balancers.provider.is_some();
         let uses_volumes = machines(spec).any(|m| m.boot_volume.is_some());
         let uses_zones = machines(spec).any(|m| !m.availability_zones.is_empty());
         let uses_types = machines(spec).any(|m| {

@@ -163,7 +163,7 @@ mod tests {
 kind: Cluster
 metadata: {name: t}
 spec:
-  kubernetesVersion: 1.32.4
+  kubernetesVersion: 1.36.4
   network: {create: {cidr: 10.0.0.0/24}}
   apiEndpoint: {type: loadBalancer, provider: ovn}
   controlPlane: {count: 1, flavor: m1.medium, image: ubuntu}

@@ -104,6 +104,7 @@ pub(crate) fn resolve(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<
         _ => (None, None),
     };
     let lb_provider = provider(cx, spec, facts);
+    let service_lb_provider = service_provider(cx, spec, facts);
 
     let mut machines = machines.into_iter();
     let control_plane = machines.next().flatten();
@@ -119,6 +120,7 @@ pub(crate) fn resolve(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<
         control_plane: control_plane?,
         pools: pools?,
         lb_provider: lb_provider?,
+        service_lb_provider: service_lb_provider?,
     })
 }
 
@@ -900,6 +902,33 @@ fn room(
 }
 
 // ---------------------------------------------------------------- Octavia
+
+/// The Services' provider (`spec.serviceLoadBalancers.provider`, else the API load balancer's) when
+/// Octavia offers it; `Some(None)` when the cloud's default is meant.
+fn service_provider(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<Option<String>> {
+    let Some(explicit) = spec.service_load_balancers.provider else {
+        // The API load balancer's provider is checked with the endpoint.
+        return Some(spec.service_lb_provider().map(|p| p.as_str().to_owned()));
+    };
+    let providers = cx.got("list Octavia providers", facts.providers.as_ref()?)?;
+    let wanted = explicit.value.as_str();
+    if providers.iter().any(|p| p.name == wanted) {
+        return Some(Some(wanted.to_owned()));
+    }
+    cx.push(
+        Diagnostic::error(
+            Code::ProviderNotFound,
+            "spec.serviceLoadBalancers.provider",
+            format!("Octavia on this cloud has no provider `{wanted}`"),
+        )
+        .label(explicit.span, "provider not enabled")
+        .help(format!(
+            "set `serviceLoadBalancers.provider` to one of the enabled providers: {}",
+            some_of(providers.iter().map(|p| p.name.clone()), 8)
+        )),
+    );
+    None
+}
 
 /// `Some(None)` for a floating-IP endpoint, `Some(Some(provider))` when the provider is enabled.
 fn provider(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<Option<String>> {

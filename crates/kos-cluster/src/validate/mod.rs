@@ -18,8 +18,8 @@ use crate::names::{
 use crate::spec::{
     API_VERSION, Addons, ApiEndpoint, BootVolume, Ccm, ClusterSpec, Cni, CniManifest, ControlPlane,
     ControlPlaneCount, Csi, EndpointKind, ImageRef, KIND, KubernetesVersion, LbProvider, Machine,
-    NodePool, ServerGroupPolicy, Spanned, SshKeyError, SshPublicKey, Taint, TaintEffect,
-    VersionError,
+    NodePool, ServerGroupPolicy, ServiceLoadBalancers, Spanned, SshKeyError, SshPublicKey, Taint,
+    TaintEffect, VersionError,
 };
 use crate::tree::{Node, Value};
 use read::{Cx, Field, Obj, boolean, choice, integer, key_text, list, scalar, string};
@@ -69,6 +69,7 @@ fn document(cx: &mut Cx<'_>, root: &Node) -> Option<ClusterSpec> {
         control_plane: spec.control_plane,
         node_pools: spec.node_pools,
         addons: spec.addons,
+        service_load_balancers: spec.service_load_balancers,
         ssh_public_key: spec.ssh_public_key,
     })
 }
@@ -160,6 +161,7 @@ struct SpecParts {
     control_plane: ControlPlane,
     node_pools: Vec<NodePool>,
     addons: Addons,
+    service_load_balancers: ServiceLoadBalancers,
     ssh_public_key: Option<SshPublicKey>,
 }
 
@@ -174,10 +176,15 @@ fn spec(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SpecParts> {
             "controlPlane",
             "nodePools",
             "addons",
+            "serviceLoadBalancers",
             "sshPublicKey",
         ],
     )?;
-    let kubernetes_version = m.req(cx, "kubernetesVersion", version);
+    let kubernetes_version = match m.opt(cx, "kubernetesVersion", version) {
+        Some(Some(v)) => Some(v),
+        Some(None) => default_version(cx, &m),
+        None => None,
+    };
     let network = m.req(cx, "network", network::network);
     let control_plane = m.req(cx, "controlPlane", control_plane);
     // Without `apiEndpoint`: a public amphora load balancer, which works with any control-plane count.
@@ -195,6 +202,12 @@ fn spec(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SpecParts> {
     let api_endpoint = m.or(cx, "apiEndpoint", default_endpoint, api_endpoint);
     let node_pools = m.or(cx, "nodePools", Vec::new(), node_pools);
     let addons = m.or(cx, "addons", Addons::default(), addons);
+    let service_load_balancers = m.or(
+        cx,
+        "serviceLoadBalancers",
+        ServiceLoadBalancers::default(),
+        service_load_balancers,
+    );
     let ssh_public_key = m.opt(cx, "sshPublicKey", ssh_key);
 
     if let (Some(cp), Some(ep)) = (&control_plane, &api_endpoint) {
@@ -214,8 +227,23 @@ fn spec(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SpecParts> {
         control_plane: control_plane?,
         node_pools: node_pools?,
         addons: addons?,
+        service_load_balancers: service_load_balancers?,
         ssh_public_key: ssh_public_key?,
     })
+}
+
+fn lb_provider(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Spanned<LbProvider>> {
+    choice(
+        cx,
+        f,
+        &[("amphora", LbProvider::Amphora), ("ovn", LbProvider::Ovn)],
+    )
+}
+
+fn service_load_balancers(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ServiceLoadBalancers> {
+    let m = Obj::new(cx, f, &["provider"])?;
+    let provider = m.opt(cx, "provider", lb_provider)?;
+    Some(ServiceLoadBalancers { provider })
 }
 
 fn version(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<KubernetesVersion> {
@@ -224,23 +252,18 @@ fn version(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<KubernetesVersion> {
         Ok(v) => return Some(v),
         Err(e) => e,
     };
-    let window = format!(
-        "1.{}.x to 1.{}.x",
-        KubernetesVersion::MIN_MINOR,
-        KubernetesVersion::MAX_MINOR
-    );
+    let newest =
+        KubernetesVersion::default_release().map_or_else(|_| "1.x.y".into(), |v| v.to_string());
     let help = match (&e, &f.node.value) {
         (VersionError::Shape, Value::Float) => format!(
             "YAML reads `{}` as a number: write the full release in quotes, e.g. `\"{}.0\"`",
             s.value, s.value
         ),
-        (VersionError::Shape, _) => {
-            format!(
-                "write a full release such as `1.{}.0`",
-                KubernetesVersion::MAX_MINOR
-            )
-        }
-        _ => format!("kos supports {window}"),
+        (VersionError::Shape, _) => format!("write a full release such as `{newest}`"),
+        (VersionError::Unsupported { supported, .. }, _) => format!(
+            "kos supports the three newest minor releases, {supported}: e.g. `{newest}`, the newest"
+        ),
+        _ => format!("e.g. `{newest}`"),
     };
     f.invalid(
         cx,
@@ -249,6 +272,35 @@ fn version(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<KubernetesVersion> {
         "unsupported version",
         help,
     )
+}
+
+/// No `kubernetesVersion`: kos's newest supported release, with a warning, because a newer kos would
+/// otherwise pick a newer one for this spec.
+fn default_version(cx: &mut Cx<'_>, m: &Obj<'_>) -> Option<KubernetesVersion> {
+    match KubernetesVersion::default_release() {
+        Ok(v) => {
+            cx.push(
+                Diagnostic::warning(
+                    Code::Version,
+                    m.path(),
+                    format!("`kubernetesVersion` is not set: the cluster gets {v}, kos's newest supported release"),
+                )
+                .label(m.at(), "no kubernetesVersion")
+                .help(format!(
+                    "pin it, `kubernetesVersion: \"{v}\"`, so that a newer kos does not pick another release for this spec"
+                )),
+            );
+            Some(v)
+        }
+        Err(e) => {
+            cx.push(
+                Diagnostic::error(Code::Version, m.path(), format!("the default release {e}"))
+                    .label(m.at(), "no kubernetesVersion")
+                    .help("set `kubernetesVersion`"),
+            );
+            None
+        }
+    }
 }
 
 fn api_endpoint(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ApiEndpoint> {
@@ -277,13 +329,7 @@ fn api_endpoint(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ApiEndpoint> {
             )
         },
     );
-    let provider = m.opt(cx, "provider", |cx, f| {
-        choice(
-            cx,
-            f,
-            &[("amphora", LbProvider::Amphora), ("ovn", LbProvider::Ovn)],
-        )
-    });
+    let provider = m.opt(cx, "provider", lb_provider);
     let public = m.or(cx, "public", true, boolean);
     let allowed_cidrs = m.or(cx, "allowedCIDRs", Vec::new(), |cx, f| {
         list(cx, f, network::any_cidr)
@@ -800,12 +846,42 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
         choice(cx, f, &[("cinder", Csi::Cinder), ("none", Csi::None)]).map(|c| c.value)
     });
     let cni_manifest = m.opt(cx, "cniManifest", cni_manifest);
+    if let (Some(cni), Some(None)) = (&cni, &cni_manifest) {
+        check_cni_pinned(cx, &m, *cni);
+    }
     Some(Addons {
         cni: cni?,
         ccm: ccm?,
         csi: csi?,
         cni_manifest: cni_manifest?,
     })
+}
+
+/// A CNI whose manifest kos cannot vouch for (no verified checksum in its pins table) is refused here,
+/// before anything is created, rather than by the first control plane once everything exists.
+fn check_cni_pinned(cx: &mut Cx<'_>, m: &Obj<'_>, cni: Cni) {
+    let key = cni.key();
+    let verified = kos_bootstrap::addons::Pins::builtin().is_ok_and(|p| {
+        p.cni
+            .get(key)
+            .is_some_and(|pin| pin.verified && !pin.url.is_empty())
+    });
+    if verified {
+        return;
+    }
+    let span = m.key_span(cx, "cni").unwrap_or(m.at());
+    cx.push(
+        Diagnostic::error(
+            Code::Unpinned,
+            &format!("{}.cni", m.path()),
+            format!("kos has no verified manifest for CNI `{key}`: its first control plane would refuse to install it"),
+        )
+        .label(span, "no verified manifest")
+        .help(format!(
+            "give the manifest you vouch for, `cniManifest: {{url: https://…, sha256: <sha256sum of that URL's content>}}` \
+             (for {key}, render one with its CLI or Helm chart and host it), or choose calico, flannel or kube-router"
+        )),
+    );
 }
 
 fn cni_manifest(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<CniManifest> {

@@ -104,7 +104,7 @@ impl Shape {
             })
             .collect();
         format!(
-            "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {}\n  tags: [team=test]\nspec:\n  kubernetesVersion: \"1.32.4\"\n  sshPublicKey: {SSH_KEY}\n  network:\n    create:\n      cidr: 10.0.0.0/22\n    ssh:\n      allowedCIDRs: [192.0.2.0/24]\n  apiEndpoint:\n    {endpoint}\n  controlPlane:\n    count: {}\n    flavor: m1.small\n    image: ubuntu-24.04{boot}\n  nodePools:{pools}\n",
+            "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {}\n  tags: [team=test]\nspec:\n  kubernetesVersion: \"1.36.4\"\n  sshPublicKey: {SSH_KEY}\n  network:\n    create:\n      cidr: 10.0.0.0/22\n    ssh:\n      allowedCIDRs: [192.0.2.0/24]\n  apiEndpoint:\n    {endpoint}\n  controlPlane:\n    count: {}\n    flavor: m1.small\n    image: ubuntu-24.04{boot}\n  nodePools:{pools}\n",
             self.name, self.control_planes
         )
     }
@@ -175,6 +175,7 @@ pub async fn resolve(s: &Session, spec: &ClusterSpec) -> Result<Resolved, E> {
             EndpointKind::LoadBalancer { provider } => Some(provider.as_str().to_owned()),
             EndpointKind::FloatingIp => None,
         },
+        service_lb_provider: spec.service_lb_provider().map(|p| p.as_str().to_owned()),
     })
 }
 

@@ -412,7 +412,57 @@ pub fn routes() -> Routes {
 
 /// The external network every devstack has: `public` with `public-subnet` 172.24.4.0/24, owned by the
 /// service project (visible to everyone because it is `router:external`).
-pub fn seed(cloud: &mut Cloud, _cfg: &SimConfig, _project_id: &str) {
+pub fn seed(cloud: &mut Cloud, cfg: &SimConfig, project_id: &str) {
+    seed_external(cloud);
+    if cfg.project_network {
+        let user_id = cloud
+            .keystone
+            .users
+            .first()
+            .map(|u| u.id.clone())
+            .unwrap_or_default();
+        let ctx = AuthCtx {
+            user_id,
+            project_id: project_id.to_owned(),
+            roles: vec!["member".into()],
+        };
+        if let Err(e) = seed_project_network(cloud, &ctx) {
+            tracing::error!("kos-sim: cannot seed the project network: {}", e.message);
+        }
+    }
+}
+
+/// devstack's project network: `private` with `private-subnet` behind `router1`, whose gateway is on
+/// the external network. Made through the same paths as the API, as the project's user.
+fn seed_project_network(cloud: &mut Cloud, ctx: &AuthCtx) -> SimResult<()> {
+    let obj = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
+    let public = cloud
+        .neutron
+        .networks
+        .iter()
+        .find(|n| n.external)
+        .map(|n| n.m.id.clone())
+        .unwrap_or_default();
+    let net = networks::create(cloud, ctx, &obj(serde_json::json!({"name": "private"})))?;
+    let subnet = subnets::create(
+        cloud,
+        ctx,
+        &obj(serde_json::json!({
+            "name": "private-subnet", "network_id": net, "ip_version": 4, "cidr": "10.10.0.0/24"
+        })),
+    )?;
+    let router = routers::create(
+        cloud,
+        ctx,
+        &obj(serde_json::json!({
+            "name": "router1", "external_gateway_info": {"network_id": public}
+        })),
+    )?;
+    routers::add_subnet_interface(cloud, ctx, &router, subnet)?;
+    Ok(())
+}
+
+fn seed_external(cloud: &mut Cloud) {
     let service_project = ids::hex_id();
     let n = &mut cloud.neutron;
     n.service_project_id = service_project.clone();

@@ -529,40 +529,7 @@ pub async fn add_interface(
                 "Either subnet_id or port_id must be specified",
             ));
         }
-        (Some(subnet_id), None) => {
-            let n = &cloud.neutron;
-            let sub = n
-                .subnets
-                .iter()
-                .find(|s| s.m.id == subnet_id && subnets::visible(n, s, &ctx))
-                .ok_or_else(|| Kind::Subnet.not_found(&subnet_id))?;
-            let gw = sub.gateway_ip.clone().ok_or_else(|| {
-                bad_request(
-                    "router",
-                    "Subnet for router interface must have a gateway IP",
-                )
-            })?;
-            check_overlap(n, &id, sub)?;
-            let project = n
-                .routers
-                .iter()
-                .find(|r| r.m.id == id)
-                .map(|r| r.m.project_id.clone())
-                .unwrap_or_default();
-            let spec = PortSpec {
-                network_id: sub.network_id.clone(),
-                device_id: id.clone(),
-                device_owner: ROUTER_INTERFACE.into(),
-                fixed_ips: Some(vec![FixedIpReq {
-                    subnet_id: Some(subnet_id),
-                    ip_address: Some(gw),
-                }]),
-                port_security_enabled: Some(false),
-                security_groups: Some(Vec::new()),
-                ..Default::default()
-            };
-            ports::create(cloud, &project, spec, true)?
-        }
+        (Some(subnet_id), None) => add_subnet_interface(cloud, &ctx, &id, subnet_id)?,
         (None, Some(port_id)) => {
             let n = &cloud.neutron;
             let p = n
@@ -618,6 +585,47 @@ pub async fn add_interface(
         subnets,
         &port.network_id,
     )))
+}
+
+/// Plugs `subnet_id` into router `id` on a new port with the subnet's gateway address.
+pub(crate) fn add_subnet_interface(
+    cloud: &mut Cloud,
+    ctx: &AuthCtx,
+    id: &str,
+    subnet_id: String,
+) -> SimResult<String> {
+    let n = &cloud.neutron;
+    let sub = n
+        .subnets
+        .iter()
+        .find(|s| s.m.id == subnet_id && subnets::visible(n, s, ctx))
+        .ok_or_else(|| Kind::Subnet.not_found(&subnet_id))?;
+    let gw = sub.gateway_ip.clone().ok_or_else(|| {
+        bad_request(
+            "router",
+            "Subnet for router interface must have a gateway IP",
+        )
+    })?;
+    check_overlap(n, id, sub)?;
+    let project = n
+        .routers
+        .iter()
+        .find(|r| r.m.id == id)
+        .map(|r| r.m.project_id.clone())
+        .unwrap_or_default();
+    let spec = PortSpec {
+        network_id: sub.network_id.clone(),
+        device_id: id.to_owned(),
+        device_owner: ROUTER_INTERFACE.into(),
+        fixed_ips: Some(vec![FixedIpReq {
+            subnet_id: Some(subnet_id),
+            ip_address: Some(gw),
+        }]),
+        port_security_enabled: Some(false),
+        security_groups: Some(Vec::new()),
+        ..Default::default()
+    };
+    ports::create(cloud, &project, spec, true)
 }
 
 pub async fn remove_interface(

@@ -32,8 +32,6 @@ use crate::service::Service;
 use crate::state::Cloud;
 
 const SVC: Service = Service::Compute;
-/// The only availability zone (devstack's default).
-pub const AZ: &str = "nova";
 /// Path prefix of the v2.1 API (the catalog URL has no project id, as devstack's).
 const P: &str = "/compute/v2.1";
 

@@ -773,12 +773,16 @@ pub async fn quota_set_detail(
     Ok(reply(StatusCode::OK, json!({ "quota_set": v })))
 }
 
-pub async fn availability_zones() -> SimResult<Response> {
+pub async fn availability_zones(State(app): State<SharedApp>) -> SimResult<Response> {
+    let zones: Vec<Value> = app
+        .cloud()
+        .zones
+        .iter()
+        .map(|z| json!({"zoneName": z, "zoneState": {"available": true}, "hosts": null}))
+        .collect();
     Ok(reply(
         StatusCode::OK,
-        json!({"availabilityZoneInfo": [
-            {"zoneName": super::AZ, "zoneState": {"available": true}, "hosts": null}
-        ]}),
+        json!({ "availabilityZoneInfo": zones }),
     ))
 }
 

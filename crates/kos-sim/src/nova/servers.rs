@@ -17,9 +17,9 @@ use serde_json::{Map, Value, json};
 use super::digest::{hex, sha512};
 use super::resources::{METADATA_ITEMS, image_ref, usage};
 use super::{
-    AZ, Ctx, Fault, MAX_LIMIT, Mv, P, Server, ServerPort, VolumeAttachment, bad, body_object,
-    bookmark, check_limit, conflict, forbidden, invalid, links, not_found, only_known, over,
-    parse_body, reply,
+    Ctx, Fault, MAX_LIMIT, Mv, P, Server, ServerPort, VolumeAttachment, bad, body_object, bookmark,
+    check_limit, conflict, forbidden, invalid, links, not_found, only_known, over, parse_body,
+    reply,
 };
 use crate::app::{AuthCtx, SharedApp};
 use crate::clock::SimTime;
@@ -567,14 +567,15 @@ fn from_neutron(e: SimError) -> SimError {
     SimError::new(super::SVC, status, e.kind, e.message)
 }
 
-/// A host for a server of `vcpus`/`ram` honouring its group's policy: the emptiest host (most free RAM,
-/// like Nova's default RAM weigher) among those with room.
+/// A host for a server of `vcpus`/`ram` in zone `az` (any when `None`) honouring its group's policy:
+/// the emptiest host (most free RAM, like Nova's default RAM weigher) among those with room.
 fn schedule(
     cloud: &Cloud,
     cfg: &crate::config::SimConfig,
     vcpus: u32,
     ram: u64,
     group: Option<&super::ServerGroup>,
+    az: Option<&str>,
 ) -> Option<String> {
     let mut hosts: Vec<(String, u64, u64, usize)> = (1..=cfg.compute_hosts)
         .map(|i| {
@@ -598,6 +599,7 @@ fn schedule(
             )
         })
         .filter(|(_, cpu, mem, _)| *cpu >= vcpus as u64 && *mem >= ram)
+        .filter(|(h, ..)| az.is_none_or(|z| cloud.zone_of_host(h) == z))
         .collect();
     let policy = group.map(|g| g.policy.as_str());
     let group_has_host = hosts.iter().any(|h| h.3 > 0)
@@ -724,7 +726,7 @@ pub async fn create(
         .cloned()
         .ok_or_else(|| bad(format!("Flavor {} could not be found.", req.flavor_ref)))?;
     if let Some(az) = &req.availability_zone
-        && az != AZ
+        && !cloud.zones.contains(az)
     {
         return Err(bad(format!(
             "The requested availability zone is not available: {az}"
@@ -894,7 +896,14 @@ pub async fn create(
     let id = ids::uuid();
     let now = cloud.now;
     cloud.nova.next_instance_seq += 1;
-    let host = schedule(cloud, &app.cfg, flavor.vcpus, flavor.ram_mb, group.as_ref());
+    let host = schedule(
+        cloud,
+        &app.cfg,
+        flavor.vcpus,
+        flavor.ram_mb,
+        group.as_ref(),
+        req.availability_zone.as_deref(),
+    );
     if let Some(g) = &group
         && let Some(grp) = cloud.nova.server_groups.iter_mut().find(|x| x.id == g.id)
     {
@@ -925,8 +934,12 @@ pub async fn create(
         vm_state: "building".into(),
         task_state: Some("scheduling".into()),
         power_state: 0,
+        availability_zone: host
+            .as_deref()
+            .map(|h| cloud.zone_of_host(h))
+            .or_else(|| req.availability_zone.clone())
+            .unwrap_or_else(|| cloud.default_zone()),
         host: host.clone(),
-        availability_zone: AZ.into(),
         pinned_az: req.availability_zone,
         security_groups: if req.security_groups.is_empty() {
             vec!["default".into()]
@@ -1065,7 +1078,7 @@ fn allocate_volumes(cloud: &mut Cloud, s: &mut Server, bdms: &[BdmReq]) -> Resul
                 size_gb: b.volume_size.unwrap_or(1),
                 image_id: (b.source == "image").then(|| b.uuid.clone()).flatten(),
                 volume_type: b.volume_type.clone(),
-                availability_zone: Some(AZ.into()),
+                availability_zone: Some(s.availability_zone.clone()),
             };
             let vid = cinder::create_volume_internal(cloud, spec).map_err(|e| e.message)?;
             (vid, false, String::new())

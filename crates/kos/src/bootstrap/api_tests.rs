@@ -142,7 +142,7 @@ fn answer(path: &str, state: &Mutex<State>) -> (&'static str, String) {
 }
 
 fn kube(port: u16, secrets: &ClusterSecrets) -> Kube {
-    let version: KubeVersion = "1.32.4".parse().expect("version");
+    let version: KubeVersion = "1.36.4".parse().expect("version");
     Kube::new(
         &ApiEndpoint {
             host: "127.0.0.1".into(),

@@ -193,7 +193,7 @@ pub async fn apply(args: BenchApplyArgs) -> Result<Exit, Failure> {
 /// The benchmark's cluster: `cp` control planes behind a public Octavia LB, one pool of `workers`.
 fn spec_yaml(cp: u32, workers: u32) -> String {
     format!(
-        "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: bench\nspec:\n  kubernetesVersion: \"1.32.4\"\n  network:\n    create:\n      cidr: 10.0.0.0/20\n  apiEndpoint:\n    type: loadBalancer\n  controlPlane:\n    count: {cp}\n    flavor: m1.medium\n    image: ubuntu-24.04\n  nodePools:\n    - name: workers\n      count: {workers}\n      flavor: m1.small\n      image: ubuntu-24.04\n"
+        "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: bench\nspec:\n  kubernetesVersion: \"1.36.4\"\n  network:\n    create:\n      cidr: 10.0.0.0/20\n  apiEndpoint:\n    type: loadBalancer\n  controlPlane:\n    count: {cp}\n    flavor: m1.medium\n    image: ubuntu-24.04\n  nodePools:\n    - name: workers\n      count: {workers}\n      flavor: m1.small\n      image: ubuntu-24.04\n"
     )
 }
 

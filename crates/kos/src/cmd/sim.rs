@@ -16,7 +16,7 @@ pub async fn serve(args: SimServeArgs) -> miette::Result<()> {
                 "{e}"
             )
         })?,
-        None => SimConfig::default(),
+        None => SimConfig::demo(),
     };
     if let Some(scale) = args.time_scale {
         if !(scale.is_finite() && scale > 0.0) {

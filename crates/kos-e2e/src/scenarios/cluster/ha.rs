@@ -31,7 +31,7 @@ pub async fn cluster_ha(ctx: &Ctx) -> Result<()> {
             }
         })?;
         let servers = c
-            .expect_servers(&["cp-0", "cp-1", "cp-2", "general-0", "gpu-0"])
+            .expect_servers(&["cp-0", "cp-1", "cp-2", "general-0", "batch-0"])
             .await?;
         for s in &servers {
             for t in ["team=platform", "env=prod"] {
