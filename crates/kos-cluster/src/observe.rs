@@ -33,6 +33,16 @@ pub const CSI_CLUSTER_KEY: &str = "cinder.csi.openstack.org/cluster";
 /// Device owner of router interface ports.
 pub(crate) const ROUTER_INTERFACE: &str = "network:router_interface";
 
+/// A router's first IPv4 external gateway address: where it SNATs its internal traffic to.
+pub(crate) fn router_gateway_ip(r: &Router) -> Option<String> {
+    r.external_gateway_info
+        .as_ref()?
+        .external_fixed_ips
+        .iter()
+        .find(|f| !f.ip_address.contains(':'))
+        .map(|f| f.ip_address.clone())
+}
+
 /// One cloud object, as observed.
 #[derive(Debug, Clone, Serialize)]
 pub struct Resource {
@@ -352,6 +362,7 @@ impl Inventory {
                         .external_gateway_info
                         .as_ref()
                         .map(|g| g.network_id.clone()),
+                    address: router_gateway_ip(x),
                     ..tags_only(&x.tags)
                 };
                 add(

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::graph::{AssocTarget, Desired, DesiredGraph, Kind, Node, Remote, Rule};
+use crate::graph::{AssocTarget, Desired, DesiredGraph, Kind, Node, Remote, Rule, host_cidr};
 use crate::observe::{Observed, ObservedRule, Resource};
 
 /// What to do with one object.
@@ -269,6 +269,11 @@ fn plan_node(node: &Node, desired: &DesiredGraph, observed: &Observed) -> (Actio
 }
 
 /// The cloud id an observed node has (the kept one).
+/// A router's external gateway address, as observed.
+fn router_gateway(observed: &Observed, logical: &str) -> Option<String> {
+    best(observed, logical).and_then(|r| r.facts.address.clone())
+}
+
 fn observed_id(observed: &Observed, logical: &str) -> Option<String> {
     best(observed, logical).map(|r| r.id.clone())
 }
@@ -321,8 +326,12 @@ fn differences(
             out
         }
         Desired::SecurityGroupRules { rules, .. } => {
-            let (missing, extra) =
-                rule_diff(rules, &have.facts.rules, |g| observed_id(observed, g));
+            let (missing, extra) = rule_diff(
+                rules,
+                &have.facts.rules,
+                |g| observed_id(observed, g),
+                |r| router_gateway(observed, r),
+            );
             missing
                 .iter()
                 .map(|r| format!("+ rule {}", describe(r)))
@@ -334,15 +343,22 @@ fn differences(
                 .collect()
         }
         Desired::Listener { allowed_cidrs, .. } => {
-            let mut want = allowed_cidrs.clone();
-            want.sort();
-            if want == have.facts.allowed_cidrs {
-                Vec::new()
-            } else {
-                vec![format!(
+            let want: Option<Vec<String>> = allowed_cidrs
+                .iter()
+                .map(|s| s.resolve(|r| router_gateway(observed, r)))
+                .collect();
+            match want.map(|mut w| {
+                w.sort();
+                w
+            }) {
+                Some(w) if w == have.facts.allowed_cidrs => Vec::new(),
+                Some(w) => vec![format!(
                     "allowed_cidrs {:?} → {:?}",
-                    have.facts.allowed_cidrs, want
-                )]
+                    have.facts.allowed_cidrs, w
+                )],
+                None => {
+                    vec!["allowed_cidrs follow the router's gateway address, not known yet".into()]
+                }
             }
         }
         Desired::Members { ports, .. } => {
@@ -382,17 +398,19 @@ fn differences(
     }
 }
 
-/// The rules to add and the (ingress) rules to remove. A rule whose remote group does not exist yet is
-/// missing.
+/// The rules to add and the (ingress) rules to remove. A rule whose remote group (or router gateway)
+/// does not exist yet is missing.
 pub(crate) fn rule_diff<'a>(
     want: &'a [Rule],
     have: &'a [ObservedRule],
     group_id: impl Fn(&str) -> Option<String>,
+    gateway: impl Fn(&str) -> Option<String>,
 ) -> (Vec<&'a Rule>, Vec<&'a ObservedRule>) {
     let key_of_want = |r: &Rule| -> Option<RuleKey> {
         let (prefix, group) = match &r.remote {
             Remote::Cidr(c) => (Some(normalize_any(c)), None),
             Remote::Group(g) => (None, Some(group_id(g)?)),
+            Remote::RouterGateway(router) => (Some(host_cidr(&gateway(router)?)), None),
         };
         Some(RuleKey {
             ethertype: ethertype(&r.remote).to_owned(),
@@ -462,6 +480,7 @@ fn describe(r: &Rule) -> String {
     let from = match &r.remote {
         Remote::Cidr(c) => c.clone(),
         Remote::Group(g) => format!("group {g}"),
+        Remote::RouterGateway(r) => format!("the gateway of {r}"),
     };
     format!("{proto}{ports} from {from} ({})", r.description)
 }

@@ -45,6 +45,9 @@ pub enum ResolvedNetwork {
         /// The router that connects the subnet to the external network, when the user named one (or
         /// preflight found the one with an interface on the subnet).
         router_id: Option<String>,
+        /// That router's external gateway address (IPv4): where the nodes' traffic to the API's
+        /// floating IP comes from.
+        router_gateway: Option<String>,
     },
 }
 

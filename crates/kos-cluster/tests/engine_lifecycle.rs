@@ -111,9 +111,36 @@ async fn ha_load_balancer_with_boot_volumes_from_zero_then_nothing_to_do() -> R 
     assert_eq!(members, ports, "members are the control planes' port IPs");
     let vip_port = o.get("api-lb")[0].facts.port_id.clone();
     assert_eq!(o.get("fip-assoc")[0].facts.port_id, vip_port);
-    assert_eq!(
-        o.get("api-listener")[0].facts.allowed_cidrs,
-        vec!["203.0.113.0/24"]
+    // allowedCIDRs restricts clients, not the nodes: kubelets reach the VIP from the node subnet and
+    // the floating IP from the router's gateway (SNAT on the hairpin). Read both from the cloud itself.
+    let router = c
+        .session
+        .network()
+        .list_routers(&Default::default())
+        .await?
+        .into_iter()
+        .find(|r| r.name == "kos-ha-router")
+        .ok_or("no router")?;
+    let gateway = router
+        .external_gateway_info
+        .and_then(|g| g.external_fixed_ips.into_iter().next())
+        .map(|f| format!("{}/32", f.ip_address))
+        .ok_or("router without gateway")?;
+    let subnet = o.get("subnet")[0]
+        .facts
+        .address
+        .clone()
+        .ok_or("no subnet")?;
+    let mut want = vec!["203.0.113.0/24".to_owned(), subnet, gateway.clone()];
+    want.sort();
+    assert_eq!(o.get("api-listener")[0].facts.allowed_cidrs, want);
+    let cp_rules = &o.get("sgr-cp")[0].facts.rules;
+    assert!(
+        cp_rules
+            .iter()
+            .any(|r| r.remote_ip_prefix.as_deref() == Some(gateway.as_str())
+                && r.ports == Some((6443, 6443))),
+        "sg-cp admits the nodes' SNAT address: {cp_rules:?}"
     );
 
     // A changed listener CIDR list is an update, applied in place.

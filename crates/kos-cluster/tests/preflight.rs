@@ -311,6 +311,16 @@ async fn byo_network_example_resolves_to_the_demo_clouds_project_network() -> R 
         .into_iter()
         .find(|r| r.name == "router1")
         .ok_or("no router1")?;
+    let gateway = router
+        .external_gateway_info
+        .as_ref()
+        .and_then(|g| g.external_fixed_ips.first())
+        .map(|f| f.ip_address.clone());
+    assert!(
+        gateway
+            .as_deref()
+            .is_some_and(|g| g.starts_with("172.24.4."))
+    );
     assert_eq!(
         p.resolved.network,
         ResolvedNetwork::Existing {
@@ -318,6 +328,7 @@ async fn byo_network_example_resolves_to_the_demo_clouds_project_network() -> R 
             subnet_id: subnet.id.clone(),
             subnet_cidr: "10.10.0.0/24".parse()?,
             router_id: Some(router.id),
+            router_gateway: gateway,
         }
     );
     assert_eq!(p.resolved.lb_provider.as_deref(), Some("ovn"));

@@ -77,7 +77,11 @@ fn a_cni_without_a_verified_manifest_is_refused_before_anything_is_created() {
         &["status", "demo", "--cloud", "sim", "--output", "json"],
     );
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).expect("status JSON");
-    assert_eq!(v["resources"], serde_json::json!([]), "nothing created: {v}");
+    assert_eq!(
+        v["resources"],
+        serde_json::json!([]),
+        "nothing created: {v}"
+    );
 
     let pinned = cilium.replace(
         "    cni: cilium\n",

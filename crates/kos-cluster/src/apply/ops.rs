@@ -27,9 +27,9 @@ use super::delete::{Deleter, tagged_kind};
 use super::wait::{Target, WaitKind};
 use super::{CcmCredential, Ctx, Output};
 use crate::events::{Event, emit};
-use crate::graph::{AssocTarget, Desired, Kind, Node, Remote, ServerSpec};
+use crate::graph::{AssocTarget, Desired, Kind, Node, Remote, ServerSpec, Source, host_cidr};
 use crate::names::{TAG_CLUSTER, TAG_ID};
-use crate::observe::{ROUTER_INTERFACE, Resource};
+use crate::observe::{ROUTER_INTERFACE, Resource, router_gateway_ip};
 use crate::plan::{Action, Op, ethertype, rule_diff};
 
 type R<T> = Result<T, CloudError>;
@@ -184,6 +184,20 @@ fn id_of<T: Tagged>(x: T) -> Output {
     simple(x.id().to_owned())
 }
 
+/// A listener's allowed CIDRs, router gateways resolved from the router's output.
+fn allowed(ctx: &Ctx, sources: &[Source]) -> R<Vec<String>> {
+    sources
+        .iter()
+        .map(|s| {
+            s.resolve(|r| ctx.output(r).and_then(|o| o.address))
+                .ok_or_else(|| CloudError::Invalid {
+                    what: "the API listener's allowed CIDRs".into(),
+                    detail: "the router's external gateway address is not known".into(),
+                })
+        })
+        .collect()
+}
+
 fn simple(id: String) -> Output {
     Output {
         id,
@@ -250,17 +264,23 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                 tags: node.tags.clone(),
                 ..RouterCreate::with_gateway(&node.name, external_network_id)
             };
+            // Dependents need its gateway address (the source of the nodes' traffic to the API's
+            // floating IP).
+            let out = |r: kos_cloud::model::network::Router| Output {
+                address: router_gateway_ip(&r),
+                ..simple(r.id)
+            };
             let find = || async {
                 let f = RouterFilter {
                     name: name.clone(),
                     ..RouterFilter::default()
                 };
-                pick_neutron(ctx, node, net.list_routers(&f).await?, id_of).await
+                pick_neutron(ctx, node, net.list_routers(&f).await?, out).await
             };
             create_or_find(
                 ctx,
                 node,
-                || async { Ok(simple(net.create_router(&req).await?.id)) },
+                || async { Ok(out(net.create_router(&req).await?)) },
                 find,
             )
             .await
@@ -477,7 +497,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
         } => {
             let lb_out = dep(ctx, lb_id)?;
             let mut req = ListenerCreate::new(&lb_out.id, &node.name, Protocol::Tcp, *port);
-            req.allowed_cidrs.clone_from(allowed_cidrs);
+            req.allowed_cidrs = allowed(ctx, allowed_cidrs)?;
             req.tags.clone_from(&node.tags);
             let find = || async {
                 Ok(lb
@@ -627,7 +647,12 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
         Desired::SecurityGroupRules { group, rules } => {
             let group_id = dep(ctx, group)?.id;
             let observed = have.map(|r| r.facts.rules.as_slice()).unwrap_or_default();
-            let (missing, extra) = rule_diff(rules, observed, |g| ctx.output(g).map(|o| o.id));
+            let (missing, extra) = rule_diff(
+                rules,
+                observed,
+                |g| ctx.output(g).map(|o| o.id),
+                |r| ctx.output(r).and_then(|o| o.address),
+            );
             let adds = missing.into_iter().map(|r| {
                 let req = SecurityGroupRuleCreate {
                     security_group_id: group_id.clone(),
@@ -644,6 +669,15 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
                         Remote::Group(g) => kos_cloud::model::network::Remote::Group(
                             ctx.output(g).map(|o| o.id).unwrap_or_default(),
                         ),
+                        // Missing rules only: their gateway resolved, or they would not be here.
+                        Remote::RouterGateway(router) => {
+                            kos_cloud::model::network::Remote::IpPrefix(
+                                ctx.output(router)
+                                    .and_then(|o| o.address)
+                                    .map(|ip| host_cidr(&ip))
+                                    .unwrap_or_default(),
+                            )
+                        }
                     },
                     description: Some(r.description.to_owned()),
                 };
@@ -718,7 +752,7 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
             };
             let lb_out = dep(ctx, lb_id)?;
             let req = ListenerUpdate {
-                allowed_cidrs: Some(allowed_cidrs.clone()),
+                allowed_cidrs: Some(allowed(ctx, allowed_cidrs)?),
                 ..ListenerUpdate::default()
             };
             let lbapi = ctx.session.load_balancer();

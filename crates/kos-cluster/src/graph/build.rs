@@ -20,7 +20,8 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
     };
 
     // Network: made by kos, or the user's own (external references, never touched).
-    let (subnet_cidr, routed) = match &resolved.network {
+    let public = spec.api_endpoint.public;
+    let (subnet_cidr, routed, gateway) = match &resolved.network {
         ResolvedNetwork::Create { cidr, dns_servers } => {
             b.add("network", Kind::Network, Desired::Network, &[]);
             b.add(
@@ -50,20 +51,31 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
                 },
                 &["router", "subnet"],
             );
-            (*cidr, true)
+            let gateway = if public {
+                rules::Gateway::Router("router".into())
+            } else {
+                rules::Gateway::NotUsed
+            };
+            (*cidr, true, gateway)
         }
         ResolvedNetwork::Existing {
             network_id,
             subnet_id,
             subnet_cidr,
             router_id,
+            router_gateway,
         } => {
             b.external("network", Kind::Network, network_id);
             b.external("subnet", Kind::Subnet, subnet_id);
             if let Some(r) = router_id {
                 b.external("router", Kind::Router, r);
             }
-            (*subnet_cidr, false)
+            let gateway = match (public, router_gateway) {
+                (false, _) => rules::Gateway::NotUsed,
+                (true, Some(ip)) => rules::Gateway::Address(ip.clone()),
+                (true, None) => rules::Gateway::Unknown,
+            };
+            (*subnet_cidr, false, gateway)
         }
     };
 
@@ -84,9 +96,20 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
         &[],
     );
     for (id, group, rules) in [
-        ("sgr-cp", "sg-cp", rules::control_plane(spec, subnet_cidr)),
+        (
+            "sgr-cp",
+            "sg-cp",
+            rules::control_plane(spec, subnet_cidr, &gateway),
+        ),
         ("sgr-node", "sg-node", rules::node(spec)),
     ] {
+        let mut deps = vec!["sg-cp", "sg-node"];
+        if rules
+            .iter()
+            .any(|r| matches!(r.remote, rules::Remote::RouterGateway(_)))
+        {
+            deps.push("router");
+        }
         b.add(
             id,
             Kind::SecurityGroupRules,
@@ -94,7 +117,7 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
                 group: group.into(),
                 rules,
             },
-            &["sg-cp", "sg-node"],
+            &deps,
         );
     }
     if let Some(key) = &spec.ssh_public_key {
@@ -120,7 +143,6 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
 
     // The API endpoint. The floating IP is allocated first, so its address is known before any server's
     // user_data is rendered.
-    let public = spec.api_endpoint.public;
     if public {
         b.add(
             "api-fip",
@@ -148,20 +170,23 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
                 },
                 &["subnet"],
             );
+            let sources = rules::listener_sources(spec, subnet_cidr, &gateway);
+            let mut deps = vec!["api-lb"];
+            if sources
+                .iter()
+                .any(|s| matches!(s, rules::Source::RouterGateway(_)))
+            {
+                deps.push("router");
+            }
             b.add(
                 "api-listener",
                 Kind::Listener,
                 Desired::Listener {
                     lb: "api-lb".into(),
                     port: 6443,
-                    allowed_cidrs: spec
-                        .api_endpoint
-                        .allowed_cidrs
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect(),
+                    allowed_cidrs: sources,
                 },
-                &["api-lb"],
+                &deps,
             );
             b.add(
                 "api-pool",

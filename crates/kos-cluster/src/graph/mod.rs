@@ -19,7 +19,8 @@ use crate::bootstrap::NodeRole;
 use crate::names::PoolName;
 
 pub use build::desired;
-pub use rules::{Remote, Rule};
+pub(crate) use rules::host_cidr;
+pub use rules::{Remote, Rule, Source};
 
 /// What kind of cloud object a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -203,7 +204,8 @@ pub enum Desired {
     Listener {
         lb: String,
         port: u16,
-        allowed_cidrs: Vec<String>,
+        /// Empty: everyone.
+        allowed_cidrs: Vec<Source>,
     },
     Pool {
         lb: String,
@@ -491,5 +493,134 @@ mod tests {
             );
         }
         assert!(g.node("port-cp-0-1").is_some() && g.node("sgroup-cp-0").is_some());
+    }
+
+    fn graph_of(
+        api_endpoint: &str,
+        network: &str,
+        resolved_network: ResolvedNetwork,
+    ) -> DesiredGraph {
+        let text = format!(
+            "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: demo}}\nspec:\n  kubernetesVersion: \"1.36.4\"\n  network: {network}\n  apiEndpoint: {api_endpoint}\n  controlPlane: {{count: 1, flavor: m1.small, image: u, bootVolume: {{sizeGB: 20}}}}\n"
+        );
+        let spec = match crate::load("c.yaml", &text) {
+            Ok(l) => l.spec,
+            Err(e) => panic!("{e:?}"),
+        };
+        let resolved = Resolved {
+            external_network: ExternalNetwork {
+                id: "ext".into(),
+                name: "public".into(),
+            },
+            network: resolved_network,
+            control_plane: machine(),
+            pools: BTreeMap::new(),
+            lb_provider: Some("ovn".into()),
+            service_lb_provider: Some("ovn".into()),
+        };
+        desired(&spec, &resolved).expect("graph")
+    }
+
+    fn created() -> ResolvedNetwork {
+        ResolvedNetwork::Create {
+            cidr: "10.0.0.0/24".parse().expect("a CIDR"),
+            dns_servers: Vec::new(),
+        }
+    }
+
+    fn listener_sources(g: &DesiredGraph) -> Vec<Source> {
+        match g.node("api-listener").map(|n| &n.spec) {
+            Some(Desired::Listener { allowed_cidrs, .. }) => allowed_cidrs.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn cp_remotes(g: &DesiredGraph) -> Vec<Remote> {
+        match g.node("sgr-cp").map(|n| &n.spec) {
+            Some(Desired::SecurityGroupRules { rules, .. }) => rules
+                .iter()
+                .filter(|r| r.ports == Some((6443, 6443)))
+                .map(|r| r.remote.clone())
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `allowedCIDRs` restricts clients, never the nodes: the listener admits the node subnet (kubelets
+    /// that reach the VIP) and the router's gateway (kubelets that reach the floating IP come back SNATed
+    /// to it), and so does `sg-cp` for an OVN load balancer, which keeps that source address.
+    #[test]
+    fn allowed_cidrs_never_lock_the_nodes_out_of_their_api() {
+        let g = graph_of(
+            "{type: loadBalancer, provider: ovn, allowedCIDRs: [198.51.100.0/24]}",
+            "{create: {cidr: 10.0.0.0/24}}",
+            created(),
+        );
+        assert_eq!(
+            listener_sources(&g),
+            vec![
+                Source::Cidr("10.0.0.0/24".into()),
+                Source::Cidr("198.51.100.0/24".into()),
+                Source::RouterGateway("router".into()),
+            ]
+        );
+        let listener = g.node("api-listener").expect("listener");
+        assert!(listener.deps.iter().any(|d| d == "router"), "{listener:?}");
+        let remotes = cp_remotes(&g);
+        assert!(
+            remotes.contains(&Remote::RouterGateway("router".into())),
+            "{remotes:?}"
+        );
+        assert!(remotes.contains(&Remote::Cidr("198.51.100.0/24".into())));
+        assert!(!remotes.contains(&Remote::Cidr("0.0.0.0/0".into())));
+        assert!(
+            g.node("sgr-cp")
+                .expect("rules")
+                .deps
+                .iter()
+                .any(|d| d == "router")
+        );
+
+        // A private endpoint is reached from the subnet only; no router on the way.
+        let private = graph_of(
+            "{type: loadBalancer, provider: ovn, public: false, allowedCIDRs: [172.16.0.0/12]}",
+            "{create: {cidr: 10.0.0.0/24}}",
+            created(),
+        );
+        assert_eq!(
+            listener_sources(&private),
+            vec![
+                Source::Cidr("10.0.0.0/24".into()),
+                Source::Cidr("172.16.0.0/12".into()),
+            ]
+        );
+        assert!(
+            !cp_remotes(&private)
+                .iter()
+                .any(|r| matches!(r, Remote::RouterGateway(_)))
+        );
+
+        // The user's router: its gateway address, read by preflight.
+        let byo = graph_of(
+            "{type: floatingIP, allowedCIDRs: [198.51.100.0/24]}",
+            "{existing: {network: n, subnet: s, router: r}}",
+            ResolvedNetwork::Existing {
+                network_id: "n".into(),
+                subnet_id: "s".into(),
+                subnet_cidr: "10.10.0.0/24".parse().expect("a CIDR"),
+                router_id: Some("r".into()),
+                router_gateway: Some("172.24.4.7".into()),
+            },
+        );
+        assert!(cp_remotes(&byo).contains(&Remote::Cidr("172.24.4.7/32".into())));
+
+        // No allowedCIDRs: everyone, nodes included.
+        let open = graph_of(
+            "{type: loadBalancer, provider: ovn}",
+            "{create: {cidr: 10.0.0.0/24}}",
+            created(),
+        );
+        assert!(listener_sources(&open).is_empty());
+        assert!(cp_remotes(&open).contains(&Remote::Cidr("0.0.0.0/0".into())));
     }
 }

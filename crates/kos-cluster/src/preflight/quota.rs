@@ -179,9 +179,12 @@ impl fmt::Display for QuotaTable {
 const SECURITY_GROUPS: u64 = 2;
 
 /// Rules in kos's groups: per group the two egress rules Neutron adds itself, all traffic from either group,
-/// and ICMP; the API port from each allowed CIDR (or from anywhere); SSH from each allowed CIDR, on both.
+/// and ICMP; the API port from each allowed CIDR (or from anywhere), and with allowed CIDRs from the
+/// router's gateway (nodes through the floating IP); SSH from each allowed CIDR, on both.
 fn security_group_rules(spec: &ClusterSpec) -> u64 {
-    let api = spec.api_endpoint.allowed_cidrs.len().max(1) as u64;
+    let allowed = &spec.api_endpoint.allowed_cidrs;
+    let api =
+        allowed.len().max(1) as u64 + u64::from(!allowed.is_empty() && spec.api_endpoint.public);
     SECURITY_GROUPS * (2 + 2 + 1)
         + api
         + SECURITY_GROUPS * spec.network.ssh_allowed_cidrs.len() as u64

@@ -839,6 +839,7 @@ fn existing(
         subnet_id: s.id.clone(),
         subnet_cidr,
         router_id: router.map(|r| r.id.clone()),
+        router_gateway: router.and_then(crate::observe::router_gateway_ip),
     });
     (resolved, ext)
 }
