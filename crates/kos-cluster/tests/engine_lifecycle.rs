@@ -260,3 +260,78 @@ async fn scale_up_and_down_then_teardown_leaves_nothing() -> R {
     // Idempotent.
     down(s, "scale").await
 }
+
+/// Octavia writes of the run so far, as `METHOD /path-shape` (ids replaced).
+fn octavia_writes(c: &Cloud) -> Vec<String> {
+    c.sim
+        .app()
+        .observations()
+        .log
+        .iter()
+        .filter(|e| e.service == Some(kos_sim::Service::LoadBalancer) && e.method != "GET")
+        .map(|e| e.operation.clone())
+        .collect()
+}
+
+/// A new API load balancer is one call: Octavia's fully populated create with the listener, pool,
+/// monitor and the control planes as members; its children are found by their tags and a second plan
+/// is a no-op. A listener lost later is made again one object at a time.
+#[tokio::test]
+async fn the_api_load_balancer_is_created_fully_populated_in_one_call() -> R {
+    let c = start().await?;
+    let shape = Shape {
+        name: "pop",
+        control_planes: 3,
+        load_balancer: true,
+        boot_volume: false,
+        pools: vec![("workers", 1, "soft-anti-affinity")],
+    };
+    let g = graph(&c.session, &shape).await?;
+    up(&c.session, &g).await?;
+    let writes = octavia_writes(&c);
+    assert_eq!(
+        writes,
+        vec!["POST /load-balancer/v2/lbaas/loadbalancers".to_owned()],
+        "one create, no child created one by one"
+    );
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    let o = observe(&c.session, "pop").await?;
+    for id in ["api-listener", "api-pool", "api-monitor"] {
+        assert_eq!(o.get(id).len(), 1, "{id} found by its tags");
+    }
+    assert_eq!(o.get("api-members")[0].facts.members.len(), 3);
+
+    // A listener deleted by hand (its pool, monitor and members go with it): the LB exists, so the
+    // children come back one at a time.
+    let listener = o.get("api-listener")[0].id.clone();
+    let lbapi = c.session.load_balancer();
+    let pool = o.get("api-pool")[0].id.clone();
+    lbapi.delete_pool(&pool).await?;
+    wait_lb_active(&c, &o.get("api-lb")[0].id).await?;
+    lbapi.delete_listener(&listener).await?;
+    wait_lb_active(&c, &o.get("api-lb")[0].id).await?;
+    up(&c.session, &g).await?;
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    let writes = octavia_writes(&c);
+    for op in [
+        "POST /load-balancer/v2/lbaas/listeners",
+        "POST /load-balancer/v2/lbaas/pools",
+        "POST /load-balancer/v2/lbaas/healthmonitors",
+    ] {
+        assert!(writes.iter().any(|w| w == op), "{op} in {writes:?}");
+    }
+    down(&c.session, "pop").await
+}
+
+async fn wait_lb_active(c: &Cloud, id: &str) -> R {
+    for _ in 0..400 {
+        let lb = c.session.load_balancer().get_load_balancer(id).await?;
+        if lb.is_some_and(|l| {
+            l.provisioning_status == kos_cloud::model::load_balancer::ProvisioningStatus::Active
+        }) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    Err("load balancer never ACTIVE".into())
+}

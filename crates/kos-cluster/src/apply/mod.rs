@@ -4,6 +4,7 @@
 //! running ones finish, and the error names every node that failed and why.
 
 mod delete;
+mod lb;
 mod ops;
 mod wait;
 
@@ -202,6 +203,8 @@ pub(crate) struct Ctx {
     pub lb_locks: HashMap<String, tokio::sync::Mutex<()>>,
     pub events: Option<Sender<Event>>,
     pub ccm: Mutex<Option<CcmCredential>>,
+    /// Load balancers (by logical id) this run creates with all their children in one call.
+    pub populated: HashMap<String, lb::Populated>,
 }
 
 /// Runs `plan` (made from `desired` and a fresh observe) against the cloud.
@@ -246,6 +249,7 @@ pub async fn apply(
             .collect(),
         events: Some(events),
         ccm: Mutex::default(),
+        populated: lb::populated(desired, plan),
         opts,
     });
     let mut report = ApplyReport {

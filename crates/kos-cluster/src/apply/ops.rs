@@ -12,8 +12,7 @@ use kos_cloud::model::compute::{
 };
 use kos_cloud::model::identity::ApplicationCredentialCreate;
 use kos_cloud::model::load_balancer::{
-    HealthMonitorCreate, LbAlgorithm, ListenerCreate, ListenerUpdate, LoadBalancerCreate,
-    LoadBalancerFilter, MemberSpec, MonitorType, PoolCreate, PoolParent, Protocol, Vip,
+    ListenerUpdate, LoadBalancerCreate, LoadBalancerFilter, PoolParent, Vip,
 };
 use kos_cloud::model::network::{
     AddressPair, Direction, EtherType, FixedIpRequest, FloatingIpCreate, FloatingIpFilter,
@@ -25,9 +24,9 @@ use kos_cloud::{ApiErrorKind, CloudError};
 
 use super::delete::{Deleter, tagged_kind};
 use super::wait::{Target, WaitKind};
-use super::{CcmCredential, Ctx, Output};
+use super::{CcmCredential, Ctx, Output, lb};
 use crate::events::{Event, emit};
-use crate::graph::{AssocTarget, Desired, Kind, Node, Remote, ServerSpec, Source, host_cidr};
+use crate::graph::{AssocTarget, Desired, Kind, Node, Remote, ServerSpec, host_cidr};
 use crate::names::{TAG_CLUSTER, TAG_ID};
 use crate::observe::{ROUTER_INTERFACE, Resource, router_gateway_ip};
 use crate::plan::{Action, Op, ethertype, rule_diff};
@@ -184,18 +183,12 @@ fn id_of<T: Tagged>(x: T) -> Output {
     simple(x.id().to_owned())
 }
 
-/// A listener's allowed CIDRs, router gateways resolved from the router's output.
-fn allowed(ctx: &Ctx, sources: &[Source]) -> R<Vec<String>> {
-    sources
-        .iter()
-        .map(|s| {
-            s.resolve(|r| ctx.output(r).and_then(|o| o.address))
-                .ok_or_else(|| CloudError::Invalid {
-                    what: "the API listener's allowed CIDRs".into(),
-                    detail: "the router's external gateway address is not known".into(),
-                })
-        })
-        .collect()
+/// A child of a load balancer made by its populated create: found by its tags, or the create lost it.
+fn made_with_lb(node: &Node, found: Option<Output>) -> R<Output> {
+    found.ok_or_else(|| CloudError::Invalid {
+        what: format!("{} {}", node.kind.as_str(), node.id),
+        detail: "is missing from its load balancer's populated create".into(),
+    })
 }
 
 fn simple(id: String) -> Output {
@@ -457,6 +450,9 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
             let mut req = LoadBalancerCreate::new(&node.name, Vip::Subnet(dep(ctx, subnet)?.id));
             req.provider.clone_from(provider);
             req.tags.clone_from(&node.tags);
+            if let Some(p) = ctx.populated.get(&node.id) {
+                req.listeners = vec![lb::populated_listener(ctx, p)?];
+            }
             let find = || async {
                 let f = LoadBalancerFilter {
                     tags: own_tags(ctx, node),
@@ -490,15 +486,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                 port_id: seen.port_id,
             })
         }
-        Desired::Listener {
-            lb: lb_id,
-            port,
-            allowed_cidrs,
-        } => {
-            let lb_out = dep(ctx, lb_id)?;
-            let mut req = ListenerCreate::new(&lb_out.id, &node.name, Protocol::Tcp, *port);
-            req.allowed_cidrs = allowed(ctx, allowed_cidrs)?;
-            req.tags.clone_from(&node.tags);
+        Desired::Listener { lb: lb_id, .. } => {
             let find = || async {
                 Ok(lb
                     .list_listeners_tagged(&own_tags(ctx, node))
@@ -507,6 +495,11 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                     .next()
                     .map(|x| simple(x.id)))
             };
+            if lb::made_with_its_lb(ctx, node) {
+                return made_with_lb(node, find().await?);
+            }
+            let lb_out = dep(ctx, lb_id)?;
+            let req = lb::listener(ctx, node, &lb_out.id)?;
             lb_step(ctx, node, lb_id, &lb_out.id, || {
                 create_or_find(
                     ctx,
@@ -520,22 +513,8 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
         Desired::Pool {
             lb: lb_id,
             listener,
-            ovn,
+            ..
         } => {
-            let lb_out = dep(ctx, lb_id)?;
-            // OVN supports only SOURCE_IP_PORT.
-            let algorithm = if *ovn {
-                LbAlgorithm::SourceIpPort
-            } else {
-                LbAlgorithm::RoundRobin
-            };
-            let mut req = PoolCreate::new(
-                PoolParent::Listener(dep(ctx, listener)?.id),
-                &node.name,
-                Protocol::Tcp,
-                algorithm,
-            );
-            req.tags.clone_from(&node.tags);
             let find = || async {
                 Ok(lb
                     .list_pools_tagged(&own_tags(ctx, node))
@@ -544,6 +523,11 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                     .next()
                     .map(|x| simple(x.id)))
             };
+            if lb::made_with_its_lb(ctx, node) {
+                return made_with_lb(node, find().await?);
+            }
+            let lb_out = dep(ctx, lb_id)?;
+            let req = lb::pool(node, PoolParent::Listener(dep(ctx, listener)?.id))?;
             lb_step(ctx, node, lb_id, &lb_out.id, || {
                 create_or_find(
                     ctx,
@@ -555,12 +539,6 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
             .await
         }
         Desired::HealthMonitor { lb: lb_id, pool } => {
-            let lb_out = dep(ctx, lb_id)?;
-            let req = HealthMonitorCreate {
-                name: node.name.clone(),
-                tags: node.tags.clone(),
-                ..HealthMonitorCreate::new(dep(ctx, pool)?.id, MonitorType::Tcp, 10, 5, 3)
-            };
             let find = || async {
                 Ok(lb
                     .list_health_monitors(&own_tags(ctx, node))
@@ -569,6 +547,11 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                     .next()
                     .map(|x| simple(x.id)))
             };
+            if lb::made_with_its_lb(ctx, node) {
+                return made_with_lb(node, find().await?);
+            }
+            let lb_out = dep(ctx, lb_id)?;
+            let req = lb::monitor(node, dep(ctx, pool)?.id);
             lb_step(ctx, node, lb_id, &lb_out.id, || {
                 create_or_find(
                     ctx,
@@ -578,6 +561,10 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                 )
             })
             .await
+        }
+        // Set by the populated create: the pool's id is what dependents need.
+        Desired::Members { pool, .. } if lb::made_with_its_lb(ctx, node) => {
+            Ok(simple(dep(ctx, pool)?.id))
         }
         Desired::Volume {
             size_gb,
@@ -710,30 +697,11 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
             Ok(simple(group_id))
         }
         Desired::Members {
-            lb: lb_id,
-            pool,
-            subnet,
-            ports,
-            port,
+            lb: lb_id, pool, ..
         } => {
             let lb_out = dep(ctx, lb_id)?;
             let pool_id = dep(ctx, pool)?.id;
-            let subnet_id = dep(ctx, subnet)?.id;
-            let members = ports
-                .iter()
-                .map(|p| {
-                    let o = dep(ctx, p)?;
-                    let address = o.address.ok_or_else(|| CloudError::Invalid {
-                        what: format!("port {p}"),
-                        detail: "has no fixed IP".into(),
-                    })?;
-                    Ok(MemberSpec {
-                        name: p.clone(),
-                        subnet_id: Some(subnet_id.clone()),
-                        ..MemberSpec::new(address, *port)
-                    })
-                })
-                .collect::<R<Vec<_>>>()?;
+            let members = lb::members(ctx, node)?;
             let lbapi = ctx.session.load_balancer();
             lb_step(ctx, node, lb_id, &lb_out.id, || async {
                 let _permit = ctx.permits.acquire().await.ok();
@@ -752,7 +720,7 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
             };
             let lb_out = dep(ctx, lb_id)?;
             let req = ListenerUpdate {
-                allowed_cidrs: Some(allowed(ctx, allowed_cidrs)?),
+                allowed_cidrs: Some(lb::allowed(ctx, allowed_cidrs)?),
                 ..ListenerUpdate::default()
             };
             let lbapi = ctx.session.load_balancer();

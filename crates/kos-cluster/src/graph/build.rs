@@ -158,6 +158,17 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
         .collect();
     let api = match spec.api_endpoint.kind.value {
         EndpointKind::LoadBalancer { provider } => {
+            let sources = rules::listener_sources(spec, subnet_cidr, &gateway);
+            let via_router = sources
+                .iter()
+                .any(|s| matches!(s, rules::Source::RouterGateway(_)));
+            // A new load balancer is created with its listener, pool, monitor and members in one call
+            // (apply/lb.rs): what they need must exist first.
+            let mut lb_deps: Vec<&str> = vec!["subnet"];
+            lb_deps.extend(cp_ports.iter().map(String::as_str));
+            if via_router {
+                lb_deps.push("router");
+            }
             b.add(
                 "api-lb",
                 Kind::LoadBalancer,
@@ -168,14 +179,10 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
                         .clone()
                         .or_else(|| Some(provider.as_str().to_owned())),
                 },
-                &["subnet"],
+                &lb_deps,
             );
-            let sources = rules::listener_sources(spec, subnet_cidr, &gateway);
             let mut deps = vec!["api-lb"];
-            if sources
-                .iter()
-                .any(|s| matches!(s, rules::Source::RouterGateway(_)))
-            {
+            if via_router {
                 deps.push("router");
             }
             b.add(

@@ -414,8 +414,8 @@ fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "lower bound: {:.2} s = max(critical path {:.2} s, LB children serialised {:.2} s, busiest service at the rate limit {:.2} s)",
-        b.secs, b.path_secs, b.lb_serial_secs, b.rate_secs
+        "lower bound: {:.2} s = max(critical path {:.2} s, busiest service at the rate limit {:.2} s)",
+        b.secs, b.path_secs, b.rate_secs
     );
     let kos = r.runs.first();
     let _ = writeln!(out, "critical path (bound finish / kos finish, cloud s):");
