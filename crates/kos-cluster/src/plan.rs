@@ -268,12 +268,12 @@ fn plan_node(node: &Node, desired: &DesiredGraph, observed: &Observed) -> (Actio
     (action(op, reason, changes, Some(keep)), duplicates)
 }
 
-/// The cloud id an observed node has (the kept one).
 /// A router's external gateway address, as observed.
 fn router_gateway(observed: &Observed, logical: &str) -> Option<String> {
     best(observed, logical).and_then(|r| r.facts.address.clone())
 }
 
+/// The cloud id an observed node has (the kept one).
 fn observed_id(observed: &Observed, logical: &str) -> Option<String> {
     best(observed, logical).map(|r| r.id.clone())
 }
