@@ -47,7 +47,7 @@ async fn a_wrong_discovery_hash_fails_the_join() {
     assert_detail(
         &w,
         &id,
-        "cluster CA found in cluster-info configmap is invalid: none of the public keys",
+        "cluster CA found in cluster-info ConfigMap is invalid: none of the public keys",
     );
 }
 
@@ -68,7 +68,7 @@ async fn a_deleted_token_fails_the_join() {
         &w,
         &id,
         &format!(
-            "token id \"{}\" is invalid for this cluster or it has expired",
+            "could not find a JWS signature in the cluster-info ConfigMap for token ID \"{}\"",
             s.token.id
         ),
     );
@@ -106,7 +106,11 @@ async fn an_expired_token_fails_the_join() {
     let id = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
     w.settle_hours(2);
     assert_eq!(w.markers(&id).last().unwrap(), &join_failed_marker());
-    assert_detail(&w, &id, "is invalid for this cluster or it has expired");
+    assert_detail(
+        &w,
+        &id,
+        "could not find a JWS signature in the cluster-info ConfigMap for token ID",
+    );
 }
 
 fn upload_certs_cluster() -> (kos_bootstrap::ClusterInput, kos_bootstrap::ClusterSecrets) {
@@ -321,6 +325,10 @@ async fn a_worker_booted_after_the_cleanup_joins() {
         w.failure_details(&late)
     );
     if LATE_WORKER_CANNOT_JOIN_TODAY {
-        assert_detail(&w, &late, "is invalid for this cluster or it has expired");
+        assert_detail(
+            &w,
+            &late,
+            "could not find a JWS signature in the cluster-info ConfigMap for token ID",
+        );
     }
 }

@@ -375,8 +375,9 @@ impl Guest {
                 && secret_str(t, "usage-bootstrap-signing").as_deref() == Some("true")
         });
         let Some(token) = signed else {
+            // Current kubeadm polls cluster-info for the signature until its discovery timeout.
             return discovery(&format!(
-                "token id \"{}\" is invalid for this cluster or it has expired. Use \"kubeadm token create\" on the control-plane node to create a new valid token",
+                "could not find a JWS signature in the cluster-info ConfigMap for token ID \"{}\"",
                 docs.token.id
             ));
         };
@@ -387,7 +388,7 @@ impl Guest {
         }
         if !docs.unsafe_skip_ca_verification && !docs.ca_cert_hashes.contains(&c.ca_hash) {
             return discovery(&format!(
-                "cluster CA found in cluster-info configmap is invalid: none of the public keys \"{}\" are pinned",
+                "cluster CA found in cluster-info ConfigMap is invalid: none of the public keys \"{}\" are pinned",
                 c.ca_hash
             ));
         }
