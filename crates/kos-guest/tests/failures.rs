@@ -332,3 +332,20 @@ async fn a_worker_booted_after_the_cleanup_joins() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_second_server_with_the_name_of_a_ready_node_cannot_join() {
+    let c = cluster("1.34.2", 1, 2);
+    let s = secrets_with_ttl(Duration::from_secs(24 * 3600));
+    let mut w = formed(&c, &s);
+    w.boot("w-0", false, user_data(&c, Role::Worker, &s));
+    w.settle_hours(1);
+    let twin = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
+    w.settle_hours(2);
+    assert_eq!(w.markers(&twin).last().unwrap(), &join_failed_marker());
+    assert_detail(
+        &w,
+        &twin,
+        "a Node with name \"kos-demo-w-0\" and status \"Ready\" already exists in the cluster",
+    );
+}

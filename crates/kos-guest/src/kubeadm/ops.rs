@@ -406,6 +406,9 @@ impl Guest {
                 ));
             }
         }
+        if !errors.is_empty() {
+            return Ok(Err(preflight_errors(&errors)));
+        }
         let existing: Option<Node> = c.kube.get::<Node>(None, &docs.node.name)?;
         if existing.as_ref().and_then(kubelet::ready_status) == Some("True") {
             return Ok(Err(phase_err(
@@ -415,9 +418,6 @@ impl Guest {
                     docs.node.name
                 ),
             )));
-        }
-        if !errors.is_empty() {
-            return Ok(Err(preflight_errors(&errors)));
         }
         let mut out = vec![
             "[preflight] Running pre-flight checks".to_owned(),
