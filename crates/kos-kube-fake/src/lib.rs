@@ -90,6 +90,8 @@ pub enum FakeError {
     UnknownType { kind: String },
     #[error(transparent)]
     Api(#[from] ApiError),
+    #[error("no matches for kind \"{kind}\" in version \"{api_version}\"")]
+    UnknownKind { api_version: String, kind: String },
     #[error("cannot convert {what} to or from JSON")]
     Convert {
         what: String,
@@ -203,6 +205,26 @@ impl FakeKube {
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
             .await
             .map_err(FakeError::Start)?;
+        FakeKube::serve(listener, config)
+    }
+
+    /// As [`FakeKube::start_with`], from synchronous code that runs inside a tokio runtime (the
+    /// simulated clusters of kos-guest are made while their caller holds its state lock). Outside a
+    /// runtime it is [`FakeError::Start`].
+    pub fn start_sync(config: Config) -> Result<FakeKube, FakeError> {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| FakeError::Start(std::io::Error::other(e)))?;
+        let std_listener = std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .map_err(FakeError::Start)?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(FakeError::Start)?;
+        let _entered = handle.enter();
+        let listener = tokio::net::TcpListener::from_std(std_listener).map_err(FakeError::Start)?;
+        FakeKube::serve(listener, config)
+    }
+
+    fn serve(listener: tokio::net::TcpListener, config: Config) -> Result<FakeKube, FakeError> {
         let addr = listener.local_addr().map_err(FakeError::Start)?;
         let store = Store::new(config.resources.clone(), config.history);
         let shared = Arc::new(Shared::new(store, config));
@@ -329,6 +351,59 @@ impl FakeKube {
             .delete(res, ns.unwrap_or_default(), name, &Value::Null, false)?;
         self.shared.notify();
         Ok(())
+    }
+
+    /// Server-side applies an object given as JSON (`apiVersion`, `kind`, `metadata.name`, and
+    /// `metadata.namespace` for namespaced types), as `kubectl apply --server-side` would: creates it
+    /// when absent, else merges the fields `manager` owns. Not a request: neither logged nor hit by
+    /// faults. A type the fake does not serve is [`FakeError::UnknownKind`], as a real server answers
+    /// `no matches for kind` for a type it lacks.
+    pub fn apply_json(&self, obj: &Value, manager: &str) -> Result<Value, FakeError> {
+        let s = |field: &str| obj.get(field).and_then(Value::as_str).unwrap_or_default();
+        let (api_version, kind) = (s("apiVersion"), s("kind"));
+        let mut store = self.shared.store();
+        let res = store
+            .type_of_kind(api_version, kind)
+            .ok_or_else(|| FakeError::UnknownKind {
+                api_version: api_version.to_owned(),
+                kind: kind.to_owned(),
+            })?;
+        let meta = |field: &str| {
+            obj.pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (name, ns) = (meta("name"), meta("namespace"));
+        let ctx = WriteCtx {
+            manager: manager.to_owned(),
+            scope: Scope::Main,
+            dry_run: false,
+            keep_status: false,
+        };
+        // Forced, as `kubectl apply --server-side --force-conflicts`: the applier takes over fields.
+        let applied = store.patch(res, &ns, &name, PatchType::Apply, obj, true, &ctx);
+        drop(store);
+        self.shared.notify();
+        Ok(applied?)
+    }
+
+    /// Every stored object of a served type given by `apiVersion` and `kind`, as JSON, in one
+    /// namespace or all (`None`).
+    pub fn list_json(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+    ) -> Result<Vec<Value>, FakeError> {
+        let store = self.shared.store();
+        let res = store
+            .type_of_kind(api_version, kind)
+            .ok_or_else(|| FakeError::UnknownKind {
+                api_version: api_version.to_owned(),
+                kind: kind.to_owned(),
+            })?;
+        Ok(store.list(res, ns, &Default::default(), &Default::default()))
     }
 
     /// The Events recorded so far (both Event APIs), oldest write first.

@@ -104,10 +104,11 @@ impl ResourceType {
     }
 }
 
-/// The types every fake serves: what a cloud-controller-manager reads and writes, plus the usual
-/// neighbours tests create.
+/// The types every fake serves: what a cloud-controller-manager reads and writes, the usual
+/// neighbours tests create, and what a cluster's addon manifests hold (workloads, RBAC, storage), so
+/// the simulated clusters (kos-guest) can `kubectl apply` them.
 pub fn builtin() -> Vec<ResourceType> {
-    use k8s_openapi::api::{coordination, core, discovery, events};
+    use k8s_openapi::api::{apps, coordination, core, discovery, events, rbac, storage};
     vec![
         ResourceType::of::<core::v1::Node>(false).with_status(),
         ResourceType::of::<core::v1::Namespace>(false)
@@ -128,5 +129,15 @@ pub fn builtin() -> Vec<ResourceType> {
         ResourceType::of::<events::v1::Event>(true).names(NameRule::PathSegment),
         ResourceType::of::<coordination::v1::Lease>(true),
         ResourceType::of::<discovery::v1::EndpointSlice>(true),
+        ResourceType::of::<apps::v1::DaemonSet>(true).with_status(),
+        ResourceType::of::<apps::v1::Deployment>(true).with_status(),
+        // RBAC names are only path segments (`system:cloud-controller-manager`), as the real
+        // server's rbac validation (ValidatePathSegmentName) allows.
+        ResourceType::of::<rbac::v1::ClusterRole>(false).names(NameRule::PathSegment),
+        ResourceType::of::<rbac::v1::ClusterRoleBinding>(false).names(NameRule::PathSegment),
+        ResourceType::of::<rbac::v1::Role>(true).names(NameRule::PathSegment),
+        ResourceType::of::<rbac::v1::RoleBinding>(true).names(NameRule::PathSegment),
+        ResourceType::of::<storage::v1::StorageClass>(false),
+        ResourceType::of::<storage::v1::CSIDriver>(false),
     ]
 }

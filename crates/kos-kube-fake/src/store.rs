@@ -197,6 +197,13 @@ impl Store {
             .position(|t| t.group == group && t.version == version && t.plural == plural)
     }
 
+    /// The served type of an object's `apiVersion` and `kind`.
+    pub fn type_of_kind(&self, api_version: &str, kind: &str) -> Option<usize> {
+        self.types
+            .iter()
+            .position(|t| t.api_version() == api_version && t.kind == kind)
+    }
+
     fn key(&self, res: usize, ns: &str, name: &str) -> Key {
         Key {
             res,

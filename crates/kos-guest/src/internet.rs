@@ -1,0 +1,65 @@
+//! The internet, as far as a bootstrap downloads from it: the pinned CNI manifests, by URL, with the
+//! real sha256 of the bytes each URL serves (copied from the project's research notes
+//! `research/cni-pins.md`, which computed them from the upstream tags with `git show TAG:PATH |
+//! sha256sum`). The guest cannot have the manifests' content, so a download is its checksum plus a
+//! stand-in of what applying it makes (the CNI's DaemonSet in kube-system). Any other URL fails as an
+//! unreachable download does (curl's exit 22, "The requested URL returned error: 404").
+
+/// A CNI manifest the internet serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CniManifest {
+    pub url: &'static str,
+    pub sha256: &'static str,
+    /// The DaemonSet that applying the manifest creates in kube-system.
+    pub daemonset: &'static str,
+    /// The pod network the manifest hard-codes, if any (flannel's net-conf.json).
+    pub pod_cidr_default: Option<&'static str>,
+}
+
+const MANIFESTS: &[CniManifest] = &[
+    CniManifest {
+        url: "https://raw.githubusercontent.com/projectcalico/calico/v3.32.1/manifests/calico.yaml",
+        sha256: "a1df919d9721cf667accdc3e72848911b0cb25cfab7d2478ad0c996302c95744",
+        daemonset: "calico-node",
+        pod_cidr_default: None,
+    },
+    CniManifest {
+        url: "https://raw.githubusercontent.com/projectcalico/calico/v3.28.2/manifests/calico.yaml",
+        sha256: "be59408bf990e96276f631d2f9285c2a0f9802194c0ad1cecdb6d9c52623a1c8",
+        daemonset: "calico-node",
+        pod_cidr_default: None,
+    },
+    CniManifest {
+        url: "https://raw.githubusercontent.com/flannel-io/flannel/v0.28.9/Documentation/kube-flannel.yml",
+        sha256: "e875824be2f552b45711dbda91af81b17eb961d00025d914d9fef18fad8f09c0",
+        daemonset: "kube-flannel-ds",
+        pod_cidr_default: Some("10.244.0.0/16"),
+    },
+    CniManifest {
+        url: "https://raw.githubusercontent.com/flannel-io/flannel/v0.26.1/Documentation/kube-flannel.yml",
+        sha256: "7bc4fc42328f5a0d53b3f9a80bccaa618ec984b1e08539f5ebf66a950184fe42",
+        daemonset: "kube-flannel-ds",
+        pod_cidr_default: Some("10.244.0.0/16"),
+    },
+    CniManifest {
+        url: "https://raw.githubusercontent.com/cloudnativelabs/kube-router/v2.11.1/daemonset/kubeadm-kuberouter.yaml",
+        sha256: "847b9b7a47c31d8e10149f5b4d94c78ea214d1c1d70df1640744ae21b0b9121a",
+        daemonset: "kube-router",
+        pod_cidr_default: None,
+    },
+    // The kube-router manifest is the same file at v2.1.1 and v2.11.1 (research/cni-pins.md).
+    CniManifest {
+        url: "https://raw.githubusercontent.com/cloudnativelabs/kube-router/v2.1.1/daemonset/kubeadm-kuberouter.yaml",
+        sha256: "847b9b7a47c31d8e10149f5b4d94c78ea214d1c1d70df1640744ae21b0b9121a",
+        daemonset: "kube-router",
+        pod_cidr_default: None,
+    },
+];
+
+/// What `curl -fsSL URL` gets.
+pub fn download(url: &str) -> Result<&'static CniManifest, String> {
+    MANIFESTS
+        .iter()
+        .find(|m| m.url == url)
+        .ok_or_else(|| format!("curl: (22) The requested URL returned error: 404 ({url} is not on kos-guest's internet)"))
+}

@@ -1,0 +1,623 @@
+//! `kubeadm init` and `kubeadm join` on a simulated node: the checks and effects of the phases that
+//! matter for whether a cluster forms (kubeadm's cmd/kubeadm/app/cmd/{init,join}.go and
+//! phases/...), each failing with kubeadm's text where the guest could read it (the discovery,
+//! copycerts and preflight messages) and with a close paraphrase otherwise. Output is what kubeadm
+//! prints; an error ends with kubeadm's "To see the stack trace ..." line, as on a real node (the
+//! bootstrap script's `grep -i error | tail -n 1` then quotes that line).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use rand::Rng;
+
+use super::config::{self, Token, TokenSpec};
+use super::copycerts;
+use crate::bootstrap::steps::{ADMIN_CONF, KUBEADM_CONFIG, PKI_DIR};
+use crate::cluster::{Cluster, EtcdMember, KUBEADM_CERTS, NewCluster, secret_str, token_expiry};
+use crate::error::GuestError;
+use crate::guest::{Guest, KubeletOf, Server};
+use crate::kubelet::{self, Readiness};
+use crate::log::Logged;
+use crate::pki;
+use crate::seam::{Host, ServerId};
+use crate::version::Version;
+
+const STACK: &str = "To see the stack trace of this error execute with --v=5 or higher";
+/// kubeadm's `DefaultCertTokenDuration`: how long `kubeadm-certs` lives.
+const CERT_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+const NODE_BOOTSTRAP_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+
+/// kubeadm's output: `Ok` lines, or the lines of a failure.
+pub(crate) type KubeadmOutput = Result<Vec<String>, Vec<String>>;
+
+fn plain_err(msg: &str) -> Vec<String> {
+    msg.lines()
+        .map(str::to_owned)
+        .chain([STACK.to_owned()])
+        .collect()
+}
+
+fn phase_err(phase: &str, msg: &str) -> Vec<String> {
+    plain_err(&format!("error execution phase {phase}: {msg}"))
+}
+
+fn preflight_errors(errors: &[String]) -> Vec<String> {
+    let mut out =
+        vec!["error execution phase preflight: [preflight] Some fatal errors occurred:".to_owned()];
+    out.extend(errors.iter().map(|e| format!("\t[ERROR {e}")));
+    out.push("[preflight] If you know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=...`".into());
+    out.push(STACK.into());
+    out
+}
+
+struct Flags {
+    upload_certs: bool,
+    config: Option<String>,
+}
+
+fn flags(args: &[String], init: bool) -> Result<Flags, Vec<String>> {
+    let mut f = Flags {
+        upload_certs: false,
+        config: None,
+    };
+    for a in args {
+        match a.as_str() {
+            "--upload-certs" if init => f.upload_certs = true,
+            "--skip-token-print" | "--skip-certificate-key-print" if init => {}
+            a if a.starts_with("-v=") || a.starts_with("--v=") => {}
+            a if a.starts_with("--config=") => f.config = Some(a["--config=".len()..].to_owned()),
+            other => return Err(plain_err(&format!("unknown flag: {other}"))),
+        }
+    }
+    Ok(f)
+}
+
+fn random_lower(n: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut rng = rand::rng();
+    (0..bytes)
+        .map(|_| format!("{:02x}", rng.random::<u8>()))
+        .collect()
+}
+
+fn kubeconfig(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: https://{server}\n  name: kubernetes\n"
+    )
+}
+
+fn version_checks(kubelet: Version, cluster: Version, errors: &mut Vec<String>) {
+    if kubelet.major != cluster.major || kubelet.minor > cluster.minor {
+        errors.push(format!(
+            "KubeletVersion]: the kubelet version is higher than the control plane version. This is not a supported version skew and may lead to a malfunctional cluster. Kubelet version: \"{}\" Control plane version: \"{}\"",
+            &kubelet.to_string()[1..],
+            &cluster.to_string()[1..]
+        ));
+    } else if kubelet.minor + 3 < cluster.minor {
+        errors.push(format!(
+            "KubeletVersion]: Kubelet version \"{}\" is lower than kubeadm can support. Please upgrade kubelet",
+            &kubelet.to_string()[1..]
+        ));
+    }
+}
+
+impl Guest {
+    /// `kubeadm reset -f` between attempts: the node's local control-plane state goes (the attempt
+    /// that failed changed nothing in any cluster: the guest's kubeadm is all or nothing).
+    pub(crate) fn kubeadm_reset(&mut self, _id: &ServerId, srv: &mut Server) {
+        for p in srv
+            .vfs
+            .list(PKI_DIR)
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+        {
+            srv.vfs.remove(&p);
+        }
+        srv.vfs.remove(ADMIN_CONF);
+        srv.vfs.remove("/etc/kubernetes/kubelet.conf");
+    }
+
+    fn read_config<'a>(srv: &'a Server, f: &Flags) -> Result<&'a str, Vec<String>> {
+        let path = f.config.as_deref().unwrap_or(KUBEADM_CONFIG);
+        srv.vfs.text(path).ok_or_else(|| {
+            plain_err(&format!(
+                "unable to read config from \"{path}\" : open {path}: no such file or directory"
+            ))
+        })
+    }
+
+    /// `kubeadm init`.
+    pub(crate) fn kubeadm_init(
+        &mut self,
+        id: &ServerId,
+        srv: &mut Server,
+        args: &[String],
+        host: &dyn Host,
+    ) -> Result<KubeadmOutput, GuestError> {
+        let f = match flags(args, true) {
+            Ok(f) => f,
+            Err(e) => return Ok(Err(e)),
+        };
+        let Some(kubeadm) = srv.installed else {
+            return Ok(Err(vec!["bash: kubeadm: command not found".into()]));
+        };
+        let docs = match Self::read_config(srv, &f).map(config::parse_init) {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => return Ok(Err(plain_err(&e))),
+            Err(e) => return Ok(Err(e)),
+        };
+        let v = docs.cluster.kubernetes_version;
+        if v.major != kubeadm.major || v.minor > kubeadm.minor {
+            return Ok(Err(plain_err(&format!(
+                "the control plane version {v} is newer than kubeadm {kubeadm} supports (kubeadm deploys its own minor and the one before)"
+            ))));
+        }
+        if v.minor + 1 < kubeadm.minor {
+            return Ok(Err(plain_err(&format!(
+                "this version of kubeadm only supports deploying clusters with the control plane version >= v{}.{}.0. Current version: {v}",
+                kubeadm.major,
+                kubeadm.minor - 1
+            ))));
+        }
+        let mut errors = Vec::new();
+        version_checks(kubeadm, v, &mut errors);
+        if srv.api_of.is_some() {
+            errors.push("Port-6443]: Port 6443 is in use".into());
+        }
+        if !errors.is_empty() {
+            return Ok(Err(preflight_errors(&errors)));
+        }
+        let dir = docs.cluster.certificates_dir.clone();
+        let ca_crt = srv
+            .vfs
+            .get(&format!("{dir}/ca.crt"))
+            .map(|f| f.content.clone());
+        let ca_key = srv.vfs.exists(&format!("{dir}/ca.key"));
+        let (ca_hash, ca_pem, generated) = match (ca_crt, ca_key) {
+            (Some(crt), true) => match pki::discovery_hash(&crt) {
+                Ok(h) => (h, crt, false),
+                Err(e) => {
+                    return Ok(Err(phase_err(
+                        "certs/ca",
+                        &format!("failure loading ca certificate authority: {e}"),
+                    )));
+                }
+            },
+            (Some(_), false) => {
+                return Ok(Err(phase_err(
+                    "certs/ca",
+                    &format!(
+                        "failure loading ca certificate authority: couldn't load the private key file {dir}/ca.key: open {dir}/ca.key: no such file or directory"
+                    ),
+                )));
+            }
+            // kubeadm generates a CA: a stand-in whose hash no pin can match.
+            (None, _) => (format!("sha256:{}", random_hex(32)), Vec::new(), true),
+        };
+        let endpoint = docs.cluster.control_plane_endpoint.clone();
+        let existing = endpoint
+            .as_deref()
+            .map(|ep| self.answering(id, Some(srv), ep, host).clusters)
+            .unwrap_or_default();
+        let now = host.now();
+        let cid = self.new_cluster_id();
+        let node_name = docs.node.name.clone();
+        let cluster = Cluster::create(
+            NewCluster {
+                id: cid,
+                name: docs.cluster.cluster_name.clone(),
+                endpoint: endpoint.clone(),
+                ca_hash,
+                version: v,
+                pod_subnet: docs.cluster.pod_subnet.map(|n| n.to_string()),
+                first: EtcdMember {
+                    server: id.clone(),
+                    name: node_name.clone(),
+                },
+            },
+            &ca_pem,
+        )?;
+        let mut out = vec![
+            format!("[init] Using Kubernetes version: {v}"),
+            "[preflight] Running pre-flight checks".to_owned(),
+        ];
+        for t in &docs.tokens {
+            cluster.create_token(t, now)?;
+        }
+        out.push("[bootstrap-token] Configured bootstrap token".into());
+        if f.upload_certs {
+            let key = match &docs.certificate_key {
+                Some(k) => k.clone(),
+                None => {
+                    let r = "kubeadm init --upload-certs generated a certificate key that --skip-certificate-key-print hides: no control plane can download the certificates".to_owned();
+                    self.record(id, Logged::Reported(r), host);
+                    random_hex(32)
+                }
+            };
+            let owner = cluster.create_token(
+                &TokenSpec {
+                    token: Token {
+                        id: random_lower(6),
+                        secret: random_lower(16),
+                    },
+                    description: "Proxy for managing TTL for the kubeadm-certs secret".into(),
+                    ttl: CERT_TOKEN_TTL,
+                    usages: Vec::new(),
+                    groups: Vec::new(),
+                },
+                now,
+            )?;
+            let mut entries = BTreeMap::new();
+            for file in copycerts::SHARED_FILES {
+                let sealed = match srv.vfs.get(&format!("{dir}/{file}")) {
+                    Some(content) => match copycerts::encrypt(&content.content, &key) {
+                        Ok(s) => s,
+                        Err(e) => return Ok(Err(phase_err("upload-certs", &e))),
+                    },
+                    None => Vec::new(),
+                };
+                entries.insert(copycerts::secret_key(file), sealed);
+            }
+            cluster.upload_certs(entries, &owner)?;
+            out.push(format!(
+                "[upload-certs] Storing the certificates in Secret \"{KUBEADM_CERTS}\" in the \"kube-system\" Namespace"
+            ));
+        }
+        let node = match kubelet::node(&docs.node, true, kubeadm, Readiness::NetworkNotReady, now) {
+            Ok(n) => n,
+            Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
+        };
+        cluster.kube.insert(&node)?;
+        let local = endpoint
+            .clone()
+            .unwrap_or_else(|| format!("{}:6443", srv.meta.local_hostname));
+        srv.vfs.write(
+            ADMIN_CONF,
+            kubeconfig(&local).as_bytes(),
+            0o600,
+            "root:root",
+            false,
+        );
+        srv.vfs.write(
+            "/etc/kubernetes/kubelet.conf",
+            kubeconfig(&local).as_bytes(),
+            0o600,
+            "root:root",
+            false,
+        );
+        srv.api_of = Some(cid);
+        srv.kubelet = Some(KubeletOf {
+            cluster: cid,
+            node: node_name,
+        });
+        self.clusters.insert(cid, cluster);
+        if generated {
+            self.record(id, Logged::GeneratedCa { cluster: cid }, host);
+        }
+        if !existing.is_empty() {
+            let ep = endpoint.unwrap_or_default();
+            let names: Vec<String> = existing.iter().map(ToString::to_string).collect();
+            let line = format!(
+                "kos-guest: split brain: kubeadm init on {id} made {cid} while {ep} already serves {}",
+                names.join(", ")
+            );
+            self.say(id, srv, line, host);
+            self.record(
+                id,
+                Logged::SplitBrain {
+                    endpoint: ep,
+                    new: cid,
+                    existing,
+                },
+                host,
+            );
+        }
+        out.push("Your Kubernetes control-plane has initialized successfully!".into());
+        Ok(Ok(out))
+    }
+
+    /// `kubeadm join`.
+    pub(crate) fn kubeadm_join(
+        &mut self,
+        id: &ServerId,
+        srv: &mut Server,
+        args: &[String],
+        host: &dyn Host,
+    ) -> Result<KubeadmOutput, GuestError> {
+        let f = match flags(args, false) {
+            Ok(f) => f,
+            Err(e) => return Ok(Err(e)),
+        };
+        let Some(kubelet_version) = srv.installed else {
+            return Ok(Err(vec!["bash: kubeadm: command not found".into()]));
+        };
+        let docs = match Self::read_config(srv, &f).map(config::parse_join) {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => return Ok(Err(plain_err(&e))),
+            Err(e) => return Ok(Err(e)),
+        };
+        let now = host.now();
+        let discovery = |msg: &str| {
+            Ok(Err(phase_err(
+                "preflight",
+                &format!("couldn't validate the identity of the API Server: {msg}"),
+            )))
+        };
+        let answer = self.answering(id, Some(srv), &docs.endpoint, host);
+        let Some(&cid) = answer.clusters.first() else {
+            return discovery("abort connecting to API servers after timeout of 5m0s");
+        };
+        if answer.clusters.len() > 1 {
+            let names: Vec<String> = answer.clusters.iter().map(ToString::to_string).collect();
+            let r = format!(
+                "kubeadm join on {id} sees {} behind {}: it joins {cid}",
+                names.join(" and "),
+                docs.endpoint
+            );
+            self.record(id, Logged::Reported(r), host);
+        }
+        let Some(c) = self.clusters.get(&cid) else {
+            return discovery("abort connecting to API servers after timeout of 5m0s");
+        };
+        let token_name = format!("bootstrap-token-{}", docs.token.id);
+        let token = c.secret(&token_name)?;
+        // The bootstrap signer signs cluster-info only for unexpired tokens with the signing usage.
+        let signed = token.as_ref().filter(|t| {
+            token_expiry(t).is_none_or(|e| e > now)
+                && secret_str(t, "usage-bootstrap-signing").as_deref() == Some("true")
+        });
+        let Some(token) = signed else {
+            // Current kubeadm polls cluster-info for the signature until its discovery timeout.
+            return discovery(&format!(
+                "could not find a JWS signature in the cluster-info ConfigMap for token ID \"{}\"",
+                docs.token.id
+            ));
+        };
+        if secret_str(token, "token-secret").as_deref() != Some(docs.token.secret.as_str()) {
+            return discovery(
+                "failed to verify JWS signature of received cluster info object, can't trust this API Server",
+            );
+        }
+        if !docs.unsafe_skip_ca_verification && !docs.ca_cert_hashes.contains(&c.ca_hash) {
+            return discovery(&format!(
+                "cluster CA found in cluster-info ConfigMap is invalid: none of the public keys \"{}\" are pinned",
+                c.ca_hash
+            ));
+        }
+        let v = c.version;
+        let mut errors = Vec::new();
+        version_checks(kubelet_version, v, &mut errors);
+        let control_plane = docs.control_plane.is_some();
+        if control_plane {
+            let upgrading = c
+                .upgrading_to
+                .is_some_and(|u| u.same_minor(&kubelet_version));
+            if !kubelet_version.same_minor(&v) && !upgrading && errors.is_empty() {
+                errors.push(format!(
+                    "ControlPlaneVersion]: kubeadm {kubelet_version} cannot add a control plane to a cluster at {v} that is not upgrading to that minor"
+                ));
+            }
+        }
+        if !errors.is_empty() {
+            return Ok(Err(preflight_errors(&errors)));
+        }
+        let existing: Option<Node> = c.kube.get::<Node>(None, &docs.node.name)?;
+        if existing.as_ref().and_then(kubelet::ready_status) == Some("True") {
+            return Ok(Err(phase_err(
+                "kubelet-start",
+                &format!(
+                    "a Node with name \"{}\" and status \"Ready\" already exists in the cluster. You must delete the existing Node or change the name of this new joining Node",
+                    docs.node.name
+                ),
+            )));
+        }
+        let mut out = vec![
+            "[preflight] Running pre-flight checks".to_owned(),
+            format!(
+                "[discovery] Successfully established connection with API Server \"{}\"",
+                docs.endpoint
+            ),
+        ];
+        if let Some(cert_key) = &docs.control_plane {
+            if c.endpoint.is_none() {
+                return Ok(Err(phase_err(
+                    "preflight",
+                    "unable to add a new control plane instance to a cluster that doesn't have a stable controlPlaneEndpoint address",
+                )));
+            }
+            match cert_key {
+                Some(key) => {
+                    let certs = |msg: String| {
+                        Ok(Err(phase_err(
+                            "control-plane-prepare/download-certs",
+                            &format!("error downloading certs: {msg}"),
+                        )))
+                    };
+                    let Some(secret) = c.secret(KUBEADM_CERTS)? else {
+                        return certs(format!(
+                            "error downloading the secret: Secret \"{KUBEADM_CERTS}\" was not found in the \"kube-system\" Namespace. This Secret might have expired. Please, run `kubeadm init phase upload-certs --upload-certs` on a control plane to generate a new one"
+                        ));
+                    };
+                    let data = secret.data.unwrap_or_default();
+                    let mut plain = BTreeMap::new();
+                    for (k, v) in &data {
+                        if v.0.is_empty() {
+                            continue;
+                        }
+                        match copycerts::decrypt(&v.0, key) {
+                            Ok(p) => {
+                                plain.insert(k.clone(), p);
+                            }
+                            Err(e) => {
+                                return certs(format!(
+                                    "error decoding secret data with provided key: {e}"
+                                ));
+                            }
+                        }
+                    }
+                    for file in copycerts::SHARED_FILES {
+                        let entry = copycerts::secret_key(file);
+                        match plain.get(&entry) {
+                            Some(content) => srv.vfs.write(
+                                &format!("{PKI_DIR}/{file}"),
+                                content,
+                                0o600,
+                                "root:root",
+                                false,
+                            ),
+                            None if data.contains_key(&entry) => {}
+                            None => {
+                                return certs(format!(
+                                    "the Secret does not include the required certificate or key - name: {file}, path: {PKI_DIR}/{file}"
+                                ));
+                            }
+                        }
+                    }
+                    out.push(format!("[download-certs] Downloading the certificates in Secret \"{KUBEADM_CERTS}\" in the \"kube-system\" Namespace"));
+                }
+                None => {
+                    if let Some(missing) = copycerts::SHARED_FILES
+                        .iter()
+                        .find(|f| !srv.vfs.exists(&format!("{PKI_DIR}/{f}")))
+                    {
+                        let path = format!("{PKI_DIR}/{missing}");
+                        return Ok(Err(phase_err(
+                            "preflight",
+                            &format!(
+                                "\nOne or more conditions for hosting a new control plane instance is not satisfied.\n\n[failure loading certificate or key {missing}: open {path}: no such file or directory]\n\nPlease ensure that:\n* The cluster has a stable controlPlaneEndpoint address.\n* The certificates that must be shared among control plane instances are provided.\n"
+                            ),
+                        )));
+                    }
+                }
+            }
+            let disk = srv
+                .vfs
+                .get(&format!("{PKI_DIR}/ca.crt"))
+                .map(|f| pki::discovery_hash(&f.content));
+            match disk {
+                Some(Ok(h)) if h == c.ca_hash => {}
+                Some(Ok(h)) => {
+                    return Ok(Err(phase_err(
+                        "control-plane-prepare/certs",
+                        &format!(
+                            "the CA on disk ({h}) is not the cluster's ({}): the control plane's certificates would not be trusted",
+                            c.ca_hash
+                        ),
+                    )));
+                }
+                Some(Err(e)) => return Ok(Err(phase_err("control-plane-prepare/certs", &e))),
+                None => {
+                    return Ok(Err(phase_err(
+                        "control-plane-prepare/certs",
+                        "no CA certificate on disk",
+                    )));
+                }
+            }
+            if !c.has_quorum(&|m| self.is_up_seen_from(m, id, Some(srv))) {
+                return Ok(Err(phase_err(
+                    "control-plane-join/etcd",
+                    "error creating local etcd static pod manifest file: etcdserver: unhealthy cluster",
+                )));
+            }
+        }
+        // TLS bootstrap: the kubelet authenticates with the token and creates its CSR.
+        if secret_str(token, "usage-bootstrap-authentication").as_deref() != Some("true") {
+            return Ok(Err(phase_err(
+                "kubelet-start",
+                "timed out waiting for the kubelet to perform the TLS Bootstrap: the bootstrap token was refused: Unauthorized (it lacks usage-bootstrap-authentication)",
+            )));
+        }
+        let groups = secret_str(token, "auth-extra-groups").unwrap_or_default();
+        if !groups.split(',').any(|g| g == NODE_BOOTSTRAP_GROUP) {
+            return Ok(Err(phase_err(
+                "kubelet-start",
+                &format!(
+                    "timed out waiting for the kubelet to perform the TLS Bootstrap: certificatesigningrequests.certificates.k8s.io is forbidden for the token's groups (not in {NODE_BOOTSTRAP_GROUP})"
+                ),
+            )));
+        }
+        let node = match kubelet::node(
+            &docs.node,
+            control_plane,
+            kubelet_version,
+            Readiness::NetworkNotReady,
+            now,
+        ) {
+            Ok(n) => n,
+            Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
+        };
+        let c = self
+            .clusters
+            .get_mut(&cid)
+            .ok_or(GuestError::UnknownServer { server: id.clone() })?;
+        match existing {
+            None => {
+                c.kube.insert(&node)?;
+            }
+            Some(old) => {
+                // The kubelet takes the existing Node over; providerID is immutable once set.
+                let old_pid = old.spec.as_ref().and_then(|s| s.provider_id.clone());
+                let new_pid = node.spec.as_ref().and_then(|s| s.provider_id.clone());
+                if old_pid.is_some() && old_pid != new_pid {
+                    let r = format!(
+                        "Node {} keeps providerID {} (immutable) though the joining kubelet has {}",
+                        docs.node.name,
+                        old_pid.clone().unwrap_or_default(),
+                        new_pid.unwrap_or_default()
+                    );
+                    self.log_reported(id, r, host);
+                }
+                let c = self
+                    .clusters
+                    .get(&cid)
+                    .ok_or(GuestError::UnknownServer { server: id.clone() })?;
+                c.kube.modify::<Node>(None, &docs.node.name, |n| {
+                    n.metadata.labels = node.metadata.labels.clone();
+                })?;
+            }
+        }
+        let c = self
+            .clusters
+            .get_mut(&cid)
+            .ok_or(GuestError::UnknownServer { server: id.clone() })?;
+        if control_plane {
+            c.etcd.push(EtcdMember {
+                server: id.clone(),
+                name: docs.node.name.clone(),
+            });
+            srv.api_of = Some(cid);
+            srv.vfs.write(
+                ADMIN_CONF,
+                kubeconfig(&docs.endpoint).as_bytes(),
+                0o600,
+                "root:root",
+                false,
+            );
+        }
+        srv.vfs.write(
+            "/etc/kubernetes/kubelet.conf",
+            kubeconfig(&docs.endpoint).as_bytes(),
+            0o600,
+            "root:root",
+            false,
+        );
+        srv.kubelet = Some(KubeletOf {
+            cluster: cid,
+            node: docs.node.name.clone(),
+        });
+        out.push("This node has joined the cluster".into());
+        Ok(Ok(out))
+    }
+
+    fn log_reported(&mut self, id: &ServerId, r: String, host: &dyn Host) {
+        self.record(id, Logged::Reported(r), host);
+    }
+}

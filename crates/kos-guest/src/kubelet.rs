@@ -1,0 +1,179 @@
+//! The kubelet's registration and status, as far as the cluster sees them: the Node object with the
+//! name, `providerID` (`--provider-id`), labels (its well-known ones, `--node-labels`, and the ones
+//! kubeadm's mark-control-plane adds), taints (`--register-with-taints` from nodeRegistration, the
+//! control-plane default when unset, and `node.cloudprovider.kubernetes.io/uninitialized` under
+//! `--cloud-provider=external`), and the Ready condition: True only once a CNI runs, Unknown once the
+//! kubelet stops posting status (server off or gone).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use time::OffsetDateTime;
+
+use crate::kubeadm::config::NodeRegistration;
+use crate::version::Version;
+
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+pub const EXCLUDE_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/// The Ready condition the node should show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// Kubelet up, no CNI (or a CNI on the wrong network).
+    NetworkNotReady,
+    /// Kubelet not posting status.
+    Unknown,
+}
+
+impl Readiness {
+    fn condition(self, now: OffsetDateTime) -> NodeCondition {
+        let (status, reason, message) = match self {
+            Readiness::Ready => ("True", "KubeletReady", "kubelet is posting ready status"),
+            Readiness::NetworkNotReady => (
+                "False",
+                "KubeletNotReady",
+                "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized",
+            ),
+            Readiness::Unknown => (
+                "Unknown",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+            ),
+        };
+        let t = Time(
+            k8s_openapi::jiff::Timestamp::from_second(now.unix_timestamp()).unwrap_or_default(),
+        );
+        NodeCondition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            last_heartbeat_time: Some(t.clone()),
+            last_transition_time: Some(t),
+        }
+    }
+}
+
+/// `--node-labels` as the kubelet parses it: `k=v` pairs separated by commas.
+fn node_labels(flag: Option<&str>) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for pair in flag
+        .unwrap_or_default()
+        .split(',')
+        .filter(|p| !p.is_empty())
+    {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("invalid --node-labels entry {pair:?}: must be key=value"))?;
+        out.insert(k.to_owned(), v.to_owned());
+    }
+    Ok(out)
+}
+
+/// The Node the kubelet registers (with kubeadm's control-plane marks when `control_plane`).
+pub fn node(
+    reg: &NodeRegistration,
+    control_plane: bool,
+    kubelet: Version,
+    readiness: Readiness,
+    now: OffsetDateTime,
+) -> Result<Node, String> {
+    let mut labels = BTreeMap::from([
+        ("kubernetes.io/hostname".to_owned(), reg.name.clone()),
+        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
+        ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("beta.kubernetes.io/arch".to_owned(), "amd64".to_owned()),
+    ]);
+    labels.extend(node_labels(reg.kubelet_arg("node-labels"))?);
+    if control_plane {
+        labels.insert(CONTROL_PLANE_LABEL.into(), String::new());
+        labels.insert(EXCLUDE_LB_LABEL.into(), String::new());
+    }
+    let mut taints: Vec<Taint> = match &reg.taints {
+        Some(ts) => ts
+            .iter()
+            .map(|t| Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+                time_added: None,
+            })
+            .collect(),
+        None if control_plane => vec![Taint {
+            key: CONTROL_PLANE_LABEL.into(),
+            value: None,
+            effect: "NoSchedule".into(),
+            time_added: None,
+        }],
+        None => Vec::new(),
+    };
+    if reg.kubelet_arg("cloud-provider") == Some("external") {
+        taints.push(Taint {
+            key: UNINITIALIZED_TAINT.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+    }
+    Ok(Node {
+        metadata: ObjectMeta {
+            name: Some(reg.name.clone()),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([
+                ("node.alpha.kubernetes.io/ttl".to_owned(), "0".to_owned()),
+                (
+                    "volumes.kubernetes.io/controller-managed-attach-detach".to_owned(),
+                    "true".to_owned(),
+                ),
+            ])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: reg.kubelet_arg("provider-id").map(str::to_owned),
+            taints: (!taints.is_empty()).then_some(taints),
+            ..NodeSpec::default()
+        }),
+        status: Some(NodeStatus {
+            conditions: Some(vec![readiness.condition(now)]),
+            node_info: Some(NodeSystemInfo {
+                kubelet_version: kubelet.to_string(),
+                kube_proxy_version: kubelet.to_string(),
+                operating_system: "linux".into(),
+                architecture: "amd64".into(),
+                container_runtime_version: "containerd://1.7.28".into(),
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        }),
+    })
+}
+
+/// The node's current Ready status string (`True`, `False`, `Unknown`), if it has one.
+pub fn ready_status(n: &Node) -> Option<&str> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.as_str())
+}
+
+/// Sets the Ready condition, returning whether it changed.
+pub fn set_readiness(n: &mut Node, r: Readiness, now: OffsetDateTime) -> bool {
+    let want = r.condition(now);
+    if ready_status(n) == Some(want.status.as_str()) {
+        return false;
+    }
+    let status = n.status.get_or_insert_with(NodeStatus::default);
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    conds.retain(|c| c.type_ != "Ready");
+    conds.push(want);
+    true
+}

@@ -1,0 +1,110 @@
+//! An in-memory [`Host`] for tests and demos: a manual clock, console logs per server, and a static
+//! network (endpoint → the servers it reaches, the same from every server).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use time::OffsetDateTime;
+
+use crate::guest::Guest;
+use crate::seam::{Host, ServerId};
+
+/// The host of the tests.
+#[derive(Debug)]
+pub struct MemoryHost {
+    now: Mutex<OffsetDateTime>,
+    consoles: Mutex<BTreeMap<ServerId, Vec<String>>>,
+    network: Mutex<BTreeMap<String, Vec<ServerId>>>,
+}
+
+impl MemoryHost {
+    pub fn new(start: OffsetDateTime) -> MemoryHost {
+        MemoryHost {
+            now: Mutex::new(start),
+            consoles: Mutex::new(BTreeMap::new()),
+            network: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Moves the clock.
+    pub fn advance(&self, d: time::Duration) {
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *now += d;
+    }
+
+    /// Sets which servers `endpoint` reaches, in order.
+    pub fn route(&self, endpoint: &str, backends: &[&ServerId]) {
+        self.network
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                endpoint.to_owned(),
+                backends.iter().map(|s| (*s).clone()).collect(),
+            );
+    }
+
+    /// A server's console as the host received it.
+    pub fn console_of(&self, server: &ServerId) -> Vec<String> {
+        self.consoles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(server)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Ticks the guest, then jumps the clock to its next wake-up, until nothing is due any more or
+    /// `limit` of simulated time has passed. Returns the time it stopped at.
+    pub fn settle(
+        &self,
+        guest: &mut Guest,
+        limit: time::Duration,
+    ) -> Result<OffsetDateTime, crate::GuestError> {
+        let end = self.now() + limit;
+        loop {
+            guest.tick(self)?;
+            match guest.next_wake() {
+                Some(t) if t <= end => {
+                    let mut now = self
+                        .now
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if t > *now {
+                        *now = t;
+                    }
+                }
+                _ => return Ok(self.now()),
+            }
+        }
+    }
+}
+
+impl Host for MemoryHost {
+    fn now(&self) -> OffsetDateTime {
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn console(&self, server: &ServerId, line: &str) {
+        self.consoles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(server.clone())
+            .or_default()
+            .push(line.to_owned());
+    }
+
+    fn api_backends(&self, _from: &ServerId, endpoint: &str) -> Vec<ServerId> {
+        self.network
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(endpoint)
+            .cloned()
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,195 @@
+//! cloud-init and the bootstrap script's steps on real user_data: the guest follows the script the
+//! node was given, and what it cannot simulate fails or is reported, visibly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kos_bootstrap::{ManifestPin, Role};
+use kos_guest::bootstrap::{script, steps::KNOWN_STEPS};
+use kos_guest::kubelet::ready_status;
+use kos_guest::{Logged, ProgramState};
+
+#[test]
+fn the_guest_knows_exactly_the_steps_the_script_declares() {
+    let plan = script::parse(kos_bootstrap::cloud_init::BOOTSTRAP_SCRIPT).unwrap();
+    let declared: Vec<(String, String)> = plan
+        .all_steps()
+        .into_iter()
+        .map(|s| (s.name, s.function))
+        .collect();
+    let known: Vec<(String, String)> = KNOWN_STEPS
+        .iter()
+        .map(|(n, f)| ((*n).to_owned(), (*f).to_owned()))
+        .collect();
+    assert_eq!(
+        declared, known,
+        "the script and the guest disagree: update kos-guest's steps"
+    );
+    // The script's own order per role, as a person reads it (not through the guest's parser).
+    let names = |role| -> Vec<String> {
+        plan.for_role(role)
+            .unwrap()
+            .0
+            .into_iter()
+            .map(|s| s.name)
+            .collect()
+    };
+    assert_eq!(names("init"), [COMMON, &INIT[..3]].concat());
+    assert_eq!(names("worker"), [COMMON, &JOIN[..2]].concat());
+    assert_eq!(names("join-control-plane"), names("worker"));
+}
+
+#[tokio::test]
+async fn a_step_the_guest_does_not_know_fails_as_not_simulated() {
+    let c = cluster("1.34.2", 1, 0);
+    let s = secrets();
+    let text = user_data_text(&c, Role::InitControlPlane, &s);
+    let line = "      step metadata-block metadata_block_step\n";
+    assert!(text.contains(line));
+    let text = text.replace(line, &format!("{line}      step frobnicate frobnicate\n"));
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, text.into_bytes());
+    w.settle_hours(1);
+    assert_eq!(
+        w.markers(&id).last().unwrap(),
+        "kos-bootstrap: frobnicate failed: step frobnicate (runs frobnicate) is not simulated by kos-guest"
+    );
+    assert_eq!(
+        w.guest.program(&id),
+        ProgramState::Failed {
+            step: "frobnicate".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_role_fails_after_the_common_steps_as_the_script_does() {
+    let c = cluster("1.34.2", 1, 0);
+    let s = secrets();
+    let text =
+        user_data_text(&c, Role::Worker, &s).replace("KOS_ROLE='worker'", "KOS_ROLE='gateway'");
+    let mut w = World::new();
+    let id = w.boot("gw-0", false, text.into_bytes());
+    w.settle_hours(1);
+    let mut want = ok(COMMON);
+    want.push("kos-bootstrap: preflight failed: unknown role gateway".into());
+    assert_eq!(w.markers(&id), want);
+}
+
+#[tokio::test]
+async fn unsupported_jinja_fails_the_user_data_and_nothing_runs() {
+    let c = cluster("1.34.2", 1, 1);
+    let s = secrets();
+    let text = user_data_text(&c, Role::Worker, &s).replace(
+        "#cloud-config\n",
+        "#cloud-config\n# {% if v1.region %}x{% endif %}\n",
+    );
+    let mut w = World::new();
+    let id = w.boot("w-0", false, text.into_bytes());
+    assert_eq!(
+        w.guest.console(&id),
+        ["cloud-init: user-data failed: Jinja statement {% ... %} is not simulated by kos-guest"]
+    );
+    assert_eq!(w.guest.program(&id), ProgramState::None);
+}
+
+#[tokio::test]
+async fn mime_multipart_with_a_shell_part_reports_it_and_runs_the_cloud_config() {
+    let c = cluster("1.34.2", 1, 0);
+    let s = secrets();
+    let cc = user_data_text(&c, Role::InitControlPlane, &s);
+    let mime = format!(
+        "Content-Type: multipart/mixed; boundary=\"==B==\"\nMIME-Version: 1.0\n\n--==B==\nContent-Type: text/x-shellscript\n\n#!/bin/sh\necho hi\n--==B==\nContent-Type: text/jinja2\n\n{cc}--==B==--\n"
+    );
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(mime.as_bytes()).unwrap();
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, gz.finish().unwrap());
+    w.settle_hours(1);
+    assert!(
+        w.guest.console(&id).contains(
+            &"cloud-init: WARNING: a shell-script part is not simulated (kos-guest runs no shell)"
+                .to_owned()
+        )
+    );
+    assert_eq!(&w.markers(&id)[..9], init_markers());
+}
+
+#[tokio::test]
+async fn kos_s_own_unverified_cni_pin_fails_closed_and_nodes_stay_not_ready() {
+    let mut c = cluster("1.34.2", 1, 0);
+    c.cni_manifest = None;
+    let s = secrets();
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    assert_eq!(
+        w.markers(&id).last().unwrap(),
+        "kos-bootstrap: cni failed: sha256 of the calico v3.28.2 manifest is not verified: pin one in the cluster spec"
+    );
+    let n = w
+        .only_cluster()
+        .kube
+        .get::<Node>(None, "kos-demo-cp-0")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ready_status(&n), Some("False"));
+}
+
+#[tokio::test]
+async fn a_cni_download_is_checked_like_the_real_script() {
+    let s = secrets();
+    for (url, sha, reason) in [
+        (CALICO_URL, "0".repeat(64), format!("sha256 mismatch for {CALICO_URL}")),
+        (
+            "https://example.com/cni.yaml",
+            CALICO_SHA256.to_owned(),
+            "curl: (22) The requested URL returned error: 404 (https://example.com/cni.yaml is not on kos-guest's internet)".to_owned(),
+        ),
+    ] {
+        let mut c = cluster("1.34.2", 1, 0);
+        c.cni_manifest = Some(ManifestPin {
+            url: url.into(),
+            sha256: sha,
+        });
+        let mut w = World::new();
+        let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+        w.settle_hours(1);
+        assert_eq!(w.markers(&id).last().unwrap(), &format!("kos-bootstrap: cni failed: {reason}"));
+    }
+}
+
+#[tokio::test]
+async fn no_ca_on_disk_makes_kubeadm_generate_one_that_no_join_can_pin() {
+    let c = cluster("1.34.2", 1, 1);
+    let s = secrets();
+    let text = user_data_text(&c, Role::InitControlPlane, &s).replace(
+        "path: /etc/kubernetes/pki/ca.",
+        "path: /etc/kubernetes/elsewhere/ca.",
+    );
+    let mut w = World::new();
+    let cp = w.boot("cp-0", true, text.into_bytes());
+    let wk = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
+    w.settle_hours(2);
+    assert!(
+        w.markers(&cp)
+            .contains(&"kos-bootstrap: kubeadm-init ok".to_owned())
+    );
+    assert!(
+        w.guest
+            .log_of(&cp)
+            .any(|l| matches!(l, Logged::GeneratedCa { .. }))
+    );
+    assert_eq!(w.markers(&wk).last().unwrap(), &join_failed_marker());
+    let details = w.failure_details(&wk);
+    assert!(
+        details
+            .iter()
+            .any(|d| d.contains("none of the public keys")),
+        "{details:?}"
+    );
+}
