@@ -8,7 +8,7 @@ use std::io::Write;
 
 use common::*;
 use k8s_openapi::api::core::v1::Node;
-use kos_bootstrap::{ManifestPin, Role};
+use kos_bootstrap::{Cni, ManifestPin, Role};
 use kos_guest::bootstrap::{script, steps::KNOWN_STEPS};
 use kos_guest::kubelet::ready_status;
 use kos_guest::{Logged, ProgramState};
@@ -119,25 +119,37 @@ async fn mime_multipart_with_a_shell_part_reports_it_and_runs_the_cloud_config()
     assert_eq!(&w.markers(&id)[..9], init_markers());
 }
 
+/// kos's own pins (no `cniManifest`): each built-in CNI downloads, matches its checksum and installs,
+/// and the node becomes Ready. (With the pins of old, unverified, every real cluster failed here.)
 #[tokio::test]
-async fn kos_s_own_unverified_cni_pin_fails_closed_and_nodes_stay_not_ready() {
-    let mut c = cluster("1.34.2", 1, 0);
-    c.cni_manifest = None;
-    let s = secrets();
-    let mut w = World::new();
-    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
-    w.settle_hours(1);
-    assert_eq!(
-        w.markers(&id).last().unwrap(),
-        "kos-bootstrap: cni failed: sha256 of the calico v3.28.2 manifest is not verified: pin one in the cluster spec"
-    );
-    let n = w
-        .only_cluster()
-        .kube
-        .get::<Node>(None, "kos-demo-cp-0")
-        .unwrap()
-        .unwrap();
-    assert_eq!(ready_status(&n), Some("False"));
+async fn kos_s_own_cni_pins_install_and_nodes_become_ready() {
+    for (cni, daemonset) in [
+        (Cni::Calico, "calico-node"),
+        (Cni::Flannel, "kube-flannel-ds"),
+        (Cni::KubeRouter, "kube-router"),
+    ] {
+        let mut c = cluster("1.34.2", 1, 0);
+        c.cni = cni;
+        c.cni_manifest = None;
+        let s = secrets();
+        let mut w = World::new();
+        let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+        w.settle_hours(1);
+        assert!(
+            w.markers(&id).contains(&"kos-bootstrap: cni ok".to_owned()),
+            "{cni:?}: {:?}",
+            w.markers(&id)
+        );
+        let kube = &w.only_cluster().kube;
+        let n = kube.get::<Node>(None, "kos-demo-cp-0").unwrap().unwrap();
+        assert_eq!(ready_status(&n), Some("True"), "{cni:?}");
+        assert!(
+            kube.get::<k8s_openapi::api::apps::v1::DaemonSet>(Some("kube-system"), daemonset)
+                .unwrap()
+                .is_some(),
+            "{cni:?}: {daemonset}"
+        );
+    }
 }
 
 #[tokio::test]

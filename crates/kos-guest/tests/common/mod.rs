@@ -60,6 +60,8 @@ pub fn cluster(version: &str, control_planes: u32, workers: u32) -> ClusterInput
             application_credential_secret: SecretString::from("CANARY-app-cred-secret"),
             floating_network_id: "6f1a7c7e-0b1e-4a55-9f53-2d1f0c3b9a11".into(),
             subnet_id: "c2d9e1f4-3a5b-4c6d-8e7f-9a0b1c2d3e4f".into(),
+            lb_provider: None,
+            ca_cert: None,
         },
         pki_delivery: PkiDelivery::AllControlPlanes,
         expected_nodes: control_planes + workers,
