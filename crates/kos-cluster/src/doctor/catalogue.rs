@@ -501,32 +501,31 @@ fn between(
         .collect()
 }
 
-/// Many sources to one place: the worst verdict; the evidence of the first few sources that have it.
+/// Many sources to one place: the worst verdict, with the evidence of the first sources that have it
+/// (one when all are admitted: the others are admitted alike).
 fn aggregate(results: Vec<(String, Finding)>) -> Finding {
-    if results.is_empty() {
+    let Some(worst) = results.iter().map(|(_, f)| rank(&f.verdict)).max() else {
         return Finding::allowed("no other node");
-    }
-    let worst = results
+    };
+    let matching: Vec<&Finding> = results
         .iter()
-        .map(|(_, f)| f.verdict.clone())
-        .max_by_key(rank)
-        .unwrap_or(Verdict::Allowed);
-    let matching: Vec<&(String, Finding)> =
-        results.iter().filter(|(_, f)| f.verdict == worst).collect();
+        .map(|(_, f)| f)
+        .filter(|f| rank(&f.verdict) == worst)
+        .collect();
+    let shown = if worst == 0 { 1 } else { SHOWN_SOURCES };
     let mut evidence: Vec<String> = matching
         .iter()
-        .take(SHOWN_SOURCES)
-        .flat_map(|(_, f)| f.evidence.iter().cloned())
+        .take(shown)
+        .flat_map(|f| f.evidence.iter().cloned())
         .collect();
-    if matching.len() > SHOWN_SOURCES {
+    if matching.len() > shown {
         evidence.push(format!(
-            "… and {} more sources alike",
-            matching.len() - SHOWN_SOURCES
+            "… and {} more source(s) alike",
+            matching.len() - shown
         ));
     }
-    evidence.dedup();
     Finding {
-        verdict: worst,
+        verdict: matching[0].verdict.clone(),
         evidence,
     }
 }
