@@ -254,7 +254,53 @@ fn doctor_follows_a_service_load_balancer_to_its_node_ports() {
     );
 
     runtime().block_on(make_service_lb(&served));
+    let rt = runtime();
+    rt.block_on(async {
+        reqwest::Client::new()
+            .delete(format!("{}/_sim/counters", served.base))
+            .send()
+            .await
+            .expect("reset counters")
+    });
     let (code, report) = doctor(d, &served, &spec);
+    let counters: Value = rt.block_on(async {
+        reqwest::get(format!("{}/_sim/counters", served.base))
+            .await
+            .expect("counters")
+            .json()
+            .await
+            .expect("json")
+    });
+    // Lists only: one per Neutron resource type, one per Octavia type, one member list per pool (the
+    // Service's one pool); never a GET of one object.
+    let api_calls = |service: &str, prefix: &str| -> BTreeMap<String, u64> {
+        counters["services"][service]["by_operation"]
+            .as_object()
+            .expect("by_operation")
+            .iter()
+            .filter(|(op, _)| op.starts_with(prefix))
+            .map(|(op, n)| (op.clone(), n.as_u64().unwrap_or_default()))
+            .collect()
+    };
+    let neutron = api_calls("network", "GET /network/v2.0/");
+    let octavia = api_calls("load-balancer", "GET /load-balancer/v2/lbaas/");
+    assert_eq!(
+        (neutron.len(), neutron.values().sum::<u64>()),
+        (6, 6),
+        "{neutron:?}"
+    );
+    assert_eq!(
+        (octavia.len(), octavia.values().sum::<u64>()),
+        (5, 5),
+        "{octavia:?}"
+    );
+    assert!(
+        neutron
+            .keys()
+            .chain(octavia.keys())
+            .all(|op| !op.ends_with("{id}")),
+        "{neutron:?} {octavia:?}"
+    );
     let data = flows(&report, "LB → NodePort");
     let checks = flows(&report, "LB → NodePort (health check HTTP)");
     assert_eq!(

@@ -11,7 +11,7 @@ use super::model::{
 };
 use super::neutron::{Neutron, Peer, Traffic};
 use super::octavia::{self, Sender};
-use super::report::{Finding, Flow, Report, Section, Verdict};
+use super::report::{Finding, Flow, Report, Section};
 use crate::spec::Cni;
 
 /// The Kubernetes API's port (kos's listener and kube-apiserver).
@@ -48,7 +48,7 @@ pub fn analyse(snap: &Snapshot, intent: Option<&Intent>) -> Report {
             flows: between(
                 &n,
                 &cps,
-                &cps,
+                "control plane",
                 "etcd",
                 Traffic {
                     protocol: proto::TCP,
@@ -59,7 +59,7 @@ pub fn analyse(snap: &Snapshot, intent: Option<&Intent>) -> Report {
     }
     sections.push(Section {
         title: "Kubelets".into(),
-        flows: between(&n, &nodes, &nodes, "kubelet", Traffic::tcp(KUBELET_PORT)),
+        flows: between(&n, &nodes, "node", "kubelet", Traffic::tcp(KUBELET_PORT)),
     });
     sections.push(cni(&n, &nodes, intent));
     for lb in &snap.service_lbs {
@@ -448,51 +448,38 @@ fn sent(
 
 // ------------------------------------------------------------------------------------------ nodes
 
-/// `name` from every node of `sources` to each node of `targets` (itself excepted), one flow per target.
+/// `name` from every other member of `group` (`who`: "node", "control plane") to each, one flow per
+/// destination.
 fn between(
     n: &Neutron<'_>,
-    sources: &[(&Node, &Port)],
-    targets: &[(&Node, &Port)],
+    group: &[(&Node, &Port)],
+    who: &str,
     name: &str,
     traffic: Traffic,
 ) -> Vec<Flow> {
-    targets
+    group
         .iter()
         .map(|(node, port)| {
             let Some(dst) = port.address() else {
                 return Flow::new(
                     name,
-                    "every node",
+                    format!("every other {who}"),
                     node.name.clone(),
                     traffic.show(),
                     Finding::unknown(format!("port {} has no address", port.label())),
                 );
             };
-            let results: Vec<(String, Finding)> = sources
+            let results: Vec<Finding> = group
                 .iter()
                 .filter(|(other, _)| other.port_id != node.port_id)
                 .filter_map(|(other, op)| {
-                    let src = op.address()?;
-                    Some((
-                        other.name.clone(),
-                        n.path(
-                            Some(op),
-                            &Peer::host(src, other.name.clone()),
-                            port,
-                            dst,
-                            traffic,
-                        ),
-                    ))
+                    let src = Peer::host(op.address()?, other.name.clone());
+                    Some(n.path(Some(op), &src, port, dst, traffic))
                 })
                 .collect();
-            let from = if sources.len() == targets.len() {
-                "every other node"
-            } else {
-                "every other control plane"
-            };
             Flow::new(
                 name,
-                format!("{from} ({})", results.len()),
+                format!("every other {who} ({})", results.len()),
                 node_label(node, port),
                 traffic.show(),
                 aggregate(results),
@@ -503,14 +490,13 @@ fn between(
 
 /// Many sources to one place: the worst verdict, with the evidence of the first sources that have it
 /// (one when all are admitted: the others are admitted alike).
-fn aggregate(results: Vec<(String, Finding)>) -> Finding {
-    let Some(worst) = results.iter().map(|(_, f)| rank(&f.verdict)).max() else {
+fn aggregate(results: Vec<Finding>) -> Finding {
+    let Some(worst) = results.iter().map(|f| f.verdict.rank()).max() else {
         return Finding::allowed("no other node");
     };
     let matching: Vec<&Finding> = results
         .iter()
-        .map(|(_, f)| f)
-        .filter(|f| rank(&f.verdict) == worst)
+        .filter(|f| f.verdict.rank() == worst)
         .collect();
     let shown = if worst == 0 { 1 } else { SHOWN_SOURCES };
     let mut evidence: Vec<String> = matching
@@ -530,15 +516,6 @@ fn aggregate(results: Vec<(String, Finding)>) -> Finding {
     }
 }
 
-fn rank(v: &Verdict) -> u8 {
-    match v {
-        Verdict::Allowed => 0,
-        Verdict::NotChecked { .. } => 1,
-        Verdict::Unknown { .. } => 2,
-        Verdict::Blocked => 3,
-    }
-}
-
 // ------------------------------------------------------------------------------------------ the CNI
 
 fn cni(n: &Neutron<'_>, nodes: &[(&Node, &Port)], intent: Option<&Intent>) -> Section {
@@ -555,7 +532,7 @@ fn cni(n: &Neutron<'_>, nodes: &[(&Node, &Port)], intent: Option<&Intent>) -> Se
         };
     };
     let title = format!("CNI ({})", cni_name(intent.cni));
-    let both = |name: &str, t: Traffic| between(n, nodes, nodes, name, t);
+    let both = |name: &str, t: Traffic| between(n, nodes, "node", name, t);
     let mut flows = Vec::new();
     match intent.cni {
         // calico.yaml: BIRD's BGP mesh, the default pool in IP-in-IP `Always` mode, no Typha.
@@ -601,17 +578,14 @@ fn pod_traffic(n: &Neutron<'_>, nodes: &[(&Node, &Port)], intent: &Intent) -> Ve
         })
         .collect();
     flows.extend(nodes.iter().map(|(node, port)| {
-        let results: Vec<(String, Finding)> = nodes
+        let results: Vec<Finding> = nodes
             .iter()
             .filter(|(other, _)| other.port_id != node.port_id)
             .map(|(other, op)| {
                 let dst = Peer::new(pods, format!("pods on {}", node.name));
                 let src = Peer::new(pods, format!("pods on {}", other.name));
-                (
-                    other.name.clone(),
-                    n.egress(op, pods, &dst, traffic)
-                        .then(n.ingress(port, &src, traffic)),
-                )
+                n.egress(op, pods, &dst, traffic)
+                    .then(n.ingress(port, &src, traffic))
             })
             .collect();
         Flow::new(
@@ -668,6 +642,7 @@ fn service(n: &Neutron<'_>, nodes: &[(&Node, &Port)], lb: &LoadBalancer) -> Sect
 mod tests {
     use super::*;
     use crate::doctor::model::{Api, FloatingIp, Port, PortSecurity, Provider};
+    use crate::doctor::report::Verdict;
     use crate::doctor::testutil::*;
 
     fn flows<'a>(r: &'a Report, name: &str) -> Vec<&'a Flow> {

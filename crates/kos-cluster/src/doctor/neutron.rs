@@ -283,16 +283,12 @@ impl<'a> Neutron<'a> {
                 let pairs: Vec<String> = from
                     .allowed_pairs
                     .iter()
-                    .filter(|p| ranges::uncovered(src, &[**p]).is_none())
+                    .filter(|p| p.contains(&src.network()) || src.contains(*p))
                     .map(ToString::to_string)
                     .collect();
                 Finding::allowed(format!(
-                    "allowed address pair {} of port {} lets it send from {src}",
-                    if pairs.is_empty() {
-                        "s".to_owned()
-                    } else {
-                        pairs.join(", ")
-                    },
+                    "allowed address pair(s) {} of port {} let it send from {src}",
+                    pairs.join(", "),
                     from.label()
                 ))
             }
@@ -840,7 +836,7 @@ mod tests {
         let f = n.egress(paired, net("10.244.1.0/24"), &to, Traffic::tcp(80));
         assert_eq!(f.verdict, Verdict::Allowed, "{:?}", f.evidence);
         assert!(
-            f.evidence[0].contains("allowed address pair 10.244.0.0/16"),
+            f.evidence[0].contains("allowed address pair(s) 10.244.0.0/16"),
             "{:?}",
             f.evidence
         );

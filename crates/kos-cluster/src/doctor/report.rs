@@ -23,7 +23,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// How bad it is, for combining the steps of a path: the worst step decides.
-    fn rank(&self) -> u8 {
+    pub(crate) fn rank(&self) -> u8 {
         match self {
             Verdict::Allowed => 0,
             Verdict::NotChecked { .. } => 1,
