@@ -517,18 +517,18 @@ async fn validation_errors() {
     let again = post(&h, "/healthmonitors", hm(json!({}))).await;
     assert_eq!(again.status, 409);
 
-    // The OVN provider balances with SOURCE_IP_PORT only.
+    // The OVN provider balances with SOURCE_IP_PORT only (its driver raises UnsupportedOptionError,
+    // which Octavia answers with 501).
     let ovn = create_lb(&h, &subnet, json!({"provider": "ovn"})).await;
     wait_active(&h, &ovn).await;
-    bad(
-        post(
-            &h,
-            "/pools",
-            json!({"pool": {"protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "loadbalancer_id": ovn}}),
-        )
-        .await,
-        "ROUND_ROBIN",
-    );
+    let r = post(
+        &h,
+        "/pools",
+        json!({"pool": {"protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "loadbalancer_id": ovn}}),
+    )
+    .await;
+    assert_eq!(r.status, 501, "{}", r.json);
+    assert!(r.json.to_string().contains("OVN provider does not support ROUND_ROBIN algorithm"));
     let ok = post(
         &h,
         "/pools",
@@ -858,4 +858,48 @@ async fn ovn_health_monitor_plugs_a_health_check_port_into_the_member_subnet() {
     wait_active(&h, &id).await;
     let left = ports_on(&h, &network).await;
     assert!(named(&left, &hm_name).is_empty(), "{left:#?}");
+}
+
+/// ovn-octavia-provider refuses listener `allowed_cidrs` (its driver's `_check_for_allowed_cidrs`
+/// raises UnsupportedOptionError, which Octavia answers with 501), on create and on update.
+#[tokio::test]
+async fn an_ovn_listener_refuses_allowed_cidrs_with_501() {
+    let h = Harness::with_config(SimConfig::fast()).await;
+    let subnet = make_subnet(&h, "10.70.0.0/24").await;
+    let lb = create_lb(&h, &subnet, json!({"provider": "ovn"})).await;
+    wait_active(&h, &lb).await;
+    let r = post(
+        &h,
+        "/listeners",
+        json!({"listener": {"loadbalancer_id": lb, "protocol": "TCP", "protocol_port": 6443,
+            "allowed_cidrs": ["198.51.100.0/24"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 501, "{}", r.json);
+    assert!(
+        r.json.to_string().contains(
+            "Provider 'ovn' does not support a requested option: OVN provider does not support allowed_cidrs option"
+        ),
+        "{}",
+        r.json
+    );
+    // Without them it is made; an update that adds them is refused the same way.
+    let r = post(
+        &h,
+        "/listeners",
+        json!({"listener": {"loadbalancer_id": lb, "protocol": "TCP", "protocol_port": 6443}}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    let id = r.json["listener"]["id"].as_str().expect("id").to_owned();
+    wait_active(&h, &lb).await;
+    let r = h
+        .call(
+            "PUT",
+            &format!("{LBAAS}/listeners/{id}"),
+            Some(json!({"listener": {"allowed_cidrs": ["198.51.100.0/24"]}})),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 501, "{}", r.json);
 }

@@ -22,20 +22,6 @@ use kos_cloud::{CloudProfile, Env, Session};
 use serde_json::Value;
 use support::*;
 
-/// What kos's clusters do today for a Service load balancer's traffic to the NodePorts (and its
-/// health checks): `sg-node` admits NodePorts only from its own members and the CCM manages no
-/// group, so the amphora's port on the node subnet is refused. Flip to `Allowed` with the fix that
-/// opens the NodePorts to the load balancer (rules, or `manage-security-groups` in kos's cloud.conf).
-const SERVICE_LB_TO_NODEPORTS: Expect = Expect::Blocked;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expect {
-    // What `SERVICE_LB_TO_NODEPORTS` becomes with the fix.
-    #[allow(dead_code)]
-    Allowed,
-    Blocked,
-}
-
 const NODE_PORT: i32 = 31080;
 const HEALTH_CHECK_NODE_PORT: i32 = 32100;
 
@@ -321,35 +307,19 @@ fn doctor_follows_a_service_load_balancer_to_its_node_ports() {
                 .contains("octavia-lb-vrrp-"),
             "the amphora's own port is the source: {f:#}"
         );
-        match SERVICE_LB_TO_NODEPORTS {
-            Expect::Blocked => {
-                assert_eq!(status(f), "blocked", "{f:#}");
-                assert!(
-                    evidence(f).iter().any(|e| e.starts_with(
-                        "no ingress rule on any security group of port kos-demo-port-workers-"
-                    ) && e
-                        .contains(&format!("admits tcp/{port} from 10.0.0."))
-                        && e.contains("(amphora port octavia-lb-vrrp-")
-                        && e.contains("of LB kube_service_demo_default_web)")),
-                    "names what is missing: {f:#}"
-                );
-            }
-            Expect::Allowed => {
-                assert_eq!(status(f), "allowed", "{f:#}");
-                assert!(
-                    evidence(f)
-                        .iter()
-                        .any(|e| e.contains(&format!("admits tcp/{port} from 10.0.0."))),
-                    "names the rule: {f:#}"
-                );
-            }
-        }
+        // sg-node admits NodePorts only from its own members: what lets the amphora in is the
+        // Service's own group, which the CCM makes because kos's cloud.conf has
+        // `manage-security-groups = true` (before, this flow was blocked and every Service dark).
+        assert_eq!(status(f), "allowed", "{f:#}");
+        assert!(
+            evidence(f).iter().any(|e| e.starts_with("security group lb-sg-")
+                && e.contains(&format!("admits tcp/{port} from 10.0.0."))
+                && e.contains("(amphora port octavia-lb-vrrp-")
+                && e.contains("of LB kube_service_demo_default_web)")),
+            "names the CCM's rule: {f:#}"
+        );
     }
-    let want = match SERVICE_LB_TO_NODEPORTS {
-        Expect::Blocked => 2,
-        Expect::Allowed => 0,
-    };
-    assert_eq!(code, want, "exit code: {report:#}");
+    assert_eq!(code, 0, "exit code: {report:#}");
 
     // The text table says the same, grouped under the Service.
     let o = kos(
