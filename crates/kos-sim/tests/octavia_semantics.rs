@@ -528,7 +528,11 @@ async fn validation_errors() {
     )
     .await;
     assert_eq!(r.status, 501, "{}", r.json);
-    assert!(r.json.to_string().contains("OVN provider does not support ROUND_ROBIN algorithm"));
+    assert!(
+        r.json
+            .to_string()
+            .contains("OVN provider does not support ROUND_ROBIN algorithm")
+    );
     let ok = post(
         &h,
         "/pools",

@@ -312,10 +312,12 @@ fn doctor_follows_a_service_load_balancer_to_its_node_ports() {
         // `manage-security-groups = true` (before, this flow was blocked and every Service dark).
         assert_eq!(status(f), "allowed", "{f:#}");
         assert!(
-            evidence(f).iter().any(|e| e.starts_with("security group lb-sg-")
-                && e.contains(&format!("admits tcp/{port} from 10.0.0."))
-                && e.contains("(amphora port octavia-lb-vrrp-")
-                && e.contains("of LB kube_service_demo_default_web)")),
+            evidence(f)
+                .iter()
+                .any(|e| e.starts_with("security group lb-sg-")
+                    && e.contains(&format!("admits tcp/{port} from 10.0.0."))
+                    && e.contains("(amphora port octavia-lb-vrrp-")
+                    && e.contains("of LB kube_service_demo_default_web)")),
             "names the CCM's rule: {f:#}"
         );
     }
