@@ -294,7 +294,10 @@ impl Session {
         self.check_service(req.service, req.operation)?;
         let policy = self.retry_policy();
         let idempotent = req.is_idempotent();
-        let mut attempt = 0u32;
+        // Every attempt sent, and of those the ones that failed in a way that uses up the call's
+        // attempts; throttled answers use up time instead.
+        let (mut attempt, mut failures) = (0u32, 0u32);
+        let mut throttled = std::time::Duration::ZERO;
         // At most one re-authentication per call: credentials that Keystone accepts but a service
         // then rejects must not loop forever.
         let mut reauthenticated = false;
@@ -307,23 +310,15 @@ impl Session {
             }
             let started = std::time::Instant::now();
             let (result, epoch) = self.attempt(req).instrument(span).await?;
+            let elapsed = started.elapsed();
             // Counted once it went to the network (errors found before that return above).
             self.inner.counters.record_call(req.service, req.operation);
-            if let Some(o) = &self.observer {
-                o.observe(&CallRecord {
-                    service: req.service,
-                    operation: req.operation,
-                    status: match &result {
-                        Attempt::Answer(rsp) => Some(rsp.status),
-                        Attempt::Transport { .. } => None,
-                    },
-                    duration: started.elapsed(),
-                });
-            }
-            if !reauthenticated
-                && let Attempt::Answer(rsp) = &result
-                && rsp.status == 401
-            {
+            let status = match &result {
+                Attempt::Answer(rsp) => Some(rsp.status),
+                Attempt::Transport { .. } => None,
+            };
+            if !reauthenticated && status == Some(401) {
+                self.observe(req, status, elapsed, None);
                 // The token expired or was revoked: nothing was done, so the call is sent again
                 // once the session has a new token and its endpoints back.
                 self.reauthenticate(epoch).await?;
@@ -351,30 +346,60 @@ impl Session {
                     Err(detail),
                 ),
             };
-            match decision {
-                Decision::Success => {
-                    if let Ok(rsp) = outcome {
-                        return Ok(rsp);
-                    }
-                }
+            let retry = match decision {
                 Decision::Retry(RetryReason::LoadBalancerBusy, _)
-                    if !policy.retry_busy_load_balancer => {}
-                Decision::Retry(reason, _) if attempt < policy.max_attempts => {
-                    let delay = policy.delay(attempt, retry_after, &mut rand::rng());
-                    self.inner.counters.record_retry();
-                    tracing::debug!(
-                        attempt,
-                        status = outcome.as_ref().map(|r| r.status).unwrap_or(0),
-                        ?reason,
-                        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                        "retrying"
-                    );
-                    tokio::time::sleep(delay).await;
-                    continue;
+                    if !policy.retry_busy_load_balancer =>
+                {
+                    None
                 }
-                _ => {}
+                Decision::Retry(reason, _) => {
+                    if !reason.is_throttled() {
+                        failures += 1;
+                    }
+                    policy.allows(reason, failures, throttled).then_some(reason)
+                }
+                Decision::Success | Decision::Ambiguous | Decision::Fail => None,
+            };
+            let Some(reason) = retry else {
+                self.observe(req, status, elapsed, None);
+                return match (decision, outcome) {
+                    (Decision::Success, Ok(rsp)) => Ok(rsp),
+                    (decision, outcome) => Err(self.failure(req, decision, outcome, attempt)),
+                };
+            };
+            let delay = policy.delay(attempt, retry_after, &mut rand::rng());
+            let wait = self.schedule_retry(delay);
+            if reason.is_throttled() {
+                throttled += wait;
             }
-            return Err(self.failure(req, decision, outcome, attempt));
+            self.observe(req, status, elapsed, Some(wait));
+            self.inner.counters.record_retry();
+            tracing::debug!(
+                attempt,
+                status = status.unwrap_or(0),
+                ?reason,
+                delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "retrying"
+            );
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    fn observe(
+        &self,
+        req: &ApiRequest,
+        status: Option<u16>,
+        duration: std::time::Duration,
+        retry_in: Option<std::time::Duration>,
+    ) {
+        if let Some(o) = &self.observer {
+            o.observe(&CallRecord {
+                service: req.service,
+                operation: req.operation,
+                status,
+                duration,
+                retry_in,
+            });
         }
     }
 
