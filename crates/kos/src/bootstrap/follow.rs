@@ -146,7 +146,8 @@ pub async fn consoles(
             let (markers, state) = parse(&console);
             let n = seen.entry(t.logical_id.clone()).or_default();
             for m in markers.iter().skip(*n) {
-                eprintln!("kos: {}: {m}", t.logical_id);
+                // The guest writes its console: nothing in it reaches the terminal unescaped.
+                eprintln!("kos: {}: {}", t.logical_id, crate::term::printable(m));
             }
             progressed |= markers.len() > *n;
             *n = markers.len();

@@ -11,7 +11,7 @@ use kos_cluster::plan::{Op, Plan};
 use kos_cluster::resolved::Resolved;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
 use kos_cluster::{ClusterSpec, Loaded};
-use miette::{IntoDiagnostic, WrapErr};
+use miette::IntoDiagnostic;
 use secrecy::ExposeSecret;
 
 use super::{Exit, Failure};
@@ -28,25 +28,65 @@ struct Prepared {
     resolved: Resolved,
 }
 
-/// Reads and validates the spec: every problem at once, before any cloud call.
-fn load_spec(path: &Path) -> Result<(Loaded, String), Failure> {
-    let text = std::fs::read_to_string(path)
-        .into_diagnostic()
-        .wrap_err_with(|| format!("cannot read the cluster spec {}", path.display()))
-        .map_err(Failure::input)?;
-    let shown = path.display().to_string();
-    let loaded = kos_cluster::load(&shown, &text)
-        .map_err(|errors| Failure::input(miette::Report::new(errors)))?;
-    if !loaded.warnings.diagnostics().is_empty() {
-        eprintln!("{:?}", miette::Report::new(loaded.warnings.clone()));
-    }
-    Ok((loaded, text))
+/// A spec read and validated, before any cloud is contacted: an unreachable cloud never hides a spec
+/// error, and an invalid spec costs no request.
+struct SpecFile {
+    loaded: Loaded,
+    /// The path as shown in messages, and the text diagnostics point into.
+    shown: String,
+    text: String,
 }
 
-/// Validation, then preflight (all problems at once, nothing created), then the desired graph.
-async fn prepare(c: &Connected, path: &Path) -> Result<Prepared, Failure> {
-    let (loaded, text) = load_spec(path)?;
+/// Reads (at most [`kos_cluster::MAX_SPEC_BYTES`]) and validates the spec: every problem at once.
+fn load_spec(path: &Path) -> Result<SpecFile, Failure> {
+    use std::io::Read;
     let shown = path.display().to_string();
+    let cannot = |e: std::io::Error| {
+        Failure::input(miette::miette!(
+            help = "check the path given to -f",
+            "cannot read the cluster spec {}: {e}",
+            crate::term::printable(&shown)
+        ))
+    };
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    // Bounded: `-f /dev/zero` or an endless pipe must end in a message, not in memory exhaustion.
+    let mut bytes = Vec::new();
+    file.take(kos_cluster::MAX_SPEC_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() > kos_cluster::MAX_SPEC_BYTES {
+        return Err(Failure::input(miette::miette!(
+            help = "a cluster spec is a few KiB: check that -f names the spec (not a log, an image or a stream)",
+            "the cluster spec {} is larger than {} KiB; kos read no further",
+            crate::term::printable(&shown),
+            kos_cluster::MAX_SPEC_BYTES / 1024
+        )));
+    }
+    let loaded = kos_cluster::load_bytes(&shown, &bytes)
+        .map_err(|errors| Failure::input(miette::Report::new(errors)))?;
+    if !loaded.warnings.diagnostics().is_empty() {
+        eprintln!(
+            "{}",
+            crate::term::report(&miette::Report::new(loaded.warnings.clone()))
+        );
+    }
+    // Valid, so UTF-8 (a leading byte-order mark aside, which the spans do not count).
+    let text =
+        String::from_utf8_lossy(bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes)).into_owned();
+    Ok(SpecFile {
+        loaded,
+        shown,
+        text,
+    })
+}
+
+/// Preflight (all problems at once, nothing created), then the desired graph.
+async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
+    let SpecFile {
+        loaded,
+        shown,
+        text,
+    } = spec;
     let pre = kos_cluster::preflight::preflight(&c.session, &loaded.spec, &shown, &text)
         .await
         .map_err(|e| {
@@ -55,10 +95,21 @@ async fn prepare(c: &Connected, path: &Path) -> Result<Prepared, Failure> {
             {
                 eprintln!("{q}");
             }
-            Failure::input(miette::Report::new(e.report))
+            if e.cloud_failed {
+                // A lookup the cloud failed is no fault of the spec's.
+                Failure::cloud_report(miette::Report::new(e.report).wrap_err(
+                    "the cloud failed while kos checked the spec against it: nothing was changed; run the \
+                     command again",
+                ))
+            } else {
+                Failure::input(miette::Report::new(e.report))
+            }
         })?;
     if !pre.warnings.diagnostics().is_empty() {
-        eprintln!("{:?}", miette::Report::new(pre.warnings));
+        eprintln!(
+            "{}",
+            crate::term::report(&miette::Report::new(pre.warnings))
+        );
     }
     let graph = kos_cluster::graph::desired(&loaded.spec, &pre.resolved).map_err(|e| {
         Failure::input(miette::miette!(
@@ -85,23 +136,24 @@ where
     F: FnOnce(Connected) -> Fut,
     Fut: std::future::Future<Output = (Connected, Result<Exit, Failure>)>,
 {
-    let c = cloud::connect(cloud_name).await.map_err(Failure::input)?;
+    let c = cloud::connect(cloud_name).await?;
     let (c, result) = f(c).await;
     c.close().map_err(Failure::cloud_report)?;
     result
 }
 
 pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
+    let spec = load_spec(&args.spec.file)?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let p = prepare(&c, &args.spec.file).await?;
+            let p = prepare(&c, spec).await?;
             if args.graph.is_some() {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
             }
             let plan = plan_of(&c, &p.graph).await?;
             match args.output {
-                Output::Text => print!("{}", plan.diff(args.all)),
+                Output::Text => print!("{}", crate::term::escape(&plan.diff(args.all))),
                 Output::Json => println!(
                     "{}",
                     serde_json::to_string_pretty(&plan)
@@ -122,9 +174,10 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
 }
 
 pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
+    let spec = load_spec(&args.spec.file)?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let p = prepare(&c, &args.spec.file).await?;
+            let p = prepare(&c, spec).await?;
             let plan = plan_of(&c, &p.graph).await?;
             let local =
                 Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(Failure::input)?;
@@ -486,10 +539,11 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
 }
 
 pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
+    let spec = args.file.as_deref().map(load_spec).transpose()?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let graph = match &args.file {
-                Some(f) => Some(prepare(&c, f).await?.graph),
+            let graph = match spec {
+                Some(spec) => Some(prepare(&c, spec).await?.graph),
                 None => None,
             };
             let st = kos_cluster::status::status(&c.session, &args.name, graph.as_ref())
@@ -513,12 +567,13 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
             );
             for r in &st.resources {
                 let mark = if r.failed { "✗" } else { " " };
+                // Names and states come from the cloud.
                 println!(
                     "{mark} {:<22} {:<28} {:<12} {}",
                     r.kind.as_str(),
-                    r.logical_id,
-                    r.state,
-                    r.name
+                    crate::term::printable(&r.logical_id),
+                    crate::term::printable(&r.state),
+                    crate::term::printable(&r.name)
                 );
             }
             for d in &st.duplicates {

@@ -107,3 +107,57 @@ pub fn serve_scaled(dir: &Path, time_scale: &str) -> Served {
         base,
     }
 }
+
+/// Calls the simulator's admin API (`/_sim/...`): `method` `path` with an optional JSON body; the
+/// answer's status and JSON body (null when it has none).
+pub fn admin(
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut req = reqwest::Client::new().request(method, format!("{base}{path}"));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let rsp = req.send().await.expect("the simulator answers");
+        let status = rsp.status().as_u16();
+        let text = rsp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or_default())
+    })
+}
+
+/// How many cloud requests (its own admin API aside) the simulator has logged.
+pub fn requests(base: &str) -> usize {
+    let (_, v) = admin(base, reqwest::Method::GET, "/_sim/log", None);
+    v["entries"].as_array().map_or(0, |e| {
+        e.iter()
+            .filter(|e| !e["path"].as_str().unwrap_or_default().starts_with("/_sim"))
+            .count()
+    })
+}
+
+/// A port on 127.0.0.1 that nothing listens on (bound, then freed).
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// A clouds.yaml in `dir` with one cloud `name` at `auth_url`.
+pub fn clouds_yaml(dir: &Path, name: &str, auth_url: &str) -> PathBuf {
+    let path = dir.join(format!("clouds-{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "clouds:\n  {name}:\n    auth:\n      auth_url: {auth_url}\n      username: someone\n      \
+             password: a-long-password-1\n      project_name: someproject\n"
+        ),
+    )
+    .expect("write clouds.yaml");
+    path
+}
