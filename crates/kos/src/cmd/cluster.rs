@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kos_cloud::model::TagQuery;
-use kos_cluster::apply::{ApplyOptions, ApplyReport, CcmCredential};
+use kos_cluster::apply::{ApplyOptions, ApplyReport};
 use kos_cluster::graph::{DesiredGraph, Kind};
 use kos_cluster::names::{TAG_CLUSTER, TAG_ID};
 use kos_cluster::plan::{Op, Plan};
@@ -12,7 +12,6 @@ use kos_cluster::resolved::Resolved;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
 use kos_cluster::{ClusterSpec, Loaded};
 use miette::IntoDiagnostic;
-use secrecy::ExposeSecret;
 
 use super::{Exit, Failure};
 use crate::bootstrap::follow::{self, ApiPhase, NodeState, Target, Timing};
@@ -189,8 +188,9 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                 secrets,
                 token_refreshed,
             } = local.secrets_for_up(exists).map_err(Failure::input)?;
-            warn_if_ccm_secret_lost(&plan, &local, args.recreate_ccm_credential)
-                .map_err(Failure::input)?;
+            let recreate_ccm_credential =
+                ccm_credential_to_recreate(&plan, &local, args.recreate_ccm_credential)
+                    .map_err(Failure::input)?;
             if token_refreshed && exists {
                 push_token(&c, &local, &p.spec, &secrets).await;
             }
@@ -201,7 +201,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             eprintln!("kos: {}: {changes} change(s) to make", p.graph.cluster);
             let mut opts = ApplyOptions {
                 parallelism: usize::from(args.parallelism),
-                recreate_ccm_credential: args.recreate_ccm_credential,
+                recreate_ccm_credential,
                 ..ApplyOptions::default()
             };
             if c.is_simulated() {
@@ -212,12 +212,6 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             let result =
                 kos_cluster::apply::apply(&c.session, &p.graph, &plan, &bootstrap, opts, tx).await;
             let _ = progress.await;
-            let report = match &result {
-                Ok(r) => r,
-                Err(e) => &*e.report,
-            };
-            // The CCM credential's secret is returned once, by the run that created it, failed or not.
-            store_ccm_credential(&c, &p.spec, report)?;
             match result {
                 Ok(report) => {
                     if let Some(a) = &report.api_address {
@@ -263,21 +257,42 @@ fn cluster_dir(c: &Connected, cluster: &str) -> Result<PathBuf, Failure> {
         .map_err(Failure::input)
 }
 
-/// A cluster whose CCM credential exists but whose secret is not stored here cannot bootstrap a new
-/// first control plane: say so before anything is changed.
-fn warn_if_ccm_secret_lost(plan: &Plan, local: &Local, recreate: bool) -> miette::Result<()> {
-    let adopted = plan
+/// Whether this run makes the CCM credential again. Its secret is stored the moment Keystone returns it,
+/// but a run killed in between, or a lost file, leaves a credential whose secret nobody has: while no server
+/// exists nothing can be using it, so it is replaced without being asked; once servers run with it, the run
+/// says what replacing it takes and leaves the choice to the user.
+fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> miette::Result<bool> {
+    let existing = plan
         .actions
         .iter()
-        .any(|a| a.kind == Kind::AppCredential && a.existing.is_some());
-    if adopted && !recreate && local.ccm_credential()?.is_none() {
+        .find(|a| a.kind == Kind::AppCredential)
+        .and_then(|a| a.existing.as_ref());
+    let Some(existing) = existing else {
+        return Ok(asked);
+    };
+    if asked || local.ccm_credential()?.is_some_and(|c| c.id == existing.id) {
+        return Ok(asked);
+    }
+    let servers = plan
+        .actions
+        .iter()
+        .any(|a| a.kind == Kind::Server && a.existing.is_some());
+    if servers {
         eprintln!(
             "kos: warning: the CCM application credential's secret is not stored on this machine ({}); \
-             a re-created first control plane cannot get its cloud.conf: run `kos up --recreate-ccm-credential` to make a new one",
+             a re-created first control plane cannot get its cloud.conf. `kos up --recreate-ccm-credential` \
+             makes a new one; the running cloud controller keeps the old one in its cloud-config Secret \
+             (kube-system) until that is updated with the new one",
             local.ccm().display()
         );
+        return Ok(false);
     }
-    Ok(())
+    eprintln!(
+        "kos: the CCM application credential's secret is not stored on this machine ({}) and no server \
+         uses it yet (an earlier run stopped before storing it): replacing it",
+        local.ccm().display()
+    );
+    Ok(true)
 }
 
 /// A renewed bootstrap token is unknown to a running cluster: create its Secret through the API so
@@ -418,7 +433,7 @@ async fn follow_bootstrap(
         let shown = match state {
             NodeState::Done(outcome) => format!("bootstrap {outcome}"),
             NodeState::Running(last) => format!("last step: {last}"),
-            NodeState::Waiting => "not followed".into(),
+            NodeState::Waiting => "markers scrolled out of its console".into(),
             NodeState::Failed { step, reason } => format!("{step} failed: {reason}"),
         };
         println!("  {id:<24} {shown}");
@@ -459,30 +474,6 @@ async fn follow_bootstrap(
             "{e}"
         ))),
     }
-}
-
-fn store_ccm_credential(
-    c: &Connected,
-    spec: &ClusterSpec,
-    report: &ApplyReport,
-) -> Result<(), Failure> {
-    let Some(CcmCredential {
-        id,
-        name,
-        secret: Some(secret),
-    }) = &report.ccm_credential
-    else {
-        return Ok(());
-    };
-    let path = cluster_dir(c, spec.name.value.as_str())?.join("ccm-credential.json");
-    let body = serde_json::json!({"id": id, "name": name, "secret": secret.expose_secret()});
-    crate::files::write_private(&path, body.to_string().as_bytes())
-        .map_err(Failure::cloud_report)?;
-    eprintln!(
-        "kos: the CCM's application credential is stored in {} (0600)",
-        path.display()
-    );
-    Ok(())
 }
 
 pub async fn down(args: DownArgs) -> Result<Exit, Failure> {

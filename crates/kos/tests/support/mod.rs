@@ -75,18 +75,27 @@ pub fn serve(dir: &Path) -> Served {
 
 /// As [`serve`], at `time_scale` real seconds per cloud second.
 pub fn serve_scaled(dir: &Path, time_scale: &str) -> Served {
+    serve_with(dir, time_scale, None)
+}
+
+/// As [`serve_scaled`], with a simulator config file (latency, faults, rate limits, ...).
+pub fn serve_with(dir: &Path, time_scale: &str, config: Option<&Path>) -> Served {
     let clouds = dir.join("clouds.yaml");
-    let mut child = Command::new(KOS)
-        .args([
-            "sim",
-            "serve",
-            "--port",
-            "0",
-            "--time-scale",
-            time_scale,
-            "--clouds-yaml",
-        ])
-        .arg(&clouds)
+    let mut cmd = Command::new(KOS);
+    cmd.args([
+        "sim",
+        "serve",
+        "--port",
+        "0",
+        "--time-scale",
+        time_scale,
+        "--clouds-yaml",
+    ])
+    .arg(&clouds);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -160,4 +169,30 @@ pub fn clouds_yaml(dir: &Path, name: &str, auth_url: &str) -> PathBuf {
     )
     .expect("write clouds.yaml");
     path
+}
+
+/// A kos-cloud session to the served simulator: what tests look at the cloud through (never through the
+/// `kos` whose work they check).
+pub async fn session(clouds: &Path) -> kos_cloud::Session {
+    let profile =
+        kos_cloud::CloudProfile::load(&kos_cloud::Env::process(), Some("sim"), Some(clouds))
+            .expect("profile");
+    kos_cloud::Session::connect(&profile)
+        .await
+        .expect("session")
+}
+
+/// `kos <args>` started in the background, its output discarded.
+pub fn spawn(data: &Path, clouds: &Path, args: &[&str]) -> Child {
+    isolated(data, Some(clouds), args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kos")
+}
+
+/// SIGKILL: no cleanup, no goodbye.
+pub fn kill(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
 }
