@@ -88,7 +88,8 @@ pub async fn connect(cloud: Option<&str>) -> Result<Connected, Failure> {
 }
 
 async fn connect_sim(dir: &Path) -> miette::Result<Connected> {
-    std::fs::create_dir_all(dir)
+    // The simulated cloud's state holds its users' passwords.
+    crate::files::create_private_dir(dir)
         .into_diagnostic()
         .wrap_err_with(|| format!("cannot create {}", dir.display()))?;
     let lock = File::create(dir.join("lock"))

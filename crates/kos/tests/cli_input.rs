@@ -7,7 +7,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use support::{admin, closed_port, clouds_yaml, code, example, kos, requests, serve, text};
+use support::{
+    admin, closed_port, clouds_yaml, code, example, isolated_umask, kos, requests, serve, text,
+};
 
 fn write(dir: &Path, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
     let p = dir.join(name);
@@ -202,4 +204,51 @@ fn hostile_spec_files_end_in_a_readable_message() {
         "{}",
         text(&o)
     );
+}
+
+/// Files holding secrets are 0600, and the directories kos makes for them 0700, even under umask 000.
+#[test]
+fn secrets_live_in_private_directories_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let spec = example("minimal.yaml");
+    let o = isolated_umask(
+        d,
+        None,
+        "000",
+        &[
+            "up",
+            "-f",
+            spec.to_str().expect("utf8"),
+            "--cloud",
+            "sim",
+            "--wait",
+            "infra",
+        ],
+    )
+    .output()
+    .expect("kos runs");
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let data = d.join("kos-data");
+    for made in [
+        data.clone(),
+        data.join("clusters"),
+        data.join("clusters/sim"),
+        data.join("clusters/sim/demo"),
+        data.join("sim"),
+    ] {
+        assert_eq!(mode(&made), 0o700, "{}", made.display());
+    }
+    for secret in ["pki.json", "ccm-credential.json"] {
+        let p = data.join("clusters/sim/demo").join(secret);
+        assert_eq!(mode(&p), 0o600, "{}", p.display());
+    }
 }

@@ -20,8 +20,22 @@ pub fn example(name: &str) -> PathBuf {
 /// means what the test intends.
 pub fn isolated(data: &Path, clouds: Option<&Path>, args: &[&str]) -> Command {
     let mut cmd = Command::new(KOS);
-    cmd.args(args)
-        .current_dir(data)
+    cmd.args(args);
+    isolate(cmd, data, clouds)
+}
+
+/// As [`isolated`], run under `umask` (through `sh`, which sets it and then becomes `kos`).
+pub fn isolated_umask(data: &Path, clouds: Option<&Path>, umask: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("umask {umask} && exec \"$0\" \"$@\""))
+        .arg(KOS)
+        .args(args);
+    isolate(cmd, data, clouds)
+}
+
+fn isolate(mut cmd: Command, data: &Path, clouds: Option<&Path>) -> Command {
+    cmd.current_dir(data)
         .env("HOME", data)
         .env("XDG_CONFIG_HOME", data.join(".config"))
         .env("KOS_DATA_DIR", data.join("kos-data"))
