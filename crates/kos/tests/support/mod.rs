@@ -210,3 +210,126 @@ pub fn kill(mut child: Child) {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Every kos-named object of `cluster` still in the cloud, found through kos-cloud directly (not through
+/// the engine whose work is being checked).
+pub async fn leftovers(clouds: &Path, cluster: &str) -> Vec<String> {
+    let s = session(clouds).await;
+    let prefix = format!("kos-{cluster}-");
+    let mut left = Vec::new();
+    let mut add = |kind: &str, names: Vec<String>| {
+        left.extend(
+            names
+                .into_iter()
+                .filter(|n| n.starts_with(&prefix))
+                .map(|n| format!("{kind} {n}")),
+        )
+    };
+    add(
+        "server",
+        s.compute()
+            .list_servers(&kos_cloud::model::TagQuery::default())
+            .await
+            .expect("servers")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "keypair",
+        s.compute()
+            .list_keypairs()
+            .await
+            .expect("keypairs")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "server group",
+        s.compute()
+            .list_server_groups()
+            .await
+            .expect("groups")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    let net = s.network();
+    add(
+        "network",
+        net.list_networks(&Default::default())
+            .await
+            .expect("networks")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "port",
+        net.list_ports(&Default::default())
+            .await
+            .expect("ports")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "router",
+        net.list_routers(&Default::default())
+            .await
+            .expect("routers")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "security group",
+        net.list_security_groups(&Default::default())
+            .await
+            .expect("sgs")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "floating ip",
+        net.list_floating_ips(&Default::default())
+            .await
+            .expect("fips")
+            .into_iter()
+            .map(|x| x.description)
+            .collect(),
+    );
+    add(
+        "volume",
+        s.block_storage()
+            .list_volumes(&Default::default())
+            .await
+            .expect("volumes")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "application credential",
+        s.identity()
+            .list_application_credentials(None)
+            .await
+            .expect("application credentials")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "load balancer",
+        s.load_balancer()
+            .list_load_balancers(&Default::default())
+            .await
+            .expect("lbs")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    left
+}
