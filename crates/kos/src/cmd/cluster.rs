@@ -494,7 +494,11 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
                         "deleted"
                     };
                     for r in &report.resources {
-                        println!("{verb} {:<22} {}", r.kind.as_str(), r.name);
+                        println!(
+                            "{verb} {:<22} {}",
+                            r.kind.as_str(),
+                            crate::term::printable(&r.name)
+                        );
                     }
                     if report.dry_run {
                         println!(
@@ -615,12 +619,13 @@ pub async fn gc(args: GcArgs) -> Result<Exit, Failure> {
                 orphans.retain(|o| args.clusters.contains(&o.cluster));
             }
             for o in &orphans {
+                // What other clusters (or anyone) left: names and reasons from the cloud.
                 println!(
                     "{:<16} {:<22} {:<40} {}",
-                    o.cluster,
+                    crate::term::printable(&o.cluster),
                     o.kind.as_str(),
-                    o.name,
-                    o.reason
+                    crate::term::printable(&o.name),
+                    crate::term::printable(&o.reason)
                 );
             }
             if orphans.is_empty() {
