@@ -294,15 +294,13 @@ impl Session {
         self.check_service(req.service, req.operation)?;
         let policy = self.retry_policy();
         let idempotent = req.is_idempotent();
-        // Every attempt sent, and of those the ones that failed in a way that uses up the call's
-        // attempts; throttled answers use up time instead.
-        let (mut attempt, mut failures) = (0u32, 0u32);
-        let mut throttled = std::time::Duration::ZERO;
+        let mut budget = retry::Budget::default();
         // At most one re-authentication per call: credentials that Keystone accepts but a service
         // then rejects must not loop forever.
         let mut reauthenticated = false;
         loop {
-            attempt += 1;
+            budget.attempts += 1;
+            let attempt = budget.attempts;
             // A span per attempt inside the call's span: fields are never appended to twice.
             let span = tracing::debug_span!("attempt", n = attempt);
             if let Some(l) = &self.limiter {
@@ -323,7 +321,7 @@ impl Session {
                 // once the session has a new token and its endpoints back.
                 self.reauthenticate(epoch).await?;
                 reauthenticated = true;
-                attempt -= 1;
+                budget.attempts -= 1;
                 continue;
             }
             let (decision, retry_after, outcome) = match result {
@@ -352,26 +350,19 @@ impl Session {
                 {
                     None
                 }
-                Decision::Retry(reason, _) => {
-                    if !reason.is_throttled() {
-                        failures += 1;
-                    }
-                    policy.allows(reason, failures, throttled).then_some(reason)
-                }
+                Decision::Retry(reason, _) => budget
+                    .retry(policy, reason, retry_after, &mut rand::rng())
+                    .map(|delay| (reason, delay)),
                 Decision::Success | Decision::Ambiguous | Decision::Fail => None,
             };
-            let Some(reason) = retry else {
+            let Some((reason, delay)) = retry else {
                 self.observe(req, status, elapsed, None);
                 return match (decision, outcome) {
                     (Decision::Success, Ok(rsp)) => Ok(rsp),
                     (decision, outcome) => Err(self.failure(req, decision, outcome, attempt)),
                 };
             };
-            let delay = policy.delay(attempt, retry_after, &mut rand::rng());
             let wait = self.schedule_retry(delay);
-            if reason.is_throttled() {
-                throttled += wait;
-            }
             self.observe(req, status, elapsed, Some(wait));
             self.inner.counters.record_retry();
             tracing::debug!(

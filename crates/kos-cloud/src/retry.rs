@@ -106,6 +106,41 @@ impl RetryPolicy {
     }
 }
 
+/// What one call has used of its retries under a [`RetryPolicy`]: the attempts sent, those that
+/// failed in a way that counts against `max_attempts`, and the time waited on throttled answers.
+/// The one bookkeeping of every retry loop (calls, Keystone at connect and on re-authentication).
+#[derive(Debug, Default)]
+pub struct Budget {
+    /// Attempts sent so far (the caller counts them as it sends).
+    pub attempts: u32,
+    failures: u32,
+    throttled: Duration,
+}
+
+impl Budget {
+    /// Counts the last attempt as failed for `reason` and returns how long to wait before the next
+    /// one, or `None` when the policy allows no more.
+    pub fn retry(
+        &mut self,
+        policy: &RetryPolicy,
+        reason: RetryReason,
+        retry_after: Option<Duration>,
+        rng: &mut impl Rng,
+    ) -> Option<Duration> {
+        if !reason.is_throttled() {
+            self.failures += 1;
+        }
+        if !policy.allows(reason, self.failures, self.throttled) {
+            return None;
+        }
+        let wait = policy.delay(self.attempts, retry_after, rng);
+        if reason.is_throttled() {
+            self.throttled += wait;
+        }
+        Some(wait)
+    }
+}
+
 /// A uniform random duration in `[0, of]`, to the nanosecond (milliseconds would make equal draws
 /// likely among a few hundred callers).
 fn share(of: Duration, rng: &mut impl Rng) -> Duration {
@@ -382,6 +417,45 @@ mod tests {
         // A Retry-After of 0 still spreads the callers over base_delay.
         let zero = p.delay(1, Some(Duration::ZERO), &mut rng);
         assert!(zero <= p.base_delay);
+    }
+
+    #[test]
+    fn a_budget_counts_failures_and_throttled_time_apart() {
+        let p = RetryPolicy {
+            max_attempts: 2,
+            ..RetryPolicy::fast()
+        };
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut b = Budget::default();
+        // Throttled answers, however many, leave the failures alone until their time is used up.
+        for _ in 0..100 {
+            b.attempts += 1;
+            assert!(
+                b.retry(&p, RetryReason::RateLimited, Some(Duration::ZERO), &mut rng)
+                    .is_some()
+            );
+        }
+        b.attempts += 1;
+        assert!(
+            b.retry(&p, RetryReason::ServerError, None, &mut rng)
+                .is_some()
+        );
+        b.attempts += 1;
+        assert!(
+            b.retry(&p, RetryReason::ServerError, None, &mut rng)
+                .is_none()
+        );
+        let mut b = Budget::default();
+        while b
+            .retry(
+                &p,
+                RetryReason::RateLimited,
+                Some(Duration::from_secs(5)),
+                &mut rng,
+            )
+            .is_some()
+        {}
+        assert!(b.throttled >= p.max_throttled);
     }
 
     #[test]

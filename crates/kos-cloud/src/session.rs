@@ -16,7 +16,7 @@ use crate::error::CloudError;
 use crate::rate_limit::RateLimiter;
 use crate::redact::Redactor;
 use crate::request::ServiceKind;
-use crate::retry::{RetryPolicy, RetrySlots};
+use crate::retry::{Budget, RetryPolicy, RetrySlots};
 
 /// What discovery found for a service. A missing or broken service is only an error when used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,10 +147,10 @@ impl Session {
                     crate::request::error_chain(&e)
                 )))
             })?;
-        let (mut attempt, mut failures, mut throttled) = (0u32, 0u32, std::time::Duration::ZERO);
+        let mut budget = Budget::default();
         let mut step = ConnectStep::Discover;
         while step != ConnectStep::Done {
-            attempt += 1;
+            budget.attempts += 1;
             let result = match step {
                 ConnectStep::Discover => client
                     .discover_service_endpoint(&ServiceKind::Identity.sdk())
@@ -170,20 +170,15 @@ impl Session {
                 Err(e) => e,
             };
             let failed = connect::diagnose(profile, &redactor, &e).await;
-            let retry = failed.retry.filter(|(reason, _)| {
-                if !reason.is_throttled() {
-                    failures += 1;
-                }
-                policy.allows(*reason, failures, throttled)
+            let retry = failed.retry.and_then(|(reason, retry_after)| {
+                budget
+                    .retry(&policy, reason, retry_after, &mut rand::rng())
+                    .map(|wait| (reason, wait))
             });
-            let Some((reason, retry_after)) = retry else {
+            let Some((reason, wait)) = retry else {
                 return Err(failed.error);
             };
-            let wait = policy.delay(attempt, retry_after, &mut rand::rng());
-            if reason.is_throttled() {
-                throttled += wait;
-            }
-            tracing::debug!(attempt, ?reason, error = %failed.error, "connecting to Keystone failed; retrying");
+            tracing::debug!(attempt = budget.attempts, ?reason, error = %failed.error, "connecting to Keystone failed; retrying");
             tokio::time::sleep(wait).await;
         }
         client.disable_auth_cache();
@@ -281,30 +276,30 @@ impl Session {
         // revoked, and otherwise keeping the old expiry): forgetting it forces the login.
         self.inner.client.disable_auth_cache();
         // Keystone answering 429 or 503, or a connection lost, is waited out as any call's is.
-        let (mut attempt, mut failures, mut throttled) = (0u32, 0u32, std::time::Duration::ZERO);
+        let mut budget = Budget::default();
         loop {
-            attempt += 1;
+            budget.attempts += 1;
             let Err(e) = Box::pin(self.inner.client.authorize(None, false, true)).await else {
                 break;
             };
-            let retry = connect::reauth_retry(&e).filter(|reason| {
-                if !reason.is_throttled() {
-                    failures += 1;
-                }
-                self.policy.allows(*reason, failures, throttled)
+            let retry = connect::reauth_retry(&e).and_then(|reason| {
+                budget
+                    .retry(&self.policy, reason, None, &mut rand::rng())
+                    .map(|delay| (reason, delay))
             });
-            let Some(reason) = retry else {
+            let Some((reason, delay)) = retry else {
                 return Err(CloudError::Auth(self.redact(&format!(
                     "cloud '{}': re-authentication failed: {}",
                     self.inner.cloud,
                     crate::request::error_chain(&e)
                 ))));
             };
-            let wait = self.schedule_retry(self.policy.delay(attempt, None, &mut rand::rng()));
-            if reason.is_throttled() {
-                throttled += wait;
-            }
-            tracing::debug!(attempt, ?reason, "re-authentication failed; retrying");
+            let wait = self.schedule_retry(delay);
+            tracing::debug!(
+                attempt = budget.attempts,
+                ?reason,
+                "re-authentication failed; retrying"
+            );
             tokio::time::sleep(wait).await;
         }
         if let Some(t) = self.inner.client.get_auth_token() {
