@@ -41,7 +41,9 @@ mod patch;
 pub mod resources;
 mod selectors;
 mod server;
+pub mod snapshot;
 mod store;
+pub mod tls;
 mod validate;
 mod watch;
 
@@ -57,6 +59,8 @@ use serde_json::Value;
 pub use error::{ApiError, Cause, Details};
 pub use log::{Fault, PatchType, Request, Verb};
 pub use resources::{NameRule, ResourceType};
+pub use snapshot::{Snapshot, SnapshotObject};
+pub use tls::{TlsFront, TlsServing};
 
 use server::Shared;
 use store::{Scope, Store, WriteCtx};
@@ -102,6 +106,8 @@ pub enum FakeError {
     Client(#[source] kube::Error),
     #[error("cannot make a URL of the fake's address: {0}")]
     Uri(String),
+    #[error("cannot serve the fake over TLS: {0}")]
+    Tls(String),
 }
 
 /// One Event a controller recorded, from `events.k8s.io/v1` or `core/v1` alike.
