@@ -124,13 +124,13 @@ pub fn marker(step: &str, outcome: Result<(), &str>) -> String {
     }
 }
 
-/// The script's reason: the last output line, printable characters only, at most 200.
+/// The script's reason: the last output line, printable characters only, at most 300.
 pub(crate) fn reason_of(output: &[String]) -> String {
     let last = output.last().map(String::as_str).unwrap_or_default();
     let r: String = last
         .chars()
         .filter(|c| !c.is_control() && c.is_ascii())
-        .take(200)
+        .take(300)
         .collect();
     if r.is_empty() { "no output".into() } else { r }
 }
