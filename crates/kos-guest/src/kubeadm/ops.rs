@@ -226,6 +226,11 @@ impl Guest {
                 ca_hash,
                 version: v,
                 pod_subnet: docs.cluster.pod_subnet.map(|n| n.to_string()),
+                serving: crate::cluster::Serving {
+                    service_subnet: docs.cluster.service_subnet.to_string(),
+                    dns_domain: docs.cluster.dns_domain.clone(),
+                    cert_sans: docs.cluster.cert_sans.clone(),
+                },
                 first: EtcdMember {
                     server: id.clone(),
                     name: node_name.clone(),

@@ -141,6 +141,7 @@ impl World {
             },
             user_data: Some(user_data),
             image: Image::ubuntu(),
+            addresses: vec![std::net::IpAddr::from([10, 0, 0, 10 + n as u8])],
         };
         self.guest
             .handle(&id, ServerEvent::Boot(boot), &self.host)
