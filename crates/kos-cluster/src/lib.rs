@@ -19,6 +19,7 @@ pub mod apply;
 pub mod bootstrap;
 pub mod critical_path;
 pub mod diagnostics;
+pub mod doctor;
 pub mod events;
 pub mod graph;
 pub mod names;

@@ -194,6 +194,11 @@ impl Kos {
             .with_context(|| format!("plan JSON of `{}`\n{}", ran.line, ran.output()))
     }
 
+    /// `kos doctor <cluster> -f <spec>`, whatever its exit code (2: a needed flow is blocked).
+    pub async fn doctor(&self, cluster: &str, spec: &Path) -> Result<Ran> {
+        self.run(&["doctor", cluster, "-f", utf8(spec)?]).await
+    }
+
     /// `kos down <cluster>`, which must succeed.
     pub async fn down(&self, cluster: &str) -> Result<Ran> {
         self.run(&["down", cluster]).await?.expect(0)

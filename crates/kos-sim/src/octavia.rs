@@ -365,6 +365,7 @@ pub fn advance(cloud: &mut Cloud, cfg: &SimConfig) {
             })
         })
         .collect();
+    let settled = !due.is_empty();
     for (id, deleting) in due {
         let st = &mut cloud.octavia;
         if deleting {
@@ -385,6 +386,11 @@ pub fn advance(cloud: &mut Cloud, cfg: &SimConfig) {
         if let Ok(lb) = st.lb_mut(&id) {
             lb.base.provisioning_status = ACTIVE.into();
         }
+    }
+    if settled {
+        // What the OVN provider's worker does once a change is through: health-check ports follow the
+        // monitors.
+        crate::neutron::ovn_health::sync(cloud);
     }
 }
 

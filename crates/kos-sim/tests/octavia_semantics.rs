@@ -517,17 +517,21 @@ async fn validation_errors() {
     let again = post(&h, "/healthmonitors", hm(json!({}))).await;
     assert_eq!(again.status, 409);
 
-    // The OVN provider balances with SOURCE_IP_PORT only.
+    // The OVN provider balances with SOURCE_IP_PORT only (its driver raises UnsupportedOptionError,
+    // which Octavia answers with 501).
     let ovn = create_lb(&h, &subnet, json!({"provider": "ovn"})).await;
     wait_active(&h, &ovn).await;
-    bad(
-        post(
-            &h,
-            "/pools",
-            json!({"pool": {"protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "loadbalancer_id": ovn}}),
-        )
-        .await,
-        "ROUND_ROBIN",
+    let r = post(
+        &h,
+        "/pools",
+        json!({"pool": {"protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "loadbalancer_id": ovn}}),
+    )
+    .await;
+    assert_eq!(r.status, 501, "{}", r.json);
+    assert!(
+        r.json
+            .to_string()
+            .contains("OVN provider does not support ROUND_ROBIN algorithm")
     );
     let ok = post(
         &h,
@@ -767,4 +771,139 @@ async fn ovn_load_balancer_has_no_amphora_port() {
     let v = wait_active(&h, &id).await;
     let ports = ports_on(&h, v["vip_network_id"].as_str().expect("network")).await;
     assert!(named(&ports, "octavia-lb-vrrp-").is_empty(), "{ports:#?}");
+}
+
+/// As ovn-octavia-provider does (`helper.py`: `_ensure_hm_ovn_port`, `_clean_up_hm_port`): a monitor on
+/// an OVN load balancer gets a port `ovn-lb-hm-<subnet id>` on each member subnet (port security off, in
+/// the member port's project), the source of its health checks; it goes when no monitor needs it.
+#[tokio::test]
+async fn ovn_health_monitor_plugs_a_health_check_port_into_the_member_subnet() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.11.0.0/24").await;
+    let id = create_lb(&h, &subnet, json!({"provider": "ovn"})).await;
+    let network = wait_active(&h, &id).await["vip_network_id"]
+        .as_str()
+        .expect("network")
+        .to_owned();
+    let member = h
+        .call(
+            "POST",
+            "/network/v2.0/ports",
+            Some(json!({"port": {"network_id": network, "name": "node-0"}})),
+            None,
+        )
+        .await;
+    assert_eq!(member.status, 201, "{}", member.json);
+    let address = member.json["port"]["fixed_ips"][0]["ip_address"].clone();
+    let r = post(
+        &h,
+        "/listeners",
+        json!({"listener": {"loadbalancer_id": id, "protocol": "TCP", "protocol_port": 80}}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    let listener = r.json["listener"]["id"].clone();
+    wait_active(&h, &id).await;
+    let r = post(
+        &h,
+        "/pools",
+        json!({"pool": {"listener_id": listener, "protocol": "TCP", "lb_algorithm": "SOURCE_IP_PORT"}}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    let pool = r.json["pool"]["id"].as_str().expect("pool").to_owned();
+    wait_active(&h, &id).await;
+    let r = post(
+        &h,
+        &format!("/pools/{pool}/members"),
+        json!({"member": {"address": address, "protocol_port": 30080, "subnet_id": subnet}}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    wait_active(&h, &id).await;
+    let hm_name = format!("ovn-lb-hm-{subnet}");
+    assert!(
+        named(&ports_on(&h, &network).await, &hm_name).is_empty(),
+        "no monitor, no health-check port"
+    );
+
+    let r = post(
+        &h,
+        "/healthmonitors",
+        json!({"healthmonitor": {"pool_id": pool, "type": "TCP", "delay": 5, "timeout": 3, "max_retries": 1}}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    let monitor = r.json["healthmonitor"]["id"]
+        .as_str()
+        .expect("monitor")
+        .to_owned();
+    wait_active(&h, &id).await;
+    let ports = ports_on(&h, &network).await;
+    let hm = named(&ports, &hm_name);
+    assert_eq!(hm.len(), 1, "{ports:#?}");
+    let hm = hm[0];
+    assert_eq!(hm["device_owner"], "ovn-lb-hm:distributed");
+    assert_eq!(hm["device_id"], hm_name.as_str());
+    assert_eq!(hm["port_security_enabled"], false);
+    assert_eq!(hm["security_groups"], json!([]));
+    assert_eq!(hm["fixed_ips"][0]["subnet_id"], subnet.as_str());
+    assert_eq!(hm["project_id"], h.project_id.as_str());
+
+    let r = h
+        .call(
+            "DELETE",
+            &format!("{LBAAS}/healthmonitors/{monitor}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.json);
+    wait_active(&h, &id).await;
+    let left = ports_on(&h, &network).await;
+    assert!(named(&left, &hm_name).is_empty(), "{left:#?}");
+}
+
+/// ovn-octavia-provider refuses listener `allowed_cidrs` (its driver's `_check_for_allowed_cidrs`
+/// raises UnsupportedOptionError, which Octavia answers with 501), on create and on update.
+#[tokio::test]
+async fn an_ovn_listener_refuses_allowed_cidrs_with_501() {
+    let h = Harness::with_config(SimConfig::fast()).await;
+    let subnet = make_subnet(&h, "10.70.0.0/24").await;
+    let lb = create_lb(&h, &subnet, json!({"provider": "ovn"})).await;
+    wait_active(&h, &lb).await;
+    let r = post(
+        &h,
+        "/listeners",
+        json!({"listener": {"loadbalancer_id": lb, "protocol": "TCP", "protocol_port": 6443,
+            "allowed_cidrs": ["198.51.100.0/24"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 501, "{}", r.json);
+    assert!(
+        r.json.to_string().contains(
+            "Provider 'ovn' does not support a requested option: OVN provider does not support allowed_cidrs option"
+        ),
+        "{}",
+        r.json
+    );
+    // Without them it is made; an update that adds them is refused the same way.
+    let r = post(
+        &h,
+        "/listeners",
+        json!({"listener": {"loadbalancer_id": lb, "protocol": "TCP", "protocol_port": 6443}}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    let id = r.json["listener"]["id"].as_str().expect("id").to_owned();
+    wait_active(&h, &lb).await;
+    let r = h
+        .call(
+            "PUT",
+            &format!("{LBAAS}/listeners/{id}"),
+            Some(json!({"listener": {"allowed_cidrs": ["198.51.100.0/24"]}})),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 501, "{}", r.json);
 }

@@ -32,6 +32,9 @@ pub enum Command {
     Status(StatusArgs),
     /// List (and with --delete remove) resources of clusters that no longer exist.
     Gc(GcArgs),
+    /// Check, by Neutron's and Octavia's rules, that every flow the cluster needs gets through, and
+    /// say which rule lets each in or what is missing (exit 2 when one is blocked).
+    Doctor(DoctorArgs),
     /// Write an admin kubeconfig for a cluster, signed offline with its CA (or merge it into yours).
     Kubeconfig(KubeconfigArgs),
     /// The simulated OpenStack cloud (for demos, tests and benchmarks).
@@ -135,6 +138,19 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub cloud: CloudArgs,
     /// The cluster's spec: also report what is not converged to it.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The cluster's name (metadata.name).
+    pub name: String,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// The cluster's spec: its CNI (whose traffic is checked only then) and who must reach the API.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t)]

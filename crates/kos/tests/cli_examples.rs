@@ -1,5 +1,5 @@
 //! Every file in examples/ works as a newcomer tries it: `kos plan` and `kos up` on `--cloud sim` as
-//! written, a second plan is a no-op, `kos down` removes it. And what kos cannot install is refused
+//! written, a second plan is a no-op, `kos doctor` finds every needed flow open, `kos down` removes it. And what kos cannot install is refused
 //! before anything is created.
 
 mod support;
@@ -43,6 +43,10 @@ fn every_example_plans_and_applies_on_the_simulated_cloud_as_written() {
             &["plan", "-f", file, "--cloud", "sim", "--detailed-exitcode"],
         );
         assert_eq!(code(&again), 0, "second plan of {file}: {}", text(&again));
+        // Every flow the cluster needs passes Neutron's and Octavia's rules (amphora and OVN API load
+        // balancers, with and without allowedCIDRs).
+        let doctor = kos(d, None, &["doctor", &name, "-f", file, "--cloud", "sim"]);
+        assert_eq!(code(&doctor), 0, "doctor {file}: {}", text(&doctor));
         let down = kos(d, None, &["down", &name, "--cloud", "sim"]);
         assert_eq!(code(&down), 0, "down {file}: {}", text(&down));
     }

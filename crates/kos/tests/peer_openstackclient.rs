@@ -2,43 +2,16 @@
 //! drives `kos sim serve` through a whole cluster's worth of resources and deletes them again. This is the
 //! proof that kos-sim speaks OpenStack, not just "what kos-cloud expects".
 //!
-//! The `openstack` CLI is found through `KOS_OPENSTACK_CLI`, then `$HOME/.cache/kos/venv/bin/openstack`
-//! (where `.ci/run` installs it), then `PATH`. Without it the test fails, saying how to install it: it is
-//! never skipped silently.
+//! The `openstack` CLI is found as [`support::openstack_cli`] says; without it the test fails, saying how
+//! to install it: it is never skipped silently.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
 mod support;
-
-fn openstack_cli() -> PathBuf {
-    if let Some(p) = std::env::var_os("KOS_OPENSTACK_CLI") {
-        return PathBuf::from(p);
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        let p = Path::new(&home).join(".cache/kos/venv/bin/openstack");
-        if p.exists() {
-            return p;
-        }
-    }
-    let on_path = std::env::var_os("PATH")
-        .map(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join("openstack"))
-                .find(|p| p.exists())
-        })
-        .unwrap_or_default();
-    on_path.unwrap_or_else(|| {
-        panic!(
-            "python-openstackclient is not installed. Install it as .ci/run does:\n  python3 -m venv ~/.cache/kos/venv && \
-             ~/.cache/kos/venv/bin/pip install python-openstackclient==10.5.0 python-octaviaclient==3.15.0\n\
-             or point KOS_OPENSTACK_CLI at an `openstack` binary."
-        )
-    })
-}
 
 /// `kos sim serve` in the background (killed on drop), its clouds.yaml in a directory of its own.
 struct SimProcess {
@@ -146,7 +119,7 @@ impl Osc {
 
 #[test]
 fn openstackclient_drives_the_simulator() {
-    let bin = openstack_cli();
+    let bin = support::openstack_cli();
     let sim = SimProcess::start();
     let home = tempfile::tempdir().expect("home");
     let osc = Osc {

@@ -545,6 +545,8 @@ pub struct SecurityGroupRule {
     pub port_range_max: Option<u16>,
     pub remote_ip_prefix: Option<String>,
     pub remote_group_id: Option<String>,
+    /// A Neutron address group (API extension `address-group`): the rule matches its addresses.
+    pub remote_address_group_id: Option<String>,
     #[serde(deserialize_with = "nullable")]
     pub description: String,
 }

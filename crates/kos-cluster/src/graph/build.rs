@@ -158,7 +158,17 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
         .collect();
     let api = match spec.api_endpoint.kind.value {
         EndpointKind::LoadBalancer { provider } => {
-            let sources = rules::listener_sources(spec, subnet_cidr, &gateway);
+            let lb_provider = resolved
+                .lb_provider
+                .clone()
+                .unwrap_or_else(|| provider.as_str().to_owned());
+            // The OVN provider refuses listener allowed_cidrs (501) and keeps the clients' addresses:
+            // there `sg-cp` alone admits `allowedCIDRs` and the nodes.
+            let sources = if lb_provider == LbProvider::Ovn.as_str() {
+                Vec::new()
+            } else {
+                rules::listener_sources(spec, subnet_cidr, &gateway)
+            };
             let via_router = sources
                 .iter()
                 .any(|s| matches!(s, rules::Source::RouterGateway(_)));
@@ -174,10 +184,7 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
                 Kind::LoadBalancer,
                 Desired::LoadBalancer {
                     subnet: "subnet".into(),
-                    provider: resolved
-                        .lb_provider
-                        .clone()
-                        .or_else(|| Some(provider.as_str().to_owned())),
+                    provider: Some(lb_provider),
                 },
                 &lb_deps,
             );

@@ -515,8 +515,13 @@ mod tests {
             network: resolved_network,
             control_plane: machine(),
             pools: BTreeMap::new(),
-            lb_provider: Some("ovn".into()),
-            service_lb_provider: Some("ovn".into()),
+            lb_provider: match spec.api_endpoint.kind.value {
+                crate::spec::EndpointKind::LoadBalancer { provider } => {
+                    Some(provider.as_str().to_owned())
+                }
+                crate::spec::EndpointKind::FloatingIp => None,
+            },
+            service_lb_provider: None,
         };
         desired(&spec, &resolved).expect("graph")
     }
@@ -548,11 +553,11 @@ mod tests {
 
     /// `allowedCIDRs` restricts clients, never the nodes: the listener admits the node subnet (kubelets
     /// that reach the VIP) and the router's gateway (kubelets that reach the floating IP come back SNATed
-    /// to it), and so does `sg-cp` for an OVN load balancer, which keeps that source address.
+    /// to it), and so does `sg-cp` for a load balancer that keeps that source address (OVN).
     #[test]
     fn allowed_cidrs_never_lock_the_nodes_out_of_their_api() {
         let g = graph_of(
-            "{type: loadBalancer, provider: ovn, allowedCIDRs: [198.51.100.0/24]}",
+            "{type: loadBalancer, provider: amphora, allowedCIDRs: [198.51.100.0/24]}",
             "{create: {cidr: 10.0.0.0/24}}",
             created(),
         );
@@ -581,9 +586,27 @@ mod tests {
                 .any(|d| d == "router")
         );
 
+        // OVN refuses listener allowed_cidrs: none are set, and sg-cp (clients, nodes through the
+        // router's gateway, the node subnet) does the admitting, as the members see the sources.
+        let ovn = graph_of(
+            "{type: loadBalancer, provider: ovn, allowedCIDRs: [198.51.100.0/24]}",
+            "{create: {cidr: 10.0.0.0/24}}",
+            created(),
+        );
+        assert!(listener_sources(&ovn).is_empty());
+        let remotes = cp_remotes(&ovn);
+        for r in [
+            Remote::Cidr("198.51.100.0/24".into()),
+            Remote::Cidr("10.0.0.0/24".into()),
+            Remote::RouterGateway("router".into()),
+        ] {
+            assert!(remotes.contains(&r), "{r:?} in {remotes:?}");
+        }
+        assert!(!remotes.contains(&Remote::Cidr("0.0.0.0/0".into())));
+
         // A private endpoint is reached from the subnet only; no router on the way.
         let private = graph_of(
-            "{type: loadBalancer, provider: ovn, public: false, allowedCIDRs: [172.16.0.0/12]}",
+            "{type: loadBalancer, provider: amphora, public: false, allowedCIDRs: [172.16.0.0/12]}",
             "{create: {cidr: 10.0.0.0/24}}",
             created(),
         );

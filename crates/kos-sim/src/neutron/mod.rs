@@ -11,6 +11,7 @@ mod floating_ips;
 mod ipam;
 mod misc;
 mod networks;
+pub mod ovn_health;
 mod ports;
 mod routers;
 mod security_groups;

@@ -191,10 +191,26 @@ fn render_echo(m: &mut Map<String, Value>, echo: &Map<String, Value>, defaults: 
     }
 }
 
+/// ovn-octavia-provider raises `UnsupportedOptionError`, which Octavia's API answers with 501
+/// (`ProviderUnsupportedOptionError`, octavia/common/exceptions.py).
 fn ovn_unsupported(what: String) -> SimError {
-    bad(format!(
-        "Provider 'ovn' does not support a requested option: OVN provider does not support {what}"
-    ))
+    SimError::new(
+        SVC,
+        axum::http::StatusCode::NOT_IMPLEMENTED,
+        "ProviderUnsupportedOptionError",
+        format!(
+            "Provider 'ovn' does not support a requested option: OVN provider does not support {what}"
+        ),
+    )
+}
+
+/// The OVN provider refuses listener `allowed_cidrs` on create and update (its driver's
+/// `_check_for_allowed_cidrs`): source ranges behind OVN are security groups' business.
+fn ovn_allowed_cidrs(provider: &str, l: &Listener) -> SimResult<()> {
+    if provider == "ovn" && !l.allowed_cidrs.is_empty() {
+        return Err(ovn_unsupported("allowed_cidrs option".into()));
+    }
+    Ok(())
 }
 
 /// A body's `project_id` must be the caller's (or the caller an admin).
@@ -416,6 +432,7 @@ pub(super) fn build_listener(
         echo: Map::new(),
     };
     apply_listener(&mut l, st, i)?;
+    ovn_allowed_cidrs(&lb.provider, &l)?;
     Ok(l)
 }
 
@@ -492,6 +509,13 @@ pub(super) async fn update_listener(
     owned(&ctx, "Listener", &l)?;
     st.ensure_mutable(&l.loadbalancer_id)?;
     apply_listener(&mut l, st, &i)?;
+    let provider = st
+        .loadbalancers
+        .iter()
+        .find(|x| x.base.id == l.loadbalancer_id)
+        .map(|x| x.provider.clone())
+        .unwrap_or_default();
+    ovn_allowed_cidrs(&provider, &l)?;
     st.lock_lb(&l.loadbalancer_id, now)?;
     let l = commit(&mut st.listeners, l, PENDING_UPDATE);
     Ok(Json(json!({"listener": render_listener(&l)})))

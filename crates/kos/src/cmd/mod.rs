@@ -4,12 +4,13 @@
 //! |---|---|
 //! | 0 | done (for `plan --detailed-exitcode` and `status -f`: nothing to change) |
 //! | 1 | the cloud side failed; what was done stays done, run the command again to continue |
-//! | 2 | changes pending (`plan --detailed-exitcode`, `status -f` of a cluster not converged) |
+//! | 2 | changes pending (`plan --detailed-exitcode`, `status -f` of a cluster not converged); `doctor`: a needed flow is blocked |
 //! | 3 | invalid input: usage, the spec, the cloud configuration or preflight; nothing was changed |
 
 pub mod bench;
 mod bench_ccm;
 mod cluster;
+mod doctor;
 mod kubeconfig;
 mod sim;
 
@@ -22,13 +23,15 @@ use crate::cli::{BenchCommand, Cli, Command, SimCommand};
 pub enum Exit {
     Ok,
     Changes,
+    /// `kos doctor` found a flow the cluster needs blocked.
+    Blocked,
 }
 
 impl From<Exit> for ExitCode {
     fn from(e: Exit) -> ExitCode {
         match e {
             Exit::Ok => ExitCode::SUCCESS,
-            Exit::Changes => ExitCode::from(2),
+            Exit::Changes | Exit::Blocked => ExitCode::from(2),
         }
     }
 }
@@ -63,6 +66,7 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Down(a) => cluster::down(a).await,
         Command::Status(a) => cluster::status(a).await,
         Command::Gc(a) => cluster::gc(a).await,
+        Command::Doctor(a) => doctor::doctor(a).await,
         Command::Kubeconfig(a) => kubeconfig::kubeconfig(a),
         Command::Bench {
             command: BenchCommand::Apply(args),

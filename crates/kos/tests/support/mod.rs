@@ -9,6 +9,34 @@ use std::process::{Child, Command, Output, Stdio};
 
 pub const KOS: &str = env!("CARGO_BIN_EXE_kos");
 
+/// python-openstackclient: `KOS_OPENSTACK_CLI`, then `$HOME/.cache/kos/venv/bin/openstack` (where `.ci/run`
+/// installs it), then `PATH`. Without it the calling test fails, saying how to install it.
+pub fn openstack_cli() -> PathBuf {
+    if let Some(p) = std::env::var_os("KOS_OPENSTACK_CLI") {
+        return PathBuf::from(p);
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let p = Path::new(&home).join(".cache/kos/venv/bin/openstack");
+        if p.exists() {
+            return p;
+        }
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("openstack"))
+                .find(|p| p.exists())
+        })
+        .unwrap_or_default();
+    on_path.unwrap_or_else(|| {
+        panic!(
+            "python-openstackclient is not installed. Install it as .ci/run does:\n  python3 -m venv ~/.cache/kos/venv && \
+             ~/.cache/kos/venv/bin/pip install python-openstackclient==10.5.0 python-octaviaclient==3.15.0\n\
+             or point KOS_OPENSTACK_CLI at an `openstack` binary."
+        )
+    })
+}
+
 pub fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples")

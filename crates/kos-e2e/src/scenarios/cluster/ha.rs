@@ -94,11 +94,34 @@ pub async fn cluster_ha(ctx: &Ctx) -> Result<()> {
             .get_listener(&lb.listeners.first().context("LB without listener")?.id)
             .await?
             .context("the listener vanished")?;
+        // The user's CIDRs, and the nodes: the node subnet (to the VIP) and the router's gateway
+        // address (the router SNATs their hairpin to the floating IP).
+        let router = c
+            .ctx
+            .session
+            .network()
+            .list_routers(&Default::default())
+            .await?
+            .into_iter()
+            .find(|r| r.name == c.object("router"))
+            .context("no router")?;
+        let gateway = router
+            .external_gateway_info
+            .and_then(|g| g.external_fixed_ips.into_iter().next())
+            .map(|f| format!("{}/32", f.ip_address))
+            .context("router without gateway")?;
         let mut cidrs = listener.allowed_cidrs.clone();
         cidrs.sort();
+        let mut want = vec![
+            "198.51.100.7/32".to_owned(),
+            "203.0.113.0/24".to_owned(),
+            "10.20.0.0/22".to_owned(),
+            gateway,
+        ];
+        want.sort();
         ensure!(
-            cidrs == ["198.51.100.7/32", "203.0.113.0/24"],
-            "listener allowed CIDRs {cidrs:?}"
+            cidrs == want,
+            "listener allowed CIDRs {cidrs:?}, expected {want:?}"
         );
         let pool = lb.pools.first().context("LB without pool")?;
         let mut addresses: Vec<String> = lbs

@@ -144,6 +144,13 @@ impl<'a> Cluster<'a> {
             "a fresh cluster's plan: {planned:?}"
         );
         self.up(spec, &planned).await?;
+        // Every flow the cluster needs passes the cloud's security groups and load balancers, as the
+        // cloud shows them (on minicloud: its real Neutron and Octavia objects, amphora ports included).
+        self.kos
+            .doctor(&self.name, spec)
+            .await?
+            .expect(0)
+            .context("kos doctor after `kos up`")?;
         let census = self.census().await?;
         for s in self.servers().await? {
             ensure!(
