@@ -43,6 +43,7 @@ mod selectors;
 mod server;
 pub mod snapshot;
 mod store;
+mod strategy;
 pub mod tls;
 mod validate;
 mod watch;

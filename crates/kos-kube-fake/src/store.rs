@@ -415,6 +415,7 @@ impl Store {
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(rt, &name));
         }
+        crate::strategy::prepare(rt, &mut obj);
         let problems = validate::check(rt, &obj, None);
         if !problems.is_empty() {
             return Err(ApiError::invalid(rt, &name, problems));
@@ -642,6 +643,7 @@ impl Store {
         {
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
+        crate::strategy::prepare(&rt, &mut new);
         let problems = validate::check(&rt, &new, Some(&old));
         if !problems.is_empty() {
             return Err(ApiError::invalid(&rt, &key.name, problems));
