@@ -51,6 +51,20 @@ pub fn check_config(path: &Path, format: Format, env: &Env) -> Outcome {
     };
     match cfg.profile(env) {
         Ok(p) => {
+            // The TLS stack would take a file that is not a certificate without a word and fail
+            // later, naming neither.
+            if let Some(ca) = &p.cacert
+                && let Err(why) = kos_cloud::config::check_ca_bundle(ca)
+            {
+                let _ = writeln!(
+                    out.stderr,
+                    "error: {}: [Global] ca-file: {} {why}: point it at the PEM file of the CA that \
+                     signed Keystone's certificate",
+                    path.display(),
+                    ca.display()
+                );
+                return out;
+            }
             let summary = describe(&p.auth);
             match format {
                 Format::Table => {

@@ -21,5 +21,6 @@ pub mod run;
 pub mod serve;
 /// The Service controller: Kubernetes wiring of the load-balancer core.
 pub mod service;
+mod suggest;
 
 pub use config::{CloudConfig, ConfigError, Diagnostic, Loaded};

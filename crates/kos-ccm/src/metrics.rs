@@ -180,6 +180,7 @@ mod tests {
                 operation: "loadbalancer.create",
                 status,
                 duration: Duration::from_millis(30),
+                retry_in: None,
             });
         }
         m.reconcile("loadbalancer_ensure").finish(true);

@@ -66,7 +66,7 @@ fn syntax_missing_bracket() {
 fn syntax_key_outside_section() {
     assert_eq!(
         one("auth-url = https://k\n[Global]\n"),
-        "bad.conf:1:1: variable auth-url before any section header"
+        "bad.conf:1:1: a variable before any section header"
     );
 }
 
@@ -98,7 +98,7 @@ fn syntax_underscore_in_key() {
 fn syntax_missing_equals() {
     assert_eq!(
         one("[Global]\nregion RegionOne\n"),
-        "bad.conf:2:8: [Global] region: expected '=' after variable name region"
+        "bad.conf:2:8: [Global]: expected '=' after the variable name"
     );
 }
 
@@ -277,7 +277,7 @@ fn unknown_section_and_key_warn_only() {
         )),
         [
             "ok.conf:7: [Foo]: unknown section, ignored (the upstream CCM ignores it too); known sections: Global, Networking, LoadBalancer, LoadBalancerClass \"name\", Metadata, Route, BlockStorage",
-            "ok.conf:10: [LoadBalancer] floating-netwrok-id: unknown key, ignored (the upstream CCM ignores it too)",
+            "ok.conf:10: [LoadBalancer]: a key the CCM does not know, ignored (the upstream CCM ignores it too; the line is not shown, it may hold a secret); did you mean `floating-network-id`?",
         ]
     );
 }

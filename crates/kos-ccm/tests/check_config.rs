@@ -42,6 +42,13 @@ fn canary_never_printed() {
         format!(
             "{head}password = {CANARY}\n[Foo]\nsecret = {CANARY}\n[Global]\npasswd = {CANARY}\n"
         ),
+        // Issue 12: a secret on a line of its own, or cut off its key by a stray quote, used to be
+        // echoed as a key name.
+        format!("{head}password = p\n{CANARY}\n"),
+        format!("{head}password = \"abc\n{CANARY}\"\n"),
+        format!("{CANARY} = x\n{head}password = p\n"),
+        format!("{head}password = p\n{CANARY} tail\n"),
+        format!("{head}password = p\n{CANARY}\"\n"),
     ];
     for (i, text) in cases.iter().enumerate() {
         let p = write(dir.path(), &format!("c{i}.conf"), text);
@@ -176,4 +183,41 @@ fn logs_to_a_pipe_carry_no_colour_codes() {
         "{stderr}"
     );
     assert!(!stderr.contains('\x1b'), "{stderr:?}");
+}
+
+/// Issue 12: a `ca-file` that does not exist or is not a certificate is an error here, not a TLS
+/// failure naming neither when the CCM runs.
+#[test]
+fn ca_file_must_be_a_certificate() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let conf = |ca: &Path| {
+        format!(
+            "[Global]\nauth-url = https://k:5000/v3\nregion = r\nusername = u\npassword = p\nca-file = {}\n",
+            ca.display()
+        )
+    };
+    let missing = dir.path().join("missing.pem");
+    let not_pem = write(dir.path(), "ca.txt", "just text\n");
+    let pem = write(
+        dir.path(),
+        "ca.pem",
+        "-----BEGIN CERTIFICATE-----\nMIIBCgKCAQEA\n-----END CERTIFICATE-----\n",
+    );
+    for (ca, why) in [
+        (&missing, "does not exist"),
+        (&not_pem, "is not a PEM certificate bundle"),
+    ] {
+        let p = write(dir.path(), "c.conf", &conf(ca));
+        let out = check_config(&p, Format::Table, &no_env());
+        assert!(!out.ok, "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("[Global] ca-file: {} {why}", ca.display())),
+            "{}",
+            out.stderr
+        );
+    }
+    let p = write(dir.path(), "c.conf", &conf(&pem));
+    let out = check_config(&p, Format::Table, &no_env());
+    assert!(out.ok, "{}", out.stderr);
 }

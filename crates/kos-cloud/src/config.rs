@@ -80,6 +80,72 @@ impl Env {
     }
 }
 
+/// Checks that `path` is a PEM bundle holding at least one certificate, and returns how many. The
+/// error is a phrase that follows the path ("does not exist", "holds no certificate ..."): the TLS
+/// stack would otherwise ignore a file that is not one and fail later, naming neither.
+pub fn check_ca_bundle(path: &Path) -> Result<usize, String> {
+    // Bundles of every public CA are about 200 KiB.
+    const MAX_BYTES: u64 = 16 << 20;
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "does not exist".to_owned(),
+        _ => format!("cannot be read ({e})"),
+    })?;
+    if !meta.is_file() {
+        return Err("is not a file".into());
+    }
+    if meta.len() > MAX_BYTES {
+        return Err(format!(
+            "is {} bytes, too large for a CA bundle",
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot be read ({e})"))?;
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return Err(
+            "is not a PEM certificate bundle (it is binary: if it is DER, convert it with \
+             `openssl x509 -inform der -outform pem`)"
+                .into(),
+        );
+    };
+    let mut count = 0;
+    let mut rest = text;
+    while let Some(start) = rest.find(BEGIN) {
+        let body = &rest[start + BEGIN.len()..];
+        let Some(end) = body.find(END) else {
+            return Err(format!(
+                "has a certificate ({} number {}) without its `{END}` line",
+                BEGIN,
+                count + 1
+            ));
+        };
+        let b64: String = body[..end]
+            .chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect();
+        use base64::Engine as _;
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(b64.as_bytes())
+            .unwrap_or_default();
+        // A certificate is a DER SEQUENCE.
+        if der.first() != Some(&0x30) {
+            return Err(format!(
+                "has a certificate block (number {}) that is not a certificate",
+                count + 1
+            ));
+        }
+        count += 1;
+        rest = &body[end + END.len()..];
+    }
+    if count == 0 {
+        return Err(format!(
+            "is not a PEM certificate bundle: it holds no `{BEGIN}` block"
+        ));
+    }
+    Ok(count)
+}
+
 /// A user, project or domain, named either way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdOrName {
@@ -241,7 +307,7 @@ impl CloudProfile {
         if env.get("OS_AUTH_URL").is_some() {
             return Self::from_env(env);
         }
-        let hint = match find_first(&clouds_candidates(env)) {
+        let hint = match find_first(&clouds_candidates(env)?) {
             Some(p) => format!(
                 "; {} defines: {}",
                 p.display(),
@@ -260,7 +326,7 @@ impl CloudProfile {
     /// or it has no such cloud). Lets a caller give a name a default meaning that a user's own
     /// clouds.yaml can still override.
     pub fn defined_in(env: &Env, name: &str) -> Result<Option<PathBuf>, CloudError> {
-        let Some(path) = find_first(&clouds_candidates(env)) else {
+        let Some(path) = find_first(&clouds_candidates(env)?) else {
             return Ok(None);
         };
         let doc = CloudsDoc::read(&path)?;
@@ -278,7 +344,7 @@ impl CloudProfile {
         let clouds_path = match file {
             Some(p) => p.to_path_buf(),
             None => {
-                let candidates = clouds_candidates(env);
+                let candidates = clouds_candidates(env)?;
                 find_first(&candidates).ok_or_else(|| {
                     CloudError::Config(format!(
                         "cloud '{name}' requested but no clouds.yaml found (looked for {}): create one, \
@@ -699,11 +765,26 @@ impl Lookup for YamlLookup<'_> {
     }
 }
 
-fn clouds_candidates(env: &Env) -> Vec<PathBuf> {
+/// Where clouds.yaml is looked for. A file named by `OS_CLIENT_CONFIG_FILE` must exist: quietly
+/// looking elsewhere (or falling back to another cloud) would run against a cloud nobody named.
+fn clouds_candidates(env: &Env) -> Result<Vec<PathBuf>, CloudError> {
     if let Some(f) = env.get("OS_CLIENT_CONFIG_FILE") {
-        return vec![PathBuf::from(f)];
+        let path = PathBuf::from(f);
+        if !path.is_file() {
+            return Err(CloudError::Config(format!(
+                "$OS_CLIENT_CONFIG_FILE names {}, which {}: fix the path, or unset \
+                 OS_CLIENT_CONFIG_FILE to use the clouds.yaml on the search path",
+                path.display(),
+                if path.exists() {
+                    "is not a file"
+                } else {
+                    "does not exist"
+                }
+            )));
+        }
+        return Ok(vec![path]);
     }
-    with_names(env.config_dirs(), "clouds")
+    Ok(with_names(env.config_dirs(), "clouds"))
 }
 
 /// secure.yaml: `OS_CLIENT_SECURE_FILE`, else the one next to clouds.yaml, else the search path.
@@ -881,6 +962,67 @@ mod tests {
         assert!(
             e.contains("cloud 'x' requested but no clouds.yaml found"),
             "{e}"
+        );
+    }
+
+    /// Issue 12: a clouds.yaml named by OS_CLIENT_CONFIG_FILE that does not exist is an error, not
+    /// a quiet switch to another clouds.yaml or to none (`kos --cloud sim` then ran the embedded
+    /// simulator).
+    #[test]
+    fn a_missing_os_client_config_file_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write(dir.path(), "clouds.yaml", CLOUDS);
+        let missing = dir.path().join("gone.yaml");
+        let env = Env::from_vars([("OS_CLIENT_CONFIG_FILE", missing.to_str().expect("utf8"))])
+            .with_cwd(dir.path())
+            .with_system_dir(dir.path().join("etc"));
+        let expected = format!(
+            "$OS_CLIENT_CONFIG_FILE names {}, which does not exist: fix the path, or unset \
+             OS_CLIENT_CONFIG_FILE to use the clouds.yaml on the search path",
+            missing.display()
+        );
+        let e = CloudProfile::defined_in(&env, "sim").expect_err("named file missing");
+        assert_eq!(e.to_string(), expected);
+        let e = CloudProfile::load(&env, Some("lab"), None).expect_err("named file missing");
+        assert_eq!(e.to_string(), expected);
+        let e = CloudProfile::load(&env, None, None).expect_err("named file missing");
+        assert_eq!(e.to_string(), expected);
+    }
+
+    #[test]
+    fn ca_bundles_are_checked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = check_ca_bundle(&dir.path().join("none.pem")).expect_err("missing");
+        assert_eq!(e, "does not exist");
+        let text = write(dir.path(), "t.pem", "hello\n");
+        assert!(
+            check_ca_bundle(&text)
+                .expect_err("text")
+                .contains("holds no `-----BEGIN CERTIFICATE-----` block")
+        );
+        let bad = write(
+            dir.path(),
+            "b.pem",
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
+        );
+        assert!(
+            check_ca_bundle(&bad)
+                .expect_err("bad body")
+                .contains("not a certificate")
+        );
+        // A DER SEQUENCE, as every certificate starts.
+        let ok = write(
+            dir.path(),
+            "ok.pem",
+            "junk\n-----BEGIN CERTIFICATE-----\nMIIBCgKCAQEA\n-----END CERTIFICATE-----\n",
+        );
+        assert_eq!(check_ca_bundle(&ok), Ok(1));
+        let bin = dir.path().join("der.crt");
+        std::fs::write(&bin, [0x30u8, 0x82, 0xff, 0xfe, 0x00]).expect("write");
+        assert!(
+            check_ca_bundle(&bin)
+                .expect_err("binary")
+                .contains("openssl x509")
         );
     }
 

@@ -112,6 +112,9 @@ pub struct CallRecord<'a> {
     /// The HTTP status, `None` when no answer came (connection refused, reset, timeout).
     pub status: Option<u16>,
     pub duration: std::time::Duration,
+    /// When the call is sent again after this attempt: the wait before that (Retry-After or
+    /// backoff, its random share and the session's spacing of retries included).
+    pub retry_in: Option<std::time::Duration>,
 }
 
 impl CallRecord<'_> {

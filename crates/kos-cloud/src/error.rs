@@ -110,6 +110,35 @@ impl CloudError {
         }
     }
 
+    /// Whether the same request may succeed later unchanged: the cloud was busy, failed or could
+    /// not be reached, or the outcome is unknown. `false`: it was told something wrong (bad
+    /// input, credentials, configuration), which waiting does not fix.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CloudError::Api { kind, .. } => match kind {
+                ApiErrorKind::RateLimited | ApiErrorKind::Unavailable | ApiErrorKind::Server => {
+                    true
+                }
+                ApiErrorKind::BadRequest
+                | ApiErrorKind::Unauthorized
+                | ApiErrorKind::Forbidden
+                | ApiErrorKind::NotFound
+                | ApiErrorKind::Conflict
+                | ApiErrorKind::OverQuota
+                | ApiErrorKind::Other => false,
+            },
+            CloudError::Ambiguous { .. }
+            | CloudError::Transport { .. }
+            | CloudError::Timeout { .. } => true,
+            CloudError::Decode { .. }
+            | CloudError::Config(_)
+            | CloudError::Auth(_)
+            | CloudError::Lookup { .. }
+            | CloudError::Invalid { .. }
+            | CloudError::Failed { .. } => false,
+        }
+    }
+
     pub fn kind(&self) -> Option<ApiErrorKind> {
         match self {
             CloudError::Api { kind, .. } => Some(*kind),

@@ -4,6 +4,7 @@
 //! `openstack_sdk`.
 
 pub mod config;
+mod connect;
 pub mod counters;
 pub mod error;
 pub mod redact;

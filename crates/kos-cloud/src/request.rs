@@ -294,12 +294,13 @@ impl Session {
         self.check_service(req.service, req.operation)?;
         let policy = self.retry_policy();
         let idempotent = req.is_idempotent();
-        let mut attempt = 0u32;
+        let mut budget = retry::Budget::default();
         // At most one re-authentication per call: credentials that Keystone accepts but a service
         // then rejects must not loop forever.
         let mut reauthenticated = false;
         loop {
-            attempt += 1;
+            budget.attempts += 1;
+            let attempt = budget.attempts;
             // A span per attempt inside the call's span: fields are never appended to twice.
             let span = tracing::debug_span!("attempt", n = attempt);
             if let Some(l) = &self.limiter {
@@ -307,28 +308,20 @@ impl Session {
             }
             let started = std::time::Instant::now();
             let (result, epoch) = self.attempt(req).instrument(span).await?;
+            let elapsed = started.elapsed();
             // Counted once it went to the network (errors found before that return above).
             self.inner.counters.record_call(req.service, req.operation);
-            if let Some(o) = &self.observer {
-                o.observe(&CallRecord {
-                    service: req.service,
-                    operation: req.operation,
-                    status: match &result {
-                        Attempt::Answer(rsp) => Some(rsp.status),
-                        Attempt::Transport { .. } => None,
-                    },
-                    duration: started.elapsed(),
-                });
-            }
-            if !reauthenticated
-                && let Attempt::Answer(rsp) = &result
-                && rsp.status == 401
-            {
+            let status = match &result {
+                Attempt::Answer(rsp) => Some(rsp.status),
+                Attempt::Transport { .. } => None,
+            };
+            if !reauthenticated && status == Some(401) {
+                self.observe(req, status, elapsed, None);
                 // The token expired or was revoked: nothing was done, so the call is sent again
                 // once the session has a new token and its endpoints back.
                 self.reauthenticate(epoch).await?;
                 reauthenticated = true;
-                attempt -= 1;
+                budget.attempts -= 1;
                 continue;
             }
             let (decision, retry_after, outcome) = match result {
@@ -351,30 +344,53 @@ impl Session {
                     Err(detail),
                 ),
             };
-            match decision {
-                Decision::Success => {
-                    if let Ok(rsp) = outcome {
-                        return Ok(rsp);
-                    }
-                }
+            let retry = match decision {
                 Decision::Retry(RetryReason::LoadBalancerBusy, _)
-                    if !policy.retry_busy_load_balancer => {}
-                Decision::Retry(reason, _) if attempt < policy.max_attempts => {
-                    let delay = policy.delay(attempt, retry_after, &mut rand::rng());
-                    self.inner.counters.record_retry();
-                    tracing::debug!(
-                        attempt,
-                        status = outcome.as_ref().map(|r| r.status).unwrap_or(0),
-                        ?reason,
-                        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                        "retrying"
-                    );
-                    tokio::time::sleep(delay).await;
-                    continue;
+                    if !policy.retry_busy_load_balancer =>
+                {
+                    None
                 }
-                _ => {}
-            }
-            return Err(self.failure(req, decision, outcome, attempt));
+                Decision::Retry(reason, _) => budget
+                    .retry(policy, reason, retry_after, &mut rand::rng())
+                    .map(|delay| (reason, delay)),
+                Decision::Success | Decision::Ambiguous | Decision::Fail => None,
+            };
+            let Some((reason, delay)) = retry else {
+                self.observe(req, status, elapsed, None);
+                return match (decision, outcome) {
+                    (Decision::Success, Ok(rsp)) => Ok(rsp),
+                    (decision, outcome) => Err(self.failure(req, decision, outcome, attempt)),
+                };
+            };
+            let wait = self.schedule_retry(delay);
+            self.observe(req, status, elapsed, Some(wait));
+            self.inner.counters.record_retry();
+            tracing::debug!(
+                attempt,
+                status = status.unwrap_or(0),
+                ?reason,
+                delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "retrying"
+            );
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    fn observe(
+        &self,
+        req: &ApiRequest,
+        status: Option<u16>,
+        duration: std::time::Duration,
+        retry_in: Option<std::time::Duration>,
+    ) {
+        if let Some(o) = &self.observer {
+            o.observe(&CallRecord {
+                service: req.service,
+                operation: req.operation,
+                status,
+                duration,
+                retry_in,
+            });
         }
     }
 

@@ -4,7 +4,14 @@
 //! The rule that matters most: a request that may have taken effect is never re-sent blindly. A POST
 //! answered with a 5xx (or cut off after it was sent) is [`Decision::Ambiguous`]; only answers that
 //! mean "not processed" (429, 503 with Retry-After, Octavia's 409 "immutable") are retried for it.
+//!
+//! "Not processed, come back later" answers ([`RetryReason::is_throttled`]) do not use up a call's
+//! attempts: a call waits its turn for as long as [`RetryPolicy::max_throttled`] allows, so a cloud
+//! with a strict rate limit makes a run slower, never fail. Their waits honour Retry-After plus a
+//! random share of it, and [`RetrySlots`] keeps the retries of one session at least
+//! [`RETRY_SPACING`] apart: callers turned away together never come back in the same instant.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use rand::Rng;
@@ -12,15 +19,20 @@ use rand::Rng;
 use crate::request::ServiceKind;
 
 /// How often and how long to retry. Full-jitter exponential backoff: attempt n waits a uniform random
-/// time in `[0, min(max_delay, base_delay * 2^n)]`, unless the service said how long (Retry-After).
+/// time in `[0, min(max_delay, base_delay * 2^n)]`, unless the service said how long (Retry-After):
+/// then that long plus a uniform random share of it (at least `base_delay`'s worth).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// Attempts in all, the first one included.
+    /// Attempts in all, the first one included, for answers that may be failures (5xx, a lost
+    /// connection). Throttled answers do not count: see `max_throttled`.
     pub max_attempts: u32,
     pub base_delay: Duration,
     pub max_delay: Duration,
     /// A Retry-After longer than this is cut to it (a cloud asking for 10 minutes would stall a run).
     pub max_retry_after: Duration,
+    /// How long one call may wait in all on answers that say "not processed, try later" (429, 503
+    /// with Retry-After, Octavia's busy 409) before it gives up with the last of them.
+    pub max_throttled: Duration,
     /// Whether a 409 from an Octavia object busy in PENDING_* is retried here. A controller that
     /// requeues instead (and must not hold a worker while Octavia works) turns this off: the 409
     /// then comes back as [`crate::CloudError::Api`] with status 409.
@@ -34,6 +46,7 @@ impl Default for RetryPolicy {
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(20),
             max_retry_after: Duration::from_secs(60),
+            max_throttled: Duration::from_secs(15 * 60),
             retry_busy_load_balancer: true,
         }
     }
@@ -47,6 +60,7 @@ impl RetryPolicy {
             base_delay: Duration::from_millis(2),
             max_delay: Duration::from_millis(20),
             max_retry_after: Duration::from_secs(5),
+            max_throttled: Duration::from_secs(60),
             retry_busy_load_balancer: true,
         }
     }
@@ -55,7 +69,18 @@ impl RetryPolicy {
     pub fn none() -> Self {
         RetryPolicy {
             max_attempts: 1,
+            max_throttled: Duration::ZERO,
             ..Self::fast()
+        }
+    }
+
+    /// Whether a call that has waited `throttled` so far on throttled answers, and failed `attempts`
+    /// times otherwise (this failure included), may be sent again for `reason`.
+    pub fn allows(&self, reason: RetryReason, attempts: u32, throttled: Duration) -> bool {
+        if reason.is_throttled() {
+            throttled < self.max_throttled
+        } else {
+            attempts < self.max_attempts
         }
     }
 
@@ -67,26 +92,121 @@ impl RetryPolicy {
         rng: &mut impl Rng,
     ) -> Duration {
         if let Some(after) = retry_after {
-            return after.min(self.max_retry_after);
+            // Honoured, never shortened; the random share spreads callers told the same thing at
+            // the same time over a window as long as the wait itself.
+            let after = after.min(self.max_retry_after);
+            return after + share(after.max(self.base_delay), rng);
         }
         let exp = attempt.saturating_sub(1).min(30);
         let cap = self
             .base_delay
             .saturating_mul(1u32 << exp)
             .min(self.max_delay);
-        let cap_ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(rng.random_range(0..=cap_ms))
+        share(cap, rng)
     }
 }
 
-/// Why a call is retried (for logs).
+/// What one call has used of its retries under a [`RetryPolicy`]: the attempts sent, those that
+/// failed in a way that counts against `max_attempts`, and the time waited on throttled answers.
+/// The one bookkeeping of every retry loop (calls, Keystone at connect and on re-authentication).
+#[derive(Debug, Default)]
+pub struct Budget {
+    /// Attempts sent so far (the caller counts them as it sends).
+    pub attempts: u32,
+    failures: u32,
+    throttled: Duration,
+}
+
+impl Budget {
+    /// Counts the last attempt as failed for `reason` and returns how long to wait before the next
+    /// one, or `None` when the policy allows no more.
+    pub fn retry(
+        &mut self,
+        policy: &RetryPolicy,
+        reason: RetryReason,
+        retry_after: Option<Duration>,
+        rng: &mut impl Rng,
+    ) -> Option<Duration> {
+        if !reason.is_throttled() {
+            self.failures += 1;
+        }
+        if !policy.allows(reason, self.failures, self.throttled) {
+            return None;
+        }
+        let wait = policy.delay(self.attempts, retry_after, rng);
+        if reason.is_throttled() {
+            self.throttled += wait;
+        }
+        Some(wait)
+    }
+}
+
+/// A uniform random duration in `[0, of]`, to the nanosecond (milliseconds would make equal draws
+/// likely among a few hundred callers).
+fn share(of: Duration, rng: &mut impl Rng) -> Duration {
+    let ns = u64::try_from(of.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(rng.random_range(0..=ns))
+}
+
+/// The least time between two retries one session schedules.
+pub const RETRY_SPACING: Duration = Duration::from_millis(2);
+
+/// The instants at which a session's retries are due. [`reserve`](Self::reserve) moves a retry
+/// forward until it is at least [`RETRY_SPACING`] from every other one still to come, so that no
+/// two retries of a session ever go out in the same millisecond, however their random waits fell.
+#[derive(Debug, Default)]
+pub struct RetrySlots {
+    due: BTreeSet<tokio::time::Instant>,
+}
+
+impl RetrySlots {
+    /// Reserves the first free instant at or after `at`; forgets those before `now`.
+    pub fn reserve(
+        &mut self,
+        now: tokio::time::Instant,
+        at: tokio::time::Instant,
+    ) -> tokio::time::Instant {
+        self.due = self.due.split_off(&now);
+        let mut at = at.max(now);
+        // Instants are reserved RETRY_SPACING apart, so one pass over the neighbours from
+        // `at - RETRY_SPACING` upwards finds the first gap.
+        let from = at.checked_sub(RETRY_SPACING).unwrap_or(now);
+        for t in self.due.range(from..) {
+            if *t >= at + RETRY_SPACING {
+                break;
+            }
+            at = at.max(*t + RETRY_SPACING);
+        }
+        self.due.insert(at);
+        at
+    }
+}
+
+/// Why a call is retried (for logs, and for which budget the retry uses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryReason {
+    /// 429.
     RateLimited,
+    /// 503 with Retry-After: the service said when to come back.
+    Overloaded,
+    /// 503 without Retry-After, for an idempotent call.
     Unavailable,
+    /// Another 5xx an idempotent call may be sent again after.
     ServerError,
     LoadBalancerBusy,
     Transport,
+}
+
+impl RetryReason {
+    /// "Not processed, try later": the call waits its turn instead of using up its attempts.
+    pub fn is_throttled(self) -> bool {
+        match self {
+            RetryReason::RateLimited | RetryReason::Overloaded | RetryReason::LoadBalancerBusy => {
+                true
+            }
+            RetryReason::Unavailable | RetryReason::ServerError | RetryReason::Transport => false,
+        }
+    }
 }
 
 /// What to do with the outcome of one attempt.
@@ -114,7 +234,7 @@ pub fn classify(
         200..=299 => Decision::Success,
         // Rejected before processing: safe for any method.
         429 => Decision::Retry(RetryReason::RateLimited, retry_after),
-        503 if retry_after.is_some() => Decision::Retry(RetryReason::Unavailable, retry_after),
+        503 if retry_after.is_some() => Decision::Retry(RetryReason::Overloaded, retry_after),
         409 if service == ServiceKind::LoadBalancer && lb_busy(message) => {
             Decision::Retry(RetryReason::LoadBalancerBusy, None)
         }
@@ -171,6 +291,7 @@ mod tests {
     use ServiceKind::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
+    use std::collections::BTreeSet;
 
     const S: Option<Duration> = Some(Duration::from_secs(3));
 
@@ -209,7 +330,7 @@ mod tests {
         // 503 with Retry-After means "not processed".
         assert_eq!(
             classify(Network, false, 503, S, ""),
-            Decision::Retry(RetryReason::Unavailable, S)
+            Decision::Retry(RetryReason::Overloaded, S)
         );
         assert_eq!(classify(Network, false, 501, None, ""), Decision::Fail);
     }
@@ -272,17 +393,110 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_wins_but_is_capped() {
+    fn retry_after_is_honoured_plus_a_random_share_and_capped() {
         let p = RetryPolicy::default();
         let mut rng = StdRng::seed_from_u64(1);
-        assert_eq!(
-            p.delay(1, Some(Duration::from_secs(2)), &mut rng),
-            Duration::from_secs(2)
+        let after = Duration::from_secs(2);
+        let waits: Vec<Duration> = (0..200)
+            .map(|_| p.delay(1, Some(after), &mut rng))
+            .collect();
+        // Never shorter than asked, at most twice as long.
+        assert!(
+            waits.iter().all(|w| *w >= after && *w <= after * 2),
+            "{waits:?}"
         );
-        assert_eq!(
-            p.delay(1, Some(Duration::from_secs(3600)), &mut rng),
-            p.max_retry_after
+        // Spread over the window, not bunched at one end.
+        assert!(waits.iter().any(|w| *w < after + after / 4));
+        assert!(waits.iter().any(|w| *w > after * 2 - after / 4));
+        // Callers told the same thing at once come back at different milliseconds.
+        let ms: BTreeSet<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert!(ms.len() > 150, "{} distinct of 200", ms.len());
+        // A cloud asking for an hour is cut to max_retry_after (plus its share).
+        let long = p.delay(1, Some(Duration::from_secs(3600)), &mut rng);
+        assert!(long >= p.max_retry_after && long <= p.max_retry_after * 2);
+        // A Retry-After of 0 still spreads the callers over base_delay.
+        let zero = p.delay(1, Some(Duration::ZERO), &mut rng);
+        assert!(zero <= p.base_delay);
+    }
+
+    #[test]
+    fn a_budget_counts_failures_and_throttled_time_apart() {
+        let p = RetryPolicy {
+            max_attempts: 2,
+            ..RetryPolicy::fast()
+        };
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut b = Budget::default();
+        // Throttled answers, however many, leave the failures alone until their time is used up.
+        for _ in 0..100 {
+            b.attempts += 1;
+            assert!(
+                b.retry(&p, RetryReason::RateLimited, Some(Duration::ZERO), &mut rng)
+                    .is_some()
+            );
+        }
+        b.attempts += 1;
+        assert!(
+            b.retry(&p, RetryReason::ServerError, None, &mut rng)
+                .is_some()
         );
+        b.attempts += 1;
+        assert!(
+            b.retry(&p, RetryReason::ServerError, None, &mut rng)
+                .is_none()
+        );
+        let mut b = Budget::default();
+        while b
+            .retry(
+                &p,
+                RetryReason::RateLimited,
+                Some(Duration::from_secs(5)),
+                &mut rng,
+            )
+            .is_some()
+        {}
+        assert!(b.throttled >= p.max_throttled);
+    }
+
+    #[test]
+    fn throttled_answers_use_up_time_not_attempts() {
+        let p = RetryPolicy::fast();
+        assert!(p.allows(RetryReason::RateLimited, 100, Duration::from_secs(59)));
+        assert!(!p.allows(RetryReason::RateLimited, 0, Duration::from_secs(60)));
+        assert!(p.allows(RetryReason::LoadBalancerBusy, 100, Duration::ZERO));
+        assert!(p.allows(RetryReason::Overloaded, 100, Duration::ZERO));
+        assert!(p.allows(RetryReason::ServerError, 5, Duration::ZERO));
+        assert!(!p.allows(RetryReason::ServerError, 6, Duration::ZERO));
+        assert!(!p.allows(RetryReason::Transport, 6, Duration::ZERO));
+        assert!(!RetryPolicy::none().allows(RetryReason::RateLimited, 1, Duration::ZERO));
+    }
+
+    #[test]
+    fn retries_of_a_session_never_share_a_millisecond() {
+        let now = tokio::time::Instant::now();
+        let mut slots = RetrySlots::default();
+        // 50 callers turned away together and told the same wait, and 50 with random ones.
+        let same = now + Duration::from_secs(1);
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut due: Vec<tokio::time::Instant> =
+            (0..50).map(|_| slots.reserve(now, same)).collect();
+        due.extend((0..50).map(|_| {
+            let at = now + Duration::from_micros(rng.random_range(0..20_000));
+            slots.reserve(now, at)
+        }));
+        due.sort();
+        for pair in due.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= RETRY_SPACING,
+                "{:?}",
+                pair[1] - pair[0]
+            );
+        }
+        assert!(due[0] >= now);
+        // Nothing before `now`; instants past are forgotten.
+        let later = now + Duration::from_secs(10);
+        assert_eq!(slots.reserve(later, now), later);
+        assert_eq!(slots.due.len(), 1);
     }
 
     #[test]

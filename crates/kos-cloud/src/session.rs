@@ -10,12 +10,13 @@ use openstack_sdk::config::{Auth, CloudConfig};
 use secrecy::SecretString;
 
 use crate::config::{AppCredentialRef, CloudProfile, Env, IdOrName, ProfileAuth};
+use crate::connect;
 use crate::counters::{CallCounters, CallCounts, CallObserver};
 use crate::error::CloudError;
 use crate::rate_limit::RateLimiter;
 use crate::redact::Redactor;
 use crate::request::ServiceKind;
-use crate::retry::RetryPolicy;
+use crate::retry::{Budget, RetryPolicy, RetrySlots};
 
 /// What discovery found for a service. A missing or broken service is only an error when used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +63,8 @@ pub(crate) struct Inner {
     /// would go to an unversioned URL (404, 406, 300): the lock makes that window unobservable.
     /// (The SDK's own 401 replay is switched off for the same reason.)
     pub(crate) endpoints: tokio::sync::RwLock<Endpoints>,
+    /// When the retries of every call of this session (and its clones) are due.
+    retry_slots: std::sync::Mutex<RetrySlots>,
 }
 
 /// What a session knows of its token and of the endpoints discovered with it.
@@ -96,31 +99,91 @@ impl Session {
     /// Discovery is not optional with this SDK: without it requests go to unversioned URLs (404,
     /// 406, 300). It runs for every session, the application-credential one included.
     pub async fn connect(profile: &CloudProfile) -> Result<Session, CloudError> {
+        Self::connect_with(profile, RetryPolicy::default()).await
+    }
+
+    /// [`connect`](Self::connect) with `policy` for Keystone (429, 5xx, a connection lost) and for
+    /// every call of the session.
+    pub async fn connect_with(
+        profile: &CloudProfile,
+        policy: RetryPolicy,
+    ) -> Result<Session, CloudError> {
         // The SDK finds auth plugins through `inventory`; without a reference to this crate the
         // linker drops the application-credential plugin and that auth type is "unknown".
         let _ = std::hint::black_box(&openstack_sdk_auth_applicationcredential::ANCHOR);
 
-        let redactor = Redactor::new(profile_secrets(profile));
-        if let Some(ca) = &profile.cacert
-            && !ca.is_file()
-        {
-            return Err(CloudError::Config(format!(
-                "cacert {} (from {}) is not a readable file: fix the path or remove it",
-                ca.display(),
-                profile.source("cacert")
-            )));
+        let mut secrets = profile_secrets(profile);
+        secrets.extend(
+            connect::url_password(&profile.auth_url)
+                .into_iter()
+                .map(SecretString::from),
+        );
+        let redactor = Redactor::new(secrets);
+        let auth_url = connect::without_userinfo(&profile.auth_url);
+        if auth_url != profile.auth_url {
+            tracing::warn!(
+                "auth_url (from {}) carries a user name or password, which Keystone does not take \
+                 from the URL: they are not sent; remove them",
+                profile.source("auth_url")
+            );
         }
-        let config = cloud_config(profile);
-        // No on-disk token cache: kos runs unattended and must not leave tokens in ~/.osc. (The SDK
-        // still creates an empty ~/.osc directory, mode 0700, in its State::new().)
-        let mut builder = AsyncOpenStack::builder(&config).disable_auth_cache(true);
-        if let Some(t) = profile.api_timeout {
-            builder = builder.http_timeout(t);
+        if let Some(ca) = &profile.cacert {
+            crate::config::check_ca_bundle(ca).map_err(|why| {
+                CloudError::Config(format!(
+                    "cacert {} (from {}) {why}: point it at the PEM file of the CA that signed \
+                     Keystone's certificate, or remove it",
+                    ca.display(),
+                    profile.source("cacert")
+                ))
+            })?;
         }
-        let mut client = builder
-            .connect()
-            .await
-            .map_err(|e| connect_error(profile, &redactor, &e))?;
+        let config = cloud_config(profile, &auth_url)?;
+        // The SDK's own `connect` runs discovery and the token request back to back and gives up
+        // at the first failure: a Keystone allowing one request a second would always refuse the
+        // second. Its steps, each retried on its own, get through.
+        let mut client = AsyncOpenStack::new_impl(&config, openstack_sdk::auth::Auth::None)
+            .map_err(|e| {
+                CloudError::Config(redactor.redact(&format!(
+                    "cloud '{}': {}",
+                    profile.name,
+                    crate::request::error_chain(&e)
+                )))
+            })?;
+        let mut budget = Budget::default();
+        let mut step = ConnectStep::Discover;
+        while step != ConnectStep::Done {
+            budget.attempts += 1;
+            let result = match step {
+                ConnectStep::Discover => client
+                    .discover_service_endpoint(&ServiceKind::Identity.sdk())
+                    .await
+                    .map(|()| ConnectStep::Authorize),
+                ConnectStep::Authorize | ConnectStep::Done => {
+                    Box::pin(client.authorize(None, false, false))
+                        .await
+                        .map(|()| ConnectStep::Done)
+                }
+            };
+            let e = match result {
+                Ok(next) => {
+                    step = next;
+                    continue;
+                }
+                Err(e) => e,
+            };
+            let failed = connect::diagnose(profile, &redactor, &e).await;
+            let retry = failed.retry.and_then(|(reason, retry_after)| {
+                budget
+                    .retry(&policy, reason, retry_after, &mut rand::rng())
+                    .map(|wait| (reason, wait))
+            });
+            let Some((reason, wait)) = retry else {
+                return Err(failed.error);
+            };
+            tracing::debug!(attempt = budget.attempts, ?reason, error = %failed.error, "connecting to Keystone failed; retrying");
+            tokio::time::sleep(wait).await;
+        }
+        client.disable_auth_cache();
         // 401s come back to `Session::send`, which re-authenticates and rediscovers under
         // `auth_epoch`'s write lock (see there).
         client.set_max_auth_retries(0);
@@ -156,7 +219,7 @@ impl Session {
                 client,
                 counters: CallCounters::default(),
                 cloud: profile.name.clone(),
-                auth_url: profile.auth_url.clone(),
+                auth_url,
                 interface: profile.interface.as_str(),
                 region: profile.region_name.clone(),
                 user_id,
@@ -165,8 +228,9 @@ impl Session {
                 redactor,
                 cacert: profile.cacert.clone(),
                 endpoints: tokio::sync::RwLock::default(),
+                retry_slots: std::sync::Mutex::default(),
             }),
-            policy: RetryPolicy::default(),
+            policy,
             observer: None,
             limiter: None,
         })
@@ -219,15 +283,33 @@ impl Session {
         // has forgotten. The SDK would first exchange the token it still holds (rejected when
         // revoked, and otherwise keeping the old expiry): forgetting it forces the login.
         self.inner.client.disable_auth_cache();
-        Box::pin(self.inner.client.authorize(None, false, true))
-            .await
-            .map_err(|e| {
-                CloudError::Auth(self.redact(&format!(
+        // Keystone answering 429 or 503, or a connection lost, is waited out as any call's is.
+        let mut budget = Budget::default();
+        loop {
+            budget.attempts += 1;
+            let Err(e) = Box::pin(self.inner.client.authorize(None, false, true)).await else {
+                break;
+            };
+            let retry = connect::reauth_retry(&e).and_then(|reason| {
+                budget
+                    .retry(&self.policy, reason, None, &mut rand::rng())
+                    .map(|delay| (reason, delay))
+            });
+            let Some((reason, delay)) = retry else {
+                return Err(CloudError::Auth(self.redact(&format!(
                     "cloud '{}': re-authentication failed: {}",
                     self.inner.cloud,
                     crate::request::error_chain(&e)
-                )))
-            })?;
+                ))));
+            };
+            let wait = self.schedule_retry(delay);
+            tracing::debug!(
+                attempt = budget.attempts,
+                ?reason,
+                "re-authentication failed; retrying"
+            );
+            tokio::time::sleep(wait).await;
+        }
         if let Some(t) = self.inner.client.get_auth_token() {
             self.inner.redactor.set_token(t);
         }
@@ -341,6 +423,19 @@ impl Session {
         &self.policy
     }
 
+    /// The wait before a retry due `delay` from now, moved on to an instant no other retry of this
+    /// session has (see [`RetrySlots`]).
+    pub(crate) fn schedule_retry(&self, delay: std::time::Duration) -> std::time::Duration {
+        let now = tokio::time::Instant::now();
+        let at = self
+            .inner
+            .retry_slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reserve(now, now + delay);
+        at - now
+    }
+
     /// The session's redactor: facades add secrets they learn (a created credential's secret).
     pub fn redactor(&self) -> &Redactor {
         &self.inner.redactor
@@ -386,10 +481,18 @@ fn profile_secrets(p: &CloudProfile) -> Vec<SecretString> {
     }
 }
 
-/// The SDK's config for a profile.
-fn cloud_config(p: &CloudProfile) -> CloudConfig {
+/// Where [`Session::connect_with`] is in talking to Keystone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnectStep {
+    Discover,
+    Authorize,
+    Done,
+}
+
+/// The SDK's config for a profile, authenticating at `auth_url`.
+fn cloud_config(p: &CloudProfile, auth_url: &str) -> Result<CloudConfig, CloudError> {
     let mut auth = Auth {
-        auth_url: Some(p.auth_url.clone()),
+        auth_url: Some(auth_url.to_owned()),
         ..Default::default()
     };
     fn set(v: &Option<IdOrName>, id: &mut Option<String>, name: &mut Option<String>) {
@@ -443,7 +546,18 @@ fn cloud_config(p: &CloudProfile) -> CloudConfig {
             "v3applicationcredential"
         }
     };
-    CloudConfig {
+    // How long one HTTP request may take is one of the SDK's untyped options (whole seconds, so a
+    // fraction is rounded up); such options are only made by deserialising.
+    let options = match p.api_timeout {
+        Some(t) => {
+            let secs = t.as_secs() + u64::from(t.subsec_nanos() > 0);
+            serde_json::from_value::<CloudConfig>(serde_json::json!({ "api_timeout": secs.max(1) }))
+                .map_err(|e| CloudError::Config(format!("api_timeout: {e}")))?
+                .options
+        }
+        None => Default::default(),
+    };
+    Ok(CloudConfig {
         auth: Some(auth),
         auth_type: Some(auth_type.into()),
         interface: Some(p.interface.as_str().into()),
@@ -452,8 +566,9 @@ fn cloud_config(p: &CloudProfile) -> CloudConfig {
         cacert: p.cacert.as_ref().map(|c| c.display().to_string()),
         verify: Some(p.verify),
         auth_cache: Some(false),
+        options,
         ..Default::default()
-    }
+    })
 }
 
 /// Catalog types that stand for a service (Cinder is still registered as `volumev3` on many clouds).
@@ -476,6 +591,7 @@ const CONNECT_DISCOVERY: RetryPolicy = RetryPolicy {
     base_delay: std::time::Duration::from_millis(500),
     max_delay: std::time::Duration::from_secs(5),
     max_retry_after: std::time::Duration::from_secs(5),
+    max_throttled: std::time::Duration::from_secs(60),
     retry_busy_load_balancer: true,
 };
 
@@ -537,32 +653,4 @@ async fn discover(
         .await
         .into_iter()
         .collect()
-}
-
-/// A connect failure: transport problems name the URL; everything else is an auth failure.
-fn connect_error(
-    p: &CloudProfile,
-    redactor: &Redactor,
-    e: &openstack_sdk::OpenStackError,
-) -> CloudError {
-    let chain = redactor.redact(&crate::request::error_chain(e));
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = src {
-        if let Some(r) = s.downcast_ref::<reqwest::Error>()
-            && (r.is_connect() || r.is_timeout())
-        {
-            return CloudError::Transport {
-                service: ServiceKind::Identity,
-                operation: "auth.connect",
-                detail: format!(
-                    "cannot reach Keystone of cloud '{}' at {} ({}): {chain}",
-                    p.name,
-                    p.auth_url,
-                    p.source("auth_url")
-                ),
-            };
-        }
-        src = s.source();
-    }
-    CloudError::Auth(format!("cloud '{}' at {}: {chain}", p.name, p.auth_url))
 }

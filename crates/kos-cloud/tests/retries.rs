@@ -311,3 +311,62 @@ async fn unreachable_cloud_is_a_transport_error_after_retries() {
         3
     );
 }
+
+/// Records the wait before each retry, as computed by the session.
+#[derive(Default)]
+struct Waits(std::sync::Mutex<Vec<Duration>>);
+
+impl kos_cloud::CallObserver for Waits {
+    fn observe(&self, call: &kos_cloud::CallRecord<'_>) {
+        if let Some(w) = call.retry_in {
+            self.0.lock().expect("lock").push(w);
+        }
+    }
+}
+
+/// Issue 12: under a strict rate limit concurrent calls all get through, only later; each retry
+/// waits at least the Retry-After the cloud gave, plus a random share so they do not come back
+/// together. (They used to wait exactly Retry-After, return all at once, and give up after six
+/// attempts.)
+#[tokio::test]
+async fn a_strict_rate_limit_makes_concurrent_calls_wait_not_fail() {
+    // Real time, two requests a second: Retry-After is 1 s.
+    let sim = Sim::start(SimConfig {
+        time_scale: 1.0,
+        rate_limits: [(kos_sim::Service::Network, 2.0)].into_iter().collect(),
+        ..SimConfig::fast()
+    })
+    .await
+    .expect("sim");
+    let waits = std::sync::Arc::new(Waits::default());
+    let s = connect(&sim).await.with_observer(waits.clone());
+    let calls = (0..12).map(|_| {
+        let s = s.clone();
+        async move {
+            s.send(ApiRequest::get(
+                ServiceKind::Network,
+                "network.list",
+                "networks",
+            ))
+            .await
+            .map(|r| r.status)
+        }
+    });
+    for r in futures::future::join_all(calls).await {
+        assert_eq!(r.expect("every call gets through"), 200);
+    }
+    let waits = waits.0.lock().expect("lock").clone();
+    assert!(!waits.is_empty(), "the limit was never hit");
+    for w in &waits {
+        assert!(
+            *w >= Duration::from_secs(1),
+            "shorter than Retry-After: {w:?}"
+        );
+    }
+    let c = s.counters();
+    assert_eq!(c.retries as usize, waits.len());
+    assert!(
+        c.operation(ServiceKind::Network, "network.list") > 12,
+        "{c:?}"
+    );
+}

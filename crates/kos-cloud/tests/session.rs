@@ -654,3 +654,126 @@ async fn rate_limit_spaces_calls_across_clones() {
         start.elapsed()
     );
 }
+
+fn profile_at(auth_url: &str) -> CloudProfile {
+    CloudProfile::new(
+        "probe",
+        auth_url,
+        ProfileAuth::Password {
+            user: kos_cloud::IdOrName::Name("demo".into()),
+            user_domain: Some(kos_cloud::IdOrName::Id("default".into())),
+            password: SecretString::from("kos-sim-password".to_owned()),
+            project: Some(kos_cloud::IdOrName::Name("demo".into())),
+            project_domain: Some(kos_cloud::IdOrName::Id("default".into())),
+        },
+    )
+}
+
+async fn connect_error(p: &CloudProfile) -> String {
+    Session::connect_with(p, RetryPolicy::fast())
+        .await
+        .expect_err("cannot connect")
+        .to_string()
+}
+
+/// Issue 12: every way of not reaching Keystone used to read "Service is not working."; each now
+/// names the endpoint and the setting to check, and a password in the URL is never shown.
+#[tokio::test]
+async fn connect_failures_name_the_endpoint_and_the_setting() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A port nothing listens on: bound, then freed.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = free.local_addr().expect("addr").port();
+    drop(free);
+
+    let refused = connect_error(&profile_at(&format!(
+        "http://bob:hunter2-url-pw@127.0.0.1:{port}/identity/v3"
+    )))
+    .await;
+    assert!(
+        refused.contains(&format!(
+            "nothing listens at 127.0.0.1:{port} (connection refused)"
+        )) && refused.contains("auth_url"),
+        "{refused}"
+    );
+    assert!(!refused.contains("hunter2-url-pw"), "{refused}");
+
+    let dns = connect_error(&profile_at("http://no-such-host.invalid:5000/v3")).await;
+    assert!(
+        dns.contains("cannot resolve the host of http://no-such-host.invalid:5000/v3")
+            && dns.contains("auth_url"),
+        "{dns}"
+    );
+
+    let tls_to_http = sim.auth_url().replacen("http://", "https://", 1);
+    let tls = connect_error(&profile_at(&tls_to_http)).await;
+    assert!(
+        tls.contains("does not speak TLS") && tls.contains("use http:// in auth_url"),
+        "{tls}"
+    );
+
+    let not_a_cert = write(dir.path(), "ca.pem", "this is not a certificate\n");
+    let mut p = profile_at(&tls_to_http);
+    p.cacert = Some(not_a_cert.clone());
+    let bad_ca = connect_error(&p).await;
+    assert!(
+        bad_ca.starts_with(&format!("cacert {}", not_a_cert.display()))
+            && bad_ca.contains("holds no `-----BEGIN CERTIFICATE-----` block"),
+        "{bad_ca}"
+    );
+
+    let wrong_path = format!("{}/nope/v3", sim.base_url());
+    let e = connect_error(&profile_at(&wrong_path)).await;
+    assert!(
+        e.contains("answered 404") && e.contains("path of auth_url"),
+        "{e}"
+    );
+
+    for e in [&refused, &dns, &tls, &bad_ca, &e] {
+        assert!(!e.contains("Service is not working"), "{e}");
+    }
+}
+
+/// Issue 12: Keystone answering 429 and 503 is waited out at connect, as every other call is; a
+/// Keystone that allows one request a second lets kos in (it used to refuse the token request
+/// that the SDK sends right after discovery, every time).
+#[tokio::test]
+async fn a_busy_keystone_is_waited_out_at_connect() {
+    let sim = sim().await;
+    for rule in [
+        json!({"method": "POST", "path": "^/identity/v3/auth/tokens$", "status": 503, "count": 2}),
+        json!({"method": "POST", "path": "^/identity/v3/auth/tokens$", "status": 429, "count": 2, "retry_after": 0}),
+        json!({"method": "GET", "path": "^/identity/v3/?$", "status": 503, "count": 1, "retry_after": 0}),
+    ] {
+        let rsp = reqwest::Client::new()
+            .post(format!("{}/_sim/faults", sim.base_url()))
+            .json(&rule)
+            .send()
+            .await
+            .expect("fault");
+        assert_eq!(rsp.status(), 201);
+    }
+    let s = Session::connect_with(&profile_at(&sim.auth_url()), RetryPolicy::fast())
+        .await
+        .expect("connects once Keystone answers");
+    assert!(!s.project_id().is_empty());
+    let log = sim_log(&sim).await;
+    assert_eq!(
+        count(&log, "POST", "/identity/v3/auth/tokens", Some(201)),
+        1
+    );
+    assert_eq!(count(&log, "POST", "/identity/v3/auth/tokens", None), 5);
+
+    // One request a second, in real time: discovery and the token request each wait their turn.
+    let strict = Sim::start(SimConfig {
+        time_scale: 1.0,
+        rate_limits: [(kos_sim::Service::Identity, 1.0)].into_iter().collect(),
+        ..SimConfig::fast()
+    })
+    .await
+    .expect("sim");
+    Session::connect_with(&profile_at(&strict.auth_url()), RetryPolicy::fast())
+        .await
+        .expect("connects under one request a second");
+}

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use secrecy::SecretString;
 
+use crate::apply::CcmCredential;
+
 /// What a node's bootstrap needs to know, known before the server is created.
 #[derive(Debug, Clone)]
 pub struct NodeContext {
@@ -47,6 +49,14 @@ pub struct BootstrapError {
 /// Renders a node's user_data (raw bytes; the compute facade base64-encodes and size-checks them).
 pub trait Bootstrap: Send + Sync {
     fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError>;
+
+    /// Keeps the CCM's application credential, called the moment Keystone has returned it and
+    /// before any node that needs it starts: Keystone shows the secret once, and a run killed after
+    /// this must not have lost it.
+    ///
+    /// # Errors
+    /// It could not be kept: the node fails, and nothing that needs the credential is created.
+    fn keep_ccm_credential(&self, credential: &CcmCredential) -> Result<(), BootstrapError>;
 }
 
 /// A valid cloud-config that only writes a marker file naming the node: enough to prove the wiring.
@@ -54,6 +64,11 @@ pub trait Bootstrap: Send + Sync {
 pub struct MarkerBootstrap;
 
 impl Bootstrap for MarkerBootstrap {
+    /// Its nodes carry no cloud.conf: there is nothing to keep the secret for.
+    fn keep_ccm_credential(&self, _: &CcmCredential) -> Result<(), BootstrapError> {
+        Ok(())
+    }
+
     fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {
         let role = match &node.role {
             NodeRole::InitControlPlane => "init-control-plane".to_owned(),

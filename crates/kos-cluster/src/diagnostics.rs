@@ -4,9 +4,13 @@
 //! later layers (preflight) can add their own problems about the same `cluster.yaml`. A [`Report`] owns the
 //! source text once and hands it to miette as the parent source of every diagnostic, so a whole run renders as
 //! one report with the file name and every problem in it.
+//!
+//! What miette draws is a printable view of both ([`printable`]): control characters and terminal escape
+//! sequences from the file are shown escaped, never interpreted by the terminal, and a line or a word too long
+//! to read is cut to an excerpt around what is labelled, so a 50 MB line is never printed whole.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use miette::{LabeledSpan, NamedSource, SourceCode, SourceSpan};
 
@@ -26,6 +30,8 @@ pub enum Severity {
 pub enum Code {
     /// The text is not YAML.
     Syntax,
+    /// The file is not UTF-8 text.
+    Encoding,
     /// A key that the schema does not know.
     UnknownField,
     /// A key given twice in one mapping.
@@ -143,6 +149,7 @@ impl Code {
             Self::Taint => "kos::spec::taint",
             Self::SshKey => "kos::spec::ssh_key",
             Self::Unpinned => "kos::spec::unpinned",
+            Self::Encoding => "kos::spec::encoding",
             Self::Risky => "kos::spec::risky",
             Self::CloudError => "kos::preflight::cloud_error",
             Self::ImageNotFound => "kos::preflight::image_not_found",
@@ -297,7 +304,16 @@ impl miette::Diagnostic for Diagnostic {
 #[derive(Clone)]
 pub struct Report {
     name: String,
-    source: Arc<NamedSource<String>>,
+    text: Arc<str>,
+    diagnostics: Vec<Diagnostic>,
+    /// What miette draws, made on first use and dropped by every change.
+    view: OnceLock<Arc<View>>,
+}
+
+/// The printable form of a report: the source with control characters escaped and long lines cut, and
+/// the diagnostics with their spans moved to match and their texts made printable.
+struct View {
+    source: NamedSource<String>,
     diagnostics: Vec<Diagnostic>,
 }
 
@@ -310,14 +326,47 @@ impl Report {
     pub fn new(name: &str, text: &str) -> Self {
         Self {
             name: name.to_owned(),
-            source: Arc::new(NamedSource::new(name, text.to_owned()).with_language("yaml")),
+            text: Arc::from(text),
             diagnostics: Vec::new(),
+            view: OnceLock::new(),
         }
     }
 
     /// Adds a problem.
     pub fn push(&mut self, diagnostic: Diagnostic) {
         self.diagnostics.push(diagnostic);
+        self.view = OnceLock::new();
+    }
+
+    fn view(&self) -> &View {
+        self.view.get_or_init(|| {
+            let spans = self
+                .diagnostics
+                .iter()
+                .flat_map(|d| d.labels.iter().map(|l| l.span));
+            let shown = Excerpt::of(&self.text, spans);
+            let diagnostics = self
+                .diagnostics
+                .iter()
+                .map(|d| Diagnostic {
+                    message: printable(&d.message).into_owned(),
+                    help: d.help.as_deref().map(|h| printable(h).into_owned()),
+                    labels: d
+                        .labels
+                        .iter()
+                        .map(|l| Label {
+                            span: shown.span(l.span),
+                            text: printable(&l.text).into_owned(),
+                        })
+                        .collect(),
+                    ..d.clone()
+                })
+                .collect();
+            Arc::new(View {
+                source: NamedSource::new(printable(&self.name), shown.text).with_language("yaml"),
+                diagnostics,
+            })
+        })
     }
 
     /// The file name given to [`Report::new`].
@@ -361,7 +410,7 @@ impl Report {
     /// 1-based line and column of a byte offset in the source, for plain-text output and tests.
     #[must_use]
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
-        let text = self.source.inner();
+        let text = &*self.text;
         let before = &text[..offset.min(text.len())];
         let line = before.matches('\n').count() + 1;
         let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
@@ -372,6 +421,7 @@ impl Report {
     pub(crate) fn sort(&mut self) {
         self.diagnostics
             .sort_by_key(|d| d.primary_span().map_or(usize::MAX, |s| s.offset()));
+        self.view = OnceLock::new();
     }
 }
 
@@ -388,14 +438,14 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
         let (errors, warnings) = (self.errors().count(), self.warnings().count());
+        let name = printable(&self.name);
         match (errors, warnings) {
-            (0, 0) => write!(f, "`{}` is valid", self.name),
-            (0, w) => write!(f, "`{}`: {}", self.name, plural(w, "warning")),
-            (e, 0) => write!(f, "`{}` is invalid: {}", self.name, plural(e, "error")),
+            (0, 0) => write!(f, "`{name}` is valid"),
+            (0, w) => write!(f, "`{name}`: {}", plural(w, "warning")),
+            (e, 0) => write!(f, "`{name}` is invalid: {}", plural(e, "error")),
             (e, w) => write!(
                 f,
-                "`{}` is invalid: {}, {}",
-                self.name,
+                "`{name}` is invalid: {}, {}",
                 plural(e, "error"),
                 plural(w, "warning")
             ),
@@ -419,14 +469,183 @@ impl miette::Diagnostic for Report {
     }
 
     fn source_code(&self) -> Option<&dyn SourceCode> {
-        Some(&*self.source)
+        Some(&self.view().source)
     }
 
     fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn miette::Diagnostic> + 'a>> {
         Some(Box::new(
-            self.diagnostics
+            self.view()
+                .diagnostics
                 .iter()
                 .map(|d| d as &dyn miette::Diagnostic),
         ))
+    }
+}
+
+/// Longest line a snippet shows, in characters; a longer one is cut to this much around its first label.
+const MAX_LINE: usize = 160;
+/// Characters kept before a label when a long line is cut.
+const LEAD: usize = 40;
+/// Longest word (run of non-space characters) a message shows; a longer one keeps its start and end.
+const MAX_WORD: usize = 80;
+const ELLIPSIS: &str = "…";
+
+/// Whether a character must not reach a terminal as it is: control characters (ESC starts the terminal's
+/// escape sequences), the Unicode line separators, and the bidirectional overrides that make text read
+/// differently from what it is.
+fn unprintable(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with every character that must not reach a terminal as it is escaped (`\u{1b}`), and nothing else
+/// changed: for whole rendered reports, whose own drawing must stay intact.
+#[must_use]
+pub fn escape_unprintable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(unprintable) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unprintable(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `text` fit for a terminal and a log: unprintable characters escaped (`\u{1b}`), and every word longer than
+/// a reader can use cut to its start and end, saying how much was left out. Text that needs neither is
+/// returned as it is.
+#[must_use]
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let long_word = text
+        .split(char::is_whitespace)
+        .any(|w| w.chars().count() > MAX_WORD);
+    if !long_word && !text.chars().any(unprintable) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len().min(4096));
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        let n = word.chars().count();
+        if n > MAX_WORD {
+            let head: String = word.chars().take(MAX_WORD / 2).collect();
+            let tail: String = word.chars().skip(n - MAX_WORD / 4).collect();
+            out.push_str(&format!(
+                "{head}{ELLIPSIS}({} characters){ELLIPSIS}{tail}",
+                n - MAX_WORD / 2 - MAX_WORD / 4
+            ));
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_whitespace() && !unprintable(c) {
+            flush(&mut word, &mut out);
+            out.push(c);
+        } else if unprintable(c) {
+            word.extend(c.escape_unicode());
+        } else {
+            word.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    std::borrow::Cow::Owned(out)
+}
+
+/// The source as shown: edits (a replaced byte range) applied in order, and the map from the original's byte
+/// offsets to the shown text's.
+struct Excerpt {
+    text: String,
+    /// `(start, end, replacement length)` of each edit, by start.
+    edits: Vec<(usize, usize, usize)>,
+}
+
+impl Excerpt {
+    /// Escapes unprintable characters and cuts long lines of `text`, keeping the start of each span in view.
+    fn of(text: &str, spans: impl Iterator<Item = SourceSpan>) -> Excerpt {
+        let mut starts: Vec<usize> = spans.map(|s| s.offset()).collect();
+        starts.sort_unstable();
+        let mut edits: Vec<(usize, usize, String)> = Vec::new();
+        let mut line_start = 0;
+        for line in text.split_inclusive('\n') {
+            let line_end = line_start + line.len();
+            let body = line.trim_end_matches(['\n', '\r']);
+            // Kept: all of a short line, else a window around its first label (or its start).
+            let (keep_from, keep_to) = if body.chars().count() <= MAX_LINE {
+                (line_start, line_start + body.len())
+            } else {
+                let first = starts
+                    .iter()
+                    .copied()
+                    .find(|s| (line_start..line_end).contains(s))
+                    .unwrap_or(line_start);
+                let before = &text[line_start..first];
+                let skip = before.chars().count().saturating_sub(LEAD);
+                let from = line_start + before.char_indices().nth(skip).map_or(0, |(i, _)| i);
+                let rest = &text[from..line_start + body.len()];
+                let to = from
+                    + rest
+                        .char_indices()
+                        .nth(MAX_LINE)
+                        .map_or(rest.len(), |(i, _)| i);
+                (from, to)
+            };
+            if keep_from > line_start {
+                edits.push((line_start, keep_from, ELLIPSIS.to_owned()));
+            }
+            for (i, c) in text[keep_from..keep_to].char_indices() {
+                if unprintable(c) {
+                    let at = keep_from + i;
+                    edits.push((at, at + c.len_utf8(), c.escape_unicode().to_string()));
+                }
+            }
+            let body_end = line_start + body.len();
+            if keep_to < body_end {
+                edits.push((keep_to, body_end, ELLIPSIS.to_owned()));
+            }
+            line_start = line_end;
+        }
+        let mut shown = String::with_capacity(text.len().min(1 << 20));
+        let mut at = 0;
+        for (from, to, with) in &edits {
+            shown.push_str(&text[at..*from]);
+            shown.push_str(with);
+            at = *to;
+        }
+        shown.push_str(&text[at..]);
+        Excerpt {
+            text: shown,
+            edits: edits.into_iter().map(|(f, t, w)| (f, t, w.len())).collect(),
+        }
+    }
+
+    /// Where an original byte offset is in the shown text; one inside an edit goes to the start of its
+    /// replacement, or with `end` to its end.
+    fn offset(&self, o: usize, end: bool) -> usize {
+        // Bytes added and removed by the edits before `o` (kept apart: both are unsigned).
+        let (mut added, mut removed) = (0, 0);
+        for &(from, to, len) in &self.edits {
+            if to <= o {
+                added += len;
+                removed += to - from;
+            } else if from < o {
+                let at = from + added - removed;
+                return if end { at + len } else { at };
+            } else {
+                break;
+            }
+        }
+        o + added - removed
+    }
+
+    fn span(&self, s: SourceSpan) -> SourceSpan {
+        let from = self.offset(s.offset(), false);
+        let to = self.offset(s.offset() + s.len(), true).max(from);
+        SourceSpan::from(from..to)
     }
 }

@@ -20,6 +20,7 @@ pub mod bootstrap;
 pub mod critical_path;
 pub mod diagnostics;
 pub mod doctor;
+mod encoding;
 pub mod events;
 pub mod graph;
 pub mod names;
@@ -33,7 +34,13 @@ pub mod teardown;
 mod tree;
 mod validate;
 
-pub use diagnostics::{Code, Diagnostic, Label, Report, Severity, SpecErrors};
+pub use diagnostics::{
+    Code, Diagnostic, Label, Report, Severity, SpecErrors, escape_unprintable, printable,
+};
+
+/// The largest spec kos reads. A cluster spec is a few KiB: a file a thousand times larger is the wrong file
+/// (or an endless stream), and reading it whole would only delay saying so.
+pub const MAX_SPEC_BYTES: usize = 1 << 20;
 pub use spec::ClusterSpec;
 
 /// A valid spec and the warnings found while reading it.
@@ -43,6 +50,23 @@ pub struct Loaded {
     pub spec: ClusterSpec,
     /// Warnings only (it may be empty); render it like an error report.
     pub warnings: Report,
+}
+
+/// Reads and validates a `cluster.yaml` as read from disk: the bytes must be UTF-8 (a leading byte-order mark is
+/// dropped), then as [`load`].
+///
+/// # Errors
+/// As [`load`]; bytes that are not UTF-8 are the one problem reported (`kos::spec::encoding`).
+pub fn load_bytes(path_for_messages: &str, bytes: &[u8]) -> Result<Loaded, SpecErrors> {
+    match encoding::decode(bytes) {
+        Ok(text) => load(path_for_messages, text),
+        Err(undecodable) => {
+            let (shown, problem) = *undecodable;
+            let mut report = Report::new(path_for_messages, &shown);
+            report.push(problem);
+            Err(report)
+        }
+    }
 }
 
 /// Reads and validates a `cluster.yaml`.

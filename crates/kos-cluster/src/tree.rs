@@ -50,9 +50,16 @@ impl Value {
 /// Parses `text` into a tree; a syntax error becomes the single diagnostic (nothing else can be checked).
 pub(crate) fn parse(text: &str) -> Result<Node, Diagnostic> {
     // YAML 1.2 booleans only: `public: yes` or a pool called `no` must not silently become a bool.
+    // A spec is a few hundred values: a budget far below the parser's own stops an alias bomb (anchors
+    // whose aliases multiply) after a moment and a few megabytes, not seconds and hundreds.
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = MAX_NODES;
+    budget.max_aliases = 1_000;
+    budget.max_events = 4 * MAX_NODES;
     let options = serde_saphyr::options! {
         duplicate_keys: DuplicateKeyPolicy::PassThrough,
         strict_booleans: true,
+        budget: Some(budget),
     };
     match serde_saphyr::from_str_with_options::<Saphyr<Raw>>(text, options) {
         Ok(root) => Ok(convert(root, text)),
@@ -60,13 +67,64 @@ pub(crate) fn parse(text: &str) -> Result<Node, Diagnostic> {
             let span = err
                 .location()
                 .map_or(SourceSpan::from(0..0), |l| span_of(&l, text));
-            let message = syntax_message(&err);
-            Err(
-                Diagnostic::error(Code::Syntax, "", format!("not valid YAML: {message}"))
-                    .label(span, message)
-                    .help("fix the YAML syntax; nothing else was checked"),
-            )
+            let (message, label, help) = match kind(&err) {
+                Problem::Expansion => (
+                    format!(
+                        "the document expands to more than {MAX_NODES} values, far more than a cluster spec \
+                         holds: its aliases (`*name`) repeat what their anchors (`&name`) hold, over and over"
+                    ),
+                    "the expansion got out of hand here".to_owned(),
+                    "write the values out, or use anchors and aliases sparingly; nothing else was checked",
+                ),
+                Problem::Documents => (
+                    "the file holds more than one YAML document (a `---` line starts another)"
+                        .to_owned(),
+                    "a second document starts here".to_owned(),
+                    "kos reads one cluster per file: put each document in a file of its own, or delete the \
+                     extra `---`; nothing else was checked",
+                ),
+                Problem::Syntax => {
+                    let m = syntax_message(&err);
+                    (
+                        format!("not valid YAML: {m}"),
+                        m,
+                        "fix the YAML syntax; nothing else was checked",
+                    )
+                }
+            };
+            Err(Diagnostic::error(Code::Syntax, "", message)
+                .label(span, label)
+                .help(help))
         }
+    }
+}
+
+/// More values than any cluster spec needs (each pool is a dozen).
+const MAX_NODES: usize = 20_000;
+
+/// What kind of parse failure, for the message a person reads.
+enum Problem {
+    /// Aliases multiplying past the budget.
+    Expansion,
+    /// `---` and a second document.
+    Documents,
+    Syntax,
+}
+
+fn kind(err: &serde_saphyr::Error) -> Problem {
+    use serde_saphyr::Error as E;
+    let mut e = err;
+    while let E::AliasError { error, .. } | E::WithSnippet { error, .. } = e {
+        e = error;
+    }
+    match e {
+        E::Budget { .. }
+        | E::AliasReplayLimitExceeded { .. }
+        | E::AliasExpansionLimitExceeded { .. }
+        | E::AliasReplayStackDepthExceeded { .. }
+        | E::AliasReplayCounterOverflow { .. } => Problem::Expansion,
+        E::MultipleDocuments { .. } => Problem::Documents,
+        _ => Problem::Syntax,
     }
 }
 

@@ -761,6 +761,19 @@ async fn quota_short_for_instances_cores_and_ram_prints_a_table() -> R {
     Ok(())
 }
 
+/// Issue 12: a pool scaled to zero still has its server group; `kos plan` used to pass and `kos up` then
+/// died on OverQuota after creating everything before it.
+#[tokio::test]
+async fn a_pool_of_zero_still_counts_its_server_group() -> R {
+    let c = start().await?;
+    c.quotas(|q| q.server_groups = 0);
+    let e = c
+        .fails(&minimal_with(&[("      count: 2\n", "      count: 0\n")])?)
+        .await?;
+    expect(&e, Code::QuotaShort, "server groups short by 1");
+    Ok(())
+}
+
 #[tokio::test]
 async fn no_floating_ip_quota() -> R {
     let c = start().await?;
@@ -806,6 +819,32 @@ async fn a_failing_lookup_is_reported_with_the_other_problems() -> R {
         .await?;
     expect(&e, Code::CloudError, "could not list routers");
     expect(&e, Code::FlavorNotFound, "m1.huge");
+    Ok(())
+}
+
+/// Issue 12: a lookup the cloud failed (after the session's retries) is the cloud's failure, not the spec's:
+/// the caller says "try again", not "your spec is invalid". A refusal (403) is not.
+#[tokio::test]
+async fn a_lookup_the_cloud_failed_marks_the_report_as_the_clouds_failure() -> R {
+    let c = start().await?;
+    c.sim
+        .app()
+        .fault_engine()
+        .add(serde_json::from_value::<FaultRule>(
+            json!({"path": "^/network/v2.0/routers$", "status": 503}),
+        )?)?;
+    let e = c.fails(&example("minimal.yaml")?).await?;
+    expect(&e, Code::CloudError, "could not list routers");
+    assert!(e.cloud_failed);
+    let c = start().await?;
+    c.sim
+        .app()
+        .fault_engine()
+        .add(serde_json::from_value::<FaultRule>(
+            json!({"path": "^/network/v2.0/routers$", "status": 403}),
+        )?)?;
+    let e = c.fails(&example("minimal.yaml")?).await?;
+    assert!(!e.cloud_failed);
     Ok(())
 }
 

@@ -101,7 +101,8 @@ impl ApiError {
         )
     }
 
-    /// Validation failures, all of them, like the apiserver's field error list.
+    /// Validation failures, all of them, like the apiserver's field error list; the message names
+    /// the qualified kind (`Deployment.apps "web" is invalid: …`), as `errors.NewInvalid` does.
     pub fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiError {
         let list = causes
             .iter()
@@ -112,10 +113,15 @@ impl ApiError {
         } else {
             format!("[{}]", list.join(", "))
         };
+        let kind = if rt.group.is_empty() {
+            rt.kind.clone()
+        } else {
+            format!("{}.{}", rt.kind, rt.group)
+        };
         ApiError::new(
             422,
             "Invalid",
-            format!("{} \"{name}\" is invalid: {list}", rt.kind),
+            format!("{kind} \"{name}\" is invalid: {list}"),
         )
         .about(rt, &rt.kind, name)
         .with_causes(causes)
@@ -219,3 +225,36 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Service;
+
+    #[test]
+    fn invalid_names_the_kind_with_its_group_as_the_apiserver_does() {
+        let cause = || {
+            vec![Cause {
+                reason: "FieldValueRequired",
+                field: "spec.selector".into(),
+                message: "Required value".into(),
+            }]
+        };
+        let e = ApiError::invalid(&ResourceType::of::<Deployment>(true), "web", cause());
+        assert_eq!(
+            e.message,
+            "Deployment.apps \"web\" is invalid: spec.selector: Required value"
+        );
+        assert_eq!(
+            e.details.and_then(|d| d.kind).as_deref(),
+            Some("Deployment")
+        );
+        let e = ApiError::invalid(&ResourceType::of::<Service>(true), "web", cause());
+        assert!(
+            e.message.starts_with("Service \"web\" is invalid"),
+            "{}",
+            e.message
+        );
+    }
+}

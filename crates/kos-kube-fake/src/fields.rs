@@ -5,7 +5,10 @@
 //!
 //! Simplifications, all on the lenient side of the real server:
 //! - a field is a path of map keys; **lists are atomic** (owned and replaced whole), where the real
-//!   server merges associative lists (finalizers, conditions, containers) item by item;
+//!   server merges associative lists (finalizers, conditions, containers) item by item; what the
+//!   server defaults inside them does not count as a change
+//!   ([`Ownership::apply_defaulted`]), so re-applying a list with the same items does not
+//!   conflict, while applying part of another manager's list does;
 //! - managers are `(name, Apply|Update, subresource)`, as in `managedFields`, whose `fieldsV1`
 //!   this module also renders (without the `.` entries for maps and list items).
 
@@ -176,6 +179,22 @@ impl Ownership {
         force: bool,
         now: &str,
     ) -> Result<(Value, Ownership), Vec<Conflict>> {
+        self.apply_defaulted(who, current, applied, force, now, &|_| {})
+    }
+
+    /// As [`Ownership::apply`], with the server's defaulting (`default`) applied to the merged
+    /// object before it is compared: an apply that leaves out what the server defaults (inside a
+    /// container, say, which an atomic list replaces whole) does not change, so does not conflict
+    /// over, the defaulted values.
+    pub fn apply_defaulted(
+        &self,
+        who: &Manager,
+        current: Option<&Value>,
+        applied: &Value,
+        force: bool,
+        now: &str,
+        default: &dyn Fn(&mut Value),
+    ) -> Result<(Value, Ownership), Vec<Conflict>> {
         let new_fields = leaves(applied);
         let mut candidate = current.cloned().unwrap_or_else(|| json!({}));
         let others = || self.0.iter().filter(|(m, _)| *m != who);
@@ -189,6 +208,7 @@ impl Ownership {
             }
         }
         deep_merge(&mut candidate, applied);
+        default(&mut candidate);
         let base = current.cloned().unwrap_or(Value::Null);
         let mut conflicts = Vec::new();
         for (m, e) in others() {

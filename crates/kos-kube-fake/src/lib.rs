@@ -1,6 +1,7 @@
 //! kos-kube-fake: an in-process fake Kubernetes API server, so controllers are tested with the real
 //! kube-rs client and runtime (`Api`, `Controller`, `watcher`, `reflector`, the event `Recorder`,
-//! kube-lease-manager) unchanged, without a kube-apiserver binary.
+//! kube-lease-manager) unchanged, without a kube-apiserver binary, and so kubectl, a client kos
+//! did not write, works against the simulated clusters as against a real one (`tests/kubectl.rs`).
 //!
 //! [`FakeKube::start`] serves plain HTTP on `127.0.0.1:0` (kube-rs's rustls connector speaks
 //! `http://` URLs as is); [`FakeKube::client`] is a `kube::Client` for it. The server is generic
@@ -13,7 +14,16 @@
 //! (finalizers, preconditions), deletecollection, JSON / merge / strategic-merge patch, server-side
 //! apply with field ownership and conflicts, the `/status` subresource, `PartialObjectMetadata`,
 //! and the discovery documents. Errors are `v1/Status` bodies with the real codes and reasons.
-//! The module docs of `store`, `patch`, `fields` and `watch` list what is simplified.
+//!
+//! What kubectl needs besides: aggregated discovery (`apidiscovery.k8s.io/v2`) with short names
+//! and categories; `/openapi/v3` documents that tell kubectl to leave validation to the server
+//! (`fieldValidation` Strict, Warn or Ignore, against the types' own fields and CRD schemas);
+//! `meta.k8s.io/v1` Tables with kube-apiserver's columns (`kubectl get`, `get -w`); request bodies
+//! in protobuf for the types `kubectl create` makes; defaulting and Service allocations
+//! (cluster IP, node ports) as the apiserver does them; `CustomResourceDefinition`s that serve
+//! their resources at once; deletes with `propagationPolicy`, the garbage collector's cascade
+//! done in the same request. The module docs of `store`, `patch`, `fields`, `watch`, `schema`,
+//! `table`, `openapi`, `proto`, `crd`, `defaults` and `alloc` list what is simplified.
 //!
 //! For tests: [`FakeKube::insert`], [`FakeKube::get`], [`FakeKube::modify`], [`FakeKube::events`]
 //! (what controllers recorded), [`FakeKube::requests`] / [`FakeKube::writes`] (the request log) and
@@ -34,16 +44,24 @@
 //! # Ok(()) }
 //! ```
 
+mod alloc;
+mod crd;
+mod defaults;
+mod discovery;
 pub mod error;
 mod fields;
 pub mod log;
+mod openapi;
 mod patch;
+mod proto;
 pub mod resources;
+mod schema;
 mod selectors;
 mod server;
 pub mod snapshot;
 mod store;
 mod strategy;
+mod table;
 pub mod tls;
 mod validate;
 mod watch;
@@ -75,6 +93,8 @@ pub struct Config {
     pub history: usize,
     /// The served types.
     pub resources: Vec<ResourceType>,
+    /// Where Services get their cluster IPs (`--service-cluster-ip-range`; kubeadm's default).
+    pub service_cidr: ipnet::Ipv4Net,
 }
 
 impl Default for Config {
@@ -83,6 +103,8 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(5),
             history: 10_000,
             resources: resources::builtin(),
+            service_cidr: ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12)
+                .unwrap_or_default(),
         }
     }
 }
@@ -199,6 +221,8 @@ fn test_ctx(scope: Scope) -> WriteCtx {
         scope,
         dry_run: false,
         keep_status: true,
+        validation: None,
+        warnings: Default::default(),
     }
 }
 
@@ -233,7 +257,11 @@ impl FakeKube {
 
     fn serve(listener: tokio::net::TcpListener, config: Config) -> Result<FakeKube, FakeError> {
         let addr = listener.local_addr().map_err(FakeError::Start)?;
-        let store = Store::new(config.resources.clone(), config.history);
+        let store = Store::new(
+            config.resources.clone(),
+            config.history,
+            config.service_cidr,
+        );
         let shared = Arc::new(Shared::new(store, config));
         let app = axum::Router::new()
             .fallback(server::handle)
@@ -387,6 +415,8 @@ impl FakeKube {
             scope: Scope::Main,
             dry_run: false,
             keep_status: false,
+            validation: None,
+            warnings: Default::default(),
         };
         // Forced, as `kubectl apply --server-side --force-conflicts`: the applier takes over fields.
         let applied = store.patch(res, &ns, &name, PatchType::Apply, obj, true, &ctx);

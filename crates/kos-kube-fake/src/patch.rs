@@ -19,8 +19,10 @@
 //!   | Node `spec.taints` | **replace** (Taint has no patch strategy) |
 //!   | Service `spec.ports` | merge by `port` |
 //!   | Service `status.loadBalancer.ingress` | **replace** |
-//!   | Pod `spec.containers`, `spec.initContainers`, `spec.volumes`, containers' `env`, `volumeMounts` | merge by `name` (`mountPath` for volumeMounts) |
-//!   | containers' `ports` | merge by `containerPort` |
+//!   | Pod `spec.containers`, `initContainers`, `ephemeralContainers`, `volumes`, `imagePullSecrets`, containers' `env` | merge by `name` |
+//!   | containers' `volumeMounts`, `volumeDevices`, `ports` | merge by `mountPath`, `devicePath`, `containerPort` |
+//!   | Pod `spec.hostAliases`, `spec.topologySpreadConstraints` | merge by `ip`, `topologyKey` |
+//!   | the same fields of a workload's pod template (`spec.template.spec…`) | as in a Pod |
 //!
 //!   Directives: `$patch: replace|delete|merge` in maps and in keyed-list elements, `$retainKeys`,
 //!   `$deleteFromPrimitiveList/<field>`. `$setElementOrder/<field>` is accepted and ignored
@@ -38,11 +40,27 @@ enum ListStrategy {
     MergeByKey(&'static str),
 }
 
-/// `path` is the field path from the object root, list indices left out.
+/// `path` is the field path from the object root, list indices left out. A workload's pod
+/// template (`spec.template` of Deployments, DaemonSets, ReplicaSets, StatefulSets, Jobs, and
+/// CronJobs' `spec.jobTemplate.spec.template`) merges as a Pod does: kubectl's `apply` of a
+/// changed image sends only that container, keyed by its name.
 fn list_strategy(kind: &str, path: &[String]) -> ListStrategy {
     use ListStrategy::{MergeByKey, MergePrimitives, Replace};
     let p: Vec<&str> = path.iter().map(String::as_str).collect();
-    match (kind, &p[..]) {
+    let (kind, p): (&str, &[&str]) = match (kind, &p[..]) {
+        (
+            "Deployment"
+            | "DaemonSet"
+            | "ReplicaSet"
+            | "StatefulSet"
+            | "Job"
+            | "ReplicationController",
+            ["spec", "template", rest @ ..],
+        ) => ("Pod", rest),
+        ("CronJob", ["spec", "jobTemplate", "spec", "template", rest @ ..]) => ("Pod", rest),
+        (k, all) => (k, all),
+    };
+    match (kind, p) {
         (_, ["metadata", "finalizers"]) => MergePrimitives,
         (_, ["metadata", "ownerReferences"]) => MergeByKey("uid"),
         (_, ["status", "conditions"]) => MergeByKey("type"),
@@ -50,10 +68,25 @@ fn list_strategy(kind: &str, path: &[String]) -> ListStrategy {
         ("Node", ["status", "volumesAttached"]) => MergeByKey("name"),
         ("Node", ["spec", "podCIDRs"]) => MergePrimitives,
         ("Service", ["spec", "ports"]) => MergeByKey("port"),
-        ("Pod", ["spec", "containers" | "initContainers" | "volumes"]) => MergeByKey("name"),
+        (
+            "Pod",
+            [
+                "spec",
+                "containers"
+                | "initContainers"
+                | "ephemeralContainers"
+                | "volumes"
+                | "imagePullSecrets",
+            ],
+        ) => MergeByKey("name"),
+        ("Pod", ["spec", "hostAliases"]) => MergeByKey("ip"),
+        ("Pod", ["spec", "topologySpreadConstraints"]) => MergeByKey("topologyKey"),
         ("Pod", ["spec", "containers" | "initContainers", "env"]) => MergeByKey("name"),
         ("Pod", ["spec", "containers" | "initContainers", "volumeMounts"]) => {
             MergeByKey("mountPath")
+        }
+        ("Pod", ["spec", "containers" | "initContainers", "volumeDevices"]) => {
+            MergeByKey("devicePath")
         }
         ("Pod", ["spec", "containers" | "initContainers", "ports"]) => MergeByKey("containerPort"),
         _ => Replace,
@@ -330,6 +363,41 @@ mod tests {
             "X",
         )?;
         assert_eq!(o, json!({"spec": {"a": 1, "c": 3}}));
+        Ok(())
+    }
+
+    #[test]
+    fn a_workloads_pod_template_merges_as_a_pod_spec_does() -> Result<(), ApiError> {
+        let mut d = json!({"spec": {"template": {"spec": {
+            "containers": [
+                {"name": "a", "image": "a:1", "args": ["--x"], "env": [{"name": "E", "value": "1"}]},
+                {"name": "b", "image": "b:1"}],
+            "volumes": [{"name": "v", "emptyDir": {}}]}}}});
+        // What `kubectl apply` sends when only a's image changed.
+        strategic_merge_patch(
+            &mut d,
+            &json!({"spec": {"template": {"spec": {
+                "$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
+                "containers": [{"name": "a", "image": "a:2"}]}}}}),
+            "Deployment",
+        )?;
+        let cs = &d["spec"]["template"]["spec"]["containers"];
+        assert_eq!(
+            cs[0],
+            json!({"name": "a", "image": "a:2", "args": ["--x"], "env": [{"name": "E", "value": "1"}]})
+        );
+        assert_eq!(cs[1], json!({"name": "b", "image": "b:1"}));
+        let mut ds = d.clone();
+        strategic_merge_patch(
+            &mut ds,
+            &json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "a", "env": [{"name": "F", "value": "2"}]}]}}}}),
+            "DaemonSet",
+        )?;
+        assert_eq!(
+            ds["spec"]["template"]["spec"]["containers"][0]["env"],
+            json!([{"name": "E", "value": "1"}, {"name": "F", "value": "2"}])
+        );
         Ok(())
     }
 

@@ -2,9 +2,11 @@
 //! the few per-type rules the real API server applies (status subresource, name format).
 //!
 //! The store itself is generic (objects are `serde_json::Value`); everything type-specific is in
-//! this table, so serving another type is one more [`ResourceType`].
+//! this table, so serving another type is one more [`ResourceType`]. Types made by a
+//! `CustomResourceDefinition` carry what the CRD says of them ([`Custom`]).
 
 use kube::Resource;
+use serde_json::Value;
 
 /// How the API server validates `metadata.name` of a type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +36,41 @@ pub struct ResourceType {
     /// The server clears `status` on create (Services, Pods); Nodes keep the kubelet's status.
     pub reset_status_on_create: bool,
     pub name_rule: NameRule,
+    /// Lower-case singular (`node`), as discovery gives it.
+    pub singular: String,
+    /// What `kubectl get svc` resolves (`svc`), from discovery.
+    pub short_names: Vec<String>,
+    /// `all` for what `kubectl get all` lists.
+    pub categories: Vec<String>,
+    /// `None` for the built-in types; what the CRD declares for a custom resource.
+    pub custom: Option<Box<Custom>>,
+}
+
+/// What a `CustomResourceDefinition` says of one served version of its resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Custom {
+    /// The CRD's name (`<plural>.<group>`).
+    pub crd: String,
+    /// The version's `schema.openAPIV3Schema` (`Null` when it declares none).
+    pub schema: Value,
+    /// The version's `additionalPrinterColumns`.
+    pub columns: Vec<PrinterColumn>,
+    /// False once the CRD is gone or no longer serves this version: the type then answers 404,
+    /// as the real server's, and its place in the table is kept for when the CRD comes back.
+    pub served: bool,
+}
+
+/// One of a CRD's `additionalPrinterColumns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrinterColumn {
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i64,
+    /// A simple JSONPath (`.spec.replicas`), as the CRD validation allows.
+    pub json_path: String,
 }
 
 impl ResourceType {
@@ -53,6 +90,10 @@ impl ResourceType {
             status_subresource: false,
             reset_status_on_create: false,
             name_rule: NameRule::Subdomain,
+            singular: kind.to_lowercase(),
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            custom: None,
         }
     }
 
@@ -85,6 +126,24 @@ impl ResourceType {
         self
     }
 
+    #[must_use]
+    pub fn with_short_names(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// Puts the type in `kubectl get all` (the `all` category).
+    #[must_use]
+    pub fn in_all(mut self) -> Self {
+        self.categories = vec!["all".to_owned()];
+        self
+    }
+
+    /// Answers requests: always for built-in types, while its CRD serves it for custom ones.
+    pub fn is_served(&self) -> bool {
+        self.custom.as_ref().is_none_or(|c| c.served)
+    }
+
     /// `v1` or `group/version`, as in an object's `apiVersion`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -109,35 +168,61 @@ impl ResourceType {
 /// the simulated clusters (kos-guest) can `kubectl apply` them.
 pub fn builtin() -> Vec<ResourceType> {
     use k8s_openapi::api::{apps, coordination, core, discovery, events, rbac, storage};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+    // Short names and categories as kube-apiserver's discovery lists them.
     vec![
-        ResourceType::of::<core::v1::Node>(false).with_status(),
+        ResourceType::of::<core::v1::Node>(false)
+            .with_status()
+            .with_short_names(&["no"]),
         ResourceType::of::<core::v1::Namespace>(false)
             .with_status()
-            .names(NameRule::Label),
+            .names(NameRule::Label)
+            .with_short_names(&["ns"]),
         ResourceType::of::<core::v1::Service>(true)
             .with_status()
             .resetting_status()
-            .names(NameRule::Label),
+            .names(NameRule::Label)
+            .with_short_names(&["svc"])
+            .in_all(),
         ResourceType::of::<core::v1::Pod>(true)
             .with_status()
-            .resetting_status(),
-        ResourceType::of::<core::v1::Event>(true).names(NameRule::PathSegment),
+            .resetting_status()
+            .with_short_names(&["po"])
+            .in_all(),
+        ResourceType::of::<core::v1::Event>(true)
+            .names(NameRule::PathSegment)
+            .with_short_names(&["ev"]),
         ResourceType::of::<core::v1::Secret>(true),
-        ResourceType::of::<core::v1::ConfigMap>(true),
-        ResourceType::of::<core::v1::Endpoints>(true),
-        ResourceType::of::<core::v1::ServiceAccount>(true),
-        ResourceType::of::<events::v1::Event>(true).names(NameRule::PathSegment),
+        ResourceType::of::<core::v1::ConfigMap>(true).with_short_names(&["cm"]),
+        ResourceType::of::<core::v1::Endpoints>(true).with_short_names(&["ep"]),
+        ResourceType::of::<core::v1::ServiceAccount>(true).with_short_names(&["sa"]),
+        ResourceType::of::<events::v1::Event>(true)
+            .names(NameRule::PathSegment)
+            .with_short_names(&["ev"]),
         ResourceType::of::<coordination::v1::Lease>(true),
         ResourceType::of::<discovery::v1::EndpointSlice>(true),
-        ResourceType::of::<apps::v1::DaemonSet>(true).with_status(),
-        ResourceType::of::<apps::v1::Deployment>(true).with_status(),
+        ResourceType::of::<apps::v1::DaemonSet>(true)
+            .with_status()
+            .with_short_names(&["ds"])
+            .in_all(),
+        ResourceType::of::<apps::v1::Deployment>(true)
+            .with_status()
+            .with_short_names(&["deploy"])
+            .in_all(),
+        ResourceType::of::<apps::v1::ReplicaSet>(true)
+            .with_status()
+            .with_short_names(&["rs"])
+            .in_all(),
         // RBAC names are only path segments (`system:cloud-controller-manager`), as the real
         // server's rbac validation (ValidatePathSegmentName) allows.
         ResourceType::of::<rbac::v1::ClusterRole>(false).names(NameRule::PathSegment),
         ResourceType::of::<rbac::v1::ClusterRoleBinding>(false).names(NameRule::PathSegment),
         ResourceType::of::<rbac::v1::Role>(true).names(NameRule::PathSegment),
         ResourceType::of::<rbac::v1::RoleBinding>(true).names(NameRule::PathSegment),
-        ResourceType::of::<storage::v1::StorageClass>(false),
+        ResourceType::of::<storage::v1::StorageClass>(false).with_short_names(&["sc"]),
         ResourceType::of::<storage::v1::CSIDriver>(false),
+        ResourceType::of::<apiextensions::CustomResourceDefinition>(false)
+            .with_status()
+            .with_short_names(&["crd", "crds"]),
     ]
 }

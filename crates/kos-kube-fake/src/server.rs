@@ -1,5 +1,7 @@
-//! The HTTP surface: URL parsing into (type, namespace, name, subresource), the verbs, discovery,
-//! the request log and fault injection. One axum fallback handler serves every path, because the
+//! The HTTP surface: URL parsing into (type, namespace, name, subresource), the verbs, discovery
+//! and OpenAPI, the representation asked for (`Accept`: the object, `PartialObjectMetadata`, a
+//! `Table`, aggregated discovery), request bodies in JSON or protobuf, `Warning` headers, the
+//! request log and fault injection. One axum fallback handler serves every path, because the
 //! Kubernetes URL space (`/api/v1/namespaces/{ns}/{plural}` next to `/api/v1/namespaces/{name}`)
 //! does not fit a static route table.
 
@@ -14,10 +16,14 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::Config;
+use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::log::{PatchType, Request, Verb};
+use crate::openapi;
+use crate::schema::FieldValidation;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{Scope, Store, WriteCtx};
+use crate::table::{self, IncludeObject};
 use crate::watch::{self as watching, WatchParams};
 
 /// State shared by the server, the watches and the test handle.
@@ -54,12 +60,27 @@ impl Shared {
 }
 
 pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    typed_response(code, "application/json", body)
+}
+
+fn typed_response(code: StatusCode, content_type: &str, body: &Value) -> Response {
+    let mut r = (code, body.to_string()).into_response();
+    if let Ok(ct) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    r
+}
+
+/// `Warning: 299 - "<text>"` headers, one per warning, as the apiserver sends them (kubectl
+/// prints each as `Warning: <text>`).
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let quoted = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = http::HeaderValue::from_str(&format!("299 - \"{quoted}\"")) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
 }
 
 /// `meta.k8s.io/v1` `PartialObjectMetadata` of an object (what `Api::get_metadata` asks for).
@@ -75,6 +96,12 @@ pub(crate) fn partial_metadata(obj: &Value) -> Value {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Target {
     Version,
+    /// `/openapi/v2`
+    OpenApiV2,
+    /// `/openapi/v3`
+    OpenApiIndex,
+    /// `/openapi/v3/{api/v1 | apis/g/v}`
+    OpenApiDoc(String),
     CoreVersions,
     Groups,
     Group(String),
@@ -98,6 +125,9 @@ fn parse_target(store: &Store, path: &str) -> Option<Target> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest): (&str, &str, &[&str]) = match segs[..] {
         ["version"] => return Some(Target::Version),
+        ["openapi", "v2"] => return Some(Target::OpenApiV2),
+        ["openapi", "v3"] => return Some(Target::OpenApiIndex),
+        ["openapi", "v3", ref rest @ ..] => return Some(Target::OpenApiDoc(rest.join("/"))),
         ["api"] => return Some(Target::CoreVersions),
         ["apis"] => return Some(Target::Groups),
         ["apis", g] => return Some(Target::Group(g.to_owned())),
@@ -175,6 +205,19 @@ fn parse_json(body: &Bytes) -> ApiResult<Value> {
     }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// A create or replace body: JSON, or protobuf for the types kubectl's typed clients send so.
+fn parse_object(
+    headers: &HeaderMap,
+    body: &Bytes,
+    rt: &crate::resources::ResourceType,
+) -> ApiResult<Value> {
+    let ct = header_str(headers, header::CONTENT_TYPE);
+    if ct.split(';').next().map(str::trim) == Some(crate::proto::CONTENT_TYPE) {
+        return crate::proto::decode(body, rt);
+    }
+    parse_json(body)
 }
 
 /// Apply configurations are YAML (JSON is YAML too, and what kube-rs sends).
@@ -314,11 +357,34 @@ fn write_ctx(query: &Query, headers: &HeaderMap, sub: Option<&str>) -> ApiResult
         scope,
         dry_run: query.get("dryRun") == Some("All"),
         keep_status: false,
+        validation: Some(FieldValidation::from_query(query.get("fieldValidation"))?),
+        warnings: Default::default(),
     })
 }
 
 fn wants_partial_metadata(headers: &HeaderMap) -> bool {
     header_str(headers, header::ACCEPT).contains("as=PartialObjectMetadata")
+}
+
+/// How objects are answered: as stored, as `PartialObjectMetadata`, or as a `Table`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    Object,
+    Metadata,
+    Table(IncludeObject),
+}
+
+impl Form {
+    fn of(headers: &HeaderMap, query: &Query) -> Form {
+        let accept = header_str(headers, header::ACCEPT);
+        if table::wants_table(accept) {
+            Form::Table(IncludeObject::parse(query.get("includeObject")))
+        } else if wants_partial_metadata(headers) {
+            Form::Metadata
+        } else {
+            Form::Object
+        }
+    }
 }
 
 async fn serve(
@@ -330,34 +396,73 @@ async fn serve(
     body: &Bytes,
     verb: Verb,
 ) -> ApiResult<Response> {
-    let partial = wants_partial_metadata(headers);
-    let ok = |code: StatusCode, v: Value| {
-        let v = if partial { partial_metadata(&v) } else { v };
-        json_response(code, &v)
+    let form = Form::of(headers, query);
+    let accept = header_str(headers, header::ACCEPT);
+    let aggregated = discovery::wants_aggregated(accept);
+    // One object in the form asked for; writes carry their warnings.
+    let ok = |res: usize, code: StatusCode, v: Value, ctx: Option<&WriteCtx>| {
+        let warnings = ctx.map(|c| c.warnings.borrow().clone()).unwrap_or_default();
+        let r = match form {
+            Form::Object => json_response(code, &v),
+            Form::Metadata => json_response(code, &partial_metadata(&v)),
+            Form::Table(include) => {
+                let rt = shared.store().types[res].clone();
+                let meta = json!({"resourceVersion": v.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+                typed_response(
+                    code,
+                    table::TABLE_CONTENT_TYPE,
+                    &table::table(&rt, std::slice::from_ref(&v), meta, true, include),
+                )
+            }
+        };
+        with_warnings(r, &warnings)
     };
     match t {
-        Target::Version => Ok(json_response(StatusCode::OK, &version())),
-        Target::CoreVersions => Ok(json_response(
+        Target::Version => Ok(json_response(StatusCode::OK, &discovery::version())),
+        Target::OpenApiV2 => {
+            let mut r = (StatusCode::OK, openapi::v2_document()).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static(openapi::V2_PROTOBUF),
+            );
+            Ok(r)
+        }
+        Target::OpenApiIndex => Ok(json_response(
             StatusCode::OK,
-            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+            &openapi::index(&shared.store()),
+        )),
+        Target::OpenApiDoc(rest) => Ok(json_response(
+            StatusCode::OK,
+            &openapi::group_version(&shared.store(), rest)?,
+        )),
+        Target::CoreVersions if aggregated => Ok(typed_response(
+            StatusCode::OK,
+            discovery::AGGREGATED_CONTENT_TYPE,
+            &discovery::aggregated(&shared.store(), true),
+        )),
+        Target::CoreVersions => Ok(json_response(StatusCode::OK, &discovery::core_versions())),
+        Target::Groups if aggregated => Ok(typed_response(
+            StatusCode::OK,
+            discovery::AGGREGATED_CONTENT_TYPE,
+            &discovery::aggregated(&shared.store(), false),
         )),
         Target::Groups => Ok(json_response(
             StatusCode::OK,
-            &groups(&shared.store(), None)?,
+            &discovery::groups(&shared.store(), None)?,
         )),
         Target::Group(g) => Ok(json_response(
             StatusCode::OK,
-            &groups(&shared.store(), Some(g))?,
+            &discovery::groups(&shared.store(), Some(g))?,
         )),
         Target::Resources { group, version } => Ok(json_response(
             StatusCode::OK,
-            &resources(&shared.store(), group, version)?,
+            &discovery::resources(&shared.store(), group, version)?,
         )),
         Target::Collection { res, ns } => {
             let res = *res;
             match verb {
-                Verb::Watch => watch(shared, res, ns.clone(), query, partial),
-                Verb::List => list(shared, res, ns.as_deref(), query, partial),
+                Verb::Watch => watch(shared, res, ns.clone(), query, form),
+                Verb::List => list(shared, res, ns.as_deref(), query, form),
                 Verb::Create => {
                     let Some(ns) = ns
                         .as_deref()
@@ -368,10 +473,11 @@ async fn serve(
                         ));
                     };
                     let ctx = write_ctx(query, headers, None)?;
-                    let obj = parse_json(body)?;
+                    let rt = shared.store().types[res].clone();
+                    let obj = parse_object(headers, body, &rt)?;
                     let created = shared.store().create(res, ns, obj, &ctx)?;
                     shared.notify();
-                    Ok(ok(StatusCode::CREATED, created))
+                    Ok(ok(res, StatusCode::CREATED, created, Some(&ctx)))
                 }
                 Verb::DeleteCollection => {
                     let labels =
@@ -421,13 +527,17 @@ async fn serve(
                 )));
             }
             match verb {
-                Verb::Get => Ok(ok(StatusCode::OK, shared.store().get(res, ns, name)?)),
+                Verb::Get => {
+                    let got = shared.store().get(res, ns, name)?;
+                    Ok(ok(res, StatusCode::OK, got, None))
+                }
                 Verb::Update => {
                     let ctx = write_ctx(query, headers, sub.as_deref())?;
-                    let obj = parse_json(body)?;
+                    let rt = shared.store().types[res].clone();
+                    let obj = parse_object(headers, body, &rt)?;
                     let updated = shared.store().update(res, ns, name, obj, &ctx)?;
                     shared.notify();
-                    Ok(ok(StatusCode::OK, updated))
+                    Ok(ok(res, StatusCode::OK, updated, Some(&ctx)))
                 }
                 Verb::Patch => {
                     let ct = header_str(headers, header::CONTENT_TYPE);
@@ -449,7 +559,7 @@ async fn serve(
                         .store()
                         .patch(res, ns, name, kind, &patch, force, &ctx)?;
                     shared.notify();
-                    Ok(ok(StatusCode::OK, patched))
+                    Ok(ok(res, StatusCode::OK, patched, Some(&ctx)))
                 }
                 Verb::Delete if sub.is_none() => {
                     let opts = parse_json(body)?;
@@ -460,7 +570,7 @@ async fn serve(
                             .is_some_and(|a| a.iter().any(|x| x == "All"));
                     let deleted = shared.store().delete(res, ns, name, &opts, dry_run)?;
                     shared.notify();
-                    Ok(ok(StatusCode::OK, deleted))
+                    Ok(ok(res, StatusCode::OK, deleted, None))
                 }
                 _ => Err(ApiError::method_not_allowed(format!(
                     "{method} is not supported here"
@@ -475,7 +585,7 @@ fn list(
     res: usize,
     ns: Option<&str>,
     query: &Query,
-    partial: bool,
+    form: Form,
 ) -> ApiResult<Response> {
     let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or_default())?;
     let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or_default())?;
@@ -516,6 +626,14 @@ fn list(
             meta["remainingItemCount"] = json!(remaining);
         }
     }
+    if let Form::Table(include) = form {
+        return Ok(typed_response(
+            StatusCode::OK,
+            table::TABLE_CONTENT_TYPE,
+            &table::table(&rt, &items, meta, true, include),
+        ));
+    }
+    let partial = form == Form::Metadata;
     if partial {
         items = items.iter().map(partial_metadata).collect();
     }
@@ -594,7 +712,7 @@ fn watch(
     res: usize,
     ns: Option<String>,
     query: &Query,
-    partial: bool,
+    form: Form,
 ) -> ApiResult<Response> {
     let since = match query.get("resourceVersion") {
         None | Some("" | "0") => None,
@@ -612,7 +730,7 @@ fn watch(
         send_initial: query.flag("sendInitialEvents"),
         bookmarks: query.flag("allowWatchBookmarks"),
         timeout: watching::timeout(query.get("timeoutSeconds"))?,
-        partial_metadata: partial,
+        form,
     };
     let stream = watching::start(shared.clone(), p);
     Ok((
@@ -621,83 +739,4 @@ fn watch(
         Body::from_stream(stream),
     )
         .into_response())
-}
-
-fn version() -> Value {
-    json!({
-        "major": "1", "minor": "34", "gitVersion": "v1.34.0-kos-kube-fake",
-        "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
-        "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
-        "platform": "linux/amd64", "emulationMajor": "1", "emulationMinor": "34",
-        "minCompatibilityMajor": "1", "minCompatibilityMinor": "33"
-    })
-}
-
-/// `/apis` (every group) or `/apis/{g}`.
-fn groups(store: &Store, only: Option<&str>) -> ApiResult<Value> {
-    let mut names: Vec<(&str, &str)> = store
-        .types
-        .iter()
-        .filter(|t| !t.group.is_empty())
-        .map(|t| (t.group.as_str(), t.version.as_str()))
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    let group = |g: &str| {
-        let versions: Vec<Value> = names
-            .iter()
-            .filter(|(n, _)| *n == g)
-            .map(|(_, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
-            .collect();
-        json!({"name": g, "versions": versions.clone(), "preferredVersion": versions.first().cloned().unwrap_or(Value::Null)})
-    };
-    match only {
-        Some(g) if names.iter().any(|(n, _)| *n == g) => {
-            let mut v = group(g);
-            v["kind"] = json!("APIGroup");
-            v["apiVersion"] = json!("v1");
-            Ok(v)
-        }
-        Some(g) => Err(ApiError::no_route(&format!("/apis/{g}"))),
-        None => {
-            let mut seen: Vec<&str> = names.iter().map(|(g, _)| *g).collect();
-            seen.dedup();
-            Ok(
-                json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": seen.iter().map(|g| group(g)).collect::<Vec<_>>()}),
-            )
-        }
-    }
-}
-
-/// `/api/v1` or `/apis/{g}/{v}`: the resources of one group version.
-fn resources(store: &Store, group: &str, version: &str) -> ApiResult<Value> {
-    let mut list = Vec::new();
-    for t in store
-        .types
-        .iter()
-        .filter(|t| t.group == group && t.version == version)
-    {
-        list.push(json!({
-            "name": t.plural, "singularName": t.kind.to_lowercase(), "namespaced": t.namespaced,
-            "kind": t.kind,
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
-        }));
-        if t.status_subresource {
-            list.push(json!({
-                "name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced,
-                "kind": t.kind, "verbs": ["get", "patch", "update"],
-            }));
-        }
-    }
-    if list.is_empty() {
-        return Err(ApiError::no_route(&format!("{group}/{version}")));
-    }
-    let gv = if group.is_empty() {
-        version.to_owned()
-    } else {
-        format!("{group}/{version}")
-    };
-    Ok(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
-    )
 }

@@ -51,22 +51,28 @@ impl FakeKube {
     /// As [`FakeKube::start_sync`], holding the objects of `snapshot`.
     ///
     /// # Errors
-    /// [`FakeError::UnknownType`] for an object whose type `config` does not serve; as
+    /// [`FakeError::UnknownType`] for an object whose type neither `config` nor a snapshot's
+    /// CustomResourceDefinition serves; as
     /// [`FakeKube::start_sync`] otherwise.
     pub fn start_sync_from(config: Config, snapshot: &Snapshot) -> Result<FakeKube, FakeError> {
         let fake = FakeKube::start_sync(config)?;
         {
-            let mut store = fake.shared.store();
-            let mut objects = Vec::with_capacity(snapshot.objects.len());
-            for o in &snapshot.objects {
-                let res = store
-                    .type_index(&o.group, &o.version, &o.plural)
-                    .ok_or_else(|| FakeError::UnknownType {
-                        kind: format!("{}/{} {}", o.group, o.version, o.plural),
-                    })?;
-                objects.push((res, o.object.clone()));
-            }
-            store.import(snapshot.resource_version, objects);
+            let objects = snapshot
+                .objects
+                .iter()
+                .map(|o| {
+                    (
+                        o.group.clone(),
+                        o.version.clone(),
+                        o.plural.clone(),
+                        o.object.clone(),
+                    )
+                })
+                .collect();
+            fake.shared
+                .store()
+                .import(snapshot.resource_version, objects)
+                .map_err(|kind| FakeError::UnknownType { kind })?;
         }
         fake.shared.notify();
         Ok(fake)

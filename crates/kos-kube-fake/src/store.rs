@@ -10,21 +10,30 @@
 //! - on types with a status subresource, the main resource never changes `status` and `/status`
 //!   changes nothing else.
 //!
+//! What the apiserver does to every object it stores is in [`Store::admit`]: decoding (unknown
+//! fields, `fieldValidation`), defaulting, Service allocations, a CRD's status. Deleting follows
+//! the request's `propagationPolicy` with the garbage collector's effect done at once: dependents
+//! (objects whose `ownerReferences` name the deleted object's UID) are deleted (`Background`,
+//! the default; `Foreground` first marks the owner with the `foregroundDeletion` finalizer) or
+//! freed of that reference (`Orphan`).
+//!
 //! Not kept: snapshot reads. A paginated list reads the current state on every page, and a list at
 //! an older exact resourceVersion is answered 410 (the store has no MVCC history, only the change
 //! log that watches need).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use ipnet::Ipv4Net;
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, ApiResult};
 use crate::fields::{Manager, Operation, Ownership};
 use crate::log::{Fault, Request};
-use crate::patch;
 use crate::resources::ResourceType;
+use crate::schema::{self, FieldValidation, Write};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::validate;
+use crate::{alloc, crd, defaults, patch, validate};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Key {
@@ -79,6 +88,10 @@ pub(crate) struct WriteCtx {
     pub dry_run: bool,
     /// Test inserts keep the status they bring even where the server would clear it.
     pub keep_status: bool,
+    /// The request's `fieldValidation`; `None` for test-side writes, which are stored as given.
+    pub validation: Option<FieldValidation>,
+    /// What the response's `Warning` headers say (unknown fields under `Warn`).
+    pub warnings: RefCell<Vec<String>>,
 }
 
 impl WriteCtx {
@@ -108,7 +121,19 @@ pub(crate) struct Store {
     pub requests: Vec<Request>,
     pub faults: Vec<Fault>,
     pub next_seq: u64,
+    /// Where Services' cluster IPs come from.
+    service_cidr: Ipv4Net,
 }
+
+/// `propagationPolicy` of a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Propagation {
+    Orphan,
+    Background,
+    Foreground,
+}
+
+const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 
 pub(crate) fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -172,7 +197,7 @@ fn generated_name(prefix: &str) -> String {
 }
 
 impl Store {
-    pub fn new(types: Vec<ResourceType>, history: usize) -> Store {
+    pub fn new(types: Vec<ResourceType>, history: usize, service_cidr: Ipv4Net) -> Store {
         Store {
             types,
             objects: BTreeMap::new(),
@@ -184,6 +209,7 @@ impl Store {
             requests: Vec::new(),
             faults: Vec::new(),
             next_seq: 1,
+            service_cidr,
         }
     }
 
@@ -192,16 +218,21 @@ impl Store {
     }
 
     pub fn type_index(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
-        self.types
-            .iter()
-            .position(|t| t.group == group && t.version == version && t.plural == plural)
+        self.types.iter().position(|t| {
+            t.is_served() && t.group == group && t.version == version && t.plural == plural
+        })
     }
 
     /// The served type of an object's `apiVersion` and `kind`.
     pub fn type_of_kind(&self, api_version: &str, kind: &str) -> Option<usize> {
         self.types
             .iter()
-            .position(|t| t.api_version() == api_version && t.kind == kind)
+            .position(|t| t.is_served() && t.api_version() == api_version && t.kind == kind)
+    }
+
+    /// The types that answer requests now.
+    pub fn served(&self) -> impl Iterator<Item = &ResourceType> {
+        self.types.iter().filter(|t| t.is_served())
     }
 
     fn key(&self, res: usize, ns: &str, name: &str) -> Key {
@@ -315,7 +346,7 @@ impl Store {
         let rt = self.types[res].clone();
         Self::check_type(&rt, &body)?;
         let mut owners = Ownership::default();
-        let obj = self.prepare_create(res, ns, body, ctx)?;
+        let obj = self.prepare_create(res, ns, body, ctx, Write::Create)?;
         owners.record_update(&ctx.who(Operation::Update), None, &obj, &now());
         self.insert_new(res, obj, owners, ctx)
     }
@@ -327,6 +358,7 @@ impl Store {
         ns: &str,
         mut obj: Value,
         ctx: &WriteCtx,
+        how: Write,
     ) -> ApiResult<Value> {
         let rt = &self.types[res];
         if rt.namespaced {
@@ -398,7 +430,61 @@ impl Store {
                 json!({})
             };
         }
+        self.admit(res, &mut obj, None, ctx, how)?;
+        // What the writer owns is what is stored (a Secret's `data`, not its `stringData`).
+        crate::strategy::prepare(rt, &mut obj);
         Ok(obj)
+    }
+
+    /// What the apiserver does to an object it is about to store: decode it as its type (unknown
+    /// fields by `fieldValidation`), default it, allocate a Service's IP and ports, establish a
+    /// CRD.
+    fn admit(
+        &self,
+        res: usize,
+        obj: &mut Value,
+        old: Option<&Value>,
+        ctx: &WriteCtx,
+        how: Write,
+    ) -> ApiResult<()> {
+        let rt = &self.types[res];
+        let name = meta_str(obj, "name").unwrap_or_default().to_owned();
+        if let Some(fv) = ctx.validation {
+            let unknown = schema::decode(rt, obj)?;
+            if !unknown.is_empty() {
+                match fv {
+                    FieldValidation::Strict => {
+                        return Err(schema::strict_error(rt, &name, &unknown, how));
+                    }
+                    FieldValidation::Warn => ctx
+                        .warnings
+                        .borrow_mut()
+                        .extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
+                    FieldValidation::Ignore => {}
+                }
+            }
+        }
+        defaults::apply(rt, obj);
+        match (rt.group.as_str(), rt.kind.as_str()) {
+            ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+                crd::default_names(obj);
+                crd::establish(obj);
+            }
+            ("", "Service") => {
+                let ns = meta_str(obj, "namespace").unwrap_or_default().to_owned();
+                let mut taken = alloc::Taken::of(
+                    self.objects
+                        .iter()
+                        .filter(|(k, _)| k.res == res)
+                        .map(|(_, s)| &s.obj),
+                    (&ns, &name),
+                );
+                alloc::service(obj, old, &mut taken, self.service_cidr)
+                    .map_err(|causes| ApiError::invalid(rt, &name, causes))?;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     fn insert_new(
@@ -443,6 +529,7 @@ impl Store {
             object: obj.clone(),
             old: None,
         });
+        self.after_write(res, &name);
         Ok(obj)
     }
 
@@ -472,7 +559,7 @@ impl Store {
             .get(&key)
             .ok_or_else(|| ApiError::not_found(&rt, name))?;
         Self::preconditions(&rt, name, &stored.obj, &body)?;
-        self.finish_update(key, body, None, ctx)
+        self.finish_update(key, body, None, ctx, Write::Update)
     }
 
     /// A resourceVersion or UID in the request must be the stored one.
@@ -526,14 +613,16 @@ impl Store {
             PatchType::Strategic => patch::strategic_merge_patch(&mut candidate, body, &rt.kind)?,
             PatchType::Apply => {
                 Self::check_apply(&rt, name, body)?;
+                let body = &Self::decode_apply(&rt, name, body, ctx)?;
                 let (c, o) = stored
                     .owners
-                    .apply(
+                    .apply_defaulted(
                         &ctx.who(Operation::Apply),
                         Some(&stored.obj),
                         body,
                         force,
                         &now(),
+                        &|v| defaults::apply(&rt, v),
                     )
                     .map_err(|c| apply_conflict(&rt, name, &c))?;
                 candidate = c;
@@ -542,7 +631,7 @@ impl Store {
         }
         // A resourceVersion the patch sets is a precondition, as on the real server.
         Self::preconditions(&rt, name, &stored.obj, &candidate)?;
-        self.finish_update(key, candidate, owners, ctx)
+        self.finish_update(key, candidate, owners, ctx, Write::Patch)
     }
 
     fn check_apply(rt: &ResourceType, name: &str, body: &Value) -> ApiResult<()> {
@@ -562,6 +651,33 @@ impl Store {
         Ok(())
     }
 
+    /// An apply configuration without the fields its type lacks: they are neither applied nor
+    /// owned (refused under `Strict`, as the real server's typed apply refuses them).
+    fn decode_apply(
+        rt: &ResourceType,
+        name: &str,
+        body: &Value,
+        ctx: &WriteCtx,
+    ) -> ApiResult<Value> {
+        let mut body = body.clone();
+        if let Some(fv) = ctx.validation {
+            let unknown = schema::decode(rt, &mut body)?;
+            if !unknown.is_empty() {
+                match fv {
+                    FieldValidation::Strict => {
+                        return Err(schema::strict_error(rt, name, &unknown, Write::Patch));
+                    }
+                    FieldValidation::Warn => ctx
+                        .warnings
+                        .borrow_mut()
+                        .extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
+                    FieldValidation::Ignore => {}
+                }
+            }
+        }
+        Ok(body)
+    }
+
     fn apply_create(
         &mut self,
         res: usize,
@@ -573,6 +689,7 @@ impl Store {
     ) -> ApiResult<Value> {
         let rt = self.types[res].clone();
         Self::check_apply(&rt, name, body)?;
+        let body = &Self::decode_apply(&rt, name, body, ctx)?;
         if ctx.scope == Scope::Status {
             return Err(ApiError::not_found(&rt, name));
         }
@@ -580,7 +697,7 @@ impl Store {
             .apply(&ctx.who(Operation::Apply), None, body, force, &now())
             .map_err(|c| apply_conflict(&rt, name, &c))?;
         meta_mut(&mut candidate).insert("name".into(), json!(name));
-        let obj = self.prepare_create(res, ns, candidate, ctx)?;
+        let obj = self.prepare_create(res, ns, candidate, ctx, Write::Patch)?;
         self.insert_new(res, obj, owners, ctx)
     }
 
@@ -591,6 +708,7 @@ impl Store {
         candidate: Value,
         owners: Option<Ownership>,
         ctx: &WriteCtx,
+        how: Write,
     ) -> ApiResult<Value> {
         let rt = self.types[key.res].clone();
         let Some(stored) = self.objects.get(&key) else {
@@ -635,6 +753,7 @@ impl Store {
             }
         }
         m.remove("managedFields");
+        self.admit(key.res, &mut new, Some(&old), ctx, how)?;
         if comparable(&new) == comparable(&old) {
             return Ok(old);
         }
@@ -668,11 +787,12 @@ impl Store {
             self.record(Change {
                 rv,
                 res: key.res,
-                ns: key.ns,
+                ns: key.ns.clone(),
                 kind: ChangeKind::Deleted,
                 object: new.clone(),
                 old: Some(old),
             });
+            self.after_write(key.res, &key.name);
             return Ok(new);
         }
         self.objects.insert(
@@ -685,18 +805,21 @@ impl Store {
         self.record(Change {
             rv,
             res: key.res,
-            ns: key.ns,
+            ns: key.ns.clone(),
             kind: ChangeKind::Modified,
             object: new.clone(),
             old: Some(old),
         });
+        self.after_write(key.res, &key.name);
         Ok(new)
     }
 
     // ------------------------------------------------------------------------------ delete
 
-    /// Deletes now, or marks for deletion when finalizers remain. `opts` is the `DeleteOptions`
-    /// body (preconditions are honoured; propagation and grace periods are not modelled).
+    /// Deletes now, or marks for deletion when finalizers remain, and does to the object's
+    /// dependents what the garbage collector would for the request's `propagationPolicy`. `opts`
+    /// is the `DeleteOptions` body (preconditions are honoured; grace periods are not modelled:
+    /// nothing runs that would need them).
     pub fn delete(
         &mut self,
         res: usize,
@@ -715,6 +838,51 @@ impl Store {
             let want = json!({"metadata": p});
             Self::preconditions(&rt, name, &stored.obj, &want)?;
         }
+        let policy = propagation(opts)?;
+        let uid = meta_str(&stored.obj, "uid").unwrap_or_default().to_owned();
+        if dry_run {
+            let mut obj = stored.obj.clone();
+            if !finalizers_empty(&obj) || policy == Propagation::Foreground {
+                let m = meta_mut(&mut obj);
+                m.insert("deletionTimestamp".into(), json!(now()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            }
+            return Ok(obj);
+        }
+        let mut seen = BTreeSet::new();
+        match policy {
+            Propagation::Orphan => {
+                self.orphan_dependents(&key, &uid);
+                self.delete_one(&key)
+            }
+            Propagation::Background => {
+                let out = self.delete_one(&key)?;
+                self.collect_dependents(&key, &uid, &mut seen);
+                Ok(out)
+            }
+            Propagation::Foreground => {
+                // The owner shows it is waiting for its dependents, then goes when they have.
+                let marked = self.mark_foreground(&key)?;
+                self.collect_dependents(&key, &uid, &mut seen);
+                if let Some(current) = self.objects.get(&key).map(|s| s.obj.clone()) {
+                    let mut done = current;
+                    if let Some(Value::Array(f)) = done.pointer_mut("/metadata/finalizers") {
+                        f.retain(|x| x != FOREGROUND_FINALIZER);
+                    }
+                    self.finish_update(key, done, None, &gc_ctx(), Write::Update)?;
+                }
+                Ok(marked)
+            }
+        }
+    }
+
+    /// Removes the object, or marks it for deletion while it has finalizers.
+    fn delete_one(&mut self, key: &Key) -> ApiResult<Value> {
+        let rt = self.types[key.res].clone();
+        let stored = self
+            .objects
+            .get(key)
+            .ok_or_else(|| ApiError::not_found(&rt, &key.name))?;
         let old = stored.obj.clone();
         let mut obj = old.clone();
         let owners = stored.owners.clone();
@@ -727,9 +895,6 @@ impl Store {
             m.insert("deletionTimestamp".into(), json!(now()));
             m.insert("deletionGracePeriodSeconds".into(), json!(0));
             m.insert("resourceVersion".into(), json!(rv.to_string()));
-            if dry_run {
-                return Ok(obj);
-            }
             self.rv = rv;
             self.objects.insert(
                 key.clone(),
@@ -740,8 +905,8 @@ impl Store {
             );
             self.record(Change {
                 rv,
-                res,
-                ns: key.ns,
+                res: key.res,
+                ns: key.ns.clone(),
                 kind: ChangeKind::Modified,
                 object: obj.clone(),
                 old: Some(old),
@@ -749,20 +914,224 @@ impl Store {
             return Ok(obj);
         }
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
-        if dry_run {
-            return Ok(obj);
-        }
         self.rv = rv;
-        self.objects.remove(&key);
+        self.objects.remove(key);
         self.record(Change {
             rv,
-            res,
-            ns: key.ns,
+            res: key.res,
+            ns: key.ns.clone(),
             kind: ChangeKind::Deleted,
             object: obj.clone(),
             old: None,
         });
+        self.after_write(key.res, &key.name);
         Ok(obj)
+    }
+
+    /// Sets the deletion timestamp and the `foregroundDeletion` finalizer.
+    fn mark_foreground(&mut self, key: &Key) -> ApiResult<Value> {
+        let rt = self.types[key.res].clone();
+        let stored = self
+            .objects
+            .get(key)
+            .ok_or_else(|| ApiError::not_found(&rt, &key.name))?;
+        let mut obj = stored.obj.clone();
+        let m = meta_mut(&mut obj);
+        if !m.contains_key("deletionTimestamp") {
+            m.insert("deletionTimestamp".into(), json!(now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        }
+        let fins = m.entry("finalizers").or_insert_with(|| json!([]));
+        if let Value::Array(f) = fins
+            && !f.iter().any(|x| x == FOREGROUND_FINALIZER)
+        {
+            f.push(json!(FOREGROUND_FINALIZER));
+        }
+        // Through the update path: server-owned deletion fields are kept from the stored object
+        // there, so they are written here directly.
+        let old = stored.obj.clone();
+        let owners = stored.owners.clone();
+        if comparable(&obj) == comparable(&old) {
+            return Ok(old);
+        }
+        let rv = self.rv + 1;
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+        self.rv = rv;
+        self.objects.insert(
+            key.clone(),
+            Stored {
+                obj: obj.clone(),
+                owners,
+            },
+        );
+        self.record(Change {
+            rv,
+            res: key.res,
+            ns: key.ns.clone(),
+            kind: ChangeKind::Modified,
+            object: obj.clone(),
+            old: Some(old),
+        });
+        Ok(obj)
+    }
+
+    /// The objects whose `ownerReferences` name `uid`: in the owner's namespace, or anywhere for a
+    /// cluster-scoped owner.
+    fn dependents(&self, owner: &Key, uid: &str) -> Vec<Key> {
+        if uid.is_empty() {
+            return Vec::new();
+        }
+        let owner_namespaced = self.types[owner.res].namespaced;
+        self.objects
+            .iter()
+            .filter(|(k, _)| !owner_namespaced || k.ns == owner.ns)
+            .filter(|(_, s)| {
+                s.obj
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| {
+                        refs.iter()
+                            .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+                    })
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// The garbage collector's background cascade: dependents are deleted, theirs in turn.
+    fn collect_dependents(&mut self, owner: &Key, uid: &str, seen: &mut BTreeSet<String>) {
+        if !seen.insert(uid.to_owned()) {
+            return;
+        }
+        for dep in self.dependents(owner, uid) {
+            let dep_uid = self
+                .objects
+                .get(&dep)
+                .and_then(|s| meta_str(&s.obj, "uid"))
+                .unwrap_or_default()
+                .to_owned();
+            if self.delete_one(&dep).is_ok() {
+                self.collect_dependents(&dep, &dep_uid, seen);
+            }
+        }
+    }
+
+    /// The garbage collector's orphaning: dependents lose their reference to the owner.
+    fn orphan_dependents(&mut self, owner: &Key, uid: &str) {
+        for dep in self.dependents(owner, uid) {
+            let Some(mut obj) = self.objects.get(&dep).map(|s| s.obj.clone()) else {
+                continue;
+            };
+            if let Some(Value::Array(refs)) = obj.pointer_mut("/metadata/ownerReferences") {
+                refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+            }
+            // An orphaned dependent that was fine stays fine; a failure leaves it as it was.
+            let _ = self.finish_update(dep, obj, None, &gc_ctx(), Write::Update);
+        }
+    }
+
+    /// Every object of the types the CRD `crd` served, removed (what its cleanup finalizer
+    /// does once it is being deleted).
+    fn delete_custom_resources(&mut self, crd: &str) {
+        let served: Vec<usize> = self
+            .types
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.custom.as_ref().is_some_and(|c| c.crd == crd))
+            .map(|(i, _)| i)
+            .collect();
+        let victims: Vec<Key> = self
+            .objects
+            .keys()
+            .filter(|k| served.contains(&k.res))
+            .cloned()
+            .collect();
+        for k in victims {
+            let Some(stored) = self.objects.remove(&k) else {
+                continue;
+            };
+            let rv = self.rv + 1;
+            self.rv = rv;
+            let mut obj = stored.obj;
+            meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+            self.record(Change {
+                rv,
+                res: k.res,
+                ns: k.ns.clone(),
+                kind: ChangeKind::Deleted,
+                object: obj,
+                old: None,
+            });
+        }
+    }
+
+    /// Keeps the served types in step with the stored CRDs.
+    fn after_write(&mut self, res: usize, name: &str) {
+        let t = &self.types[res];
+        if (t.group.as_str(), t.kind.as_str())
+            != ("apiextensions.k8s.io", "CustomResourceDefinition")
+        {
+            return;
+        }
+        for t in &mut self.types {
+            if let Some(c) = t.custom.as_mut().filter(|c| c.crd == name) {
+                c.served = false;
+            }
+        }
+        let crd = self
+            .objects
+            .get(&self.key(res, "", name))
+            .map(|s| s.obj.clone())
+            .filter(|o| meta_str(o, "deletionTimestamp").is_none());
+        let Some(crd) = crd else {
+            self.delete_custom_resources(name);
+            return;
+        };
+        for new in crd::served_types(&crd) {
+            let slot = self.types.iter().position(|t| {
+                t.custom.is_some()
+                    && t.group == new.group
+                    && t.version == new.version
+                    && t.plural == new.plural
+            });
+            match slot {
+                Some(i) => self.types[i] = new,
+                None => self.types.push(new),
+            }
+        }
+    }
+}
+
+/// The garbage collector's writes.
+fn gc_ctx() -> WriteCtx {
+    WriteCtx {
+        manager: "kube-controller-manager".into(),
+        scope: Scope::Everything,
+        dry_run: false,
+        keep_status: true,
+        validation: None,
+        warnings: RefCell::default(),
+    }
+}
+
+/// `propagationPolicy` (or the older `orphanDependents`) of `DeleteOptions`; `Background` when
+/// neither is given, the default of every type served here.
+fn propagation(opts: &Value) -> ApiResult<Propagation> {
+    match opts.get("propagationPolicy").and_then(Value::as_str) {
+        Some("Orphan") => Ok(Propagation::Orphan),
+        Some("Background") => Ok(Propagation::Background),
+        Some("Foreground") => Ok(Propagation::Foreground),
+        Some(other) => Err(ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+            ),
+        )),
+        None => match opts.get("orphanDependents").and_then(Value::as_bool) {
+            Some(true) => Ok(Propagation::Orphan),
+            _ => Ok(Propagation::Background),
+        },
     }
 }
 
@@ -823,10 +1192,22 @@ impl Store {
     }
 
     /// Puts objects of a snapshot back as they were stored (identity, resourceVersion and field
-    /// ownership kept), and the resourceVersion counter where it was. The history starts empty:
-    /// watches from before the snapshot relist, as after etcd compaction.
-    pub(crate) fn import(&mut self, rv: u64, objects: Vec<(usize, Value)>) {
-        for (res, obj) in objects {
+    /// ownership kept), and the resourceVersion counter where it was; CustomResourceDefinitions
+    /// first, so that the types they serve exist for their objects. The history starts empty:
+    /// watches from before the snapshot relist, as after etcd compaction. An object of a type that
+    /// is not served is returned by its `group/version plural`.
+    pub(crate) fn import(
+        &mut self,
+        rv: u64,
+        mut objects: Vec<(String, String, String, Value)>,
+    ) -> Result<(), String> {
+        let is_crd =
+            |g: &str, p: &str| g == "apiextensions.k8s.io" && p == "customresourcedefinitions";
+        objects.sort_by_key(|(g, _, p, _)| !is_crd(g, p));
+        for (group, version, plural, obj) in objects {
+            let res = self
+                .type_index(&group, &version, &plural)
+                .ok_or_else(|| format!("{group}/{version} {plural}"))?;
             let ns = meta_str(&obj, "namespace").unwrap_or_default().to_owned();
             let name = meta_str(&obj, "name").unwrap_or_default().to_owned();
             let owners = Ownership::from_managed_fields(
@@ -835,8 +1216,10 @@ impl Store {
             );
             let key = self.key(res, &ns, &name);
             self.objects.insert(key, Stored { obj, owners });
+            self.after_write(res, &name);
         }
         self.rv = self.rv.max(rv);
         self.compacted = self.rv;
+        Ok(())
     }
 }

@@ -1,7 +1,8 @@
 //! The validation a real API server would refuse a write with (422 Invalid), for what controllers
 //! write: names, label keys and values, annotation keys, finalizer names, Node taints and the
-//! providerID rule, and the required fields of `events.k8s.io/v1` Events. Everything found is
-//! reported, not only the first problem.
+//! providerID rule, the required fields of `events.k8s.io/v1` Events, the total size of
+//! annotations, CRDs ([`crate::crd::check`]) and custom resources against their schema
+//! ([`crate::schema::validate_custom`]). Everything found is reported, not only the first problem.
 
 use serde_json::Value;
 
@@ -133,13 +134,33 @@ pub fn check(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> 
             }
         }
     }
+    if let Some(Value::Object(ann)) = obj.pointer("/metadata/annotations") {
+        // ValidateAnnotationsSize: keys and values together, what a client-side `kubectl apply`
+        // of a large CRD runs into through its last-applied-configuration annotation.
+        let total: usize = ann
+            .iter()
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        if total > TOTAL_ANNOTATION_SIZE {
+            out.push(Cause {
+                reason: "FieldValueTooLong",
+                field: "metadata.annotations".into(),
+                message: format!("Too long: may not be more than {TOTAL_ANNOTATION_SIZE} bytes"),
+            });
+        }
+    }
     match (rt.group.as_str(), rt.kind.as_str()) {
         ("", "Node") => check_node(obj, old, &mut out),
         ("events.k8s.io", "Event") => check_event(obj, &mut out),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => crate::crd::check(obj, &mut out),
         _ => {}
     }
+    out.extend(crate::schema::validate_custom(rt, obj));
     out
 }
+
+/// apimachinery's `TotalAnnotationSizeLimitB`.
+const TOTAL_ANNOTATION_SIZE: usize = 256 * 1024;
 
 fn check_node(obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
     if let Some(Value::Array(taints)) = obj.pointer("/spec/taints") {

@@ -7,7 +7,9 @@
 //! carrying a 410 `Status` (clients relist). With `allowWatchBookmarks=true` it sends a BOOKMARK
 //! every [`crate::Config::bookmark_interval`], and after the initial events of a streaming list.
 //! A selector turns a modification into ADDED or DELETED when the object starts or stops matching.
-//! The stream ends after `timeoutSeconds` and when the fake stops.
+//! The stream ends after `timeoutSeconds` and when the fake stops. Asked for as a `Table`
+//! (`kubectl get -w`), each event's object is a one-row table, the first with the column
+//! definitions and the others without, as the apiserver's watch encoder sends them.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -22,8 +24,9 @@ use tokio::time::Instant;
 
 use crate::error::{ApiError, ApiResult};
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::{Shared, partial_metadata};
+use crate::server::{Form, Shared, partial_metadata};
 use crate::store::{Change, ChangeKind};
+use crate::table;
 
 /// What a watch request asked for.
 #[derive(Debug, Clone)]
@@ -37,7 +40,7 @@ pub(crate) struct WatchParams {
     pub send_initial: bool,
     pub bookmarks: bool,
     pub timeout: Duration,
-    pub partial_metadata: bool,
+    pub form: Form,
 }
 
 struct State {
@@ -50,6 +53,8 @@ struct State {
     deadline: Instant,
     next_bookmark: Instant,
     done: bool,
+    /// A table watch has sent its column definitions.
+    sent_headers: bool,
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -59,11 +64,23 @@ fn line(kind: &str, object: &Value) -> Bytes {
 }
 
 impl State {
-    fn event(&self, kind: &str, object: &Value) -> Bytes {
-        if self.p.partial_metadata {
-            line(kind, &partial_metadata(object))
-        } else {
-            line(kind, object)
+    fn event(&mut self, kind: &str, object: &Value) -> Bytes {
+        match self.p.form {
+            Form::Object => line(kind, object),
+            Form::Metadata => line(kind, &partial_metadata(object)),
+            Form::Table(include) => {
+                let rt = self.shared.store().types[self.p.res].clone();
+                let meta = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+                let t = table::table(
+                    &rt,
+                    std::slice::from_ref(object),
+                    meta,
+                    !self.sent_headers,
+                    include,
+                );
+                self.sent_headers = true;
+                line(kind, &t)
+            }
         }
     }
 
@@ -84,7 +101,7 @@ impl State {
         )
     }
 
-    fn translate(&self, c: &Change) -> Option<Bytes> {
+    fn translate(&mut self, c: &Change) -> Option<Bytes> {
         if self.p.ns.as_ref().is_some_and(|ns| *ns != c.ns) {
             return None;
         }
@@ -193,6 +210,7 @@ pub(crate) fn start(
         cursor,
         pending: VecDeque::new(),
         done: false,
+        sent_headers: false,
     };
     for o in &objects {
         let b = state.event("ADDED", o);

@@ -262,3 +262,25 @@ async fn a_snapshot_brings_the_objects_back_with_their_identity_and_owners() -> 
     assert!(back.resource_version() > fake.resource_version());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_snapshot_brings_custom_resources_back_with_their_definition() -> R {
+    let fake = FakeKube::start().await?;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "ippools.crd.projectcalico.org"},
+        "spec": {"group": "crd.projectcalico.org", "scope": "Cluster",
+                 "names": {"plural": "ippools", "singular": "ippool", "kind": "IPPool", "listKind": "IPPoolList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    });
+    fake.apply_json(&crd, "kubectl")?;
+    let pool = json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
+                      "metadata": {"name": "default-ipv4"}, "spec": {"cidr": "10.244.0.0/16"}});
+    fake.apply_json(&pool, "kubectl")?;
+    let back = FakeKube::start_sync_from(Config::default(), &fake.snapshot())?;
+    let pools = back.list_json("crd.projectcalico.org/v1", "IPPool", None)?;
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    assert_eq!(pools[0]["spec"]["cidr"], "10.244.0.0/16");
+    Ok(())
+}

@@ -21,11 +21,12 @@ use kos_bootstrap::{
     ApiEndpoint, Ccm, CloudConf, ClusterInput, ClusterSecrets, Cni, Csi, KubeVersion, ManifestPin,
     NodeInput, PkiDelivery, Role, Taint, TaintEffect,
 };
+use kos_cluster::apply::CcmCredential;
 use kos_cluster::bootstrap::{Bootstrap, BootstrapError, NodeContext, NodeRole};
 use kos_cluster::resolved::Resolved;
 use kos_cluster::{ClusterSpec, spec};
 use miette::{IntoDiagnostic, WrapErr};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -387,6 +388,27 @@ fn taint(s: &str) -> Result<Taint, String> {
 }
 
 impl Bootstrap for KubeadmBootstrap {
+    /// Written (0600) the moment Keystone returns it: a run killed later keeps it.
+    fn keep_ccm_credential(&self, c: &CcmCredential) -> Result<(), BootstrapError> {
+        let fail = |reason: String| BootstrapError {
+            node: "appcred-ccm".into(),
+            reason,
+        };
+        let secret = c
+            .secret
+            .as_ref()
+            .ok_or_else(|| fail("Keystone returned no secret".into()))?;
+        let body =
+            serde_json::json!({"id": c.id, "name": c.name, "secret": secret.expose_secret()});
+        write_private(&self.ccm_path, body.to_string().as_bytes())
+            .map_err(|e| fail(format!("{e:?}")))?;
+        eprintln!(
+            "kos: the CCM's application credential is stored in {} (0600)",
+            self.ccm_path.display()
+        );
+        Ok(())
+    }
+
     fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {
         let fail = |reason: String| BootstrapError {
             node: node.logical_id.clone(),

@@ -19,6 +19,8 @@ use kos_sim::{Sim, SimConfig};
 use miette::{IntoDiagnostic, WrapErr};
 use secrecy::SecretString;
 
+use crate::cmd::Failure;
+
 /// The name that selects the embedded simulator.
 pub const SIM: &str = "sim";
 
@@ -120,21 +122,22 @@ pub fn data_dir() -> miette::Result<PathBuf> {
 /// Connects to `cloud` (a clouds.yaml name, or `None` for `OS_CLOUD` / `OS_*`). `sim` is the embedded
 /// simulator, unless the clouds.yaml on the search path defines a cloud `sim` itself (the one
 /// `kos sim serve` writes): then that one, so a served simulator can be used by its name.
-pub async fn connect(cloud: Option<&str>) -> miette::Result<Connected> {
+pub async fn connect(cloud: Option<&str>) -> Result<Connected, Failure> {
     if cloud == Some(SIM) {
         match CloudProfile::defined_in(&kos_cloud::Env::process(), SIM)
-            .map_err(|e| miette::miette!("{e}"))?
+            .map_err(|e| Failure::connect(&e))?
         {
             Some(file) => tracing::info!("cloud `sim` from {}", file.display()),
-            None => return connect_sim(&data_dir()?.join("sim")).await,
+            None => {
+                return connect_sim(&data_dir().map_err(Failure::input)?.join("sim"))
+                    .await
+                    .map_err(Failure::input);
+            }
         }
     }
-    let session = Session::from_env_or_clouds(cloud).await.map_err(|e| {
-        miette::miette!(
-            help = "name a cloud of your clouds.yaml with --cloud (or OS_CLOUD), source an openrc file, or try `--cloud sim`",
-            "{e}"
-        )
-    })?;
+    let session = Session::from_env_or_clouds(cloud)
+        .await
+        .map_err(|e| Failure::connect(&e))?;
     Ok(Connected {
         session,
         embedded: None,
@@ -142,7 +145,8 @@ pub async fn connect(cloud: Option<&str>) -> miette::Result<Connected> {
 }
 
 async fn connect_sim(dir: &Path) -> miette::Result<Connected> {
-    std::fs::create_dir_all(dir)
+    // The simulated cloud's state holds its users' passwords.
+    crate::files::create_private_dir(dir)
         .into_diagnostic()
         .wrap_err_with(|| format!("cannot create {}", dir.display()))?;
     let lock = File::create(dir.join("lock"))

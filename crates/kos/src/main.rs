@@ -6,6 +6,7 @@ mod cloud;
 mod cmd;
 mod files;
 mod progress;
+mod term;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(cli.verbose);
+    term::init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -39,7 +41,7 @@ fn main() -> ExitCode {
     match rt.block_on(cmd::run(cli)) {
         Ok(exit) => exit.into(),
         Err(f) => {
-            eprintln!("{:?}", f.report);
+            eprintln!("{}", term::report(&f.report));
             ExitCode::from(f.code)
         }
     }
@@ -48,8 +50,9 @@ fn main() -> ExitCode {
 /// Logs go to stderr; `-v` raises kos's own level, `RUST_LOG` overrides everything.
 fn init_tracing(verbose: u8) {
     let default = match verbose {
+        // The SDK's own errors come back to kos as errors, which say more: its logs only repeat them.
         // The simulated clusters' cloud controllers run in-process: their logs are theirs, not kos's.
-        0 => "warn,kos=info,kos_sim=info,kos_ccm=warn,kos_guest=warn,openstack_sdk=warn",
+        0 => "warn,kos=info,kos_sim=info,kos_ccm=warn,kos_guest=warn,openstack_sdk=off",
         1 => {
             "info,kos=debug,kos_cloud=debug,kos_cluster=debug,kos_sim=debug,kos_ccm=info,openstack_sdk=warn"
         }

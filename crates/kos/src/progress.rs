@@ -38,7 +38,9 @@ async fn bar(mut rx: mpsc::Receiver<Event>, total: u64) {
                 pb.inc(1);
                 pb.set_message(format!("deleted {} {name}", kind.as_str()));
             }
-            Event::Failed { id, error } => pb.println(format!("✗ {id}: {error}")),
+            Event::Failed { id, error } => {
+                pb.println(format!("✗ {id}: {}", crate::term::printable(&error)));
+            }
         }
     }
     pb.finish_and_clear();
@@ -51,10 +53,14 @@ async fn lines(mut rx: mpsc::Receiver<Event>) {
             Event::Started { id, kind, op } if op != Op::NoOp => {
                 eprintln!("kos: {} {} {id}", verb(op), kind.as_str())
             }
-            Event::Waiting { id, what } => eprintln!("kos: {id}: waiting for {what}"),
+            Event::Waiting { id, what } => {
+                eprintln!("kos: {id}: waiting for {}", crate::term::printable(&what));
+            }
             Event::Done { id, op, .. } if op != Op::NoOp => eprintln!("kos: {id}: done"),
             Event::Deleted { kind, name, .. } => eprintln!("kos: deleted {} {name}", kind.as_str()),
-            Event::Failed { id, error } => eprintln!("kos: {id}: failed: {error}"),
+            Event::Failed { id, error } => {
+                eprintln!("kos: {id}: failed: {}", crate::term::printable(&error));
+            }
             _ => {}
         }
     }

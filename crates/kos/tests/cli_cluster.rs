@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use kos_cloud::model::TagQuery;
-use kos_cloud::{CloudProfile, Env, Session};
 use rand::{Rng, SeedableRng};
 use support::*;
 
@@ -220,120 +218,6 @@ fn bad_input_exits_3_and_creates_nothing() {
 
     let usage = kos(d, None, &["up", "--no-such-flag"]);
     assert_eq!(code(&usage), 3);
-}
-
-/// Every kos-named object of `cluster` still in the cloud, found through kos-cloud directly (not through
-/// the engine whose work is being checked).
-async fn leftovers(clouds: &Path, cluster: &str) -> Vec<String> {
-    let profile = CloudProfile::load(&Env::process(), Some("sim"), Some(clouds)).expect("profile");
-    let s = Session::connect(&profile).await.expect("session");
-    let prefix = format!("kos-{cluster}-");
-    let mut left = Vec::new();
-    let mut add = |kind: &str, names: Vec<String>| {
-        left.extend(
-            names
-                .into_iter()
-                .filter(|n| n.starts_with(&prefix))
-                .map(|n| format!("{kind} {n}")),
-        )
-    };
-    add(
-        "server",
-        s.compute()
-            .list_servers(&TagQuery::default())
-            .await
-            .expect("servers")
-            .into_iter()
-            .map(|x| x.name)
-            .collect(),
-    );
-    add(
-        "keypair",
-        s.compute()
-            .list_keypairs()
-            .await
-            .expect("keypairs")
-            .into_iter()
-            .map(|x| x.name)
-            .collect(),
-    );
-    add(
-        "server group",
-        s.compute()
-            .list_server_groups()
-            .await
-            .expect("groups")
-            .into_iter()
-            .map(|x| x.name)
-            .collect(),
-    );
-    let net = s.network();
-    add(
-        "network",
-        net.list_networks(&Default::default())
-            .await
-            .expect("networks")
-            .into_iter()
-            .map(|x| x.name)
-            .collect(),
-    );
-    add(
-        "port",
-        net.list_ports(&Default::default())
-            .await
-            .expect("ports")
-            .into_iter()
-            .map(|x| x.name)
-            .collect(),
-    );
-    add(
-        "router",
-        net.list_routers(&Default::default())
-            .await
-            .expect("routers")
-            .into_iter()
-            .map(|x| x.name)
-            .collect(),
-    );
-    add(
-        "security group",
-        net.list_security_groups(&Default::default())
-            .await
-            .expect("sgs")
-            .into_iter()
-            .map(|x| x.name)
-            .collect(),
-    );
-    add(
-        "floating ip",
-        net.list_floating_ips(&Default::default())
-            .await
-            .expect("fips")
-            .into_iter()
-            .map(|x| x.description)
-            .collect(),
-    );
-    add(
-        "volume",
-        s.block_storage()
-            .list_volumes(&Default::default())
-            .await
-            .expect("volumes")
-            .into_iter()
-            .map(|x| x.name)
-            .collect(),
-    );
-    add(
-        "load balancer",
-        s.load_balancer()
-            .list_load_balancers(&Default::default())
-            .await
-            .expect("lbs")
-            .into_iter()
-            .map(|x| x.name)
-            .collect(),
-    );
-    left
 }
 
 /// Runs `kos <args>` and SIGKILLs it after `after`.

@@ -147,8 +147,7 @@ fn kubectl_uses_the_kubeconfig_and_a_load_balancer_service_gets_an_address() {
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: default\nspec:\n  type: LoadBalancer\n  selector:\n    app: web\n  ports:\n  - port: 80\n    targetPort: 8080\n    nodePort: 30080\n",
     )
     .expect("write");
-    // --validate=false: kube-fake serves no OpenAPI document for client-side validation yet.
-    let created = kubectl(d, &["apply", "--validate=false", "-f", "web.yaml"]);
+    let created = kubectl(d, &["apply", "-f", "web.yaml"]);
     assert!(created.status.success(), "{}", text(&created));
     let ip = eventually(120, "the Service's external address", || {
         let o = kubectl(

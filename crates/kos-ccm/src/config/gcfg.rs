@@ -66,12 +66,14 @@ pub struct Document {
     pub sections: Vec<Section>,
 }
 
-/// A syntax error: where, in which section and key when known, and what.
+/// A syntax error: where, in which section and key when known, and what. A key is named only when
+/// the error is in its value (after its `=`): a line that fails before that may be no variable at
+/// all but part of a secret (a value cut by a stray quote or newline).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct SyntaxError {
     pub file: String,
     pub pos: Pos,
-    /// `[Section] key` when the error is inside a value.
+    /// `[Section] key` when the error is inside a value, `[Section]` before one.
     pub context: Option<String>,
     pub kind: SyntaxErrorKind,
 }
@@ -115,9 +117,11 @@ pub enum SyntaxErrorKind {
     UnquotedSubsection(String, String),
     #[error("expected the end of the line after {0}")]
     ExpectedEol(&'static str),
-    #[error("variable {0} before any section header")]
+    // The two below keep the name for callers, but never show it: a line that does not parse may
+    // be a secret (a password that slipped onto a line of its own).
+    #[error("a variable before any section header")]
     OutsideSection(String),
-    #[error("expected '=' after variable name {0}")]
+    #[error("expected '=' after the variable name")]
     ExpectedAssign(String),
     #[error("expected a section header or a variable declaration")]
     ExpectedDeclaration,
@@ -519,24 +523,28 @@ impl Parser<'_> {
             Current::Broken => None,
             Current::Section(i) => Some(i),
         };
-        let context = index.map(|i| format!("{} {name}", self.doc.sections[i].label()));
-        // A character that cannot follow the name is about the name, not this key's value.
-        let with = |(p, k): Fail| {
-            let c = (!matches!(k, SyntaxErrorKind::IllegalChar(_))).then(|| context.clone());
+        let section = index.map(|i| self.doc.sections[i].label());
+        let named = index.map(|i| format!("{} {name}", self.doc.sections[i].label()));
+        // Before its '=' the line may be no variable at all (a secret on a line of its own, or the
+        // rest of one cut by a stray quote): only the section is named, and a character that cannot
+        // follow the name not even that. After the '=', the name is a key's and says which value.
+        let before = |(p, k): Fail| {
+            let c = (!matches!(k, SyntaxErrorKind::IllegalChar(_))).then(|| section.clone());
             (p, k, c.flatten())
         };
-        let (p, tok) = self.sc.scan().map_err(with)?;
+        let after = |(p, k): Fail| (p, k, named.clone());
+        let (p, tok) = self.sc.scan().map_err(before)?;
         let value = match tok {
             Tok::Eol | Tok::Eof => None,
             Tok::Assign => {
-                let v = self.sc.value().map_err(with)?;
-                let (p, tok) = self.sc.scan().map_err(with)?;
+                let v = self.sc.value().map_err(after)?;
+                let (p, tok) = self.sc.scan().map_err(after)?;
                 if !matches!(tok, Tok::Eol | Tok::Eof) {
-                    return Err(with((p, SyntaxErrorKind::ExpectedEol("the value"))));
+                    return Err(after((p, SyntaxErrorKind::ExpectedEol("the value"))));
                 }
                 Some(v)
             }
-            _ => return Err(with((p, SyntaxErrorKind::ExpectedAssign(name)))),
+            _ => return Err(before((p, SyntaxErrorKind::ExpectedAssign(name)))),
         };
         if let Some(i) = index {
             self.doc.sections[i]

@@ -411,16 +411,23 @@ impl<'a> SectionReader<'a> {
     }
 
     /// Warns about every key no reader asked for: the upstream ignores them silently (gcfg
-    /// `FatalOnly`), which hides typos.
+    /// `FatalOnly`), which hides typos. The key itself is not shown: a line the CCM cannot use may
+    /// be a secret that slipped onto a line of its own; the nearest known key is.
     pub fn finish(self, d: &mut Diags) -> BTreeMap<&'static str, u32> {
         let mut seen = BTreeSet::new();
         for e in &self.entries {
             let lower = e.name.to_lowercase();
-            if !self.used.contains(&lower) && seen.insert(lower) {
+            if !self.used.contains(&lower) && seen.insert(lower.clone()) {
+                let near = crate::suggest::closest(&lower, self.used.iter().map(String::as_str), 3)
+                    .map(|k| format!("; did you mean `{k}`?"))
+                    .unwrap_or_default();
                 d.warnings.push(self.diag(
                     e.pos.line,
-                    Some(&e.name),
-                    "unknown key, ignored (the upstream CCM ignores it too)",
+                    None,
+                    format!(
+                        "a key the CCM does not know, ignored (the upstream CCM ignores it too; the \
+                         line is not shown, it may hold a secret){near}"
+                    ),
                 ));
             }
         }

@@ -433,20 +433,6 @@ fn secs(d: Duration) -> u32 {
     u32::try_from(d.as_secs()).unwrap_or(u32::MAX)
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 /// Checks every annotation and spec field the load balancer depends on and returns the typed
 /// options, or every problem found.
 ///
@@ -467,13 +453,9 @@ pub fn parse(svc: &Service, cfg: &CloudConfig) -> Result<ServiceOptions, Vec<Pro
 
     for key in ann.keys() {
         if key.starts_with(P) && !ALL.contains(&key.as_str()) {
-            let near = ALL
-                .iter()
-                .map(|k| (edit_distance(key, k), *k))
-                .min()
-                .filter(|(d, _)| *d <= 3);
+            let near = crate::suggest::closest(key, ALL.iter().copied(), 3);
             let hint = match near {
-                Some((_, k)) => format!("is not an annotation kos-ccm knows: did you mean {k}?"),
+                Some(k) => format!("is not an annotation kos-ccm knows: did you mean {k}?"),
                 None => "is not an annotation kos-ccm knows; it is ignored".to_owned(),
             };
             r.note(key, &ann[key], hint);

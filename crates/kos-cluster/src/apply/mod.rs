@@ -391,6 +391,12 @@ async fn converge(
                 continue;
             }
         };
+        let out = out.map_err(|e| e.to_string()).and_then(|o| {
+            if node.kind == Kind::AppCredential {
+                keep_ccm_credential(ctx, bootstrap)?;
+            }
+            Ok(o)
+        });
         match out {
             Ok(o) => {
                 ctx.set_output(&node.id, o);
@@ -412,8 +418,7 @@ async fn converge(
                     }
                 }
             }
-            Err(e) => {
-                let error = e.to_string();
+            Err(error) => {
                 tracing::warn!(node = %node.id, "failed: {error}");
                 emit(
                     ctx.events.as_ref(),
@@ -427,6 +432,25 @@ async fn converge(
         }
     }
     failures
+}
+
+/// Hands a credential this run created to the bootstrap to keep, before anything that needs it starts.
+fn keep_ccm_credential(ctx: &Ctx, bootstrap: &dyn Bootstrap) -> Result<(), String> {
+    let created = ctx
+        .ccm
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .filter(|c| c.secret.is_some());
+    match created {
+        Some(c) => bootstrap.keep_ccm_credential(&c).map_err(|e| {
+            format!(
+                "the new credential's secret could not be kept: {}",
+                e.reason
+            )
+        }),
+        None => Ok(()),
+    }
 }
 
 fn failure(node: &crate::graph::Node, error: String) -> NodeFailure {

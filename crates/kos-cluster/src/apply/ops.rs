@@ -6,13 +6,14 @@ use std::future::Future;
 
 use futures::future::join_all;
 use kos_cloud::model::TagQuery;
-use kos_cloud::model::block_storage::{VolumeCreate, VolumeFilter};
+use kos_cloud::model::block_storage::{VolumeCreate, VolumeFilter, VolumeStatus};
 use kos_cloud::model::compute::{
     BlockDevice, Boot, KeypairCreate, Nic, ServerCreate, ServerGroupCreate, ServerGroupPolicy,
+    ServerStatus,
 };
 use kos_cloud::model::identity::ApplicationCredentialCreate;
 use kos_cloud::model::load_balancer::{
-    ListenerUpdate, LoadBalancerCreate, LoadBalancerFilter, PoolParent, Vip,
+    ListenerUpdate, LoadBalancerCreate, LoadBalancerFilter, PoolParent, ProvisioningStatus, Vip,
 };
 use kos_cloud::model::network::{
     AddressPair, Direction, EtherType, FixedIpRequest, FloatingIpCreate, FloatingIpFilter,
@@ -47,13 +48,17 @@ pub(super) async fn run(
         });
     }
     let existing = action.existing.as_ref();
+    let ready = match (action.op, existing) {
+        (Op::NoOp | Op::Adopt | Op::Update, Some(r)) => settled(ctx, node, r).await?,
+        _ => None,
+    };
     match (action.op, existing) {
         (Op::NoOp, Some(r)) => {
             if node.kind == Kind::AppCredential && ctx.opts.recreate_ccm_credential {
                 delete(ctx, r).await?;
                 return create(ctx, node, user_data).await;
             }
-            Ok(output_of(r))
+            Ok(ready.unwrap_or_else(|| output_of(r)))
         }
         (Op::Adopt, Some(r)) => {
             tag(ctx, node, &r.id).await?;
@@ -66,6 +71,48 @@ pub(super) async fn run(
         }
         _ => create(ctx, node, user_data).await,
     }
+}
+
+/// What an earlier run left in progress (a run killed while a server was in BUILD, a load balancer
+/// PENDING_*, a volume creating) is waited for before it is used or changed, as its create would
+/// have been: Octavia refuses changes to a busy load balancer and Nova boots from no volume that is
+/// still being made. `Some`: it was waited for, and its output as the wait saw it.
+async fn settled(ctx: &Ctx, node: &Node, r: &Resource) -> R<Option<Output>> {
+    let kind = match node.kind {
+        Kind::Server if ServerStatus::from(r.state.as_str()) == ServerStatus::Build => {
+            WaitKind::Server
+        }
+        Kind::LoadBalancer
+            if matches!(
+                ProvisioningStatus::from(r.state.as_str()),
+                ProvisioningStatus::PendingCreate | ProvisioningStatus::PendingUpdate
+            ) =>
+        {
+            WaitKind::LoadBalancer
+        }
+        Kind::Volume
+            if matches!(
+                VolumeStatus::from(r.state.as_str()),
+                VolumeStatus::Creating | VolumeStatus::Downloading
+            ) =>
+        {
+            WaitKind::Volume
+        }
+        _ => return Ok(None),
+    };
+    let within = match kind {
+        WaitKind::Server => ctx.opts.deadlines.server,
+        WaitKind::LoadBalancer => ctx.opts.deadlines.load_balancer,
+        WaitKind::Volume => ctx.opts.deadlines.volume,
+    };
+    tracing::info!(node = %node.id, state = %r.state, "left in progress by an earlier run: waiting for it");
+    let seen = wait(ctx, node, kind, &r.id, within).await?;
+    let mut out = output_of(r);
+    if kind == WaitKind::LoadBalancer {
+        out.address = seen.address.or(out.address);
+        out.port_id = seen.port_id.or(out.port_id);
+    }
+    Ok(Some(out))
 }
 
 fn output_of(r: &Resource) -> Output {

@@ -42,6 +42,10 @@ pub struct PreflightError {
     pub report: Report,
     /// The quota lines that are short, when any is (also in the `quota_short` diagnostic's help).
     pub quota: Option<QuotaTable>,
+    /// A lookup failed because the cloud was busy, failing or out of reach (after the session's retries):
+    /// the checks that needed it did not run, so this is the cloud's failure, not the spec's; the same run
+    /// may pass later.
+    pub cloud_failed: bool,
 }
 
 impl fmt::Display for PreflightError {
@@ -81,9 +85,11 @@ pub async fn preflight(
     let facts = facts::Facts::gather(session, spec).await;
     let mut cx = Cx {
         report: Report::new(file, source),
+        cloud_failed: false,
     };
     let resolved = resolve::resolve(&mut cx, spec, &facts);
     let table = quota::check(&mut cx, spec, &facts, resolved.as_ref());
+    let cloud_failed = cx.cloud_failed;
     let mut report = cx.report;
     report.sort();
     match resolved {
@@ -97,6 +103,7 @@ pub async fn preflight(
             Err(PreflightError {
                 report,
                 quota: (!short.is_empty()).then_some(short),
+                cloud_failed,
             })
         }
     }
@@ -105,6 +112,8 @@ pub async fn preflight(
 /// The report being written, and the helpers every check uses.
 pub(crate) struct Cx {
     report: Report,
+    /// Some lookup failed for a reason that may pass (see [`PreflightError::cloud_failed`]).
+    cloud_failed: bool,
 }
 
 impl Cx {
@@ -116,13 +125,19 @@ impl Cx {
     fn got<'a, T>(&mut self, what: &str, r: &'a Result<T, CloudError>) -> Option<&'a T> {
         r.as_ref()
             .map_err(|e| {
+                let help = if e.is_transient() {
+                    self.cloud_failed = true;
+                    "the cloud was busy or out of reach: nothing was changed; run the command again"
+                } else {
+                    "check that the service is up and that your credentials may read it, then retry"
+                };
                 self.push(
                     Diagnostic::error(
                         Code::CloudError,
                         "",
                         format!("could not {what}, so the checks that need it were skipped: {e}"),
                     )
-                    .help("check that the service is up and that your credentials may read it, then retry"),
+                    .help(help),
                 );
             })
             .ok()
@@ -225,6 +240,7 @@ spec:
         };
         let mut cx = Cx {
             report: Report::new("t.yaml", SPEC),
+            cloud_failed: false,
         };
         let r = resolve::resolve(&mut cx, &spec, facts);
         quota::check(&mut cx, &spec, facts, r.as_ref());

@@ -206,9 +206,11 @@ fn planned(
         sites.iter().zip(flavors).map(|(s, fl)| f(s, *fl)).sum()
     };
     let count = |s: &Site<'_>| u64::from(s.count.value);
+    // A pool scaled to zero keeps its server group (the graph makes one per pool with a policy), so
+    // it counts against the quota like any other.
     let groups: Vec<u64> = sites
         .iter()
-        .filter(|s| s.count.value > 0 && policy(spec, s) != ServerGroupPolicy::None)
+        .filter(|s| policy(spec, s) != ServerGroupPolicy::None)
         .map(count)
         .collect();
     let rows = vec![
@@ -517,10 +519,15 @@ pub(crate) fn check(
 fn labels(spec: &ClusterSpec, sites: &[Site<'_>], r: Resource) -> Vec<(SourceSpan, String)> {
     use Resource as R;
     match r {
-        R::Instances | R::Cores | R::Ram | R::ServerGroups | R::ServerGroupMembers => sites
+        R::Instances | R::Cores | R::Ram | R::ServerGroupMembers => sites
             .iter()
             .filter(|s| s.count.value > 0)
             .map(|s| (s.count.span, plural(s.count.value, "server")))
+            .collect(),
+        R::ServerGroups => sites
+            .iter()
+            .filter(|s| policy(spec, s) != ServerGroupPolicy::None)
+            .map(|s| (s.count.span, "one server group".to_owned()))
             .collect(),
         R::Volumes | R::Gigabytes => sites
             .iter()

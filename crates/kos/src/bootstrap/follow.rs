@@ -84,10 +84,16 @@ pub fn parse(console: &str) -> (Vec<String>, NodeState) {
 pub struct Target {
     pub logical_id: String,
     pub server_id: String,
-    /// Created (or replaced) by this run. A server from an earlier run whose console shows no marker
-    /// is not waited for: its markers may have scrolled out of the log.
+    /// Created (or replaced) by this run. A server from an earlier run is followed like any other
+    /// until its console shows the final marker (an earlier run may have been stopped before it
+    /// followed it), unless its console is full without a marker: then they scrolled out.
     pub created_now: bool,
 }
+
+/// Nova keeps the last 100 KiB of a console (libvirt driver, `MAX_CONSOLE_BYTES`): a console this long
+/// without any marker has lost its beginning, and the markers with it. One shorter has not written them
+/// yet.
+const SCROLLED: usize = 90 * 1024;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -121,7 +127,6 @@ pub async fn consoles(
         .collect();
     let mut pending: Vec<Target> = targets.to_vec();
     let mut interval = timing.poll;
-    let mut first = true;
     while !pending.is_empty() {
         let mut reads = JoinSet::new();
         for t in &pending {
@@ -147,15 +152,19 @@ pub async fn consoles(
             let (markers, state) = parse(&console);
             let n = seen.entry(t.logical_id.clone()).or_default();
             for m in markers.iter().skip(*n) {
-                eprintln!("kos: {}: {m}", t.logical_id);
+                // The guest writes its console: nothing in it reaches the terminal unescaped.
+                eprintln!("kos: {}: {}", t.logical_id, crate::term::printable(m));
             }
             progressed |= markers.len() > *n;
             *n = markers.len();
-            let quiet_old = first && !t.created_now && state == NodeState::Waiting;
-            if quiet_old {
+            let scrolled =
+                !t.created_now && state == NodeState::Waiting && console.len() >= SCROLLED;
+            if scrolled {
                 eprintln!(
-                    "kos: {}: no bootstrap markers on its console (created by an earlier run): not followed",
-                    t.logical_id
+                    "kos: {}: no bootstrap marker in the last {} KiB of its console (created by an earlier \
+                     run, its markers scrolled out): not followed",
+                    t.logical_id,
+                    console.len() / 1024
                 );
             } else if !state.finished() {
                 still.push(t.clone());
@@ -197,7 +206,6 @@ pub async fn consoles(
         } else {
             (interval * 2).min(timing.max_poll)
         };
-        first = false;
         tokio::time::sleep(interval).await;
     }
     Ok(Followed { nodes: states })

@@ -4,15 +4,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kos_cloud::model::TagQuery;
-use kos_cluster::apply::{ApplyOptions, ApplyReport, CcmCredential};
+use kos_cluster::apply::{ApplyOptions, ApplyReport};
 use kos_cluster::graph::{DesiredGraph, Kind};
 use kos_cluster::names::{TAG_CLUSTER, TAG_ID};
 use kos_cluster::plan::{Op, Plan};
 use kos_cluster::resolved::Resolved;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
 use kos_cluster::{ClusterSpec, Loaded};
-use miette::{IntoDiagnostic, WrapErr};
-use secrecy::ExposeSecret;
+use miette::IntoDiagnostic;
 
 use super::{Exit, Failure};
 use crate::bootstrap::follow::{self, ApiPhase, NodeState, Target, Timing};
@@ -28,25 +27,65 @@ struct Prepared {
     resolved: Resolved,
 }
 
-/// Reads and validates the spec: every problem at once, before any cloud call.
-fn load_spec(path: &Path) -> Result<(Loaded, String), Failure> {
-    let text = std::fs::read_to_string(path)
-        .into_diagnostic()
-        .wrap_err_with(|| format!("cannot read the cluster spec {}", path.display()))
-        .map_err(Failure::input)?;
-    let shown = path.display().to_string();
-    let loaded = kos_cluster::load(&shown, &text)
-        .map_err(|errors| Failure::input(miette::Report::new(errors)))?;
-    if !loaded.warnings.diagnostics().is_empty() {
-        eprintln!("{:?}", miette::Report::new(loaded.warnings.clone()));
-    }
-    Ok((loaded, text))
+/// A spec read and validated, before any cloud is contacted: an unreachable cloud never hides a spec
+/// error, and an invalid spec costs no request.
+pub(crate) struct SpecFile {
+    pub(crate) loaded: Loaded,
+    /// The path as shown in messages, and the text diagnostics point into.
+    pub(crate) shown: String,
+    text: String,
 }
 
-/// Validation, then preflight (all problems at once, nothing created), then the desired graph.
-async fn prepare(c: &Connected, path: &Path) -> Result<Prepared, Failure> {
-    let (loaded, text) = load_spec(path)?;
+/// Reads (at most [`kos_cluster::MAX_SPEC_BYTES`]) and validates the spec: every problem at once.
+pub(crate) fn load_spec(path: &Path) -> Result<SpecFile, Failure> {
+    use std::io::Read;
     let shown = path.display().to_string();
+    let cannot = |e: std::io::Error| {
+        Failure::input(miette::miette!(
+            help = "check the path given to -f",
+            "cannot read the cluster spec {}: {e}",
+            crate::term::printable(&shown)
+        ))
+    };
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    // Bounded: `-f /dev/zero` or an endless pipe must end in a message, not in memory exhaustion.
+    let mut bytes = Vec::new();
+    file.take(kos_cluster::MAX_SPEC_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() > kos_cluster::MAX_SPEC_BYTES {
+        return Err(Failure::input(miette::miette!(
+            help = "a cluster spec is a few KiB: check that -f names the spec (not a log, an image or a stream)",
+            "the cluster spec {} is larger than {} KiB; kos read no further",
+            crate::term::printable(&shown),
+            kos_cluster::MAX_SPEC_BYTES / 1024
+        )));
+    }
+    let loaded = kos_cluster::load_bytes(&shown, &bytes)
+        .map_err(|errors| Failure::input(miette::Report::new(errors)))?;
+    if !loaded.warnings.diagnostics().is_empty() {
+        eprintln!(
+            "{}",
+            crate::term::report(&miette::Report::new(loaded.warnings.clone()))
+        );
+    }
+    // Valid, so UTF-8 (a leading byte-order mark aside, which the spans do not count).
+    let text =
+        String::from_utf8_lossy(bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes)).into_owned();
+    Ok(SpecFile {
+        loaded,
+        shown,
+        text,
+    })
+}
+
+/// Preflight (all problems at once, nothing created), then the desired graph.
+async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
+    let SpecFile {
+        loaded,
+        shown,
+        text,
+    } = spec;
     let pre = kos_cluster::preflight::preflight(&c.session, &loaded.spec, &shown, &text)
         .await
         .map_err(|e| {
@@ -55,10 +94,21 @@ async fn prepare(c: &Connected, path: &Path) -> Result<Prepared, Failure> {
             {
                 eprintln!("{q}");
             }
-            Failure::input(miette::Report::new(e.report))
+            if e.cloud_failed {
+                // A lookup the cloud failed is no fault of the spec's.
+                Failure::cloud_report(miette::Report::new(e.report).wrap_err(
+                    "the cloud failed while kos checked the spec against it: nothing was changed; run the \
+                     command again",
+                ))
+            } else {
+                Failure::input(miette::Report::new(e.report))
+            }
         })?;
     if !pre.warnings.diagnostics().is_empty() {
-        eprintln!("{:?}", miette::Report::new(pre.warnings));
+        eprintln!(
+            "{}",
+            crate::term::report(&miette::Report::new(pre.warnings))
+        );
     }
     let graph = kos_cluster::graph::desired(&loaded.spec, &pre.resolved).map_err(|e| {
         Failure::input(miette::miette!(
@@ -85,23 +135,24 @@ where
     F: FnOnce(Connected) -> Fut,
     Fut: std::future::Future<Output = (Connected, Result<Exit, Failure>)>,
 {
-    let c = cloud::connect(cloud_name).await.map_err(Failure::input)?;
+    let c = cloud::connect(cloud_name).await?;
     let (c, result) = f(c).await;
     c.close().await.map_err(Failure::cloud_report)?;
     result
 }
 
 pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
+    let spec = load_spec(&args.spec.file)?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let p = prepare(&c, &args.spec.file).await?;
+            let p = prepare(&c, spec).await?;
             if args.graph.is_some() {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
             }
             let plan = plan_of(&c, &p.graph).await?;
             match args.output {
-                Output::Text => print!("{}", plan.diff(args.all)),
+                Output::Text => print!("{}", crate::term::escape(&plan.diff(args.all))),
                 Output::Json => println!(
                     "{}",
                     serde_json::to_string_pretty(&plan)
@@ -122,9 +173,10 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
 }
 
 pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
+    let spec = load_spec(&args.spec.file)?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let p = prepare(&c, &args.spec.file).await?;
+            let p = prepare(&c, spec).await?;
             let plan = plan_of(&c, &p.graph).await?;
             let local =
                 Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(Failure::input)?;
@@ -136,8 +188,9 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                 secrets,
                 token_refreshed,
             } = local.secrets_for_up(exists).map_err(Failure::input)?;
-            warn_if_ccm_secret_lost(&plan, &local, args.recreate_ccm_credential)
-                .map_err(Failure::input)?;
+            let recreate_ccm_credential =
+                ccm_credential_to_recreate(&plan, &local, args.recreate_ccm_credential)
+                    .map_err(Failure::input)?;
             if token_refreshed && exists {
                 push_token(&c, &local, &p.spec, &secrets).await;
             }
@@ -155,7 +208,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             eprintln!("kos: {}: {changes} change(s) to make", p.graph.cluster);
             let mut opts = ApplyOptions {
                 parallelism: usize::from(args.parallelism),
-                recreate_ccm_credential: args.recreate_ccm_credential,
+                recreate_ccm_credential,
                 ..ApplyOptions::default()
             };
             if c.is_simulated() {
@@ -166,12 +219,6 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             let result =
                 kos_cluster::apply::apply(&c.session, &p.graph, &plan, &bootstrap, opts, tx).await;
             let _ = progress.await;
-            let report = match &result {
-                Ok(r) => r,
-                Err(e) => &*e.report,
-            };
-            // The CCM credential's secret is returned once, by the run that created it, failed or not.
-            store_ccm_credential(&c, &p.spec, report)?;
             match result {
                 Ok(report) => {
                     if let Some(a) = &report.api_address {
@@ -217,21 +264,42 @@ fn cluster_dir(c: &Connected, cluster: &str) -> Result<PathBuf, Failure> {
         .map_err(Failure::input)
 }
 
-/// A cluster whose CCM credential exists but whose secret is not stored here cannot bootstrap a new
-/// first control plane: say so before anything is changed.
-fn warn_if_ccm_secret_lost(plan: &Plan, local: &Local, recreate: bool) -> miette::Result<()> {
-    let adopted = plan
+/// Whether this run makes the CCM credential again. Its secret is stored the moment Keystone returns it,
+/// but a run killed in between, or a lost file, leaves a credential whose secret nobody has: while no server
+/// exists nothing can be using it, so it is replaced without being asked; once servers run with it, the run
+/// says what replacing it takes and leaves the choice to the user.
+fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> miette::Result<bool> {
+    let existing = plan
         .actions
         .iter()
-        .any(|a| a.kind == Kind::AppCredential && a.existing.is_some());
-    if adopted && !recreate && local.ccm_credential()?.is_none() {
+        .find(|a| a.kind == Kind::AppCredential)
+        .and_then(|a| a.existing.as_ref());
+    let Some(existing) = existing else {
+        return Ok(asked);
+    };
+    if asked || local.ccm_credential()?.is_some_and(|c| c.id == existing.id) {
+        return Ok(asked);
+    }
+    let servers = plan
+        .actions
+        .iter()
+        .any(|a| a.kind == Kind::Server && a.existing.is_some());
+    if servers {
         eprintln!(
             "kos: warning: the CCM application credential's secret is not stored on this machine ({}); \
-             a re-created first control plane cannot get its cloud.conf: run `kos up --recreate-ccm-credential` to make a new one",
+             a re-created first control plane cannot get its cloud.conf. `kos up --recreate-ccm-credential` \
+             makes a new one; the running cloud controller keeps the old one in its cloud-config Secret \
+             (kube-system) until that is updated with the new one",
             local.ccm().display()
         );
+        return Ok(false);
     }
-    Ok(())
+    eprintln!(
+        "kos: the CCM application credential's secret is not stored on this machine ({}) and no server \
+         uses it yet (an earlier run stopped before storing it): replacing it",
+        local.ccm().display()
+    );
+    Ok(true)
 }
 
 /// A renewed bootstrap token is unknown to a running cluster: create its Secret through the API so
@@ -432,7 +500,7 @@ async fn follow_bootstrap(
         let shown = match state {
             NodeState::Done(outcome) => format!("bootstrap {outcome}"),
             NodeState::Running(last) => format!("last step: {last}"),
-            NodeState::Waiting => "not followed".into(),
+            NodeState::Waiting => "markers scrolled out of its console".into(),
             NodeState::Failed { step, reason } => format!("{step} failed: {reason}"),
         };
         println!("  {id:<24} {shown}");
@@ -484,30 +552,6 @@ async fn follow_bootstrap(
     }
 }
 
-fn store_ccm_credential(
-    c: &Connected,
-    spec: &ClusterSpec,
-    report: &ApplyReport,
-) -> Result<(), Failure> {
-    let Some(CcmCredential {
-        id,
-        name,
-        secret: Some(secret),
-    }) = &report.ccm_credential
-    else {
-        return Ok(());
-    };
-    let path = cluster_dir(c, spec.name.value.as_str())?.join("ccm-credential.json");
-    let body = serde_json::json!({"id": id, "name": name, "secret": secret.expose_secret()});
-    crate::files::write_private(&path, body.to_string().as_bytes())
-        .map_err(Failure::cloud_report)?;
-    eprintln!(
-        "kos: the CCM's application credential is stored in {} (0600)",
-        path.display()
-    );
-    Ok(())
-}
-
 pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
@@ -526,7 +570,11 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
                         "deleted"
                     };
                     for r in &report.resources {
-                        println!("{verb} {:<22} {}", r.kind.as_str(), r.name);
+                        println!(
+                            "{verb} {:<22} {}",
+                            r.kind.as_str(),
+                            crate::term::printable(&r.name)
+                        );
                     }
                     if report.dry_run {
                         println!(
@@ -562,10 +610,11 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
 }
 
 pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
+    let spec = args.file.as_deref().map(load_spec).transpose()?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let graph = match &args.file {
-                Some(f) => Some(prepare(&c, f).await?.graph),
+            let graph = match spec {
+                Some(spec) => Some(prepare(&c, spec).await?.graph),
                 None => None,
             };
             let st = kos_cluster::status::status(&c.session, &args.name, graph.as_ref())
@@ -589,12 +638,13 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
             );
             for r in &st.resources {
                 let mark = if r.failed { "✗" } else { " " };
+                // Names and states come from the cloud.
                 println!(
                     "{mark} {:<22} {:<28} {:<12} {}",
                     r.kind.as_str(),
-                    r.logical_id,
-                    r.state,
-                    r.name
+                    crate::term::printable(&r.logical_id),
+                    crate::term::printable(&r.state),
+                    crate::term::printable(&r.name)
                 );
             }
             for d in &st.duplicates {
@@ -645,12 +695,13 @@ pub async fn gc(args: GcArgs) -> Result<Exit, Failure> {
                 orphans.retain(|o| args.clusters.contains(&o.cluster));
             }
             for o in &orphans {
+                // What other clusters (or anyone) left: names and reasons from the cloud.
                 println!(
                     "{:<16} {:<22} {:<40} {}",
-                    o.cluster,
+                    crate::term::printable(&o.cluster),
                     o.kind.as_str(),
-                    o.name,
-                    o.reason
+                    crate::term::printable(&o.name),
+                    crate::term::printable(&o.reason)
                 );
             }
             if orphans.is_empty() {

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use kos_cluster::doctor::{self, Intent};
-use miette::{IntoDiagnostic, WrapErr};
+use miette::IntoDiagnostic;
 
 use super::{Exit, Failure};
 use crate::cli::{DoctorArgs, Output};
@@ -18,9 +18,7 @@ pub async fn doctor(args: DoctorArgs) -> Result<Exit, Failure> {
         Some(f) => Some(intent(f, &args.name)?),
         None => None,
     };
-    let c = cloud::connect(args.cloud.cloud.as_deref())
-        .await
-        .map_err(Failure::input)?;
+    let c = cloud::connect(args.cloud.cloud.as_deref()).await?;
     let fetched = doctor::fetch(&c.session, &args.name).await;
     c.close().await.map_err(Failure::cloud_report)?;
     let snap = fetched.map_err(Failure::cloud)?;
@@ -34,7 +32,7 @@ pub async fn doctor(args: DoctorArgs) -> Result<Exit, Failure> {
     }
     let report = doctor::analyse(&snap, intent.as_ref());
     match args.output {
-        Output::Text => print!("{}", report.text()),
+        Output::Text => print!("{}", crate::term::escape(&report.text())),
         Output::Json => println!(
             "{}",
             serde_json::to_string_pretty(&report)
@@ -49,18 +47,10 @@ pub async fn doctor(args: DoctorArgs) -> Result<Exit, Failure> {
     })
 }
 
-/// The spec's intent, after checking it is the spec of the cluster named.
+/// The spec's intent, after checking it is the spec of the cluster named. Read as every command reads
+/// a spec (bounded, every problem at once).
 fn intent(path: &Path, name: &str) -> Result<Intent, Failure> {
-    let text = std::fs::read_to_string(path)
-        .into_diagnostic()
-        .wrap_err_with(|| format!("cannot read the cluster spec {}", path.display()))
-        .map_err(Failure::input)?;
-    let shown = path.display().to_string();
-    let loaded = kos_cluster::load(&shown, &text)
-        .map_err(|errors| Failure::input(miette::Report::new(errors)))?;
-    if !loaded.warnings.diagnostics().is_empty() {
-        eprintln!("{:?}", miette::Report::new(loaded.warnings.clone()));
-    }
+    let super::cluster::SpecFile { loaded, shown, .. } = super::cluster::load_spec(path)?;
     let spec_name = loaded.spec.name.value.as_str();
     if spec_name != name {
         return Err(Failure::input(miette::miette!(

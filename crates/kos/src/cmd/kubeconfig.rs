@@ -105,9 +105,7 @@ pub async fn kubeconfig(args: KubeconfigArgs) -> Result<Exit, Failure> {
 
 /// Where the simulated cloud forwards `endpoint` from on this machine.
 async fn simulated_address(endpoint: &ApiEndpoint) -> Result<std::net::SocketAddr, Failure> {
-    let c = crate::cloud::connect(Some(crate::cloud::SIM))
-        .await
-        .map_err(Failure::input)?;
+    let c = crate::cloud::connect(Some(crate::cloud::SIM)).await?;
     let embedded = c.is_simulated();
     let found = c.kube_endpoints().await;
     c.close().await.map_err(Failure::cloud_report)?;

@@ -57,6 +57,23 @@ impl Failure {
     pub fn cloud(e: kos_cloud::CloudError) -> Failure {
         Failure::cloud_report(miette::miette!("{e}"))
     }
+    /// A cloud error before anything was changed: the cloud's failure (1) when the same command may
+    /// pass later, invalid input (3) when the configuration or credentials must change.
+    pub fn connect(e: &kos_cloud::CloudError) -> Failure {
+        if e.is_transient() {
+            Failure::cloud_report(miette::miette!(
+                help = "nothing was changed: check the setting named above, or run the command again \
+                        once the cloud answers",
+                "{e}"
+            ))
+        } else {
+            Failure::input(miette::miette!(
+                help = "name a cloud of your clouds.yaml with --cloud (or OS_CLOUD), source an openrc \
+                        file, or try `--cloud sim`",
+                "{e}"
+            ))
+        }
+    }
 }
 
 pub async fn run(cli: Cli) -> Result<Exit, Failure> {

@@ -48,8 +48,22 @@ pub fn example(name: &str) -> PathBuf {
 /// means what the test intends.
 pub fn isolated(data: &Path, clouds: Option<&Path>, args: &[&str]) -> Command {
     let mut cmd = Command::new(KOS);
-    cmd.args(args)
-        .current_dir(data)
+    cmd.args(args);
+    isolate(cmd, data, clouds)
+}
+
+/// As [`isolated`], run under `umask` (through `sh`, which sets it and then becomes `kos`).
+pub fn isolated_umask(data: &Path, clouds: Option<&Path>, umask: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("umask {umask} && exec \"$0\" \"$@\""))
+        .arg(KOS)
+        .args(args);
+    isolate(cmd, data, clouds)
+}
+
+fn isolate(mut cmd: Command, data: &Path, clouds: Option<&Path>) -> Command {
+    cmd.current_dir(data)
         .env("HOME", data)
         .env("XDG_CONFIG_HOME", data.join(".config"))
         .env("KOS_DATA_DIR", data.join("kos-data"))
@@ -103,18 +117,27 @@ pub fn serve(dir: &Path) -> Served {
 
 /// As [`serve`], at `time_scale` real seconds per cloud second.
 pub fn serve_scaled(dir: &Path, time_scale: &str) -> Served {
+    serve_with(dir, time_scale, None)
+}
+
+/// As [`serve_scaled`], with a simulator config file (latency, faults, rate limits, ...).
+pub fn serve_with(dir: &Path, time_scale: &str, config: Option<&Path>) -> Served {
     let clouds = dir.join("clouds.yaml");
-    let mut child = Command::new(KOS)
-        .args([
-            "sim",
-            "serve",
-            "--port",
-            "0",
-            "--time-scale",
-            time_scale,
-            "--clouds-yaml",
-        ])
-        .arg(&clouds)
+    let mut cmd = Command::new(KOS);
+    cmd.args([
+        "sim",
+        "serve",
+        "--port",
+        "0",
+        "--time-scale",
+        time_scale,
+        "--clouds-yaml",
+    ])
+    .arg(&clouds);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -134,4 +157,207 @@ pub fn serve_scaled(dir: &Path, time_scale: &str) -> Served {
         clouds,
         base,
     }
+}
+
+/// Calls the simulator's admin API (`/_sim/...`): `method` `path` with an optional JSON body; the
+/// answer's status and JSON body (null when it has none).
+pub fn admin(
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let mut req = reqwest::Client::new().request(method, format!("{base}{path}"));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let rsp = req.send().await.expect("the simulator answers");
+        let status = rsp.status().as_u16();
+        let text = rsp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or_default())
+    })
+}
+
+/// How many cloud requests (its own admin API aside) the simulator has logged.
+pub fn requests(base: &str) -> usize {
+    let (_, v) = admin(base, reqwest::Method::GET, "/_sim/log", None);
+    v["entries"].as_array().map_or(0, |e| {
+        e.iter()
+            .filter(|e| !e["path"].as_str().unwrap_or_default().starts_with("/_sim"))
+            .count()
+    })
+}
+
+/// A port on 127.0.0.1 that nothing listens on (bound, then freed).
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// A clouds.yaml in `dir` with one cloud `name` at `auth_url`.
+pub fn clouds_yaml(dir: &Path, name: &str, auth_url: &str) -> PathBuf {
+    let path = dir.join(format!("clouds-{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "clouds:\n  {name}:\n    auth:\n      auth_url: {auth_url}\n      username: someone\n      \
+             password: a-long-password-1\n      project_name: someproject\n"
+        ),
+    )
+    .expect("write clouds.yaml");
+    path
+}
+
+/// A kos-cloud session to the served simulator: what tests look at the cloud through (never through the
+/// `kos` whose work they check).
+pub async fn session(clouds: &Path) -> kos_cloud::Session {
+    let profile =
+        kos_cloud::CloudProfile::load(&kos_cloud::Env::process(), Some("sim"), Some(clouds))
+            .expect("profile");
+    kos_cloud::Session::connect(&profile)
+        .await
+        .expect("session")
+}
+
+/// `kos <args>` started in the background, its output discarded.
+pub fn spawn(data: &Path, clouds: &Path, args: &[&str]) -> Child {
+    isolated(data, Some(clouds), args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kos")
+}
+
+/// SIGKILL: no cleanup, no goodbye.
+pub fn kill(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Every kos-named object of `cluster` still in the cloud, found through kos-cloud directly (not through
+/// the engine whose work is being checked).
+pub async fn leftovers(clouds: &Path, cluster: &str) -> Vec<String> {
+    let s = session(clouds).await;
+    let prefix = format!("kos-{cluster}-");
+    let mut left = Vec::new();
+    let mut add = |kind: &str, names: Vec<String>| {
+        left.extend(
+            names
+                .into_iter()
+                .filter(|n| n.starts_with(&prefix))
+                .map(|n| format!("{kind} {n}")),
+        )
+    };
+    add(
+        "server",
+        s.compute()
+            .list_servers(&kos_cloud::model::TagQuery::default())
+            .await
+            .expect("servers")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "keypair",
+        s.compute()
+            .list_keypairs()
+            .await
+            .expect("keypairs")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "server group",
+        s.compute()
+            .list_server_groups()
+            .await
+            .expect("groups")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    let net = s.network();
+    add(
+        "network",
+        net.list_networks(&Default::default())
+            .await
+            .expect("networks")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "port",
+        net.list_ports(&Default::default())
+            .await
+            .expect("ports")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "router",
+        net.list_routers(&Default::default())
+            .await
+            .expect("routers")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "security group",
+        net.list_security_groups(&Default::default())
+            .await
+            .expect("sgs")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "floating ip",
+        net.list_floating_ips(&Default::default())
+            .await
+            .expect("fips")
+            .into_iter()
+            .map(|x| x.description)
+            .collect(),
+    );
+    add(
+        "volume",
+        s.block_storage()
+            .list_volumes(&Default::default())
+            .await
+            .expect("volumes")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "application credential",
+        s.identity()
+            .list_application_credentials(None)
+            .await
+            .expect("application credentials")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    add(
+        "load balancer",
+        s.load_balancer()
+            .list_load_balancers(&Default::default())
+            .await
+            .expect("lbs")
+            .into_iter()
+            .map(|x| x.name)
+            .collect(),
+    );
+    left
 }

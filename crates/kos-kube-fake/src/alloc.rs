@@ -1,0 +1,307 @@
+//! What kube-apiserver allocates to a Service when it stores it: a cluster IP from the service
+//! range (`--service-cluster-ip-range`, [`crate::Config::service_cidr`]), node ports from
+//! 30000-32767 for `NodePort` and `LoadBalancer` Services (unless
+//! `allocateLoadBalancerNodePorts: false`), and a `healthCheckNodePort` for a `LoadBalancer` with
+//! `externalTrafficPolicy: Local`. An update that leaves them out keeps what was allocated (the
+//! registry's `patchAllocatedValues`), a cluster IP never changes, and a requested cluster IP
+//! must be in the range and free.
+//!
+//! Lenient where the real server is strict: a requested node port is taken as given, even when
+//! another Service holds it or the type has no node ports (tests state ports they then assert).
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use rand::Rng;
+use serde_json::{Value, json};
+
+use crate::error::Cause;
+
+pub const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
+
+/// What other Services hold.
+#[derive(Debug, Default)]
+pub struct Taken {
+    pub ips: BTreeSet<Ipv4Addr>,
+    pub node_ports: BTreeSet<i64>,
+}
+
+impl Taken {
+    /// From every stored Service but the one being written (`skip`: its namespace and name).
+    pub fn of<'a>(services: impl Iterator<Item = &'a Value>, skip: (&str, &str)) -> Taken {
+        let mut t = Taken::default();
+        for s in services {
+            let key = (
+                s.pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                s.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            );
+            if key == skip {
+                continue;
+            }
+            if let Some(ip) = s
+                .pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .and_then(|ip| ip.parse().ok())
+            {
+                t.ips.insert(ip);
+            }
+            for p in s
+                .pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
+                    t.node_ports.insert(n);
+                }
+            }
+            if let Some(n) = s
+                .pointer("/spec/healthCheckNodePort")
+                .and_then(Value::as_i64)
+            {
+                t.node_ports.insert(n);
+            }
+        }
+        t
+    }
+}
+
+fn invalid(field: &str, message: String) -> Cause {
+    Cause {
+        reason: "FieldValueInvalid",
+        field: field.to_owned(),
+        message,
+    }
+}
+
+/// Fills the allocations of `svc` (defaulted already); `old` is the stored Service on updates.
+pub fn service(
+    svc: &mut Value,
+    old: Option<&Value>,
+    taken: &mut Taken,
+    range: Ipv4Net,
+) -> Result<(), Vec<Cause>> {
+    let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
+        return Ok(());
+    };
+    let type_ = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+        .to_owned();
+    if type_ == "ExternalName" {
+        return Ok(());
+    }
+    let old_spec = old.and_then(|o| o.get("spec"));
+    let old_ip = old_spec
+        .and_then(|s| s.get("clusterIP"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
+    let mut problems = Vec::new();
+    let requested = spec
+        .get("clusterIP")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    let ip = match (requested, old_ip) {
+        (None, Some(old)) => old.to_owned(),
+        (Some(new), Some(old)) if new != old => {
+            problems.push(invalid(
+                "spec.clusterIPs[0]",
+                format!("Invalid value: {new:?}: may not change once set"),
+            ));
+            old.to_owned()
+        }
+        // Unchanged, or headless.
+        (Some(new), Some(_)) => new,
+        (Some(new), None) if new == "None" => new,
+        (Some(new), None) => match new.parse::<Ipv4Addr>() {
+            Ok(a) if !range.contains(&a) => {
+                problems.push(invalid(
+                    "spec.clusterIPs",
+                    format!("Invalid value: [{new:?}]: failed to allocate IP {new}: the provided IP ({new}) is not in the valid range. The range of valid IPs is {range}"),
+                ));
+                new
+            }
+            Ok(a) if taken.ips.contains(&a) => {
+                problems.push(invalid(
+                    "spec.clusterIPs",
+                    format!("Invalid value: [{new:?}]: failed to allocate IP {new}: provided IP is already allocated"),
+                ));
+                new
+            }
+            Ok(_) => new,
+            Err(_) => {
+                problems.push(invalid(
+                    "spec.clusterIPs[0]",
+                    format!("Invalid value: {new:?}: must be a valid IP address"),
+                ));
+                new
+            }
+        },
+        (None, None) => {
+            match free_ip(range, &taken.ips) {
+                Some(a) => a.to_string(),
+                None => {
+                    problems.push(invalid(
+                    "spec.clusterIPs",
+                    format!("Internal error: failed to allocate a serviceIP: range is full ({range})"),
+                ));
+                    String::new()
+                }
+            }
+        }
+    };
+    if let Ok(a) = ip.parse() {
+        taken.ips.insert(a);
+    }
+    spec.insert("clusterIP".into(), json!(ip));
+    spec.insert("clusterIPs".into(), json!([ip]));
+    if spec.get("ipFamilies").is_none_or(Value::is_null) {
+        spec.insert("ipFamilies".into(), json!(["IPv4"]));
+    }
+    if spec.get("ipFamilyPolicy").is_none_or(Value::is_null) {
+        spec.insert("ipFamilyPolicy".into(), json!("SingleStack"));
+    }
+
+    let wants_node_ports = type_ == "NodePort"
+        || (type_ == "LoadBalancer"
+            && spec
+                .get("allocateLoadBalancerNodePorts")
+                .and_then(Value::as_bool)
+                != Some(false));
+    let old_ports: Vec<Value> = old_spec
+        .and_then(|s| s.get("ports"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if wants_node_ports && let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for (i, p) in ports.iter_mut().enumerate() {
+            let Some(p) = p.as_object_mut() else { continue };
+            if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
+                if !NODE_PORTS.contains(&n) {
+                    problems.push(invalid(
+                        &format!("spec.ports[{i}].nodePort"),
+                        format!("Invalid value: {n}: provided port is not in the valid range. The range of valid ports is 30000-32767"),
+                    ));
+                }
+                taken.node_ports.insert(n);
+                continue;
+            }
+            let kept = old_ports
+                .iter()
+                .find(|o| o.get("port") == p.get("port") && o.get("protocol") == p.get("protocol"))
+                .and_then(|o| o.get("nodePort"))
+                .and_then(Value::as_i64);
+            match kept.or_else(|| free_port(&taken.node_ports)) {
+                Some(n) => {
+                    taken.node_ports.insert(n);
+                    p.insert("nodePort".into(), json!(n));
+                }
+                None => problems.push(invalid(
+                    &format!("spec.ports[{i}].nodePort"),
+                    "Internal error: failed to allocate a nodePort: range is full".into(),
+                )),
+            }
+        }
+    }
+    let local = spec.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local");
+    if type_ == "LoadBalancer"
+        && local
+        && spec.get("healthCheckNodePort").is_none_or(Value::is_null)
+    {
+        let kept = old_spec
+            .and_then(|s| s.get("healthCheckNodePort"))
+            .and_then(Value::as_i64);
+        if let Some(n) = kept.or_else(|| free_port(&taken.node_ports)) {
+            taken.node_ports.insert(n);
+            spec.insert("healthCheckNodePort".into(), json!(n));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// A random free address of the range, neither its network nor its broadcast address.
+fn free_ip(range: Ipv4Net, taken: &BTreeSet<Ipv4Addr>) -> Option<Ipv4Addr> {
+    let base = u32::from(range.network());
+    let size = 1u64 << (32 - u32::from(range.prefix_len()));
+    if size < 4 {
+        return None;
+    }
+    let usable = size - 2;
+    let start = rand::rng().random_range(0..usable);
+    (0..usable)
+        .map(|i| (start + i) % usable + 1)
+        .filter_map(|off| u32::try_from(off).ok())
+        .map(|off| Ipv4Addr::from(base + off))
+        .find(|a| !taken.contains(a))
+}
+
+fn free_port(taken: &BTreeSet<i64>) -> Option<i64> {
+    let span = NODE_PORTS.end() - NODE_PORTS.start() + 1;
+    let start = rand::rng().random_range(0..span);
+    (0..span)
+        .map(|i| NODE_PORTS.start() + (start + i) % span)
+        .find(|p| !taken.contains(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range() -> Ipv4Net {
+        "10.96.0.0/12".parse().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_load_balancer_gets_an_ip_and_node_ports_an_update_keeps_them() {
+        let mut taken = Taken::default();
+        let mut svc =
+            json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}});
+        assert!(service(&mut svc, None, &mut taken, range()).is_ok());
+        let ip: Ipv4Addr = svc["spec"]["clusterIP"]
+            .as_str()
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or(Ipv4Addr::UNSPECIFIED);
+        assert!(range().contains(&ip) && ip != range().network(), "{ip}");
+        let np = svc["spec"]["ports"][0]["nodePort"]
+            .as_i64()
+            .unwrap_or_default();
+        assert!(NODE_PORTS.contains(&np), "{np}");
+        assert_eq!(svc["spec"]["ipFamilies"], json!(["IPv4"]));
+
+        // A replace without the allocations keeps them.
+        let mut again =
+            json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}});
+        assert!(service(&mut again, Some(&svc), &mut Taken::default(), range()).is_ok());
+        assert_eq!(again["spec"]["clusterIP"], svc["spec"]["clusterIP"]);
+        assert_eq!(again["spec"]["ports"][0]["nodePort"], np);
+
+        let mut moved = json!({"spec": {"clusterIP": "10.96.0.77", "ports": [{"port": 80}]}});
+        let err = service(&mut moved, Some(&svc), &mut Taken::default(), range());
+        assert!(err.is_err_and(|c| c[0].message.contains("may not change once set")));
+    }
+
+    #[test]
+    fn a_requested_ip_must_be_in_the_range_and_free() {
+        let mut taken = Taken::default();
+        taken.ips.insert(Ipv4Addr::new(10, 96, 0, 10));
+        let mut dup = json!({"spec": {"clusterIP": "10.96.0.10"}});
+        assert!(service(&mut dup, None, &mut taken, range()).is_err());
+        let mut outside = json!({"spec": {"clusterIP": "192.168.0.1"}});
+        assert!(service(&mut outside, None, &mut taken, range()).is_err());
+        let mut headless = json!({"spec": {"clusterIP": "None"}});
+        assert!(service(&mut headless, None, &mut taken, range()).is_ok());
+        assert_eq!(headless["spec"]["clusterIPs"], json!(["None"]));
+    }
+}
