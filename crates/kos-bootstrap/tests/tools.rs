@@ -440,3 +440,85 @@ fn cni_step_fails_closed_and_applies_only_verified_manifests() {
         "kos-bootstrap: cni failed: could not pin image docker.io/cloudnativelabs/kube-router to v2.11.1 in the kube-router manifest\n"
     );
 }
+
+/// A kubeadm that fails makes the script's marker carry kubeadm's own error: the failed preflight
+/// check, or kubeadm's `error:` line, never the "To see the stack trace ..." hint every kubeadm
+/// failure ends with. The outputs are kubeadm's (its error handler prints `error: <err>` and the
+/// hint; a failed preflight lists `[ERROR <check>]` lines first).
+#[test]
+fn a_kubeadm_failure_is_reported_with_kubeadms_own_error() {
+    let s = secrets();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = write(d, "kos-bootstrap", BOOTSTRAP_SCRIPT.as_bytes());
+    let bin = d.join("bin");
+    // A kubeadm that prints what a real one printed, then fails.
+    write(
+        &bin,
+        "kubeadm",
+        b"#!/bin/sh\ncat \"$KOS_TEST_KUBEADM_OUTPUT\"\nexit 1\n",
+    );
+    sh(&format!(
+        "chmod +x {} {}",
+        bin.join("kubeadm").display(),
+        script.display()
+    ));
+    let env = bootstrap_env(&cluster("1.36.4", 1, 1), &node(Role::Worker), &s)
+        .unwrap()
+        .lines()
+        .map(|l| match l.split_once('=') {
+            Some(("KOS_JOIN_ATTEMPTS", _)) => "KOS_JOIN_ATTEMPTS='1'".to_owned(),
+            _ => l.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let env_file = write(d, "join.env", env.as_bytes());
+    let run = |name: &str, output: &str| -> String {
+        let out = write(d, &format!("{name}.kubeadm"), output.as_bytes());
+        let console = d.join(format!("{name}.console"));
+        std::fs::write(&console, "").unwrap();
+        let ok = Command::new("bash")
+            .arg(&script)
+            .args(["__step", "step", "kubeadm-join", "kubeadm_join"])
+            .env("KOS_ENV_FILE", &env_file)
+            .env("KOS_LOG", d.join(format!("{name}.log")))
+            .env("KOS_CONSOLE", &console)
+            .env("KOS_KUBEADM_LOG", d.join(format!("{name}.kubeadm.log")))
+            .env("KOS_TEST_KUBEADM_OUTPUT", &out)
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .status()
+            .unwrap()
+            .success();
+        assert!(!ok, "{name}: the step must fail");
+        std::fs::read_to_string(console).unwrap()
+    };
+    let discovery = "[preflight] Running pre-flight checks\n\
+        error: error execution phase preflight: couldn't validate the identity of the API Server: could not find a JWS signature in the cluster-info ConfigMap for token ID \"abcdef\"\n\
+        To see the stack trace of this error execute with --v=5 or higher\n";
+    assert_eq!(
+        run("discovery", discovery),
+        "kos-bootstrap: kubeadm-join failed: kubeadm join failed after 1 attempts: error execution phase preflight: couldn't validate the identity of the API Server: could not find a JWS signature in the cluster-info ConfigMap for token ID \"abcdef\"\n"
+    );
+    let preflight = "[preflight] Running pre-flight checks\n\
+        [preflight] Some fatal errors occurred:\n\
+        \t[ERROR FileAvailable--etc-kubernetes-kubelet.conf]: /etc/kubernetes/kubelet.conf already exists\n\
+        \t[ERROR Port-10250]: Port 10250 is in use\n\
+        [preflight] If you know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=...`\n\
+        error: error execution phase preflight: preflight checks failed\n\
+        To see the stack trace of this error execute with --v=5 or higher\n";
+    assert_eq!(
+        run("preflight", preflight),
+        "kos-bootstrap: kubeadm-join failed: kubeadm join failed after 1 attempts: [ERROR FileAvailable--etc-kubernetes-kubelet.conf]: /etc/kubernetes/kubelet.conf already exists\n"
+    );
+    // A kubeadm from before the `error:` prefix: its last line before the hint.
+    let older = "[preflight] Running pre-flight checks\n\
+        error execution phase kubelet-start: a Node with name \"kos-demo-w-0\" and status \"Ready\" already exists in the cluster. You must delete the existing Node or change the name of this new joining Node\n\
+        To see the stack trace of this error execute with --v=5 or higher\n";
+    assert_eq!(
+        run("older", older),
+        "kos-bootstrap: kubeadm-join failed: kubeadm join failed after 1 attempts: error execution phase kubelet-start: a Node with name \"kos-demo-w-0\" and status \"Ready\" already exists in the cluster. You must delete the existing Node or change the name of this new joining Node\n"
+    );
+}

@@ -51,6 +51,21 @@ pub async fn run(
     terminate: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     let loaded = CloudConfig::load(&opts.cloud_config)?;
+    let client = kube_client(&opts).await?;
+    run_with(opts, env, loaded, client, terminate).await
+}
+
+/// As [`run`], with the cloud.conf already read and the Kubernetes client already made: for a
+/// caller that hosts kos-ccm in its own process (the simulated cloud runs it against a simulated
+/// cluster, with the cloud.conf of that cluster's `cloud-config` Secret). `opts.cloud_config` and
+/// `opts.kubeconfig` are not read.
+pub async fn run_with(
+    opts: Options,
+    env: &Env,
+    loaded: crate::config::Loaded,
+    client: kube::Client,
+    terminate: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
@@ -68,7 +83,6 @@ pub async fn run(
             ..RetryPolicy::default()
         });
     tracing::info!(cloud = %profile.name, region = ?session.region(), "connected to OpenStack");
-    let client = kube_client(&opts).await?;
 
     // Stops every task: SIGTERM, or leadership lost.
     let (stop_tx, stop_rx) = watch::channel(false);

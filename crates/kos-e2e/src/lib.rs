@@ -41,6 +41,8 @@ use tokio::time::Instant;
 pub use cleanup::{Cleanup, Made};
 use cli::{CliCloud, Kos};
 
+/// The image of kos-sim's catalogue whose guests can run kubeadm.
+const SIM_NODE_IMAGE: &str = "ubuntu-24.04";
 /// Names the clouds.yaml cloud of the real tier (falls back to `OS_CLOUD`).
 pub const CLOUD_VAR: &str = "KOS_E2E_CLOUD";
 
@@ -95,7 +97,9 @@ impl Target {
     pub async fn connect(&self) -> Result<Ctx> {
         match self {
             Target::Sim(cfg) => {
-                let sim = Sim::start((**cfg).clone()).await?;
+                let mut sim = Sim::start((**cfg).clone()).await?;
+                // Its servers run their user_data: kos up checks the clusters they make.
+                sim.attach_guests(std::sync::Arc::new(kos_guest::sim::SimGuests::new()?));
                 let dir = tempfile::tempdir()?;
                 let clouds = dir.path().join("clouds.yaml");
                 std::fs::write(&clouds, sim.clouds_yaml(SIM_CLOUD))?;
@@ -111,7 +115,7 @@ impl Target {
                     name: SIM_CLOUD.into(),
                     file: Some(clouds),
                     isolated: true,
-                    // The simulator "boots" user_data and writes the bootstrap markers: follow them.
+                    // Its guests run user_data (kos-guest): follow the markers and the API to Ready.
                     wait: "ready".into(),
                     timeout: Duration::from_secs(300),
                 };
@@ -439,11 +443,15 @@ impl Ctx {
             .context("the cloud offers no flavor")
     }
 
-    /// `KOS_E2E_IMAGE`, else the smallest active image the project can see.
+    /// `KOS_E2E_IMAGE`; on kos-sim its Ubuntu image (its guests run kos's bootstrap, and refuse an
+    /// image without kubeadm as a real node does); else the smallest active image the project can see.
     pub async fn image(&self) -> Result<Image> {
         let img = self.session.image();
         if let Ok(name) = std::env::var("KOS_E2E_IMAGE") {
             return Ok(img.find_image_by_name_or_id(&name).await?);
+        }
+        if self.sim.is_some() {
+            return Ok(img.find_image_by_name_or_id(SIM_NODE_IMAGE).await?);
         }
         let images = img.list_images(&ImageFilter::default()).await?;
         images

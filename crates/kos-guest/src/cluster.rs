@@ -20,7 +20,9 @@ use crate::seam::ServerId;
 use crate::version::Version;
 
 /// Which simulated cluster (a new one per `kubeadm init`, even with the same CA).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ClusterId(pub u32);
 
 impl fmt::Display for ClusterId {
@@ -30,7 +32,7 @@ impl fmt::Display for ClusterId {
 }
 
 /// One etcd member: the control plane it runs on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EtcdMember {
     pub server: ServerId,
     /// The member name kubeadm gives it: the node name.
@@ -38,7 +40,7 @@ pub struct EtcdMember {
 }
 
 /// The CNI a cluster runs (a stand-in for the manifest's objects).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CniState {
     pub daemonset: String,
     /// The pod network the CNI uses after the script's CIDR rewrite.
@@ -59,7 +61,20 @@ pub struct Cluster {
     pub pod_subnet: Option<String>,
     pub etcd: Vec<EtcdMember>,
     pub cni: Option<CniState>,
+    /// What kubeadm puts into every API server's serving certificate.
+    pub serving: Serving,
     pub kube: FakeKube,
+}
+
+/// The cluster-wide part of an API server's serving certificate (kubeadm's
+/// `GetAPIServerAltNames`): `networking.serviceSubnet` (its first address), `networking.dnsDomain`
+/// and `apiServer.certSANs`; the node's name and address and the `controlPlaneEndpoint` host are
+/// added per server.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Serving {
+    pub service_subnet: String,
+    pub dns_domain: String,
+    pub cert_sans: Vec<String>,
 }
 
 impl fmt::Debug for Cluster {
@@ -113,6 +128,7 @@ pub struct NewCluster {
     pub ca_hash: String,
     pub version: Version,
     pub pod_subnet: Option<String>,
+    pub serving: Serving,
     /// The first etcd member: the initialising control plane.
     pub first: EtcdMember,
 }
@@ -128,6 +144,7 @@ impl Cluster {
             ca_hash,
             version,
             pod_subnet,
+            serving,
             first,
         } = new;
         let kube = FakeKube::start_sync(kos_kube_fake::Config::default())?;
@@ -168,6 +185,7 @@ impl Cluster {
             pod_subnet,
             etcd: vec![first],
             cni: None,
+            serving,
             kube,
         })
     }

@@ -25,7 +25,7 @@ pub const ENV_FILE: &str = "/etc/kos/bootstrap.env";
 const MAX_STEPS_PER_TICK: usize = 100_000;
 
 /// A server's power.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Power {
     On,
     Off,
@@ -47,19 +47,23 @@ pub enum ProgramState {
     Interrupted,
 }
 
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Run {
     pub env: Env,
     pub script: String,
     pub steps: Vec<StepCall>,
     pub idx: usize,
+    #[serde(with = "time::serde::rfc3339")]
     pub wake: OffsetDateTime,
     pub attempt: u32,
+    #[serde(with = "time::serde::rfc3339::option")]
     pub started: Option<OffsetDateTime>,
     pub spawns_cleanup: bool,
     pub cleanup_step: StepCall,
     pub final_marker: Option<String>,
 }
 
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Program {
     None,
     Running(Box<Run>),
@@ -69,23 +73,30 @@ pub(crate) enum Program {
 }
 
 /// The background `kos-bootstrap cleanup` of the first control plane.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Cleanup {
     pub env: Env,
     pub step: StepCall,
+    #[serde(with = "time::serde::rfc3339")]
     pub deadline: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
     pub wake: OffsetDateTime,
 }
 
 /// Which cluster's Node a server's kubelet is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct KubeletOf {
     pub cluster: ClusterId,
     pub node: String,
 }
 
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Server {
     pub meta: Metadata,
     pub image: Image,
+    /// The fixed IPs of its ports (kubeadm advertises the first).
+    #[serde(default)]
+    pub addresses: Vec<std::net::IpAddr>,
     pub vfs: Vfs,
     pub power: Power,
     /// kubeadm and kubelet, once installed (or baked into the image).
@@ -124,13 +135,13 @@ pub fn marker(step: &str, outcome: Result<(), &str>) -> String {
     }
 }
 
-/// The script's reason: the last output line, printable characters only, at most 200.
+/// The script's reason: the last output line, printable characters only, at most 300.
 pub(crate) fn reason_of(output: &[String]) -> String {
     let last = output.last().map(String::as_str).unwrap_or_default();
     let r: String = last
         .chars()
         .filter(|c| !c.is_control() && c.is_ascii())
-        .take(200)
+        .take(300)
         .collect();
     if r.is_empty() { "no output".into() } else { r }
 }
@@ -312,6 +323,7 @@ impl Guest {
             installed: boot.image.kubernetes.as_deref().and_then(Version::parse),
             meta: boot.metadata,
             image: boot.image,
+            addresses: boot.addresses,
             vfs: Vfs::new(),
             power: Power::On,
             program: Program::None,

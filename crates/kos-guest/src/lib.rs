@@ -6,8 +6,8 @@
 //! - [`Guest`] holds every simulated server and the clusters they make. The host feeds it
 //!   [`ServerEvent`]s with [`Guest::handle`] and lets time pass with [`Guest::tick`].
 //! - [`Host`] is the seam (module [`seam`]): the host's clock, the console, and which servers an
-//!   endpoint reaches from a server. Stage 2 implements it in kos-sim's Nova; the tests implement it
-//!   in memory.
+//!   endpoint reaches from a server. [`sim::SimGuests`] implements it over kos-sim's cloud (as
+//!   kos-sim's guest runtime); the tests implement it in memory ([`testing`]).
 //! - On [`ServerEvent::Boot`], [`cloud_init`] decodes the user_data (gzip, MIME multipart),
 //!   renders `## template: jinja` with the `v1.*` instance data, and runs `write_files` and
 //!   `runcmd` with cloud-init's semantics into the node's [`vfs::Vfs`]. Unknown keys, unsupported
@@ -27,8 +27,9 @@
 //!   cannot have their content, so applying a CNI creates its DaemonSet in kube-system as a stand-in
 //!   and makes the nodes' network ready.
 //! - A CA kubeadm generates (none on disk) is a random hash: nothing can pin it.
-//! - Clusters' APIs are in-process fakes served over plain HTTP on 127.0.0.1; serving them over TLS
-//!   with the cluster's CA, and mapping endpoints to them, is stage 2.
+//! - Clusters' APIs are in-process fakes (kos-kube-fake); attached to kos-sim ([`sim`]), each
+//!   control plane serves its cluster's over TLS with a certificate from the cluster's CA, each API
+//!   endpoint has a local address on this machine, and the cloud controller runs in-process.
 //!
 //! # Example
 //! ```no_run
@@ -46,6 +47,7 @@
 //!     },
 //!     user_data: Some(user_data),
 //!     image: Image::ubuntu(),
+//!     addresses: vec![std::net::IpAddr::from([10, 0, 0, 5])],
 //! };
 //! guest.handle(&id, ServerEvent::Boot(boot), host)?;
 //! // Later, whenever the host's clock moved:
@@ -63,8 +65,10 @@ pub mod internet;
 pub mod kubeadm;
 pub mod kubelet;
 pub mod log;
+pub mod persist;
 pub mod pki;
 pub mod seam;
+pub mod sim;
 pub mod testing;
 pub mod version;
 pub mod vfs;

@@ -9,15 +9,16 @@ use crate::cluster::ClusterId;
 use crate::seam::ServerId;
 
 /// One logged fact.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
+    #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
     pub server: ServerId,
     pub what: Logged,
 }
 
 /// What was logged.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Logged {
     /// A console line the guest wrote.
     Console(String),

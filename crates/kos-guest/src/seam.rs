@@ -22,7 +22,9 @@ use std::fmt;
 use time::OffsetDateTime;
 
 /// A server, by its Nova id (also its instance id: a re-created server is a new id).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ServerId(pub String);
 
 impl fmt::Display for ServerId {
@@ -38,7 +40,7 @@ impl From<&str> for ServerId {
 }
 
 /// What the metadata service tells cloud-init about the instance (its `v1.*` instance-data keys).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Metadata {
     /// `v1.instance_id`: the Nova server id.
     pub instance_id: String,
@@ -52,7 +54,7 @@ pub struct Metadata {
 
 /// What the image brings: the OS (the bootstrap installs packages on Debian and Ubuntu only) and a
 /// kubeadm/kubelet baked in (a prebuilt image), if any.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Image {
     /// `ID` of `/etc/os-release` (`ubuntu`, `debian`, `cirros`, ...).
     pub os_id: String,
@@ -77,6 +79,9 @@ pub struct Boot {
     /// The bytes after Nova's base64 (gzip or not), `None` when the server has no user_data.
     pub user_data: Option<Vec<u8>>,
     pub image: Image,
+    /// The fixed IPs of the server's ports, in port order (what its network configuration says;
+    /// kubeadm advertises the first).
+    pub addresses: Vec<std::net::IpAddr>,
 }
 
 impl fmt::Debug for Boot {
@@ -86,6 +91,7 @@ impl fmt::Debug for Boot {
             .field("metadata", &self.metadata)
             .field("user_data_bytes", &self.user_data.as_ref().map(Vec::len))
             .field("image", &self.image)
+            .field("addresses", &self.addresses)
             .finish()
     }
 }

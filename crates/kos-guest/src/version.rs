@@ -3,7 +3,9 @@
 use std::fmt;
 
 /// `major.minor.patch`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Version {
     pub major: u32,
     pub minor: u32,

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// One file.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct File {
+    #[serde(with = "crate::persist::base64_bytes")]
     pub content: Vec<u8>,
     /// Permission bits, e.g. `0o600`.
     pub mode: u32,
@@ -28,7 +29,7 @@ impl fmt::Debug for File {
 }
 
 /// The files of one node.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Vfs {
     files: BTreeMap<String, File>,
 }

@@ -196,7 +196,7 @@ async fn no_ca_on_disk_makes_kubeadm_generate_one_that_no_join_can_pin() {
             .log_of(&cp)
             .any(|l| matches!(l, Logged::GeneratedCa { .. }))
     );
-    assert_eq!(w.markers(&wk).last().unwrap(), &join_failed_marker());
+    assert_join_failed(&w, &wk);
     let details = w.failure_details(&wk);
     assert!(
         details

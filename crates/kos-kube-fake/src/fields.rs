@@ -245,6 +245,51 @@ impl Ownership {
         Ok((candidate, next))
     }
 
+    /// The ownership `metadata.managedFields` renders (what [`Ownership::render`] wrote): every
+    /// empty map in `fieldsV1` ends a field path. Entries it cannot read are skipped.
+    pub fn from_managed_fields(v: &Value) -> Ownership {
+        fn walk(tree: &Map<String, Value>, path: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
+            for (k, child) in tree {
+                let Some(seg) = k.strip_prefix("f:") else {
+                    continue;
+                };
+                path.push(seg.to_owned());
+                match child.as_object() {
+                    Some(m) if !m.is_empty() => walk(m, path, out),
+                    _ => {
+                        out.insert(path.clone());
+                    }
+                }
+                path.pop();
+            }
+        }
+        let mut owners = BTreeMap::new();
+        for e in v.as_array().into_iter().flatten() {
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default();
+            let operation = match s("operation") {
+                "Apply" => Operation::Apply,
+                "Update" => Operation::Update,
+                _ => continue,
+            };
+            let mut fields = BTreeSet::new();
+            if let Some(tree) = e.get("fieldsV1").and_then(Value::as_object) {
+                walk(tree, &mut Vec::new(), &mut fields);
+            }
+            owners.insert(
+                Manager {
+                    name: s("manager").to_owned(),
+                    operation,
+                    subresource: s("subresource").to_owned(),
+                },
+                Entry {
+                    fields,
+                    time: s("time").to_owned(),
+                },
+            );
+        }
+        Ownership(owners)
+    }
+
     /// `metadata.managedFields`.
     pub fn render(&self, api_version: &str) -> Value {
         let entries: Vec<Value> = self
@@ -346,6 +391,25 @@ mod tests {
             panic!("conflict")
         };
         assert_eq!(after["spec"]["holderIdentity"], "b");
+    }
+
+    #[test]
+    fn managed_fields_read_back_into_the_same_ownership() {
+        let mut o = Ownership::default();
+        let obj = json!({"spec": {"a": 1, "b": {"c": [1, 2]}}, "metadata": {"labels": {"x": "y"}}});
+        o.record_update(&mgr("kubectl", Operation::Update), None, &obj, "t0");
+        let (_, o) = o
+            .apply(
+                &mgr("ccm", Operation::Apply),
+                Some(&obj),
+                &json!({"status": {"s": true}}),
+                false,
+                "t1",
+            )
+            .expect("no conflict");
+        let back = Ownership::from_managed_fields(&o.render("v1"));
+        assert_eq!(back, o);
+        assert_eq!(back.render("v1"), o.render("v1"));
     }
 
     #[test]

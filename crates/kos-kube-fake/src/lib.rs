@@ -58,8 +58,11 @@ pub mod resources;
 mod schema;
 mod selectors;
 mod server;
+pub mod snapshot;
 mod store;
+mod strategy;
 mod table;
+pub mod tls;
 mod validate;
 mod watch;
 
@@ -75,6 +78,8 @@ use serde_json::Value;
 pub use error::{ApiError, Cause, Details};
 pub use log::{Fault, PatchType, Request, Verb};
 pub use resources::{NameRule, ResourceType};
+pub use snapshot::{Snapshot, SnapshotObject};
+pub use tls::{TlsFront, TlsServing};
 
 use server::Shared;
 use store::{Scope, Store, WriteCtx};
@@ -124,6 +129,8 @@ pub enum FakeError {
     Client(#[source] kube::Error),
     #[error("cannot make a URL of the fake's address: {0}")]
     Uri(String),
+    #[error("cannot serve the fake over TLS: {0}")]
+    Tls(String),
 }
 
 /// One Event a controller recorded, from `events.k8s.io/v1` or `core/v1` alike.

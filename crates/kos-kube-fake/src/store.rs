@@ -431,6 +431,8 @@ impl Store {
             };
         }
         self.admit(res, &mut obj, None, ctx, how)?;
+        // What the writer owns is what is stored (a Secret's `data`, not its `stringData`).
+        crate::strategy::prepare(rt, &mut obj);
         Ok(obj)
     }
 
@@ -499,6 +501,7 @@ impl Store {
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(rt, &name));
         }
+        crate::strategy::prepare(rt, &mut obj);
         let problems = validate::check(rt, &obj, None);
         if !problems.is_empty() {
             return Err(ApiError::invalid(rt, &name, problems));
@@ -759,6 +762,7 @@ impl Store {
         {
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
+        crate::strategy::prepare(&rt, &mut new);
         let problems = validate::check(&rt, &new, Some(&old));
         if !problems.is_empty() {
             return Err(ApiError::invalid(&rt, &key.name, problems));
@@ -1174,4 +1178,48 @@ fn apply_conflict(
             })
             .collect(),
     )
+}
+
+// ------------------------------------------------------------------------------ snapshots
+
+impl Store {
+    /// Every stored object with its type's index, for a snapshot (see `crate::snapshot`).
+    pub(crate) fn export(&self) -> Vec<(usize, Value)> {
+        self.objects
+            .iter()
+            .map(|(k, s)| (k.res, s.obj.clone()))
+            .collect()
+    }
+
+    /// Puts objects of a snapshot back as they were stored (identity, resourceVersion and field
+    /// ownership kept), and the resourceVersion counter where it was; CustomResourceDefinitions
+    /// first, so that the types they serve exist for their objects. The history starts empty:
+    /// watches from before the snapshot relist, as after etcd compaction. An object of a type that
+    /// is not served is returned by its `group/version plural`.
+    pub(crate) fn import(
+        &mut self,
+        rv: u64,
+        mut objects: Vec<(String, String, String, Value)>,
+    ) -> Result<(), String> {
+        let is_crd =
+            |g: &str, p: &str| g == "apiextensions.k8s.io" && p == "customresourcedefinitions";
+        objects.sort_by_key(|(g, _, p, _)| !is_crd(g, p));
+        for (group, version, plural, obj) in objects {
+            let res = self
+                .type_index(&group, &version, &plural)
+                .ok_or_else(|| format!("{group}/{version} {plural}"))?;
+            let ns = meta_str(&obj, "namespace").unwrap_or_default().to_owned();
+            let name = meta_str(&obj, "name").unwrap_or_default().to_owned();
+            let owners = Ownership::from_managed_fields(
+                obj.pointer("/metadata/managedFields")
+                    .unwrap_or(&Value::Null),
+            );
+            let key = self.key(res, &ns, &name);
+            self.objects.insert(key, Stored { obj, owners });
+            self.after_write(res, &name);
+        }
+        self.rv = self.rv.max(rv);
+        self.compacted = self.rv;
+        Ok(())
+    }
 }

@@ -1,5 +1,5 @@
 //! `/_sim/…`: the simulator's own admin API (not OpenStack): request log, counters, fault rules, rate
-//! limits, token expiry, quotas, state snapshot. Unauthenticated: the simulator listens on loopback only.
+//! limits, token expiry, quotas, state snapshot, the simulated clusters' API endpoints. Unauthenticated: the simulator listens on loopback only.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +31,7 @@ pub fn router() -> Router<SharedApp> {
         .route("/_sim/quotas", get(get_quotas).put(put_quotas))
         .route("/_sim/state", get(state))
         .route("/_sim/clock", get(clock))
+        .route("/_sim/kube-endpoints", get(kube_endpoints))
         .route("/_sim/servers/{id}/error", post(server_error))
         .route("/_sim/servers/{id}/console", post(console_line))
         .route("/_sim/loadbalancers/{id}/error", post(lb_error))
@@ -146,6 +147,19 @@ async fn state(State(app): State<SharedApp>) -> SimResult<Json<Value>> {
     serde_json::to_value(&*cloud)
         .map(Json)
         .map_err(|e| bad(e.to_string()))
+}
+
+/// The simulated clusters' API endpoints and the local addresses that reach them from this
+/// machine: `[{"endpoint": "172.24.4.10:6443", "local": "127.0.0.1:41234"}]` (empty without a guest
+/// runtime).
+async fn kube_endpoints(State(app): State<SharedApp>) -> Json<Value> {
+    // Driven first, so that what the runtime lists is as of now.
+    drop(app.cloud());
+    let list = app
+        .guests()
+        .map(|rt| rt.kube_endpoints())
+        .unwrap_or_default();
+    Json(json!(list))
 }
 
 async fn clock(State(app): State<SharedApp>) -> Json<Value> {

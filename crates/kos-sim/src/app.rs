@@ -2,7 +2,7 @@
 //! per-call latency, rate limits, fault injection and token validation.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -16,6 +16,7 @@ use crate::clock::{Clock, SimTime};
 use crate::config::SimConfig;
 use crate::error::SimError;
 use crate::faults::FaultEngine;
+use crate::guests::GuestRuntime;
 use crate::service::Service;
 use crate::state::Cloud;
 
@@ -28,6 +29,8 @@ pub struct App {
     cloud: Mutex<Cloud>,
     pub faults: Mutex<FaultEngine>,
     pub obs: Mutex<Observations>,
+    /// What runs inside the servers, when attached ([`crate::Sim::attach_guests`]).
+    guests: OnceLock<Arc<dyn GuestRuntime>>,
 }
 
 pub type SharedApp = Arc<App>;
@@ -55,7 +58,25 @@ impl App {
             cloud: Mutex::new(cloud),
             faults: Mutex::new(faults),
             obs: Mutex::new(Observations::default()),
+            guests: OnceLock::new(),
         }
+    }
+
+    /// Attaches a guest runtime: from now on servers boot through it (see [`crate::guests`]).
+    /// Servers that are already ACTIVE keep whatever the runtime restored for them. Returns `false`
+    /// when one was attached before.
+    pub fn attach_guests(&self, rt: Arc<dyn GuestRuntime>) -> bool {
+        if self.guests.set(rt).is_err() {
+            return false;
+        }
+        let mut guard = self.cloud.lock().unwrap_or_else(|p| p.into_inner());
+        guard.guests.attached = true;
+        true
+    }
+
+    /// The attached guest runtime.
+    pub fn guests(&self) -> Option<&Arc<dyn GuestRuntime>> {
+        self.guests.get()
     }
 
     /// The cloud's state, advanced to the current simulated time (resources whose deadline passed change
@@ -64,6 +85,9 @@ impl App {
         let mut guard = self.cloud.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.clock.now();
         guard.advance(now, &self.cfg);
+        if let Some(rt) = self.guests.get() {
+            crate::guests::drive(rt.as_ref(), &mut guard, now, &self.cfg.region);
+        }
         guard
     }
 

@@ -23,6 +23,7 @@ pub mod config;
 pub mod error;
 pub mod faults;
 pub mod glance;
+pub mod guests;
 pub mod ids;
 pub mod keystone;
 pub mod neutron;
@@ -37,6 +38,7 @@ pub mod state;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
@@ -56,6 +58,8 @@ pub struct Sim {
     addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// Drives an attached guest runtime while nobody calls the cloud.
+    ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Sim {
@@ -90,6 +94,7 @@ impl Sim {
             addr,
             shutdown: Some(tx),
             task: Some(task),
+            ticker: None,
         })
     }
 
@@ -127,15 +132,64 @@ impl Sim {
         )
     }
 
-    /// Saves the cloud's state to `path` (see [`persist`]); [`persist::load`] and [`Sim::serve`] bring
-    /// it back, with the clock resumed where it stopped.
+    /// Attaches what runs inside the servers (see [`guests`]): servers that become ACTIVE from now on
+    /// boot through it, and it is driven as the clock moves, by the cloud's calls and by a task of
+    /// its own while nobody calls. Returns `false` when a runtime was attached before.
+    pub fn attach_guests(&mut self, rt: Arc<dyn guests::GuestRuntime>) -> bool {
+        if !self.app.attach_guests(rt) {
+            return false;
+        }
+        let weak = Arc::downgrade(&self.app);
+        // A cloud second of real time, within what keeps a demo lively and the machine idle.
+        let every = self
+            .app
+            .clock
+            .real(1.0)
+            .clamp(Duration::from_millis(10), Duration::from_millis(100));
+        self.ticker = Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match weak.upgrade() {
+                    Some(app) => drop(app.cloud()),
+                    None => return,
+                }
+            }
+        }));
+        true
+    }
+
+    /// Saves the cloud's state to `path` (see [`persist`]) and, with a guest runtime attached, its
+    /// snapshot next to it ([`persist::guests_path`]), both at one instant; [`persist::load`] and
+    /// [`Sim::serve`] bring the cloud back, with the clock resumed where it stopped.
     pub fn save(&self, path: &std::path::Path) -> Result<(), persist::PersistError> {
         let cloud = self.app.cloud();
-        persist::save(&cloud, path)
+        persist::save(&cloud, path)?;
+        if let Some(rt) = self.app.guests() {
+            let snapshot = rt
+                .snapshot()
+                .map_err(|detail| persist::PersistError::Snapshot {
+                    path: persist::guests_path(path).display().to_string(),
+                    detail,
+                })?;
+            persist::save_bytes(&snapshot, &persist::guests_path(path))?;
+        }
+        Ok(())
+    }
+
+    /// Stops what the guest runtime runs in the background (its clusters' controllers), so that a
+    /// snapshot taken afterwards is what they left behind.
+    pub async fn shutdown_guests(&self) {
+        if let Some(rt) = self.app.guests() {
+            rt.shutdown().await;
+        }
     }
 
     /// Stops the server and waits for it.
     pub async fn stop(mut self) {
+        if let Some(t) = self.ticker.take() {
+            t.abort();
+        }
+        self.shutdown_guests().await;
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -147,6 +201,9 @@ impl Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
+        if let Some(t) = self.ticker.take() {
+            t.abort();
+        }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }

@@ -23,6 +23,26 @@ pub enum PersistError {
         path: String,
         source: std::io::Error,
     },
+    #[error("cannot take a snapshot of the simulated guests for {path}: {detail}")]
+    Snapshot { path: String, detail: String },
+}
+
+/// Where the guest runtime's snapshot goes: next to the cloud's state (`guests.json`).
+pub fn guests_path(state: &Path) -> std::path::PathBuf {
+    state.with_file_name("guests.json")
+}
+
+/// The guest runtime's saved snapshot, `None` when there is none yet.
+pub fn load_guests(state: &Path) -> Result<Option<Vec<u8>>, PersistError> {
+    let path = guests_path(state);
+    match std::fs::read(&path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(PersistError::Read {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
 }
 
 /// The saved cloud, or `None` when there is no saved state yet.
@@ -47,11 +67,21 @@ pub fn load(path: &Path) -> Result<Option<Cloud>, PersistError> {
 
 /// Writes `cloud` to `path` (0600), through a temporary file renamed into place.
 pub fn save(cloud: &Cloud, path: &Path) -> Result<(), PersistError> {
+    let json = serde_json::to_vec(cloud).map_err(|e| PersistError::Write {
+        path: path.display().to_string(),
+        source: std::io::Error::other(e),
+    })?;
+    save_bytes(&json, path)
+}
+
+/// Writes `bytes` to `path` (0600: the guests' snapshot holds the clusters' keys too), through a
+/// temporary file renamed into place.
+pub fn save_bytes(bytes: &[u8], path: &Path) -> Result<(), PersistError> {
     let err = |source| PersistError::Write {
         path: path.display().to_string(),
         source,
     };
-    let json = serde_json::to_vec(cloud).map_err(|e| err(std::io::Error::other(e)))?;
+    let json = bytes;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
@@ -64,7 +94,7 @@ pub fn save(cloud: &Cloud, path: &Path) -> Result<(), PersistError> {
         opts.mode(0o600);
     }
     let mut f = opts.open(&tmp).map_err(err)?;
-    f.write_all(&json).map_err(err)?;
+    f.write_all(json).map_err(err)?;
     f.sync_all().map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
 }

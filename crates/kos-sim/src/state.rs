@@ -29,6 +29,9 @@ pub struct Cloud {
     /// `zones[(i - 1) % len]`.
     #[serde(default = "default_zones")]
     pub zones: Vec<String>,
+    /// The attached guest runtime's hooks (see [`crate::guests`]); not part of the saved cloud.
+    #[serde(skip)]
+    pub guests: crate::guests::Hooks,
 }
 
 fn default_zones() -> Vec<String> {

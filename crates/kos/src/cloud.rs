@@ -1,13 +1,20 @@
 //! Which cloud a command talks to: a real one (clouds.yaml / `OS_CLOUD` / `OS_*`, through kos-cloud), or
 //! `--cloud sim`, an in-process simulated cloud whose state is kept under the user's data directory so
 //! that `kos up`, `kos plan`, `kos status` and `kos down` share one cloud across invocations.
+//!
+//! The simulated cloud runs its servers' user_data (kos-guest): the clusters they make, with their
+//! API objects, are saved next to the cloud's state and come back with it. It listens on the port it
+//! had before when that is free, because the clusters' cloud controllers were told its Keystone URL.
 
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use kos_cloud::Session;
 use kos_cloud::config::{CloudProfile, IdOrName, ProfileAuth};
+use kos_guest::sim::SimGuests;
+use kos_sim::guests::KubeEndpoint;
 use kos_sim::{Sim, SimConfig};
 use miette::{IntoDiagnostic, WrapErr};
 use secrecy::SecretString;
@@ -35,10 +42,11 @@ struct Embedded {
 }
 
 impl Connected {
-    /// Saves the simulated cloud (nothing to do for a real one). Call it on every exit path that
-    /// may have changed the cloud, errors included.
-    pub fn close(self) -> miette::Result<()> {
+    /// Saves the simulated cloud (nothing to do for a real one), after its clusters' controllers
+    /// stopped. Call it on every exit path that may have changed the cloud, errors included.
+    pub async fn close(self) -> miette::Result<()> {
         if let Some(e) = self.embedded {
+            e.sim.shutdown_guests().await;
             e.sim.save(&e.state).into_diagnostic()?;
         }
         Ok(())
@@ -47,6 +55,55 @@ impl Connected {
     pub fn is_simulated(&self) -> bool {
         self.embedded.is_some()
     }
+
+    /// The local addresses of the clusters' API endpoints when the cloud is a kos-sim on this
+    /// machine (embedded, or served with an auth_url on loopback): its `GET /_sim/kube-endpoints`.
+    /// `None` for any other cloud.
+    pub async fn kube_endpoints(&self) -> Option<Result<Vec<KubeEndpoint>, String>> {
+        let base = sim_base_url(self.session.auth_url())?;
+        let url = format!("{base}/_sim/kube-endpoints");
+        let r = match reqwest::get(&url).await {
+            Ok(r) => r,
+            Err(e) => return Some(Err(format!("{url}: {e}"))),
+        };
+        if r.status() == reqwest::StatusCode::NOT_FOUND {
+            // A real Keystone that happens to listen on loopback.
+            return None;
+        }
+        let list: Result<Vec<Endpoint>, _> = r.json().await;
+        Some(
+            list.map(|l| {
+                l.into_iter()
+                    .map(|e| KubeEndpoint {
+                        endpoint: e.endpoint,
+                        local: e.local,
+                    })
+                    .collect()
+            })
+            .map_err(|e| format!("{url}: {e}")),
+        )
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Endpoint {
+    endpoint: String,
+    local: SocketAddr,
+}
+
+/// `http://127.0.0.1:PORT` of a kos-sim whose Keystone is `auth_url`; `None` off loopback.
+fn sim_base_url(auth_url: &str) -> Option<String> {
+    let u = url::Url::parse(auth_url).ok()?;
+    let loopback = match u.host()? {
+        url::Host::Domain(d) => d == "localhost",
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+    };
+    if !loopback {
+        return None;
+    }
+    let port = u.port_or_known_default()?;
+    Some(format!("{}://{}:{port}", u.scheme(), u.host_str()?))
 }
 
 /// kos's data directory: `$KOS_DATA_DIR`, else the platform's (`~/.local/share/kos`).
@@ -100,14 +157,39 @@ async fn connect_sim(dir: &Path) -> miette::Result<Connected> {
         .wrap_err("cannot lock the simulated cloud")?;
     let state = dir.join("state.json");
     let saved = kos_sim::persist::load(&state).into_diagnostic()?;
+    let saved_guests = kos_sim::persist::load_guests(&state).into_diagnostic()?;
     let cfg = SimConfig {
         time_scale: DEMO_TIME_SCALE,
         ..SimConfig::demo()
     };
-    let sim = Sim::serve(cfg, SocketAddr::from(([127, 0, 0, 1], 0)), saved)
+    let port_file = dir.join("port");
+    let port: u16 = std::fs::read_to_string(&port_file)
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(0);
+    let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    // The port of the last run, when it is free (another program may have taken it since).
+    let port = if port != 0 && std::net::TcpListener::bind(at(port)).is_err() {
+        tracing::warn!(
+            "port {port} of the simulated cloud is taken: its clusters' cloud controllers, told that address, cannot reach it any more"
+        );
+        0
+    } else {
+        port
+    };
+    let mut sim = Sim::serve(cfg, at(port), saved)
         .await
         .into_diagnostic()
         .wrap_err("cannot start the simulated cloud")?;
+    std::fs::write(&port_file, sim.addr().port().to_string())
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot write {}", port_file.display()))?;
+    let guests = match saved_guests {
+        Some(bytes) => SimGuests::restore(&bytes),
+        None => SimGuests::new(),
+    }
+    .map_err(|e| miette::miette!("{e}"))?;
+    sim.attach_guests(Arc::new(guests));
     let c = sim.config();
     let profile = CloudProfile::new(
         SIM,

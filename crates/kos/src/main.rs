@@ -51,8 +51,11 @@ fn main() -> ExitCode {
 fn init_tracing(verbose: u8) {
     let default = match verbose {
         // The SDK's own errors come back to kos as errors, which say more: its logs only repeat them.
-        0 => "warn,kos=info,kos_sim=info,openstack_sdk=off",
-        1 => "info,kos=debug,kos_cloud=debug,kos_cluster=debug,kos_sim=debug,openstack_sdk=warn",
+        // The simulated clusters' cloud controllers run in-process: their logs are theirs, not kos's.
+        0 => "warn,kos=info,kos_sim=info,kos_ccm=warn,kos_guest=warn,openstack_sdk=off",
+        1 => {
+            "info,kos=debug,kos_cloud=debug,kos_cluster=debug,kos_sim=debug,kos_ccm=info,openstack_sdk=warn"
+        }
         _ => "debug,kos=trace,kos_cloud=trace,kos_cluster=trace,kos_sim=trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -1,6 +1,8 @@
 //! Every file in examples/ works as a newcomer tries it: `kos plan` and `kos up` on `--cloud sim` as
-//! written, a second plan is a no-op, `kos doctor` finds every needed flow open, `kos down` removes it. And what kos cannot install is refused
-//! before anything is created.
+//! written, the cluster forms (its nodes run their user_data) and `kos up` checks it through its API,
+//! every node Ready and initialised by the cloud controller; a second `kos up` changes nothing, a
+//! second plan is a no-op, `kos doctor` finds every needed flow open, `kos down` removes it. And what
+//! kos cannot install is refused before anything is created.
 
 mod support;
 
@@ -37,6 +39,22 @@ fn every_example_plans_and_applies_on_the_simulated_cloud_as_written() {
         assert_eq!(code(&plan), 0, "plan {file}: {}", text(&plan));
         let up = kos(d, None, &["up", "-f", file, "--cloud", "sim"]);
         assert_eq!(code(&up), 0, "up {file}: {}", text(&up));
+        let out = String::from_utf8_lossy(&up.stdout);
+        assert!(
+            out.contains("Kubernetes API: ready;") && out.contains("Ready and initialised"),
+            "up {file}: {}",
+            text(&up)
+        );
+        assert!(!text(&up).contains("skipped"), "up {file}: {}", text(&up));
+        let again = kos(d, None, &["up", "-f", file, "--cloud", "sim"]);
+        assert_eq!(code(&again), 0, "second up of {file}: {}", text(&again));
+        let out = String::from_utf8_lossy(&again.stdout);
+        assert!(
+            out.contains(&format!("Cluster {name} is up: 0 change(s) made."))
+                && out.contains("Kubernetes API: ready;"),
+            "second up of {file}: {}",
+            text(&again)
+        );
         let again = kos(
             d,
             None,

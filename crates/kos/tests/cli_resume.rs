@@ -78,8 +78,8 @@ fn assert_followed(o: &Output, nodes: &[&str]) {
     let out = stdout(o);
     for n in nodes {
         assert!(
-            out.lines().any(|l| l.trim_start().starts_with(n)
-                && l.contains("bootstrap skipped: simulated cloud")),
+            out.lines()
+                .any(|l| l.trim_start().starts_with(n) && l.contains("bootstrap ok")),
             "{n} not followed to its end: {}",
             text(o)
         );

@@ -16,6 +16,7 @@ readonly PKI_DIR=/etc/kubernetes/pki
 readonly PKI_BACKUP=/etc/kos/pki
 readonly ADDONS_DIR=/etc/kos/addons
 readonly CNI_FILE=${KOS_CNI_FILE:-/etc/kos/cni.yaml}
+readonly KUBEADM_LOG=${KOS_KUBEADM_LOG:-/var/log/kos-kubeadm.log}
 export KUBECONFIG=/etc/kubernetes/admin.conf
 SELF=$(readlink -f "$0")
 readonly SELF
@@ -40,7 +41,7 @@ step() {
   if "$SELF" __step "$@" >>"$LOG" 2>&1; then
     marker "$name ok"
   else
-    reason=$(tail -n 1 "$LOG" | tr -cd '[:print:]' | cut -c 1-200)
+    reason=$(tail -n 1 "$LOG" | tr -cd '[:print:]' | cut -c 1-300)
     marker "$name failed: ${reason:-no output}"
     exit 1
   fi
@@ -164,14 +165,28 @@ wait_api() {
   echo "API https://$KOS_ENDPOINT is ready"
 }
 
+# What went wrong in kubeadm's output: the first failed preflight check ("[ERROR <check>]: ..."), else
+# kubeadm's error line ("error: <what>", before its "To see the stack trace ..." hint), else its last line.
+kubeadm_reason() {
+  local out=$1 reason
+  reason=$(grep -m 1 -E '^[[:space:]]*\[ERROR ' "$out" | sed -E 's/^[[:space:]]+//' || true)
+  if [ -z "$reason" ]; then
+    reason=$(grep -E '^error: ' "$out" | tail -n 1 | sed 's/^error: //' || true)
+  fi
+  if [ -z "$reason" ]; then
+    reason=$(grep -v -e '^[[:space:]]*$' -e 'To see the stack trace' "$out" | tail -n 1 || true)
+  fi
+  printf '%s' "${reason:-no output}"
+}
+
 # Runs kubeadm until it succeeds, resetting in between. Concurrent control-plane joins collide on etcd
 # (too many learners, member not in sync): back off with jitter, bounded.
 kubeadm_retry() {
-  local attempts=$1 attempt=1 delay=10 out=/var/log/kos-kubeadm.log
+  local attempts=$1 attempt=1 delay=10 out=$KUBEADM_LOG
   shift
   until kubeadm "$@" --config "$KUBEADM_CONFIG" -v=1 2>&1 | tee "$out"; do
     if [ "$attempt" -ge "$attempts" ]; then
-      echo "kubeadm $1 failed after $attempt attempts: $(grep -i 'error' "$out" | tail -n 1)"
+      echo "kubeadm $1 failed after $attempt attempts: $(kubeadm_reason "$out")"
       return 1
     fi
     echo "kubeadm $1 attempt $attempt failed; resetting and retrying in about ${delay}s"

@@ -5,7 +5,7 @@
 //! a final `marker "..."`, and the `cleanup) step cleanup cleanup ;;` entry point.
 
 /// One `step NAME FUNCTION` line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StepCall {
     pub name: String,
     pub function: String,

@@ -347,27 +347,11 @@ impl Guest {
             false,
         );
         let this = attempt + 1;
-        // `grep -i 'error' "$out" | tail -n 1`: what the script quotes.
-        let grepped = output
-            .iter()
-            .rev()
-            .find(|l| l.to_ascii_lowercase().contains("error"))
-            .cloned()
-            .unwrap_or_default();
-        // The root cause: a preflight check's line, else the phase's error line, else the first.
-        let root = output
-            .iter()
-            .find(|l| l.trim_start().starts_with("[ERROR "))
-            .or_else(|| {
-                output
-                    .iter()
-                    .find(|l| l.starts_with("error execution phase"))
-            })
-            .or_else(|| output.first())
-            .map(|l| l.trim().to_owned());
+        let reason = kubeadm_reason(&output);
+        let root = Some(reason.clone());
         if this >= attempts {
             output.push(format!(
-                "kubeadm {sub} failed after {this} attempts: {grepped}"
+                "kubeadm {sub} failed after {this} attempts: {reason}"
             ));
             return Ok(StepResult::Fail {
                 output,
@@ -657,6 +641,34 @@ impl Guest {
         self.say(id, srv, line, host);
         Ok(())
     }
+}
+
+/// The script's `kubeadm_reason`: the first failed preflight check (`[ERROR <check>]: ...`), else
+/// kubeadm's last `error: ` line without the prefix, else its last line that is not blank or the
+/// stack-trace hint.
+pub(crate) fn kubeadm_reason(output: &[String]) -> String {
+    let check = output
+        .iter()
+        .find(|l| l.trim_start().starts_with("[ERROR "))
+        .map(|l| l.trim_start().to_owned());
+    let error = || {
+        output
+            .iter()
+            .rev()
+            .find_map(|l| l.strip_prefix("error: "))
+            .map(str::to_owned)
+    };
+    let last = || {
+        output
+            .iter()
+            .rev()
+            .find(|l| !l.trim().is_empty() && !l.contains("To see the stack trace"))
+            .cloned()
+    };
+    check
+        .or_else(error)
+        .or_else(last)
+        .unwrap_or_else(|| "no output".into())
 }
 
 /// Kinds kubectl applies without a namespace.

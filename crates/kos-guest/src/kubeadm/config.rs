@@ -110,6 +110,7 @@ pub struct ClusterDoc {
     pub service_subnet: IpNet,
     pub certificates_dir: String,
     pub cert_sans: Vec<String>,
+    pub dns_domain: String,
 }
 
 /// JoinConfiguration.
@@ -415,6 +416,9 @@ fn cluster_doc(v: Option<&Value>) -> Result<ClusterDoc, String> {
             .unwrap_or("/etc/kubernetes/pki")
             .to_owned(),
         cert_sans: str_list(v, "/apiServer/certSANs"),
+        dns_domain: s(v, "/networking/dnsDomain")
+            .unwrap_or("cluster.local")
+            .to_owned(),
     })
 }
 

@@ -1,9 +1,10 @@
 //! `kubeadm init` and `kubeadm join` on a simulated node: the checks and effects of the phases that
 //! matter for whether a cluster forms (kubeadm's cmd/kubeadm/app/cmd/{init,join}.go and
 //! phases/...), each failing with kubeadm's text where the guest could read it (the discovery,
-//! copycerts and preflight messages) and with a close paraphrase otherwise. Output is what kubeadm
-//! prints; an error ends with kubeadm's "To see the stack trace ..." line, as on a real node (the
-//! bootstrap script's `grep -i error | tail -n 1` then quotes that line).
+//! copycerts and preflight messages) and with a close paraphrase otherwise. Output is what current
+//! kubeadm prints (cmd/kubeadm/app/util/errors: `error: <err>` then the "To see the stack trace ..."
+//! hint; a failed preflight lists its `[ERROR <check>]` lines first and fails with "preflight checks
+//! failed"), so the bootstrap script's reason (its `kubeadm_reason`) is computed from the same text.
 
 use std::collections::BTreeMap;
 
@@ -30,9 +31,17 @@ const NODE_BOOTSTRAP_GROUP: &str = "system:bootstrappers:kubeadm:default-node-to
 /// kubeadm's output: `Ok` lines, or the lines of a failure.
 pub(crate) type KubeadmOutput = Result<Vec<String>, Vec<String>>;
 
+/// kubeadm's error handler: `error: ` before the error's text, then the stack-trace hint.
 fn plain_err(msg: &str) -> Vec<String> {
     msg.lines()
-        .map(str::to_owned)
+        .enumerate()
+        .map(|(i, l)| {
+            if i == 0 {
+                format!("error: {l}")
+            } else {
+                l.to_owned()
+            }
+        })
         .chain([STACK.to_owned()])
         .collect()
 }
@@ -42,11 +51,10 @@ fn phase_err(phase: &str, msg: &str) -> Vec<String> {
 }
 
 fn preflight_errors(errors: &[String]) -> Vec<String> {
-    let mut out =
-        vec!["error execution phase preflight: [preflight] Some fatal errors occurred:".to_owned()];
+    let mut out = vec!["[preflight] Some fatal errors occurred:".to_owned()];
     out.extend(errors.iter().map(|e| format!("\t[ERROR {e}")));
     out.push("[preflight] If you know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=...`".into());
-    out.push(STACK.into());
+    out.extend(phase_err("preflight", "preflight checks failed"));
     out
 }
 
@@ -218,6 +226,11 @@ impl Guest {
                 ca_hash,
                 version: v,
                 pod_subnet: docs.cluster.pod_subnet.map(|n| n.to_string()),
+                serving: crate::cluster::Serving {
+                    service_subnet: docs.cluster.service_subnet.to_string(),
+                    dns_domain: docs.cluster.dns_domain.clone(),
+                    cert_sans: docs.cluster.cert_sans.clone(),
+                },
                 first: EtcdMember {
                     server: id.clone(),
                     name: node_name.clone(),

@@ -141,6 +141,7 @@ impl World {
             },
             user_data: Some(user_data),
             image: Image::ubuntu(),
+            addresses: vec![std::net::IpAddr::from([10, 0, 0, 10 + n as u8])],
         };
         self.guest
             .handle(&id, ServerEvent::Boot(boot), &self.host)
@@ -223,12 +224,10 @@ pub fn join_markers() -> Vec<String> {
     ok(&[COMMON, JOIN].concat())
 }
 
-/// kubeadm's last error line, which kos's script quotes as the reason of every kubeadm failure.
-pub const KUBEADM_REASON: &str =
-    "To see the stack trace of this error execute with --v=5 or higher";
-
-pub fn join_failed_marker() -> String {
-    format!(
-        "kos-bootstrap: kubeadm-join failed: kubeadm join failed after 8 attempts: {KUBEADM_REASON}"
-    )
+/// The marker of a join that failed all its attempts (its reason: kubeadm's own error).
+pub fn assert_join_failed(w: &World, id: &ServerId) {
+    let last = w.markers(id).last().cloned().unwrap_or_default();
+    let prefix = "kos-bootstrap: kubeadm-join failed: kubeadm join failed after 8 attempts: ";
+    assert!(last.starts_with(prefix), "{last}");
+    assert!(!last.contains("To see the stack trace"), "{last}");
 }

@@ -33,7 +33,7 @@ use crate::state::Cloud;
 
 pub use floating_ips::FloatingIp;
 pub use networks::Network;
-pub use ports::Port;
+pub use ports::{Port, ROUTER_GATEWAY, ROUTER_INTERFACE};
 pub use routers::Router;
 pub use security_groups::{SecurityGroup, SgRule};
 pub use subnets::Subnet;

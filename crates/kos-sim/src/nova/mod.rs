@@ -357,6 +357,8 @@ pub fn force_server_error(cloud: &mut Cloud, server_id: &str, message: &str) -> 
     match cloud.nova.server_mut(server_id) {
         Some(s) if s.delete_at.is_none() => {
             servers::set_error(s, 500, message);
+            let now = cloud.now;
+            crate::guests::raise(cloud, now, server_id, crate::guests::GuestEvent::Shutdown);
             true
         }
         _ => false,

@@ -24,6 +24,7 @@ use super::{
 use crate::app::{AuthCtx, SharedApp};
 use crate::clock::SimTime;
 use crate::error::{SimError, SimResult};
+use crate::guests::GuestEvent;
 use crate::paging::{next_links, paginate};
 use crate::query::QueryParams;
 use crate::state::Cloud;
@@ -1147,6 +1148,7 @@ fn try_activate(cloud: &mut Cloud, id: &str) {
         .filter(|v| !v.attached)
         .map(|v| (v.volume_id.clone(), v.device.clone()))
         .collect();
+    let boot_at = s.boot_at;
     let mut attached = Vec::new();
     for (vid, _) in &pending {
         match cinder::volume_status(cloud, vid).as_deref() {
@@ -1172,6 +1174,12 @@ fn try_activate(cloud: &mut Cloud, id: &str) {
             }
         }
     }
+    // ACTIVE when it could boot, unless it waited for its volumes (then now).
+    let at = if pending.is_empty() {
+        boot_at
+    } else {
+        cloud.now
+    };
     let ports: Vec<String> = s_ports(cloud, id);
     for p in &ports {
         neutron::set_port_status(cloud, p, "ACTIVE");
@@ -1195,6 +1203,10 @@ fn try_activate(cloud: &mut Cloud, id: &str) {
         s.launched_at = Some(t);
         s.updated = t;
         s.console.extend(log);
+    }
+    if !crate::guests::boot(cloud, at, id)
+        && let Some(s) = cloud.nova.server_mut(id)
+    {
         super::boot::schedule(s, cloud.now);
     }
 }
@@ -1218,7 +1230,7 @@ fn finish_task(cloud: &mut Cloud, id: &str) {
         return;
     };
     let task = s.task_state.take();
-    s.task_until = None;
+    let at = s.task_until.take().unwrap_or(cloud.now);
     s.updated = Utc::now();
     let port_status = match task.as_deref() {
         Some("powering-off") => {
@@ -1250,6 +1262,12 @@ fn finish_task(cloud: &mut Cloud, id: &str) {
     if let Some(s) = cloud.nova.server_mut(id) {
         s.console.extend(lines);
     }
+    let event = match task.as_deref() {
+        Some("powering-off") => GuestEvent::Shutdown,
+        Some("powering-on") => GuestEvent::Start,
+        _ => GuestEvent::Reboot,
+    };
+    crate::guests::raise(cloud, at, id, event);
 }
 
 fn finish_delete(cloud: &mut Cloud, id: &str) {
@@ -1257,6 +1275,8 @@ fn finish_delete(cloud: &mut Cloud, id: &str) {
         return;
     };
     let s = cloud.nova.servers.remove(pos);
+    let at = s.delete_at.unwrap_or(cloud.now);
+    crate::guests::raise(cloud, at, id, GuestEvent::Delete);
     release_ports(cloud, &s);
     for v in &s.volumes {
         if v.attached {

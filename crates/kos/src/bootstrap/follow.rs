@@ -1,7 +1,7 @@
 //! Following a bootstrap without SSH: every node's serial console (Nova os-getConsoleOutput) carries
-//! `kos-bootstrap: <step> ok|failed: <reason>|skipped: <reason>` markers; `bootstrap` is the last. A
-//! failed step stops the wait with the node's own reason. Then, when the API answers from here, the
-//! cluster itself: `/readyz`, and every node Ready without the uninitialized taint.
+//! `kos-bootstrap: <step> ok|failed: <reason>` markers; `bootstrap` is the last. A failed step stops
+//! the wait with the node's own reason. Then, when the API answers from here, the cluster itself:
+//! `/readyz`, and every node Ready without the uninitialized taint.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,8 +13,6 @@ use tokio::time::Instant;
 use super::kube::{Kube, NodeStatus};
 
 const MARKER: &str = "kos-bootstrap: ";
-/// What the simulator's markers say for steps it could not run.
-const SIMULATED: &str = "simulated cloud";
 /// The simulator's cloud-init failure line.
 const CLOUD_INIT_FAILED: &str = "cloud-init: user-data failed: ";
 
@@ -25,7 +23,7 @@ pub enum NodeState {
     Waiting,
     /// The last step seen (`kernel ok`).
     Running(String),
-    /// The final `bootstrap` marker: `ok`, or `skipped: <reason>` on a simulated cloud.
+    /// The final `bootstrap` marker (`ok`).
     Done(String),
     Failed {
         step: String,
@@ -39,7 +37,9 @@ impl NodeState {
     }
 }
 
-/// The markers in `console`, in order, and the state they add up to. The first failure wins.
+/// The markers in `console`, in order, and the state they add up to. The first failure wins; after
+/// the final `bootstrap` marker the node is done, whatever its background cleanup writes later
+/// (`cleanup ok`, or a failure to delete the join secrets, which the cluster survives).
 pub fn parse(console: &str) -> (Vec<String>, NodeState) {
     let mut markers = Vec::new();
     let mut state = NodeState::Waiting;
@@ -60,6 +60,9 @@ pub fn parse(console: &str) -> (Vec<String>, NodeState) {
         let (step, outcome) = marker.split_once(' ').unwrap_or((marker.as_str(), ""));
         let (step, outcome) = (step.to_owned(), outcome.to_owned());
         markers.push(marker.clone());
+        if matches!(state, NodeState::Done(_)) {
+            continue;
+        }
         if let Some(reason) = outcome.strip_prefix("failed:") {
             state = NodeState::Failed {
                 step,
@@ -105,8 +108,6 @@ pub struct Timing {
 #[derive(Debug)]
 pub struct Followed {
     pub nodes: BTreeMap<String, NodeState>,
-    /// Some node's markers say its steps were skipped on a simulated cloud: there is no API to check.
-    pub simulated: bool,
 }
 
 /// Reads every target's console until all finished; prints each new marker as `kos: <node>: <marker>`.
@@ -207,13 +208,7 @@ pub async fn consoles(
         };
         tokio::time::sleep(interval).await;
     }
-    let simulated = states
-        .values()
-        .any(|s| matches!(s, NodeState::Done(o) if o.contains(SIMULATED)));
-    Ok(Followed {
-        nodes: states,
-        simulated,
-    })
+    Ok(Followed { nodes: states })
 }
 
 /// How the API phase ended.
@@ -324,5 +319,13 @@ mod tests {
         let (_, s) = parse("x cloud-init: user-data failed: not a cloud-config\n");
         assert!(matches!(s, NodeState::Failed { step, .. } if step == "cloud-init"));
         assert_eq!(parse("login:").1, NodeState::Waiting);
+        // The first control plane's background cleanup writes its marker after `bootstrap ok`.
+        let (m, s) = parse(
+            "kos-bootstrap: addons ok\nkos-bootstrap: bootstrap ok\nkos-bootstrap: cleanup ok\n",
+        );
+        assert_eq!(m.last().map(String::as_str), Some("cleanup ok"));
+        assert_eq!(s, NodeState::Done("ok".into()));
+        let (_, s) = parse("kos-bootstrap: bootstrap ok\nkos-bootstrap: cleanup failed: gave up\n");
+        assert_eq!(s, NodeState::Done("ok".into()));
     }
 }

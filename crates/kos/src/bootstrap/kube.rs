@@ -1,7 +1,10 @@
 //! Just enough of the Kubernetes API for `kos up` to check a cluster nobody logs into: `/readyz`, the
 //! node list, and creating an object. It authenticates with an admin client certificate signed offline
-//! by the cluster CA, and trusts that CA only.
+//! by the cluster CA, and trusts that CA only. On a simulated cloud it connects to the endpoint's local
+//! address ([`Kube::via`]) and still verifies the serving certificate for the endpoint's name.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kos_bootstrap::pki::{self, CaKind};
@@ -31,15 +34,7 @@ impl Kube {
         version: &KubeVersion,
         secrets: &ClusterSecrets,
     ) -> Result<Self, String> {
-        let (cert, key) = pki::sign_client(
-            &mut rand::rng(),
-            &secrets.ca,
-            CaKind::Cluster,
-            kos_bootstrap::kubeconfig::ADMIN_CN,
-            &[version.admin_group()],
-            OffsetDateTime::now_utc(),
-        )
-        .map_err(|e| e.to_string())?;
+        let (cert, key) = admin_certificate(version, secrets)?;
         let identity = reqwest::Identity::from_pem(format!("{cert}{}", key.expose()).as_bytes())
             .map_err(|e| format!("client certificate: {e}"))?;
         let ca = reqwest::Certificate::from_pem(secrets.ca.cert_pem.as_bytes())
@@ -54,6 +49,57 @@ impl Kube {
         Ok(Self {
             client,
             base: format!("https://{endpoint}"),
+        })
+    }
+
+    /// A client that connects to `local` (where a simulated cloud forwards `endpoint` from this
+    /// machine) and verifies the serving certificate for `endpoint`'s host, as kubectl does with
+    /// `tls-server-name`.
+    pub fn via(
+        endpoint: &ApiEndpoint,
+        local: SocketAddr,
+        version: &KubeVersion,
+        secrets: &ClusterSecrets,
+    ) -> Result<Self, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+        let (cert, key) = admin_certificate(version, secrets)?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(secrets.ca.cert_pem.as_bytes()) {
+            roots
+                .add(ca.map_err(|e| format!("cluster CA: {e}"))?)
+                .map_err(|e| format!("cluster CA: {e}"))?;
+        }
+        let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| format!("cluster CA: {e}"))?;
+        let name = ServerName::try_from(endpoint.host.clone())
+            .map_err(|e| format!("{}: {e}", endpoint.host))?;
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("client certificate: {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
+            .map_err(|e| format!("client key: {e}"))?;
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(ForName { inner, name }))
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| format!("client certificate: {e}"))?;
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(15))
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            client,
+            base: format!("https://{local}"),
         })
     }
 
@@ -102,14 +148,15 @@ impl Kube {
             .collect())
     }
 
-    /// POSTs a YAML manifest to `path` (e.g. `/api/v1/namespaces/kube-system/secrets`); one that
-    /// already exists is fine.
+    /// POSTs a YAML manifest to `path` (e.g. `/api/v1/namespaces/kube-system/secrets`), as JSON;
+    /// one that already exists is fine.
     pub async fn create(&self, path: &str, yaml: &str) -> Result<(), String> {
+        let doc: Value =
+            serde_saphyr::from_str(yaml).map_err(|e| format!("manifest is not YAML: {e}"))?;
         let r = self
             .client
             .post(format!("{}{path}", self.base))
-            .header("Content-Type", "application/yaml")
-            .body(yaml.to_owned())
+            .json(&doc)
             .send()
             .await
             .map_err(|e| e.to_string())?;
@@ -117,5 +164,79 @@ impl Kube {
             200..=299 | 409 => Ok(()),
             s => Err(format!("HTTP {s}")),
         }
+    }
+
+    /// DELETEs the object at `path`; one that is already gone is fine.
+    pub async fn delete(&self, path: &str) -> Result<(), String> {
+        let r = self
+            .client
+            .delete(format!("{}{path}", self.base))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        match r.status().as_u16() {
+            200..=299 | 404 => Ok(()),
+            s => Err(format!("HTTP {s}")),
+        }
+    }
+}
+
+/// kos's admin client certificate, signed now by the cluster CA.
+fn admin_certificate(
+    version: &KubeVersion,
+    secrets: &ClusterSecrets,
+) -> Result<(String, kos_bootstrap::Sensitive), String> {
+    pki::sign_client(
+        &mut rand::rng(),
+        &secrets.ca,
+        CaKind::Cluster,
+        kos_bootstrap::kubeconfig::ADMIN_CN,
+        &[version.admin_group()],
+        OffsetDateTime::now_utc(),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Verifies a server's certificate for a fixed name, whatever address the connection went to (a
+/// local forwarder of the endpoint).
+#[derive(Debug)]
+struct ForName {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    name: rustls::pki_types::ServerName<'static>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for ForName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        self.inner
+            .verify_server_cert(end_entity, intermediates, &self.name, ocsp, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }

@@ -137,7 +137,7 @@ where
 {
     let c = cloud::connect(cloud_name).await?;
     let (c, result) = f(c).await;
-    c.close().map_err(Failure::cloud_report)?;
+    c.close().await.map_err(Failure::cloud_report)?;
     result
 }
 
@@ -194,6 +194,13 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             if token_refreshed && exists {
                 push_token(&c, &local, &p.spec, &secrets).await;
             }
+            // New nodes of a running cluster need the join token, which the first control plane's
+            // cleanup deleted once the first nodes had joined.
+            let joiners = exists
+                && plan
+                    .actions
+                    .iter()
+                    .any(|a| a.kind == Kind::Server && matches!(a.op, Op::Create | Op::Replace));
             let bootstrap =
                 KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets.clone(), &local)
                     .map_err(Failure::input)?;
@@ -223,7 +230,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                             .map_err(Failure::cloud_report)?;
                     }
                     summarize(&report);
-                    follow_bootstrap(&c, &p.spec, &report, &secrets, args.wait).await?;
+                    follow_bootstrap(&c, &p.spec, &report, &secrets, args.wait, joiners).await?;
                     Ok(Exit::Ok)
                 }
                 Err(e) => Err(Failure::cloud_report(miette::miette!(
@@ -304,20 +311,11 @@ async fn push_token(
     secrets: &kos_bootstrap::ClusterSecrets,
 ) {
     let result = async {
-        if c.is_simulated() {
-            return Err("simulated cloud".to_owned());
-        }
         let meta = local
             .meta_data()
             .map_err(|e| e.to_string())?
             .ok_or("API address unknown")?;
-        let kube = Kube::new(&endpoint(&meta.api_address), &version(spec)?, secrets)?;
-        let manifest = kos_bootstrap::bootstrap_token_secret(secrets).map_err(|e| e.to_string())?;
-        kube.create(
-            "/api/v1/namespaces/kube-system/secrets",
-            manifest.yaml.expose(),
-        )
-        .await
+        ensure_token(c, spec, &meta.api_address, secrets).await
     }
     .await;
     match result {
@@ -325,9 +323,6 @@ async fn push_token(
             eprintln!("kos: the bootstrap token was renewed and created in the cluster");
             // A script from an earlier run is of no use any more, and holds a token.
             let _ = std::fs::remove_file(local.token_script());
-        }
-        Err(why) if c.is_simulated() => {
-            eprintln!("kos: the bootstrap token was renewed (not created in the cluster: {why})");
         }
         Err(why) => {
             let name = spec.name.value.as_str();
@@ -343,6 +338,51 @@ async fn push_token(
                      and its script could not be written: {e}"
                 ),
             }
+        }
+    }
+}
+
+/// Creates the bootstrap token's Secret in the cluster (an existing one is kept).
+async fn ensure_token(
+    c: &Connected,
+    spec: &ClusterSpec,
+    address: &str,
+    secrets: &kos_bootstrap::ClusterSecrets,
+) -> Result<(), String> {
+    let kube = api_client(c, spec, address, secrets).await?;
+    let manifest = kos_bootstrap::bootstrap_token_secret(secrets).map_err(|e| e.to_string())?;
+    kube.create(
+        "/api/v1/namespaces/kube-system/secrets",
+        manifest.yaml.expose(),
+    )
+    .await
+}
+
+/// A client of the cluster's API at `address`; on a kos-sim cloud on this machine, through the local
+/// address it forwards the endpoint from (`GET /_sim/kube-endpoints`).
+async fn api_client(
+    c: &Connected,
+    spec: &ClusterSpec,
+    address: &str,
+    secrets: &kos_bootstrap::ClusterSecrets,
+) -> Result<Kube, String> {
+    let ep = endpoint(address);
+    let v = version(spec)?;
+    match c.kube_endpoints().await {
+        None => Kube::new(&ep, &v, secrets),
+        Some(Err(e)) => Err(format!("the simulated cloud's API endpoints: {e}")),
+        Some(Ok(list)) => {
+            let want = ep.to_string();
+            let local = list
+                .iter()
+                .find(|e| e.endpoint == want)
+                .map(|e| e.local)
+                .ok_or_else(|| {
+                    format!(
+                        "the simulated cloud serves no Kubernetes API at {want} (no control plane ran `kubeadm init` for it)"
+                    )
+                })?;
+            Kube::via(&ep, local, &v, secrets)
         }
     }
 }
@@ -363,12 +403,17 @@ fn version(spec: &ClusterSpec) -> Result<kos_bootstrap::KubeVersion, String> {
 
 /// After the servers are ACTIVE: their consoles' bootstrap markers, then the cluster through its API
 /// when that is reachable from here, as far as `wait` asks. Exit 1 naming the node when a step failed.
+///
+/// `joiners`: this run added nodes to a running cluster. Its join token is created in the cluster as
+/// soon as the API answers (the first control plane's cleanup deleted it when the first nodes had
+/// joined; kubeadm join retries meanwhile), and deleted again once every node is Ready.
 async fn follow_bootstrap(
     c: &Connected,
     spec: &ClusterSpec,
     report: &ApplyReport,
     secrets: &kos_bootstrap::ClusterSecrets,
     wait: Wait,
+    joiners: bool,
 ) -> Result<(), Failure> {
     if wait == Wait::Infra {
         println!("Bootstrap: not followed (--wait infra)");
@@ -419,8 +464,30 @@ async fn follow_bootstrap(
         "kos: phase bootstrap: following {} node(s) on their consoles",
         targets.len()
     );
-    let followed = follow::consoles(&c.session, &targets, timing)
-        .await
+    let token_pushed = std::sync::atomic::AtomicBool::new(false);
+    // Kept there while the nodes join: the first control plane's cleanup may delete it again when
+    // the nodes it expected have joined.
+    let push = async {
+        let Some(address) = report.api_address.as_deref().filter(|_| joiners) else {
+            return std::future::pending().await;
+        };
+        loop {
+            match ensure_token(c, spec, address, secrets).await {
+                Ok(()) => {
+                    if !token_pushed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        eprintln!("kos: the join token is in the cluster for the new node(s)");
+                    }
+                }
+                Err(e) => tracing::debug!("join token not created yet: {e}"),
+            }
+            tokio::time::sleep(timing.poll.max(Duration::from_millis(500))).await;
+        }
+    };
+    let followed = tokio::select! {
+        f = follow::consoles(&c.session, &targets, timing) => f,
+        () = push => unreachable!("the token push never finishes on its own"),
+    };
+    let followed = followed
         .map_err(|e| {
             Failure::cloud_report(miette::miette!(
                 help = "the node's log is /var/log/kos-bootstrap.log; its console: `openstack console log show <server>`. \
@@ -442,19 +509,13 @@ async fn follow_bootstrap(
         println!("Kubernetes API: not checked (--wait bootstrap)");
         return Ok(());
     }
-    if followed.simulated {
-        println!(
-            "Kubernetes API: skipped (simulated cloud): /readyz and node readiness were not checked"
-        );
-        return Ok(());
-    }
     let Some(address) = &report.api_address else {
         println!("Kubernetes API: skipped (its address is unknown)");
         return Ok(());
     };
-    let kube = version(spec)
-        .and_then(|v| Kube::new(&endpoint(address), &v, secrets))
-        .map_err(|e| Failure::cloud_report(miette::miette!("cannot build an API client: {e}")))?;
+    let kube = api_client(c, spec, address, secrets)
+        .await
+        .map_err(|e| Failure::cloud_report(miette::miette!("cannot reach the API: {e}")))?;
     eprintln!(
         "kos: phase kubernetes: waiting for /readyz and {} Ready node(s)",
         spec.node_count()
@@ -463,6 +524,21 @@ async fn follow_bootstrap(
     match follow::api(&kube, spec.node_count() as usize, timing, probe).await {
         Ok(ApiPhase::Ready { nodes }) => {
             println!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
+            if token_pushed.load(std::sync::atomic::Ordering::Relaxed) {
+                // What the cleanup does after the first nodes: the token must not outlive the joins.
+                let path = format!(
+                    "/api/v1/namespaces/kube-system/secrets/bootstrap-token-{}",
+                    secrets.token.id
+                );
+                match kube.delete(&path).await {
+                    Ok(()) => eprintln!(
+                        "kos: every node joined: the join token is deleted from the cluster"
+                    ),
+                    Err(e) => eprintln!(
+                        "kos: warning: the join token could not be deleted from the cluster ({e}); it expires on its own"
+                    ),
+                }
+            }
             Ok(())
         }
         Ok(ApiPhase::Skipped(why)) => {

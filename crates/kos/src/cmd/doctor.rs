@@ -20,7 +20,7 @@ pub async fn doctor(args: DoctorArgs) -> Result<Exit, Failure> {
     };
     let c = cloud::connect(args.cloud.cloud.as_deref()).await?;
     let fetched = doctor::fetch(&c.session, &args.name).await;
-    c.close().map_err(Failure::cloud_report)?;
+    c.close().await.map_err(Failure::cloud_report)?;
     let snap = fetched.map_err(Failure::cloud)?;
     if snap.nodes.is_empty() && snap.api.is_none() && snap.service_lbs.is_empty() {
         return Err(Failure::input(miette::miette!(

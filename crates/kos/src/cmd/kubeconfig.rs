@@ -1,6 +1,11 @@
 //! `kos kubeconfig NAME`: an admin kubeconfig signed offline with the cluster CA from this machine's
 //! stored secrets, usable as soon as the API answers; written 0600, or merged into the user's kubeconfig
 //! as context `kos-<name>`.
+//!
+//! On the simulated cloud (`--cloud sim`) the cluster's endpoint is reached through the local address
+//! the simulator forwards it from (`GET /_sim/kube-endpoints`): the kubeconfig's `server` is that
+//! address and its `tls-server-name` the endpoint's host, so kubectl verifies the real serving
+//! certificate.
 
 use std::path::PathBuf;
 
@@ -18,7 +23,7 @@ use crate::files::write_private;
 /// What `--cloud` means when neither it nor OS_CLOUD is given: the `OS_*` variables' session name.
 const ENV_CLOUD: &str = "envvars";
 
-pub fn kubeconfig(args: KubeconfigArgs) -> Result<Exit, Failure> {
+pub async fn kubeconfig(args: KubeconfigArgs) -> Result<Exit, Failure> {
     let cloud = args.cloud.cloud.as_deref().unwrap_or(ENV_CLOUD);
     let name = args.name.as_str();
     let local = Local::new(cloud, name).map_err(Failure::input)?;
@@ -56,6 +61,14 @@ pub fn kubeconfig(args: KubeconfigArgs) -> Result<Exit, Failure> {
     .map_err(|e| {
         Failure::cloud_report(miette::miette!("cannot sign the admin certificate: {e}"))
     })?;
+    let kc = if cloud == crate::cloud::SIM {
+        let local = simulated_address(&endpoint).await?;
+        kos_bootstrap::Sensitive::new(
+            through(kc.expose(), local, &endpoint.host).map_err(Failure::cloud_report)?,
+        )
+    } else {
+        kc
+    };
     let context = context_name(name);
     if args.merge {
         let path = user_kubeconfig().map_err(Failure::input)?;
@@ -88,6 +101,49 @@ pub fn kubeconfig(args: KubeconfigArgs) -> Result<Exit, Failure> {
         );
     }
     Ok(Exit::Ok)
+}
+
+/// Where the simulated cloud forwards `endpoint` from on this machine.
+async fn simulated_address(endpoint: &ApiEndpoint) -> Result<std::net::SocketAddr, Failure> {
+    let c = crate::cloud::connect(Some(crate::cloud::SIM)).await?;
+    let embedded = c.is_simulated();
+    let found = c.kube_endpoints().await;
+    c.close().await.map_err(Failure::cloud_report)?;
+    let want = endpoint.to_string();
+    let local = match found {
+        Some(Ok(list)) => list
+            .into_iter()
+            .find(|e| e.endpoint == want)
+            .map(|e| e.local),
+        Some(Err(e)) => {
+            return Err(Failure::cloud_report(miette::miette!(
+                "cannot read the simulated cloud's API endpoints: {e}"
+            )));
+        }
+        None => None,
+    };
+    let local = local.ok_or_else(|| {
+        Failure::cloud_report(miette::miette!(
+            help = "run `kos up` for it first; `kos status` shows what the cluster has",
+            "the simulated cloud serves no Kubernetes API at {want}"
+        ))
+    })?;
+    if embedded {
+        eprintln!(
+            "kos: note: the embedded simulated cloud serves {local} only while a kos command runs;              keep one running with `kos sim serve` (see README) to use this kubeconfig"
+        );
+    }
+    Ok(local)
+}
+
+/// The kubeconfig `kc` pointed at `local`, verifying the server certificate for `host`.
+fn through(kc: &str, local: std::net::SocketAddr, host: &str) -> miette::Result<String> {
+    let mut doc: Value = serde_saphyr::from_str(kc).into_diagnostic()?;
+    for c in doc["clusters"].as_array_mut().into_iter().flatten() {
+        c["cluster"]["server"] = json!(format!("https://{local}"));
+        c["cluster"]["tls-server-name"] = json!(host);
+    }
+    serde_saphyr::to_string(&doc).into_diagnostic()
 }
 
 /// The first file of `KUBECONFIG`, else `~/.kube/config`: where kubectl writes too.

@@ -84,7 +84,7 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Status(a) => cluster::status(a).await,
         Command::Gc(a) => cluster::gc(a).await,
         Command::Doctor(a) => doctor::doctor(a).await,
-        Command::Kubeconfig(a) => kubeconfig::kubeconfig(a),
+        Command::Kubeconfig(a) => kubeconfig::kubeconfig(a).await,
         Command::Bench {
             command: BenchCommand::Apply(args),
         } => bench::apply(args).await,

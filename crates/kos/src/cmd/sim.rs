@@ -1,4 +1,6 @@
-//! `kos sim serve`: a simulated OpenStack cloud for people (and for the peer-client test).
+//! `kos sim serve`: a simulated OpenStack cloud for people (and for the peer-client test). Its servers
+//! run their user_data (kos-guest): a `kos up` against it makes a cluster whose API kubectl reaches
+//! through the local addresses `GET /_sim/kube-endpoints` lists, while it runs.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -27,10 +29,12 @@ pub async fn serve(args: SimServeArgs) -> miette::Result<()> {
         }
         cfg.time_scale = scale;
     }
-    let sim = Sim::serve(cfg, SocketAddr::from(([127, 0, 0, 1], args.port)), None)
+    let mut sim = Sim::serve(cfg, SocketAddr::from(([127, 0, 0, 1], args.port)), None)
         .await
         .into_diagnostic()
         .wrap_err_with(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
+    let guests = kos_guest::sim::SimGuests::new().map_err(|e| miette::miette!("{e}"))?;
+    sim.attach_guests(std::sync::Arc::new(guests));
     // It holds the simulator's password: 0600 like every file kos writes secrets into.
     crate::files::write_private(&args.clouds_yaml, sim.clouds_yaml("sim").as_bytes())?;
 
@@ -43,7 +47,7 @@ pub async fn serve(args: SimServeArgs) -> miette::Result<()> {
     println!("  clouds.yaml (cloud `sim`): {path}");
     println!("  try: OS_CLIENT_CONFIG_FILE={path} openstack --os-cloud sim server list");
     println!(
-        "  admin: {}/_sim/log, /_sim/counters, /_sim/faults",
+        "  admin: {}/_sim/log, /_sim/counters, /_sim/faults, /_sim/kube-endpoints",
         sim.base_url()
     );
     // Line-buffered consumers (scripts waiting for the URL) need it now, not at exit.

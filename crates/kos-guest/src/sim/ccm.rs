@@ -1,0 +1,459 @@
+//! The cloud controller in a simulated cluster. When the addons put the CCM's DaemonSet into
+//! `kube-system` (upstream OCCM, whose container runs `/bin/openstack-cloud-controller-manager`, or
+//! kos-ccm's manifest, `/bin/kos-ccm`) and a control plane of the cluster is up, kos-ccm runs
+//! in-process with what the pod would get:
+//! - its arguments, `command` then `args`, with `$(VAR)` expanded from the container's `env` as the
+//!   kubelet expands them (`$$` escapes), and the binary path first dropped as kos-ccm's own
+//!   entrypoint drops it (so `ccm: upstream` runs kos-ccm as the drop-in it claims to be);
+//! - `--cloud-config` read through the container's `volumeMounts` from the Secret volume behind
+//!   it (the `cloud-config` Secret's `cloud.conf`);
+//! - the cluster's API through its `kubernetes` Service (any API server of the cluster), with a
+//!   client certificate from the cluster's CA standing in for the pod's service-account token;
+//! - the container's environment for the OpenStack session (`OS_*`, `OS_CCM_REGIONAL`).
+//!
+//! It stops gracefully (releasing its Lease) when no control plane of the cluster is up, and is
+//! restarted with the kubelet's back-off (10 s doubling to 5 min) when it exits. Not simulated: its
+//! `/healthz` and `/metrics` (on the node's address, which this machine does not have), env
+//! `valueFrom`, and a cloud.conf on anything but a Secret volume (both refuse to start, with the
+//! reason in [`Ccms::status`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use base64::Engine as _;
+use clap::Parser;
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::cluster::{Cluster, ClusterId, KUBE_SYSTEM};
+use crate::guest::{Guest, Power};
+
+/// The binaries whose container is a cloud controller.
+const BINARIES: &[&str] = &["/openstack-cloud-controller-manager", "/kos-ccm"];
+/// The identity the in-process CCM authenticates as.
+const CCM_USER: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
+const CCM_GROUP: &str = "system:serviceaccounts";
+/// The kubelet's restart back-off.
+const BACKOFF_START: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How long a stopping CCM gets to release its Lease.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+type Exit = Result<(), String>;
+
+struct Pod {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Exit>,
+}
+
+#[derive(Default)]
+struct State {
+    pod: Option<Pod>,
+    restarts: u32,
+    retry_at: Option<Instant>,
+    status: String,
+}
+
+/// The cloud controllers, by cluster.
+#[derive(Default)]
+pub(crate) struct Ccms {
+    by_cluster: BTreeMap<ClusterId, State>,
+    stopping: Vec<JoinHandle<Exit>>,
+}
+
+/// The kos-ccm command line (the binary's own flags).
+#[derive(Parser)]
+#[command(name = "kos-ccm")]
+struct Cli {
+    #[command(flatten)]
+    run: kos_ccm::options::RunArgs,
+}
+
+impl Ccms {
+    /// Starts, restarts and stops the clusters' CCMs. `services`: each cluster's `kubernetes`
+    /// Service address.
+    pub fn reconcile(&mut self, guest: &Guest, services: &BTreeMap<ClusterId, SocketAddr>) {
+        let now = Instant::now();
+        self.stopping.retain(|t| !t.is_finished());
+        for id in self.by_cluster.keys().copied().collect::<Vec<_>>() {
+            if !guest.clusters.contains_key(&id)
+                && let Some(mut st) = self.by_cluster.remove(&id)
+                && let Some(pod) = st.pod.take()
+            {
+                self.stopping.push(stop(pod));
+            }
+        }
+        for (id, cluster) in &guest.clusters {
+            let st = self.by_cluster.entry(*id).or_default();
+            if st.pod.as_ref().is_some_and(|p| p.task.is_finished())
+                && let Some(pod) = st.pod.take()
+            {
+                let exit = pod
+                    .task
+                    .now_or_never_exit()
+                    .unwrap_or_else(|| Err("gone".into()));
+                let wait = backoff(st.restarts);
+                st.restarts += 1;
+                st.retry_at = Some(now + wait);
+                st.status = match exit {
+                    Ok(()) => format!("exited; restarting in {}s", wait.as_secs()),
+                    Err(e) => format!("exited: {e}; restarting in {}s", wait.as_secs()),
+                };
+                tracing::warn!(cluster = %id, "cloud controller {}", st.status);
+            }
+            let control_plane_up = guest
+                .servers
+                .values()
+                .any(|s| s.power == Power::On && s.api_of == Some(*id));
+            let service = services.get(id).copied();
+            let spec = find(cluster);
+            let wanted = control_plane_up && spec.is_some() && service.is_some();
+            if !wanted {
+                if let Some(pod) = st.pod.take() {
+                    self.stopping.push(stop(pod));
+                    st.status = "stopped: no control plane is up".into();
+                }
+                continue;
+            }
+            if st.pod.is_some() || st.retry_at.is_some_and(|t| t > now) {
+                continue;
+            }
+            let (Some(spec), Some(service)) = (spec, service) else {
+                continue;
+            };
+            match start(guest, cluster, &spec, service) {
+                Ok(pod) => {
+                    tracing::debug!(cluster = %id, daemonset = %spec.daemonset, "cloud controller started");
+                    st.pod = Some(pod);
+                    st.retry_at = None;
+                    st.status = format!("running (kube-system/{})", spec.daemonset);
+                }
+                Err(why) => {
+                    if st.status != why {
+                        tracing::warn!(cluster = %id, "cloud controller cannot start: {why}");
+                    }
+                    st.retry_at = Some(now + BACKOFF_START);
+                    st.status = why;
+                }
+            }
+        }
+    }
+
+    /// Asks every CCM to stop; the tasks to wait for.
+    pub fn stop_all(&mut self) -> Vec<JoinHandle<Exit>> {
+        let mut all: Vec<JoinHandle<Exit>> = std::mem::take(&mut self.stopping);
+        for st in self.by_cluster.values_mut() {
+            if let Some(pod) = st.pod.take() {
+                all.push(stop(pod));
+                st.status = "stopped".into();
+            }
+        }
+        all
+    }
+
+    pub fn status(&self) -> BTreeMap<ClusterId, String> {
+        self.by_cluster
+            .iter()
+            .map(|(id, st)| (*id, st.status.clone()))
+            .collect()
+    }
+}
+
+/// Waits (bounded) for stopping CCMs to finish.
+pub(crate) async fn wait_stopped(tasks: Vec<JoinHandle<Exit>>) {
+    for t in tasks {
+        let abort = t.abort_handle();
+        if tokio::time::timeout(STOP_GRACE, t).await.is_err() {
+            abort.abort();
+        }
+    }
+}
+
+fn stop(mut pod: Pod) -> JoinHandle<Exit> {
+    if let Some(tx) = pod.stop.take() {
+        let _ = tx.send(());
+    }
+    pod.task
+}
+
+fn backoff(restarts: u32) -> Duration {
+    BACKOFF_START
+        .saturating_mul(1u32 << restarts.min(5))
+        .min(BACKOFF_MAX)
+}
+
+/// The exit of a finished task, without waiting.
+trait NowOrNever {
+    fn now_or_never_exit(self) -> Option<Exit>;
+}
+
+impl NowOrNever for JoinHandle<Exit> {
+    fn now_or_never_exit(self) -> Option<Exit> {
+        use futures::FutureExt as _;
+        match self.now_or_never() {
+            Some(Ok(exit)) => Some(exit),
+            Some(Err(e)) => Some(Err(format!("panicked: {e}"))),
+            None => None,
+        }
+    }
+}
+
+/// The CCM container of a cluster's DaemonSets.
+struct Spec {
+    daemonset: String,
+    pod: Value,
+    container: Value,
+}
+
+fn find(cluster: &Cluster) -> Option<Spec> {
+    let sets = cluster
+        .kube
+        .list_json("apps/v1", "DaemonSet", Some(KUBE_SYSTEM))
+        .ok()?;
+    sets.into_iter().find_map(|ds| {
+        let pod = ds.pointer("/spec/template/spec")?.clone();
+        let container = pod
+            .get("containers")?
+            .as_array()?
+            .iter()
+            .find(|c| {
+                argv(c)
+                    .first()
+                    .is_some_and(|a| BINARIES.iter().any(|b| a.ends_with(b)))
+            })?
+            .clone();
+        Some(Spec {
+            daemonset: ds.pointer("/metadata/name")?.as_str()?.to_owned(),
+            pod,
+            container,
+        })
+    })
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `command` then `args` (without `command`, the image's entrypoint runs `args`; the CCM images'
+/// entrypoints take the binary path as the first argument, as their manifests pass it).
+fn argv(container: &Value) -> Vec<String> {
+    let mut v = strings(container.get("command"));
+    v.extend(strings(container.get("args")));
+    v
+}
+
+/// The kubelet's `$(VAR)` expansion: a defined variable is replaced, `$$` is a literal `$`, and
+/// anything else stays as written.
+fn expand(s: &str, env: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+            && let Some(val) = env.get(&inner[..end])
+        {
+            out.push_str(val);
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn container_env(container: &Value) -> Result<BTreeMap<String, String>, String> {
+    let mut env = BTreeMap::new();
+    for e in container
+        .get("env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = e.get("name").and_then(Value::as_str).unwrap_or_default();
+        match e.get("value").and_then(Value::as_str) {
+            Some(v) => {
+                // Later variables may refer to earlier ones.
+                let v = expand(v, &env);
+                env.insert(name.to_owned(), v);
+            }
+            None if e.get("valueFrom").is_some() => {
+                return Err(format!(
+                    "env {name} uses valueFrom, which the simulated pod does not resolve"
+                ));
+            }
+            None => {
+                env.insert(name.to_owned(), String::new());
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// The file `path` as the container sees it through its Secret volumes.
+fn mounted_file(cluster: &Cluster, spec: &Spec, path: &str) -> Result<String, String> {
+    let mounts = spec
+        .container
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let (mount, rel) = mounts
+        .iter()
+        .filter_map(|m| {
+            let at = m.get("mountPath")?.as_str()?.trim_end_matches('/');
+            let rel = path.strip_prefix(at)?.strip_prefix('/')?;
+            Some((m, rel))
+        })
+        .max_by_key(|(m, _)| {
+            m.get("mountPath")
+                .and_then(Value::as_str)
+                .map_or(0, str::len)
+        })
+        .ok_or_else(|| format!("{path}: no volume is mounted there"))?;
+    let volume_name = mount
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let secret_name = spec
+        .pod
+        .get("volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(volume_name))
+        .and_then(|v| v.pointer("/secret/secretName"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            format!("{path}: volume {volume_name} is not a Secret volume (not simulated)")
+        })?;
+    let secret = cluster
+        .secret(secret_name)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!("MountVolume.SetUp failed for volume \"{volume_name}\": secret \"{secret_name}\" not found")
+        })?;
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(rel))
+        .map(|b| b.0.clone())
+        .ok_or_else(|| format!("{path}: secret {secret_name} has no key {rel}"))?;
+    String::from_utf8(bytes).map_err(|_| format!("{path} is not text"))
+}
+
+fn start(
+    guest: &Guest,
+    cluster: &Cluster,
+    spec: &Spec,
+    service: SocketAddr,
+) -> Result<Pod, String> {
+    let env = container_env(&spec.container)?;
+    let mut args: Vec<String> = argv(&spec.container)
+        .iter()
+        .map(|a| expand(a, &env))
+        .collect();
+    // kos-ccm's entrypoint drops the binary path the manifests pass first.
+    if args
+        .first()
+        .is_some_and(|a| !a.starts_with('-') && BINARIES.iter().any(|b| a.ends_with(b)))
+    {
+        args.remove(0);
+    }
+    let cli = Cli::try_parse_from(std::iter::once("kos-ccm".to_owned()).chain(args))
+        .map_err(|e| format!("kos-ccm refuses its arguments: {}", e.to_string().trim()))?;
+    let mut opts = cli
+        .run
+        .check()
+        .map_err(|e| format!("kos-ccm refuses its arguments: {e}"))?;
+    opts.serve_on = None;
+    let path = opts.cloud_config.display().to_string();
+    let text = mounted_file(cluster, spec, &path)?;
+    let loaded = kos_ccm::CloudConfig::parse(&path, &text).map_err(|e| e.to_string())?;
+    let (ca, ca_key) = super::apiserver::cluster_ca(guest, cluster.id)
+        .ok_or("no control plane of the cluster holds its CA")?;
+    let (cert, key) = super::apiserver::client_certificate(&ca, &ca_key, CCM_USER, CCM_GROUP)?;
+    let client = client(service, &ca, &cert, &key)?;
+    let os_env = kos_cloud::Env::from_vars(env);
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        kos_ccm::run::run_with(opts, &os_env, loaded, client, async {
+            let _ = rx.await;
+        })
+        .await
+        .map_err(|e| e.to_string())
+    });
+    Ok(Pod {
+        stop: Some(tx),
+        task,
+    })
+}
+
+/// A client of the cluster's `kubernetes` Service, verifying the API servers' certificates for the
+/// Service's name as a pod does.
+fn client(service: SocketAddr, ca: &str, cert: &str, key: &str) -> Result<kube::Client, String> {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let uri: http::Uri = format!("https://{service}")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let ca_der = x509_parser::pem::parse_x509_pem(ca.as_bytes())
+        .map_err(|e| format!("cluster CA: {e}"))?
+        .1
+        .contents;
+    let mut config = kube::Config::new(uri);
+    config.root_cert = Some(vec![ca_der]);
+    config.tls_server_name = Some("kubernetes.default.svc".into());
+    config.auth_info.client_certificate_data = Some(b64(cert));
+    config.auth_info.client_key_data = Some(secrecy::SecretString::from(b64(key)));
+    config.default_namespace = KUBE_SYSTEM.into();
+    kube::Client::try_from(config).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_is_the_kubelets() {
+        let env = BTreeMap::from([
+            ("CLUSTER_NAME".to_owned(), "demo".to_owned()),
+            (
+                "CLOUD_CONFIG".to_owned(),
+                "/etc/config/cloud.conf".to_owned(),
+            ),
+        ]);
+        assert_eq!(
+            expand("--cluster-name=$(CLUSTER_NAME)", &env),
+            "--cluster-name=demo"
+        );
+        assert_eq!(expand("--x=$(UNSET)", &env), "--x=$(UNSET)");
+        assert_eq!(expand("--x=$$(CLUSTER_NAME)", &env), "--x=$(CLUSTER_NAME)");
+        assert_eq!(
+            expand("$(CLOUD_CONFIG)$(CLUSTER_NAME)", &env),
+            "/etc/config/cloud.confdemo"
+        );
+        assert_eq!(expand("cost: $5", &env), "cost: $5");
+    }
+
+    #[test]
+    fn backoff_doubles_to_five_minutes() {
+        assert_eq!(backoff(0), Duration::from_secs(10));
+        assert_eq!(backoff(1), Duration::from_secs(20));
+        assert_eq!(backoff(9), Duration::from_secs(300));
+    }
+}

@@ -1,0 +1,343 @@
+//! The guest as kos-sim's guest runtime: [`SimGuests`] implements `kos_sim::guests::GuestRuntime`,
+//! so a simulated cloud's servers run kos's user_data for real (as far as the guest simulates it) and
+//! the clusters they make are reachable:
+//! - every control plane whose API server runs serves its cluster's API over TLS ([`apiserver`]):
+//!   a serving certificate issued from the CA on its disk, as kubeadm issues it, client
+//!   certificates checked against that CA;
+//! - every API endpoint (the API floating IP or VIP) has a local address on this machine that
+//!   forwards, at L4 like the load balancer, to a backend that the cloud's network reaches from
+//!   "anywhere" ([`forward`]); `GET /_sim/kube-endpoints` lists them;
+//! - the cloud controller the addons deploy runs in-process against its cluster's API, with the
+//!   configuration a pod would get ([`ccm`]).
+//!
+//! Time: the guest's clock is the cloud's, anchored to the wall clock when the runtime first ran
+//! (`epoch + simulated seconds`), so the timestamps kos writes (bootstrap-token expirations) mean
+//! what they say, and a saved cloud resumes with its guests where both stopped.
+
+pub mod apiserver;
+pub mod ccm;
+pub mod forward;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use kos_sim::SimTime;
+use kos_sim::guests::{
+    BootInfo, BoxFuture, GuestEvent, GuestHost, GuestRuntime, KubeEndpoint, Source,
+};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::cluster::ClusterId;
+use crate::guest::{Guest, Power};
+use crate::persist::GuestState;
+use crate::seam::{Boot, Host, Image, Metadata, ServerEvent, ServerId};
+
+/// The port kube-apiserver listens on (kubeadm's default `bindPort`; kos does not change it).
+pub const API_PORT: u16 = 6443;
+
+/// Why a runtime could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SimGuestsError {
+    #[error(
+        "the simulated guests' saved state is damaged ({detail}); delete it (and the cloud's state) to start afresh"
+    )]
+    Damaged { detail: String },
+    #[error(transparent)]
+    Guest(#[from] crate::GuestError),
+    #[error("the simulated guests need a tokio runtime")]
+    NoRuntime,
+}
+
+/// kos-guest attached to a kos-sim cloud.
+pub struct SimGuests {
+    inner: Mutex<Inner>,
+    handle: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for SimGuests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimGuests").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    guest: Guest,
+    /// Wall-clock time at simulated second 0 (set when the runtime first runs).
+    epoch: Option<OffsetDateTime>,
+    /// The local port each endpoint had, reused when free (a kubeconfig stays valid across a
+    /// restart of the simulator when it can).
+    ports: BTreeMap<String, u16>,
+    fronts: apiserver::Fronts,
+    forwards: forward::Forwards,
+    ccms: ccm::Ccms,
+}
+
+/// What is saved of a runtime.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    #[serde(with = "time::serde::rfc3339::option")]
+    epoch: Option<OffsetDateTime>,
+    ports: BTreeMap<String, u16>,
+    guest: GuestState,
+}
+
+fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SimGuests {
+    /// A runtime with no servers yet. Call it inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`SimGuestsError::NoRuntime`] outside a tokio runtime.
+    pub fn new() -> Result<SimGuests, SimGuestsError> {
+        Self::with(Guest::new(), None, BTreeMap::new())
+    }
+
+    /// The runtime a [`GuestRuntime::snapshot`] saved; its clusters' APIs are served again.
+    ///
+    /// # Errors
+    /// [`SimGuestsError::Damaged`] when `saved` is not a snapshot; a cluster's API that cannot
+    /// start.
+    pub fn restore(saved: &[u8]) -> Result<SimGuests, SimGuestsError> {
+        let s: Saved = serde_json::from_slice(saved).map_err(|e| SimGuestsError::Damaged {
+            detail: e.to_string(),
+        })?;
+        tokio::runtime::Handle::try_current().map_err(|_| SimGuestsError::NoRuntime)?;
+        let guest = Guest::restore(s.guest)?;
+        Self::with(guest, s.epoch, s.ports)
+    }
+
+    fn with(
+        guest: Guest,
+        epoch: Option<OffsetDateTime>,
+        ports: BTreeMap<String, u16>,
+    ) -> Result<SimGuests, SimGuestsError> {
+        let handle =
+            tokio::runtime::Handle::try_current().map_err(|_| SimGuestsError::NoRuntime)?;
+        Ok(SimGuests {
+            inner: Mutex::new(Inner {
+                guest,
+                epoch,
+                ports,
+                fronts: apiserver::Fronts::default(),
+                forwards: forward::Forwards::default(),
+                ccms: ccm::Ccms::default(),
+            }),
+            handle,
+        })
+    }
+
+    /// Reads the guest (tests, diagnostics).
+    pub fn with_guest<T>(&self, f: impl FnOnce(&Guest) -> T) -> T {
+        f(&lock(&self.inner).guest)
+    }
+
+    /// What the cloud controller of each cluster is doing, by cluster (for diagnostics and tests).
+    pub fn ccm_status(&self) -> BTreeMap<ClusterId, String> {
+        lock(&self.inner).ccms.status()
+    }
+}
+
+/// The guest's [`Host`] over kos-sim's host, for one call.
+struct HostView<'h, 'a> {
+    host: Mutex<&'h mut GuestHost<'a>>,
+    now: OffsetDateTime,
+}
+
+impl Host for HostView<'_, '_> {
+    fn now(&self) -> OffsetDateTime {
+        self.now
+    }
+
+    fn console(&self, server: &ServerId, line: &str) {
+        self.host
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .console(&server.0, line);
+    }
+
+    fn api_backends(&self, from: &ServerId, endpoint: &str) -> Vec<ServerId> {
+        self.host
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reach(&Source::Server(from.0.clone()), endpoint)
+            .into_iter()
+            .filter(|b| b.port == API_PORT)
+            .map(|b| ServerId(b.server))
+            .collect()
+    }
+}
+
+fn guest_time(epoch: OffsetDateTime, t: SimTime) -> OffsetDateTime {
+    epoch + time::Duration::seconds_f64(t.0.max(0.0))
+}
+
+/// What the image says about itself: `os_distro` is the OS cloud-init reports (`/etc/os-release`'s
+/// `ID`).
+fn image_of(info: &BootInfo) -> Image {
+    Image {
+        os_id: info
+            .image_properties
+            .get("os_distro")
+            .cloned()
+            .unwrap_or_default(),
+        kubernetes: None,
+    }
+}
+
+impl Inner {
+    fn epoch(&mut self, now: SimTime) -> OffsetDateTime {
+        *self.epoch.get_or_insert_with(|| {
+            OffsetDateTime::now_utc() - time::Duration::seconds_f64(now.0.max(0.0))
+        })
+    }
+
+    /// Applies `f` to the guest with a host view at `host.now()`.
+    fn with_host(
+        &mut self,
+        host: &mut GuestHost<'_>,
+        f: impl FnOnce(&mut Guest, &HostView<'_, '_>) -> Result<(), crate::GuestError>,
+    ) {
+        let now = guest_time(self.epoch(host.now()), host.now());
+        let view = HostView {
+            host: Mutex::new(host),
+            now,
+        };
+        if let Err(e) = f(&mut self.guest, &view) {
+            tracing::warn!("kos-guest: {e}");
+        }
+    }
+
+    /// Brings what runs on the servers in line with the guest: API servers, local addresses, cloud
+    /// controllers; forgets servers that are gone and clusters nothing runs any more.
+    fn reconcile(&mut self, host: &mut GuestHost<'_>, handle: &tokio::runtime::Handle) {
+        let _entered = handle.enter();
+        self.guest.prune();
+        self.fronts.reconcile(&mut self.guest);
+        // Where the workstation reaches each endpoint: the API servers of the backends the cloud's
+        // network forwards it to.
+        let mut routes: BTreeMap<forward::Key, Vec<SocketAddr>> = BTreeMap::new();
+        for c in self.guest.clusters.values() {
+            if let Some(ep) = &c.endpoint {
+                let fronts: Vec<SocketAddr> = host
+                    .reach(&Source::Workstation, ep)
+                    .into_iter()
+                    .filter(|b| b.port == API_PORT)
+                    .filter_map(|b| self.fronts.addr_of(&ServerId(b.server), c.id))
+                    .collect();
+                routes
+                    .entry(forward::Key::Endpoint(ep.clone()))
+                    .or_default()
+                    .extend(fronts);
+            }
+            // The cluster's `kubernetes` Service: every API server of the cluster.
+            routes.insert(forward::Key::Service(c.id), self.fronts.of_cluster(c.id));
+        }
+        self.forwards.reconcile(routes, &mut self.ports);
+        let services: BTreeMap<ClusterId, SocketAddr> = self
+            .guest
+            .clusters
+            .keys()
+            .filter_map(|id| {
+                self.forwards
+                    .local(&forward::Key::Service(*id))
+                    .map(|a| (*id, a))
+            })
+            .collect();
+        self.ccms.reconcile(&self.guest, &services);
+    }
+}
+
+impl GuestRuntime for SimGuests {
+    fn handle(&self, host: &mut GuestHost<'_>, server: &str, event: GuestEvent) {
+        let mut inner = lock(&self.inner);
+        let id = ServerId(server.to_owned());
+        let region = host.region().to_owned();
+        inner.with_host(host, |guest, view| {
+            let known = guest.servers.contains_key(&id);
+            match event {
+                GuestEvent::Boot(info) => {
+                    let boot = Boot {
+                        metadata: Metadata {
+                            instance_id: id.0.clone(),
+                            local_hostname: info.hostname.clone(),
+                            availability_zone: info.availability_zone.clone(),
+                            region,
+                        },
+                        image: image_of(&info),
+                        user_data: info.user_data,
+                        addresses: info.addresses,
+                    };
+                    guest.handle(&id, ServerEvent::Boot(boot), view)
+                }
+                // A server that booted before the runtime was attached runs nothing of ours.
+                _ if !known => Ok(()),
+                // Processes die on the way down; services come back on the way up.
+                GuestEvent::Reboot => guest
+                    .handle(&id, ServerEvent::Shutdown, view)
+                    .and_then(|()| guest.handle(&id, ServerEvent::Reboot, view)),
+                GuestEvent::Shutdown => guest.handle(&id, ServerEvent::Shutdown, view),
+                GuestEvent::Start => guest.handle(&id, ServerEvent::Start, view),
+                GuestEvent::Delete => guest.handle(&id, ServerEvent::Delete, view),
+            }
+        });
+        inner.reconcile(host, &self.handle);
+    }
+
+    fn tick(&self, host: &mut GuestHost<'_>) {
+        let mut inner = lock(&self.inner);
+        inner.with_host(host, |guest, view| guest.tick(view));
+        inner.reconcile(host, &self.handle);
+    }
+
+    fn next_wake(&self) -> Option<SimTime> {
+        let inner = lock(&self.inner);
+        let epoch = inner.epoch?;
+        inner
+            .guest
+            .next_wake()
+            .map(|t| SimTime((t - epoch).as_seconds_f64()))
+    }
+
+    fn kube_endpoints(&self) -> Vec<KubeEndpoint> {
+        lock(&self.inner).forwards.endpoints()
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
+        let inner = lock(&self.inner);
+        let saved = Saved {
+            epoch: inner.epoch,
+            ports: inner.ports.clone(),
+            guest: inner.guest.state(),
+        };
+        serde_json::to_vec(&saved).map_err(|e| e.to_string())
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        let stopping = lock(&self.inner).ccms.stop_all();
+        Box::pin(async move {
+            ccm::wait_stopped(stopping).await;
+        })
+    }
+}
+
+impl Guest {
+    /// Forgets deleted servers and the clusters that no server runs any more (their etcd went with
+    /// their disks).
+    pub(crate) fn prune(&mut self) {
+        self.servers.retain(|_, s| s.power != Power::Deleted);
+        let live: Vec<ClusterId> = self
+            .servers
+            .values()
+            .flat_map(|s| {
+                s.api_of
+                    .into_iter()
+                    .chain(s.kubelet.as_ref().map(|k| k.cluster))
+            })
+            .collect();
+        self.clusters.retain(|id, _| live.contains(id));
+    }
+}

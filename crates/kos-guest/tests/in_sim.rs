@@ -1,0 +1,393 @@
+//! The guest attached to kos-sim: servers booted through Nova with kos's real user_data make a
+//! cluster whose API is served over TLS with the cluster's CA and reached from this machine through
+//! the endpoint's local address; the CCM the addons deploy runs against it, initialises the nodes
+//! and gives a LoadBalancer Service an Octavia load balancer; the whole state survives a save and
+//! a new process's restore.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kos_bootstrap::{Ccm, ClusterSecrets, Role};
+use kos_guest::sim::SimGuests;
+use kos_sim::{Sim, SimConfig};
+use serde_json::{Value, json};
+
+const P: &str = "/compute/v2.1";
+const MV: &str = "compute 2.96";
+
+struct Cloud {
+    sim: Sim,
+    http: reqwest::Client,
+    token: String,
+    user: String,
+}
+
+impl Cloud {
+    async fn start(sim: Sim) -> Cloud {
+        let http = reqwest::Client::new();
+        let c = sim.config().clone();
+        let body = json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {"name": c.username, "domain": {"name": "Default"}, "password": c.password}}},
+            "scope": {"project": {"name": c.project, "domain": {"name": "Default"}}},
+        }});
+        let r = http
+            .post(format!("{}/auth/tokens", sim.auth_url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let token = r.headers()["x-subject-token"].to_str().unwrap().to_owned();
+        let j: Value = r.json().await.unwrap();
+        let user = j["token"]["user"]["id"].as_str().unwrap().to_owned();
+        Cloud {
+            sim,
+            http,
+            token,
+            user,
+        }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut rb = self
+            .http
+            .request(m, format!("{}{path}", self.sim.base_url()))
+            .header("x-auth-token", &self.token)
+            .header("openstack-api-version", MV);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let r = rb.send().await.unwrap();
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert!(status.is_success(), "{method} {path}: {status} {text}");
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    async fn first(&self, path: &str, key: &str) -> Value {
+        self.call("GET", path, None).await[key][0].clone()
+    }
+
+    async fn console(&self, server: &str) -> String {
+        let v = self
+            .call(
+                "POST",
+                &format!("{P}/servers/{server}/action"),
+                Some(json!({"os-getConsoleOutput": {}})),
+            )
+            .await;
+        v["output"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+/// Polls `f` until it returns `Some`, for up to `secs` real seconds (generous: a loaded machine).
+async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let end = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An admin client of the cluster through the endpoint's local address, verifying the serving
+/// certificate for the endpoint's address as kubectl's `tls-server-name` does.
+fn admin(s: &ClusterSecrets, local: &str, endpoint_host: &str) -> kube::Client {
+    let (cert, key) = kos_bootstrap::pki::sign_client(
+        &mut rand::rng(),
+        &s.ca,
+        kos_bootstrap::pki::CaKind::Cluster,
+        kos_bootstrap::kubeconfig::ADMIN_CN,
+        &["kubeadm:cluster-admins"],
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let b64 = |x: &str| base64::engine::general_purpose::STANDARD.encode(x);
+    let mut config = kube::Config::new(format!("https://{local}").parse().unwrap());
+    let der = x509_parser::pem::parse_x509_pem(s.ca.cert_pem.as_bytes())
+        .unwrap()
+        .1
+        .contents;
+    config.root_cert = Some(vec![der]);
+    config.tls_server_name = Some(endpoint_host.to_owned());
+    config.auth_info.client_certificate_data = Some(b64(&cert));
+    config.auth_info.client_key_data = Some(secrecy::SecretString::from(b64(key.expose())));
+    kube::Client::try_from(config).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_forms_in_the_simulated_cloud_and_its_ccm_runs_in_it() {
+    let mut cfg = SimConfig::fast();
+    cfg.project_network = true;
+    let mut sim = Sim::start(cfg.clone()).await.unwrap();
+    let guests = Arc::new(SimGuests::new().unwrap());
+    assert!(sim.attach_guests(guests.clone()));
+    let cloud = Cloud::start(sim).await;
+
+    // The network devstack has, a port for the control plane and its floating IP: the endpoint.
+    let private = cloud
+        .first("/network/v2.0/networks?name=private", "networks")
+        .await["id"]
+        .clone();
+    let subnet = cloud
+        .first("/network/v2.0/subnets?name=private-subnet", "subnets")
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let public = cloud
+        .first("/network/v2.0/networks?name=public", "networks")
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cp_port = cloud
+        .call(
+            "POST",
+            "/network/v2.0/ports",
+            Some(json!({"port": {"network_id": private, "name": "cp"}})),
+        )
+        .await["port"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let fip = cloud
+        .call(
+            "POST",
+            "/network/v2.0/floatingips",
+            Some(json!({"floatingip": {"floating_network_id": public, "port_id": cp_port}})),
+        )
+        .await["floatingip"]["floating_ip_address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cred = cloud
+        .call(
+            "POST",
+            &format!("/identity/v3/users/{}/application_credentials", cloud.user),
+            Some(json!({"application_credential": {"name": "ccm"}})),
+        )
+        .await;
+
+    let mut c = common::cluster("1.36.4", 1, 1);
+    c.endpoint.host = fip.clone();
+    c.cert_sans = vec![fip.clone()];
+    c.ccm = Ccm::Upstream;
+    c.cloud.auth_url = cloud.sim.auth_url();
+    c.cloud.application_credential_id = cred["application_credential"]["id"]
+        .as_str()
+        .unwrap()
+        .into();
+    c.cloud.application_credential_secret =
+        secrecy::SecretString::from(cred["application_credential"]["secret"].as_str().unwrap());
+    c.cloud.floating_network_id = public.clone();
+    c.cloud.subnet_id = subnet.clone();
+    let s = common::secrets();
+    let image = cloud
+        .first("/image/v2/images?name=ubuntu-24.04", "images")
+        .await["id"]
+        .clone();
+    let boot = |name: &str, role: Role, nic: Value| {
+        let ud = base64::engine::general_purpose::STANDARD.encode(common::user_data(&c, role, &s));
+        json!({"server": {"name": name, "imageRef": image, "flavorRef": "3", "networks": [nic], "user_data": ud}})
+    };
+    let cp = cloud
+        .call(
+            "POST",
+            &format!("{P}/servers"),
+            Some(boot(
+                "kos-demo-cp-0",
+                Role::InitControlPlane,
+                json!({"port": cp_port}),
+            )),
+        )
+        .await["server"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let worker = cloud
+        .call(
+            "POST",
+            &format!("{P}/servers"),
+            Some(boot("kos-demo-w-0", Role::Worker, json!({"uuid": private}))),
+        )
+        .await["server"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Both bootstraps finish on the console, as the script writes them.
+    for id in [&cp, &worker] {
+        let console = eventually(120, "the bootstrap markers", || async {
+            let c = cloud.console(id).await;
+            (c.contains("kos-bootstrap: bootstrap ok") || c.contains(" failed: ")).then_some(c)
+        })
+        .await;
+        assert!(console.contains("kos-bootstrap: bootstrap ok"), "{console}");
+        assert!(!console.contains("simulated cloud"), "{console}");
+    }
+
+    // The endpoint's local address, from the admin API.
+    let endpoint = format!("{fip}:6443");
+    let eps = cloud.call("GET", "/_sim/kube-endpoints", None).await;
+    let local = eps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["endpoint"] == endpoint.as_str())
+        .unwrap_or_else(|| panic!("{endpoint} in {eps}"))["local"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let client = admin(&s, &local, &fip);
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+
+    // kos-ccm (running for `ccm: upstream`) initialises both nodes: providerID, addresses, no taint.
+    let initialised = eventually(120, "nodes Ready and initialised", || async {
+        let list = nodes.list(&Default::default()).await.ok()?;
+        let done = list.items.len() == 2
+            && list.items.iter().all(|n| {
+                let ready = kos_guest::kubelet::ready_status(n) == Some("True");
+                let tainted = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| {
+                        ts.iter()
+                            .any(|t| t.key == kos_guest::kubelet::UNINITIALIZED_TAINT)
+                    });
+                let addressed = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.addresses.as_ref())
+                    .is_some_and(|a| !a.is_empty());
+                ready && !tainted && addressed
+            });
+        done.then_some(list.items)
+    })
+    .await;
+    let mut pids: Vec<String> = initialised
+        .iter()
+        .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
+        .collect();
+    pids.sort();
+    let mut want = vec![
+        format!("openstack:///{cp}"),
+        format!("openstack:///{worker}"),
+    ];
+    want.sort();
+    assert_eq!(pids, want);
+    let status = guests.ccm_status();
+    assert!(
+        status.values().any(|s| s.starts_with("running")),
+        "{status:?}"
+    );
+
+    // A LoadBalancer Service gets an Octavia load balancer and an address.
+    let services: kube::Api<Service> = kube::Api::namespaced(client.clone(), "default");
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "web"},
+                 "ports": [{"port": 80, "targetPort": 8080, "nodePort": 30080, "protocol": "TCP"}]},
+    }))
+    .unwrap();
+    services.create(&Default::default(), &svc).await.unwrap();
+    let ip = eventually(180, "the Service's external address", || async {
+        let s = services.get("web").await.ok()?;
+        s.status?.load_balancer?.ingress?.first()?.ip.clone()
+    })
+    .await;
+    let lbs = cloud
+        .call("GET", "/load-balancer/v2/lbaas/loadbalancers", None)
+        .await;
+    let lb = lbs["loadbalancers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| {
+            l["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("kube_service_demo_default_web"))
+        })
+        .unwrap_or_else(|| panic!("no LB for the Service: {lbs}"))
+        .clone();
+    let fips = cloud.call("GET", "/network/v2.0/floatingips", None).await;
+    assert!(
+        fips["floatingips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["floating_ip_address"] == ip.as_str()),
+        "{ip} is a floating IP of the cloud: {fips}"
+    );
+    services.delete("web", &Default::default()).await.unwrap();
+    let lb_id = lb["id"].as_str().unwrap().to_owned();
+    eventually(180, "the Service's load balancer to go", || async {
+        let lbs = cloud
+            .call("GET", "/load-balancer/v2/lbaas/loadbalancers", None)
+            .await;
+        (!lbs["loadbalancers"]
+            .as_array()?
+            .iter()
+            .any(|l| l["id"] == lb_id.as_str()))
+        .then_some(())
+    })
+    .await;
+
+    // Saved and restored in a new simulator: the cluster answers again with its nodes.
+    let dir = tempfile_dir();
+    let state = dir.join("state.json");
+    cloud.sim.shutdown_guests().await;
+    cloud.sim.save(&state).unwrap();
+    let saved_cloud = kos_sim::persist::load(&state).unwrap().unwrap();
+    let saved_guests = kos_sim::persist::load_guests(&state).unwrap().unwrap();
+    drop(client);
+    drop(cloud);
+    let mut sim = Sim::serve(cfg, "127.0.0.1:0".parse().unwrap(), Some(saved_cloud))
+        .await
+        .unwrap();
+    let guests = Arc::new(SimGuests::restore(&saved_guests).unwrap());
+    assert!(sim.attach_guests(guests.clone()));
+    let cloud = Cloud::start(sim).await;
+    let local = eventually(60, "the endpoint again", || async {
+        let eps = cloud.call("GET", "/_sim/kube-endpoints", None).await;
+        eps.as_array()?
+            .iter()
+            .find(|e| e["endpoint"] == endpoint.as_str())
+            .and_then(|e| e["local"].as_str().map(str::to_owned))
+    })
+    .await;
+    let nodes: kube::Api<Node> = kube::Api::all(admin(&s, &local, &fip));
+    let list = eventually(60, "the nodes after the restore", || async {
+        nodes.list(&Default::default()).await.ok()
+    })
+    .await;
+    assert_eq!(list.items.len(), 2);
+    assert!(
+        list.items
+            .iter()
+            .all(|n| kos_guest::kubelet::ready_status(n) == Some("True"))
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("kos-guest-in-sim-{}", kos_sim::ids::hex_id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
