@@ -1,0 +1,139 @@
+//! A running cluster's control planes through the real `kos` binary on the simulated cloud, whose
+//! servers run their user_data (kos-guest): a control plane re-created after it was deleted behind kos's
+//! back joins the cluster instead of initializing a second one.
+
+mod support;
+
+use std::io::Read;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kos_cloud::model::TagQuery;
+use support::*;
+
+/// Generous for a loaded 2-core machine: an HA `up` on the simulated cloud takes seconds to a minute.
+const RUN_DEADLINE: Duration = Duration::from_secs(420);
+
+/// Deletes the server named `name` through the cloud's API (not through kos) and waits until it is gone.
+fn delete_behind_kos(clouds: &std::path::Path, name: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let s = session(clouds).await;
+        let c = s.compute();
+        let victim = c
+            .list_servers(&TagQuery::default())
+            .await
+            .expect("servers")
+            .into_iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("no server {name}"));
+        c.delete_server(&victim.id).await.expect("delete");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while c.get_server(&victim.id).await.expect("get").is_some() {
+            assert!(Instant::now() < deadline, "{name} was not deleted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
+/// `kos <args>` with a deadline: a regression that hangs (a split-brain cluster never gets its nodes
+/// Ready) fails the test with what kos printed instead of holding the suite.
+fn kos_within(d: &std::path::Path, clouds: &std::path::Path, args: &[&str]) -> Output {
+    let mut child = isolated(d, Some(clouds), args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kos");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + RUN_DEADLINE;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().expect("wait");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout"),
+        stderr: err.join().expect("stderr"),
+    }
+}
+
+/// The console of the server named `name`, through Nova's console output.
+fn console(clouds: &std::path::Path, name: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let s = session(clouds).await;
+        let c = s.compute();
+        let server = c
+            .list_servers(&TagQuery::default())
+            .await
+            .expect("servers")
+            .into_iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("no server {name}"));
+        c.console_output(&server.id, None).await.expect("console")
+    })
+}
+
+/// The case: cp-0 of a three-control-plane cluster deleted behind kos's back. Before the fix the
+/// re-created cp-0 ran `kubeadm init` again (its name made it the initializer) and started a second
+/// cluster behind the same endpoint; now the running cp-1 and cp-2 show a cluster, and cp-0 joins it.
+#[test]
+fn a_first_control_plane_deleted_behind_kos_joins_the_running_cluster() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let spec = example("ha.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let first = String::from_utf8_lossy(&up.stderr).into_owned();
+    assert!(
+        first.contains("no control plane of the cluster runs: cp-0 initializes it"),
+        "{first}"
+    );
+    assert!(first.contains("kos: cp-0: kubeadm-init ok"), "{first}");
+
+    delete_behind_kos(&sim.clouds, "kos-prod-cp-0");
+
+    let again = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    let out = text(&again);
+    assert_eq!(again.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("control plane(s) cp-1, cp-2 of the cluster run: new control planes join it"),
+        "{out}"
+    );
+    assert!(err.contains("kos: cp-0: kubeadm-join ok"), "{out}");
+    assert!(!err.contains("kubeadm-init"), "{out}");
+    let cp0 = console(&sim.clouds, "kos-prod-cp-0");
+    assert!(!cp0.contains("split brain"), "{cp0}");
+    assert!(cp0.contains("kubeadm-join ok"), "{cp0}");
+
+    // Nothing left to do: the cluster converged with the new cp-0 in it.
+    let plan = kos(
+        d,
+        Some(&sim.clouds),
+        &["plan", "-f", spec, "--cloud", "sim", "--detailed-exitcode"],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+}
