@@ -44,6 +44,18 @@ pub enum QuorumError {
     },
     #[error("no etcd member would remain: a cluster keeps at least one control plane")]
     Empty,
+    #[error(
+        "scaling the control planes down removes {}: their etcd members must be removed one at a time \
+         before their servers are deleted (else {members} members remain of which {left} run, and the next \
+         failure or a control plane re-created on a removed one's address breaks etcd); this kos does not \
+         remove etcd members yet, so it changes nothing",
+        order.join(" then ")
+    )]
+    MemberRemovalUnsupported {
+        order: Vec<String>,
+        members: usize,
+        left: usize,
+    },
 }
 
 /// Whether `2·healthy > members`.
@@ -124,6 +136,80 @@ fn unhealthy_names<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String>
         .filter(|m| !m.healthy)
         .map(|m| m.name.clone())
         .collect()
+}
+
+/// Whether this kos may apply a spec of `count` control planes to what `observed` shows: a change that
+/// removes control planes is refused before anything changes, naming the unhealthy members when no order
+/// keeps quorum, and otherwise because the member removals it needs are not made by kos yet.
+///
+/// # Errors
+/// Control planes would be removed.
+pub fn check_control_plane_count(
+    observed: &kos_cluster::observe::Observed,
+    count: u32,
+) -> Result<(), QuorumError> {
+    let order = control_plane_removals(observed, count)?;
+    if order.is_empty() {
+        return Ok(());
+    }
+    let members = running_members(observed).len();
+    Err(QuorumError::MemberRemovalUnsupported {
+        left: members - order.len(),
+        members,
+        order,
+    })
+}
+
+fn running_members(observed: &kos_cluster::observe::Observed) -> Vec<(u32, Member)> {
+    let mut out = Vec::new();
+    for (id, found) in &observed.resources {
+        let Some(index) = id
+            .strip_prefix("cp-")
+            .filter(|_| crate::formation::is_control_plane(id))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Some(server) = found
+            .iter()
+            .find(|r| r.kind == kos_cluster::graph::Kind::Server && r.tagged && !r.failed)
+        else {
+            continue;
+        };
+        out.push((
+            index,
+            Member {
+                name: id.clone(),
+                healthy: server.state == "ACTIVE",
+            },
+        ));
+    }
+    out
+}
+
+/// The control planes a spec of `count` control planes removes from what `observed` shows, in an order
+/// that keeps quorum, or why none does. Decided before anything changes, from the cloud alone: every
+/// control-plane server that is not in ERROR holds a stacked etcd member (kubeadm's layout), healthy while
+/// its server is ACTIVE. Scale-down removes the highest indexes, as the desired graph does.
+///
+/// # Errors
+/// The removal cannot keep quorum: the message names the control planes at fault.
+pub fn control_plane_removals(
+    observed: &kos_cluster::observe::Observed,
+    count: u32,
+) -> Result<Vec<String>, QuorumError> {
+    let mut members = Vec::new();
+    let mut remove = BTreeSet::new();
+    for (index, m) in running_members(observed) {
+        if index >= count {
+            remove.insert(m.name.clone());
+        }
+        members.push(m);
+    }
+    if remove.is_empty() {
+        return Ok(Vec::new());
+    }
+    removal_order(&members, &remove)
 }
 
 #[cfg(test)]
@@ -239,6 +325,78 @@ mod tests {
             removal_order(&m, &set(&["cp-2", "cp-3", "cp-4"])).unwrap(),
             ["cp-2"]
         );
+    }
+
+    fn observed(servers: &[(&str, &str)]) -> kos_cluster::observe::Observed {
+        kos_cluster::observe::Observed {
+            cluster: "demo".into(),
+            resources: servers
+                .iter()
+                .map(|(id, state)| {
+                    (
+                        (*id).to_owned(),
+                        vec![kos_cluster::observe::Resource {
+                            kind: kos_cluster::graph::Kind::Server,
+                            logical_id: (*id).to_owned(),
+                            id: format!("uuid-{id}"),
+                            name: format!("kos-demo-{id}"),
+                            tagged: true,
+                            state: (*state).to_owned(),
+                            failed: *state == "ERROR",
+                            facts: kos_cluster::observe::Facts::default(),
+                        }],
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn control_plane_removals_come_from_the_servers_and_the_count() {
+        let all_up = observed(&[
+            ("cp-0", "ACTIVE"),
+            ("cp-1", "ACTIVE"),
+            ("cp-2", "ACTIVE"),
+            ("workers-0", "SHUTOFF"),
+        ]);
+        assert_eq!(
+            control_plane_removals(&all_up, 3).unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            control_plane_removals(&all_up, 1).unwrap(),
+            ["cp-2", "cp-1"]
+        );
+        // cp-0 stopped: keeping only it is no quorum.
+        let cp0_down = observed(&[("cp-0", "SHUTOFF"), ("cp-1", "ACTIVE"), ("cp-2", "ACTIVE")]);
+        let e = control_plane_removals(&cp0_down, 1).unwrap_err();
+        assert!(e.to_string().contains("cp-0"), "{e}");
+        // A server in ERROR never booted: no member, nothing to lose.
+        let failed = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE"), ("cp-2", "ERROR")]);
+        assert_eq!(control_plane_removals(&failed, 1).unwrap(), ["cp-1"]);
+    }
+
+    #[test]
+    fn a_control_plane_scale_down_is_refused_until_members_can_be_removed() {
+        let all_up = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE"), ("cp-2", "ACTIVE")]);
+        assert_eq!(check_control_plane_count(&all_up, 3), Ok(()));
+        assert_eq!(check_control_plane_count(&all_up, 5), Ok(()));
+        let e = check_control_plane_count(&all_up, 1).unwrap_err();
+        assert_eq!(
+            e,
+            QuorumError::MemberRemovalUnsupported {
+                order: vec!["cp-2".into(), "cp-1".into()],
+                members: 3,
+                left: 1,
+            }
+        );
+        assert!(e.to_string().contains("cp-2 then cp-1"), "{e}");
+        // Without quorum, the message is about that.
+        let cp0_down = observed(&[("cp-0", "SHUTOFF"), ("cp-1", "ACTIVE"), ("cp-2", "ACTIVE")]);
+        assert!(matches!(
+            check_control_plane_count(&cp0_down, 1),
+            Err(QuorumError::WouldLose { .. })
+        ));
     }
 
     /// The stale member of a deleted cp-0 goes before its replacement joins: 3 members with one dead can

@@ -137,3 +137,60 @@ fn a_first_control_plane_deleted_behind_kos_joins_the_running_cluster() {
     );
     assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
 }
+
+/// The control planes' servers of cluster `prod` that the cloud shows.
+fn control_planes(clouds: &std::path::Path) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let s = session(clouds).await;
+        let mut names: Vec<String> = s
+            .compute()
+            .list_servers(&TagQuery::default())
+            .await
+            .expect("servers")
+            .into_iter()
+            .map(|x| x.name)
+            .filter(|n| n.starts_with("kos-prod-cp-"))
+            .collect();
+        names.sort();
+        names
+    })
+}
+
+/// Scaling control planes 3 → 1 deleted two servers without removing their etcd members: one member of
+/// three left, no quorum. Until kos removes members, such a change is refused before anything changes.
+#[test]
+fn a_control_plane_scale_down_that_would_lose_etcd_members_is_refused_before_any_change() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let spec = example("ha.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let before = control_planes(&sim.clouds);
+    assert_eq!(before.len(), 3);
+
+    let one = d.join("one.yaml");
+    let text_ha = std::fs::read_to_string(spec).expect("ha.yaml");
+    let at = text_ha.find("controlPlane:").expect("controlPlane");
+    let (head, tail) = text_ha.split_at(at);
+    std::fs::write(
+        &one,
+        format!("{head}{}", tail.replacen("count: 3", "count: 1", 1)),
+    )
+    .expect("write");
+    let one = one.to_str().expect("utf8");
+    for cmd in ["plan", "up"] {
+        let o = kos_within(d, &sim.clouds, &[cmd, "-f", one, "--cloud", "sim"]);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(3), "{cmd}: {out}");
+        assert!(out.contains("spec.controlPlane.count 1"), "{cmd}: {out}");
+        assert!(out.contains("cp-2 then cp-1"), "{cmd}: {out}");
+        assert!(out.contains("changes nothing"), "{cmd}: {out}");
+    }
+    assert_eq!(control_planes(&sim.clouds), before);
+}

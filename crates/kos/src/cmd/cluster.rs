@@ -123,6 +123,14 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
                 "cannot build the cluster's resource graph: {e}"
             ))
         })?;
+    let count = loaded.spec.control_plane.count.get();
+    kos_lifecycle::quorum::check_control_plane_count(&observed, count).map_err(|e| {
+        Failure::input(miette::miette!(
+            help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
+            "{}: spec.controlPlane.count {count}: {e}",
+            crate::term::printable(&shown)
+        ))
+    })?;
     let plan = kos_cluster::plan::plan(&graph, &observed);
     Ok(Prepared {
         spec: loaded.spec,
