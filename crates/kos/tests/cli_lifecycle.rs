@@ -194,3 +194,50 @@ fn a_control_plane_scale_down_that_would_lose_etcd_members_is_refused_before_any
     }
     assert_eq!(control_planes(&sim.clouds), before);
 }
+
+/// Control planes 1 → 3 → 5: each run's new control planes join the one cluster (the first run's cp-0
+/// alone initialized it), the API answers with every node Ready after each step, and nothing is left
+/// to change.
+#[test]
+fn control_planes_scale_up_one_three_five_joining_the_one_cluster() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let ha = std::fs::read_to_string(example("ha.yaml")).expect("ha.yaml");
+    let at = ha.find("controlPlane:").expect("controlPlane");
+    let (head, tail) = ha.split_at(at);
+    for (step, count) in [1u32, 3, 5].into_iter().enumerate() {
+        let path = d.join(format!("cp{count}.yaml"));
+        std::fs::write(
+            &path,
+            format!(
+                "{head}{}",
+                tail.replacen("count: 3", &format!("count: {count}"), 1)
+            ),
+        )
+        .expect("write");
+        let path = path.to_str().expect("utf8");
+        let up = kos_within(d, &sim.clouds, &["up", "-f", path, "--cloud", "sim"]);
+        let out = text(&up);
+        assert_eq!(up.status.code(), Some(0), "{count}: {out}");
+        let err = String::from_utf8_lossy(&up.stderr);
+        // kos shows every node's markers, the earlier ones' too: only the new control planes' count.
+        let new_from = if step == 0 { 0 } else { [1, 3][step - 1] };
+        for i in new_from..count {
+            let init = err.contains(&format!("kos: cp-{i}: kubeadm-init ok"));
+            let join = err.contains(&format!("kos: cp-{i}: kubeadm-join ok"));
+            assert_eq!(
+                (init, join),
+                (step == 0, step > 0),
+                "cp-{i} at {count}: {out}"
+            );
+        }
+        assert_eq!(control_planes(&sim.clouds).len(), count as usize);
+        let plan = kos_within(
+            d,
+            &sim.clouds,
+            &["plan", "-f", path, "--cloud", "sim", "--detailed-exitcode"],
+        );
+        assert_eq!(plan.status.code(), Some(0), "{count}: {}", text(&plan));
+    }
+}
