@@ -112,6 +112,20 @@ pub fn sign_client<R: CryptoRng + ?Sized>(
     orgs: &[&str],
     now: OffsetDateTime,
 ) -> Result<(String, Sensitive)> {
+    sign_client_valid_for(rng, ca, kind, cn, orgs, now, CLIENT_VALIDITY)
+}
+
+/// As [`sign_client`], valid for `validity` from `now`: short-lived identities (kos's etcd client) that
+/// are never stored.
+pub fn sign_client_valid_for<R: CryptoRng + ?Sized>(
+    rng: &mut R,
+    ca: &CaPair,
+    kind: CaKind,
+    cn: &str,
+    orgs: &[&str],
+    now: OffsetDateTime,
+    validity: Duration,
+) -> Result<(String, Sensitive)> {
     let ca_key = KeyPair::from_pem(ca.key_pem.expose())?;
     // The issuer DN and key identifier are rebuilt from the same parameters that made the CA, so the
     // client cert's issuer and authority key id match the stored CA certificate.
@@ -131,7 +145,7 @@ pub fn sign_client<R: CryptoRng + ?Sized>(
     p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     p.use_authority_key_identifier_extension = true;
     p.not_before = now - SKEW;
-    p.not_after = now + CLIENT_VALIDITY;
+    p.not_after = now + validity;
     p.serial_number = Some(serial(rng));
     let cert = p.signed_by(&key, &issuer)?;
     Ok((cert.pem(), Sensitive::new(key.serialize_pem())))

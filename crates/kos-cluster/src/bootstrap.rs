@@ -29,9 +29,20 @@ pub struct NodeContext {
     pub ccm_credential_secret: Option<SecretString>,
 }
 
+/// Whether a cluster already exists for the spec's control planes: it decides which new control plane,
+/// if any, runs `kubeadm init`. Decided from what the cloud and the cluster show (kos-lifecycle), never
+/// from a server's name: after init all control planes are equal, and a second init is a second cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Formation {
+    /// Nothing shows a cluster: the spec's first control plane (`cp-0`) initializes one.
+    Fresh,
+    /// A cluster exists: every new control plane joins it.
+    Formed,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeRole {
-    /// The first control plane: runs `kubeadm init`.
+    /// The one control plane of a fresh cluster that runs `kubeadm init`.
     InitControlPlane,
     JoinControlPlane,
     Worker {

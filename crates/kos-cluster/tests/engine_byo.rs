@@ -13,6 +13,7 @@ use engine_support::*;
 use kos_cloud::Session;
 use kos_cloud::model::load_balancer::{LoadBalancerCreate, Vip};
 use kos_cloud::model::network::{PortFilter, RouterFilter};
+use kos_cluster::bootstrap::Formation;
 use kos_cluster::graph::{DesiredGraph, Kind, desired};
 use kos_cluster::observe::observe;
 use kos_cluster::plan::Op;
@@ -56,7 +57,7 @@ async fn byo_graph(s: &Session, text: &str, user: &UserNet) -> Result<DesiredGra
         "{:?}",
         pre.resolved.network
     );
-    Ok(desired(&spec, &pre.resolved)?)
+    Ok(desired(&spec, &pre.resolved, Formation::Fresh)?)
 }
 
 /// Ids of the networks, subnets and routers of the project, and the ports of the user's router.

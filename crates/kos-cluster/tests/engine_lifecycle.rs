@@ -152,7 +152,11 @@ async fn ha_load_balancer_with_boot_volumes_from_zero_then_nothing_to_do() -> R 
     let spec = kos_cluster::load("c.yaml", &spec_text)
         .map_err(|e| format!("{e:?}"))?
         .spec;
-    let g2 = kos_cluster::graph::desired(&spec, &resolve(&c.session, &spec).await?)?;
+    let g2 = kos_cluster::graph::desired(
+        &spec,
+        &resolve(&c.session, &spec).await?,
+        kos_cluster::bootstrap::Formation::Formed,
+    )?;
     let p = plan_for(&c.session, &g2).await?;
     let listener = p.for_node("api-listener").ok_or("no listener action")?;
     assert_eq!(listener.op, Op::Update, "{}", p.diff(false));

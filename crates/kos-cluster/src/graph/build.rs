@@ -3,16 +3,21 @@
 use super::{
     ApiSource, AssocTarget, Desired, DesiredGraph, GraphError, Kind, Node, ServerSpec, rules,
 };
-use crate::bootstrap::NodeRole;
+use crate::bootstrap::{Formation, NodeRole};
 use crate::names::{ClusterName, cluster_tag, id_tag, resource_name};
 use crate::resolved::{Resolved, ResolvedMachine, ResolvedNetwork};
 use crate::spec::{ClusterSpec, EndpointKind, LbProvider, ServerGroupPolicy};
 
-/// Builds the desired graph of a cluster. No cloud call: everything comes from `spec` and `resolved`.
+/// Builds the desired graph of a cluster. No cloud call: everything comes from `spec`, `resolved` and
+/// `formation` (whether a cluster exists, which decides if `cp-0` runs `kubeadm init` or joins).
 ///
 /// # Errors
 /// A pool preflight did not resolve, or a graph that is not a DAG (a bug, or a pool named like a kos id).
-pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, GraphError> {
+pub fn desired(
+    spec: &ClusterSpec,
+    resolved: &Resolved,
+    formation: Formation,
+) -> Result<DesiredGraph, GraphError> {
     let mut b = Builder {
         cluster: &spec.name.value,
         extra_tags: spec.tags.iter().map(|t| t.as_str().to_owned()).collect(),
@@ -259,7 +264,8 @@ pub fn desired(spec: &ClusterSpec, resolved: &Resolved) -> Result<DesiredGraph, 
     let cp = &spec.control_plane;
     let cp_group = b.server_group("sgroup-cp", cp.server_group_policy);
     for i in 0..cp.count.get() {
-        let role = if i == 0 {
+        // Only a fresh cluster has an initializer; a re-created `cp-0` of a running one joins it.
+        let role = if i == 0 && formation == Formation::Fresh {
             NodeRole::InitControlPlane
         } else {
             NodeRole::JoinControlPlane

@@ -408,6 +408,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::bootstrap::Formation;
     use crate::resolved::{
         ExternalNetwork, Resolved, ResolvedBootVolume, ResolvedMachine, ResolvedNetwork,
     };
@@ -483,7 +484,7 @@ mod tests {
             lb_provider: Some("amphora".into()),
             service_lb_provider: Some("amphora".into()),
         };
-        let g = desired(&spec, &resolved).expect("no duplicate id");
+        let g = desired(&spec, &resolved, Formation::Fresh).expect("no duplicate id");
         for n in g.nodes.values() {
             assert!(
                 n.kind.fits(&n.id),
@@ -495,13 +496,73 @@ mod tests {
         assert!(g.node("port-cp-0-1").is_some() && g.node("sgroup-cp-0").is_some());
     }
 
+    fn roles(g: &DesiredGraph) -> Vec<(String, NodeRole)> {
+        g.nodes
+            .values()
+            .filter_map(|n| match &n.spec {
+                Desired::Server(s) => Some((n.id.clone(), s.role.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Only a fresh cluster has an initializer: in a formed one a (re-created) `cp-0` joins like the
+    /// others, and nothing waits for the CCM credential, which only the initializer carries.
+    #[test]
+    fn only_a_fresh_cluster_has_an_initializer() {
+        let fresh = graph_with(3, Formation::Fresh);
+        let inits: Vec<_> = roles(&fresh)
+            .into_iter()
+            .filter(|(_, r)| *r == NodeRole::InitControlPlane)
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(inits, ["cp-0"]);
+        assert!(
+            fresh
+                .node("cp-0")
+                .is_some_and(|n| n.deps.iter().any(|d| d == "appcred-ccm"))
+        );
+
+        let formed = graph_with(3, Formation::Formed);
+        let roles = roles(&formed);
+        assert_eq!(roles.len(), 3);
+        for (id, role) in &roles {
+            assert_eq!(*role, NodeRole::JoinControlPlane, "{id}");
+            assert!(
+                !formed
+                    .node(id)
+                    .is_some_and(|n| n.deps.iter().any(|d| d == "appcred-ccm"))
+            );
+        }
+    }
+
     fn graph_of(
         api_endpoint: &str,
         network: &str,
         resolved_network: ResolvedNetwork,
     ) -> DesiredGraph {
+        graph_full(api_endpoint, network, resolved_network, 1, Formation::Fresh)
+    }
+
+    fn graph_with(control_planes: u32, formation: Formation) -> DesiredGraph {
+        graph_full(
+            "{type: loadBalancer}",
+            "{create: {cidr: 10.0.0.0/20}}",
+            created(),
+            control_planes,
+            formation,
+        )
+    }
+
+    fn graph_full(
+        api_endpoint: &str,
+        network: &str,
+        resolved_network: ResolvedNetwork,
+        control_planes: u32,
+        formation: Formation,
+    ) -> DesiredGraph {
         let text = format!(
-            "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: demo}}\nspec:\n  kubernetesVersion: \"1.36.4\"\n  network: {network}\n  apiEndpoint: {api_endpoint}\n  controlPlane: {{count: 1, flavor: m1.small, image: u, bootVolume: {{sizeGB: 20}}}}\n"
+            "apiVersion: kos.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: demo}}\nspec:\n  kubernetesVersion: \"1.36.4\"\n  network: {network}\n  apiEndpoint: {api_endpoint}\n  controlPlane: {{count: {control_planes}, flavor: m1.small, image: u, bootVolume: {{sizeGB: 20}}}}\n"
         );
         let spec = match crate::load("c.yaml", &text) {
             Ok(l) => l.spec,
@@ -523,7 +584,7 @@ mod tests {
             },
             service_lb_provider: None,
         };
-        desired(&spec, &resolved).expect("graph")
+        desired(&spec, &resolved, formation).expect("graph")
     }
 
     fn created() -> ResolvedNetwork {

@@ -8,7 +8,7 @@ use kos_cloud::model::image::ImageFilter;
 use kos_cloud::{CloudProfile, Env, RetryPolicy, Session};
 use kos_cluster::ClusterSpec;
 use kos_cluster::apply::{ApplyError, ApplyOptions, ApplyReport, apply};
-use kos_cluster::bootstrap::MarkerBootstrap;
+use kos_cluster::bootstrap::{Formation, MarkerBootstrap};
 use kos_cluster::graph::{DesiredGraph, desired};
 use kos_cluster::names::PoolName;
 use kos_cluster::observe::observe;
@@ -182,7 +182,7 @@ pub async fn resolve(s: &Session, spec: &ClusterSpec) -> Result<Resolved, E> {
 pub async fn graph(s: &Session, shape: &Shape) -> Result<DesiredGraph, E> {
     let spec = shape.spec()?;
     let resolved = resolve(s, &spec).await?;
-    Ok(desired(&spec, &resolved)?)
+    Ok(desired(&spec, &resolved, Formation::Fresh)?)
 }
 
 pub async fn plan_for(s: &Session, g: &DesiredGraph) -> Result<Plan, E> {

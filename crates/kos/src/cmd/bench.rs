@@ -267,7 +267,9 @@ async fn run(
     let pre = kos_cluster::preflight::preflight(&session, spec, "bench.yaml", text)
         .await
         .map_err(|e| Failure::input(miette::Report::new(e.report)))?;
-    let graph = kos_cluster::graph::desired(spec, &pre.resolved)
+    // Every measurement starts on a new simulated cloud: nothing of the cluster exists.
+    let fresh = kos_cluster::bootstrap::Formation::Fresh;
+    let graph = kos_cluster::graph::desired(spec, &pre.resolved, fresh)
         .map_err(|e| Failure::input(miette!("cannot build the graph: {e}")))?;
     let observed = kos_cluster::observe::observe(&session, &graph.cluster)
         .await

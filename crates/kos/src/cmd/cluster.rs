@@ -25,6 +25,8 @@ struct Prepared {
     spec: ClusterSpec,
     graph: DesiredGraph,
     resolved: Resolved,
+    plan: Plan,
+    formation: kos_lifecycle::formation::Decision,
 }
 
 /// A spec read and validated, before any cloud is contacted: an unreachable cloud never hides a spec
@@ -79,7 +81,8 @@ pub(crate) fn load_spec(path: &Path) -> Result<SpecFile, Failure> {
     })
 }
 
-/// Preflight (all problems at once, nothing created), then the desired graph.
+/// Preflight (all problems at once, nothing created), what the cloud shows, whether the cluster exists
+/// (which decides if a new `cp-0` initializes it or joins it), then the desired graph and the plan.
 async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
     let SpecFile {
         loaded,
@@ -110,23 +113,32 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
             crate::term::report(&miette::Report::new(pre.warnings))
         );
     }
-    let graph = kos_cluster::graph::desired(&loaded.spec, &pre.resolved).map_err(|e| {
+    let observed = kos_cluster::observe::observe(&c.session, loaded.spec.name.value.as_str())
+        .await
+        .map_err(Failure::cloud)?;
+    let formation = super::formation::formation(c, &loaded.spec, &observed).await;
+    let graph = kos_cluster::graph::desired(&loaded.spec, &pre.resolved, formation.formation)
+        .map_err(|e| {
+            Failure::input(miette::miette!(
+                "cannot build the cluster's resource graph: {e}"
+            ))
+        })?;
+    let count = loaded.spec.control_plane.count.get();
+    kos_lifecycle::quorum::check_control_plane_count(&observed, count).map_err(|e| {
         Failure::input(miette::miette!(
-            "cannot build the cluster's resource graph: {e}"
+            help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
+            "{}: spec.controlPlane.count {count}: {e}",
+            crate::term::printable(&shown)
         ))
     })?;
+    let plan = kos_cluster::plan::plan(&graph, &observed);
     Ok(Prepared {
         spec: loaded.spec,
         graph,
         resolved: pre.resolved,
+        plan,
+        formation,
     })
-}
-
-async fn plan_of(c: &Connected, graph: &DesiredGraph) -> Result<Plan, Failure> {
-    let observed = kos_cluster::observe::observe(&c.session, &graph.cluster)
-        .await
-        .map_err(Failure::cloud)?;
-    Ok(kos_cluster::plan::plan(graph, &observed))
 }
 
 /// Runs `f` with a connected cloud and always saves the embedded simulator afterwards.
@@ -150,7 +162,7 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
             }
-            let plan = plan_of(&c, &p.graph).await?;
+            let plan = p.plan;
             match args.output {
                 Output::Text => print!("{}", crate::term::escape(&plan.diff(args.all))),
                 Output::Json => println!(
@@ -177,7 +189,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
             let p = prepare(&c, spec).await?;
-            let plan = plan_of(&c, &p.graph).await?;
+            let plan = p.plan.clone();
             let local =
                 Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(Failure::input)?;
             let exists = plan
@@ -206,6 +218,12 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                     .map_err(Failure::input)?;
             let changes = plan.summary().changes();
             eprintln!("kos: {}: {changes} change(s) to make", p.graph.cluster);
+            if plan.actions.iter().any(|a| {
+                matches!(a.op, Op::Create | Op::Replace)
+                    && kos_lifecycle::formation::is_control_plane(&a.logical_id)
+            }) {
+                eprintln!("kos: {}: {}", p.graph.cluster, p.formation.reason);
+            }
             let mut opts = ApplyOptions {
                 parallelism: usize::from(args.parallelism),
                 recreate_ccm_credential,
@@ -360,7 +378,7 @@ async fn ensure_token(
 
 /// A client of the cluster's API at `address`; on a kos-sim cloud on this machine, through the local
 /// address it forwards the endpoint from (`GET /_sim/kube-endpoints`).
-async fn api_client(
+pub(super) async fn api_client(
     c: &Connected,
     spec: &ClusterSpec,
     address: &str,

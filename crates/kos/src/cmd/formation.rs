@@ -1,0 +1,46 @@
+//! Whether the cluster exists (kos-lifecycle decides): what `kos up` tells each new control plane to do.
+
+use std::time::Duration;
+
+use kos_cluster::ClusterSpec;
+use kos_cluster::observe::Observed;
+use kos_lifecycle::formation::{ApiAnswer, Decision, Evidence, decide, running_control_planes};
+
+use crate::bootstrap::Local;
+use crate::cloud::Connected;
+
+/// How long the API may take to answer before it counts as silent: a private endpoint never answers
+/// from here, and must not hold up every plan.
+const API_PROBE: Duration = Duration::from_secs(15);
+
+/// The decision from what the cloud shows, and, only when no control plane of the cluster runs, from its
+/// API at the address an earlier run recorded, verified with the cluster's CA.
+pub(super) async fn formation(c: &Connected, spec: &ClusterSpec, observed: &Observed) -> Decision {
+    let mut evidence = Evidence {
+        running_control_planes: running_control_planes(observed),
+        api: None,
+    };
+    if evidence.needs_api() {
+        evidence.api = probe(c, spec).await;
+    }
+    let d = decide(&evidence);
+    tracing::info!(cluster = %spec.name.value.as_str(), formation = ?d.formation, reason = %d.reason, "formation decided");
+    d
+}
+
+/// `None` when nothing here knows where the API of this cluster was (no earlier run on this machine).
+async fn probe(c: &Connected, spec: &ClusterSpec) -> Option<ApiAnswer> {
+    let local = Local::new(c.session.cloud_name(), spec.name.value.as_str()).ok()?;
+    let meta = local.meta_data().ok()??;
+    let secrets = local.secrets().ok()??;
+    let ask = async {
+        let kube = super::cluster::api_client(c, spec, &meta.api_address, &secrets).await?;
+        kube.readyz().await
+    };
+    Some(match tokio::time::timeout(API_PROBE, ask).await {
+        // Any HTTP answer over TLS verified with the cluster's CA: a cluster of this CA is there.
+        Ok(Ok(_)) => ApiAnswer::Answered,
+        Ok(Err(e)) => ApiAnswer::Silent(e),
+        Err(_) => ApiAnswer::Silent(format!("no answer within {}s", API_PROBE.as_secs())),
+    })
+}

@@ -1,0 +1,243 @@
+//! A running cluster's control planes through the real `kos` binary on the simulated cloud, whose
+//! servers run their user_data (kos-guest): a control plane re-created after it was deleted behind kos's
+//! back joins the cluster instead of initializing a second one.
+
+mod support;
+
+use std::io::Read;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kos_cloud::model::TagQuery;
+use support::*;
+
+/// Generous for a loaded 2-core machine: an HA `up` on the simulated cloud takes seconds to a minute.
+const RUN_DEADLINE: Duration = Duration::from_secs(420);
+
+/// Deletes the server named `name` through the cloud's API (not through kos) and waits until it is gone.
+fn delete_behind_kos(clouds: &std::path::Path, name: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let s = session(clouds).await;
+        let c = s.compute();
+        let victim = c
+            .list_servers(&TagQuery::default())
+            .await
+            .expect("servers")
+            .into_iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("no server {name}"));
+        c.delete_server(&victim.id).await.expect("delete");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while c.get_server(&victim.id).await.expect("get").is_some() {
+            assert!(Instant::now() < deadline, "{name} was not deleted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
+/// `kos <args>` with a deadline: a regression that hangs (a split-brain cluster never gets its nodes
+/// Ready) fails the test with what kos printed instead of holding the suite.
+fn kos_within(d: &std::path::Path, clouds: &std::path::Path, args: &[&str]) -> Output {
+    let mut child = isolated(d, Some(clouds), args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kos");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + RUN_DEADLINE;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().expect("wait");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout"),
+        stderr: err.join().expect("stderr"),
+    }
+}
+
+/// The console of the server named `name`, through Nova's console output.
+fn console(clouds: &std::path::Path, name: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let s = session(clouds).await;
+        let c = s.compute();
+        let server = c
+            .list_servers(&TagQuery::default())
+            .await
+            .expect("servers")
+            .into_iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("no server {name}"));
+        c.console_output(&server.id, None).await.expect("console")
+    })
+}
+
+/// The case: cp-0 of a three-control-plane cluster deleted behind kos's back. Before the fix the
+/// re-created cp-0 ran `kubeadm init` again (its name made it the initializer) and started a second
+/// cluster behind the same endpoint; now the running cp-1 and cp-2 show a cluster, and cp-0 joins it.
+#[test]
+fn a_first_control_plane_deleted_behind_kos_joins_the_running_cluster() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let spec = example("ha.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let first = String::from_utf8_lossy(&up.stderr).into_owned();
+    assert!(
+        first.contains("no control plane of the cluster runs: cp-0 initializes it"),
+        "{first}"
+    );
+    assert!(first.contains("kos: cp-0: kubeadm-init ok"), "{first}");
+
+    delete_behind_kos(&sim.clouds, "kos-prod-cp-0");
+
+    let again = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    let out = text(&again);
+    assert_eq!(again.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("control plane(s) cp-1, cp-2 of the cluster run: new control planes join it"),
+        "{out}"
+    );
+    assert!(err.contains("kos: cp-0: kubeadm-join ok"), "{out}");
+    assert!(!err.contains("kubeadm-init"), "{out}");
+    let cp0 = console(&sim.clouds, "kos-prod-cp-0");
+    assert!(!cp0.contains("split brain"), "{cp0}");
+    assert!(cp0.contains("kubeadm-join ok"), "{cp0}");
+
+    // Nothing left to do: the cluster converged with the new cp-0 in it.
+    let plan = kos(
+        d,
+        Some(&sim.clouds),
+        &["plan", "-f", spec, "--cloud", "sim", "--detailed-exitcode"],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+}
+
+/// The control planes' servers of cluster `prod` that the cloud shows.
+fn control_planes(clouds: &std::path::Path) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let s = session(clouds).await;
+        let mut names: Vec<String> = s
+            .compute()
+            .list_servers(&TagQuery::default())
+            .await
+            .expect("servers")
+            .into_iter()
+            .map(|x| x.name)
+            .filter(|n| n.starts_with("kos-prod-cp-"))
+            .collect();
+        names.sort();
+        names
+    })
+}
+
+/// Scaling control planes 3 → 1 deleted two servers without removing their etcd members: one member of
+/// three left, no quorum. Until kos removes members, such a change is refused before anything changes.
+#[test]
+fn a_control_plane_scale_down_that_would_lose_etcd_members_is_refused_before_any_change() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let spec = example("ha.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let before = control_planes(&sim.clouds);
+    assert_eq!(before.len(), 3);
+
+    let one = d.join("one.yaml");
+    let text_ha = std::fs::read_to_string(spec).expect("ha.yaml");
+    let at = text_ha.find("controlPlane:").expect("controlPlane");
+    let (head, tail) = text_ha.split_at(at);
+    std::fs::write(
+        &one,
+        format!("{head}{}", tail.replacen("count: 3", "count: 1", 1)),
+    )
+    .expect("write");
+    let one = one.to_str().expect("utf8");
+    for cmd in ["plan", "up"] {
+        let o = kos_within(d, &sim.clouds, &[cmd, "-f", one, "--cloud", "sim"]);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(3), "{cmd}: {out}");
+        assert!(out.contains("spec.controlPlane.count 1"), "{cmd}: {out}");
+        assert!(out.contains("cp-2 then cp-1"), "{cmd}: {out}");
+        assert!(out.contains("changes nothing"), "{cmd}: {out}");
+    }
+    assert_eq!(control_planes(&sim.clouds), before);
+}
+
+/// Control planes 1 → 3 → 5: each run's new control planes join the one cluster (the first run's cp-0
+/// alone initialized it), the API answers with every node Ready after each step, and nothing is left
+/// to change.
+#[test]
+fn control_planes_scale_up_one_three_five_joining_the_one_cluster() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let ha = std::fs::read_to_string(example("ha.yaml")).expect("ha.yaml");
+    let at = ha.find("controlPlane:").expect("controlPlane");
+    let (head, tail) = ha.split_at(at);
+    for (step, count) in [1u32, 3, 5].into_iter().enumerate() {
+        let path = d.join(format!("cp{count}.yaml"));
+        std::fs::write(
+            &path,
+            format!(
+                "{head}{}",
+                tail.replacen("count: 3", &format!("count: {count}"), 1)
+            ),
+        )
+        .expect("write");
+        let path = path.to_str().expect("utf8");
+        let up = kos_within(d, &sim.clouds, &["up", "-f", path, "--cloud", "sim"]);
+        let out = text(&up);
+        assert_eq!(up.status.code(), Some(0), "{count}: {out}");
+        let err = String::from_utf8_lossy(&up.stderr);
+        // kos shows every node's markers, the earlier ones' too: only the new control planes' count.
+        let new_from = if step == 0 { 0 } else { [1, 3][step - 1] };
+        for i in new_from..count {
+            let init = err.contains(&format!("kos: cp-{i}: kubeadm-init ok"));
+            let join = err.contains(&format!("kos: cp-{i}: kubeadm-join ok"));
+            assert_eq!(
+                (init, join),
+                (step == 0, step > 0),
+                "cp-{i} at {count}: {out}"
+            );
+        }
+        assert_eq!(control_planes(&sim.clouds).len(), count as usize);
+        let plan = kos_within(
+            d,
+            &sim.clouds,
+            &["plan", "-f", path, "--cloud", "sim", "--detailed-exitcode"],
+        );
+        assert_eq!(plan.status.code(), Some(0), "{count}: {}", text(&plan));
+    }
+}
