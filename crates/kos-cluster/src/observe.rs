@@ -78,6 +78,9 @@ pub struct Facts {
     pub members: Vec<String>,
     pub address_pairs: Vec<String>,
     pub security_groups: Vec<String>,
+    /// A port's groups that are not this cluster's (the CCM's `lb-sg-…` opening NodePorts to a
+    /// Service's load balancer, or an operator's): kos leaves them where they are.
+    pub foreign_security_groups: Vec<String>,
     /// Ingress rules (egress is never managed).
     pub rules: Vec<ObservedRule>,
     pub tags: Vec<String>,
@@ -211,10 +214,6 @@ impl Inventory {
             },
             Scope::All => VolumeFilter::default(),
         };
-        let appcred_name = match scope {
-            Scope::Cluster(c) => Some(format!("kos-{c}-ccm")),
-            Scope::All => None,
-        };
         let (net, lb, compute, volumes_api, identity) = (
             session.network(),
             session.load_balancer(),
@@ -253,7 +252,8 @@ impl Inventory {
         let (keypairs, server_groups, app_credentials) = try_join!(
             compute.list_keypairs(),
             compute.list_server_groups(),
-            identity.list_application_credentials(appcred_name.as_deref()),
+            // All of the user's: the CCM's alternates between two names (`kos rotate credential`).
+            identity.list_application_credentials(None),
         )?;
         Ok(Inventory {
             networks,
@@ -376,6 +376,13 @@ impl Inventory {
                 );
             }
         }
+        // This cluster's security groups: any other group on its ports is someone else's to manage.
+        let ours: BTreeSet<&str> = self
+            .security_groups
+            .iter()
+            .filter(|x| m.neutron(Kind::SecurityGroup, &x.tags, &x.name).is_some())
+            .map(|x| x.id.as_str())
+            .collect();
         for x in &self.ports {
             let kind = if x.device_owner == ROUTER_INTERFACE {
                 Kind::RouterInterface
@@ -392,6 +399,11 @@ impl Inventory {
             }
             let mut sgs = x.security_groups.clone();
             sgs.sort();
+            let foreign: Vec<String> = sgs
+                .iter()
+                .filter(|g| !ours.contains(g.as_str()))
+                .cloned()
+                .collect();
             let mut pairs: Vec<String> = x
                 .allowed_address_pairs
                 .iter()
@@ -405,6 +417,7 @@ impl Inventory {
                 device_id: (!x.device_id.is_empty()).then(|| x.device_id.clone()),
                 address_pairs: pairs,
                 security_groups: sgs,
+                foreign_security_groups: foreign,
                 ..tags_only(&x.tags)
             };
             add(
@@ -705,9 +718,10 @@ impl Matcher {
         if self.shadowed.iter().any(|p| name.starts_with(p.as_str())) {
             return None;
         }
-        // The app credential is named `kos-<cluster>-ccm`, what operators look for in Keystone.
+        // The app credential is named `kos-<cluster>-ccm`, what operators look for in Keystone, or
+        // `kos-<cluster>-ccm-b`: rotation alternates between the two, as names are unique per user.
         let id = match (kind, rest) {
-            (Kind::AppCredential, "ccm") => "appcred-ccm",
+            (Kind::AppCredential, "ccm" | "ccm-b") => "appcred-ccm",
             _ => rest,
         };
         kind.fits(id).then(|| id.to_owned())
@@ -728,6 +742,8 @@ mod tests {
             (Kind::ServerGroup, "kos-demo-b-sgroup-cp"),
             (Kind::Keypair, "kos-demo-b-keypair"),
             (Kind::AppCredential, "kos-demo-b-ccm"),
+            (Kind::AppCredential, "kos-demo-b-ccm-b"),
+            (Kind::AppCredential, "kos-demo-ccm-c"),
             // Fits `port-<pool>-<n>` for a pool `x-port-cp`, but cluster `demo-port-x` exists.
             (Kind::Port, "kos-demo-port-x-port-cp-0"),
             // Right shape, wrong kind.
@@ -745,6 +761,7 @@ mod tests {
                 "sgroup-workers",
             ),
             (Kind::AppCredential, "kos-demo-ccm", "appcred-ccm"),
+            (Kind::AppCredential, "kos-demo-ccm-b", "appcred-ccm"),
         ] {
             assert_eq!(demo.by_name(kind, name).as_deref(), Some(id), "{name}");
         }

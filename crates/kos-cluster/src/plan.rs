@@ -320,7 +320,14 @@ fn differences(
                 w.sort();
                 w
             });
-            if want.as_ref() != Some(&have.facts.security_groups) {
+            let kos_managed: Vec<String> = have
+                .facts
+                .security_groups
+                .iter()
+                .filter(|g| !have.facts.foreign_security_groups.contains(g))
+                .cloned()
+                .collect();
+            if want.as_ref() != Some(&kos_managed) {
                 out.push("security groups differ".into());
             }
             out

@@ -339,3 +339,69 @@ async fn wait_lb_active(c: &Cloud, id: &str) -> R {
     }
     Err("load balancer never ACTIVE".into())
 }
+
+/// The CCM (`manage-security-groups`) adds a Service's `lb-sg-…` group to every node port: `kos up`
+/// afterwards must neither plan a change nor take it off (Neutron replaces a port's whole list), or
+/// every Service load balancer loses its NodePorts. A group of kos's taken off by hand comes back.
+#[tokio::test]
+async fn groups_the_ccm_adds_to_node_ports_are_left_alone() -> R {
+    use kos_cloud::model::network::{PortUpdate, SecurityGroupCreate};
+    let c = start().await?;
+    let g = graph(&c.session, &Shape::small("fsg", 1)).await?;
+    up(&c.session, &g).await?;
+    let net = c.session.network();
+    let lb_sg = net
+        .create_security_group(&SecurityGroupCreate {
+            name: "lb-sg-0a1b-default-web".into(),
+            ..SecurityGroupCreate::default()
+        })
+        .await?;
+    let o = observe(&c.session, "fsg").await?;
+    let port = o.get("port-workers-0")[0].clone();
+    let mut with_ccm = port.facts.security_groups.clone();
+    with_ccm.push(lb_sg.id.clone());
+    net.update_port(
+        &port.id,
+        &PortUpdate {
+            security_groups: Some(with_ccm.clone()),
+            ..PortUpdate::default()
+        },
+    )
+    .await?;
+    let p = plan_for(&c.session, &g).await?;
+    assert_eq!(p.summary().changes(), 0, "{}", p.diff(false));
+
+    // Someone takes kos's own group off the port: kos puts it back, and keeps the CCM's.
+    net.update_port(
+        &port.id,
+        &PortUpdate {
+            security_groups: Some(vec![lb_sg.id.clone()]),
+            ..PortUpdate::default()
+        },
+    )
+    .await?;
+    let p = plan_for(&c.session, &g).await?;
+    let a = p
+        .actions
+        .iter()
+        .find(|a| a.logical_id == "port-workers-0")
+        .ok_or("no action for the port")?;
+    assert_eq!(a.op, Op::Update, "{}", p.diff(false));
+    up(&c.session, &g).await?;
+    let o = observe(&c.session, "fsg").await?;
+    let mut now = o.get("port-workers-0")[0].facts.security_groups.clone();
+    now.sort();
+    with_ccm.sort();
+    assert_eq!(now, with_ccm);
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    net.update_port(
+        &port.id,
+        &PortUpdate {
+            security_groups: Some(port.facts.security_groups.clone()),
+            ..PortUpdate::default()
+        },
+    )
+    .await?;
+    net.delete_security_group(&lb_sg.id).await?;
+    down(&c.session, "fsg").await
+}

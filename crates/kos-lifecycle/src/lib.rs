@@ -1,11 +1,17 @@
-//! What a kos run does to a running cluster, as opposed to the cloud objects under it (kos-cluster).
+//! What a kos run does to a running cluster, as opposed to the cloud objects under it (kos-cluster):
+//! the day-two operations the CLI (and one day a controller) call. Each is a sequence of idempotent
+//! steps decided from what the cloud and the cluster show, so a run killed anywhere is finished by
+//! running it again.
 //!
 //! - [`formation`]: whether a cluster exists for the spec's control planes, which decides whether a new
 //!   control plane runs `kubeadm init` or joins; decided from the cloud and the cluster, never from a name.
 //! - [`etcd`]: the etcd client (the v3 gateway's JSON over TLS with a client certificate of the etcd CA,
 //!   over a stream to the member, e.g. a port-forward through the API server).
 //! - [`quorum`]: which etcd members may go, and in what order, so that etcd keeps its quorum at every step.
+//! - [`rotate`]: a new application credential for the cloud controller and CSI, put into the
+//!   cluster's `cloud-config` Secret and rolled out before the old one is deleted.
 
 pub mod etcd;
 pub mod formation;
 pub mod quorum;
+pub mod rotate;

@@ -5,7 +5,8 @@
 //! - `pki.json`: the [`ClusterSecrets`] bundle (CAs, service-account key, bootstrap token, certificate
 //!   key). Made by the first `up`, reused by every later one, so a re-created node joins the same
 //!   cluster. Never printed, logged or put in a plan.
-//! - `ccm-credential.json`: the CCM application credential (written by `cmd::cluster`).
+//! - `ccm-credential.json`: the CCM application credential (written by `cmd::cluster`), and
+//!   `ccm-credential-next.json` while `kos rotate credential` replaces it (`cmd::rotate`).
 //! - `cluster.json`: the API address and Kubernetes version, for `kos kubeconfig` without a cloud.
 
 #[cfg(test)]
@@ -85,6 +86,11 @@ impl Local {
 
     pub fn ccm(&self) -> PathBuf {
         self.dir.join("ccm-credential.json")
+    }
+
+    /// The credential a `kos rotate credential` that has not finished made (0600).
+    pub fn ccm_next(&self) -> PathBuf {
+        self.dir.join("ccm-credential-next.json")
     }
 
     fn meta(&self) -> PathBuf {

@@ -37,6 +37,11 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Write an admin kubeconfig for a cluster, signed offline with its CA (or merge it into yours).
     Kubeconfig(KubeconfigArgs),
+    /// Replace a running cluster's credentials without interrupting it.
+    Rotate {
+        #[command(subcommand)]
+        command: RotateCommand,
+    },
     /// The simulated OpenStack cloud (for demos, tests and benchmarks).
     Sim {
         #[command(subcommand)]
@@ -181,6 +186,26 @@ pub struct KubeconfigArgs {
     /// Merge it into the first file of KUBECONFIG (default ~/.kube/config) as context kos-<name>.
     #[arg(long)]
     pub merge: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RotateCommand {
+    /// A new application credential for the cloud controller and CSI: put into the cluster's
+    /// cloud-config Secret, rolled out to every workload that mounts it, then the old one deleted.
+    /// Run it again after an interruption: it continues.
+    Credential(RotateCredentialArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RotateCredentialArgs {
+    /// The cluster's name (metadata.name).
+    pub name: String,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// How long to wait for the workloads to run on the new credential (seconds) before giving up
+    /// and keeping the old one.
+    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    pub timeout: u64,
 }
 
 #[derive(Debug, Subcommand)]

@@ -297,21 +297,6 @@ fn up_shows_every_nodes_markers_and_kubeconfig_is_signed_by_the_cluster_ca() {
     );
 }
 
-fn sim_state(base: &str) -> Value {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    rt.block_on(async {
-        reqwest::get(format!("{base}/_sim/state"))
-            .await
-            .expect("state")
-            .json()
-            .await
-            .expect("json")
-    })
-}
-
 fn server<'a>(state: &'a Value, name: &str) -> Option<&'a Value> {
     state["nova"]["servers"]
         .as_array()?

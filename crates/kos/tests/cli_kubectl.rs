@@ -7,59 +7,8 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
-
 use serde_json::Value;
 use support::*;
-
-fn kubectl_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("KOS_KUBECTL") {
-        return PathBuf::from(p);
-    }
-    let usr = PathBuf::from("/usr/bin/kubectl");
-    if usr.exists() {
-        return usr;
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join("kubectl"))
-                .find(|p| p.exists())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "kubectl is not installed: `apt-get install kubernetes-client` (Debian), or point KOS_KUBECTL at a kubectl binary"
-            )
-        })
-}
-
-fn kubectl(dir: &Path, args: &[&str]) -> Output {
-    Command::new(kubectl_binary())
-        .arg("--kubeconfig")
-        .arg(dir.join("kubeconfig-demo"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("kubectl runs")
-}
-
-fn sim_state(base: &str) -> Value {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    rt.block_on(async {
-        reqwest::get(format!("{base}/_sim/state"))
-            .await
-            .expect("state")
-            .json()
-            .await
-            .expect("json")
-    })
-}
 
 fn service_lbs(base: &str) -> Vec<Value> {
     sim_state(base)["octavia"]["loadbalancers"]
@@ -73,18 +22,6 @@ fn service_lbs(base: &str) -> Vec<Value> {
                 .is_some_and(|n| n.starts_with("kube_service_demo_default_web"))
         })
         .collect()
-}
-
-/// Polls `f` until `Some`, for up to `secs` real seconds (generous: a loaded machine).
-fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let end = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]

@@ -785,10 +785,16 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
             let Some(have) = have else {
                 return Err(missing(node));
             };
-            let sgs = security_groups
+            let mut sgs = security_groups
                 .iter()
                 .map(|g| dep(ctx, g).map(|o| o.id))
                 .collect::<R<Vec<_>>>()?;
+            // Neutron replaces the whole list: keep the groups others put there (the CCM's).
+            for g in &have.facts.foreign_security_groups {
+                if !sgs.contains(g) {
+                    sgs.push(g.clone());
+                }
+            }
             let req = PortUpdate {
                 allowed_address_pairs: Some(address_pairs.iter().map(AddressPair::ip).collect()),
                 security_groups: Some(sgs),

@@ -47,6 +47,8 @@ type Exit = Result<(), String>;
 struct Pod {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Exit>,
+    /// The DaemonSet's pod template this pod was made from: another one replaces the pod.
+    template: Value,
 }
 
 #[derive(Default)]
@@ -118,18 +120,30 @@ impl Ccms {
                 }
                 continue;
             }
-            if st.pod.is_some() || st.retry_at.is_some_and(|t| t > now) {
-                continue;
-            }
             let (Some(spec), Some(service)) = (spec, service) else {
                 continue;
             };
+            // A changed pod template (a new cloud.conf revision, `kubectl rollout restart`): the
+            // DaemonSet controller replaces the pod, which reads its configuration afresh.
+            if st.pod.as_ref().is_some_and(|p| p.template != spec.template)
+                && let Some(pod) = st.pod.take()
+            {
+                self.stopping.push(stop(pod));
+                st.restarts = 0;
+                st.retry_at = None;
+                tracing::debug!(cluster = %id, daemonset = %spec.daemonset, "pod template changed: replacing the cloud controller");
+            }
+            if st.pod.is_some() || st.retry_at.is_some_and(|t| t > now) {
+                rollout_status(cluster, &spec, st.pod.is_some());
+                continue;
+            }
             match start(guest, cluster, &spec, service) {
                 Ok(pod) => {
                     tracing::debug!(cluster = %id, daemonset = %spec.daemonset, "cloud controller started");
                     st.pod = Some(pod);
                     st.retry_at = None;
                     st.status = format!("running (kube-system/{})", spec.daemonset);
+                    rollout_status(cluster, &spec, true);
                 }
                 Err(why) => {
                     if st.status != why {
@@ -204,8 +218,17 @@ impl NowOrNever for JoinHandle<Exit> {
 /// The CCM container of a cluster's DaemonSets.
 struct Spec {
     daemonset: String,
+    /// `metadata.generation` of the DaemonSet.
+    generation: i64,
+    /// `spec.template`: what a rollout compares.
+    template: Value,
     pod: Value,
     container: Value,
+}
+
+/// The CCM's DaemonSet in `cluster`, (namespace, name), if the addons made one.
+pub(crate) fn daemonset(cluster: &Cluster) -> Option<(String, String)> {
+    find(cluster).map(|s| (KUBE_SYSTEM.to_owned(), s.daemonset))
 }
 
 fn find(cluster: &Cluster) -> Option<Spec> {
@@ -227,6 +250,11 @@ fn find(cluster: &Cluster) -> Option<Spec> {
             .clone();
         Some(Spec {
             daemonset: ds.pointer("/metadata/name")?.as_str()?.to_owned(),
+            generation: ds
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(1),
+            template: ds.pointer("/spec/template")?.clone(),
             pod,
             container,
         })
@@ -401,7 +429,44 @@ fn start(
     Ok(Pod {
         stop: Some(tx),
         task,
+        template: spec.template.clone(),
     })
+}
+
+/// The DaemonSet's status as its controller reports it, with the one in-process CCM standing for
+/// its pods: rolled out (`updatedNumberScheduled` = `numberAvailable` = desired, `observedGeneration`
+/// current) only while a CCM made from the current template runs.
+fn rollout_status(cluster: &Cluster, spec: &Spec, running: bool) {
+    use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetStatus};
+    let n = i32::from(running);
+    let want = DaemonSetStatus {
+        observed_generation: Some(spec.generation),
+        desired_number_scheduled: 1,
+        current_number_scheduled: n,
+        updated_number_scheduled: Some(n),
+        number_ready: n,
+        number_available: Some(n),
+        number_unavailable: (n == 0).then_some(1),
+        number_misscheduled: 0,
+        ..DaemonSetStatus::default()
+    };
+    let current = cluster
+        .kube
+        .get::<DaemonSet>(Some(KUBE_SYSTEM), &spec.daemonset)
+        .ok()
+        .flatten()
+        .and_then(|d| d.status);
+    if current.as_ref() == Some(&want) {
+        return;
+    }
+    if let Err(e) = cluster
+        .kube
+        .modify::<DaemonSet>(Some(KUBE_SYSTEM), &spec.daemonset, |d| {
+            d.status = Some(want)
+        })
+    {
+        tracing::debug!(daemonset = %spec.daemonset, "cannot report the rollout: {e}");
+    }
 }
 
 /// A client of the cluster's `kubernetes` Service, verifying the API servers' certificates for the

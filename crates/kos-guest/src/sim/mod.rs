@@ -17,6 +17,7 @@
 pub mod apiserver;
 pub mod ccm;
 pub mod forward;
+mod workloads;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -248,6 +249,9 @@ impl Inner {
             })
             .collect();
         self.ccms.reconcile(&self.guest, &services);
+        for c in self.guest.clusters.values() {
+            workloads::report_rolled_out(c, ccm::daemonset(c).as_ref());
+        }
     }
 }
 

@@ -166,6 +166,38 @@ impl Kube {
         }
     }
 
+    /// GETs the object at `path` as JSON.
+    pub async fn get_json(&self, path: &str) -> Result<Value, String> {
+        let r = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = r.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(format!("GET {path}: HTTP {status}"));
+        }
+        r.json().await.map_err(|e| format!("GET {path}: {e}"))
+    }
+
+    /// A JSON merge patch (RFC 7386) of the object at `path`. The body is never logged: it may
+    /// carry a Secret's data.
+    pub async fn merge_patch(&self, path: &str, body: &Value) -> Result<(), String> {
+        let r = self
+            .client
+            .patch(format!("{}{path}", self.base))
+            .header("content-type", "application/merge-patch+json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        match r.status().as_u16() {
+            200..=299 => Ok(()),
+            s => Err(format!("PATCH {path}: HTTP {s}")),
+        }
+    }
+
     /// DELETEs the object at `path`; one that is already gone is fine.
     pub async fn delete(&self, path: &str) -> Result<(), String> {
         let r = self

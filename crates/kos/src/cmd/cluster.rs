@@ -142,7 +142,7 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
 }
 
 /// Runs `f` with a connected cloud and always saves the embedded simulator afterwards.
-async fn with_cloud<F, Fut>(cloud_name: Option<&str>, f: F) -> Result<Exit, Failure>
+pub(crate) async fn with_cloud<F, Fut>(cloud_name: Option<&str>, f: F) -> Result<Exit, Failure>
 where
     F: FnOnce(Connected) -> Fut,
     Fut: std::future::Future<Output = (Connected, Result<Exit, Failure>)>,
@@ -287,6 +287,23 @@ fn cluster_dir(c: &Connected, cluster: &str) -> Result<PathBuf, Failure> {
 /// exists nothing can be using it, so it is replaced without being asked; once servers run with it, the run
 /// says what replacing it takes and leaves the choice to the user.
 fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> miette::Result<bool> {
+    let cluster = plan.cluster.as_str();
+    let unfinished = || {
+        miette::miette!(
+            help =
+                format!("run `kos rotate credential {cluster}` again to finish it, then `kos up`"),
+            "a rotation of cluster {cluster}'s CCM application credential has not finished"
+        )
+    };
+    // A rotation in flight: this run must not pick one of the two credentials and delete the other.
+    if local.ccm_next().exists()
+        || plan
+            .actions
+            .iter()
+            .any(|a| a.kind == Kind::AppCredential && a.op == Op::Delete)
+    {
+        return Err(unfinished());
+    }
     let existing = plan
         .actions
         .iter()
@@ -295,19 +312,28 @@ fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> miette
     let Some(existing) = existing else {
         return Ok(asked);
     };
-    if asked || local.ccm_credential()?.is_some_and(|c| c.id == existing.id) {
-        return Ok(asked);
-    }
     let servers = plan
         .actions
         .iter()
         .any(|a| a.kind == Kind::Server && a.existing.is_some());
+    if asked && servers {
+        return Err(miette::miette!(
+            help = format!(
+                "`kos rotate credential {cluster}` makes a new one, puts it into the cluster and \
+                 deletes the old one once the CCM and CSI run on the new one"
+            ),
+            "--recreate-ccm-credential would delete the application credential the running cloud \
+             controller and CSI of cluster {cluster} use"
+        ));
+    }
+    if asked || local.ccm_credential()?.is_some_and(|c| c.id == existing.id) {
+        return Ok(asked);
+    }
     if servers {
         eprintln!(
             "kos: warning: the CCM application credential's secret is not stored on this machine ({}); \
-             a re-created first control plane cannot get its cloud.conf. `kos up --recreate-ccm-credential` \
-             makes a new one; the running cloud controller keeps the old one in its cloud-config Secret \
-             (kube-system) until that is updated with the new one",
+             a re-created first control plane cannot get its cloud.conf. `kos rotate credential {cluster}` \
+             replaces it (in the running cluster too) and stores the new one here",
             local.ccm().display()
         );
         return Ok(false);
@@ -384,8 +410,18 @@ pub(super) async fn api_client(
     address: &str,
     secrets: &kos_bootstrap::ClusterSecrets,
 ) -> Result<Kube, String> {
+    api_client_at(c, address, &version(spec)?, secrets).await
+}
+
+/// [`api_client`] for a cluster of Kubernetes `v` (the admin group depends on the minor).
+pub(crate) async fn api_client_at(
+    c: &Connected,
+    address: &str,
+    v: &kos_bootstrap::KubeVersion,
+    secrets: &kos_bootstrap::ClusterSecrets,
+) -> Result<Kube, String> {
     let ep = endpoint(address);
-    let v = version(spec)?;
+    let v = *v;
     match c.kube_endpoints().await {
         None => Kube::new(&ep, &v, secrets),
         Some(Err(e)) => Err(format!("the simulated cloud's API endpoints: {e}")),

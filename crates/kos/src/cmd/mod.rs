@@ -13,11 +13,12 @@ mod cluster;
 mod doctor;
 mod formation;
 mod kubeconfig;
+mod rotate;
 mod sim;
 
 use std::process::ExitCode;
 
-use crate::cli::{BenchCommand, Cli, Command, SimCommand};
+use crate::cli::{BenchCommand, Cli, Command, RotateCommand, SimCommand};
 
 /// How a successful command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +87,9 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Gc(a) => cluster::gc(a).await,
         Command::Doctor(a) => doctor::doctor(a).await,
         Command::Kubeconfig(a) => kubeconfig::kubeconfig(a).await,
+        Command::Rotate {
+            command: RotateCommand::Credential(a),
+        } => rotate::credential(a).await,
         Command::Bench {
             command: BenchCommand::Apply(args),
         } => bench::apply(args).await,

@@ -6,6 +6,9 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 pub const KOS: &str = env!("CARGO_BIN_EXE_kos");
 
@@ -360,4 +363,67 @@ pub async fn leftovers(clouds: &Path, cluster: &str) -> Vec<String> {
             .collect(),
     );
     left
+}
+
+/// kubectl: `KOS_KUBECTL`, else `/usr/bin/kubectl`, else the one on PATH; without one the calling
+/// test fails saying how to install it.
+pub fn kubectl_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("KOS_KUBECTL") {
+        return PathBuf::from(p);
+    }
+    let usr = PathBuf::from("/usr/bin/kubectl");
+    if usr.exists() {
+        return usr;
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("kubectl"))
+                .find(|p| p.exists())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "kubectl is not installed: `apt-get install kubernetes-client` (Debian), or point KOS_KUBECTL at a kubectl binary"
+            )
+        })
+}
+
+/// kubectl with `dir`'s `kubeconfig-demo` (what `kos kubeconfig demo` writes there), nothing else.
+pub fn kubectl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(kubectl_binary())
+        .arg("--kubeconfig")
+        .arg(dir.join("kubeconfig-demo"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("kubectl runs")
+}
+
+/// The simulator's whole state (`GET /_sim/state`).
+pub fn sim_state(base: &str) -> Value {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        reqwest::get(format!("{base}/_sim/state"))
+            .await
+            .expect("state")
+            .json()
+            .await
+            .expect("json")
+    })
+}
+
+/// Polls `f` until `Some`, for up to `secs` real seconds (generous: a loaded machine).
+pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

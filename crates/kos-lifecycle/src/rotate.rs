@@ -1,0 +1,381 @@
+//! Rotating the application credential the cluster's cloud controller and CSI use, without a moment
+//! in which they have none: a new credential is made, written into the `kube-system/cloud-config`
+//! Secret, the workloads that mount that Secret are rolled (their pods read cloud.conf only when they
+//! start), and only once every one of them runs on the new credential is the old one deleted.
+//!
+//! Keystone names an application credential uniquely per user, so two names alternate:
+//! `kos-<cluster>-ccm` and `kos-<cluster>-ccm-b`. Which one is live is what the Secret says, never a
+//! local file: a run killed at any step is finished by running it again.
+//!
+//! Resuming: the new credential's secret is kept locally ([`CredentialStore::keep_pending`]) the moment
+//! Keystone returns it; a credential of the new name without a kept secret (a run killed in between)
+//! is deleted and made again.
+
+use std::future::Future;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+/// The Secret (in `kube-system`) holding `cloud.conf`.
+pub const CLOUD_CONFIG_SECRET: &str = "cloud-config";
+/// The pod-template annotation that rolls a workload onto a credential: its value is the credential
+/// id, so setting it again is a no-op.
+pub const CREDENTIAL_ANNOTATION: &str = "kos/ccm-credential";
+
+/// The two names the cluster's CCM credential alternates between.
+pub fn credential_names(cluster: &str) -> [String; 2] {
+    [format!("kos-{cluster}-ccm"), format!("kos-{cluster}-ccm-b")]
+}
+
+/// An application credential with its secret.
+#[derive(Clone)]
+pub struct Credential {
+    pub id: String,
+    pub name: String,
+    pub secret: SecretString,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An application credential as Keystone lists it (no secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub id: String,
+    pub name: String,
+}
+
+/// A workload that mounts the `cloud-config` Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+    /// Its pod template's [`CREDENTIAL_ANNOTATION`].
+    pub annotation: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    DaemonSet,
+    Deployment,
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            WorkloadKind::DaemonSet => "daemonset",
+            WorkloadKind::Deployment => "deployment",
+        };
+        write!(f, "{kind} {}/{}", self.namespace, self.name)
+    }
+}
+
+/// Where a workload's rollout stands, as `kubectl rollout status` judges it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rollout {
+    Done,
+    /// Not yet, and why (`1 of 3 updated pods available`).
+    Waiting(String),
+}
+
+/// Keystone, as rotation uses it.
+pub trait Keystone {
+    /// The user's application credentials with one of `names`.
+    fn list(&self, names: &[String]) -> impl Future<Output = Result<Vec<Listed>, String>>;
+    fn create(&self, name: &str) -> impl Future<Output = Result<Credential, String>>;
+    /// Deleting one that is gone already is not an error.
+    fn delete(&self, id: &str) -> impl Future<Output = Result<(), String>>;
+}
+
+/// The cluster's API, as rotation uses it.
+pub trait ClusterApi {
+    /// `cloud.conf` of the `kube-system/cloud-config` Secret.
+    fn cloud_conf(&self) -> impl Future<Output = Result<SecretString, String>>;
+    fn set_cloud_conf(&self, text: &SecretString) -> impl Future<Output = Result<(), String>>;
+    /// The Deployments and DaemonSets whose pods mount the Secret `secret`.
+    fn workloads_mounting(
+        &self,
+        secret: &str,
+    ) -> impl Future<Output = Result<Vec<Workload>, String>>;
+    /// Sets a pod-template annotation: the controller replaces the pods.
+    fn annotate(
+        &self,
+        w: &Workload,
+        key: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), String>>;
+    fn rollout(&self, w: &Workload) -> impl Future<Output = Result<Rollout, String>>;
+}
+
+/// Where the machine running kos keeps the credential's secret.
+pub trait CredentialStore {
+    /// A credential made by a rotation that has not finished.
+    fn pending(&self) -> Result<Option<Credential>, String>;
+    fn keep_pending(&self, c: &Credential) -> Result<(), String>;
+    /// The rotation is done: `c` is the current credential, nothing is pending.
+    fn commit(&self, c: &Credential) -> Result<(), String>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RotateError {
+    #[error("cannot read the cluster's kube-system/{CLOUD_CONFIG_SECRET} Secret: {0}")]
+    ReadSecret(String),
+    #[error(
+        "kube-system/{CLOUD_CONFIG_SECRET} has no application-credential-id and -secret in [Global]: \
+         kos rotates only the application credential it made"
+    )]
+    NotAnApplicationCredential,
+    #[error("Keystone: {0}")]
+    Keystone(String),
+    #[error("the cluster's API: {0}")]
+    Api(String),
+    #[error("the credential's secret cannot be kept on this machine: {0}")]
+    Store(String),
+    #[error(
+        "{workload} did not roll out on the new credential within {}s: {detail}; the old credential is kept",
+        .waited.as_secs()
+    )]
+    RolloutTimeout {
+        workload: String,
+        detail: String,
+        waited: Duration,
+    },
+}
+
+/// How long to wait for the rollouts, and how often to look.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub timeout: Duration,
+    pub poll: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(600),
+            poll: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What a rotation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotated {
+    /// The credential the cluster uses now.
+    pub id: String,
+    pub name: String,
+    /// The workloads rolled onto it.
+    pub rolled: Vec<String>,
+    /// Credentials deleted (the old one, and any left by a killed run).
+    pub deleted: Vec<String>,
+}
+
+/// Rotates the credential of `cluster`; `say` gets one line per step.
+pub async fn rotate(
+    cluster: &str,
+    keystone: &impl Keystone,
+    api: &impl ClusterApi,
+    store: &impl CredentialStore,
+    opts: Options,
+    say: &mut dyn FnMut(&str),
+) -> Result<Rotated, RotateError> {
+    let names = credential_names(cluster);
+    let conf = api.cloud_conf().await.map_err(RotateError::ReadSecret)?;
+    let in_use = global_value(conf.expose_secret(), "application-credential-id")
+        .ok_or(RotateError::NotAnApplicationCredential)?;
+    let listed = keystone.list(&names).await.map_err(RotateError::Keystone)?;
+    let pending = store
+        .pending()
+        .map_err(RotateError::Store)?
+        .filter(|p| listed.iter().any(|l| l.id == p.id));
+    let mut deleted = Vec::new();
+    let target = match pending {
+        Some(p) => {
+            say(&format!("continuing the rotation to {} ({})", p.name, p.id));
+            p
+        }
+        None => {
+            let live_name = listed.iter().find(|l| l.id == in_use).map(|l| &l.name);
+            let name = match live_name {
+                Some(n) if *n == names[0] => &names[1],
+                _ => &names[0],
+            };
+            // A credential of that name whose secret nobody kept (a run killed right after Keystone
+            // made it), or the old one of an earlier rotation: not in use, so it goes.
+            for stale in listed.iter().filter(|l| &l.name == name && l.id != in_use) {
+                keystone
+                    .delete(&stale.id)
+                    .await
+                    .map_err(RotateError::Keystone)?;
+                deleted.push(stale.id.clone());
+            }
+            let made = keystone.create(name).await.map_err(RotateError::Keystone)?;
+            store.keep_pending(&made).map_err(RotateError::Store)?;
+            say(&format!(
+                "made application credential {} ({})",
+                made.name, made.id
+            ));
+            made
+        }
+    };
+    if in_use != target.id {
+        let text = with_credential(
+            conf.expose_secret(),
+            &target.id,
+            target.secret.expose_secret(),
+        )
+        .ok_or(RotateError::NotAnApplicationCredential)?;
+        api.set_cloud_conf(&SecretString::from(text))
+            .await
+            .map_err(RotateError::Api)?;
+        say(&format!(
+            "kube-system/{CLOUD_CONFIG_SECRET} now holds {}",
+            target.id
+        ));
+    }
+    let workloads = api
+        .workloads_mounting(CLOUD_CONFIG_SECRET)
+        .await
+        .map_err(RotateError::Api)?;
+    for w in &workloads {
+        if w.annotation.as_deref() != Some(target.id.as_str()) {
+            api.annotate(w, CREDENTIAL_ANNOTATION, &target.id)
+                .await
+                .map_err(RotateError::Api)?;
+            say(&format!("restarting {w}"));
+        }
+    }
+    let started = tokio::time::Instant::now();
+    for w in &workloads {
+        loop {
+            match api.rollout(w).await.map_err(RotateError::Api)? {
+                Rollout::Done => break,
+                Rollout::Waiting(detail) => {
+                    let waited = started.elapsed();
+                    if waited >= opts.timeout {
+                        return Err(RotateError::RolloutTimeout {
+                            workload: w.to_string(),
+                            detail,
+                            waited,
+                        });
+                    }
+                    tokio::time::sleep(opts.poll).await;
+                }
+            }
+        }
+        say(&format!("{w} runs on the new credential"));
+    }
+    store.commit(&target).map_err(RotateError::Store)?;
+    for old in listed.iter().filter(|l| l.id != target.id) {
+        if deleted.contains(&old.id) {
+            continue;
+        }
+        keystone
+            .delete(&old.id)
+            .await
+            .map_err(RotateError::Keystone)?;
+        say(&format!(
+            "deleted application credential {} ({})",
+            old.name, old.id
+        ));
+        deleted.push(old.id.clone());
+    }
+    Ok(Rotated {
+        id: target.id,
+        name: target.name,
+        rolled: workloads.iter().map(ToString::to_string).collect(),
+        deleted,
+    })
+}
+
+/// The value of `key` in cloud.conf's `[Global]` section (gcfg syntax: `key = value`, `#`/`;`
+/// comments, optional double quotes).
+pub fn global_value(conf: &str, key: &str) -> Option<String> {
+    let mut global = false;
+    for line in conf.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            global = t.eq_ignore_ascii_case("[global]");
+            continue;
+        }
+        if !global {
+            continue;
+        }
+        if let Some((k, v)) = t.split_once('=')
+            && k.trim().eq_ignore_ascii_case(key)
+        {
+            let v = v.trim();
+            return Some(
+                match v.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+                    Some(quoted) => unescape(quoted),
+                    None => v.to_owned(),
+                },
+            );
+        }
+    }
+    None
+}
+
+/// `conf` with `[Global]`'s application credential replaced; everything else as it was. `None`
+/// when `[Global]` has no application credential to replace.
+pub fn with_credential(conf: &str, id: &str, secret: &str) -> Option<String> {
+    let mut global = false;
+    let (mut saw_id, mut saw_secret) = (false, false);
+    let mut out = String::with_capacity(conf.len() + 64);
+    for line in conf.split_inclusive('\n') {
+        let t = line.trim();
+        if t.starts_with('[') {
+            global = t.eq_ignore_ascii_case("[global]");
+        }
+        let key = t
+            .split_once('=')
+            .map(|(k, _)| k.trim().to_ascii_lowercase());
+        let newline = if line.ends_with('\n') { "\n" } else { "" };
+        match key.as_deref() {
+            Some("application-credential-id") if global => {
+                out.push_str(&format!(
+                    "application-credential-id = {}{newline}",
+                    gcfg(id)
+                ));
+                saw_id = true;
+            }
+            Some("application-credential-secret") if global => {
+                out.push_str(&format!(
+                    "application-credential-secret = {}{newline}",
+                    gcfg(secret)
+                ));
+                saw_secret = true;
+            }
+            _ => out.push_str(line),
+        }
+    }
+    (saw_id && saw_secret).then_some(out)
+}
+
+/// A gcfg string value: quoted, with backslash and double quote escaped (as kos writes cloud.conf).
+fn gcfg(v: &str) -> String {
+    format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// The inside of a quoted gcfg value.
+fn unescape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

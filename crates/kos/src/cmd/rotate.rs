@@ -1,0 +1,375 @@
+//! `kos rotate credential NAME`: the CLI side of [`kos_lifecycle::rotate`]. Keystone through the
+//! session, the cluster through its API with kos's admin certificate, and the credential's secret in
+//! the cluster's data directory (`ccm-credential.json`, and `ccm-credential-next.json` while a
+//! rotation runs), all 0600.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use kos_cloud::model::identity::ApplicationCredentialCreate;
+use kos_lifecycle::rotate::{
+    self, ClusterApi, Credential, CredentialStore, Keystone, Listed, Options, Rollout, Workload,
+    WorkloadKind,
+};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+
+use super::cluster::{api_client_at, with_cloud};
+use super::{Exit, Failure};
+use crate::bootstrap::Local;
+use crate::bootstrap::kube::Kube;
+use crate::cli::RotateCredentialArgs;
+use crate::files::write_private;
+
+pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
+    let name = args.name.clone();
+    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+        let r = async {
+            let local = Local::new(c.session.cloud_name(), &name).map_err(Failure::input)?;
+            let missing = |what: &str| {
+                Failure::input(miette::miette!(
+                    help = "run it on the machine that ran `kos up` (or copy its data directory), with the same --cloud",
+                    "the {what} of cluster {name} are not on this machine ({})",
+                    local.dir.display()
+                ))
+            };
+            let secrets = local.secrets().map_err(Failure::input)?.ok_or_else(|| missing("secrets"))?;
+            let meta = local
+                .meta_data()
+                .map_err(Failure::input)?
+                .ok_or_else(|| missing("API address and version"))?;
+            let version: kos_bootstrap::KubeVersion = meta
+                .kubernetes_version
+                .parse()
+                .map_err(|e| Failure::input(miette::miette!("{}: {e}", local.dir.display())))?;
+            let kube = api_client_at(&c, &meta.api_address, &version, &secrets)
+                .await
+                .map_err(|e| {
+                    Failure::cloud_report(miette::miette!(
+                        help = "the cluster's API must answer from this machine: nothing was changed",
+                        "cannot reach the API of cluster {name} at {}: {e}",
+                        meta.api_address
+                    ))
+                })?;
+            let keystone = Session(&c.session, &name);
+            let api = Api(&kube);
+            let store = Store(&local);
+            let opts = Options {
+                timeout: Duration::from_secs(args.timeout),
+                poll: if c.is_simulated() {
+                    Duration::from_millis(50)
+                } else {
+                    Duration::from_secs(2)
+                },
+            };
+            let done = rotate::rotate(&name, &keystone, &api, &store, opts, &mut |l| {
+                eprintln!("kos: {}", crate::term::escape(l));
+            })
+            .await
+            .map_err(|e| {
+                Failure::cloud_report(miette::miette!(
+                    help = "run `kos rotate credential` again: it continues where this run stopped",
+                    "{e}"
+                ))
+            })?;
+            println!(
+                "Cluster {name} uses application credential {} ({}); {} workload(s) rolled, {} old credential(s) deleted.",
+                done.name,
+                done.id,
+                done.rolled.len(),
+                done.deleted.len()
+            );
+            Ok(Exit::Ok)
+        }
+        .await;
+        (c, r)
+    })
+    .await
+}
+
+struct Session<'a>(&'a kos_cloud::Session, &'a str);
+
+impl Keystone for Session<'_> {
+    async fn list(&self, names: &[String]) -> Result<Vec<Listed>, String> {
+        let mut out = Vec::new();
+        for n in names {
+            let found = self
+                .0
+                .identity()
+                .list_application_credentials(Some(n))
+                .await
+                .map_err(|e| e.to_string())?;
+            out.extend(found.into_iter().map(|c| Listed {
+                id: c.id,
+                name: c.name,
+            }));
+        }
+        Ok(out)
+    }
+
+    async fn create(&self, name: &str) -> Result<Credential, String> {
+        let req = ApplicationCredentialCreate {
+            name: name.to_owned(),
+            description: Some(format!(
+                "kos cluster {}: the in-cluster OpenStack cloud controller manager and CSI",
+                self.1
+            )),
+            ..ApplicationCredentialCreate::default()
+        };
+        let c = self
+            .0
+            .identity()
+            .create_application_credential(&req)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Credential {
+            id: c.credential.id,
+            name: c.credential.name,
+            secret: c.secret,
+        })
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), String> {
+        match self.0.identity().delete_application_credential(id).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+const SECRET_PATH: &str = "/api/v1/namespaces/kube-system/secrets/cloud-config";
+
+struct Api<'a>(&'a Kube);
+
+impl Api<'_> {
+    fn path(w: &Workload) -> String {
+        let plural = match w.kind {
+            WorkloadKind::DaemonSet => "daemonsets",
+            WorkloadKind::Deployment => "deployments",
+        };
+        format!(
+            "/apis/apps/v1/namespaces/{}/{plural}/{}",
+            w.namespace, w.name
+        )
+    }
+}
+
+impl ClusterApi for Api<'_> {
+    async fn cloud_conf(&self) -> Result<SecretString, String> {
+        let s = self.0.get_json(SECRET_PATH).await?;
+        let b64 = s
+            .pointer("/data/cloud.conf")
+            .and_then(Value::as_str)
+            .ok_or("it has no cloud.conf")?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|_| "its cloud.conf is not base64")?;
+        String::from_utf8(bytes)
+            .map(SecretString::from)
+            .map_err(|_| "its cloud.conf is not text".into())
+    }
+
+    async fn set_cloud_conf(&self, text: &SecretString) -> Result<(), String> {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(text.expose_secret());
+        self.0
+            .merge_patch(SECRET_PATH, &json!({"data": {"cloud.conf": b64}}))
+            .await
+    }
+
+    async fn workloads_mounting(&self, secret: &str) -> Result<Vec<Workload>, String> {
+        let mut out = Vec::new();
+        for (kind, plural) in [
+            (WorkloadKind::DaemonSet, "daemonsets"),
+            (WorkloadKind::Deployment, "deployments"),
+        ] {
+            let list = self
+                .0
+                .get_json(&format!("/apis/apps/v1/namespaces/kube-system/{plural}"))
+                .await?;
+            for item in list["items"].as_array().into_iter().flatten() {
+                let mounts = item
+                    .pointer("/spec/template/spec/volumes")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|v| {
+                        v.pointer("/secret/secretName").and_then(Value::as_str) == Some(secret)
+                    });
+                let Some(name) = item.pointer("/metadata/name").and_then(Value::as_str) else {
+                    continue;
+                };
+                if mounts {
+                    out.push(Workload {
+                        kind,
+                        namespace: "kube-system".into(),
+                        name: name.to_owned(),
+                        annotation: item
+                            .pointer("/spec/template/metadata/annotations")
+                            .and_then(|a| a.get(rotate::CREDENTIAL_ANNOTATION))
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn annotate(&self, w: &Workload, key: &str, value: &str) -> Result<(), String> {
+        self.0
+            .merge_patch(
+                &Self::path(w),
+                &json!({"spec": {"template": {"metadata": {"annotations": {key: value}}}}}),
+            )
+            .await
+    }
+
+    async fn rollout(&self, w: &Workload) -> Result<Rollout, String> {
+        let o = self.0.get_json(&Self::path(w)).await?;
+        Ok(rollout_of(w.kind, &o))
+    }
+}
+
+/// Whether a workload has rolled out, judged as `kubectl rollout status` does: the controller has
+/// seen the latest spec, every pod is of it, and as many are available as wanted.
+fn rollout_of(kind: WorkloadKind, o: &Value) -> Rollout {
+    let n = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    if n("/status/observedGeneration") < n("/metadata/generation") {
+        return Rollout::Waiting("the controller has not seen the change yet".into());
+    }
+    match kind {
+        WorkloadKind::DaemonSet => {
+            let (desired, updated, available) = (
+                n("/status/desiredNumberScheduled"),
+                n("/status/updatedNumberScheduled"),
+                n("/status/numberAvailable"),
+            );
+            if updated < desired {
+                Rollout::Waiting(format!("{updated} of {desired} updated pods scheduled"))
+            } else if available < desired {
+                Rollout::Waiting(format!("{available} of {desired} updated pods available"))
+            } else {
+                Rollout::Done
+            }
+        }
+        WorkloadKind::Deployment => {
+            let want = o
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let (replicas, updated, available) = (
+                n("/status/replicas"),
+                n("/status/updatedReplicas"),
+                n("/status/availableReplicas"),
+            );
+            if updated < want {
+                Rollout::Waiting(format!("{updated} of {want} replicas updated"))
+            } else if replicas > updated {
+                Rollout::Waiting(format!(
+                    "{} old replicas pending termination",
+                    replicas - updated
+                ))
+            } else if available < updated {
+                Rollout::Waiting(format!(
+                    "{available} of {updated} updated replicas available"
+                ))
+            } else {
+                Rollout::Done
+            }
+        }
+    }
+}
+
+struct Store<'a>(&'a Local);
+
+fn stored(c: &Credential) -> Vec<u8> {
+    json!({"id": c.id, "name": c.name, "secret": c.secret.expose_secret()})
+        .to_string()
+        .into_bytes()
+}
+
+impl CredentialStore for Store<'_> {
+    fn pending(&self) -> Result<Option<Credential>, String> {
+        let path = self.0.ccm_next();
+        match std::fs::read_to_string(&path) {
+            Ok(t) => {
+                let v: Value = serde_json::from_str(&t)
+                    .map_err(|_| format!("{} is malformed", path.display()))?;
+                let s = |k: &str| v[k].as_str().map(str::to_owned);
+                match (s("id"), s("name"), s("secret")) {
+                    (Some(id), Some(name), Some(secret)) => Ok(Some(Credential {
+                        id,
+                        name,
+                        secret: SecretString::from(secret),
+                    })),
+                    _ => Err(format!("{} is malformed", path.display())),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    fn keep_pending(&self, c: &Credential) -> Result<(), String> {
+        write_private(&self.0.ccm_next(), &stored(c)).map_err(|e| format!("{e:?}"))
+    }
+
+    fn commit(&self, c: &Credential) -> Result<(), String> {
+        write_private(&self.0.ccm(), &stored(c)).map_err(|e| format!("{e:?}"))?;
+        match std::fs::remove_file(self.0.ccm_next()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("{}: {e}", self.0.ccm_next().display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rollouts_are_judged_as_kubectl_does() {
+        let ds = |g: i64, og: i64, d: i64, u: i64, a: i64| {
+            json!({"metadata": {"generation": g}, "status": {"observedGeneration": og,
+                "desiredNumberScheduled": d, "updatedNumberScheduled": u, "numberAvailable": a}})
+        };
+        assert!(matches!(
+            rollout_of(WorkloadKind::DaemonSet, &ds(2, 1, 1, 1, 1)),
+            Rollout::Waiting(_)
+        ));
+        assert!(matches!(
+            rollout_of(WorkloadKind::DaemonSet, &ds(2, 2, 3, 2, 3)),
+            Rollout::Waiting(_)
+        ));
+        assert!(matches!(
+            rollout_of(WorkloadKind::DaemonSet, &ds(2, 2, 3, 3, 2)),
+            Rollout::Waiting(_)
+        ));
+        assert_eq!(
+            rollout_of(WorkloadKind::DaemonSet, &ds(2, 2, 3, 3, 3)),
+            Rollout::Done
+        );
+        let dep = |r: i64, u: i64, a: i64| {
+            json!({"metadata": {"generation": 3}, "spec": {"replicas": 2},
+                "status": {"observedGeneration": 3, "replicas": r, "updatedReplicas": u, "availableReplicas": a}})
+        };
+        assert!(matches!(
+            rollout_of(WorkloadKind::Deployment, &dep(3, 2, 2)),
+            Rollout::Waiting(_)
+        ));
+        assert!(matches!(
+            rollout_of(WorkloadKind::Deployment, &dep(2, 1, 2)),
+            Rollout::Waiting(_)
+        ));
+        assert!(matches!(
+            rollout_of(WorkloadKind::Deployment, &dep(2, 2, 1)),
+            Rollout::Waiting(_)
+        ));
+        assert_eq!(
+            rollout_of(WorkloadKind::Deployment, &dep(2, 2, 2)),
+            Rollout::Done
+        );
+    }
+}
