@@ -25,6 +25,10 @@
 //! done in the same request. The module docs of `store`, `patch`, `fields`, `watch`, `schema`,
 //! `table`, `openapi`, `proto`, `crd`, `defaults` and `alloc` list what is simplified.
 //!
+//! Day two: `pods/portforward` over WebSocket to what a [`PortForward`] backend connects (module
+//! `portforward`), and the Eviction API with PodDisruptionBudgets (module `eviction`;
+//! [`FakeKube::reconcile_disruption_budgets`] is the disruption controller's pass).
+//!
 //! For tests: [`FakeKube::insert`], [`FakeKube::get`], [`FakeKube::modify`], [`FakeKube::events`]
 //! (what controllers recorded), [`FakeKube::requests`] / [`FakeKube::writes`] (the request log) and
 //! [`FakeKube::inject`] (faults).
