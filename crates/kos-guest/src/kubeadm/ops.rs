@@ -567,8 +567,19 @@ impl Guest {
             // node's peer URL; etcd then starts on an empty data directory as that existing member
             // and exits (raft: "tocommit(N) is out of range [lastIndex(0)]"), so the wait for the
             // cluster fails. The stale member has to be removed first.
+            // Only a member whose server no longer runs can hold this address's peer URL (two
+            // live servers never share a fixed IP; the in-memory hosts give every server one).
             let ip = srv.addresses.first().copied();
-            if let Some(stale) = c.etcd.iter().find(|m| ip.is_some() && m.ip == ip) {
+            let stale = c.etcd.iter().find(|m| {
+                ip.is_some()
+                    && m.ip == ip
+                    && m.server != *id
+                    && self
+                        .servers
+                        .get(&m.server)
+                        .is_none_or(|s| s.power == crate::guest::Power::Deleted)
+            });
+            if let Some(stale) = stale {
                 return Ok(Err(phase_err(
                     "control-plane-join/etcd",
                     &format!(
