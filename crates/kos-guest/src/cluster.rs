@@ -34,9 +34,57 @@ impl fmt::Display for ClusterId {
 /// One etcd member: the control plane it runs on.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EtcdMember {
+    /// etcd's member ID (random, never 0).
+    #[serde(default)]
+    pub id: u64,
     pub server: ServerId,
     /// The member name kubeadm gives it: the node name.
     pub name: String,
+    /// The address of its peer URL (`https://<ip>:2380`): the node's advertise address.
+    #[serde(default)]
+    pub ip: Option<std::net::IpAddr>,
+}
+
+impl EtcdMember {
+    /// A new member (a fresh random ID, as etcd gives one on `member add`).
+    pub fn new(server: ServerId, name: String, ip: Option<std::net::IpAddr>) -> EtcdMember {
+        use rand::Rng;
+        EtcdMember {
+            id: rand::rng().random_range(1..=u64::MAX),
+            server,
+            name,
+            ip,
+        }
+    }
+
+    pub fn peer_url(&self) -> String {
+        url_of(self.ip, 2380)
+    }
+
+    pub fn client_url(&self) -> String {
+        url_of(self.ip, 2379)
+    }
+}
+
+fn url_of(ip: Option<std::net::IpAddr>, port: u16) -> String {
+    match ip {
+        Some(std::net::IpAddr::V6(a)) => format!("https://[{a}]:{port}"),
+        Some(a) => format!("https://{a}:{port}"),
+        None => format!("https://127.0.0.1:{port}"),
+    }
+}
+
+/// etcd's raft position, as far as the model has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EtcdRaft {
+    pub term: u64,
+    pub index: u64,
+}
+
+impl Default for EtcdRaft {
+    fn default() -> EtcdRaft {
+        EtcdRaft { term: 2, index: 4 }
+    }
 }
 
 /// The CNI a cluster runs (a stand-in for the manifest's objects).
@@ -60,6 +108,8 @@ pub struct Cluster {
     pub upgrading_to: Option<Version>,
     pub pod_subnet: Option<String>,
     pub etcd: Vec<EtcdMember>,
+    /// etcd's raft term and index as its status reports them (they move with membership only).
+    pub etcd_raft: EtcdRaft,
     pub cni: Option<CniState>,
     /// What kubeadm puts into every API server's serving certificate.
     pub serving: Serving,
@@ -184,6 +234,7 @@ impl Cluster {
             upgrading_to: None,
             pod_subnet,
             etcd: vec![first],
+            etcd_raft: EtcdRaft::default(),
             cni: None,
             serving,
             kube,
@@ -293,5 +344,14 @@ impl Cluster {
     /// etcd has quorum: more than half of the members are up.
     pub fn has_quorum(&self, up: &dyn Fn(&ServerId) -> bool) -> bool {
         self.healthy_members(up).len() * 2 > self.etcd.len()
+    }
+
+    /// etcd's cluster ID (stable for the cluster's life: derived from its identity).
+    pub fn etcd_cluster_id(&self) -> u64 {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(format!("{}/{}", self.ca_hash, self.id.0).as_bytes());
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&d[..8]);
+        u64::from_be_bytes(b).max(1)
     }
 }

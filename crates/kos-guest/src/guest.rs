@@ -544,6 +544,59 @@ impl Guest {
                         })?;
                 }
             }
+            self.mirror_pods_follow_kubelets(c)?;
+            c.kube.reconcile_disruption_budgets()?;
+        }
+        Ok(())
+    }
+
+    /// Mirror pods follow their kubelet: Ready while it runs, Ready False while its server is off
+    /// (the node lifecycle controller marks them), deleted once the kubelet is gone for good (the
+    /// server deleted, or the node now runs another cluster's kubelet).
+    fn mirror_pods_follow_kubelets(&self, c: &Cluster) -> Result<(), GuestError> {
+        use k8s_openapi::api::core::v1::Pod;
+        for p in c.kube.list::<Pod>(Some(crate::cluster::KUBE_SYSTEM))? {
+            let mirror = p
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(kubelet::MIRROR_ANNOTATION));
+            let (Some(name), Some(node)) = (
+                p.metadata.name.clone(),
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            ) else {
+                continue;
+            };
+            if !mirror {
+                continue;
+            }
+            let server = self.servers.values().find(|s| {
+                s.power != Power::Deleted
+                    && s.kubelet
+                        .as_ref()
+                        .is_some_and(|k| k.cluster == c.id && k.node == node)
+            });
+            match server {
+                None => c
+                    .kube
+                    .delete::<Pod>(Some(crate::cluster::KUBE_SYSTEM), &name)?,
+                Some(s) => {
+                    let running = s.power == Power::On;
+                    if kubelet::pod_ready(&p) != running {
+                        let ip = s
+                            .addresses
+                            .first()
+                            .map(ToString::to_string)
+                            .unwrap_or_default();
+                        c.kube
+                            .modify::<Pod>(Some(crate::cluster::KUBE_SYSTEM), &name, |pod| {
+                                pod.status =
+                                    serde_json::from_value(kubelet::pod_status(running, &ip))
+                                        .unwrap_or_default();
+                            })?;
+                    }
+                }
+            }
         }
         Ok(())
     }

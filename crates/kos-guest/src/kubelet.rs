@@ -177,3 +177,121 @@ pub fn set_readiness(n: &mut Node, r: Readiness, now: OffsetDateTime) -> bool {
     conds.push(want);
     true
 }
+
+/// The annotation that marks a mirror pod (the kubelet's `kubernetes.io/config.mirror`).
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The etcd kubeadm's static pod runs (the guest reports this version on `maintenance/status`).
+pub const ETCD_VERSION: &str = "3.6.5";
+
+/// The mirror pods of the static pods kubeadm writes on a control plane (`etcd`,
+/// `kube-apiserver`, `kube-controller-manager`, `kube-scheduler`), as the kubelet creates them:
+/// named `<component>-<node>` in kube-system, kubeadm's labels `component` and `tier:
+/// control-plane`, the `kubernetes.io/config.*` annotations, owned by the Node, host network, and
+/// Running and Ready while the kubelet runs them.
+pub fn mirror_pods(
+    node: &k8s_openapi::api::core::v1::Node,
+    ip: Option<std::net::IpAddr>,
+    kubernetes: Version,
+) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    let node_name = node.metadata.name.clone().unwrap_or_default();
+    let ip = ip.map(|a| a.to_string()).unwrap_or_default();
+    let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node_name.clone(),
+        uid: node.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    };
+    let v = kubernetes.to_string();
+    [
+        (
+            "etcd",
+            format!("registry.k8s.io/etcd:{ETCD_VERSION}-0"),
+            (
+                "kubeadm.kubernetes.io/etcd.advertise-client-urls",
+                format!("https://{ip}:2379"),
+            ),
+        ),
+        (
+            "kube-apiserver",
+            format!("registry.k8s.io/kube-apiserver:{v}"),
+            (
+                "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint",
+                format!("{ip}:6443"),
+            ),
+        ),
+        (
+            "kube-controller-manager",
+            format!("registry.k8s.io/kube-controller-manager:{v}"),
+            ("", String::new()),
+        ),
+        (
+            "kube-scheduler",
+            format!("registry.k8s.io/kube-scheduler:{v}"),
+            ("", String::new()),
+        ),
+    ]
+    .into_iter()
+    .map(|(component, image, (ann, ann_value))| {
+        let hash = format!("{:x}", {
+            use sha2::Digest;
+            let d = sha2::Sha256::digest(format!("{component}/{node_name}/{image}").as_bytes());
+            u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+        });
+        let mut annotations = BTreeMap::from([
+            (MIRROR_ANNOTATION.to_owned(), hash.clone()),
+            ("kubernetes.io/config.hash".to_owned(), hash),
+            ("kubernetes.io/config.source".to_owned(), "file".to_owned()),
+        ]);
+        if !ann.is_empty() {
+            annotations.insert(ann.to_owned(), ann_value);
+        }
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": format!("{component}-{node_name}"),
+                "namespace": "kube-system",
+                "labels": {"component": component, "tier": "control-plane"},
+                "annotations": annotations,
+                "ownerReferences": [owner],
+            },
+            "spec": {
+                "nodeName": node_name,
+                "hostNetwork": true,
+                "priorityClassName": "system-node-critical",
+                "priority": 2_000_001_000,
+                "containers": [{"name": component, "image": image, "command": [component]}],
+                "tolerations": [{"operator": "Exists", "effect": "NoExecute"}],
+            },
+            "status": pod_status(true, &ip),
+        });
+        serde_json::from_value(pod).unwrap_or_default()
+    })
+    .collect()
+}
+
+/// A mirror pod's status: Running and Ready while its kubelet runs, Ready False once the node
+/// lifecycle controller marks the pods of an unreachable node.
+pub fn pod_status(running: bool, ip: &str) -> serde_json::Value {
+    let ready = if running { "True" } else { "False" };
+    serde_json::json!({
+        "phase": "Running",
+        "hostIP": ip, "podIP": ip,
+        "podIPs": if ip.is_empty() { serde_json::json!([]) } else { serde_json::json!([{"ip": ip}]) },
+        "conditions": [
+            {"type": "Initialized", "status": "True"},
+            {"type": "Ready", "status": ready},
+            {"type": "ContainersReady", "status": ready},
+            {"type": "PodScheduled", "status": "True"},
+        ],
+    })
+}
+
+/// Whether a pod's Ready condition is True.
+pub fn pod_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

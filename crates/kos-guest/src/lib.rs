@@ -20,7 +20,12 @@
 //!   Secrets, ConfigMaps, Nodes and addon objects, plus the cluster's identity (CA hash), version and
 //!   etcd membership. `--upload-certs` really encrypts `kubeadm-certs` (AES-256-GCM).
 //! - The kubelet ([`kubelet`]) registers the Node (name, providerID, labels, taints including
-//!   `node.cloudprovider.kubernetes.io/uninitialized`) and keeps its Ready condition.
+//!   `node.cloudprovider.kubernetes.io/uninitialized`) and keeps its Ready condition; on control
+//!   planes it creates the mirror pods of kubeadm's static pods (`etcd-<node>`, ...).
+//! - Attached to kos-sim, each member's etcd serves etcd's JSON gateway over TLS with client
+//!   certificates from the etcd CA, reached through `pods/portforward` of `etcd-<node>`
+//!   ([`sim::etcd`]); `GET /_sim/clusters` reports nodes, members and invariant violations
+//!   ([`sim::invariants`]).
 //!
 //! # What is a stand-in
 //! - The internet ([`internet`]) knows only the pinned CNI manifest URLs and their real sha256; it

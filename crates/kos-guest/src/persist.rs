@@ -94,6 +94,7 @@ impl Guest {
                     upgrading_to: c.upgrading_to,
                     pod_subnet: c.pod_subnet,
                     etcd: c.etcd,
+                    etcd_raft: crate::cluster::EtcdRaft::default(),
                     cni: c.cni,
                     serving: c.serving,
                     kube,

@@ -25,6 +25,10 @@
 //! done in the same request. The module docs of `store`, `patch`, `fields`, `watch`, `schema`,
 //! `table`, `openapi`, `proto`, `crd`, `defaults` and `alloc` list what is simplified.
 //!
+//! Day two: `pods/portforward` over WebSocket to what a [`PortForward`] backend connects (module
+//! `portforward`), and the Eviction API with PodDisruptionBudgets (module `eviction`;
+//! [`FakeKube::reconcile_disruption_budgets`] is the disruption controller's pass).
+//!
 //! For tests: [`FakeKube::insert`], [`FakeKube::get`], [`FakeKube::modify`], [`FakeKube::events`]
 //! (what controllers recorded), [`FakeKube::requests`] / [`FakeKube::writes`] (the request log) and
 //! [`FakeKube::inject`] (faults).
@@ -49,10 +53,12 @@ mod crd;
 mod defaults;
 mod discovery;
 pub mod error;
+mod eviction;
 mod fields;
 pub mod log;
 mod openapi;
 mod patch;
+pub mod portforward;
 mod proto;
 pub mod resources;
 mod schema;
@@ -77,6 +83,7 @@ use serde_json::Value;
 
 pub use error::{ApiError, Cause, Details};
 pub use log::{Fault, PatchType, Request, Verb};
+pub use portforward::{ForwardError, PodStream, PortForward};
 pub use resources::{NameRule, ResourceType};
 pub use snapshot::{Snapshot, SnapshotObject};
 pub use tls::{TlsFront, TlsServing};
@@ -263,9 +270,7 @@ impl FakeKube {
             config.service_cidr,
         );
         let shared = Arc::new(Shared::new(store, config));
-        let app = axum::Router::new()
-            .fallback(server::handle)
-            .with_state(shared.clone());
+        let app = server::router(shared.clone());
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!("kos-kube-fake stopped: {e}");
@@ -482,6 +487,21 @@ impl FakeKube {
     /// Forgets the request log (the sequence numbers keep counting).
     pub fn clear_requests(&self) {
         self.shared.store().requests.clear();
+    }
+
+    /// Where `pods/portforward` connects pods' ports (see [`PortForward`]).
+    pub fn set_port_forward(&self, backend: Arc<dyn PortForward>) {
+        self.shared.set_port_forward(backend);
+    }
+
+    /// The disruption controller's pass: every PodDisruptionBudget's status (`disruptionsAllowed`
+    /// and the counts behind it) computed from the pods as they are now.
+    pub fn reconcile_disruption_budgets(&self) -> Result<(), FakeError> {
+        let changed = eviction::reconcile_budgets(&mut self.shared.store())?;
+        if changed {
+            self.shared.notify();
+        }
+        Ok(())
     }
 
     /// Makes matching requests fail (see [`Fault`]).

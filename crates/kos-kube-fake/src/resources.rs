@@ -167,7 +167,7 @@ impl ResourceType {
 /// neighbours tests create, and what a cluster's addon manifests hold (workloads, RBAC, storage), so
 /// the simulated clusters (kos-guest) can `kubectl apply` them.
 pub fn builtin() -> Vec<ResourceType> {
-    use k8s_openapi::api::{apps, coordination, core, discovery, events, rbac, storage};
+    use k8s_openapi::api::{apps, coordination, core, discovery, events, policy, rbac, storage};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     // Short names and categories as kube-apiserver's discovery lists them.
     vec![
@@ -200,6 +200,9 @@ pub fn builtin() -> Vec<ResourceType> {
             .names(NameRule::PathSegment)
             .with_short_names(&["ev"]),
         ResourceType::of::<coordination::v1::Lease>(true),
+        ResourceType::of::<policy::v1::PodDisruptionBudget>(true)
+            .with_status()
+            .with_short_names(&["pdb"]),
         ResourceType::of::<discovery::v1::EndpointSlice>(true),
         ResourceType::of::<apps::v1::DaemonSet>(true)
             .with_status()

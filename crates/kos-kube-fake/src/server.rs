@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     /// Set when the fake stops; open watches end.
     pub stopping: watch::Sender<bool>,
     pub config: Config,
+    /// Where pods' ports lead (`pods/portforward`); none: every port is refused.
+    port_forward: Mutex<Option<Arc<dyn crate::portforward::PortForward>>>,
 }
 
 impl Shared {
@@ -44,12 +46,27 @@ impl Shared {
             changed: watch::Sender::new(rv),
             stopping: watch::Sender::new(false),
             config,
+            port_forward: Mutex::new(None),
         }
     }
 
     /// The store; a panic elsewhere while it was held leaves it usable (tests then see the panic).
     pub fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn port_forward(&self) -> Option<Arc<dyn crate::portforward::PortForward>> {
+        self.port_forward
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn set_port_forward(&self, backend: Arc<dyn crate::portforward::PortForward>) {
+        *self
+            .port_forward
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(backend);
     }
 
     /// Wakes the watches after a write.
@@ -229,6 +246,18 @@ fn parse_apply(body: &Bytes) -> ApiResult<Value> {
         .map_err(|_| ApiError::bad_request("the apply configuration is not UTF-8"))?;
     serde_saphyr::from_str::<Value>(text)
         .map_err(|e| ApiError::bad_request(format!("the apply configuration is not YAML: {e}")))
+}
+
+/// The routes of a fake: `pods/portforward` (an upgrade, outside the request log), then every
+/// other path.
+pub(crate) fn router(shared: Arc<Shared>) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/api/v1/namespaces/{ns}/pods/{name}/portforward",
+            axum::routing::get(crate::portforward::handle),
+        )
+        .fallback(handle)
+        .with_state(shared)
 }
 
 /// The handler behind every path.
@@ -517,6 +546,13 @@ async fn serve(
         Target::Object { res, ns, name, sub } => {
             let res = *res;
             let ns = ns.as_deref().unwrap_or_default();
+            let pods = shared.store().type_index("", "v1", "pods");
+            if sub.as_deref() == Some("eviction") && Some(res) == pods && verb == Verb::Create {
+                let eviction = parse_json(body)?;
+                let status = crate::eviction::evict(&mut shared.store(), ns, name, &eviction)?;
+                shared.notify();
+                return Ok(json_response(StatusCode::CREATED, &status));
+            }
             if sub.as_deref().is_some_and(|s| s != "status")
                 || (sub.is_some() && !shared.store().types[res].status_subresource)
             {

@@ -240,13 +240,9 @@ async fn accept_loop(
     trusted: Arc<dyn ClientCertVerifier>,
     front: Front,
 ) {
-    let base = axum::Router::new()
-        .fallback(crate::server::handle)
-        .with_state(front.shared.clone())
-        .layer(axum::middleware::from_fn_with_state(
-            front.clone(),
-            authenticate,
-        ));
+    let base = crate::server::router(front.shared.clone()).layer(
+        axum::middleware::from_fn_with_state(front.clone(), authenticate),
+    );
     // Connections die with the front (a server powered off closes its sockets).
     let mut conns = JoinSet::new();
     loop {

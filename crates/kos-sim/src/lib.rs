@@ -16,6 +16,7 @@
 //! agreeing with itself.
 
 pub mod admin;
+mod admin_clusters;
 pub mod app;
 pub mod cinder;
 pub mod clock;

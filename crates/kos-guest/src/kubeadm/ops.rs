@@ -116,6 +116,27 @@ fn version_checks(kubelet: Version, cluster: Version, errors: &mut Vec<String>) 
     }
 }
 
+/// The kubelet's mirror pods of the static pods kubeadm wrote (replacing a previous node's).
+fn put_mirror_pods(
+    c: &Cluster,
+    node: &Node,
+    ip: Option<std::net::IpAddr>,
+    v: Version,
+) -> Result<(), GuestError> {
+    for p in kubelet::mirror_pods(node, ip, v) {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        if c.kube
+            .get::<k8s_openapi::api::core::v1::Pod>(Some("kube-system"), &name)?
+            .is_some()
+        {
+            c.kube
+                .delete::<k8s_openapi::api::core::v1::Pod>(Some("kube-system"), &name)?;
+        }
+        c.kube.insert(&p)?;
+    }
+    Ok(())
+}
+
 impl Guest {
     /// `kubeadm reset -f` between attempts: the node's local control-plane state goes (the attempt
     /// that failed changed nothing in any cluster: the guest's kubeadm is all or nothing).
@@ -231,10 +252,11 @@ impl Guest {
                     dns_domain: docs.cluster.dns_domain.clone(),
                     cert_sans: docs.cluster.cert_sans.clone(),
                 },
-                first: EtcdMember {
-                    server: id.clone(),
-                    name: node_name.clone(),
-                },
+                first: EtcdMember::new(
+                    id.clone(),
+                    node_name.clone(),
+                    srv.addresses.first().copied(),
+                ),
             },
             &ca_pem,
         )?;
@@ -288,7 +310,8 @@ impl Guest {
             Ok(n) => n,
             Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
         };
-        cluster.kube.insert(&node)?;
+        let node = cluster.kube.insert(&node)?;
+        put_mirror_pods(&cluster, &node, srv.addresses.first().copied(), v)?;
         let local = endpoint
             .clone()
             .unwrap_or_else(|| format!("{}:6443", srv.meta.local_hostname));
@@ -540,6 +563,32 @@ impl Guest {
                     "error creating local etcd static pod manifest file: etcdserver: unhealthy cluster",
                 )));
             }
+            // kubeadm's AddMember meets ErrPeerURLExist and reuses the member registered with this
+            // node's peer URL; etcd then starts on an empty data directory as that existing member
+            // and exits (raft: "tocommit(N) is out of range [lastIndex(0)]"), so the wait for the
+            // cluster fails. The stale member has to be removed first.
+            // Only a member whose server no longer runs can hold this address's peer URL (two
+            // live servers never share a fixed IP; the in-memory hosts give every server one).
+            let ip = srv.addresses.first().copied();
+            let stale = c.etcd.iter().find(|m| {
+                ip.is_some()
+                    && m.ip == ip
+                    && m.server != *id
+                    && self
+                        .servers
+                        .get(&m.server)
+                        .is_none_or(|s| s.power == crate::guest::Power::Deleted)
+            });
+            if let Some(stale) = stale {
+                return Ok(Err(phase_err(
+                    "control-plane-join/etcd",
+                    &format!(
+                        "error creating local etcd static pod manifest file: timeout waiting for etcd cluster to be available (the member {:x} with peer URL {} already exists: etcd cannot rejoin it with an empty data directory)",
+                        stale.id,
+                        stale.peer_url()
+                    ),
+                )));
+            }
         }
         // TLS bootstrap: the kubelet authenticates with the token and creates its CSR.
         if secret_str(token, "usage-bootstrap-authentication").as_deref() != Some("true") {
@@ -602,10 +651,15 @@ impl Guest {
             .get_mut(&cid)
             .ok_or(GuestError::UnknownServer { server: id.clone() })?;
         if control_plane {
-            c.etcd.push(EtcdMember {
-                server: id.clone(),
-                name: docs.node.name.clone(),
-            });
+            if let Some(n) = c.kube.get::<Node>(None, &docs.node.name)? {
+                put_mirror_pods(c, &n, srv.addresses.first().copied(), c.version)?;
+            }
+            c.etcd_raft.index += 1;
+            c.etcd.push(EtcdMember::new(
+                id.clone(),
+                docs.node.name.clone(),
+                srv.addresses.first().copied(),
+            ));
             srv.api_of = Some(cid);
             srv.vfs.write(
                 ADMIN_CONF,

@@ -73,11 +73,17 @@ impl Fronts {
                 }
             }
         }
-        // /readyz: etcd has quorum.
-        for r in self.running.values() {
+        self.update_readiness(guest);
+    }
+
+    /// `/readyz`: the cluster's etcd has quorum and the node's own member (the API server's
+    /// `--etcd-servers=https://127.0.0.1:2379`) is still in it.
+    pub fn update_readiness(&self, guest: &Guest) {
+        for (id, r) in &self.running {
             if let Some(c) = guest.clusters.get(&r.cluster) {
                 let up = |m: &ServerId| guest.servers.get(m).is_some_and(|s| s.power == Power::On);
-                r.front.set_ready(c.has_quorum(&up));
+                let member = c.etcd.iter().any(|m| &m.server == id);
+                r.front.set_ready(member && c.has_quorum(&up));
             }
         }
     }

@@ -16,12 +16,14 @@
 
 pub mod apiserver;
 pub mod ccm;
+pub mod etcd;
 pub mod forward;
+pub mod invariants;
 mod workloads;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kos_sim::SimTime;
 use kos_sim::guests::{
@@ -53,7 +55,8 @@ pub enum SimGuestsError {
 
 /// kos-guest attached to a kos-sim cloud.
 pub struct SimGuests {
-    inner: Mutex<Inner>,
+    /// Shared (weakly) with the etcd endpoints and port-forward backends, which act on the model.
+    inner: Arc<Mutex<Inner>>,
     handle: tokio::runtime::Handle,
 }
 
@@ -63,7 +66,7 @@ impl std::fmt::Debug for SimGuests {
     }
 }
 
-struct Inner {
+pub(crate) struct Inner {
     guest: Guest,
     /// Wall-clock time at simulated second 0 (set when the runtime first runs).
     epoch: Option<OffsetDateTime>,
@@ -71,8 +74,12 @@ struct Inner {
     /// restart of the simulator when it can).
     ports: BTreeMap<String, u16>,
     fronts: apiserver::Fronts,
+    etcds: etcd::Etcds,
+    /// The clusters whose API has this runtime's port-forward backend.
+    wired: std::collections::BTreeSet<ClusterId>,
     forwards: forward::Forwards,
     ccms: ccm::Ccms,
+    invariants: invariants::Invariants,
 }
 
 /// What is saved of a runtime.
@@ -119,14 +126,17 @@ impl SimGuests {
         let handle =
             tokio::runtime::Handle::try_current().map_err(|_| SimGuestsError::NoRuntime)?;
         Ok(SimGuests {
-            inner: Mutex::new(Inner {
+            inner: Arc::new(Mutex::new(Inner {
                 guest,
                 epoch,
                 ports,
                 fronts: apiserver::Fronts::default(),
+                etcds: etcd::Etcds::default(),
+                wired: Default::default(),
                 forwards: forward::Forwards::default(),
                 ccms: ccm::Ccms::default(),
-            }),
+                invariants: invariants::Invariants::default(),
+            })),
             handle,
         })
     }
@@ -214,10 +224,27 @@ impl Inner {
 
     /// Brings what runs on the servers in line with the guest: API servers, local addresses, cloud
     /// controllers; forgets servers that are gone and clusters nothing runs any more.
-    fn reconcile(&mut self, host: &mut GuestHost<'_>, handle: &tokio::runtime::Handle) {
+    fn reconcile(
+        &mut self,
+        host: &mut GuestHost<'_>,
+        handle: &tokio::runtime::Handle,
+        model: &etcd::Model,
+    ) {
         let _entered = handle.enter();
+        // Before pruning: a deleted server's member is seen gone from that moment.
+        self.invariants.observe(&self.guest, host.now());
         self.guest.prune();
         self.fronts.reconcile(&mut self.guest);
+        self.etcds.reconcile(&mut self.guest, model);
+        self.wired.retain(|c| self.guest.clusters.contains_key(c));
+        for (id, c) in &self.guest.clusters {
+            if self.wired.insert(*id) {
+                c.kube.set_port_forward(Arc::new(etcd::Kubelets {
+                    model: model.clone(),
+                    cluster: *id,
+                }));
+            }
+        }
         // Where the workstation reaches each endpoint: the API servers of the backends the cloud's
         // network forwards it to.
         let mut routes: BTreeMap<forward::Key, Vec<SocketAddr>> = BTreeMap::new();
@@ -288,13 +315,13 @@ impl GuestRuntime for SimGuests {
                 GuestEvent::Delete => guest.handle(&id, ServerEvent::Delete, view),
             }
         });
-        inner.reconcile(host, &self.handle);
+        inner.reconcile(host, &self.handle, &Arc::downgrade(&self.inner));
     }
 
     fn tick(&self, host: &mut GuestHost<'_>) {
         let mut inner = lock(&self.inner);
         inner.with_host(host, |guest, view| guest.tick(view));
-        inner.reconcile(host, &self.handle);
+        inner.reconcile(host, &self.handle, &Arc::downgrade(&self.inner));
     }
 
     fn next_wake(&self) -> Option<SimTime> {
@@ -304,6 +331,15 @@ impl GuestRuntime for SimGuests {
             .guest
             .next_wake()
             .map(|t| SimTime((t - epoch).as_seconds_f64()))
+    }
+
+    fn clusters(&self, now: SimTime) -> serde_json::Value {
+        let mut inner = lock(&self.inner);
+        let Inner {
+            guest, invariants, ..
+        } = &mut *inner;
+        invariants.observe(guest, now);
+        invariants.report(guest)
     }
 
     fn kube_endpoints(&self) -> Vec<KubeEndpoint> {

@@ -92,6 +92,11 @@ pub trait GuestRuntime: Send + Sync {
     fn next_wake(&self) -> Option<SimTime>;
     /// The clusters' API endpoints and their local addresses (`GET /_sim/kube-endpoints`).
     fn kube_endpoints(&self) -> Vec<KubeEndpoint>;
+    /// The clusters as the runtime knows them at `now` (`GET /_sim/clusters`): a JSON array.
+    fn clusters(&self, now: SimTime) -> serde_json::Value {
+        let _ = now;
+        serde_json::Value::Array(Vec::new())
+    }
     /// The runtime's state, for [`crate::persist::save_guests`]; taken with the cloud locked, so it
     /// matches the cloud's state saved with it.
     fn snapshot(&self) -> Result<Vec<u8>, String>;

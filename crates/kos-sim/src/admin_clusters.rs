@@ -1,0 +1,19 @@
+//! `GET /_sim/clusters`: what the attached guest runtime knows of the simulated clusters (nodes,
+//! etcd members and quorum, and the invariant violations it recorded with their simulated time),
+//! so tests through the real binaries can check day-two operations against the cluster's truth.
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::{Value, json};
+
+use crate::app::SharedApp;
+
+pub(crate) async fn clusters(State(app): State<SharedApp>) -> Json<Value> {
+    // Driven first, so that what the runtime reports is as of now.
+    drop(app.cloud());
+    let now = app.now();
+    Json(
+        app.guests()
+            .map_or_else(|| json!([]), |rt| rt.clusters(now)),
+    )
+}
