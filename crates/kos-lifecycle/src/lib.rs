@@ -7,11 +7,13 @@
 //!   control plane runs `kubeadm init` or joins; decided from the cloud and the cluster, never from a name.
 //! - [`etcd`]: the etcd client (the v3 gateway's JSON over TLS with a client certificate of the etcd CA,
 //!   over a stream to the member, e.g. a port-forward through the API server).
+//! - [`membership`]: the members of control planes made again, removed before they join.
 //! - [`quorum`]: which etcd members may go, and in what order, so that etcd keeps its quorum at every step.
 //! - [`rotate`]: a new application credential for the cloud controller and CSI, put into the
 //!   cluster's `cloud-config` Secret and rolled out before the old one is deleted.
 
 pub mod etcd;
 pub mod formation;
+pub mod membership;
 pub mod quorum;
 pub mod rotate;

@@ -128,6 +128,17 @@ fn a_first_control_plane_deleted_behind_kos_joins_the_running_cluster() {
     let cp0 = console(&sim.clouds, "kos-prod-cp-0");
     assert!(!cp0.contains("split brain"), "{cp0}");
     assert!(cp0.contains("kubeadm-join ok"), "{cp0}");
+    // The old cp-0's member went before the new one joined on the same address (through the API
+    // server to etcd): three members, each with a running server, one cluster.
+    assert!(err.contains("removed etcd member kos-prod-cp-0"), "{out}");
+    let clusters = sim_state_at(&sim.base, "/_sim/clusters");
+    let list = clusters.as_array().expect("clusters");
+    assert_eq!(list.len(), 1, "one cluster: {clusters}");
+    let etcd = &list[0]["etcd"];
+    assert_eq!(etcd["quorum"], true, "{etcd}");
+    let members = etcd["members"].as_array().expect("members");
+    assert_eq!(members.len(), 3, "{etcd}");
+    assert!(members.iter().all(|m| m["up"] == true), "{etcd}");
 
     // Nothing left to do: the cluster converged with the new cp-0 in it.
     let plan = kos(
@@ -240,4 +251,20 @@ fn control_planes_scale_up_one_three_five_joining_the_one_cluster() {
         );
         assert_eq!(plan.status.code(), Some(0), "{count}: {}", text(&plan));
     }
+}
+
+/// A JSON document of the simulator's admin API.
+fn sim_state_at(base: &str, path: &str) -> serde_json::Value {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        reqwest::get(format!("{base}{path}"))
+            .await
+            .expect("admin API")
+            .json()
+            .await
+            .expect("json")
+    })
 }

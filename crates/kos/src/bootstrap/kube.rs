@@ -213,6 +213,46 @@ impl Kube {
     }
 }
 
+/// A kube-rs client of the cluster's API with kos's admin certificate, trusting the cluster CA only:
+/// at `endpoint`, or at `local` (a simulated cloud's forwarder of it) verifying the serving
+/// certificate for the endpoint's host, as kubectl does with `tls-server-name`.
+pub fn kube_rs(
+    endpoint: &ApiEndpoint,
+    local: Option<SocketAddr>,
+    version: &KubeVersion,
+    secrets: &ClusterSecrets,
+) -> Result<kube::Client, String> {
+    let (cert, key) = admin_certificate(version, secrets)?;
+    let at = local.map_or_else(|| endpoint.to_string(), |l| l.to_string());
+    let url: http::Uri = format!("https://{at}")
+        .parse()
+        .map_err(|e| format!("{at}: {e}"))?;
+    let mut config = kube::Config::new(url);
+    config.root_cert = Some(vec![pem_der(&secrets.ca.cert_pem)?]);
+    config.tls_server_name = local.map(|_| endpoint.host.clone());
+    config.auth_info.client_certificate_data = Some(b64(&cert));
+    config.auth_info.client_key_data = Some(secrecy::SecretString::from(b64(key.expose())));
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(30));
+    kube::Client::try_from(config).map_err(|e| e.to_string())
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// The DER of the first certificate in `pem`.
+fn pem_der(pem: &str) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .ok_or("cluster CA: no certificate")?
+        .map(|c| c.as_ref().to_vec())
+        .map_err(|e| format!("cluster CA: {e}"))
+}
+
 /// kos's admin client certificate, signed now by the cluster CA.
 fn admin_certificate(
     version: &KubeVersion,

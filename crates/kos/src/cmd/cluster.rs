@@ -224,6 +224,37 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             }) {
                 eprintln!("kos: {}: {}", p.graph.cluster, p.formation.reason);
             }
+            // A control plane made again must not find its old etcd member registered.
+            if p.formation.formation == kos_cluster::bootstrap::Formation::Formed {
+                let joining = super::members::joining(&plan);
+                if !joining.is_empty() {
+                    match super::members::remove_stale_members(&c, &local, &joining).await {
+                        Ok(lines) => {
+                            for l in lines {
+                                eprintln!("kos: {}", crate::term::escape(&l));
+                            }
+                        }
+                        // Its port exists: it is made again, and its member may still be there.
+                        Err(why) if joining.iter().any(|j| j.address.is_some()) => {
+                            return Err(Failure::cloud_report(miette::miette!(
+                                help = "kos reaches etcd through the cluster's API (a port-forward to an \
+                                        etcd pod); run `kos up` where that API answers",
+                                "cannot check the etcd members of the control planes to be made again \
+                                 ({}): {why}; nothing was created",
+                                joining
+                                    .iter()
+                                    .map(|j| j.name.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )));
+                        }
+                        Err(why) => eprintln!(
+                            "kos: warning: cannot check the etcd members before new control planes \
+                             join ({why})"
+                        ),
+                    }
+                }
+            }
             let mut opts = ApplyOptions {
                 parallelism: usize::from(args.parallelism),
                 recreate_ccm_credential,
@@ -421,22 +452,42 @@ pub(crate) async fn api_client_at(
     secrets: &kos_bootstrap::ClusterSecrets,
 ) -> Result<Kube, String> {
     let ep = endpoint(address);
-    let v = *v;
+    match local_address(c, &ep).await? {
+        None => Kube::new(&ep, v, secrets),
+        Some(local) => Kube::via(&ep, local, v, secrets),
+    }
+}
+
+/// A kube-rs client of the cluster's API (what port-forwarding needs), reached as [`api_client_at`].
+pub(crate) async fn kube_rs_client_at(
+    c: &Connected,
+    address: &str,
+    v: &kos_bootstrap::KubeVersion,
+    secrets: &kos_bootstrap::ClusterSecrets,
+) -> Result<kube::Client, String> {
+    let ep = endpoint(address);
+    let local = local_address(c, &ep).await?;
+    crate::bootstrap::kube::kube_rs(&ep, local, v, secrets)
+}
+
+/// On a kos-sim cloud on this machine, the local address it forwards `ep` from; `None` elsewhere.
+async fn local_address(
+    c: &Connected,
+    ep: &kos_bootstrap::ApiEndpoint,
+) -> Result<Option<std::net::SocketAddr>, String> {
     match c.kube_endpoints().await {
-        None => Kube::new(&ep, &v, secrets),
+        None => Ok(None),
         Some(Err(e)) => Err(format!("the simulated cloud's API endpoints: {e}")),
         Some(Ok(list)) => {
             let want = ep.to_string();
-            let local = list
-                .iter()
+            list.iter()
                 .find(|e| e.endpoint == want)
-                .map(|e| e.local)
+                .map(|e| Some(e.local))
                 .ok_or_else(|| {
                     format!(
                         "the simulated cloud serves no Kubernetes API at {want} (no control plane ran `kubeadm init` for it)"
                     )
-                })?;
-            Kube::via(&ep, local, &v, secrets)
+                })
         }
     }
 }

@@ -13,6 +13,7 @@ mod cluster;
 mod doctor;
 mod formation;
 mod kubeconfig;
+mod members;
 mod rotate;
 mod sim;
 
