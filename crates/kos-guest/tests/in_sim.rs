@@ -6,9 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod sim_cloud;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -17,92 +17,7 @@ use kos_guest::sim::SimGuests;
 use kos_sim::{Sim, SimConfig};
 use serde_json::{Value, json};
 
-const P: &str = "/compute/v2.1";
-const MV: &str = "compute 2.96";
-
-struct Cloud {
-    sim: Sim,
-    http: reqwest::Client,
-    token: String,
-    user: String,
-}
-
-impl Cloud {
-    async fn start(sim: Sim) -> Cloud {
-        let http = reqwest::Client::new();
-        let c = sim.config().clone();
-        let body = json!({"auth": {
-            "identity": {"methods": ["password"], "password": {"user": {"name": c.username, "domain": {"name": "Default"}, "password": c.password}}},
-            "scope": {"project": {"name": c.project, "domain": {"name": "Default"}}},
-        }});
-        let r = http
-            .post(format!("{}/auth/tokens", sim.auth_url()))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let token = r.headers()["x-subject-token"].to_str().unwrap().to_owned();
-        let j: Value = r.json().await.unwrap();
-        let user = j["token"]["user"]["id"].as_str().unwrap().to_owned();
-        Cloud {
-            sim,
-            http,
-            token,
-            user,
-        }
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut rb = self
-            .http
-            .request(m, format!("{}{path}", self.sim.base_url()))
-            .header("x-auth-token", &self.token)
-            .header("openstack-api-version", MV);
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
-        let r = rb.send().await.unwrap();
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        assert!(status.is_success(), "{method} {path}: {status} {text}");
-        serde_json::from_str(&text).unwrap_or(Value::Null)
-    }
-
-    async fn first(&self, path: &str, key: &str) -> Value {
-        self.call("GET", path, None).await[key][0].clone()
-    }
-
-    async fn console(&self, server: &str) -> String {
-        let v = self
-            .call(
-                "POST",
-                &format!("{P}/servers/{server}/action"),
-                Some(json!({"os-getConsoleOutput": {}})),
-            )
-            .await;
-        v["output"].as_str().unwrap_or_default().to_owned()
-    }
-}
-
-/// Polls `f` until it returns `Some`, for up to `secs` real seconds (generous: a loaded machine).
-async fn eventually<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use sim_cloud::*;
 
 /// An admin client of the cluster through the endpoint's local address, verifying the serving
 /// certificate for the endpoint's address as kubectl's `tls-server-name` does.
