@@ -11,9 +11,11 @@
 //! - [`quorum`]: which etcd members may go, and in what order, so that etcd keeps its quorum at every step.
 //! - [`rotate`]: a new application credential for the cloud controller and CSI, put into the
 //!   cluster's `cloud-config` Secret and rolled out before the old one is deleted.
+//! - [`version`]: a running cluster's Kubernetes version kept until upgrades exist.
 
 pub mod etcd;
 pub mod formation;
 pub mod membership;
 pub mod quorum;
 pub mod rotate;
+pub mod version;

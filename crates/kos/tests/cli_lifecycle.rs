@@ -268,3 +268,61 @@ fn sim_state_at(base: &str, path: &str) -> serde_json::Value {
             .expect("json")
     })
 }
+
+/// The case: a new `kubernetesVersion` planned as "0 changes" and reached only the nodes made
+/// next, newer than the API servers. Until kos upgrades, a change of a running cluster's version is
+/// refused before anything is made, a jump of two minors with the path an upgrade takes.
+#[test]
+fn a_running_clusters_version_change_is_refused_before_anything_changes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("example");
+    assert!(
+        minimal.contains("kubernetesVersion: \"1.36.4\""),
+        "{minimal}"
+    );
+    let at = |v: &str| {
+        let p = d.join(format!("minimal-{v}.yaml"));
+        std::fs::write(
+            &p,
+            minimal.replace(
+                "kubernetesVersion: \"1.36.4\"",
+                &format!("kubernetesVersion: \"{v}\""),
+            ),
+        )
+        .expect("write");
+        p.to_str().expect("utf8").to_owned()
+    };
+    let old = at("1.34.2");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", &old, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+
+    let jump = at("1.36.4");
+    let plan = kos(
+        d,
+        Some(&sim.clouds),
+        &["plan", "-f", &jump, "--cloud", "sim"],
+    );
+    assert_eq!(plan.status.code(), Some(3), "{}", text(&plan));
+    assert!(
+        text(&plan).contains("one minor at a time: 1.34 → 1.35 → 1.36"),
+        "{}",
+        text(&plan)
+    );
+    let next = at("1.35.3");
+    let up = kos(d, Some(&sim.clouds), &["up", "-f", &next, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(3), "{}", text(&up));
+    assert!(
+        text(&up).contains("spec.kubernetesVersion"),
+        "{}",
+        text(&up)
+    );
+    // Nothing was made: the cluster converged at its own version.
+    let plan = kos(
+        d,
+        Some(&sim.clouds),
+        &["plan", "-f", &old, "--cloud", "sim", "--detailed-exitcode"],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+}

@@ -123,6 +123,26 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
                 "cannot build the cluster's resource graph: {e}"
             ))
         })?;
+    // A running cluster keeps its version: nodes made next would otherwise be newer than its API servers.
+    if formation.formation == kos_cluster::bootstrap::Formation::Formed
+        && let Ok(local) = Local::new(c.session.cloud_name(), loaded.spec.name.value.as_str())
+        && let Ok(Some(meta)) = local.meta_data()
+        && let Ok(running) = meta
+            .kubernetes_version
+            .parse::<kos_bootstrap::KubeVersion>()
+        && let Ok(wanted) = loaded
+            .spec
+            .kubernetes_version
+            .to_string()
+            .parse::<kos_bootstrap::KubeVersion>()
+    {
+        kos_lifecycle::version::check_change(running, wanted).map_err(|e| {
+            Failure::input(miette::miette!(
+                "{}: spec.kubernetesVersion: {e}",
+                crate::term::printable(&shown)
+            ))
+        })?;
+    }
     let count = loaded.spec.control_plane.count.get();
     kos_lifecycle::quorum::check_control_plane_count(&observed, count).map_err(|e| {
         Failure::input(miette::miette!(
