@@ -24,31 +24,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use sim_cloud::*;
 
-/// An admin client of the cluster through the endpoint's local address, verifying the serving
-/// certificate for the endpoint's address as kubectl's `tls-server-name` does.
-fn admin_config(s: &ClusterSecrets, local: &str, endpoint_host: &str) -> kube::Config {
-    let (cert, key) = kos_bootstrap::pki::sign_client(
-        &mut rand::rng(),
-        &s.ca,
-        kos_bootstrap::pki::CaKind::Cluster,
-        kos_bootstrap::kubeconfig::ADMIN_CN,
-        &["kubeadm:cluster-admins"],
-        time::OffsetDateTime::now_utc(),
-    )
-    .unwrap();
-    let b64 = |x: &str| base64::engine::general_purpose::STANDARD.encode(x);
-    let mut config = kube::Config::new(format!("https://{local}").parse().unwrap());
-    let der = x509_parser::pem::parse_x509_pem(s.ca.cert_pem.as_bytes())
-        .unwrap()
-        .1
-        .contents;
-    config.root_cert = Some(vec![der]);
-    config.tls_server_name = Some(endpoint_host.to_owned());
-    config.auth_info.client_certificate_data = Some(b64(&cert));
-    config.auth_info.client_key_data = Some(secrecy::SecretString::from(b64(key.expose())));
-    config
-}
-
 /// A client without kube-rs's default retry of 429/503/504 (minutes of back-off).
 fn no_retry(client_config: kube::Config) -> kube::Client {
     let mut c = client_config;

@@ -14,6 +14,19 @@ use support::*;
 /// Generous for a loaded 2-core machine: an HA `up` on the simulated cloud takes seconds to a minute.
 const RUN_DEADLINE: Duration = Duration::from_secs(420);
 
+/// The server named `name`, which must exist.
+async fn server_named(
+    c: &kos_cloud::compute::ComputeApi<'_>,
+    name: &str,
+) -> kos_cloud::model::compute::Server {
+    c.list_servers(&TagQuery::default())
+        .await
+        .expect("servers")
+        .into_iter()
+        .find(|x| x.name == name)
+        .unwrap_or_else(|| panic!("no server {name}"))
+}
+
 /// Deletes the server named `name` through the cloud's API (not through kos) and waits until it is gone.
 fn delete_behind_kos(clouds: &std::path::Path, name: &str) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -23,13 +36,7 @@ fn delete_behind_kos(clouds: &std::path::Path, name: &str) {
     rt.block_on(async {
         let s = session(clouds).await;
         let c = s.compute();
-        let victim = c
-            .list_servers(&TagQuery::default())
-            .await
-            .expect("servers")
-            .into_iter()
-            .find(|x| x.name == name)
-            .unwrap_or_else(|| panic!("no server {name}"));
+        let victim = server_named(&c, name).await;
         c.delete_server(&victim.id).await.expect("delete");
         let deadline = Instant::now() + Duration::from_secs(120);
         while c.get_server(&victim.id).await.expect("get").is_some() {
@@ -83,13 +90,7 @@ fn console(clouds: &std::path::Path, name: &str) -> String {
     rt.block_on(async {
         let s = session(clouds).await;
         let c = s.compute();
-        let server = c
-            .list_servers(&TagQuery::default())
-            .await
-            .expect("servers")
-            .into_iter()
-            .find(|x| x.name == name)
-            .unwrap_or_else(|| panic!("no server {name}"));
+        let server = server_named(&c, name).await;
         c.console_output(&server.id, None).await.expect("console")
     })
 }
@@ -131,7 +132,7 @@ fn a_first_control_plane_deleted_behind_kos_joins_the_running_cluster() {
     // The old cp-0's member went before the new one joined on the same address (through the API
     // server to etcd): three members, each with a running server, one cluster.
     assert!(err.contains("removed etcd member kos-prod-cp-0"), "{out}");
-    let clusters = sim_state_at(&sim.base, "/_sim/clusters");
+    let clusters = sim_admin(&sim.base, "/_sim/clusters");
     let list = clusters.as_array().expect("clusters");
     assert_eq!(list.len(), 1, "one cluster: {clusters}");
     let etcd = &list[0]["etcd"];
@@ -251,78 +252,4 @@ fn control_planes_scale_up_one_three_five_joining_the_one_cluster() {
         );
         assert_eq!(plan.status.code(), Some(0), "{count}: {}", text(&plan));
     }
-}
-
-/// A JSON document of the simulator's admin API.
-fn sim_state_at(base: &str, path: &str) -> serde_json::Value {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
-    rt.block_on(async {
-        reqwest::get(format!("{base}{path}"))
-            .await
-            .expect("admin API")
-            .json()
-            .await
-            .expect("json")
-    })
-}
-
-/// The case: a new `kubernetesVersion` planned as "0 changes" and reached only the nodes made
-/// next, newer than the API servers. Until kos upgrades, a change of a running cluster's version is
-/// refused before anything is made, a jump of two minors with the path an upgrade takes.
-#[test]
-fn a_running_clusters_version_change_is_refused_before_anything_changes() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let d = tmp.path();
-    let sim = serve(d);
-    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("example");
-    assert!(
-        minimal.contains("kubernetesVersion: \"1.36.4\""),
-        "{minimal}"
-    );
-    let at = |v: &str| {
-        let p = d.join(format!("minimal-{v}.yaml"));
-        std::fs::write(
-            &p,
-            minimal.replace(
-                "kubernetesVersion: \"1.36.4\"",
-                &format!("kubernetesVersion: \"{v}\""),
-            ),
-        )
-        .expect("write");
-        p.to_str().expect("utf8").to_owned()
-    };
-    let old = at("1.34.2");
-    let up = kos_within(d, &sim.clouds, &["up", "-f", &old, "--cloud", "sim"]);
-    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
-
-    let jump = at("1.36.4");
-    let plan = kos(
-        d,
-        Some(&sim.clouds),
-        &["plan", "-f", &jump, "--cloud", "sim"],
-    );
-    assert_eq!(plan.status.code(), Some(3), "{}", text(&plan));
-    assert!(
-        text(&plan).contains("one minor at a time: 1.34 → 1.35 → 1.36"),
-        "{}",
-        text(&plan)
-    );
-    let next = at("1.35.3");
-    let up = kos(d, Some(&sim.clouds), &["up", "-f", &next, "--cloud", "sim"]);
-    assert_eq!(up.status.code(), Some(3), "{}", text(&up));
-    assert!(
-        text(&up).contains("spec.kubernetesVersion"),
-        "{}",
-        text(&up)
-    );
-    // Nothing was made: the cluster converged at its own version.
-    let plan = kos(
-        d,
-        Some(&sim.clouds),
-        &["plan", "-f", &old, "--cloud", "sim", "--detailed-exitcode"],
-    );
-    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
 }

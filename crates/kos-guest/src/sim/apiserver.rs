@@ -114,34 +114,13 @@ fn start(srv: &mut Server, cluster: &Cluster) -> Result<TlsFront, String> {
             "no CA certificate in /etc/kubernetes/pki (kubeadm generated one that is not on disk)",
         )?
         .to_owned();
-    let (cert, key) = match (
-        srv.vfs.text(&format!("{PKI_DIR}/{SERVING_CERT}")),
-        srv.vfs.text(&format!("{PKI_DIR}/{SERVING_KEY}")),
-    ) {
-        (Some(c), Some(k)) => (c.to_owned(), k.to_owned()),
-        _ => {
-            let ca_key = srv
-                .vfs
-                .text(&format!("{PKI_DIR}/ca.key"))
-                .ok_or("no CA key in /etc/kubernetes/pki")?;
-            let (c, k) = serving_certificate(srv, cluster, &ca, ca_key)?;
-            srv.vfs.write(
-                &format!("{PKI_DIR}/{SERVING_CERT}"),
-                c.as_bytes(),
-                0o644,
-                "root:root",
-                false,
-            );
-            srv.vfs.write(
-                &format!("{PKI_DIR}/{SERVING_KEY}"),
-                k.as_bytes(),
-                0o600,
-                "root:root",
-                false,
-            );
-            (c, k)
-        }
-    };
+    let (cert, key) = super::serving_pair(
+        srv,
+        &format!("{PKI_DIR}/{SERVING_CERT}"),
+        &format!("{PKI_DIR}/{SERVING_KEY}"),
+        &format!("{PKI_DIR}/ca.key"),
+        |srv, ca_key| serving_certificate(srv, cluster, &ca, ca_key),
+    )?;
     cluster
         .kube
         .serve_tls(&TlsServing {

@@ -127,38 +127,19 @@ fn start(
         .text(&format!("{PKI_DIR}/etcd/ca.crt"))
         .ok_or("no etcd CA in /etc/kubernetes/pki/etcd")?
         .to_owned();
-    let (cert, key) = match (
-        srv.vfs.text(&format!("{PKI_DIR}/etcd/server.crt")),
-        srv.vfs.text(&format!("{PKI_DIR}/etcd/server.key")),
-    ) {
-        (Some(c), Some(k)) => (c.to_owned(), k.to_owned()),
-        _ => {
-            let ca_key = srv
-                .vfs
-                .text(&format!("{PKI_DIR}/etcd/ca.key"))
-                .ok_or("no etcd CA key in /etc/kubernetes/pki/etcd")?;
+    let (cert, key) = super::serving_pair(
+        srv,
+        &format!("{PKI_DIR}/etcd/server.crt"),
+        &format!("{PKI_DIR}/etcd/server.key"),
+        &format!("{PKI_DIR}/etcd/ca.key"),
+        |srv, ca_key| {
             let node = srv
                 .kubelet
                 .as_ref()
                 .map_or(srv.meta.local_hostname.clone(), |k| k.node.clone());
-            let (c, k) = server_certificate(&node, srv.addresses.first().copied(), &ca, ca_key)?;
-            srv.vfs.write(
-                &format!("{PKI_DIR}/etcd/server.crt"),
-                c.as_bytes(),
-                0o644,
-                "root:root",
-                false,
-            );
-            srv.vfs.write(
-                &format!("{PKI_DIR}/etcd/server.key"),
-                k.as_bytes(),
-                0o600,
-                "root:root",
-                false,
-            );
-            (c, k)
-        }
-    };
+            server_certificate(&node, srv.addresses.first().copied(), &ca, ca_key)
+        },
+    )?;
     let config = tls_config(&cert, &key, &ca)?;
     let std_listener = std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .map_err(|e| e.to_string())?;

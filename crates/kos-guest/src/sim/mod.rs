@@ -381,3 +381,27 @@ impl Guest {
         self.clusters.retain(|id, _| live.contains(id));
     }
 }
+
+/// A serving certificate and key as kubeadm keeps them on the node: read from `cert` and `key` when
+/// both are there, else issued by `issue` (given the CA key read from `ca_key`) and written as kubeadm
+/// writes them (the certificate 0644, the key 0600), so the node serves the same pair after a restart.
+pub(crate) fn serving_pair(
+    srv: &mut crate::guest::Server,
+    cert: &str,
+    key: &str,
+    ca_key: &str,
+    issue: impl FnOnce(&crate::guest::Server, &str) -> Result<(String, String), String>,
+) -> Result<(String, String), String> {
+    if let (Some(c), Some(k)) = (srv.vfs.text(cert), srv.vfs.text(key)) {
+        return Ok((c.to_owned(), k.to_owned()));
+    }
+    let ca_key_pem = srv
+        .vfs
+        .text(ca_key)
+        .ok_or_else(|| format!("no CA key at {ca_key}"))?
+        .to_owned();
+    let (c, k) = issue(srv, &ca_key_pem)?;
+    srv.vfs.write(cert, c.as_bytes(), 0o644, "root:root", false);
+    srv.vfs.write(key, k.as_bytes(), 0o600, "root:root", false);
+    Ok((c, k))
+}

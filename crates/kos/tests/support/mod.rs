@@ -402,14 +402,19 @@ pub fn kubectl(dir: &Path, args: &[&str]) -> Output {
 
 /// The simulator's whole state (`GET /_sim/state`).
 pub fn sim_state(base: &str) -> Value {
+    sim_admin(base, "/_sim/state")
+}
+
+/// A JSON document of the simulator's admin API (`/_sim/...`).
+pub fn sim_admin(base: &str, path: &str) -> Value {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("rt");
     rt.block_on(async {
-        reqwest::get(format!("{base}/_sim/state"))
+        reqwest::get(format!("{base}{path}"))
             .await
-            .expect("state")
+            .expect("admin API")
             .json()
             .await
             .expect("json")
