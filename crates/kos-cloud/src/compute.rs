@@ -236,6 +236,24 @@ impl ComputeApi<'_> {
     }
 
     /// Starts the delete (204); a server that is already gone is fine.
+    /// Adds one tag to a server (already there: nothing changes).
+    pub async fn add_server_tag(&self, id: &str, tag: &str) -> Result<(), CloudError> {
+        run(
+            self.session,
+            ApiRequest::put_empty(
+                SVC,
+                "server.tag",
+                format!(
+                    "servers/{id}/tags/{}",
+                    crate::model::common::path_segment(tag)
+                ),
+            )
+            .microversion(MV_SERVER)
+            .idempotent(true),
+        )
+        .await
+    }
+
     pub async fn delete_server(&self, id: &str) -> Result<(), CloudError> {
         gone(
             run(

@@ -227,6 +227,26 @@ impl NetworkApi<'_> {
             .await
     }
 
+    /// Sets a subnet's DNS servers (the whole list; `[]` clears it).
+    pub async fn update_subnet_dns(
+        &self,
+        id: &str,
+        dns_nameservers: &[String],
+    ) -> Result<Subnet, CloudError> {
+        let req = serde_json::json!({ "dns_nameservers": dns_nameservers });
+        fetch(
+            self.session,
+            ApiRequest::put(
+                SVC,
+                "subnet.update",
+                format!("subnets/{id}"),
+                body("subnet", &req)?,
+            ),
+            "subnet",
+        )
+        .await
+    }
+
     pub async fn delete_subnet(&self, id: &str) -> Result<(), CloudError> {
         self.delete("subnet.delete", format!("subnets/{id}")).await
     }

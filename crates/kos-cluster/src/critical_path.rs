@@ -263,6 +263,8 @@ mod tests {
         // network → port → server (0.5 + 0.5 + 30.5) beats network → a → b → c (four calls).
         let server = Desired::Server(Box::new(ServerSpec {
             flavor_id: "f".into(),
+            flavor_name: "m1.small".into(),
+            kubernetes_version: "1.35.2".into(),
             image_id: "i".into(),
             port: "port".into(),
             volume: None,

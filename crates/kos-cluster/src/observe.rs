@@ -84,6 +84,24 @@ pub struct Facts {
     /// Ingress rules (egress is never managed).
     pub rules: Vec<ObservedRule>,
     pub tags: Vec<String>,
+    /// What a server was made of (a volume: its size, type and image): what a replacement changes.
+    pub machine: Option<MachineFacts>,
+    /// A subnet's DNS servers.
+    pub dns_servers: Vec<String>,
+}
+
+/// A server's flavor, image, zone and key, or a boot volume's size, type and image, as the cloud
+/// reports them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MachineFacts {
+    /// The flavor's name (Nova reports a server's flavor by name since 2.47).
+    pub flavor: Option<String>,
+    /// A server's image (none when it boots from a volume), a volume's source image.
+    pub image_id: Option<String>,
+    pub availability_zone: Option<String>,
+    pub key_name: Option<String>,
+    pub size_gb: Option<u64>,
+    pub volume_type: Option<String>,
 }
 
 /// A security group rule as Neutron reports it.
@@ -350,6 +368,7 @@ impl Inventory {
                 let facts = Facts {
                     network_id: Some(x.network_id.clone()),
                     address: Some(x.cidr.clone()),
+                    dns_servers: x.dns_nameservers.clone(),
                     ..tags_only(&x.tags)
                 };
                 add(Kind::Subnet, l, &x.id, &x.name, String::new(), false, facts);
@@ -511,6 +530,13 @@ impl Inventory {
             if let Some(l) = m.tagged(&x.tags) {
                 let facts = Facts {
                     fault: x.fault.as_ref().map(|f| f.message.clone()),
+                    machine: Some(MachineFacts {
+                        flavor: x.flavor.original_name.clone(),
+                        image_id: x.image_id.clone(),
+                        availability_zone: x.availability_zone.clone().filter(|z| !z.is_empty()),
+                        key_name: x.key_name.clone(),
+                        ..MachineFacts::default()
+                    }),
                     ..tags_only(&x.tags)
                 };
                 let failed = x.status == ServerStatus::Error;
@@ -537,7 +563,16 @@ impl Inventory {
                     &x.name,
                     x.status.to_string(),
                     x.status.is_error(),
-                    Facts::default(),
+                    Facts {
+                        machine: Some(MachineFacts {
+                            image_id: x.image_id().map(str::to_owned),
+                            availability_zone: x.availability_zone.clone(),
+                            size_gb: Some(x.size),
+                            volume_type: x.volume_type.clone(),
+                            ..MachineFacts::default()
+                        }),
+                        ..Facts::default()
+                    },
                 );
             }
         }

@@ -22,6 +22,9 @@ pub enum Op {
     Adopt,
     /// In a failure state (server/LB ERROR, volume error): delete, then create.
     Replace,
+    /// A running server (and its boot volume) made for another spec: replaced one at a time, drained
+    /// first, in the order the plan lists (control planes, then each pool).
+    Roll,
     Delete,
     NoOp,
 }
@@ -31,7 +34,7 @@ impl Op {
         match self {
             Op::Create => "+",
             Op::Update | Op::Adopt => "~",
-            Op::Replace => "-/+",
+            Op::Replace | Op::Roll => "-/+",
             Op::Delete => "-",
             Op::NoOp => "=",
         }
@@ -88,7 +91,7 @@ impl Plan {
                 Op::Create => &mut s.create,
                 Op::Update => &mut s.update,
                 Op::Adopt => &mut s.adopt,
-                Op::Replace => &mut s.replace,
+                Op::Replace | Op::Roll => &mut s.replace,
                 Op::Delete => &mut s.delete,
                 Op::NoOp => &mut s.unchanged,
             } += 1;
@@ -254,6 +257,14 @@ fn plan_node(node: &Node, desired: &DesiredGraph, observed: &Observed) -> (Actio
             duplicates,
         );
     }
+    let rolled = replacements(node, &keep, desired, observed);
+    if !rolled.is_empty() {
+        let reason = match node.kind {
+            Kind::Volume => "its server is replaced with a new boot volume".to_owned(),
+            _ => "made for another spec: replaced, drained first".to_owned(),
+        };
+        return (action(Op::Roll, reason, rolled, Some(keep)), duplicates);
+    }
     let changes = differences(node, &keep, desired, observed);
     let (op, reason) = if !keep.tagged {
         (
@@ -288,6 +299,92 @@ fn best<'a>(observed: &'a Observed, logical: &str) -> Option<&'a Resource> {
 fn rank(r: &Resource) -> (bool, bool, bool, &str) {
     let in_use = r.facts.device_id.is_some() || r.facts.port_id.is_some();
     (!r.tagged, r.failed, !in_use, &r.id)
+}
+
+/// What makes a running server (or its boot volume) differ from the spec in a way only a new one
+/// carries: flavor, image, zone, key, Kubernetes release, labels and taints (its kubelet registered with
+/// them), a new boot volume. Facts the cloud or an older kos did not record are not differences.
+fn replacements(
+    node: &Node,
+    have: &Resource,
+    desired: &DesiredGraph,
+    observed: &Observed,
+) -> Vec<String> {
+    let Some(m) = &have.facts.machine else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    fn differs(out: &mut Vec<String>, what: &str, have: Option<&str>, want: &str) {
+        if let Some(h) = have
+            && h != want
+        {
+            out.push(format!("{what}: {h} → {want}"));
+        }
+    }
+    match &node.spec {
+        Desired::Server(s) => {
+            differs(&mut out, "flavor", m.flavor.as_deref(), &s.flavor_name);
+            if s.volume.is_none() {
+                differs(&mut out, "image", m.image_id.as_deref(), &s.image_id);
+            }
+            if let Some(z) = &s.availability_zone {
+                differs(
+                    &mut out,
+                    "availability zone",
+                    m.availability_zone.as_deref(),
+                    z,
+                );
+            }
+            let key = s
+                .keypair
+                .as_ref()
+                .and_then(|k| desired.node(k))
+                .map(|k| k.name.as_str());
+            match (m.key_name.as_deref(), key) {
+                (Some(h), Some(w)) if h != w => out.push(format!("SSH key: {h} → {w}")),
+                (None, Some(w)) => out.push(format!("SSH key: none → {w}")),
+                (Some(h), None) => out.push(format!("SSH key: {h} → none")),
+                _ => {}
+            }
+            use crate::graph::record::{TAG_KUBERNETES, TAG_NODE, node_digest, recorded};
+            differs(
+                &mut out,
+                "Kubernetes",
+                recorded(&have.facts.tags, TAG_KUBERNETES),
+                &s.kubernetes_version,
+            );
+            if recorded(&have.facts.tags, TAG_NODE).is_some_and(|d| d != node_digest(s)) {
+                out.push("labels or taints changed (a kubelet registers them once)".into());
+            }
+            if let Some(v) = &s.volume
+                && let Some(vn) = desired.node(v)
+                && let Some(vr) = best(observed, v)
+            {
+                for c in replacements(vn, vr, desired, observed) {
+                    out.push(format!("boot volume {c}"));
+                }
+            }
+        }
+        Desired::Volume {
+            size_gb,
+            volume_type,
+            image_id,
+            ..
+        } => {
+            differs(&mut out, "image", m.image_id.as_deref(), image_id);
+            if m.size_gb.is_some_and(|h| h != u64::from(*size_gb)) {
+                out.push(format!(
+                    "size: {} GB → {size_gb} GB",
+                    m.size_gb.unwrap_or_default()
+                ));
+            }
+            if let Some(t) = volume_type {
+                differs(&mut out, "type", m.volume_type.as_deref(), t);
+            }
+        }
+        _ => {}
+    }
+    out
 }
 
 fn differences(
@@ -398,6 +495,35 @@ fn differences(
                     "points at port {}, should point at {}",
                     have.facts.port_id.as_deref().unwrap_or("-"),
                     want.as_deref().unwrap_or("a port not yet created")
+                )]
+            }
+        }
+        Desired::Subnet { dns_servers, .. } => {
+            if *dns_servers == have.facts.dns_servers {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "DNS servers {:?} → {:?}",
+                    have.facts.dns_servers, dns_servers
+                )]
+            }
+        }
+        Desired::Server(_) => {
+            let missing: Vec<&String> = node
+                .tags
+                .iter()
+                .filter(|t| !have.facts.tags.contains(t))
+                .collect();
+            if missing.is_empty() {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "record in its tags: {}",
+                    missing
+                        .iter()
+                        .map(|t| t.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )]
             }
         }

@@ -9,6 +9,7 @@
 //!   over a stream to the member, e.g. a port-forward through the API server).
 //! - [`membership`]: the members of control planes made again, removed before they join.
 //! - [`quorum`]: which etcd members may go, and in what order, so that etcd keeps its quorum at every step.
+//! - [`roll`]: rolling replacement of servers made for another spec, control planes first, one at a time.
 //! - [`rotate`]: a new application credential for the cloud controller and CSI, put into the
 //!   cluster's `cloud-config` Secret and rolled out before the old one is deleted.
 //! - [`version`]: a running cluster's Kubernetes version kept until upgrades exist.
@@ -17,5 +18,6 @@ pub mod etcd;
 pub mod formation;
 pub mod membership;
 pub mod quorum;
+pub mod roll;
 pub mod rotate;
 pub mod version;

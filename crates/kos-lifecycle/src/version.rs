@@ -1,49 +1,69 @@
-//! Changing a running cluster's Kubernetes version. kos does not upgrade yet (no rolling replacement
-//! of nodes), and a changed `kubernetesVersion` would otherwise only reach the nodes created next: a
-//! kubelet newer than the API servers it talks to, which the version-skew policy forbids (and kubeadm's
-//! join refuses). So a change is refused before anything is made, saying what upgrading takes: one
-//! minor at a time, control planes first.
+//! Changing a running cluster's Kubernetes version. An upgrade is a rolling replacement
+//! ([`crate::roll`]): control planes first, then workers, each new node at the new release. The
+//! version-skew policy allows API servers one minor apart and no kubelet newer than the API server, so
+//! an upgrade goes one minor at a time, and kos never downgrades (etcd's and the API's stored objects
+//! may not be readable by an older release).
+//!
+//! What the cluster runs is what its servers were made with (their `kos-k8s` record tags): during an
+//! upgrade two releases run, and the next one must wait until every node is on the newer.
 
 use kos_bootstrap::KubeVersion;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VersionError {
     #[error(
-        "the cluster runs Kubernetes {running}; changing it to {wanted} is not supported yet: kos does not \
-         upgrade or downgrade a running cluster's nodes{path}. Keep kubernetesVersion {running} in the spec"
+        "the cluster runs Kubernetes {running}; kos does not downgrade a running cluster to {wanted}. Keep \
+         kubernetesVersion {running} (or newer) in the spec"
     )]
-    Change {
+    Downgrade {
         running: KubeVersion,
         wanted: KubeVersion,
-        /// `` (one minor or a patch) or `; an upgrade goes one minor at a time: 1.34 → 1.35 → 1.36`.
+    },
+    #[error(
+        "the cluster runs Kubernetes {oldest}; {wanted} is more than one minor newer{path}. Set kubernetesVersion \
+         to the next minor, run `kos up`, and go on from there"
+    )]
+    Jump {
+        oldest: KubeVersion,
+        wanted: KubeVersion,
+        /// `; an upgrade goes one minor at a time: 1.34 → 1.35 → 1.36`.
         path: String,
     },
 }
 
-/// `Ok` when `wanted` is what the cluster runs.
+/// `Ok` for the release the servers run, a patch release, or the next minor of the oldest server.
 ///
 /// # Errors
-/// Any other version, with the path an upgrade would take when it spans minors.
-pub fn check_change(running: KubeVersion, wanted: KubeVersion) -> Result<(), VersionError> {
-    if running == wanted {
+/// A downgrade below the newest server, or a jump past the next minor of the oldest.
+pub fn check_change(running: &[KubeVersion], wanted: KubeVersion) -> Result<(), VersionError> {
+    let (Some(oldest), Some(newest)) = (running.iter().min(), running.iter().max()) else {
         return Ok(());
-    }
-    let path = if wanted.major == running.major && wanted.minor > running.minor + 1 {
-        let steps: Vec<String> = (running.minor..=wanted.minor)
-            .map(|m| format!("{}.{m}", running.major))
-            .collect();
-        format!(
-            "; an upgrade goes one minor at a time: {}",
-            steps.join(" → ")
-        )
-    } else {
-        String::new()
     };
-    Err(VersionError::Change {
-        running,
-        wanted,
-        path,
-    })
+    if wanted < *newest {
+        return Err(VersionError::Downgrade {
+            running: *newest,
+            wanted,
+        });
+    }
+    if wanted.major != oldest.major || wanted.minor > oldest.minor + 1 {
+        let path = if wanted.major == oldest.major {
+            let steps: Vec<String> = (oldest.minor..=wanted.minor)
+                .map(|m| format!("{}.{m}", oldest.major))
+                .collect();
+            format!(
+                "; an upgrade goes one minor at a time: {}",
+                steps.join(" → ")
+            )
+        } else {
+            String::new()
+        };
+        return Err(VersionError::Jump {
+            oldest: *oldest,
+            wanted,
+            path,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -55,23 +75,38 @@ mod tests {
     }
 
     #[test]
-    fn only_the_running_version_passes_and_a_jump_names_its_path() {
-        assert_eq!(check_change(v("1.36.4"), v("1.36.4")), Ok(()));
-        let patch = check_change(v("1.36.4"), v("1.36.5")).expect_err("a patch change");
-        assert!(patch.to_string().contains("1.36.4"), "{patch}");
-        assert!(
-            !patch.to_string().contains("one minor at a time"),
-            "{patch}"
-        );
-        let jump = check_change(v("1.34.2"), v("1.36.4")).expect_err("two minors");
+    fn one_minor_up_passes_a_jump_names_its_path_and_a_downgrade_is_refused() {
+        assert_eq!(check_change(&[], v("1.36.4")), Ok(()));
+        assert_eq!(check_change(&[v("1.36.4")], v("1.36.4")), Ok(()));
+        assert_eq!(check_change(&[v("1.36.4")], v("1.36.5")), Ok(()));
+        assert_eq!(check_change(&[v("1.35.2")], v("1.36.0")), Ok(()));
+        let jump = check_change(&[v("1.34.2")], v("1.36.4")).expect_err("two minors");
         assert!(
             jump.to_string()
                 .contains("one minor at a time: 1.34 → 1.35 → 1.36"),
             "{jump}"
         );
-        assert!(
-            check_change(v("1.36.4"), v("1.35.9")).is_err(),
-            "a downgrade"
-        );
+        assert!(matches!(
+            check_change(&[v("1.36.4")], v("1.35.9")),
+            Err(VersionError::Downgrade { .. })
+        ));
+        assert!(matches!(
+            check_change(&[v("1.36.4")], v("1.36.3")),
+            Err(VersionError::Downgrade { .. })
+        ));
+    }
+
+    #[test]
+    fn during_an_upgrade_the_oldest_node_bounds_the_next_one() {
+        let mid = [v("1.34.2"), v("1.35.0"), v("1.35.0")];
+        assert_eq!(check_change(&mid, v("1.35.0")), Ok(()));
+        assert!(matches!(
+            check_change(&mid, v("1.36.0")),
+            Err(VersionError::Jump { .. })
+        ));
+        assert!(matches!(
+            check_change(&mid, v("1.34.2")),
+            Err(VersionError::Downgrade { .. })
+        ));
     }
 }

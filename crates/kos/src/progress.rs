@@ -80,7 +80,7 @@ fn verb(op: Op) -> &'static str {
         Op::Create => "creating",
         Op::Update => "updating",
         Op::Adopt => "adopting",
-        Op::Replace => "replacing",
+        Op::Replace | Op::Roll => "replacing",
         Op::Delete => "deleting",
         Op::NoOp => "checking",
     }

@@ -253,3 +253,149 @@ fn control_planes_scale_up_one_three_five_joining_the_one_cluster() {
         assert_eq!(plan.status.code(), Some(0), "{count}: {}", text(&plan));
     }
 }
+
+/// The servers of cluster `name` with their flavor (Nova's `original_name`), by server name.
+fn flavors(clouds: &std::path::Path, name: &str) -> std::collections::BTreeMap<String, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let s = session(clouds).await;
+        s.compute()
+            .list_servers(&TagQuery::all([format!("kos-cluster={name}")]))
+            .await
+            .expect("servers")
+            .into_iter()
+            .map(|x| (x.name, x.flavor.original_name.unwrap_or_default()))
+            .collect()
+    })
+}
+
+/// A pool's new flavor and labels plan as replacements with their reasons (before, `kos plan` showed
+/// 0 changes and nothing ever changed), and `kos up` replaces the pool's servers one at a time, each
+/// drained and its Node deleted first, until the plan is empty again.
+#[test]
+fn a_pools_new_flavor_and_labels_replace_its_nodes_one_at_a_time() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("minimal.yaml");
+    let first = d.join("first.yaml");
+    std::fs::write(&first, &minimal).expect("write");
+    let first = first.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", first, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let before = flavors(&sim.clouds, "demo");
+
+    let (head, pool) = minimal
+        .split_once("  nodePools:")
+        .expect("a nodePools section");
+    let changed = format!(
+        "{head}  nodePools:{}",
+        pool.replacen("flavor: m1.medium", "flavor: m1.large", 1)
+            + "      labels:\n        example.com/tier: web\n"
+    );
+    let second = d.join("second.yaml");
+    std::fs::write(&second, &changed).expect("write");
+    let second = second.to_str().expect("utf8");
+    let plan = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "plan",
+            "-f",
+            second,
+            "--cloud",
+            "sim",
+            "--detailed-exitcode",
+        ],
+    );
+    let shown = text(&plan);
+    assert_eq!(plan.status.code(), Some(2), "{shown}");
+    for w in ["workers-0", "workers-1"] {
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.contains("-/+") && l.contains(w) && l.contains("made for another spec")),
+            "{w}: {shown}"
+        );
+    }
+    assert!(shown.contains("flavor: m1.medium → m1.large"), "{shown}");
+    assert!(shown.contains("labels or taints changed"), "{shown}");
+    assert!(
+        !shown
+            .lines()
+            .any(|l| l.contains("-/+") && l.contains("cp-0")),
+        "the control plane is not touched: {shown}"
+    );
+
+    let roll = kos_within(d, &sim.clouds, &["up", "-f", second, "--cloud", "sim"]);
+    let out = text(&roll);
+    assert_eq!(roll.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&roll.stderr);
+    let w0 = err.find("replacing workers-0").expect("workers-0 replaced");
+    let w1 = err.find("replacing workers-1").expect("workers-1 replaced");
+    assert!(w0 < w1, "one at a time, in order: {out}");
+    // workers-0's successor joined before workers-1 was touched.
+    let joined = err[w0..].find("workers-0: kubeadm-join ok").map(|i| i + w0);
+    assert!(joined.is_some_and(|j| j < w1), "{out}");
+    let after = flavors(&sim.clouds, "demo");
+    assert_eq!(after.len(), before.len(), "{after:?}");
+    assert_eq!(after["kos-demo-workers-0"], "m1.large");
+    assert_eq!(after["kos-demo-workers-1"], "m1.large");
+    assert_eq!(after["kos-demo-cp-0"], before["kos-demo-cp-0"]);
+    let clusters = sim_admin(&sim.base, "/_sim/clusters");
+    let nodes = clusters[0]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "the old Nodes are gone: {clusters}");
+    assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
+
+    let plan = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "plan",
+            "-f",
+            second,
+            "--cloud",
+            "sim",
+            "--detailed-exitcode",
+        ],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+}
+
+/// One control plane cannot be replaced in place: the change is refused before anything is touched.
+#[test]
+fn a_single_control_planes_new_flavor_is_refused_before_any_change() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("minimal.yaml");
+    let first = d.join("first.yaml");
+    std::fs::write(&first, &minimal).expect("write");
+    let first = first.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", first, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let before = flavors(&sim.clouds, "demo");
+    let changed = minimal.replacen("flavor: m1.medium", "flavor: m1.large", 1);
+    assert!(
+        changed.find("m1.large") < changed.find("nodePools"),
+        "the control plane's"
+    );
+    let second = d.join("second.yaml");
+    std::fs::write(&second, &changed).expect("write");
+    let second = second.to_str().expect("utf8");
+    let refused = kos_within(d, &sim.clouds, &["up", "-f", second, "--cloud", "sim"]);
+    let out = text(&refused);
+    assert_eq!(refused.status.code(), Some(3), "{out}");
+    // miette wraps the message: compare its words.
+    let flat = out
+        .split_whitespace()
+        .filter(|w| *w != "│")
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(flat.contains("it is the only one"), "{out}");
+    assert!(flat.contains("scale the control plane to 3 first"), "{out}");
+    assert_eq!(flavors(&sim.clouds, "demo"), before, "nothing changed");
+}

@@ -71,11 +71,25 @@ pub struct Volume {
     pub attachments: Vec<VolumeAttachmentInfo>,
     pub snapshot_id: Option<String>,
     pub source_volid: Option<String>,
+    /// The image a volume was made from (`image_id`, `image_name`, ...); Cinder sends it only for
+    /// volumes made from an image.
+    #[serde(deserialize_with = "nullable")]
+    pub volume_image_metadata: BTreeMap<String, Value>,
     pub created_at: Option<String>,
     pub updated_at: Option<String>,
     #[serde(rename = "os-vol-tenant-attr:tenant_id")]
     pub project_id: Option<String>,
     pub links: Vec<Link>,
+}
+
+impl Volume {
+    /// The image the volume was made from, as Cinder records it.
+    #[must_use]
+    pub fn image_id(&self) -> Option<&str> {
+        self.volume_image_metadata
+            .get("image_id")
+            .and_then(Value::as_str)
+    }
 }
 
 fn bool_string<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {

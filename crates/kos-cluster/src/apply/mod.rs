@@ -522,7 +522,9 @@ fn rehearse_bootstrap(
     let placeholder_secret = SecretString::from("x".repeat(86));
     plan.actions
         .iter()
-        .filter(|a| matches!(a.op, Op::Create | Op::Replace))
+        // Servers replaced later, one at a time, render now too: a spec they cannot boot with stops
+        // the run before the first one is drained.
+        .filter(|a| matches!(a.op, Op::Create | Op::Replace | Op::Roll))
         .filter_map(|a| desired.node(&a.logical_id))
         .filter_map(|node| {
             let Desired::Server(spec) = &node.spec else {

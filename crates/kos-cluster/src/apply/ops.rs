@@ -49,10 +49,12 @@ pub(super) async fn run(
     }
     let existing = action.existing.as_ref();
     let ready = match (action.op, existing) {
-        (Op::NoOp | Op::Adopt | Op::Update, Some(r)) => settled(ctx, node, r).await?,
+        (Op::NoOp | Op::Roll | Op::Adopt | Op::Update, Some(r)) => settled(ctx, node, r).await?,
         _ => None,
     };
     match (action.op, existing) {
+        // Replaced one at a time by the lifecycle (drained first), never by the engine.
+        (Op::Roll, Some(r)) => Ok(ready.unwrap_or_else(|| output_of(r))),
         (Op::NoOp, Some(r)) => {
             if node.kind == Kind::AppCredential && ctx.opts.recreate_ccm_credential {
                 delete(ctx, r).await?;
@@ -141,6 +143,14 @@ async fn delete(ctx: &Ctx, r: &Resource) -> R<()> {
 async fn tag(ctx: &Ctx, node: &Node, id: &str) -> R<()> {
     if let Some(k) = tagged_kind(node.kind) {
         ctx.session.network().set_tags(k, id, &node.tags).await?;
+    }
+    Ok(())
+}
+
+/// A server made by an older kos gets the record tags ([`crate::graph::record`]) it lacks.
+async fn record_server(ctx: &Ctx, node: &Node, have: &Resource) -> R<()> {
+    for t in node.tags.iter().filter(|t| !have.facts.tags.contains(t)) {
+        ctx.session.compute().add_server_tag(&have.id, t).await?;
     }
     Ok(())
 }
@@ -801,6 +811,20 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
                 ..PortUpdate::default()
             };
             net.update_port(&have.id, &req).await?;
+            Ok(output_of(have))
+        }
+        Desired::Subnet { dns_servers, .. } => {
+            let Some(have) = have else {
+                return Err(missing(node));
+            };
+            net.update_subnet_dns(&have.id, dns_servers).await?;
+            Ok(output_of(have))
+        }
+        Desired::Server(_) => {
+            let Some(have) = have else {
+                return Err(missing(node));
+            };
+            record_server(ctx, node, have).await?;
             Ok(output_of(have))
         }
         Desired::FloatingIpAssociation { fip, target } => {

@@ -21,6 +21,7 @@ pub fn desired(
     let mut b = Builder {
         cluster: &spec.name.value,
         extra_tags: spec.tags.iter().map(|t| t.as_str().to_owned()).collect(),
+        kubernetes_version: spec.kubernetes_version.to_string(),
         nodes: Vec::new(),
     };
 
@@ -323,6 +324,7 @@ pub fn desired(
 struct Builder<'a> {
     cluster: &'a ClusterName,
     extra_tags: Vec<String>,
+    kubernetes_version: String,
     nodes: Vec<Node>,
 }
 
@@ -442,6 +444,8 @@ impl Builder<'_> {
         let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
         let spec = ServerSpec {
             flavor_id: m.resolved.flavor_id.clone(),
+            flavor_name: m.resolved.flavor_name.clone(),
+            kubernetes_version: self.kubernetes_version.clone(),
             image_id: m.resolved.image_id.clone(),
             port,
             volume: volume.clone(),
@@ -452,6 +456,10 @@ impl Builder<'_> {
             labels: m.labels.clone(),
             taints: m.taints.clone(),
         };
+        let record = super::record::tags(&spec);
         self.add(&host, Kind::Server, Desired::Server(Box::new(spec)), &deps);
+        if let Some(n) = self.nodes.last_mut() {
+            n.tags.extend(record);
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! dependency to its dependents, so a topological order is a create order and its reverse a delete order.
 
 mod build;
+pub mod record;
 mod rules;
 
 use std::collections::BTreeMap;
@@ -258,6 +259,10 @@ pub enum AssocTarget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerSpec {
     pub flavor_id: String,
+    /// What Nova reports as the server's flavor (`original_name`).
+    pub flavor_name: String,
+    /// The kubelet and kubeadm it installs (`1.MINOR.PATCH`).
+    pub kubernetes_version: String,
     pub image_id: String,
     pub port: String,
     pub volume: Option<String>,

@@ -21,11 +21,11 @@ use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
 
 /// A spec read, validated and checked against the cloud, with its desired graph.
-struct Prepared {
-    spec: ClusterSpec,
-    graph: DesiredGraph,
-    resolved: Resolved,
-    plan: Plan,
+pub(super) struct Prepared {
+    pub(super) spec: ClusterSpec,
+    pub(super) graph: DesiredGraph,
+    pub(super) resolved: Resolved,
+    pub(super) plan: Plan,
     formation: kos_lifecycle::formation::Decision,
 }
 
@@ -123,20 +123,34 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
                 "cannot build the cluster's resource graph: {e}"
             ))
         })?;
-    // A running cluster keeps its version: nodes made next would otherwise be newer than its API servers.
+    // A running cluster moves one minor at a time and never back: what its servers were made with
+    // (their record tags; a cluster made before those existed: the version this machine last applied).
     if formation.formation == kos_cluster::bootstrap::Formation::Formed
-        && let Ok(local) = Local::new(c.session.cloud_name(), loaded.spec.name.value.as_str())
-        && let Ok(Some(meta)) = local.meta_data()
-        && let Ok(running) = meta
-            .kubernetes_version
-            .parse::<kos_bootstrap::KubeVersion>()
         && let Ok(wanted) = loaded
             .spec
             .kubernetes_version
             .to_string()
             .parse::<kos_bootstrap::KubeVersion>()
     {
-        kos_lifecycle::version::check_change(running, wanted).map_err(|e| {
+        let mut running: Vec<kos_bootstrap::KubeVersion> = observed
+            .all()
+            .filter(|r| r.kind == Kind::Server)
+            .filter_map(|r| {
+                kos_cluster::graph::record::recorded(
+                    &r.facts.tags,
+                    kos_cluster::graph::record::TAG_KUBERNETES,
+                )
+            })
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        if running.is_empty()
+            && let Ok(local) = Local::new(c.session.cloud_name(), loaded.spec.name.value.as_str())
+            && let Ok(Some(meta)) = local.meta_data()
+            && let Ok(v) = meta.kubernetes_version.parse()
+        {
+            running.push(v);
+        }
+        kos_lifecycle::version::check_change(&running, wanted).map_err(|e| {
             Failure::input(miette::miette!(
                 "{}: spec.kubernetesVersion: {e}",
                 crate::term::printable(&shown)
@@ -206,113 +220,149 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
 
 pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
     let spec = load_spec(&args.spec.file)?;
-    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+    let cloud = args.cloud.cloud.clone();
+    with_cloud(cloud.as_deref(), |c| async move {
         let r = async {
-            let p = prepare(&c, spec).await?;
-            let plan = p.plan.clone();
-            let local =
-                Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(Failure::input)?;
-            let exists = plan
-                .actions
-                .iter()
-                .any(|a| a.kind == Kind::Server && a.existing.is_some());
-            let Secrets {
-                secrets,
-                token_refreshed,
-            } = local.secrets_for_up(exists).map_err(Failure::input)?;
-            let recreate_ccm_credential =
-                ccm_credential_to_recreate(&plan, &local, args.recreate_ccm_credential)
-                    .map_err(Failure::input)?;
-            if token_refreshed && exists {
-                push_token(&c, &local, &p.spec, &secrets).await;
-            }
-            // New nodes of a running cluster need the join token, which the first control plane's
-            // cleanup deleted once the first nodes had joined.
-            let joiners = exists
-                && plan
-                    .actions
-                    .iter()
-                    .any(|a| a.kind == Kind::Server && matches!(a.op, Op::Create | Op::Replace));
-            let bootstrap =
-                KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets.clone(), &local)
-                    .map_err(Failure::input)?;
-            let changes = plan.summary().changes();
-            eprintln!("kos: {}: {changes} change(s) to make", p.graph.cluster);
-            if plan.actions.iter().any(|a| {
-                matches!(a.op, Op::Create | Op::Replace)
-                    && kos_lifecycle::formation::is_control_plane(&a.logical_id)
-            }) {
-                eprintln!("kos: {}: {}", p.graph.cluster, p.formation.reason);
-            }
-            // A control plane made again must not find its old etcd member registered.
-            if p.formation.formation == kos_cluster::bootstrap::Formation::Formed {
-                let joining = super::members::joining(&plan);
-                if !joining.is_empty() {
-                    match super::members::remove_stale_members(&c, &local, &joining).await {
-                        Ok(lines) => {
-                            for l in lines {
-                                eprintln!("kos: {}", crate::term::escape(&l));
-                            }
-                        }
-                        // Its port exists: it is made again, and its member may still be there.
-                        Err(why) if joining.iter().any(|j| j.address.is_some()) => {
-                            return Err(Failure::cloud_report(miette::miette!(
-                                help = "kos reaches etcd through the cluster's API (a port-forward to an \
-                                        etcd pod); run `kos up` where that API answers",
-                                "cannot check the etcd members of the control planes to be made again \
-                                 ({}): {why}; nothing was created",
-                                joining
-                                    .iter()
-                                    .map(|j| j.name.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            )));
-                        }
-                        Err(why) => eprintln!(
-                            "kos: warning: cannot check the etcd members before new control planes \
-                             join ({why})"
-                        ),
-                    }
+            let mut spec = Some(spec);
+            let mut replaced = std::collections::BTreeSet::new();
+            loop {
+                let file = match spec.take() {
+                    Some(s) => s,
+                    None => load_spec(&args.spec.file)?,
+                };
+                let p = prepare(&c, file).await?;
+                // A replacement that cannot be done is refused before the first change.
+                kos_lifecycle::roll::check(&p.plan).map_err(|e| {
+                    Failure::input(miette::miette!(help = e.help(), "{e}"))
+                })?;
+                converge(&c, &args, &p).await?;
+                // Servers made for another spec: one at a time, each drained and replaced, the
+                // next converge making and following its successor.
+                let fresh = prepare(&c, load_spec(&args.spec.file)?).await?;
+                let Some(target) = kos_lifecycle::roll::next(&fresh.plan).map_err(|e| {
+                    Failure::input(miette::miette!(help = e.help(), "{e}"))
+                })?
+                else {
+                    return Ok(Exit::Ok);
+                };
+                // A server made by this run that still differs would be replaced forever.
+                if !replaced.insert(target.logical_id.clone()) {
+                    return Err(Failure::cloud_report(miette::miette!(
+                        help = "the cloud reports the new server otherwise than kos made it: report this \
+                                with `kos plan` output",
+                        "{} was replaced by this run but still differs from the spec: {}",
+                        target.logical_id,
+                        target.changes.join("; ")
+                    )));
                 }
-            }
-            let mut opts = ApplyOptions {
-                parallelism: usize::from(args.parallelism),
-                recreate_ccm_credential,
-                ..ApplyOptions::default()
-            };
-            if c.is_simulated() {
-                // The embedded cloud runs 100x faster than a real one: poll accordingly.
-                opts.poll_interval = Duration::from_millis(50);
-            }
-            let (tx, progress) = crate::progress::spawn(changes as u64);
-            let result =
-                kos_cluster::apply::apply(&c.session, &p.graph, &plan, &bootstrap, opts, tx).await;
-            let _ = progress.await;
-            match result {
-                Ok(report) => {
-                    if let Some(a) = &report.api_address {
-                        local
-                            .write_meta(&ClusterMeta {
-                                api_address: a.clone(),
-                                kubernetes_version: p.spec.kubernetes_version.to_string(),
-                            })
-                            .map_err(Failure::cloud_report)?;
-                    }
-                    summarize(&report);
-                    follow_bootstrap(&c, &p.spec, &report, &secrets, args.wait, joiners).await?;
-                    Ok(Exit::Ok)
-                }
-                Err(e) => Err(Failure::cloud_report(miette::miette!(
-                    help =
-                        "fix the cause and run `kos up` again: it continues where this run stopped",
-                    "{e}"
-                ))),
+                super::roll::remove(&c, &fresh, &target, &args).await?;
             }
         }
         .await;
         (c, r)
     })
     .await
+}
+
+/// One converge: everything but the servers to replace made as the spec says, their bootstrap
+/// followed as far as `--wait` asks.
+async fn converge(c: &Connected, args: &UpArgs, p: &Prepared) -> Result<(), Failure> {
+    let plan = kos_lifecycle::roll::without_rolls(&p.plan);
+    let local = Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(Failure::input)?;
+    let exists = plan
+        .actions
+        .iter()
+        .any(|a| a.kind == Kind::Server && a.existing.is_some());
+    let Secrets {
+        secrets,
+        token_refreshed,
+    } = local.secrets_for_up(exists).map_err(Failure::input)?;
+    let recreate_ccm_credential =
+        ccm_credential_to_recreate(&plan, &local, args.recreate_ccm_credential)
+            .map_err(Failure::input)?;
+    if token_refreshed && exists {
+        push_token(c, &local, &p.spec, &secrets).await;
+    }
+    // New nodes of a running cluster need the join token, which the first control plane's
+    // cleanup deleted once the first nodes had joined.
+    let joiners = exists
+        && plan
+            .actions
+            .iter()
+            .any(|a| a.kind == Kind::Server && matches!(a.op, Op::Create | Op::Replace));
+    let bootstrap =
+        KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets.clone(), &local)
+            .map_err(Failure::input)?;
+    let changes = plan.summary().changes();
+    eprintln!("kos: {}: {changes} change(s) to make", p.graph.cluster);
+    if plan.actions.iter().any(|a| {
+        matches!(a.op, Op::Create | Op::Replace)
+            && kos_lifecycle::formation::is_control_plane(&a.logical_id)
+    }) {
+        eprintln!("kos: {}: {}", p.graph.cluster, p.formation.reason);
+    }
+    // A control plane made again must not find its old etcd member registered.
+    if p.formation.formation == kos_cluster::bootstrap::Formation::Formed {
+        let joining = super::members::joining(&plan);
+        if !joining.is_empty() {
+            match super::members::remove_stale_members(c, &local, &joining).await {
+                Ok(lines) => {
+                    for l in lines {
+                        eprintln!("kos: {}", crate::term::escape(&l));
+                    }
+                }
+                // Its port exists: it is made again, and its member may still be there.
+                Err(why) if joining.iter().any(|j| j.address.is_some()) => {
+                    return Err(Failure::cloud_report(miette::miette!(
+                        help = "kos reaches etcd through the cluster's API (a port-forward to an \
+                                etcd pod); run `kos up` where that API answers",
+                        "cannot check the etcd members of the control planes to be made again \
+                         ({}): {why}; nothing was created",
+                        joining
+                            .iter()
+                            .map(|j| j.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                Err(why) => eprintln!(
+                    "kos: warning: cannot check the etcd members before new control planes \
+                     join ({why})"
+                ),
+            }
+        }
+    }
+    let mut opts = ApplyOptions {
+        parallelism: usize::from(args.parallelism),
+        recreate_ccm_credential,
+        ..ApplyOptions::default()
+    };
+    if c.is_simulated() {
+        // The embedded cloud runs 100x faster than a real one: poll accordingly.
+        opts.poll_interval = Duration::from_millis(50);
+    }
+    let (tx, progress) = crate::progress::spawn(changes as u64);
+    let result = kos_cluster::apply::apply(&c.session, &p.graph, &plan, &bootstrap, opts, tx).await;
+    let _ = progress.await;
+    match result {
+        Ok(report) => {
+            if let Some(a) = &report.api_address {
+                local
+                    .write_meta(&ClusterMeta {
+                        api_address: a.clone(),
+                        kubernetes_version: p.spec.kubernetes_version.to_string(),
+                    })
+                    .map_err(Failure::cloud_report)?;
+            }
+            summarize(&report);
+            follow_bootstrap(c, &p.spec, &report, &secrets, args.wait, joiners).await?;
+            Ok(())
+        }
+        Err(e) => Err(Failure::cloud_report(miette::miette!(
+            help = "fix the cause and run `kos up` again: it continues where this run stopped",
+            "{e}"
+        ))),
+    }
 }
 
 fn summarize(report: &ApplyReport) {

@@ -14,6 +14,7 @@ mod doctor;
 mod formation;
 mod kubeconfig;
 mod members;
+mod roll;
 mod rotate;
 mod sim;
 

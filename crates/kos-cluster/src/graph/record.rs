@@ -1,0 +1,99 @@
+//! What a server was made for, recorded in its own tags when it is created, so that a later plan sees
+//! a change the cloud cannot show: the Kubernetes release it installed, and the labels and taints its
+//! kubelet registered with (they are applied once, at registration: a change needs a new node).
+//!
+//! The cloud's tags are kos's only state; these two are read back by the plan
+//! ([`crate::plan`]). A server made before they existed has neither: it is taken as made for the spec
+//! (kos refused every change it could not carry out), and the tags are added.
+
+use super::ServerSpec;
+
+/// `kos-k8s=1.35.2`: the release the server's kubelet and kubeadm are.
+pub const TAG_KUBERNETES: &str = "kos-k8s";
+/// `kos-node=<16 hex>`: a digest of the node's labels and taints.
+pub const TAG_NODE: &str = "kos-node";
+
+/// The record tags of a server made from `spec`.
+#[must_use]
+pub fn tags(spec: &ServerSpec) -> Vec<String> {
+    vec![
+        format!("{TAG_KUBERNETES}={}", spec.kubernetes_version),
+        format!("{TAG_NODE}={}", node_digest(spec)),
+    ]
+}
+
+/// A recorded value in `tags`, if the server has it.
+#[must_use]
+pub fn recorded<'a>(tags: &'a [String], key: &str) -> Option<&'a str> {
+    tags.iter()
+        .find_map(|t| t.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Stable across runs and builds (FNV-1a 64 over a canonical text), short enough for Nova's 60
+/// characters a tag. Not a secret, and nothing secret goes in.
+#[must_use]
+pub fn node_digest(spec: &ServerSpec) -> String {
+    let mut text = String::new();
+    for (k, v) in &spec.labels {
+        text.push_str(&format!("label {k}={v}\n"));
+    }
+    for t in &spec.taints {
+        text.push_str(&format!("taint {t}\n"));
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::NodeRole;
+
+    fn spec() -> ServerSpec {
+        ServerSpec {
+            flavor_id: "f".into(),
+            flavor_name: "m1.small".into(),
+            kubernetes_version: "1.35.2".into(),
+            image_id: "i".into(),
+            port: "port-workers-0".into(),
+            volume: None,
+            server_group: None,
+            keypair: None,
+            availability_zone: None,
+            role: NodeRole::Worker {
+                pool: "workers".into(),
+            },
+            labels: [("tier".to_owned(), "web".to_owned())].into(),
+            taints: vec!["dedicated=web:NoSchedule".into()],
+        }
+    }
+
+    #[test]
+    fn tags_fit_nova_and_read_back() {
+        let t = tags(&spec());
+        assert!(t.iter().all(|t| t.len() <= crate::names::NOVA_TAG_MAX));
+        assert_eq!(recorded(&t, TAG_KUBERNETES), Some("1.35.2"));
+        assert_eq!(recorded(&t, TAG_NODE).map(str::len), Some(16));
+        assert_eq!(recorded(&["kos-k8sx=1".to_owned()], TAG_KUBERNETES), None);
+    }
+
+    #[test]
+    fn the_digest_moves_with_labels_and_taints_only() {
+        let a = spec();
+        let mut b = spec();
+        b.flavor_name = "m1.large".into();
+        b.kubernetes_version = "1.36.0".into();
+        assert_eq!(node_digest(&a), node_digest(&b));
+        b.labels.insert("tier".into(), "db".into());
+        assert_ne!(node_digest(&a), node_digest(&b));
+        let mut c = spec();
+        c.taints.clear();
+        assert_ne!(node_digest(&a), node_digest(&c));
+        // Pinned: a digest that changed with a kos release would replace every node.
+        assert_eq!(node_digest(&a), "6f9b1a2a01221936");
+    }
+}

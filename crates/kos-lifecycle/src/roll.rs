@@ -1,0 +1,339 @@
+//! Rolling replacement of the servers a plan marks [`Op::Roll`]: made for another flavor, image, boot
+//! volume, zone, key, Kubernetes release, or other labels and taints. Immutable nodes, replaced the way
+//! Cluster API's kubeadm control plane does it, without a management cluster:
+//!
+//! - control planes first, one at a time, then each pool's workers, one at a time;
+//! - before each step the cluster must be healthy (every node Ready, every etcd member up: the CLI
+//!   converges and follows the bootstrap of the previous step's new node first);
+//! - a step drains the node (Eviction API, so PodDisruptionBudgets hold), removes a control plane's
+//!   etcd member, deletes its Node, then its server (and a boot volume made again); the next
+//!   converge creates the new one from the spec and waits for it.
+//!
+//! Nothing is kept between steps but what the cloud and the cluster show: a run killed anywhere is
+//! finished by `kos up` again (the plan still marks the old server, or finds the new one missing).
+//!
+//! In-place replacement, not surge: a server's logical id, port and address stay. So a control plane is
+//! replaced only when two others keep etcd's quorum while it is gone (Cluster API's `maxSurge: 0`, which
+//! needs three replicas); a single control plane is refused with what to do instead.
+
+use kos_cluster::graph::Kind;
+use kos_cluster::plan::{Action, Op, Plan};
+
+use crate::formation::is_control_plane;
+
+/// One server to replace now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `cp-1`, `workers-0`.
+    pub logical_id: String,
+    /// The server's (and its Node's) name.
+    pub name: String,
+    pub control_plane: bool,
+    /// Its boot volume, when that is made again too.
+    pub volume: Option<String>,
+    /// Why (the plan's changes).
+    pub changes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RollError {
+    #[error(
+        "control plane {target} must be replaced ({why}), but it is the only one: its etcd member is the \
+         whole of etcd, and replacing it in place would lose the cluster"
+    )]
+    SingleControlPlane { target: String, why: String },
+    #[error(
+        "control plane {target} must be replaced ({why}), but with {count} control planes etcd would keep no \
+         quorum while it is gone"
+    )]
+    TooFewControlPlanes {
+        target: String,
+        why: String,
+        count: usize,
+    },
+}
+
+impl RollError {
+    /// What the user can do.
+    #[must_use]
+    pub fn help(&self) -> &'static str {
+        "scale the control plane to 3 first (`controlPlane.count: 3`, `kos up`), then make this change; \
+         or keep the control plane's machine and kubernetesVersion as they are in the spec"
+    }
+}
+
+/// The plan for everything but the rolling replacement: [`Op::Roll`] objects are kept as they are
+/// (the engine never replaces a running server on its own).
+#[must_use]
+pub fn without_rolls(plan: &Plan) -> Plan {
+    let mut p = plan.clone();
+    for a in &mut p.actions {
+        if a.op == Op::Roll {
+            a.op = Op::NoOp;
+            a.reason = "replaced one at a time after the rest is up to date".into();
+        }
+    }
+    p
+}
+
+/// Whether the plan replaces running servers.
+#[must_use]
+pub fn rolls(plan: &Plan) -> bool {
+    plan.actions
+        .iter()
+        .any(|a| a.kind == Kind::Server && a.op == Op::Roll)
+}
+
+/// The servers to replace, in order: control planes by index, then workers in the plan's order (the
+/// spec's pools, by index).
+#[must_use]
+pub fn order(plan: &Plan) -> Vec<Target> {
+    let mut servers: Vec<&Action> = plan
+        .actions
+        .iter()
+        .filter(|a| a.kind == Kind::Server && a.op == Op::Roll)
+        .collect();
+    // Pools in the order the plan lists them, servers of a pool by index.
+    let pools: Vec<&str> = plan
+        .actions
+        .iter()
+        .filter(|a| a.kind == Kind::Server)
+        .filter_map(|a| a.logical_id.rsplit_once('-').map(|(p, _)| p))
+        .fold(Vec::new(), |mut v, p| {
+            if !v.contains(&p) {
+                v.push(p);
+            }
+            v
+        });
+    servers.sort_by_key(|a| {
+        let (pool, index) = a.logical_id.rsplit_once('-').unwrap_or((&a.logical_id, ""));
+        (
+            !is_control_plane(&a.logical_id),
+            pools.iter().position(|p| *p == pool),
+            index.parse::<u32>().unwrap_or(u32::MAX),
+        )
+    });
+    servers
+        .into_iter()
+        .map(|a| {
+            let volume = format!("vol-{}", a.logical_id);
+            Target {
+                logical_id: a.logical_id.clone(),
+                name: a.name.clone(),
+                control_plane: is_control_plane(&a.logical_id),
+                volume: plan
+                    .actions
+                    .iter()
+                    .any(|v| v.kind == Kind::Volume && v.logical_id == volume && v.op == Op::Roll)
+                    .then_some(volume),
+                changes: a.changes.clone(),
+            }
+        })
+        .collect()
+}
+
+/// The next server to replace, if any, and whether that may be done now.
+///
+/// # Errors
+/// A control plane to replace while fewer than three run.
+pub fn next(plan: &Plan) -> Result<Option<Target>, RollError> {
+    let Some(t) = order(plan).into_iter().next() else {
+        return Ok(None);
+    };
+    if t.control_plane {
+        let count = plan
+            .actions
+            .iter()
+            .filter(|a| {
+                a.kind == Kind::Server && is_control_plane(&a.logical_id) && a.op != Op::Delete
+            })
+            .count();
+        let why = t.changes.join("; ");
+        if count == 1 {
+            return Err(RollError::SingleControlPlane {
+                target: t.logical_id,
+                why,
+            });
+        }
+        if count < 3 {
+            return Err(RollError::TooFewControlPlanes {
+                target: t.logical_id,
+                why,
+                count,
+            });
+        }
+    }
+    Ok(Some(t))
+}
+
+/// Every control plane to replace, checked before anything changes: a refusal must come before the
+/// first server is replaced, not halfway.
+///
+/// # Errors
+/// As [`next`], for the first control plane that cannot be replaced.
+pub fn check(plan: &Plan) -> Result<(), RollError> {
+    if order(plan).iter().any(|t| t.control_plane) {
+        let cps_first = Plan {
+            cluster: plan.cluster.clone(),
+            actions: plan
+                .actions
+                .iter()
+                .filter(|a| a.kind != Kind::Server || is_control_plane(&a.logical_id))
+                .cloned()
+                .collect(),
+        };
+        next(&cps_first)?;
+    }
+    Ok(())
+}
+
+/// The plan of one step's removal: the target's server (and a boot volume made again) deleted,
+/// everything else kept as it is.
+#[must_use]
+pub fn removal(plan: &Plan, t: &Target) -> Plan {
+    let mut p = plan.clone();
+    let mut deletes = Vec::new();
+    for a in &mut p.actions {
+        let this = a.logical_id == t.logical_id && a.kind == Kind::Server
+            || t.volume.as_deref() == Some(a.logical_id.as_str()) && a.kind == Kind::Volume;
+        if this && a.existing.is_some() && a.op != Op::Delete {
+            // The engine reads a desired object without an action as one to create: it stays
+            // listed (kept for this run) and its delete goes with the others, last.
+            let mut d = a.clone();
+            d.op = Op::Delete;
+            d.reason = format!("replaced: {}", t.changes.join("; "));
+            deletes.push(d);
+        }
+        if a.op != Op::Delete {
+            a.op = Op::NoOp;
+        }
+    }
+    p.actions.extend(deletes);
+    p.actions.sort_by_key(|a| a.op == Op::Delete);
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kos_cluster::observe::{Facts, Resource};
+
+    fn action(id: &str, kind: Kind, op: Op) -> Action {
+        Action {
+            logical_id: id.into(),
+            kind,
+            name: format!("kos-demo-{id}"),
+            op,
+            reason: String::new(),
+            changes: vec!["flavor: a → b".into()],
+            existing: Some(Resource {
+                kind,
+                logical_id: id.into(),
+                id: format!("id-{id}"),
+                name: format!("kos-demo-{id}"),
+                tagged: true,
+                state: "ACTIVE".into(),
+                failed: false,
+                facts: Facts::default(),
+            }),
+        }
+    }
+
+    fn plan(actions: Vec<Action>) -> Plan {
+        Plan {
+            cluster: "demo".into(),
+            actions,
+        }
+    }
+
+    #[test]
+    fn control_planes_go_first_then_workers_and_volumes_follow_their_server() {
+        let p = plan(vec![
+            action("network", Kind::Network, Op::NoOp),
+            action("vol-workers-0", Kind::Volume, Op::Roll),
+            action("workers-0", Kind::Server, Op::Roll),
+            action("cp-10", Kind::Server, Op::Roll),
+            action("cp-1", Kind::Server, Op::Roll),
+            action("cp-2", Kind::Server, Op::NoOp),
+            action("workers-2", Kind::Server, Op::Roll),
+        ]);
+        let ids: Vec<String> = order(&p).into_iter().map(|t| t.logical_id).collect();
+        assert_eq!(ids, ["cp-1", "cp-10", "workers-0", "workers-2"]);
+        let w = order(&p).into_iter().nth(2).expect("a worker");
+        assert_eq!(w.volume.as_deref(), Some("vol-workers-0"));
+        assert_eq!(
+            next(&p)
+                .expect("3 control planes")
+                .expect("a step")
+                .logical_id,
+            "cp-1"
+        );
+        assert!(rolls(&p));
+        let conv = without_rolls(&p);
+        assert!(!rolls(&conv));
+        assert!(conv.actions.iter().all(|a| a.op == Op::NoOp));
+    }
+
+    #[test]
+    fn a_control_plane_is_replaced_only_when_two_others_keep_quorum() {
+        let one = plan(vec![action("cp-0", Kind::Server, Op::Roll)]);
+        assert!(matches!(
+            next(&one),
+            Err(RollError::SingleControlPlane { .. })
+        ));
+        assert!(check(&one).is_err());
+        let two = plan(vec![
+            action("cp-0", Kind::Server, Op::Roll),
+            action("cp-1", Kind::Server, Op::Roll),
+        ]);
+        assert!(matches!(
+            next(&two),
+            Err(RollError::TooFewControlPlanes { count: 2, .. })
+        ));
+        // Workers of a one-control-plane cluster roll; the check looks at control planes only.
+        let workers = plan(vec![
+            action("cp-0", Kind::Server, Op::NoOp),
+            action("workers-0", Kind::Server, Op::Roll),
+        ]);
+        assert!(check(&workers).is_ok());
+        assert_eq!(
+            next(&workers).expect("ok").expect("a step").logical_id,
+            "workers-0"
+        );
+        // A refusal comes before the workers are touched.
+        let both = plan(vec![
+            action("workers-0", Kind::Server, Op::Roll),
+            action("cp-0", Kind::Server, Op::Roll),
+        ]);
+        assert!(check(&both).is_err());
+    }
+
+    #[test]
+    fn a_removal_deletes_the_target_and_its_volume_only() {
+        let p = plan(vec![
+            action("port-workers-0", Kind::Port, Op::NoOp),
+            action("vol-workers-0", Kind::Volume, Op::Roll),
+            action("workers-0", Kind::Server, Op::Roll),
+            action("workers-1", Kind::Server, Op::Roll),
+            action("vol-workers-1", Kind::Volume, Op::Roll),
+        ]);
+        let t = next(&p).expect("ok").expect("a step");
+        let r = removal(&p, &t);
+        let deleted: Vec<&str> = r
+            .actions
+            .iter()
+            .filter(|a| a.op == Op::Delete)
+            .map(|a| a.logical_id.as_str())
+            .collect();
+        assert_eq!(deleted, ["vol-workers-0", "workers-0"]);
+        assert!(
+            r.actions
+                .iter()
+                .filter(|a| a.op != Op::Delete)
+                .all(|a| a.op == Op::NoOp)
+        );
+        // Still listed for the engine, which would otherwise create it in the same run.
+        assert_eq!(r.for_node("workers-0").map(|a| a.op), Some(Op::NoOp));
+        assert!(r.actions.last().is_some_and(|a| a.op == Op::Delete));
+    }
+}

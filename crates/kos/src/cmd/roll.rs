@@ -1,0 +1,174 @@
+//! One step of a rolling replacement ([`kos_lifecycle::roll`]): the old server's node drained, a
+//! control plane's etcd member removed, its Node and then its server (and a boot volume made again)
+//! deleted. The converge that follows makes the new server from the spec and waits for it.
+
+use std::time::Duration;
+
+use kos_cluster::apply::ApplyOptions;
+use kos_cluster::graph::Kind;
+use kos_cluster::graph::record::{TAG_KUBERNETES, recorded};
+use kos_lifecycle::membership::Joining;
+use kos_lifecycle::roll::Target;
+use serde_json::json;
+
+use super::Failure;
+use super::cluster::{Prepared, api_client};
+use crate::bootstrap::kube::Kube;
+use crate::bootstrap::{KubeadmBootstrap, Local};
+use crate::cli::UpArgs;
+use crate::cloud::Connected;
+
+/// Removes `t`'s node from the cluster and its server from the cloud.
+pub(super) async fn remove(
+    c: &Connected,
+    p: &Prepared,
+    t: &Target,
+    args: &UpArgs,
+) -> Result<(), Failure> {
+    let cluster = &p.graph.cluster;
+    eprintln!(
+        "kos: {cluster}: replacing {} ({})",
+        t.logical_id,
+        crate::term::escape(&t.changes.join("; "))
+    );
+    let local = Local::new(c.session.cloud_name(), cluster).map_err(Failure::input)?;
+    let secrets = local
+        .secrets()
+        .map_err(Failure::input)?
+        .ok_or_else(|| stop(t, "the cluster's secrets are not on this machine"))?;
+    let meta = local
+        .meta_data()
+        .map_err(Failure::input)?
+        .ok_or_else(|| stop(t, "the cluster's API address is not known on this machine"))?;
+    let kube = api_client(c, &p.spec, &meta.api_address, &secrets)
+        .await
+        .map_err(|e| stop(t, &format!("the cluster's API does not answer: {e}")))?;
+    let wanted = p.spec.kubernetes_version.to_string();
+    if t.control_plane && recorded_version(p, t).is_some_and(|v| v != wanted) {
+        // A control plane joining reads the release to run from kubeadm-config: an upgrade sets it
+        // first, as Cluster API's control plane does.
+        set_cluster_version(&kube, &wanted)
+            .await
+            .map_err(|e| stop(t, &e))?;
+        eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {wanted}");
+    }
+    if t.control_plane {
+        let address = p
+            .plan
+            .actions
+            .iter()
+            .find(|a| a.kind == Kind::Port && a.logical_id == format!("port-{}", t.logical_id))
+            .and_then(|a| a.existing.as_ref())
+            .and_then(|r| r.facts.address.clone());
+        let leaving = [Joining {
+            name: t.name.clone(),
+            address,
+        }];
+        let lines = super::members::remove_stale_members(c, &local, &leaving)
+            .await
+            .map_err(|e| stop(t, &format!("its etcd member cannot be removed: {e}")))?;
+        for l in lines {
+            eprintln!("kos: {}", crate::term::escape(&l));
+        }
+    }
+    kube.delete(&format!("/api/v1/nodes/{}", t.name))
+        .await
+        .map_err(|e| stop(t, &format!("its Node cannot be deleted: {e}")))?;
+    let removal = kos_lifecycle::roll::removal(&p.plan, t);
+    let bootstrap = KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets, &local)
+        .map_err(Failure::input)?;
+    let mut opts = ApplyOptions {
+        parallelism: usize::from(args.parallelism),
+        ..ApplyOptions::default()
+    };
+    if c.is_simulated() {
+        opts.poll_interval = Duration::from_millis(50);
+    }
+    let changes = removal.summary().changes();
+    let (tx, progress) = crate::progress::spawn(changes as u64);
+    let result =
+        kos_cluster::apply::apply(&c.session, &p.graph, &removal, &bootstrap, opts, tx).await;
+    let _ = progress.await;
+    result.map_err(|e| {
+        Failure::cloud_report(miette::miette!(
+            help = "run `kos up` again: it continues the replacement",
+            "{e}"
+        ))
+    })?;
+    Ok(())
+}
+
+/// The release the target's server was made with.
+fn recorded_version(p: &Prepared, t: &Target) -> Option<String> {
+    p.plan
+        .for_node(&t.logical_id)
+        .and_then(|a| a.existing.as_ref())
+        .and_then(|r| recorded(&r.facts.tags, TAG_KUBERNETES))
+        .map(str::to_owned)
+}
+
+const KUBEADM_CONFIG: &str = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config";
+
+/// Sets `kubernetesVersion` of the ClusterConfiguration in `kube-system/kubeadm-config`.
+async fn set_cluster_version(kube: &Kube, version: &str) -> Result<(), String> {
+    let cm = kube.get_json(KUBEADM_CONFIG).await?;
+    let text = cm["data"]["ClusterConfiguration"]
+        .as_str()
+        .ok_or("kubeadm-config has no ClusterConfiguration")?;
+    let updated = with_version(text, version)?;
+    if updated != text {
+        kube.merge_patch(
+            KUBEADM_CONFIG,
+            &json!({"data": {"ClusterConfiguration": updated}}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The ClusterConfiguration document with its top-level `kubernetesVersion` set to `v<version>`.
+fn with_version(text: &str, version: &str) -> Result<String, String> {
+    let mut found = false;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("kubernetesVersion:") {
+                found = true;
+                format!("kubernetesVersion: v{version}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    if !found {
+        return Err("kubeadm-config's ClusterConfiguration has no kubernetesVersion".into());
+    }
+    let mut out = lines.join("\n");
+    if text.ends_with('\n') {
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn stop(t: &Target, why: &str) -> Failure {
+    Failure::cloud_report(miette::miette!(
+        help = "nothing of it was deleted; fix the cause and run `kos up` again",
+        "cannot replace {}: {why}",
+        t.logical_id
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_version;
+
+    #[test]
+    fn only_the_top_level_version_changes() {
+        let text = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.35.2\nnetworking:\n  kubernetesVersion: keep\n";
+        let out = with_version(text, "1.36.0").expect("updated");
+        assert!(out.contains("\nkubernetesVersion: v1.36.0\n"), "{out}");
+        assert!(out.contains("  kubernetesVersion: keep\n"), "{out}");
+        assert!(out.ends_with('\n'));
+        assert!(with_version("kind: ClusterConfiguration\n", "1.36.0").is_err());
+    }
+}
