@@ -108,6 +108,9 @@ pub struct Cluster {
     pub upgrading_to: Option<Version>,
     pub pod_subnet: Option<String>,
     pub etcd: Vec<EtcdMember>,
+    /// Servers whose member was removed while they ran: their etcd stopped, and their API server
+    /// with it (Cluster API removes a machine's member right before it deletes the machine).
+    pub removed_members: std::collections::BTreeSet<ServerId>,
     /// etcd's raft term and index as its status reports them (they move with membership only).
     pub etcd_raft: EtcdRaft,
     pub cni: Option<CniState>,
@@ -234,6 +237,7 @@ impl Cluster {
             upgrading_to: None,
             pod_subnet,
             etcd: vec![first],
+            removed_members: Default::default(),
             etcd_raft: EtcdRaft::default(),
             cni: None,
             serving,

@@ -44,18 +44,6 @@ pub enum QuorumError {
     },
     #[error("no etcd member would remain: a cluster keeps at least one control plane")]
     Empty,
-    #[error(
-        "scaling the control planes down removes {}: their etcd members must be removed one at a time \
-         before their servers are deleted (else {members} members remain of which {left} run, and the next \
-         failure or a control plane re-created on a removed one's address breaks etcd); this kos does not \
-         remove etcd members yet, so it changes nothing",
-        order.join(" then ")
-    )]
-    MemberRemovalUnsupported {
-        order: Vec<String>,
-        members: usize,
-        left: usize,
-    },
 }
 
 /// Whether `2·healthy > members`.
@@ -136,28 +124,6 @@ fn unhealthy_names<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String>
         .filter(|m| !m.healthy)
         .map(|m| m.name.clone())
         .collect()
-}
-
-/// Whether this kos may apply a spec of `count` control planes to what `observed` shows: a change that
-/// removes control planes is refused before anything changes, naming the unhealthy members when no order
-/// keeps quorum, and otherwise because the member removals it needs are not made by kos yet.
-///
-/// # Errors
-/// Control planes would be removed.
-pub fn check_control_plane_count(
-    observed: &kos_cluster::observe::Observed,
-    count: u32,
-) -> Result<(), QuorumError> {
-    let order = control_plane_removals(observed, count)?;
-    if order.is_empty() {
-        return Ok(());
-    }
-    let members = running_members(observed).len();
-    Err(QuorumError::MemberRemovalUnsupported {
-        left: members - order.len(),
-        members,
-        order,
-    })
 }
 
 fn running_members(observed: &kos_cluster::observe::Observed) -> Vec<(u32, Member)> {
@@ -374,29 +340,6 @@ mod tests {
         // A server in ERROR never booted: no member, nothing to lose.
         let failed = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE"), ("cp-2", "ERROR")]);
         assert_eq!(control_plane_removals(&failed, 1).unwrap(), ["cp-1"]);
-    }
-
-    #[test]
-    fn a_control_plane_scale_down_is_refused_until_members_can_be_removed() {
-        let all_up = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE"), ("cp-2", "ACTIVE")]);
-        assert_eq!(check_control_plane_count(&all_up, 3), Ok(()));
-        assert_eq!(check_control_plane_count(&all_up, 5), Ok(()));
-        let e = check_control_plane_count(&all_up, 1).unwrap_err();
-        assert_eq!(
-            e,
-            QuorumError::MemberRemovalUnsupported {
-                order: vec!["cp-2".into(), "cp-1".into()],
-                members: 3,
-                left: 1,
-            }
-        );
-        assert!(e.to_string().contains("cp-2 then cp-1"), "{e}");
-        // Without quorum, the message is about that.
-        let cp0_down = observed(&[("cp-0", "SHUTOFF"), ("cp-1", "ACTIVE"), ("cp-2", "ACTIVE")]);
-        assert!(matches!(
-            check_control_plane_count(&cp0_down, 1),
-            Err(QuorumError::WouldLose { .. })
-        ));
     }
 
     /// The stale member of a deleted cp-0 goes before its replacement joins: 3 members with one dead can

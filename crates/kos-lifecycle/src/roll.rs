@@ -33,6 +33,8 @@ pub struct Target {
     pub volume: Option<String>,
     /// Why (the plan's changes).
     pub changes: Vec<String>,
+    /// Removed for good (a smaller control-plane count), not replaced.
+    pub scale_down: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,6 +129,7 @@ pub fn order(plan: &Plan) -> Vec<Target> {
                     .any(|v| v.kind == Kind::Volume && v.logical_id == volume && v.op == Op::Roll)
                     .then_some(volume),
                 changes: a.changes.clone(),
+                scale_down: false,
             }
         })
         .collect()
@@ -210,6 +213,57 @@ pub fn removal(plan: &Plan, t: &Target) -> Plan {
     }
     p.actions.extend(deletes);
     p.actions.sort_by_key(|a| a.op == Op::Delete);
+    p
+}
+
+/// The cloud objects of a control plane `cp-N`: its server, port and boot volume.
+fn parts_of(id: &str) -> [String; 3] {
+    [id.to_owned(), format!("port-{id}"), format!("vol-{id}")]
+}
+
+/// The plan without the control planes a scale-down removes: each goes on its own
+/// ([`next_retirement`]), drained and its etcd member removed first. The rest converges meanwhile
+/// (the API load balancer's members no longer list them).
+#[must_use]
+pub fn without_retirements(plan: &Plan, retirements: &[String]) -> Plan {
+    let parts: Vec<String> = retirements.iter().flat_map(|id| parts_of(id)).collect();
+    let mut p = plan.clone();
+    p.actions
+        .retain(|a| !(a.op == Op::Delete && parts.contains(&a.logical_id)));
+    p
+}
+
+/// The next control plane a scale-down removes, in the order `retirements` (quorum's) gives.
+#[must_use]
+pub fn next_retirement(plan: &Plan, retirements: &[String]) -> Option<Target> {
+    retirements.iter().find_map(|id| {
+        plan.actions
+            .iter()
+            .find(|a| a.kind == Kind::Server && a.op == Op::Delete && &a.logical_id == id)
+            .map(|a| Target {
+                logical_id: id.clone(),
+                name: a.name.clone(),
+                control_plane: true,
+                volume: None,
+                changes: vec!["controlPlane.count is smaller".into()],
+                scale_down: true,
+            })
+    })
+}
+
+/// The plan of one control plane's removal: its server, port and volume deleted, nothing else
+/// changed (other deletes wait for their turn or the next converge).
+#[must_use]
+pub fn retirement(plan: &Plan, t: &Target) -> Plan {
+    let parts = parts_of(&t.logical_id);
+    let mut p = plan.clone();
+    p.actions
+        .retain(|a| a.op != Op::Delete || parts.contains(&a.logical_id));
+    for a in &mut p.actions {
+        if a.op != Op::Delete {
+            a.op = Op::NoOp;
+        }
+    }
     p
 }
 
@@ -335,5 +389,52 @@ mod tests {
         // Still listed for the engine, which would otherwise create it in the same run.
         assert_eq!(r.for_node("workers-0").map(|a| a.op), Some(Op::NoOp));
         assert!(r.actions.last().is_some_and(|a| a.op == Op::Delete));
+    }
+
+    #[test]
+    fn scaled_down_control_planes_go_one_at_a_time_in_quorums_order() {
+        let p = plan(vec![
+            action("cp-0", Kind::Server, Op::NoOp),
+            action("members", Kind::Members, Op::Update),
+            action("cp-1", Kind::Server, Op::Delete),
+            action("port-cp-1", Kind::Port, Op::Delete),
+            action("cp-2", Kind::Server, Op::Delete),
+            action("port-cp-2", Kind::Port, Op::Delete),
+            action("workers-3", Kind::Server, Op::Delete),
+        ]);
+        let order = ["cp-2".to_owned(), "cp-1".to_owned()];
+        let conv = without_retirements(&p, &order);
+        let deleted: Vec<&str> = conv
+            .actions
+            .iter()
+            .filter(|a| a.op == Op::Delete)
+            .map(|a| a.logical_id.as_str())
+            .collect();
+        assert_eq!(deleted, ["workers-3"], "workers go in the converge");
+        assert!(conv.actions.iter().any(|a| a.op == Op::Update));
+        let t = next_retirement(&p, &order).expect("cp-2 first");
+        assert_eq!(t.logical_id, "cp-2");
+        let r = retirement(&p, &t);
+        let deleted: Vec<&str> = r
+            .actions
+            .iter()
+            .filter(|a| a.op == Op::Delete)
+            .map(|a| a.logical_id.as_str())
+            .collect();
+        assert_eq!(deleted, ["cp-2", "port-cp-2"]);
+        assert!(
+            r.actions
+                .iter()
+                .all(|a| a.op == Op::Delete || a.op == Op::NoOp)
+        );
+        // Once cp-2 is gone, cp-1 is next.
+        let after = plan(vec![
+            action("cp-0", Kind::Server, Op::NoOp),
+            action("cp-1", Kind::Server, Op::Delete),
+        ]);
+        assert_eq!(
+            next_retirement(&after, &["cp-1".to_owned()]).map(|t| t.logical_id),
+            Some("cp-1".into())
+        );
     }
 }

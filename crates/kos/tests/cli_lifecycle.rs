@@ -173,9 +173,10 @@ fn control_planes(clouds: &std::path::Path) -> Vec<String> {
 }
 
 /// Scaling control planes 3 → 1 deleted two servers without removing their etcd members: one member of
-/// three left, no quorum. Until kos removes members, such a change is refused before anything changes.
+/// three left, no quorum. Now the members go one at a time, and a scale-down no order can make safely
+/// (cp-0, the one that would stay, is stopped) is refused before anything changes.
 #[test]
-fn a_control_plane_scale_down_that_would_lose_etcd_members_is_refused_before_any_change() {
+fn a_control_plane_scale_down_that_would_lose_quorum_is_refused_before_any_change() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let d = tmp.path();
     let sim = serve(d);
@@ -185,6 +186,21 @@ fn a_control_plane_scale_down_that_would_lose_etcd_members_is_refused_before_any
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
     let before = control_planes(&sim.clouds);
     assert_eq!(before.len(), 3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let s = session(&sim.clouds).await;
+        let c = s.compute();
+        let cp0 = server_named(&c, "kos-prod-cp-0").await;
+        c.stop_server(&cp0.id).await.expect("stop");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while server_named(&c, "kos-prod-cp-0").await.status.to_string() != "SHUTOFF" {
+            assert!(Instant::now() < deadline, "cp-0 did not stop");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
 
     let one = d.join("one.yaml");
     let text_ha = std::fs::read_to_string(spec).expect("ha.yaml");
@@ -201,24 +217,24 @@ fn a_control_plane_scale_down_that_would_lose_etcd_members_is_refused_before_any
         let out = text(&o);
         assert_eq!(o.status.code(), Some(3), "{cmd}: {out}");
         assert!(out.contains("spec.controlPlane.count 1"), "{cmd}: {out}");
-        assert!(out.contains("cp-2 then cp-1"), "{cmd}: {out}");
-        assert!(out.contains("changes nothing"), "{cmd}: {out}");
+        assert!(out.contains("cp-0"), "{cmd}: {out}");
     }
     assert_eq!(control_planes(&sim.clouds), before);
 }
 
-/// Control planes 1 → 3 → 5: each run's new control planes join the one cluster (the first run's cp-0
-/// alone initialized it), the API answers with every node Ready after each step, and nothing is left
-/// to change.
+/// Control planes 1 → 3 → 5 → 3 → 1: each run's new control planes join the one cluster (the first
+/// run's cp-0 alone initialized it); going down, each removed control plane's etcd member goes before
+/// its server (before, 3 → 1 left one member of three: no quorum). After every step the API answers
+/// with every node Ready, etcd has one member per control plane, all up, and nothing is left to change.
 #[test]
-fn control_planes_scale_up_one_three_five_joining_the_one_cluster() {
+fn control_planes_scale_one_three_five_three_one_keeping_quorum() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let d = tmp.path();
     let sim = serve(d);
     let ha = std::fs::read_to_string(example("ha.yaml")).expect("ha.yaml");
     let at = ha.find("controlPlane:").expect("controlPlane");
     let (head, tail) = ha.split_at(at);
-    for (step, count) in [1u32, 3, 5].into_iter().enumerate() {
+    for (step, count) in [1u32, 3, 5, 3, 1].into_iter().enumerate() {
         let path = d.join(format!("cp{count}.yaml"));
         std::fs::write(
             &path,
@@ -234,7 +250,18 @@ fn control_planes_scale_up_one_three_five_joining_the_one_cluster() {
         assert_eq!(up.status.code(), Some(0), "{count}: {out}");
         let err = String::from_utf8_lossy(&up.stderr);
         // kos shows every node's markers, the earlier ones' too: only the new control planes' count.
-        let new_from = if step == 0 { 0 } else { [1, 3][step - 1] };
+        let new_from = if step == 0 { 0 } else { [1, 3, 5, 3][step - 1] };
+        if count < new_from {
+            // Down: the highest first, each member before its server.
+            for i in (count..new_from).rev() {
+                let member = err.find(&format!("removed etcd member kos-prod-cp-{i}"));
+                let removing = err.find(&format!("removing cp-{i}"));
+                assert!(
+                    member.is_some() && removing.is_some_and(|r| member.is_some_and(|m| r < m)),
+                    "cp-{i} at {count}: {out}"
+                );
+            }
+        }
         for i in new_from..count {
             let init = err.contains(&format!("kos: cp-{i}: kubeadm-init ok"));
             let join = err.contains(&format!("kos: cp-{i}: kubeadm-join ok"));
@@ -245,6 +272,17 @@ fn control_planes_scale_up_one_three_five_joining_the_one_cluster() {
             );
         }
         assert_eq!(control_planes(&sim.clouds).len(), count as usize);
+        let clusters = sim_admin(&sim.base, "/_sim/clusters");
+        let etcd = &clusters[0]["etcd"];
+        assert_eq!(etcd["quorum"], true, "{count}: {clusters}");
+        let members = etcd["members"].as_array().expect("members");
+        assert_eq!(members.len(), count as usize, "{count}: {clusters}");
+        assert!(
+            members.iter().all(|m| m["up"] == true),
+            "{count}: {clusters}"
+        );
+        let violations = clusters[0]["violations"].as_array().expect("violations");
+        assert!(violations.is_empty(), "{count}: {clusters}");
         let plan = kos_within(
             d,
             &sim.clouds,

@@ -414,6 +414,9 @@ async fn member_remove(State(me): State<Me>, body: axum::body::Bytes) -> Respons
                 "etcdserver: member not found",
             ));
         }
+        if let Some(m) = c.etcd.iter().find(|m| m.id == target) {
+            c.removed_members.insert(m.server.clone());
+        }
         c.etcd.retain(|m| m.id != target);
         c.etcd_raft.index += 1;
         let out = json!({

@@ -4,7 +4,8 @@
 //! - an etcd member whose server is gone, for longer than [`GONE_GRACE_SECS`] simulated seconds
 //!   (Cluster API's KCP removes a machine's member right before it deletes the machine, so a short
 //!   window is normal; a member left behind for longer is what breaks the next join);
-//! - a control plane that joined (it runs an API server of the cluster) without its etcd member.
+//! - a control plane that joined (it runs an API server of the cluster) without its etcd member (one
+//!   whose member was removed while it ran is on its way out: its etcd and API server stopped).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -62,6 +63,7 @@ impl Invariants {
                 if s.power == Power::On
                     && s.api_of == Some(*cid)
                     && !c.etcd.iter().any(|m| &m.server == id)
+                    && !c.removed_members.contains(id)
                 {
                     let node = s.kubelet.as_ref().map_or("?", |k| k.node.as_str());
                     now_true.insert(format!(

@@ -27,6 +27,8 @@ pub(super) struct Prepared {
     pub(super) resolved: Resolved,
     pub(super) plan: Plan,
     formation: kos_lifecycle::formation::Decision,
+    /// Control planes a smaller `controlPlane.count` removes, in the order that keeps quorum.
+    pub(super) retirements: Vec<String>,
 }
 
 /// A spec read and validated, before any cloud is contacted: an unreachable cloud never hides a spec
@@ -158,7 +160,8 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
         })?;
     }
     let count = loaded.spec.control_plane.count.get();
-    kos_lifecycle::quorum::check_control_plane_count(&observed, count).map_err(|e| {
+    // Control planes scaled down go one at a time, in an order that keeps quorum, or not at all.
+    let retirements = kos_lifecycle::quorum::control_plane_removals(&observed, count).map_err(|e| {
         Failure::input(miette::miette!(
             help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
             "{}: spec.controlPlane.count {count}: {e}",
@@ -172,6 +175,7 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
         resolved: pre.resolved,
         plan,
         formation,
+        retirements,
     })
 }
 
@@ -235,18 +239,32 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                 kos_lifecycle::roll::check(&p.plan).map_err(|e| {
                     Failure::input(miette::miette!(help = e.help(), "{e}"))
                 })?;
-                converge(&c, &args, &p).await?;
-                // Servers made for another spec: one at a time, each drained and replaced, the
-                // next converge making and following its successor.
+                let converging = kos_lifecycle::roll::without_rolls(
+                    &kos_lifecycle::roll::without_retirements(&p.plan, &p.retirements),
+                );
+                converge(&c, &args, &p, &converging).await?;
+                // Then one server at a time, each step followed by a converge that makes and follows
+                // what replaces it: control planes a smaller count removes (their etcd members
+                // first), then servers made for another spec.
                 let fresh = prepare(&c, load_spec(&args.spec.file)?).await?;
-                let Some(target) = kos_lifecycle::roll::next(&fresh.plan).map_err(|e| {
-                    Failure::input(miette::miette!(help = e.help(), "{e}"))
-                })?
-                else {
+                let step = match kos_lifecycle::roll::next_retirement(&fresh.plan, &fresh.retirements)
+                {
+                    Some(t) => {
+                        let removal = kos_lifecycle::roll::retirement(&fresh.plan, &t);
+                        Some((t, removal))
+                    }
+                    None => kos_lifecycle::roll::next(&fresh.plan)
+                        .map_err(|e| Failure::input(miette::miette!(help = e.help(), "{e}")))?
+                        .map(|t| {
+                            let removal = kos_lifecycle::roll::removal(&fresh.plan, &t);
+                            (t, removal)
+                        }),
+                };
+                let Some((target, removal)) = step else {
                     return Ok(Exit::Ok);
                 };
                 // A server made by this run that still differs would be replaced forever.
-                if !replaced.insert(target.logical_id.clone()) {
+                if !replaced.insert(target.logical_id.clone()) && !target.changes.is_empty() {
                     return Err(Failure::cloud_report(miette::miette!(
                         help = "the cloud reports the new server otherwise than kos made it: report this \
                                 with `kos plan` output",
@@ -255,7 +273,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                         target.changes.join("; ")
                     )));
                 }
-                super::roll::remove(&c, &fresh, &target, &args).await?;
+                super::roll::remove(&c, &fresh, &target, &args, &removal).await?;
             }
         }
         .await;
@@ -266,8 +284,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
 
 /// One converge: everything but the servers to replace made as the spec says, their bootstrap
 /// followed as far as `--wait` asks.
-async fn converge(c: &Connected, args: &UpArgs, p: &Prepared) -> Result<(), Failure> {
-    let plan = kos_lifecycle::roll::without_rolls(&p.plan);
+async fn converge(c: &Connected, args: &UpArgs, p: &Prepared, plan: &Plan) -> Result<(), Failure> {
     let local = Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(Failure::input)?;
     let exists = plan
         .actions
@@ -278,7 +295,7 @@ async fn converge(c: &Connected, args: &UpArgs, p: &Prepared) -> Result<(), Fail
         token_refreshed,
     } = local.secrets_for_up(exists).map_err(Failure::input)?;
     let recreate_ccm_credential =
-        ccm_credential_to_recreate(&plan, &local, args.recreate_ccm_credential)
+        ccm_credential_to_recreate(plan, &local, args.recreate_ccm_credential)
             .map_err(Failure::input)?;
     if token_refreshed && exists {
         push_token(c, &local, &p.spec, &secrets).await;
@@ -303,9 +320,16 @@ async fn converge(c: &Connected, args: &UpArgs, p: &Prepared) -> Result<(), Fail
     }
     // A control plane made again must not find its old etcd member registered.
     if p.formation.formation == kos_cluster::bootstrap::Formation::Formed {
-        let joining = super::members::joining(&plan);
+        let joining = super::members::joining(plan);
         if !joining.is_empty() {
-            match super::members::remove_stale_members(c, &local, &joining).await {
+            match super::members::remove_stale_members(
+                c,
+                &local,
+                &joining,
+                "its control plane is made again",
+            )
+            .await
+            {
                 Ok(lines) => {
                     for l in lines {
                         eprintln!("kos: {}", crate::term::escape(&l));
@@ -342,7 +366,7 @@ async fn converge(c: &Connected, args: &UpArgs, p: &Prepared) -> Result<(), Fail
         opts.poll_interval = Duration::from_millis(50);
     }
     let (tx, progress) = crate::progress::spawn(changes as u64);
-    let result = kos_cluster::apply::apply(&c.session, &p.graph, &plan, &bootstrap, opts, tx).await;
+    let result = kos_cluster::apply::apply(&c.session, &p.graph, plan, &bootstrap, opts, tx).await;
     let _ = progress.await;
     match result {
         Ok(report) => {

@@ -44,6 +44,7 @@ pub(super) async fn remove_stale_members(
     c: &Connected,
     local: &Local,
     joining: &[Joining],
+    why: &str,
 ) -> Result<Vec<String>, String> {
     let meta = local
         .meta_data()
@@ -100,7 +101,7 @@ pub(super) async fn remove_stale_members(
         .iter()
         .map(|m| {
             format!(
-                "removed etcd member {} ({:016x}, {}): its control plane is made again",
+                "removed etcd member {} ({:016x}, {}): {why}",
                 if m.name.is_empty() {
                     "(never started)"
                 } else {

@@ -1,12 +1,14 @@
-//! One step of a rolling replacement ([`kos_lifecycle::roll`]): the old server's node drained, a
-//! control plane's etcd member removed, its Node and then its server (and a boot volume made again)
-//! deleted. The converge that follows makes the new server from the spec and waits for it.
+//! One step of a rolling replacement or a control-plane scale-down ([`kos_lifecycle::roll`]): the
+//! old server's node drained, a control plane's etcd member removed, its server (and a boot volume
+//! made again, or a retired control plane's port and volume) deleted, then its Node. The converge that
+//! follows makes the new server from the spec and waits for it.
 
 use std::time::Duration;
 
 use kos_cluster::apply::ApplyOptions;
 use kos_cluster::graph::Kind;
 use kos_cluster::graph::record::{TAG_KUBERNETES, recorded};
+use kos_cluster::plan::Plan;
 use kos_lifecycle::membership::Joining;
 use kos_lifecycle::roll::Target;
 use serde_json::json;
@@ -24,10 +26,16 @@ pub(super) async fn remove(
     p: &Prepared,
     t: &Target,
     args: &UpArgs,
+    removal: &Plan,
 ) -> Result<(), Failure> {
     let cluster = &p.graph.cluster;
     eprintln!(
-        "kos: {cluster}: replacing {} ({})",
+        "kos: {cluster}: {} {} ({})",
+        if t.scale_down {
+            "removing"
+        } else {
+            "replacing"
+        },
         t.logical_id,
         crate::term::escape(&t.changes.join("; "))
     );
@@ -64,17 +72,22 @@ pub(super) async fn remove(
             name: t.name.clone(),
             address,
         }];
-        let lines = super::members::remove_stale_members(c, &local, &leaving)
-            .await
-            .map_err(|e| stop(t, &format!("its etcd member cannot be removed: {e}")))?;
+        let lines = super::members::remove_stale_members(
+            c,
+            &local,
+            &leaving,
+            if t.scale_down {
+                "the control plane is removed"
+            } else {
+                "its control plane is replaced"
+            },
+        )
+        .await
+        .map_err(|e| stop(t, &format!("its etcd member cannot be removed: {e}")))?;
         for l in lines {
             eprintln!("kos: {}", crate::term::escape(&l));
         }
     }
-    kube.delete(&format!("/api/v1/nodes/{}", t.name))
-        .await
-        .map_err(|e| stop(t, &format!("its Node cannot be deleted: {e}")))?;
-    let removal = kos_lifecycle::roll::removal(&p.plan, t);
     let bootstrap = KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets, &local)
         .map_err(Failure::input)?;
     let mut opts = ApplyOptions {
@@ -87,7 +100,7 @@ pub(super) async fn remove(
     let changes = removal.summary().changes();
     let (tx, progress) = crate::progress::spawn(changes as u64);
     let result =
-        kos_cluster::apply::apply(&c.session, &p.graph, &removal, &bootstrap, opts, tx).await;
+        kos_cluster::apply::apply(&c.session, &p.graph, removal, &bootstrap, opts, tx).await;
     let _ = progress.await;
     result.map_err(|e| {
         Failure::cloud_report(miette::miette!(
@@ -95,6 +108,16 @@ pub(super) async fn remove(
             "{e}"
         ))
     })?;
+    // After its server: a running kubelet would register its Node again.
+    kube.delete(&format!("/api/v1/nodes/{}", t.name))
+        .await
+        .map_err(|e| {
+            Failure::cloud_report(miette::miette!(
+                help = "delete it with `kubectl delete node`; the cloud controller also removes Nodes whose server is gone",
+                "the Node {} of the deleted server cannot be deleted: {e}",
+                t.name
+            ))
+        })?;
     Ok(())
 }
 
