@@ -61,6 +61,10 @@ pub struct Plan {
     pub cluster: String,
     /// Desired nodes in create order, then deletes.
     pub actions: Vec<Action>,
+    /// Changes the spec asks for that no running cluster can take (the node network's CIDR, the
+    /// external network): the CLI refuses the plan before anything is made.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
 }
 
 /// Counts per operation.
@@ -175,8 +179,48 @@ pub fn plan(desired: &DesiredGraph, observed: &Observed) -> Plan {
     actions.extend(deletes);
     Plan {
         cluster: desired.cluster.clone(),
+        refused: refusals(desired, observed),
         actions,
     }
+}
+
+/// What a cluster that exists cannot change: its node network's CIDR (every port's address, the
+/// API's, etcd's peer URLs and the certificates hang on it) and the external network its router and
+/// floating IPs come from.
+fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
+    let mut out = Vec::new();
+    for node in desired.in_order() {
+        let Some(have) = best(observed, &node.id) else {
+            continue;
+        };
+        match &node.spec {
+            Desired::Subnet { cidr, .. } => {
+                if let Some(h) = &have.facts.address
+                    && h != cidr
+                {
+                    out.push(format!(
+                        "network.create.cidr: the node network is {h}; it cannot become {cidr} under a \
+                         running cluster (delete the cluster with `kos down` and make it again, or keep {h})"
+                    ));
+                }
+            }
+            Desired::Router {
+                external_network_id,
+            } => {
+                if let Some(h) = &have.facts.network_id
+                    && h != external_network_id
+                {
+                    out.push(format!(
+                        "network.externalNetwork: the router's gateway is on network {h}; moving it to \
+                         {external_network_id} would change the API's address and every floating IP (keep the \
+                         external network the cluster was made with)"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// A replaced load balancer takes its listener, pool, monitor and members with it (cascade).

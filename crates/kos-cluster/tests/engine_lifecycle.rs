@@ -405,3 +405,102 @@ async fn groups_the_ccm_adds_to_node_ports_are_left_alone() -> R {
     net.delete_security_group(&lb_sg.id).await?;
     down(&c.session, "fsg").await
 }
+
+/// The graph of a spec given as YAML (a changed spec of a running cluster).
+async fn graph_of(
+    s: &kos_cloud::Session,
+    yaml: &str,
+) -> Result<kos_cluster::graph::DesiredGraph, E> {
+    let spec = kos_cluster::load("cluster.yaml", yaml)
+        .map(|l| l.spec)
+        .map_err(|e| format!("{:?}", miette::Report::new(e)))?;
+    let resolved = resolve(s, &spec).await?;
+    Ok(kos_cluster::graph::desired(
+        &spec,
+        &resolved,
+        kos_cluster::bootstrap::Formation::Formed,
+    )?)
+}
+
+/// A plan that sees every change (before, each of these planned as "0 changes"): a flavor and a boot
+/// volume's size are replacements with their reasons, a subnet's DNS servers an update in place that
+/// apply makes; the node network's CIDR is refused.
+#[tokio::test]
+async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
+    let c = start().await?;
+    let shape = Shape {
+        name: "chg",
+        control_planes: 1,
+        load_balancer: false,
+        boot_volume: true,
+        pools: vec![("workers", 2, "soft-anti-affinity")],
+    };
+    let g = graph(&c.session, &shape).await?;
+    up(&c.session, &g).await?;
+    let same = graph_of(&c.session, &shape.yaml()).await?;
+    let p = plan_for(&c.session, &same).await?;
+    assert_eq!(p.summary().changes(), 0, "{}", p.diff(false));
+
+    let yaml = shape.yaml();
+    let (head, pools) = yaml.split_once("  nodePools:").ok_or("pools")?;
+    let changed = format!(
+        "{}  nodePools:{}",
+        head.replace("flavor: m1.small", "flavor: m1.medium")
+            .replace(
+                "cidr: 10.0.0.0/22",
+                "cidr: 10.0.0.0/22\n      dnsServers: [9.9.9.9]"
+            ),
+        pools.replace("sizeGB: 20", "sizeGB: 30")
+    );
+    let g2 = graph_of(&c.session, &changed).await?;
+    let p = plan_for(&c.session, &g2).await?;
+    let op = |id: &str| p.for_node(id).map(|a| a.op);
+    assert_eq!(op("cp-0"), Some(Op::Roll), "{}", p.diff(false));
+    assert_eq!(op("workers-0"), Some(Op::Roll), "{}", p.diff(false));
+    assert_eq!(op("vol-workers-1"), Some(Op::Roll), "{}", p.diff(false));
+    assert_eq!(op("vol-cp-0"), Some(Op::NoOp), "{}", p.diff(false));
+    assert_eq!(op("subnet"), Some(Op::Update), "{}", p.diff(false));
+    let diff = p.diff(false);
+    assert!(diff.contains("flavor: m1.small → m1.medium"), "{diff}");
+    assert!(diff.contains("boot volume size: 20 GB → 30 GB"), "{diff}");
+    assert!(diff.contains("DNS servers [] → [\"9.9.9.9\"]"), "{diff}");
+    assert!(p.refused.is_empty(), "{:?}", p.refused);
+
+    // The engine makes the update and leaves the replacements to the lifecycle.
+    let only_dns = kos_lifecycle_free_rolls(&p);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    kos_cluster::apply::apply(
+        &c.session,
+        &g2,
+        &only_dns,
+        &kos_cluster::bootstrap::MarkerBootstrap,
+        kos_cluster::apply::ApplyOptions::fast(),
+        tx,
+    )
+    .await?;
+    drain.await?;
+    let p = plan_for(&c.session, &g2).await?;
+    assert_eq!(p.for_node("subnet").map(|a| a.op), Some(Op::NoOp));
+    assert_eq!(p.for_node("workers-1").map(|a| a.op), Some(Op::Roll));
+
+    let moved = shape
+        .yaml()
+        .replace("cidr: 10.0.0.0/22", "cidr: 10.8.0.0/22");
+    let g3 = graph_of(&c.session, &moved).await?;
+    let p = plan_for(&c.session, &g3).await?;
+    assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+    assert!(p.refused[0].contains("10.0.0.0/22"), "{:?}", p.refused);
+    Ok(())
+}
+
+/// What `kos up` hands the engine: replacements kept as they are.
+fn kos_lifecycle_free_rolls(p: &kos_cluster::plan::Plan) -> kos_cluster::plan::Plan {
+    let mut p = p.clone();
+    for a in &mut p.actions {
+        if a.op == Op::Roll {
+            a.op = Op::NoOp;
+        }
+    }
+    p
+}

@@ -135,6 +135,23 @@ pub fn order(plan: &Plan) -> Vec<Target> {
         .collect()
 }
 
+/// The plan as `kos plan` shows it: each replaced server's reason says when its turn comes.
+#[must_use]
+pub fn annotated(plan: &Plan) -> Plan {
+    let order = order(plan);
+    let n = order.len();
+    let mut p = plan.clone();
+    for a in &mut p.actions {
+        if a.kind == Kind::Server
+            && a.op == Op::Roll
+            && let Some(k) = order.iter().position(|t| t.logical_id == a.logical_id)
+        {
+            a.reason = format!("{} (replacement {} of {n})", a.reason, k + 1);
+        }
+    }
+    p
+}
+
 /// The next server to replace, if any, and whether that may be done now.
 ///
 /// # Errors
@@ -178,6 +195,7 @@ pub fn check(plan: &Plan) -> Result<(), RollError> {
     if order(plan).iter().any(|t| t.control_plane) {
         let cps_first = Plan {
             cluster: plan.cluster.clone(),
+            refused: Vec::new(),
             actions: plan
                 .actions
                 .iter()
@@ -297,6 +315,7 @@ mod tests {
         Plan {
             cluster: "demo".into(),
             actions,
+            refused: Vec::new(),
         }
     }
 
@@ -313,6 +332,13 @@ mod tests {
         ]);
         let ids: Vec<String> = order(&p).into_iter().map(|t| t.logical_id).collect();
         assert_eq!(ids, ["cp-1", "cp-10", "workers-0", "workers-2"]);
+        let shown = annotated(&p);
+        assert!(
+            shown
+                .for_node("cp-10")
+                .is_some_and(|a| a.reason.ends_with("(replacement 2 of 4)")),
+            "{shown:?}"
+        );
         let w = order(&p).into_iter().nth(2).expect("a worker");
         assert_eq!(w.volume.as_deref(), Some("vol-workers-0"));
         assert_eq!(

@@ -169,6 +169,15 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
         ))
     })?;
     let plan = kos_cluster::plan::plan(&graph, &observed);
+    if !plan.refused.is_empty() {
+        return Err(Failure::input(miette::miette!(
+            help = "nothing was changed",
+            "{}: the spec changes what the running cluster {} cannot change:\n  - {}",
+            crate::term::printable(&shown),
+            plan.cluster,
+            plan.refused.join("\n  - ")
+        )));
+    }
     Ok(Prepared {
         spec: loaded.spec,
         graph,
@@ -200,7 +209,7 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
             }
-            let plan = p.plan;
+            let plan = kos_lifecycle::roll::annotated(&p.plan);
             match args.output {
                 Output::Text => print!("{}", crate::term::escape(&plan.diff(args.all))),
                 Output::Json => println!(
