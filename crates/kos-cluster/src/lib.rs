@@ -17,6 +17,7 @@
 
 pub mod apply;
 pub mod bootstrap;
+pub mod certs;
 pub mod critical_path;
 pub mod diagnostics;
 pub mod doctor;

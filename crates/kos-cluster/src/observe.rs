@@ -102,6 +102,8 @@ pub struct MachineFacts {
     pub key_name: Option<String>,
     pub size_gb: Option<u64>,
     pub volume_type: Option<String>,
+    /// When Nova made the server (RFC 3339).
+    pub created: Option<String>,
 }
 
 /// A security group rule as Neutron reports it.
@@ -120,6 +122,8 @@ pub struct ObservedRule {
 pub struct Observed {
     pub cluster: String,
     pub resources: BTreeMap<String, Vec<Resource>>,
+    /// When it was observed (Unix seconds): what certificate lifetimes are measured against.
+    pub at_unix: Option<i64>,
 }
 
 impl Observed {
@@ -330,6 +334,7 @@ impl Inventory {
             .collect();
         let mut o = Observed {
             cluster: cluster.to_owned(),
+            at_unix: Some(time::OffsetDateTime::now_utc().unix_timestamp()),
             ..Observed::default()
         };
         let mut add = |kind,
@@ -535,6 +540,7 @@ impl Inventory {
                         image_id: x.image_id.clone(),
                         availability_zone: x.availability_zone.clone().filter(|z| !z.is_empty()),
                         key_name: x.key_name.clone(),
+                        created: x.created.clone(),
                         ..MachineFacts::default()
                     }),
                     ..tags_only(&x.tags)

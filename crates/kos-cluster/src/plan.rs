@@ -397,6 +397,12 @@ fn replacements(
                 recorded(&have.facts.tags, TAG_KUBERNETES),
                 &s.kubernetes_version,
             );
+            if !matches!(s.role, crate::bootstrap::NodeRole::Worker { .. })
+                && let (Some(created), Some(now)) = (&m.created, observed.at_unix)
+                && let Some(why) = crate::certs::due(created, now)
+            {
+                out.push(why);
+            }
             if recorded(&have.facts.tags, TAG_NODE).is_some_and(|d| d != node_digest(s)) {
                 out.push("labels or taints changed (a kubelet registers them once)".into());
             }

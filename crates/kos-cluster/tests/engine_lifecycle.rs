@@ -504,3 +504,30 @@ fn kos_lifecycle_free_rolls(p: &kos_cluster::plan::Plan) -> kos_cluster::plan::P
     }
     p
 }
+
+/// A control plane whose kubeadm certificates (a year from when it was made) have less than 30 days
+/// left plans as a replacement saying when they expire; workers, whose kubelets rotate their own
+/// certificates, do not.
+#[tokio::test]
+async fn control_planes_near_their_certificates_end_are_replaced() -> R {
+    let c = start().await?;
+    let shape = Shape::small("certs", 1);
+    let g = graph(&c.session, &shape).await?;
+    up(&c.session, &g).await?;
+    let mut o = observe(&c.session, "certs").await?;
+    assert_eq!(plan(&g, &o).summary().changes(), 0);
+    let now = o.at_unix.ok_or("observed without a time")?;
+    o.at_unix = Some(now + 340 * 24 * 3600);
+    let p = plan(&g, &o);
+    let cp = p.for_node("cp-0").ok_or("cp-0")?;
+    assert_eq!(cp.op, Op::Roll, "{}", p.diff(false));
+    assert!(
+        cp.changes
+            .iter()
+            .any(|c| c.contains("kubeadm certificates expire on")),
+        "{}",
+        p.diff(false)
+    );
+    assert_eq!(p.for_node("workers-0").map(|a| a.op), Some(Op::NoOp));
+    Ok(())
+}

@@ -846,9 +846,22 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
             );
             for r in &st.resources {
                 let mark = if r.failed { "✗" } else { " " };
+                // A control plane's kubeadm certificates last a year from when it was made.
+                let certs = r
+                    .facts
+                    .machine
+                    .as_ref()
+                    .and_then(|m| m.created.as_deref())
+                    .filter(|_| {
+                        r.kind == Kind::Server
+                            && kos_lifecycle::formation::is_control_plane(&r.logical_id)
+                    })
+                    .and_then(kos_cluster::certs::expiry)
+                    .map(|t| format!("  certificates until {}", kos_cluster::certs::date(t)))
+                    .unwrap_or_default();
                 // Names and states come from the cloud.
                 println!(
-                    "{mark} {:<22} {:<28} {:<12} {}",
+                    "{mark} {:<22} {:<28} {:<12} {}{certs}",
                     r.kind.as_str(),
                     crate::term::printable(&r.logical_id),
                     crate::term::printable(&r.state),
