@@ -129,6 +129,7 @@ mod tests {
     fn running_control_planes_skip_workers_ports_and_failed_servers() {
         let mut observed = Observed {
             cluster: "demo".into(),
+            at_unix: None,
             resources: [
                 server("cp-2", false),
                 server("cp-1", false),

@@ -296,6 +296,7 @@ mod tests {
     fn observed(servers: &[(&str, &str)]) -> kos_cluster::observe::Observed {
         kos_cluster::observe::Observed {
             cluster: "demo".into(),
+            at_unix: None,
             resources: servers
                 .iter()
                 .map(|(id, state)| {

@@ -234,6 +234,68 @@ pub fn removal(plan: &Plan, t: &Target) -> Plan {
     p
 }
 
+/// A node NotReady since `since_unix` (its Ready condition's last transition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unhealthy {
+    pub node: String,
+    pub since_unix: i64,
+}
+
+/// The servers `kos up --repair` replaces: those whose node has been NotReady for at least `after`
+/// seconds at `now`, in the roll's order (control planes first). A server the plan replaces or
+/// removes anyway is left to that.
+#[must_use]
+pub fn repairs(plan: &Plan, unhealthy: &[Unhealthy], now: i64, after: i64) -> Vec<Target> {
+    let mut out: Vec<Target> = plan
+        .actions
+        .iter()
+        .filter(|a| a.kind == Kind::Server && matches!(a.op, Op::NoOp | Op::Update))
+        .filter_map(|a| {
+            let u = unhealthy.iter().find(|u| u.node == a.name)?;
+            let for_secs = (now - u.since_unix).max(0);
+            (for_secs >= after).then(|| {
+                let volume = format!("vol-{}", a.logical_id);
+                Target {
+                    logical_id: a.logical_id.clone(),
+                    name: a.name.clone(),
+                    control_plane: is_control_plane(&a.logical_id),
+                    volume: plan
+                        .actions
+                        .iter()
+                        .any(|v| v.kind == Kind::Volume && v.logical_id == volume)
+                        .then_some(volume),
+                    changes: vec![format!("NotReady for {for_secs}s (--repair)")],
+                    scale_down: false,
+                }
+            })
+        })
+        .collect();
+    out.sort_by_key(|t| !t.control_plane);
+    out
+}
+
+/// Whether a control plane may be repaired: it must not be the only one (its etcd is the cluster's).
+///
+/// # Errors
+/// The only control plane.
+pub fn check_repair(plan: &Plan, t: &Target) -> Result<(), RollError> {
+    if !t.control_plane {
+        return Ok(());
+    }
+    let count = plan
+        .actions
+        .iter()
+        .filter(|a| a.kind == Kind::Server && is_control_plane(&a.logical_id) && a.op != Op::Delete)
+        .count();
+    if count < 2 {
+        return Err(RollError::SingleControlPlane {
+            target: t.logical_id.clone(),
+            why: t.changes.join("; "),
+        });
+    }
+    Ok(())
+}
+
 /// The cloud objects of a control plane `cp-N`: its server, port and boot volume.
 fn parts_of(id: &str) -> [String; 3] {
     [id.to_owned(), format!("port-{id}"), format!("vol-{id}")]
@@ -462,5 +524,43 @@ mod tests {
             next_retirement(&after, &["cp-1".to_owned()]).map(|t| t.logical_id),
             Some("cp-1".into())
         );
+    }
+
+    #[test]
+    fn repair_replaces_nodes_notready_long_enough_control_planes_first() {
+        let p = plan(vec![
+            action("cp-0", Kind::Server, Op::NoOp),
+            action("workers-0", Kind::Server, Op::NoOp),
+            action("vol-workers-0", Kind::Volume, Op::NoOp),
+            action("workers-1", Kind::Server, Op::NoOp),
+            action("workers-2", Kind::Server, Op::Roll),
+        ]);
+        let u = |n: &str, since| Unhealthy {
+            node: format!("kos-demo-{n}"),
+            since_unix: since,
+        };
+        let sick = [
+            u("workers-0", 100),
+            u("workers-1", 350),
+            u("cp-0", 0),
+            u("workers-2", 0),
+        ];
+        let t: Vec<String> = repairs(&p, &sick, 400, 300)
+            .into_iter()
+            .map(|t| t.logical_id)
+            .collect();
+        assert_eq!(
+            t,
+            ["cp-0", "workers-0"],
+            "workers-1 too recent, workers-2 rolled anyway"
+        );
+        let w0 = repairs(&p, &sick, 400, 300).pop().expect("workers-0");
+        assert_eq!(w0.volume.as_deref(), Some("vol-workers-0"));
+        let cp = repairs(&p, &sick, 400, 300).remove(0);
+        assert!(check_repair(&p, &cp).is_err(), "the only control plane");
+        assert!(check_repair(&p, &w0).is_ok());
+        // A NotReady time ahead of this clock (another machine's) counts as just now.
+        assert!(repairs(&p, &[u("workers-0", 10_000)], 400, 1).is_empty());
+        assert_eq!(repairs(&p, &[u("workers-0", 10_000)], 400, 0).len(), 1);
     }
 }

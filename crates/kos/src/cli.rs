@@ -110,6 +110,14 @@ pub struct UpArgs {
     /// How far to follow the cluster once its cloud resources exist.
     #[arg(long, value_enum, default_value_t)]
     pub wait: Wait,
+    /// Also replace nodes NotReady for longer than --repair-after (drained, a control plane's etcd
+    /// member removed first), as Cluster API's MachineHealthCheck does. Servers in ERROR or gone are
+    /// always made again.
+    #[arg(long)]
+    pub repair: bool,
+    /// How long a node may be NotReady before --repair replaces it, in seconds.
+    #[arg(long, default_value_t = 300, requires = "repair")]
+    pub repair_after: u64,
 }
 
 /// How far `kos up` follows a cluster after the infrastructure is converged.

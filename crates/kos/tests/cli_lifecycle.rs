@@ -437,3 +437,62 @@ fn a_single_control_planes_new_flavor_is_refused_before_any_change() {
     assert!(flat.contains("scale the control plane to 3 first"), "{out}");
     assert_eq!(flavors(&sim.clouds, "demo"), before, "nothing changed");
 }
+
+/// `kos up --repair` replaces a node NotReady for longer than `--repair-after` (here a worker whose
+/// server was stopped behind kos's back); plain `kos up` leaves it to the operator.
+#[test]
+fn repair_replaces_a_node_that_stays_notready() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let spec = example("minimal.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let old = rt.block_on(async {
+        let s = session(&sim.clouds).await;
+        let c = s.compute();
+        let w1 = server_named(&c, "kos-demo-workers-1").await;
+        c.stop_server(&w1.id).await.expect("stop");
+        w1.id
+    });
+    eventually(120, "workers-1 NotReady", || {
+        let clusters = sim_admin(&sim.base, "/_sim/clusters");
+        clusters[0]["nodes"]
+            .as_array()?
+            .iter()
+            .any(|n| n["name"] == "kos-demo-workers-1" && n["ready"] == false)
+            .then_some(())
+    });
+    let repaired = kos_within(
+        d,
+        &sim.clouds,
+        &[
+            "up",
+            "-f",
+            spec,
+            "--cloud",
+            "sim",
+            "--repair",
+            "--repair-after",
+            "0",
+        ],
+    );
+    let out = text(&repaired);
+    assert_eq!(repaired.status.code(), Some(0), "{out}");
+    assert!(out.contains("replacing workers-1 (NotReady for"), "{out}");
+    let new = rt.block_on(async {
+        let s = session(&sim.clouds).await;
+        server_named(&s.compute(), "kos-demo-workers-1").await
+    });
+    assert_ne!(new.id, old, "a new server");
+    assert_eq!(new.status.to_string(), "ACTIVE");
+    let clusters = sim_admin(&sim.base, "/_sim/clusters");
+    let nodes = clusters[0]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{clusters}");
+    assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
+}

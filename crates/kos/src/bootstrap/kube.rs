@@ -26,6 +26,8 @@ pub struct NodeStatus {
     pub name: String,
     pub ready: bool,
     pub uninitialized: bool,
+    /// When its Ready condition last changed (RFC 3339), while it is not True.
+    pub not_ready_since: Option<String>,
 }
 
 impl Kube {
@@ -144,6 +146,13 @@ impl Kube {
                     .into_iter()
                     .flatten()
                     .any(|t| t["key"] == UNINITIALIZED),
+                not_ready_since: n["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "Ready" && c["status"] != "True")
+                    .and_then(|c| c["lastTransitionTime"].as_str())
+                    .map(str::to_owned),
             })
             .collect())
     }

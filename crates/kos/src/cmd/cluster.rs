@@ -248,6 +248,30 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                 kos_lifecycle::roll::check(&p.plan).map_err(|e| {
                     Failure::input(miette::miette!(help = e.help(), "{e}"))
                 })?;
+                // --repair: a node NotReady for too long is replaced before the converge, which
+                // would wait for it to be Ready.
+                if args.repair {
+                    let sick = super::roll::unhealthy(&c, &p).await.map_err(|e| {
+                        Failure::cloud_report(miette::miette!(
+                            help = "--repair needs the cluster's API to answer from here",
+                            "cannot list the cluster's nodes: {e}"
+                        ))
+                    })?;
+                    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+                    let after = i64::try_from(args.repair_after).unwrap_or(i64::MAX);
+                    if let Some(t) = kos_lifecycle::roll::repairs(&p.plan, &sick, now, after)
+                        .into_iter()
+                        .find(|t| !replaced.contains(&t.logical_id))
+                    {
+                        kos_lifecycle::roll::check_repair(&p.plan, &t).map_err(|e| {
+                            Failure::input(miette::miette!(help = e.help(), "{e}"))
+                        })?;
+                        replaced.insert(t.logical_id.clone());
+                        let removal = kos_lifecycle::roll::removal(&p.plan, &t);
+                        super::roll::remove(&c, &p, &t, &args, &removal).await?;
+                        continue;
+                    }
+                }
                 let converging = kos_lifecycle::roll::without_rolls(
                     &kos_lifecycle::roll::without_retirements(&p.plan, &p.retirements),
                 );

@@ -121,6 +121,39 @@ pub(super) async fn remove(
     Ok(())
 }
 
+/// The nodes whose Ready condition is not True, and since when; `Err` when the API does not answer.
+pub(super) async fn unhealthy(
+    c: &Connected,
+    p: &Prepared,
+) -> Result<Vec<kos_lifecycle::roll::Unhealthy>, String> {
+    let local =
+        Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
+    let secrets = local
+        .secrets()
+        .map_err(|e| format!("{e:?}"))?
+        .ok_or("the cluster's secrets are not on this machine")?;
+    let meta = local
+        .meta_data()
+        .map_err(|e| format!("{e:?}"))?
+        .ok_or("the cluster's API address is not known on this machine")?;
+    let kube = api_client(c, &p.spec, &meta.api_address, &secrets).await?;
+    Ok(kube
+        .nodes()
+        .await?
+        .into_iter()
+        .filter(|n| !n.ready)
+        .filter_map(|n| {
+            let since = n.not_ready_since.as_deref().and_then(|t| {
+                time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+            })?;
+            Some(kos_lifecycle::roll::Unhealthy {
+                node: n.name,
+                since_unix: since.unix_timestamp(),
+            })
+        })
+        .collect())
+}
+
 /// The release the target's server was made with.
 fn recorded_version(p: &Prepared, t: &Target) -> Option<String> {
     p.plan
