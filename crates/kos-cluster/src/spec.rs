@@ -471,6 +471,10 @@ pub struct NodePool {
     pub taints: Vec<Taint>,
     /// `serverGroupPolicy`, default soft anti-affinity.
     pub server_group_policy: ServerGroupPolicy,
+    /// `maxUnavailable`, default 1: how many of the pool's nodes a rolling replacement drains and
+    /// replaces at once. (No `maxSurge`: a node keeps its name, port and address, so it is replaced
+    /// in place.)
+    pub max_unavailable: u32,
 }
 
 impl NodePool {

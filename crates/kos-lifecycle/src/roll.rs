@@ -186,6 +186,36 @@ pub fn next(plan: &Plan) -> Result<Option<Target>, RollError> {
     Ok(Some(t))
 }
 
+/// The next servers to replace together: one control plane, or up to `max_unavailable(pool)` workers
+/// of the first pool with replacements (a pool's `maxUnavailable`).
+///
+/// # Errors
+/// As [`next`].
+pub fn next_batch(
+    plan: &Plan,
+    max_unavailable: &dyn Fn(&str) -> usize,
+) -> Result<Vec<Target>, RollError> {
+    let Some(first) = next(plan)? else {
+        return Ok(Vec::new());
+    };
+    if first.control_plane {
+        return Ok(vec![first]);
+    }
+    let pool = |t: &Target| {
+        t.logical_id
+            .rsplit_once('-')
+            .map(|(p, _)| p.to_owned())
+            .unwrap_or_default()
+    };
+    let this = pool(&first);
+    let max = max_unavailable(&this).max(1);
+    Ok(order(plan)
+        .into_iter()
+        .filter(|t| !t.control_plane && pool(t) == this)
+        .take(max)
+        .collect())
+}
+
 /// Every control plane to replace, checked before anything changes: a refusal must come before the
 /// first server is replaced, not halfway.
 ///
@@ -562,5 +592,34 @@ mod tests {
         // A NotReady time ahead of this clock (another machine's) counts as just now.
         assert!(repairs(&p, &[u("workers-0", 10_000)], 400, 1).is_empty());
         assert_eq!(repairs(&p, &[u("workers-0", 10_000)], 400, 0).len(), 1);
+    }
+
+    #[test]
+    fn workers_go_in_batches_of_their_pools_max_unavailable() {
+        let p = plan(vec![
+            action("cp-0", Kind::Server, Op::NoOp),
+            action("a-0", Kind::Server, Op::Roll),
+            action("a-1", Kind::Server, Op::Roll),
+            action("a-2", Kind::Server, Op::Roll),
+            action("b-0", Kind::Server, Op::Roll),
+        ]);
+        let ids = |v: Vec<Target>| v.into_iter().map(|t| t.logical_id).collect::<Vec<_>>();
+        let two = |pool: &str| if pool == "a" { 2 } else { 5 };
+        assert_eq!(ids(next_batch(&p, &two).expect("ok")), ["a-0", "a-1"]);
+        assert_eq!(
+            ids(next_batch(&p, &|_| 0).expect("ok")),
+            ["a-0"],
+            "at least one"
+        );
+        let cps = plan(vec![
+            action("cp-0", Kind::Server, Op::Roll),
+            action("cp-1", Kind::Server, Op::Roll),
+            action("cp-2", Kind::Server, Op::Roll),
+        ]);
+        assert_eq!(
+            ids(next_batch(&cps, &|_| 3).expect("ok")),
+            ["cp-0"],
+            "one control plane"
+        );
     }
 }

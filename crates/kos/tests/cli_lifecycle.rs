@@ -401,6 +401,29 @@ fn a_pools_new_flavor_and_labels_replace_its_nodes_one_at_a_time() {
         ],
     );
     assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+
+    // maxUnavailable: 2 takes both down at once: both drained and deleted before either joins.
+    let third = d.join("third.yaml");
+    std::fs::write(
+        &third,
+        changed.replace("example.com/tier: web", "example.com/tier: api")
+            + "      maxUnavailable: 2\n",
+    )
+    .expect("write");
+    let third = third.to_str().expect("utf8");
+    let both = kos_within(d, &sim.clouds, &["up", "-f", third, "--cloud", "sim"]);
+    let out = text(&both);
+    assert_eq!(both.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&both.stderr);
+    let w1 = err.find("replacing workers-1").expect("workers-1 replaced");
+    let w0 = err.find("replacing workers-0").expect("workers-0 replaced");
+    let first_join = err[w0.min(w1)..]
+        .find("kubeadm-join ok")
+        .map(|i| i + w0.min(w1));
+    assert!(
+        first_join.is_some_and(|j| j > w0.max(w1)),
+        "one batch: {out}"
+    );
 }
 
 /// One control plane cannot be replaced in place: the change is refused before anything is touched.

@@ -638,10 +638,21 @@ fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
             "labels",
             "taints",
             "serverGroupPolicy",
+            "maxUnavailable",
         ],
     )?;
     let name = m.req(cx, "name", |cx, f| {
         name_value(cx, f, PoolName::new, "pool name", names::POOL_NAME_MAX)
+    });
+    let max_unavailable = m.or(cx, "maxUnavailable", 1, |cx, f| {
+        integer(
+            cx,
+            f,
+            1..=NodePool::MAX_COUNT,
+            Code::InvalidValue,
+            "how many of the pool's nodes a replacement takes down at once: 1 to 500 (default 1)",
+        )
+        .map(|n| n.value)
     });
     let count = m.req(cx, "count", |cx, f| {
         integer(
@@ -668,6 +679,7 @@ fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
         labels: labels?,
         taints: taints?,
         server_group_policy: policy?,
+        max_unavailable: max_unavailable?,
     })
 }
 

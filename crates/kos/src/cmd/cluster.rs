@@ -268,7 +268,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                         })?;
                         replaced.insert(t.logical_id.clone());
                         let removal = kos_lifecycle::roll::removal(&p.plan, &t);
-                        super::roll::remove(&c, &p, &t, &args, &removal).await?;
+                        super::roll::remove(&c, &p, &[t], &args, &removal).await?;
                         continue;
                     }
                 }
@@ -280,33 +280,45 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                 // what replaces it: control planes a smaller count removes (their etcd members
                 // first), then servers made for another spec.
                 let fresh = prepare(&c, load_spec(&args.spec.file)?).await?;
-                let step = match kos_lifecycle::roll::next_retirement(&fresh.plan, &fresh.retirements)
+                let batch = match kos_lifecycle::roll::next_retirement(&fresh.plan, &fresh.retirements)
                 {
-                    Some(t) => {
-                        let removal = kos_lifecycle::roll::retirement(&fresh.plan, &t);
-                        Some((t, removal))
+                    Some(t) => vec![t],
+                    None => {
+                        let max_unavailable = |pool: &str| {
+                            fresh
+                                .spec
+                                .node_pools
+                                .iter()
+                                .find(|p| p.name.value.as_str() == pool)
+                                .map_or(1, |p| p.max_unavailable as usize)
+                        };
+                        kos_lifecycle::roll::next_batch(&fresh.plan, &max_unavailable).map_err(|e| {
+                            Failure::input(miette::miette!(help = e.help(), "{e}"))
+                        })?
                     }
-                    None => kos_lifecycle::roll::next(&fresh.plan)
-                        .map_err(|e| Failure::input(miette::miette!(help = e.help(), "{e}")))?
-                        .map(|t| {
-                            let removal = kos_lifecycle::roll::removal(&fresh.plan, &t);
-                            (t, removal)
-                        }),
                 };
-                let Some((target, removal)) = step else {
+                if batch.is_empty() {
                     return Ok(Exit::Ok);
-                };
-                // A server made by this run that still differs would be replaced forever.
-                if !replaced.insert(target.logical_id.clone()) && !target.changes.is_empty() {
-                    return Err(Failure::cloud_report(miette::miette!(
-                        help = "the cloud reports the new server otherwise than kos made it: report this \
-                                with `kos plan` output",
-                        "{} was replaced by this run but still differs from the spec: {}",
-                        target.logical_id,
-                        target.changes.join("; ")
-                    )));
                 }
-                super::roll::remove(&c, &fresh, &target, &args, &removal).await?;
+                let mut removal = fresh.plan.clone();
+                for t in &batch {
+                    // A server made by this run that still differs would be replaced forever.
+                    if !replaced.insert(t.logical_id.clone()) && !t.scale_down {
+                        return Err(Failure::cloud_report(miette::miette!(
+                            help = "the cloud reports the new server otherwise than kos made it: report \
+                                    this with `kos plan` output",
+                            "{} was replaced by this run but still differs from the spec: {}",
+                            t.logical_id,
+                            t.changes.join("; ")
+                        )));
+                    }
+                    removal = if t.scale_down {
+                        kos_lifecycle::roll::retirement(&removal, t)
+                    } else {
+                        kos_lifecycle::roll::removal(&removal, t)
+                    };
+                }
+                super::roll::remove(&c, &fresh, &batch, &args, &removal).await?;
             }
         }
         .await;

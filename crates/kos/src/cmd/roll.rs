@@ -20,47 +20,57 @@ use crate::bootstrap::{KubeadmBootstrap, Local};
 use crate::cli::UpArgs;
 use crate::cloud::Connected;
 
-/// Removes `t`'s node from the cluster and its server from the cloud.
+/// Removes the nodes of `batch` (one control plane, or workers of one pool) from the cluster and
+/// their servers from the cloud, as `removal` says.
 pub(super) async fn remove(
     c: &Connected,
     p: &Prepared,
-    t: &Target,
+    batch: &[Target],
     args: &UpArgs,
     removal: &Plan,
 ) -> Result<(), Failure> {
     let cluster = &p.graph.cluster;
-    eprintln!(
-        "kos: {cluster}: {} {} ({})",
-        if t.scale_down {
-            "removing"
-        } else {
-            "replacing"
-        },
-        t.logical_id,
-        crate::term::escape(&t.changes.join("; "))
-    );
+    let Some(first) = batch.first() else {
+        return Ok(());
+    };
+    for t in batch {
+        eprintln!(
+            "kos: {cluster}: {} {} ({})",
+            if t.scale_down {
+                "removing"
+            } else {
+                "replacing"
+            },
+            t.logical_id,
+            crate::term::escape(&t.changes.join("; "))
+        );
+    }
     let local = Local::new(c.session.cloud_name(), cluster).map_err(Failure::input)?;
     let secrets = local
         .secrets()
         .map_err(Failure::input)?
-        .ok_or_else(|| stop(t, "the cluster's secrets are not on this machine"))?;
-    let meta = local
-        .meta_data()
-        .map_err(Failure::input)?
-        .ok_or_else(|| stop(t, "the cluster's API address is not known on this machine"))?;
+        .ok_or_else(|| stop(first, "the cluster's secrets are not on this machine"))?;
+    let meta = local.meta_data().map_err(Failure::input)?.ok_or_else(|| {
+        stop(
+            first,
+            "the cluster's API address is not known on this machine",
+        )
+    })?;
     let kube = api_client(c, &p.spec, &meta.api_address, &secrets)
         .await
-        .map_err(|e| stop(t, &format!("the cluster's API does not answer: {e}")))?;
+        .map_err(|e| stop(first, &format!("the cluster's API does not answer: {e}")))?;
     let wanted = p.spec.kubernetes_version.to_string();
-    if t.control_plane && recorded_version(p, t).is_some_and(|v| v != wanted) {
-        // A control plane joining reads the release to run from kubeadm-config: an upgrade sets it
-        // first, as Cluster API's control plane does.
-        set_cluster_version(&kube, &wanted)
-            .await
-            .map_err(|e| stop(t, &e))?;
-        eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {wanted}");
+    for t in batch {
+        if t.control_plane && recorded_version(p, t).is_some_and(|v| v != wanted) {
+            // A control plane joining reads the release to run from kubeadm-config: an upgrade
+            // sets it first, as Cluster API's control plane does.
+            set_cluster_version(&kube, &wanted)
+                .await
+                .map_err(|e| stop(t, &e))?;
+            eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {wanted}");
+        }
     }
-    if t.control_plane {
+    for t in batch.iter().filter(|t| t.control_plane) {
         let address = p
             .plan
             .actions
@@ -108,16 +118,18 @@ pub(super) async fn remove(
             "{e}"
         ))
     })?;
-    // After its server: a running kubelet would register its Node again.
-    kube.delete(&format!("/api/v1/nodes/{}", t.name))
-        .await
-        .map_err(|e| {
-            Failure::cloud_report(miette::miette!(
-                help = "delete it with `kubectl delete node`; the cloud controller also removes Nodes whose server is gone",
-                "the Node {} of the deleted server cannot be deleted: {e}",
-                t.name
-            ))
-        })?;
+    // After their servers: a running kubelet would register its Node again.
+    for t in batch {
+        kube.delete(&format!("/api/v1/nodes/{}", t.name))
+            .await
+            .map_err(|e| {
+                Failure::cloud_report(miette::miette!(
+                    help = "delete it with `kubectl delete node`; the cloud controller also removes Nodes whose server is gone",
+                    "the Node {} of the deleted server cannot be deleted: {e}",
+                    t.name
+                ))
+            })?;
+    }
     Ok(())
 }
 
