@@ -115,6 +115,10 @@ pub struct UpArgs {
     /// always made again.
     #[arg(long)]
     pub repair: bool,
+    /// How long draining one node may take before the run stops, in seconds (a PodDisruptionBudget
+    /// that allows no eviction holds it), as Cluster API's nodeDrainTimeout.
+    #[arg(long, default_value_t = 600)]
+    pub drain_timeout: u64,
     /// How long a node may be NotReady before --repair replaces it, in seconds.
     #[arg(long, default_value_t = 300, requires = "repair")]
     pub repair_after: u64,

@@ -519,3 +519,91 @@ fn repair_replaces_a_node_that_stays_notready() {
     assert_eq!(nodes.len(), 3, "{clusters}");
     assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
 }
+
+/// A pool scaled down drains the nodes it removes first, through the Eviction API: a
+/// PodDisruptionBudget that allows no disruption holds the run (exit 1 naming the budget, the server
+/// still there); once the budget allows it, the pod is evicted and the server goes (before, the
+/// server was deleted with its pods, whatever their budget).
+#[test]
+fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("minimal.yaml");
+    let three = d.join("three.yaml");
+    std::fs::write(&three, minimal.replacen("count: 2", "count: 3", 1)).expect("write");
+    let three = three.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", three, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let kc = kos(
+        d,
+        Some(&sim.clouds),
+        &["kubeconfig", "demo", "--cloud", "sim"],
+    );
+    assert_eq!(code(&kc), 0, "{}", text(&kc));
+    let objects = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-2\n  namespace: default\n  labels: {app: web}\nspec:\n  nodeName: kos-demo-workers-2\n  containers:\n  - name: web\n    image: nginx\n---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: web\n  namespace: default\nspec:\n  minAvailable: 1\n  selector:\n    matchLabels: {app: web}\n";
+    std::fs::write(d.join("web.yaml"), objects).expect("write");
+    let made = kubectl(d, &["apply", "-f", "web.yaml"]);
+    assert!(made.status.success(), "{}", text(&made));
+    // What its kubelet would report: a Pending pod ignores budgets, a Running and Ready one counts.
+    let running = kubectl(
+        d,
+        &[
+            "patch",
+            "pod",
+            "web-2",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+        ],
+    );
+    assert!(running.status.success(), "{}", text(&running));
+
+    let one = d.join("one.yaml");
+    std::fs::write(&one, minimal.replacen("count: 2", "count: 1", 1)).expect("write");
+    let one = one.to_str().expect("utf8");
+    let held = kos_within(
+        d,
+        &sim.clouds,
+        &["up", "-f", one, "--cloud", "sim", "--drain-timeout", "5"],
+    );
+    let out = text(&held);
+    assert_eq!(held.status.code(), Some(1), "{out}");
+    let flat = out
+        .split_whitespace()
+        .filter(|w| *w != "│")
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(flat.contains("The disruption budget web needs"), "{out}");
+    assert!(flat.contains("default/web-2"), "{out}");
+    assert!(
+        flavors(&sim.clouds, "demo").contains_key("kos-demo-workers-2"),
+        "the server stays while its pod cannot go"
+    );
+
+    let relaxed = kubectl(d, &["delete", "pdb", "web"]);
+    assert!(relaxed.status.success(), "{}", text(&relaxed));
+    let down = kos_within(d, &sim.clouds, &["up", "-f", one, "--cloud", "sim"]);
+    let out = text(&down);
+    assert_eq!(down.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&down.stderr);
+    let drained = err.find("workers-2: drained (1 pod(s) evicted)");
+    let deleted = err.find("deleted server kos-demo-workers-2");
+    assert!(
+        drained.is_some_and(|d| deleted.is_some_and(|x| d < x)),
+        "drained before its server goes: {out}"
+    );
+    assert!(err.contains("workers-1: drained"), "{out}");
+    let left = flavors(&sim.clouds, "demo");
+    assert_eq!(left.len(), 2, "{left:?}");
+    let pods = kubectl(d, &["get", "pod", "web-2", "-o", "name"]);
+    assert!(
+        !pods.status.success(),
+        "the pod was evicted: {}",
+        text(&pods)
+    );
+    let clusters = sim_admin(&sim.base, "/_sim/clusters");
+    let nodes = clusters[0]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 2, "the removed Nodes are gone: {clusters}");
+}

@@ -190,6 +190,40 @@ impl Kube {
         r.json().await.map_err(|e| format!("GET {path}: {e}"))
     }
 
+    /// GETs the object at `path` as JSON; `None` when there is none (404).
+    pub async fn get_json_opt(&self, path: &str) -> Result<Option<Value>, String> {
+        let r = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        match r.status().as_u16() {
+            404 => Ok(None),
+            200..=299 => r
+                .json()
+                .await
+                .map(Some)
+                .map_err(|e| format!("GET {path}: {e}")),
+            s => Err(format!("GET {path}: HTTP {s}")),
+        }
+    }
+
+    /// POSTs a JSON body to `path`; the status and the answer's body (JSON, `Null` if none), for
+    /// callers that tell answers apart (an eviction's 429). Never retried here.
+    pub async fn post_json(&self, path: &str, body: &Value) -> Result<(u16, Value), String> {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = r.status().as_u16();
+        let body = r.json().await.unwrap_or(Value::Null);
+        Ok((status, body))
+    }
+
     /// A JSON merge patch (RFC 7386) of the object at `path`. The body is never logged: it may
     /// carry a Secret's data.
     pub async fn merge_patch(&self, path: &str, body: &Value) -> Result<(), String> {

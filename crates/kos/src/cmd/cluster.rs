@@ -275,7 +275,9 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                 let converging = kos_lifecycle::roll::without_rolls(
                     &kos_lifecycle::roll::without_retirements(&p.plan, &p.retirements),
                 );
+                let scaled_down = super::roll::drain_scaled_down(&c, &p, &converging, &args).await?;
                 converge(&c, &args, &p, &converging).await?;
+                super::roll::delete_nodes(&c, &p, &scaled_down).await;
                 // Then one server at a time, each step followed by a converge that makes and follows
                 // what replaces it: control planes a smaller count removes (their etcd members
                 // first), then servers made for another spec.

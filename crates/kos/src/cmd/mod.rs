@@ -11,6 +11,7 @@ pub mod bench;
 mod bench_ccm;
 mod cluster;
 mod doctor;
+mod drain;
 mod formation;
 mod kubeconfig;
 mod members;

@@ -59,6 +59,9 @@ pub(super) async fn remove(
     let kube = api_client(c, &p.spec, &meta.api_address, &secrets)
         .await
         .map_err(|e| stop(first, &format!("the cluster's API does not answer: {e}")))?;
+    for t in batch {
+        drain(c, &kube, t, args.drain_timeout).await?;
+    }
     let wanted = p.spec.kubernetes_version.to_string();
     for t in batch {
         if t.control_plane && recorded_version(p, t).is_some_and(|v| v != wanted) {
@@ -131,6 +134,114 @@ pub(super) async fn remove(
             })?;
     }
     Ok(())
+}
+
+/// Drains `t`'s node; a PodDisruptionBudget that holds past the timeout stops the run before the
+/// server goes.
+async fn drain(c: &Connected, kube: &Kube, t: &Target, timeout: u64) -> Result<(), Failure> {
+    let d = super::drain::drain_node(
+        kube,
+        &t.name,
+        Duration::from_secs(timeout),
+        c.is_simulated(),
+    )
+    .await
+    .map_err(|e| stop(t, &e.to_string()))?;
+    eprintln!(
+        "kos: {}: drained ({} pod(s) evicted)",
+        t.logical_id,
+        d.evicted.len()
+    );
+    Ok(())
+}
+
+/// Workers a smaller pool count removes: drained before the converge deletes their servers, their
+/// Nodes deleted after. When the API does not answer from here (a private endpoint), they go
+/// undrained, with a warning.
+pub(super) async fn drain_scaled_down(
+    c: &Connected,
+    p: &Prepared,
+    plan: &Plan,
+    args: &UpArgs,
+) -> Result<Vec<String>, Failure> {
+    let leaving: Vec<Target> = plan
+        .actions
+        .iter()
+        .filter(|a| {
+            a.kind == Kind::Server
+                && a.op == kos_cluster::plan::Op::Delete
+                && !kos_lifecycle::formation::is_control_plane(&a.logical_id)
+                && a.existing.as_ref().is_some_and(|r| r.tagged && !r.failed)
+        })
+        .map(|a| Target {
+            logical_id: a.logical_id.clone(),
+            name: a.name.clone(),
+            control_plane: false,
+            volume: None,
+            changes: vec!["its pool's count is smaller".into()],
+            scale_down: true,
+        })
+        .collect();
+    if leaving.is_empty() {
+        return Ok(Vec::new());
+    }
+    let kube = match client(c, p).await {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!(
+                "kos: warning: cannot drain {} before removing them ({e}): their pods go with their servers",
+                leaving
+                    .iter()
+                    .map(|t| t.logical_id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return Ok(Vec::new());
+        }
+    };
+    for t in &leaving {
+        eprintln!(
+            "kos: {}: removing {} (its pool's count is smaller)",
+            p.graph.cluster, t.logical_id
+        );
+        drain(c, &kube, t, args.drain_timeout).await?;
+    }
+    Ok(leaving.into_iter().map(|t| t.name).collect())
+}
+
+/// Deletes the Nodes of servers that are gone (a running kubelet would have registered them again).
+pub(super) async fn delete_nodes(c: &Connected, p: &Prepared, names: &[String]) {
+    if names.is_empty() {
+        return;
+    }
+    let Ok(kube) = client(c, p).await else {
+        return;
+    };
+    for n in names {
+        if let Err(e) = kube.delete(&format!("/api/v1/nodes/{n}")).await {
+            eprintln!(
+                "kos: warning: the Node {n} of a removed server stays ({e}); the cloud controller removes it"
+            );
+        }
+    }
+}
+
+async fn client(c: &Connected, p: &Prepared) -> Result<Kube, String> {
+    let local =
+        Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
+    let secrets = local
+        .secrets()
+        .map_err(|e| format!("{e:?}"))?
+        .ok_or("the cluster's secrets are not on this machine")?;
+    let meta = local
+        .meta_data()
+        .map_err(|e| format!("{e:?}"))?
+        .ok_or("the cluster's API address is not known on this machine")?;
+    let kube = api_client(c, &p.spec, &meta.api_address, &secrets).await?;
+    if !kube.readyz().await? {
+        return Err("the cluster's API is not ready".into());
+    }
+    Ok(kube)
 }
 
 /// The nodes whose Ready condition is not True, and since when; `Err` when the API does not answer.
