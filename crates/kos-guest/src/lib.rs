@@ -74,6 +74,8 @@ pub mod persist;
 pub mod pki;
 pub mod seam;
 pub mod sim;
+pub mod skew;
+pub mod static_pods;
 pub mod testing;
 pub mod version;
 pub mod vfs;
