@@ -1,6 +1,10 @@
 //! A simulated cluster: its Kubernetes API (a [`FakeKube`] holding Namespaces, Secrets, ConfigMaps,
 //! Nodes and whatever the addons apply) and what kubeadm keeps outside it: the cluster's identity and
-//! CA, its version, its etcd membership, and which CNI network it runs. The controllers that act on
+//! CA, its etcd membership, and which CNI network it runs. Its Kubernetes version is not kept here:
+//! as for kubeadm, it is the `kubernetesVersion` of the ClusterConfiguration in the
+//! `kube-system/kubeadm-config` ConfigMap ([`Cluster::cluster_configuration`]), which a client may
+//! change (Cluster API does before it rolls control planes), and each API server runs the version
+//! its static pod was written with. The controllers that act on
 //! the API without a node's help (the token cleaner, the garbage collector for `kubeadm-certs`, the
 //! node lifecycle's NotReady) run in [`crate::Guest::tick`].
 
@@ -15,9 +19,8 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::error::GuestError;
-use crate::kubeadm::config::TokenSpec;
+use crate::kubeadm::config::{self, ClusterDoc, TokenSpec};
 use crate::seam::ServerId;
-use crate::version::Version;
 
 /// Which simulated cluster (a new one per `kubeadm init`, even with the same CA).
 #[derive(
@@ -103,9 +106,6 @@ pub struct Cluster {
     pub endpoint: Option<String>,
     /// `sha256:<hex>` of the CA's SPKI: what joins pin.
     pub ca_hash: String,
-    pub version: Version,
-    /// Set while an upgrade to that version is under way (not simulated yet; joins accept its minor).
-    pub upgrading_to: Option<Version>,
     pub pod_subnet: Option<String>,
     pub etcd: Vec<EtcdMember>,
     /// Servers whose member was removed while they ran: their etcd stopped, and their API server
@@ -136,7 +136,6 @@ impl fmt::Debug for Cluster {
             .field("id", &self.id)
             .field("name", &self.name)
             .field("endpoint", &self.endpoint)
-            .field("version", &self.version)
             .field("etcd", &self.etcd)
             .field("cni", &self.cni)
             .finish_non_exhaustive()
@@ -145,6 +144,9 @@ impl fmt::Debug for Cluster {
 
 pub const KUBE_SYSTEM: &str = "kube-system";
 pub const KUBEADM_CERTS: &str = "kubeadm-certs";
+/// kubeadm's `KubeadmConfigConfigMap` and its `ClusterConfigurationConfigMapKey`.
+pub const KUBEADM_CONFIG: &str = "kubeadm-config";
+pub const CLUSTER_CONFIGURATION_KEY: &str = "ClusterConfiguration";
 const TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
 
 fn rfc3339(t: OffsetDateTime) -> String {
@@ -179,7 +181,8 @@ pub struct NewCluster {
     pub name: String,
     pub endpoint: Option<String>,
     pub ca_hash: String,
-    pub version: Version,
+    /// The ClusterConfiguration init ran with (uploaded to `kubeadm-config`).
+    pub configuration: ClusterDoc,
     pub pod_subnet: Option<String>,
     pub serving: Serving,
     /// The first etcd member: the initialising control plane.
@@ -195,7 +198,7 @@ impl Cluster {
             name,
             endpoint,
             ca_hash,
-            version,
+            configuration,
             pod_subnet,
             serving,
             first,
@@ -217,14 +220,11 @@ impl Cluster {
             data: Some(BTreeMap::from([("kubeconfig".to_owned(), kubeconfig)])),
             ..ConfigMap::default()
         })?;
-        let cluster_config = format!(
-            "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nclusterName: {name}\nkubernetesVersion: {version}\ncontrolPlaneEndpoint: {server}\n"
-        );
         kube.insert(&ConfigMap {
-            metadata: meta(Some(KUBE_SYSTEM), "kubeadm-config"),
+            metadata: meta(Some(KUBE_SYSTEM), KUBEADM_CONFIG),
             data: Some(BTreeMap::from([(
-                "ClusterConfiguration".to_owned(),
-                cluster_config,
+                CLUSTER_CONFIGURATION_KEY.to_owned(),
+                config::render_cluster_configuration(&configuration),
             )])),
             ..ConfigMap::default()
         })?;
@@ -233,8 +233,6 @@ impl Cluster {
             name,
             endpoint,
             ca_hash,
-            version,
-            upgrading_to: None,
             pod_subnet,
             etcd: vec![first],
             removed_members: Default::default(),
@@ -243,6 +241,32 @@ impl Cluster {
             serving,
             kube,
         })
+    }
+
+    /// The ClusterConfiguration of `kube-system/kubeadm-config`, read as kubeadm's
+    /// `FetchInitConfigurationFromCluster` reads it (and parsed as strictly as a config file); the
+    /// inner error is kubeadm's text, without its "unable to fetch the kubeadm-config ConfigMap"
+    /// prefix.
+    pub fn cluster_configuration(&self) -> Result<Result<ClusterDoc, String>, GuestError> {
+        let Some(cm) = self
+            .kube
+            .get::<ConfigMap>(Some(KUBE_SYSTEM), KUBEADM_CONFIG)?
+        else {
+            return Ok(Err(format!(
+                "failed to get config map: configmaps \"{KUBEADM_CONFIG}\" not found"
+            )));
+        };
+        let Some(text) = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get(CLUSTER_CONFIGURATION_KEY))
+        else {
+            return Ok(Err(format!(
+                "unexpected error when reading {KUBEADM_CONFIG} ConfigMap: {CLUSTER_CONFIGURATION_KEY} key value pair missing"
+            )));
+        };
+        Ok(config::parse_cluster_configuration(text)
+            .map_err(|e| format!("failed to decode cluster configuration data: {e}")))
     }
 
     /// The bootstrap-token Secret kubeadm's `CreateNewTokens` writes.

@@ -109,6 +109,16 @@ pub(crate) struct Server {
     pub console: Vec<String>,
 }
 
+impl Server {
+    /// Its own API server's address, `<advertise address>:6443` (kubeadm's LocalAPIEndpoint).
+    pub(crate) fn local_api_endpoint(&self) -> Option<String> {
+        self.addresses.first().map(|a| match a {
+            std::net::IpAddr::V6(a) => format!("[{a}]:{}", crate::sim::API_PORT),
+            a => format!("{a}:{}", crate::sim::API_PORT),
+        })
+    }
+}
+
 /// Every simulated server and cluster.
 #[derive(Default)]
 pub struct Guest {

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use time::OffsetDateTime;
 
 use crate::kubeadm::config::NodeRegistration;
+use crate::static_pods;
 use crate::version::Version;
 
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
@@ -180,8 +181,7 @@ pub fn set_readiness(n: &mut Node, r: Readiness, now: OffsetDateTime) -> bool {
 
 /// The annotation that marks a mirror pod (the kubelet's `kubernetes.io/config.mirror`).
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-/// The etcd kubeadm's static pod runs (the guest reports this version on `maintenance/status`).
-pub const ETCD_VERSION: &str = "3.6.5";
+pub use crate::static_pods::ETCD_VERSION;
 
 /// The mirror pods of the static pods kubeadm writes on a control plane (`etcd`,
 /// `kube-apiserver`, `kube-controller-manager`, `kube-scheduler`), as the kubelet creates them:
@@ -203,11 +203,10 @@ pub fn mirror_pods(
         controller: Some(true),
         block_owner_deletion: None,
     };
-    let v = kubernetes.to_string();
     [
         (
             "etcd",
-            format!("registry.k8s.io/etcd:{ETCD_VERSION}-0"),
+            static_pods::image("etcd", kubernetes),
             (
                 "kubeadm.kubernetes.io/etcd.advertise-client-urls",
                 format!("https://{ip}:2379"),
@@ -215,7 +214,7 @@ pub fn mirror_pods(
         ),
         (
             "kube-apiserver",
-            format!("registry.k8s.io/kube-apiserver:{v}"),
+            static_pods::image("kube-apiserver", kubernetes),
             (
                 "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint",
                 format!("{ip}:6443"),
@@ -223,12 +222,12 @@ pub fn mirror_pods(
         ),
         (
             "kube-controller-manager",
-            format!("registry.k8s.io/kube-controller-manager:{v}"),
+            static_pods::image("kube-controller-manager", kubernetes),
             ("", String::new()),
         ),
         (
             "kube-scheduler",
-            format!("registry.k8s.io/kube-scheduler:{v}"),
+            static_pods::image("kube-scheduler", kubernetes),
             ("", String::new()),
         ),
     ]

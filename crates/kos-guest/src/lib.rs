@@ -17,8 +17,11 @@
 //!   marker the real script writes (`kos-bootstrap: <step> ok|failed: <reason>`).
 //! - `kubeadm init|join` ([`kubeadm`]) parse their config strictly against kubeadm's v1beta4 Go
 //!   types, validate it, and act on a [`cluster::Cluster`]: a `kos_kube_fake::FakeKube` holding the
-//!   Secrets, ConfigMaps, Nodes and addon objects, plus the cluster's identity (CA hash), version and
-//!   etcd membership. `--upload-certs` really encrypts `kubeadm-certs` (AES-256-GCM).
+//!   Secrets, ConfigMaps, Nodes and addon objects, plus the cluster's identity (CA hash) and etcd
+//!   membership. `--upload-certs` really encrypts `kubeadm-certs` (AES-256-GCM). The cluster's
+//!   version is its `kube-system/kubeadm-config` ClusterConfiguration's, read by every join; each
+//!   control plane runs the version of the static pods it wrote ([`static_pods`]), and what breaks
+//!   the version skew policy is reported ([`skew`]).
 //! - The kubelet ([`kubelet`]) registers the Node (name, providerID, labels, taints including
 //!   `node.cloudprovider.kubernetes.io/uninitialized`) and keeps its Ready condition; on control
 //!   planes it creates the mirror pods of kubeadm's static pods (`etcd-<node>`, ...).
@@ -74,6 +77,8 @@ pub mod persist;
 pub mod pki;
 pub mod seam;
 pub mod sim;
+pub mod skew;
+pub mod static_pods;
 pub mod testing;
 pub mod version;
 pub mod vfs;

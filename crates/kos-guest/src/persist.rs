@@ -14,7 +14,6 @@ use crate::error::GuestError;
 use crate::guest::{Guest, Server};
 use crate::log::Entry;
 use crate::seam::ServerId;
-use crate::version::Version;
 
 /// A guest, as saved.
 #[derive(Serialize, Deserialize)]
@@ -31,8 +30,6 @@ struct ClusterState {
     name: String,
     endpoint: Option<String>,
     ca_hash: String,
-    version: Version,
-    upgrading_to: Option<Version>,
     pod_subnet: Option<String>,
     etcd: Vec<EtcdMember>,
     #[serde(default)]
@@ -59,8 +56,6 @@ impl Guest {
                     name: c.name.clone(),
                     endpoint: c.endpoint.clone(),
                     ca_hash: c.ca_hash.clone(),
-                    version: c.version,
-                    upgrading_to: c.upgrading_to,
                     pod_subnet: c.pod_subnet.clone(),
                     etcd: c.etcd.clone(),
                     removed_members: c.removed_members.clone(),
@@ -93,8 +88,6 @@ impl Guest {
                     name: c.name,
                     endpoint: c.endpoint,
                     ca_hash: c.ca_hash,
-                    version: c.version,
-                    upgrading_to: c.upgrading_to,
                     pod_subnet: c.pod_subnet,
                     etcd: c.etcd,
                     removed_members: c.removed_members,

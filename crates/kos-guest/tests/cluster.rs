@@ -51,7 +51,13 @@ async fn one_control_plane_and_two_workers_form_a_ready_cluster() {
 
     let cluster = w.only_cluster();
     assert_eq!(cluster.name, "demo");
-    assert_eq!(cluster.version.to_string(), "v1.34.2");
+    let uploaded = cluster.cluster_configuration().unwrap().unwrap();
+    assert_eq!(uploaded.kubernetes_version.to_string(), "v1.34.2");
+    assert_eq!(
+        w.guest.api_server_version(&cp).map(|v| v.to_string()),
+        Some("v1.34.2".to_owned())
+    );
+    assert_eq!(w.guest.api_server_version(&w0), None);
     let members: Vec<&str> = cluster.etcd.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(members, ["kos-demo-cp-0"]);
 

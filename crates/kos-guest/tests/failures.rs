@@ -161,39 +161,6 @@ async fn a_wrong_certificate_key_cannot_decrypt_kubeadm_certs() {
 }
 
 #[tokio::test]
-async fn a_kubelet_newer_than_the_control_plane_fails_preflight() {
-    let c = cluster("1.34.2", 1, 1);
-    let s = secrets();
-    let mut w = formed(&c, &s);
-    // A worker rendered for the next minor (a spec already bumped) joins the 1.34 cluster.
-    let newer = cluster("1.35.0", 1, 1);
-    let id = w.boot("w-0", false, user_data(&newer, Role::Worker, &s));
-    w.settle_hours(2);
-    assert_join_failed(&w, &id);
-    assert_detail(
-        &w,
-        &id,
-        "[ERROR KubeletVersion]: the kubelet version is higher than the control plane version. This is not a supported version skew and may lead to a malfunctional cluster. Kubelet version: \"1.35.0\" Control plane version: \"1.34.2\"",
-    );
-}
-
-#[tokio::test]
-async fn a_control_plane_of_an_older_minor_cannot_join() {
-    let c = cluster("1.35.0", 3, 0);
-    let s = secrets();
-    let mut w = formed(&c, &s);
-    let older = cluster("1.34.2", 3, 0);
-    let id = w.boot("cp-1", true, user_data(&older, Role::JoinControlPlane, &s));
-    w.settle_hours(2);
-    assert_join_failed(&w, &id);
-    assert_detail(
-        &w,
-        &id,
-        "[ERROR ControlPlaneVersion]: kubeadm v1.34.2 cannot add a control plane to a cluster at v1.35.0",
-    );
-}
-
-#[tokio::test]
 async fn a_join_after_two_of_three_control_planes_went_down_finds_no_quorum() {
     let c = cluster("1.34.2", 4, 0);
     let s = secrets();

@@ -37,12 +37,18 @@ const VERBS: [&str; 8] = [
 ];
 
 pub fn version() -> Value {
+    version_of(1, 34, "v1.34.0-kos-kube-fake")
+}
+
+/// kube-apiserver's `/version` (`version.Info`) for a server at `major.minor` (`gitVersion` as
+/// `v1.35.2`): it emulates its own version and is compatible with the minor before.
+pub fn version_of(major: u32, minor: u32, git_version: &str) -> Value {
     json!({
-        "major": "1", "minor": "34", "gitVersion": "v1.34.0-kos-kube-fake",
+        "major": major.to_string(), "minor": minor.to_string(), "gitVersion": git_version,
         "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
-        "platform": "linux/amd64", "emulationMajor": "1", "emulationMinor": "34",
-        "minCompatibilityMajor": "1", "minCompatibilityMinor": "33"
+        "platform": "linux/amd64", "emulationMajor": major.to_string(), "emulationMinor": minor.to_string(),
+        "minCompatibilityMajor": major.to_string(), "minCompatibilityMinor": minor.saturating_sub(1).to_string()
     })
 }
 

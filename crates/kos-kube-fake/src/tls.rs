@@ -17,6 +17,10 @@
 //! Authenticated users are not authorised further (no RBAC). `/healthz`, `/livez` and `/readyz`
 //! answer `ok`; while the front is marked not ready ([`TlsFront::set_ready`], an etcd without
 //! quorum) `/readyz` fails and every other request times out as etcd's do.
+//!
+//! Each front is one kube-apiserver: given its version ([`TlsFront::set_version`]), its `/version`
+//! answers with it (served without etcd, as kube-apiserver serves it), so fronts of one fake at
+//! different versions answer differently, as the API servers of a cluster mid-upgrade do.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -61,6 +65,7 @@ impl std::fmt::Debug for TlsServing {
 pub struct TlsFront {
     addr: SocketAddr,
     ready: Arc<AtomicBool>,
+    version: Arc<std::sync::RwLock<Option<Value>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -81,6 +86,15 @@ impl TlsFront {
     /// Marks the API server ready (its etcd has quorum) or not.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// The version this API server runs (`gitVersion` as `v1.35.2`), answered on `/version`.
+    pub fn set_version(&self, major: u32, minor: u32, git_version: &str) {
+        let doc = crate::discovery::version_of(major, minor, git_version);
+        *self
+            .version
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(doc);
     }
 }
 
@@ -218,13 +232,20 @@ impl FakeKube {
         let listener = tokio::net::TcpListener::from_std(std_listener).map_err(FakeError::Start)?;
         let addr = listener.local_addr().map_err(FakeError::Start)?;
         let ready = Arc::new(AtomicBool::new(true));
+        let version = Arc::new(std::sync::RwLock::new(None));
         let state = Front {
             shared: self.shared.clone(),
             ready: ready.clone(),
+            version: version.clone(),
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let task = tokio::spawn(accept_loop(listener, acceptor, trusted, state));
-        Ok(TlsFront { addr, ready, task })
+        Ok(TlsFront {
+            addr,
+            ready,
+            version,
+            task,
+        })
     }
 }
 
@@ -232,6 +253,7 @@ impl FakeKube {
 struct Front {
     shared: Arc<Shared>,
     ready: Arc<AtomicBool>,
+    version: Arc<std::sync::RwLock<Option<Value>>>,
 }
 
 async fn accept_loop(
@@ -335,6 +357,16 @@ async fn authenticate(
     }
     if who == Who::Anonymous && !public(&method, &path) {
         return forbidden(&method, &path).into_response();
+    }
+    if path.trim_end_matches('/') == "/version" {
+        let own = front
+            .version
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(doc) = own {
+            return crate::server::json_response(StatusCode::OK, &doc);
+        }
     }
     if !ready {
         return ApiError::for_code(504, "etcdserver: request timed out").into_response();

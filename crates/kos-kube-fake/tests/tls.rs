@@ -223,6 +223,40 @@ async fn the_front_authenticates_as_kube_apiserver_does() -> R {
     front.set_ready(true);
     assert_eq!(get(&admin, &format!("{base}/readyz")).await?.0, 200);
 
+    // A front given its API server's version answers /version with it, even without etcd; a
+    // second front of the same fake answers with its own.
+    assert!(
+        get(&anon, &format!("{base}/version"))
+            .await?
+            .1
+            .contains("kos-kube-fake")
+    );
+    front.set_version(1, 35, "v1.35.2");
+    front.set_ready(false);
+    let (code, body) = get(&anon, &format!("{base}/version")).await?;
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body)?;
+    assert_eq!(
+        (&v["major"], &v["minor"], &v["gitVersion"]),
+        (&json!("1"), &json!("35"), &json!("v1.35.2"))
+    );
+    front.set_ready(true);
+    let (cert2, key2) = leaf(&cluster_ca, "kube-apiserver", &["127.0.0.1"], None)?;
+    let other = fake.serve_tls(&TlsServing {
+        cert_chain_pem: cert2,
+        key_pem: key2,
+        client_ca_pem: cluster_ca.pem.clone(),
+    })?;
+    other.set_version(1, 36, "v1.36.0");
+    let (_, body) = get(&anon, &format!("https://{}/version", other.addr())).await?;
+    assert!(body.contains("\"v1.36.0\""), "{body}");
+    assert!(
+        get(&anon, &format!("{base}/version"))
+            .await?
+            .1
+            .contains("\"v1.35.2\"")
+    );
+
     // A stopped front refuses connections.
     drop(front);
     assert!(admin.get(format!("{base}/readyz")).send().await.is_err());

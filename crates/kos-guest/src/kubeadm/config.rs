@@ -111,7 +111,13 @@ pub struct ClusterDoc {
     pub certificates_dir: String,
     pub cert_sans: Vec<String>,
     pub dns_domain: String,
+    /// `featureGates.ControlPlaneKubeletLocalMode`: a control plane's kubelet talks to its own API
+    /// server instead of the `controlPlaneEndpoint` (kubeadm >= 1.31, KEP-4471).
+    pub kubelet_local_mode: bool,
 }
+
+/// The feature gate of [`ClusterDoc::kubelet_local_mode`].
+pub const KUBELET_LOCAL_MODE: &str = "ControlPlaneKubeletLocalMode";
 
 /// JoinConfiguration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -419,7 +425,69 @@ fn cluster_doc(v: Option<&Value>) -> Result<ClusterDoc, String> {
         dns_domain: s(v, "/networking/dnsDomain")
             .unwrap_or("cluster.local")
             .to_owned(),
+        kubelet_local_mode: v
+            .pointer(&format!("/featureGates/{KUBELET_LOCAL_MODE}"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
     })
+}
+
+/// The ClusterConfiguration of the `kube-system/kubeadm-config` ConfigMap (key
+/// `ClusterConfiguration`), as `kubeadm join` and `upgrade` read it back
+/// (`FetchInitConfigurationFromCluster`): one v1beta4 ClusterConfiguration, checked against the Go
+/// type and validated as a config file's is.
+pub fn parse_cluster_configuration(yaml: &str) -> Result<ClusterDoc, String> {
+    let d = split(yaml)?;
+    if let Some((kind, _)) = [
+        ("InitConfiguration", &d.init),
+        ("JoinConfiguration", &d.join),
+        ("KubeletConfiguration", &d.kubelet),
+    ]
+    .into_iter()
+    .find(|(_, v)| v.is_some())
+    {
+        return Err(format!(
+            "the ClusterConfiguration key holds a {kind} document: only a ClusterConfiguration decodes into it"
+        ));
+    }
+    let Some(cluster) = d.cluster else {
+        return Err("no ClusterConfiguration document in the ClusterConfiguration key".into());
+    };
+    cluster_doc(Some(&cluster))
+}
+
+/// The ClusterConfiguration `kubeadm init` uploads into `kube-system/kubeadm-config` (its
+/// `upload-config` phase): the defaulted configuration it ran with.
+pub fn render_cluster_configuration(c: &ClusterDoc) -> String {
+    let q = |x: &str| serde_json::Value::String(x.to_owned()).to_string();
+    let mut out = format!(
+        "apiVersion: {KUBEADM_V1BETA4}\nkind: ClusterConfiguration\nclusterName: {}\nkubernetesVersion: {}\n",
+        q(&c.cluster_name),
+        c.kubernetes_version
+    );
+    if let Some(ep) = &c.control_plane_endpoint {
+        out.push_str(&format!("controlPlaneEndpoint: {}\n", q(ep)));
+    }
+    out.push_str(&format!("certificatesDir: {}\n", q(&c.certificates_dir)));
+    out.push_str("networking:\n");
+    out.push_str(&format!(
+        "  serviceSubnet: {}\n",
+        q(&c.service_subnet.to_string())
+    ));
+    if let Some(p) = &c.pod_subnet {
+        out.push_str(&format!("  podSubnet: {}\n", q(&p.to_string())));
+    }
+    out.push_str(&format!("  dnsDomain: {}\n", q(&c.dns_domain)));
+    if !c.cert_sans.is_empty() {
+        out.push_str("apiServer:\n  certSANs:\n");
+        for san in &c.cert_sans {
+            out.push_str(&format!("  - {}\n", q(san)));
+        }
+    }
+    if c.kubelet_local_mode {
+        out.push_str(&format!("featureGates:\n  {KUBELET_LOCAL_MODE}: true\n"));
+    }
+    out
 }
 
 fn token_spec(t: &Value, i: usize) -> Result<TokenSpec, String> {
@@ -601,5 +669,42 @@ mod tests {
         assert!(parse_join(&no_port).is_err());
         let bad_name = JOIN.replace("name: w-1", "name: W_1");
         assert!(parse_join(&bad_name).unwrap_err().contains("RFC 1123"));
+    }
+
+    const INIT: &str = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\nnodeRegistration:\n  name: cp-0\n---\napiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nclusterName: demo\nkubernetesVersion: v1.35.2\ncontrolPlaneEndpoint: 203.0.113.10:6443\nnetworking:\n  podSubnet: 10.244.0.0/16\napiServer:\n  certSANs: [203.0.113.10]\nfeatureGates:\n  ControlPlaneKubeletLocalMode: true\n";
+
+    #[test]
+    fn the_uploaded_cluster_configuration_reads_back_as_init_ran_it() {
+        let ran = parse_init(INIT).unwrap().cluster;
+        assert!(ran.kubelet_local_mode);
+        let uploaded = render_cluster_configuration(&ran);
+        assert_eq!(parse_cluster_configuration(&uploaded).unwrap(), ran);
+        let bumped = uploaded.replace("v1.35.2", "v1.36.0");
+        assert_eq!(
+            parse_cluster_configuration(&bumped)
+                .unwrap()
+                .kubernetes_version,
+            Version::parse("1.36.0").unwrap()
+        );
+        // Strict as a config file: a typo, a wrong type, a label, another kind.
+        let typo = uploaded.replace("kubernetesVersion", "kubernetesVerison");
+        assert!(
+            parse_cluster_configuration(&typo)
+                .unwrap_err()
+                .contains("unknown field \"kubernetesVerison\"")
+        );
+        let list = uploaded.replace("kubernetesVersion: v1.35.2", "kubernetesVersion: [v1.35.2]");
+        assert!(
+            parse_cluster_configuration(&list)
+                .unwrap_err()
+                .contains("cannot unmarshal array")
+        );
+        let label = uploaded.replace("v1.35.2", "stable-1.36");
+        assert!(parse_cluster_configuration(&label).is_err());
+        assert!(
+            parse_cluster_configuration(INIT)
+                .unwrap_err()
+                .contains("InitConfiguration")
+        );
     }
 }

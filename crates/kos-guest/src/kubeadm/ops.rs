@@ -21,6 +21,7 @@ use crate::kubelet::{self, Readiness};
 use crate::log::Logged;
 use crate::pki;
 use crate::seam::{Host, ServerId};
+use crate::static_pods;
 use crate::version::Version;
 
 const STACK: &str = "To see the stack trace of this error execute with --v=5 or higher";
@@ -101,6 +102,36 @@ fn kubeconfig(server: &str) -> String {
     )
 }
 
+/// kubeadm's `NormalizeKubernetesVersion` (when it reads a config file or the cluster's
+/// ClusterConfiguration): it deploys its own minor and the one before, no older
+/// (`MinimumControlPlaneVersion`). A newer one is only `KubernetesVersionCheck`'s warning.
+fn supported_control_plane(kubeadm: Version, v: Version) -> Result<(), String> {
+    let oldest = (kubeadm.major, kubeadm.minor.saturating_sub(1));
+    if (v.major, v.minor) < oldest {
+        return Err(format!(
+            "this version of kubeadm only supports deploying clusters with the control plane version >= v{}.{}.0. Current version: {v}",
+            oldest.0, oldest.1
+        ));
+    }
+    Ok(())
+}
+
+/// kubeadm's `KubernetesVersionCheck` (init, and a control-plane join's init checks): a control
+/// plane newer than kubeadm is a warning, not an error.
+fn kubernetes_version_warning(kubeadm: Version, v: Version) -> Option<String> {
+    (v.major > kubeadm.major || (v.major == kubeadm.major && v.minor > kubeadm.minor)).then(|| {
+        format!(
+            "\t[WARNING KubernetesVersion]: Kubernetes version is greater than kubeadm version. Please consider to upgrade kubeadm. Kubernetes version: {}. Kubeadm version: {}.{}.x",
+            &v.to_string()[1..],
+            kubeadm.major,
+            kubeadm.minor
+        )
+    })
+}
+
+/// kubeadm init's `KubeletVersionCheck` against the configuration's version (`addCommonChecks`;
+/// a join passes no version, so only the kubelet's minimum applies there, and the node's kubelet
+/// is kubeadm's own version).
 fn version_checks(kubelet: Version, cluster: Version, errors: &mut Vec<String>) {
     if kubelet.major != cluster.major || kubelet.minor > cluster.minor {
         errors.push(format!(
@@ -152,6 +183,7 @@ impl Guest {
         }
         srv.vfs.remove(ADMIN_CONF);
         srv.vfs.remove("/etc/kubernetes/kubelet.conf");
+        static_pods::remove(&mut srv.vfs);
     }
 
     fn read_config<'a>(srv: &'a Server, f: &Flags) -> Result<&'a str, Vec<String>> {
@@ -184,17 +216,8 @@ impl Guest {
             Err(e) => return Ok(Err(e)),
         };
         let v = docs.cluster.kubernetes_version;
-        if v.major != kubeadm.major || v.minor > kubeadm.minor {
-            return Ok(Err(plain_err(&format!(
-                "the control plane version {v} is newer than kubeadm {kubeadm} supports (kubeadm deploys its own minor and the one before)"
-            ))));
-        }
-        if v.minor + 1 < kubeadm.minor {
-            return Ok(Err(plain_err(&format!(
-                "this version of kubeadm only supports deploying clusters with the control plane version >= v{}.{}.0. Current version: {v}",
-                kubeadm.major,
-                kubeadm.minor - 1
-            ))));
+        if let Err(e) = supported_control_plane(kubeadm, v) {
+            return Ok(Err(plain_err(&e)));
         }
         let mut errors = Vec::new();
         version_checks(kubeadm, v, &mut errors);
@@ -245,7 +268,7 @@ impl Guest {
                 name: docs.cluster.cluster_name.clone(),
                 endpoint: endpoint.clone(),
                 ca_hash,
-                version: v,
+                configuration: docs.cluster.clone(),
                 pod_subnet: docs.cluster.pod_subnet.map(|n| n.to_string()),
                 serving: crate::cluster::Serving {
                     service_subnet: docs.cluster.service_subnet.to_string(),
@@ -264,6 +287,7 @@ impl Guest {
             format!("[init] Using Kubernetes version: {v}"),
             "[preflight] Running pre-flight checks".to_owned(),
         ];
+        out.extend(kubernetes_version_warning(kubeadm, v));
         for t in &docs.tokens {
             cluster.create_token(t, now)?;
         }
@@ -311,6 +335,7 @@ impl Guest {
             Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
         };
         let node = cluster.kube.insert(&node)?;
+        static_pods::write(&mut srv.vfs, v);
         put_mirror_pods(&cluster, &node, srv.addresses.first().copied(), v)?;
         let local = endpoint
             .clone()
@@ -322,9 +347,15 @@ impl Guest {
             "root:root",
             false,
         );
+        // ControlPlaneKubeletLocalMode: the kubelet talks to the API server next to it.
+        let kubelet_server = if docs.cluster.kubelet_local_mode {
+            srv.local_api_endpoint().unwrap_or_else(|| local.clone())
+        } else {
+            local.clone()
+        };
         srv.vfs.write(
             "/etc/kubernetes/kubelet.conf",
-            kubeconfig(&local).as_bytes(),
+            kubeconfig(&kubelet_server).as_bytes(),
             0o600,
             "root:root",
             false,
@@ -428,23 +459,26 @@ impl Guest {
                 c.ca_hash
             ));
         }
-        let v = c.version;
-        let mut errors = Vec::new();
-        version_checks(kubelet_version, v, &mut errors);
+        // The joining node's kubeadm reads the cluster's ClusterConfiguration (its InitCfg, in the
+        // preflight phase of every join): a control plane's static pods are written at its
+        // kubernetesVersion, whatever kubeadm's own version.
+        let fetch = |e: String| {
+            Ok(Err(phase_err(
+                "preflight",
+                &format!("unable to fetch the kubeadm-config ConfigMap: {e}"),
+            )))
+        };
+        let cluster_cfg = match c.cluster_configuration()? {
+            Ok(d) => d,
+            Err(e) => return fetch(e),
+        };
+        let v = cluster_cfg.kubernetes_version;
+        if let Err(e) = supported_control_plane(kubelet_version, v) {
+            return fetch(e);
+        }
+        // No KubeletVersionCheck against the cluster here: a join's own checks pass it no version,
+        // and a control-plane join's init checks leave it out (isSecondaryControlPlane).
         let control_plane = docs.control_plane.is_some();
-        if control_plane {
-            let upgrading = c
-                .upgrading_to
-                .is_some_and(|u| u.same_minor(&kubelet_version));
-            if !kubelet_version.same_minor(&v) && !upgrading && errors.is_empty() {
-                errors.push(format!(
-                    "ControlPlaneVersion]: kubeadm {kubelet_version} cannot add a control plane to a cluster at {v} that is not upgrading to that minor"
-                ));
-            }
-        }
-        if !errors.is_empty() {
-            return Ok(Err(preflight_errors(&errors)));
-        }
         let existing: Option<Node> = c.kube.get::<Node>(None, &docs.node.name)?;
         if existing.as_ref().and_then(kubelet::ready_status) == Some("True") {
             return Ok(Err(phase_err(
@@ -462,8 +496,11 @@ impl Guest {
                 docs.endpoint
             ),
         ];
+        if control_plane {
+            out.extend(kubernetes_version_warning(kubelet_version, v));
+        }
         if let Some(cert_key) = &docs.control_plane {
-            if c.endpoint.is_none() {
+            if cluster_cfg.control_plane_endpoint.is_none() {
                 return Ok(Err(phase_err(
                     "preflight",
                     "unable to add a new control plane instance to a cluster that doesn't have a stable controlPlaneEndpoint address",
@@ -651,8 +688,9 @@ impl Guest {
             .get_mut(&cid)
             .ok_or(GuestError::UnknownServer { server: id.clone() })?;
         if control_plane {
+            static_pods::write(&mut srv.vfs, v);
             if let Some(n) = c.kube.get::<Node>(None, &docs.node.name)? {
-                put_mirror_pods(c, &n, srv.addresses.first().copied(), c.version)?;
+                put_mirror_pods(c, &n, srv.addresses.first().copied(), v)?;
             }
             c.etcd_raft.index += 1;
             c.etcd.push(EtcdMember::new(
@@ -669,9 +707,13 @@ impl Guest {
                 false,
             );
         }
+        let kubelet_server = match srv.local_api_endpoint() {
+            Some(local) if control_plane && cluster_cfg.kubelet_local_mode => local,
+            _ => docs.endpoint.clone(),
+        };
         srv.vfs.write(
             "/etc/kubernetes/kubelet.conf",
-            kubeconfig(&docs.endpoint).as_bytes(),
+            kubeconfig(&kubelet_server).as_bytes(),
             0o600,
             "root:root",
             false,

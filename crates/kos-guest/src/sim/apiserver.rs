@@ -2,6 +2,9 @@
 //! server is on, with the serving certificate kubeadm's `certs/apiserver` phase issues from the CA
 //! on the node's disk (`/etc/kubernetes/pki/apiserver.crt` and `.key`, written there once and reused),
 //! and client certificates checked against that CA. `/readyz` follows the cluster's etcd quorum.
+//! `/version` answers with the version of the API server that answers (its static pod's), so a
+//! client through the endpoint sees whichever server the load balancer picked, as with kubectl
+//! against a cluster mid-upgrade.
 //!
 //! kubeadm's SANs (`GetAPIServerAltNames`): DNS names the node name, `kubernetes`,
 //! `kubernetes.default`, `kubernetes.default.svc`, `kubernetes.default.svc.<dnsDomain>`; IPs the
@@ -58,6 +61,10 @@ impl Fronts {
             };
             match start(srv, cluster) {
                 Ok(front) => {
+                    // The kube-apiserver its static pod runs answers /version with its own.
+                    if let Some(v) = crate::static_pods::apiserver_version(&srv.vfs) {
+                        front.set_version(v.major, v.minor, &v.to_string());
+                    }
                     tracing::debug!(server = %id, cluster = %cid, addr = %front.addr(), "kube-apiserver serving");
                     self.running.insert(
                         id.clone(),

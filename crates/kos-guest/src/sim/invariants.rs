@@ -5,7 +5,9 @@
 //!   (Cluster API's KCP removes a machine's member right before it deletes the machine, so a short
 //!   window is normal; a member left behind for longer is what breaks the next join);
 //! - a control plane that joined (it runs an API server of the cluster) without its etcd member (one
-//!   whose member was removed while it ran is on its way out: its etcd and API server stopped).
+//!   whose member was removed while it ran is on its way out: its etcd and API server stopped);
+//! - version skew ([`crate::skew`]): two running API servers more than one minor apart, a kubelet
+//!   newer than a running API server it talks to.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -71,6 +73,7 @@ impl Invariants {
                     ));
                 }
             }
+            now_true.extend(guest.skew_violations(*cid));
             let before = self.active.entry(*cid).or_default();
             let rec = self.recorded.entry(*cid).or_default();
             for v in now_true.difference(before) {
@@ -107,11 +110,15 @@ impl Invariants {
                                     .as_ref()
                                     .is_some_and(|k| k.cluster == *cid && k.node == name)
                             })
-                            .map(|(id, _)| id.0.clone());
+                            .map(|(id, _)| id);
                         json!({
                             "name": name,
-                            "server": server,
+                            "server": server.map(|id| id.0.clone()),
                             "version": n.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.kubelet_version.clone()),
+                            // The API server its static pod runs; null on a worker.
+                            "apiserver": server
+                                .and_then(|id| guest.api_server_version(id))
+                                .map(|v| v.to_string()),
                             "ready": kubelet::ready_status(n) == Some("True"),
                         })
                     })

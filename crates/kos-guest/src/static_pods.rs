@@ -1,0 +1,103 @@
+//! kubeadm's static pod manifests in `/etc/kubernetes/manifests` (its `control-plane` and `etcd`
+//! phases of `init` and of `join --control-plane`): what the kubelet runs on a control plane. The
+//! images' tags are the ClusterConfiguration's `kubernetesVersion` kubeadm ran with, so each API
+//! server's version is its manifest's, fixed when it was written ([`apiserver_version`]), whatever
+//! the cluster's ConfigMap says later.
+
+use serde_json::{Value, json};
+
+use crate::version::Version;
+use crate::vfs::Vfs;
+
+/// kubeadm's `GetStaticPodDirectory`.
+pub const MANIFESTS_DIR: &str = "/etc/kubernetes/manifests";
+/// The etcd image kubeadm's static pod runs (the guest reports this version on `maintenance/status`).
+pub const ETCD_VERSION: &str = "3.6.5";
+const APISERVER: &str = "kube-apiserver";
+const COMPONENTS: [&str; 4] = [
+    "etcd",
+    APISERVER,
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// The image of a control-plane component at `kubernetes` (etcd's is pinned per release).
+pub fn image(component: &str, kubernetes: Version) -> String {
+    if component == "etcd" {
+        format!("registry.k8s.io/etcd:{ETCD_VERSION}-0")
+    } else {
+        format!("registry.k8s.io/{component}:{kubernetes}")
+    }
+}
+
+fn path(component: &str) -> String {
+    format!("{MANIFESTS_DIR}/{component}.yaml")
+}
+
+fn manifest(component: &str, kubernetes: Version) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": component,
+            "namespace": "kube-system",
+            "labels": {"component": component, "tier": "control-plane"},
+        },
+        "spec": {
+            "hostNetwork": true,
+            "priorityClassName": "system-node-critical",
+            "containers": [{"name": component, "image": image(component, kubernetes), "command": [component]}],
+        },
+    })
+}
+
+/// Writes the four manifests for `kubernetes` (JSON, which is YAML), 0600 as kubeadm writes them.
+pub fn write(vfs: &mut Vfs, kubernetes: Version) {
+    for c in COMPONENTS {
+        let text = serde_json::to_string_pretty(&manifest(c, kubernetes)).unwrap_or_default();
+        vfs.write(&path(c), text.as_bytes(), 0o600, "root:root", false);
+    }
+}
+
+/// `kubeadm reset` removes them.
+pub fn remove(vfs: &mut Vfs) {
+    for c in COMPONENTS {
+        vfs.remove(&path(c));
+    }
+}
+
+/// The version of the kube-apiserver the node's manifest runs: its image's tag. `None` without a
+/// manifest (no API server, or a node saved before the guest wrote manifests) or with an image
+/// that names no version.
+pub fn apiserver_version(vfs: &Vfs) -> Option<Version> {
+    let text = vfs.text(&path(APISERVER))?;
+    let pod: Value = serde_saphyr::from_str(text).ok()?;
+    let image = pod
+        .pointer("/spec/containers")?
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == APISERVER)?["image"]
+        .as_str()?;
+    Version::parse(image.rsplit_once(':')?.1)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_servers_version_is_its_manifests_image_tag() {
+        let mut vfs = Vfs::new();
+        assert_eq!(apiserver_version(&vfs), None);
+        let v = Version::parse("1.35.2").unwrap();
+        write(&mut vfs, v);
+        assert_eq!(apiserver_version(&vfs), Some(v));
+        assert!(
+            vfs.text("/etc/kubernetes/manifests/kube-scheduler.yaml")
+                .unwrap()
+                .contains("registry.k8s.io/kube-scheduler:v1.35.2")
+        );
+        remove(&mut vfs);
+        assert_eq!(apiserver_version(&vfs), None);
+    }
+}
