@@ -161,7 +161,7 @@ fn patient() -> Options {
 /// For a drain that must give up: what blocks it never clears, so only the timeout ends it.
 fn impatient() -> Options {
     Options {
-        timeout: Duration::from_millis(200),
+        timeout: Duration::from_millis(500),
         poll: Duration::from_millis(5),
         skip_wait_for_delete: Duration::from_secs(300),
     }
