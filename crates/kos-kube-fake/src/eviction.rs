@@ -252,9 +252,8 @@ pub(crate) fn evict(store: &mut Store, ns: &str, name: &str, body: &Value) -> Ap
             "the body is a {kind}, not an Eviction"
         )));
     }
-    if let Some(n) = s(body, "/metadata/name")
-        && n != name
-    {
+    // As `EvictionREST.Create`: the body's name must be the URL's, a missing one included.
+    if s(body, "/metadata/name") != Some(name) {
         return Err(ApiError::bad_request(
             "name in URL does not match name in Eviction object",
         ));

@@ -265,3 +265,29 @@ async fn a_percentage_budget_counts_the_controllers_scale() {
         .unwrap_err();
     assert!(matches!(e, kube::Error::Api(s) if s.code == 429));
 }
+
+/// kube-apiserver compares the Eviction's `metadata.name` with the URL's, so a body without a name
+/// is refused 400 before anything is deleted (`EvictionREST.Create`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_without_the_pods_name_is_refused() {
+    let fake = FakeKube::start().await.unwrap();
+    fake.insert(&pod("web-0", "n1", json!({}))).unwrap();
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods/web-0/eviction",
+        fake.url()
+    );
+    let http = reqwest::Client::new();
+    for body in [
+        json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"namespace": "default"}}),
+        json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-1"}}),
+    ] {
+        let r = http.post(&url).json(&body).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{body}");
+        let status: Value = r.json().await.unwrap();
+        assert_eq!(
+            status["message"],
+            "name in URL does not match name in Eviction object"
+        );
+    }
+    assert!(fake.get::<Pod>(Some("default"), "web-0").unwrap().is_some());
+}

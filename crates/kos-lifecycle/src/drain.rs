@@ -1,31 +1,99 @@
-//! Draining a node before its server goes, as Cluster API drains a Machine (and `kubectl drain
-//! --ignore-daemonsets --delete-emptydir-data --force` does): the node is cordoned, every pod on it
-//! is evicted through the Eviction API (so PodDisruptionBudgets hold: a 429 is retried until the
-//! budget allows it or the timeout), and kos waits until they are gone. DaemonSet pods stay (their
-//! controller would put them back, and they go with the node), mirror pods stay (the kubelet owns
-//! them), finished pods do not count.
+//! Draining a node before its server is deleted, as Cluster API's machine controller does it
+//! (`internal/controllers/machine/drain`, kept close to kubectl's drain helper with `Force`,
+//! `IgnoreAllDaemonSets` and `DeleteEmptyDirData`): the node is cordoned, every pod bound to it that
+//! must go is evicted through the Eviction API (which honours PodDisruptionBudgets), and the drain
+//! waits until those pods are gone from the node.
 //!
-//! On a node that is not Ready, a pod being deleted is counted gone: its kubelet will never confirm
-//! the deletion (Cluster API's `SkipWaitForDeleteTimeoutSeconds`).
+//! Left on the node: mirror pods (the kubelet's copies of static pods: the API cannot remove them),
+//! pods a DaemonSet owns (its controller would put them back at once), and pods already finished
+//! (Succeeded or Failed: they hold nothing, and the pod garbage collector removes them with the Node).
 //!
-//! Idempotent: a cordoned or half-drained node drains again, a node already gone is drained.
+//! A pod a budget protects is refused with 429 TooManyRequests; the eviction is tried again every
+//! poll until the timeout, and the error then names the budget with the server's own words. A pod
+//! already being deleted is not evicted again: the drain waits for it, except on a node whose kubelet
+//! cannot confirm anything (NotReady or unreachable), where a pod being deleted for longer than
+//! [`Options::skip_wait_for_delete`] counts as gone (Cluster API's `SkipWaitForDeleteTimeoutSeconds`).
+//!
+//! Every step is decided from what the cluster shows, so draining a node that is already cordoned,
+//! half drained, or gone (no Node object: nothing to drain) does what is left and nothing more.
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-/// A pod on the node, as the drain needs it.
+/// The annotation the kubelet puts on a mirror pod.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The taint the node lifecycle controller puts on a node whose kubelet stopped reporting.
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
+/// What the drain says to do when a budget blocks it.
+const BUDGET_HELP: &str = "raise the budget's maxUnavailable, scale its workload, or evict by hand; \
+                           then run `kos up` again";
+/// What the drain says to do when pods stay for another reason.
+const OTHER_HELP: &str = "evict or delete them by hand (see why above); then run `kos up` again";
+
+/// The Ready condition of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ready {
+    True,
+    False,
+    /// Unknown, or no condition at all: the kubelet has stopped reporting.
+    Unknown,
+}
+
+/// A node, as far as draining it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    /// `spec.unschedulable`: cordoned.
+    pub unschedulable: bool,
+    pub ready: Ready,
+    /// It carries [`UNREACHABLE_TAINT`].
+    pub unreachable: bool,
+}
+
+impl Node {
+    /// Whether the node's kubelet can confirm that a pod stopped: not while the node is NotReady
+    /// or unreachable.
+    pub fn kubelet_answers(&self) -> bool {
+        self.ready == Ready::True && !self.unreachable
+    }
+}
+
+/// A pod's `status.phase`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl Phase {
+    pub fn parse(s: &str) -> Phase {
+        match s {
+            "Pending" => Phase::Pending,
+            "Running" => Phase::Running,
+            "Succeeded" => Phase::Succeeded,
+            "Failed" => Phase::Failed,
+            _ => Phase::Unknown,
+        }
+    }
+}
+
+/// A pod bound to the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pod {
     pub namespace: String,
     pub name: String,
-    /// Owned by a DaemonSet.
-    pub daemon_set: bool,
-    /// A static pod's mirror (`kubernetes.io/config.mirror`).
+    pub phase: Phase,
+    /// It carries [`MIRROR_ANNOTATION`].
     pub mirror: bool,
-    /// Succeeded or Failed.
-    pub finished: bool,
-    /// Its deletion was asked for (`deletionTimestamp` set).
-    pub deleting: bool,
+    /// The kind of its controller (the owner reference with `controller: true`).
+    pub controller_kind: Option<String>,
+    /// `metadata.deletionTimestamp`: it is being deleted.
+    pub deletion: Option<SystemTime>,
 }
 
 impl Pod {
@@ -33,65 +101,80 @@ impl Pod {
         format!("{}/{}", self.namespace, self.name)
     }
 
-    /// Whether the drain evicts it and waits for it.
-    fn drained(&self) -> bool {
-        !(self.daemon_set || self.mirror || self.finished)
+    /// Why the drain leaves this pod on the node, if it does.
+    pub fn left_because(&self) -> Option<Left> {
+        if self.mirror {
+            Some(Left::Mirror)
+        } else if matches!(self.phase, Phase::Succeeded | Phase::Failed) {
+            Some(Left::Finished)
+        } else if self.controller_kind.as_deref() == Some("DaemonSet") {
+            Some(Left::DaemonSet)
+        } else {
+            None
+        }
     }
 }
 
-/// What one eviction did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Eviction {
-    /// Accepted: the pod is being deleted.
-    Evicted,
-    /// The pod is gone already.
-    Gone,
-    /// A PodDisruptionBudget allows no disruption now (429): the API server's words, which name it.
-    Blocked(String),
+/// Why a pod stays on a drained node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    Mirror,
+    DaemonSet,
+    Finished,
 }
 
-/// The node as the drain sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeState {
-    Ready,
-    NotReady,
+/// What an eviction came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Eviction {
+    /// 201 (or 200): the pod is being deleted.
+    Evicted,
+    /// 404: the pod is gone already.
     Gone,
+    /// 429: a PodDisruptionBudget allows no disruption now.
+    Blocked(Blocked),
+    /// Anything else (another status, or the API could not be reached).
+    Failed(String),
+}
+
+/// A refusal by a disruption budget, in the server's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    /// The budget's name, when the server named it (its namespace is the pod's).
+    pub budget: Option<String>,
+    /// The server's message with its causes (`Cannot evict pod as it would violate the pod's
+    /// disruption budget. The disruption budget web needs 2 healthy pods and has 2 currently`).
+    pub message: String,
+}
+
+/// The budget a cause of kube-apiserver's 429 names: `The disruption budget <name> needs …` or
+/// `The disruption budget <name> is still being processed by the server.`
+pub fn budget_in_cause(cause: &str) -> Option<&str> {
+    let rest = cause.strip_prefix("The disruption budget ")?;
+    let name = rest.split_whitespace().next()?;
+    (!name.is_empty()).then_some(name)
 }
 
 /// The cluster's API, as a drain uses it.
 pub trait NodeApi {
-    /// Marks the node unschedulable; its state (a node that does not exist is `Gone`).
-    fn cordon(&self, node: &str) -> impl Future<Output = Result<NodeState, String>>;
-    /// The pods bound to the node.
+    /// The node, `None` when there is no Node of that name.
+    fn node(&self, name: &str) -> impl Future<Output = Result<Option<Node>, String>>;
+    /// Sets `spec.unschedulable`.
+    fn cordon(&self, name: &str) -> impl Future<Output = Result<(), String>>;
+    /// Every pod whose `spec.nodeName` is `node`, in every namespace.
     fn pods_on(&self, node: &str) -> impl Future<Output = Result<Vec<Pod>, String>>;
-    fn evict(&self, pod: &Pod) -> impl Future<Output = Result<Eviction, String>>;
+    /// A `policy/v1` Eviction of the pod; no retry of its own (the drain owns retries).
+    fn evict(&self, namespace: &str, name: &str) -> impl Future<Output = Eviction>;
+    /// Deletes the Node object; one that is gone already is not an error.
+    fn delete_node(&self, name: &str) -> impl Future<Output = Result<(), String>>;
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DrainError {
-    #[error("draining {node}: the cluster's API: {detail}")]
-    Api { node: String, detail: String },
-    #[error(
-        "draining {node} did not finish within {}s: {} still on it{}; raise the budget's \
-         maxUnavailable, scale its workload, or evict the pod by hand, then run `kos up` again",
-        .waited.as_secs(),
-        pods.join(", "),
-        blocked.as_ref().map(|b| format!(" (blocked: {b})")).unwrap_or_default()
-    )]
-    Timeout {
-        node: String,
-        pods: Vec<String>,
-        /// The last PodDisruptionBudget refusal, naming the budget.
-        blocked: Option<String>,
-        waited: Duration,
-    },
-}
-
-/// How long a drain may take, and how often it looks.
+/// How long to drain, how often to look, and how long a pod being deleted on a node whose kubelet
+/// cannot confirm is waited for.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
     pub timeout: Duration,
     pub poll: Duration,
+    pub skip_wait_for_delete: Duration,
 }
 
 impl Default for Options {
@@ -99,6 +182,8 @@ impl Default for Options {
         Self {
             timeout: Duration::from_secs(600),
             poll: Duration::from_secs(5),
+            // Cluster API's machine controller: 5 minutes for an unreachable node.
+            skip_wait_for_delete: Duration::from_secs(300),
         }
     }
 }
@@ -106,233 +191,216 @@ impl Default for Options {
 /// What a drain did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Drained {
-    /// Pods evicted (`namespace/name`).
+    /// No Node of that name: nothing was done.
+    pub node_missing: bool,
+    /// Pods evicted by this run (`namespace/name`).
     pub evicted: Vec<String>,
+    /// Pods left on the node, and why.
+    pub left: Vec<(String, Left)>,
+    /// Pods counted gone though the node still lists them: being deleted for longer than
+    /// [`Options::skip_wait_for_delete`] on a node whose kubelet cannot confirm it.
+    pub abandoned: Vec<String>,
 }
 
-/// Drains `node`; `say` gets a line when a budget holds an eviction back.
-///
-/// # Errors
-/// The API failed, or pods were still on the node when the timeout passed.
+/// Why a pod is still on the node when the drain gives up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stuck {
+    /// A budget refused its eviction; `budget` is `namespace/name` when the server named it.
+    Budget {
+        budget: Option<String>,
+        message: String,
+    },
+    /// Its eviction failed otherwise.
+    Refused(String),
+    /// It is being deleted and its kubelet has not confirmed it yet.
+    Terminating,
+}
+
+/// The pods still on a node when its drain gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StuckPods(pub Vec<(String, Stuck)>);
+
+impl std::fmt::Display for StuckPods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (pod, why)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            match why {
+                Stuck::Budget {
+                    budget: Some(b),
+                    message,
+                } => write!(
+                    f,
+                    "pod {pod} cannot be evicted: PodDisruptionBudget {b} allows no disruption ({message})"
+                )?,
+                Stuck::Budget {
+                    budget: None,
+                    message,
+                } => write!(
+                    f,
+                    "pod {pod} cannot be evicted: a PodDisruptionBudget allows no disruption ({message})"
+                )?,
+                Stuck::Refused(m) => write!(f, "pod {pod} cannot be evicted: {m}")?,
+                Stuck::Terminating => write!(
+                    f,
+                    "pod {pod} is being deleted and its kubelet has not confirmed it"
+                )?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StuckPods {
+    fn help(&self) -> &'static str {
+        if self
+            .0
+            .iter()
+            .any(|(_, s)| matches!(s, Stuck::Budget { .. }))
+        {
+            BUDGET_HELP
+        } else {
+            OTHER_HELP
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    #[error("draining node {node}: the cluster's API: {message}")]
+    Api { node: String, message: String },
+    #[error(
+        "node {node} was not drained within {}s: {stuck}; {}",
+        .waited.as_secs(),
+        .stuck.help()
+    )]
+    Timeout {
+        node: String,
+        stuck: StuckPods,
+        waited: Duration,
+    },
+}
+
+/// Drains `node`: cordons it, evicts what must go, and waits until it has gone; `say` gets one line
+/// per step.
 pub async fn drain(
     api: &impl NodeApi,
     node: &str,
     opts: Options,
     say: &mut dyn FnMut(&str),
 ) -> Result<Drained, DrainError> {
-    let err = |detail: String| DrainError::Api {
+    let err = |message: String| DrainError::Api {
         node: node.to_owned(),
-        detail,
+        message,
     };
-    let state = api.cordon(node).await.map_err(err)?;
     let mut done = Drained::default();
-    if state == NodeState::Gone {
+    let Some(n) = api.node(node).await.map_err(err)? else {
+        say(&format!(
+            "node {node} is not in the cluster: nothing to drain"
+        ));
+        done.node_missing = true;
         return Ok(done);
+    };
+    if !n.unschedulable {
+        api.cordon(node).await.map_err(err)?;
+        say(&format!("cordoned node {node}"));
     }
     let started = tokio::time::Instant::now();
-    let mut said = std::collections::BTreeSet::new();
+    let mut n = n;
+    let mut last_look = false;
     loop {
-        let left: Vec<Pod> = api
-            .pods_on(node)
-            .await
-            .map_err(err)?
-            .into_iter()
-            .filter(Pod::drained)
-            // An unreachable kubelet never confirms a deletion.
-            .filter(|p| !(p.deleting && state == NodeState::NotReady))
-            .collect();
-        if left.is_empty() {
-            return Ok(done);
-        }
-        let mut blocked = None;
-        for p in left.iter().filter(|p| !p.deleting) {
-            match api.evict(p).await.map_err(err)? {
-                Eviction::Evicted => done.evicted.push(p.key()),
-                Eviction::Gone => {}
-                Eviction::Blocked(why) => {
-                    if said.insert(p.key()) {
-                        say(&format!("{}: eviction of {} waits: {why}", node, p.key()));
+        let mut evicted_any = false;
+        let pods = api.pods_on(node).await.map_err(err)?;
+        let mut stuck: BTreeMap<String, Stuck> = BTreeMap::new();
+        done.left.clear();
+        for p in &pods {
+            let key = p.key();
+            if let Some(why) = p.left_because() {
+                done.left.push((key, why));
+                continue;
+            }
+            if let Some(since) = p.deletion {
+                let long = SystemTime::now()
+                    .duration_since(since)
+                    .is_ok_and(|d| d > opts.skip_wait_for_delete);
+                if long && !n.kubelet_answers() {
+                    if !done.abandoned.contains(&key) {
+                        say(&format!(
+                            "pod {key} counted gone: node {node} cannot confirm its deletion"
+                        ));
+                        done.abandoned.push(key);
                     }
-                    blocked = Some(why);
+                } else {
+                    stuck.insert(key, Stuck::Terminating);
+                }
+                continue;
+            }
+            match api.evict(&p.namespace, &p.name).await {
+                Eviction::Evicted => {
+                    say(&format!("evicted pod {key}"));
+                    evicted_any = true;
+                    if !done.evicted.contains(&key) {
+                        done.evicted.push(key.clone());
+                    }
+                    // Gone at once, or terminating: the next look tells.
+                    stuck.insert(key, Stuck::Terminating);
+                }
+                Eviction::Gone => {}
+                Eviction::Blocked(b) => {
+                    tracing::debug!(pod = %key, message = %b.message, "eviction refused by a disruption budget");
+                    let budget = b.budget.map(|name| format!("{}/{name}", p.namespace));
+                    stuck.insert(
+                        key,
+                        Stuck::Budget {
+                            budget,
+                            message: b.message,
+                        },
+                    );
+                }
+                Eviction::Failed(m) => {
+                    tracing::debug!(pod = %key, message = %m, "eviction failed");
+                    stuck.insert(key, Stuck::Refused(m));
                 }
             }
         }
-        if started.elapsed() >= opts.timeout {
+        if stuck.is_empty() {
+            say(&format!("node {node} is drained"));
+            return Ok(done);
+        }
+        let waited = started.elapsed();
+        // A pod evicted in this pass may be gone already: one more look before giving up.
+        if last_look || (waited >= opts.timeout && !evicted_any) {
             return Err(DrainError::Timeout {
                 node: node.to_owned(),
-                pods: left.iter().map(Pod::key).collect(),
-                blocked,
-                waited: opts.timeout,
+                stuck: StuckPods(stuck.into_iter().collect()),
+                waited,
             });
         }
+        last_look = waited >= opts.timeout;
         tokio::time::sleep(opts.poll).await;
+        match api.node(node).await.map_err(err)? {
+            Some(now) => n = now,
+            None => {
+                say(&format!(
+                    "node {node} left the cluster while it was drained"
+                ));
+                return Ok(done);
+            }
+        }
     }
+}
+
+/// Deletes the Node object of a drained node whose server is gone (so no kubelet registers it
+/// again); a Node that is gone already is fine.
+pub async fn remove_node(api: &impl NodeApi, node: &str) -> Result<(), DrainError> {
+    api.delete_node(node)
+        .await
+        .map_err(|message| DrainError::Api {
+            node: node.to_owned(),
+            message,
+        })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::cell::RefCell;
-
-    /// A node with pods; evictions of `guarded` are refused until `budget_after` polls.
-    struct Fake {
-        state: NodeState,
-        pods: RefCell<Vec<Pod>>,
-        guarded: &'static str,
-        budget_after: Option<u32>,
-        polls: RefCell<u32>,
-        /// Evicted pods linger (deleting) for this many polls.
-        linger: u32,
-        lingering: RefCell<Vec<(String, u32)>>,
-        cordoned: RefCell<bool>,
-    }
-
-    fn pod(name: &str) -> Pod {
-        Pod {
-            namespace: "default".into(),
-            name: name.into(),
-            daemon_set: false,
-            mirror: false,
-            finished: false,
-            deleting: false,
-        }
-    }
-
-    impl Fake {
-        fn new(state: NodeState, pods: Vec<Pod>) -> Self {
-            Fake {
-                state,
-                pods: RefCell::new(pods),
-                guarded: "",
-                budget_after: None,
-                polls: RefCell::new(0),
-                linger: 0,
-                lingering: RefCell::new(Vec::new()),
-                cordoned: RefCell::new(false),
-            }
-        }
-    }
-
-    impl NodeApi for Fake {
-        async fn cordon(&self, _node: &str) -> Result<NodeState, String> {
-            *self.cordoned.borrow_mut() = true;
-            Ok(self.state)
-        }
-        async fn pods_on(&self, _node: &str) -> Result<Vec<Pod>, String> {
-            *self.polls.borrow_mut() += 1;
-            let mut lingering = self.lingering.borrow_mut();
-            let mut pods = self.pods.borrow_mut();
-            for (name, left) in lingering.iter_mut() {
-                *left = left.saturating_sub(1);
-                if *left == 0 {
-                    pods.retain(|p| &p.name != name);
-                }
-            }
-            lingering.retain(|(_, left)| *left > 0);
-            Ok(pods.clone())
-        }
-        async fn evict(&self, p: &Pod) -> Result<Eviction, String> {
-            if p.name == self.guarded && self.budget_after.is_none_or(|n| *self.polls.borrow() < n)
-            {
-                return Ok(Eviction::Blocked(
-                    "The disruption budget web-pdb needs 2 healthy pods and has 2 currently".into(),
-                ));
-            }
-            let mut pods = self.pods.borrow_mut();
-            let Some(x) = pods.iter_mut().find(|x| x.name == p.name) else {
-                return Ok(Eviction::Gone);
-            };
-            if self.linger == 0 {
-                pods.retain(|x| x.name != p.name);
-            } else {
-                x.deleting = true;
-                self.lingering
-                    .borrow_mut()
-                    .push((p.name.clone(), self.linger));
-            }
-            Ok(Eviction::Evicted)
-        }
-    }
-
-    fn opts(polls: u32) -> Options {
-        Options {
-            timeout: Duration::from_millis(u64::from(polls)),
-            poll: Duration::from_millis(1),
-        }
-    }
-
-    fn run<T>(f: impl Future<Output = T>) -> T {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime")
-            .block_on(f)
-    }
-
-    #[test]
-    fn daemonset_mirror_and_finished_pods_stay_the_rest_are_evicted() {
-        let mut ds = pod("kube-proxy-x");
-        ds.daemon_set = true;
-        let mut mirror = pod("etcd-node");
-        mirror.mirror = true;
-        let mut done = pod("job-1");
-        done.finished = true;
-        let f = Fake::new(
-            NodeState::Ready,
-            vec![ds, mirror, done, pod("web-1"), pod("web-2")],
-        );
-        let d = run(drain(&f, "n", opts(10_000), &mut |_| {})).expect("drained");
-        assert_eq!(d.evicted, ["default/web-1", "default/web-2"]);
-        assert!(*f.cordoned.borrow());
-        assert_eq!(f.pods.borrow().len(), 3, "the others stay");
-    }
-
-    #[test]
-    fn a_budget_that_clears_is_waited_for_and_one_that_never_does_times_out_naming_it() {
-        let mut f = Fake::new(NodeState::Ready, vec![pod("web-1"), pod("api-1")]);
-        f.guarded = "web-1";
-        f.budget_after = Some(4);
-        let mut lines = Vec::new();
-        let d = run(drain(&f, "n", opts(10_000), &mut |l| {
-            lines.push(l.to_owned())
-        }))
-        .expect("drained once the budget allows");
-        assert!(d.evicted.contains(&"default/web-1".to_owned()));
-        assert_eq!(lines.len(), 1, "said once: {lines:?}");
-        assert!(lines[0].contains("web-pdb"), "{lines:?}");
-
-        let mut f = Fake::new(NodeState::Ready, vec![pod("web-1"), pod("api-1")]);
-        f.guarded = "web-1";
-        let e = run(drain(&f, "n", opts(30), &mut |_| {})).expect_err("never allowed");
-        let DrainError::Timeout { pods, blocked, .. } = &e else {
-            panic!("{e}");
-        };
-        assert_eq!(pods, &["default/web-1"]);
-        assert!(blocked.as_deref().is_some_and(|b| b.contains("web-pdb")));
-        assert!(e.to_string().contains("web-pdb"), "{e}");
-        assert!(e.to_string().contains("run `kos up` again"), "{e}");
-    }
-
-    #[test]
-    fn evicted_pods_are_waited_for_unless_the_node_is_not_ready() {
-        let mut f = Fake::new(NodeState::Ready, vec![pod("web-1")]);
-        f.linger = 3;
-        let d = run(drain(&f, "n", opts(10_000), &mut |_| {})).expect("drained");
-        assert_eq!(d.evicted, ["default/web-1"]);
-        assert!(f.pods.borrow().is_empty(), "waited until it was gone");
-        assert!(*f.polls.borrow() >= 4, "{}", f.polls.borrow());
-
-        // NotReady: the kubelet never confirms; a pod being deleted counts as gone.
-        let mut f = Fake::new(NodeState::NotReady, vec![pod("web-1")]);
-        f.linger = 1_000_000;
-        let d = run(drain(&f, "n", opts(10_000), &mut |_| {})).expect("drained");
-        assert_eq!(d.evicted, ["default/web-1"]);
-    }
-
-    #[test]
-    fn a_node_that_is_gone_is_drained() {
-        let f = Fake::new(NodeState::Gone, vec![pod("web-1")]);
-        let d = run(drain(&f, "n", opts(1), &mut |_| {})).expect("nothing to do");
-        assert!(d.evicted.is_empty());
-    }
-}
+mod tests;

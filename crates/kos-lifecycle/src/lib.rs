@@ -5,7 +5,8 @@
 //!
 //! - [`formation`]: whether a cluster exists for the spec's control planes, which decides whether a new
 //!   control plane runs `kubeadm init` or joins; decided from the cloud and the cluster, never from a name.
-//! - [`drain`]: cordon and evict a node's pods through the Eviction API, PodDisruptionBudgets holding.
+//! - [`drain`]: a node's pods evicted (PodDisruptionBudgets honoured) before its server is deleted,
+//!   as Cluster API drains a machine.
 //! - [`etcd`]: the etcd client (the v3 gateway's JSON over TLS with a client certificate of the etcd CA,
 //!   over a stream to the member, e.g. a port-forward through the API server).
 //! - [`membership`]: the members of control planes made again, removed before they join.

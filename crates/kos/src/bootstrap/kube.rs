@@ -162,14 +162,7 @@ impl Kube {
     pub async fn create(&self, path: &str, yaml: &str) -> Result<(), String> {
         let doc: Value =
             serde_saphyr::from_str(yaml).map_err(|e| format!("manifest is not YAML: {e}"))?;
-        let r = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .json(&doc)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        match r.status().as_u16() {
+        match self.post_json(path, &doc).await?.0 {
             200..=299 | 409 => Ok(()),
             s => Err(format!("HTTP {s}")),
         }
@@ -177,20 +170,12 @@ impl Kube {
 
     /// GETs the object at `path` as JSON.
     pub async fn get_json(&self, path: &str) -> Result<Value, String> {
-        let r = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = r.status().as_u16();
-        if !(200..300).contains(&status) {
-            return Err(format!("GET {path}: HTTP {status}"));
-        }
-        r.json().await.map_err(|e| format!("GET {path}: {e}"))
+        self.get_json_opt(path)
+            .await?
+            .ok_or_else(|| format!("GET {path}: HTTP 404"))
     }
 
-    /// GETs the object at `path` as JSON; `None` when there is none (404).
+    /// GETs the object at `path` as JSON; `None` when the API answers 404.
     pub async fn get_json_opt(&self, path: &str) -> Result<Option<Value>, String> {
         let r = self
             .client
@@ -209,8 +194,8 @@ impl Kube {
         }
     }
 
-    /// POSTs a JSON body to `path`; the status and the answer's body (JSON, `Null` if none), for
-    /// callers that tell answers apart (an eviction's 429). Never retried here.
+    /// POSTs `body` to `path` once and returns the HTTP status with the answer's JSON (`null` when
+    /// it is not JSON), whatever the status: the caller decides, and retries (a 429 included).
     pub async fn post_json(&self, path: &str, body: &Value) -> Result<(u16, Value), String> {
         let r = self
             .client
@@ -220,8 +205,8 @@ impl Kube {
             .await
             .map_err(|e| e.to_string())?;
         let status = r.status().as_u16();
-        let body = r.json().await.unwrap_or(Value::Null);
-        Ok((status, body))
+        let text = r.text().await.map_err(|e| format!("POST {path}: {e}"))?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
     /// A JSON merge patch (RFC 7386) of the object at `path`. The body is never logged: it may

@@ -1,40 +1,48 @@
-//! The cluster's API as a drain uses it ([`kos_lifecycle::drain`]): cordon with a merge patch, the
-//! node's pods by field selector, policy/v1 evictions (a 429 is a PodDisruptionBudget saying not now;
-//! its cause names the budget).
+//! The CLI side of [`kos_lifecycle::drain`]: the drain's [`NodeApi`] over kos's JSON client of the
+//! cluster's API ([`Kube`], the admin certificate). One request per call and no retries here: the
+//! drain loop owns them, a 429 included.
 
-use std::time::Duration;
-
-use kos_lifecycle::drain::{self, DrainError, Drained, Eviction, NodeApi, NodeState, Options, Pod};
+use kos_lifecycle::drain::{
+    self, Blocked, DrainError, Drained, Eviction, MIRROR_ANNOTATION, Node, NodeApi, Options, Phase,
+    Pod, Ready, UNREACHABLE_TAINT,
+};
 use serde_json::{Value, json};
 
 use crate::bootstrap::kube::Kube;
 
-pub(super) struct Api<'a>(pub(super) &'a Kube);
+/// Drains `node` of the cluster `kube` talks to (see [`drain::drain`]); `say` gets one line per step.
+pub(crate) async fn drain_node(
+    kube: &Kube,
+    node: &str,
+    opts: Options,
+    say: &mut dyn FnMut(&str),
+) -> Result<Drained, DrainError> {
+    drain::drain(&Api(kube), node, opts, say).await
+}
+
+struct Api<'a>(&'a Kube);
+
+fn node_path(name: &str) -> String {
+    format!("/api/v1/nodes/{name}")
+}
 
 impl NodeApi for Api<'_> {
-    async fn cordon(&self, node: &str) -> Result<NodeState, String> {
-        let path = format!("/api/v1/nodes/{node}");
-        let Some(n) = self.0.get_json_opt(&path).await? else {
-            return Ok(NodeState::Gone);
-        };
-        if n["spec"]["unschedulable"] != true {
-            self.0
-                .merge_patch(&path, &json!({"spec": {"unschedulable": true}}))
-                .await?;
-        }
-        let ready = n["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True");
-        Ok(if ready {
-            NodeState::Ready
-        } else {
-            NodeState::NotReady
-        })
+    async fn node(&self, name: &str) -> Result<Option<Node>, String> {
+        Ok(self
+            .0
+            .get_json_opt(&node_path(name))
+            .await?
+            .map(|n| node_of(name, &n)))
+    }
+
+    async fn cordon(&self, name: &str) -> Result<(), String> {
+        self.0
+            .merge_patch(&node_path(name), &json!({"spec": {"unschedulable": true}}))
+            .await
     }
 
     async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, String> {
+        // Node names are DNS subdomains: nothing in them needs escaping in a query.
         let list = self
             .0
             .get_json(&format!(
@@ -45,115 +53,127 @@ impl NodeApi for Api<'_> {
             .as_array()
             .into_iter()
             .flatten()
-            .map(pod_of)
+            .filter_map(pod_of)
             .collect())
     }
 
-    async fn evict(&self, p: &Pod) -> Result<Eviction, String> {
-        let path = format!(
-            "/api/v1/namespaces/{}/pods/{}/eviction",
-            p.namespace, p.name
-        );
+    async fn evict(&self, namespace: &str, name: &str) -> Eviction {
         let body = json!({
             "apiVersion": "policy/v1",
             "kind": "Eviction",
-            "metadata": {"name": p.name, "namespace": p.namespace},
+            "metadata": {"name": name, "namespace": namespace},
         });
-        let (status, answer) = self.0.post_json(&path, &body).await?;
-        Ok(match status {
-            200..=299 => Eviction::Evicted,
-            404 => Eviction::Gone,
-            429 => Eviction::Blocked(blocked_by(&answer)),
-            s => return Err(format!("evicting {}/{}: HTTP {s}", p.namespace, p.name)),
-        })
+        match self
+            .0
+            .post_json(
+                &format!("/api/v1/namespaces/{namespace}/pods/{name}/eviction"),
+                &body,
+            )
+            .await
+        {
+            Ok((code, answer)) => eviction_of(code, &answer),
+            Err(e) => Eviction::Failed(e),
+        }
+    }
+
+    async fn delete_node(&self, name: &str) -> Result<(), String> {
+        self.0.delete(&node_path(name)).await
     }
 }
 
-fn pod_of(p: &Value) -> Pod {
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    Pod {
-        namespace: s(&p["metadata"]["namespace"]),
-        name: s(&p["metadata"]["name"]),
-        daemon_set: p["metadata"]["ownerReferences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|o| o["kind"] == "DaemonSet" && o["controller"] == true),
-        mirror: p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string(),
-        finished: matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")),
-        deleting: p["metadata"]["deletionTimestamp"].is_string(),
-    }
-}
-
-/// The API server's reason for a 429: the `DisruptionBudget` cause (which names the budget), else
-/// its message.
-fn blocked_by(answer: &Value) -> String {
-    answer["details"]["causes"]
-        .as_array()
+fn node_of(name: &str, n: &Value) -> Node {
+    let ready = n
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .find(|c| c["reason"] == "DisruptionBudget")
-        .and_then(|c| c["message"].as_str())
-        .or_else(|| answer["message"].as_str())
-        .unwrap_or("too many requests")
-        .to_owned()
+        .find(|c| c["type"] == "Ready")
+        .and_then(|c| c["status"].as_str());
+    Node {
+        name: name.to_owned(),
+        unschedulable: n
+            .pointer("/spec/unschedulable")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        ready: match ready {
+            Some("True") => Ready::True,
+            Some("False") => Ready::False,
+            _ => Ready::Unknown,
+        },
+        unreachable: n
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|t| t["key"] == UNREACHABLE_TAINT),
+    }
 }
 
-/// Drains `node` through `kube` within `timeout`, saying what holds it back.
-pub(super) async fn drain_node(
-    kube: &Kube,
-    node: &str,
-    timeout: Duration,
-    simulated: bool,
-) -> Result<Drained, DrainError> {
-    let opts = Options {
-        timeout,
-        poll: if simulated {
-            Duration::from_millis(100)
-        } else {
-            Duration::from_secs(2)
-        },
-    };
-    drain::drain(&Api(kube), node, opts, &mut |l| {
-        eprintln!("kos: {}", crate::term::escape(l));
+/// A listed pod; `None` for an item without a name or namespace (no real server sends one).
+fn pod_of(p: &Value) -> Option<Pod> {
+    let s = |ptr: &str| p.pointer(ptr).and_then(Value::as_str);
+    let deletion = s("/metadata/deletionTimestamp").map(|t| {
+        t.parse::<k8s_openapi::jiff::Timestamp>()
+            .map(std::time::SystemTime::from)
+            // Unreadable: taken as just now, so it is waited for rather than counted gone.
+            .unwrap_or_else(|_| std::time::SystemTime::now())
+    });
+    Some(Pod {
+        namespace: s("/metadata/namespace")?.to_owned(),
+        name: s("/metadata/name")?.to_owned(),
+        phase: Phase::parse(s("/status/phase").unwrap_or("Pending")),
+        mirror: p
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(MIRROR_ANNOTATION))
+            .is_some(),
+        controller_kind: p
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|o| o["controller"] == true)
+            .and_then(|o| o["kind"].as_str())
+            .map(str::to_owned),
+        deletion,
     })
-    .await
+}
+
+/// What kube-apiserver's answer to an Eviction means (`pkg/registry/core/pod/storage/eviction.go`):
+/// 201 with a Success `Status`; 404 when the pod is gone; 429 TooManyRequests when a budget allows
+/// no disruption, its `DisruptionBudget` cause naming the budget; anything else is a failure,
+/// described by the `Status` message.
+fn eviction_of(code: u16, answer: &Value) -> Eviction {
+    let message = answer["message"].as_str().unwrap_or_default();
+    let causes: Vec<&Value> = answer
+        .pointer("/details/causes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect();
+    match code {
+        200 | 201 if answer["status"] != "Failure" => Eviction::Evicted,
+        404 => Eviction::Gone,
+        429 => {
+            let budget = causes
+                .iter()
+                .filter(|c| c["reason"] == "DisruptionBudget")
+                .find_map(|c| c["message"].as_str().and_then(drain::budget_in_cause))
+                .map(str::to_owned);
+            // The causes as Cluster API shows them: after the message.
+            let mut text = message.to_owned();
+            for c in causes.iter().filter_map(|c| c["message"].as_str()) {
+                text.push(' ');
+                text.push_str(c);
+            }
+            Eviction::Blocked(Blocked {
+                budget,
+                message: text,
+            })
+        }
+        _ if message.is_empty() => Eviction::Failed(format!("HTTP {code}")),
+        _ => Eviction::Failed(format!("HTTP {code}: {message}")),
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pods_are_read_as_a_drain_needs_them() {
-        let ds = pod_of(&json!({
-            "metadata": {"namespace": "kube-system", "name": "cilium-x",
-                "ownerReferences": [{"kind": "DaemonSet", "controller": true, "name": "cilium"}]},
-            "status": {"phase": "Running"}}));
-        assert!(ds.daemon_set && !ds.mirror && !ds.finished && !ds.deleting);
-        let mirror = pod_of(&json!({
-            "metadata": {"namespace": "kube-system", "name": "etcd-n",
-                "annotations": {"kubernetes.io/config.mirror": "abc"}}}));
-        assert!(mirror.mirror);
-        let done = pod_of(&json!({"metadata": {"name": "j"}, "status": {"phase": "Succeeded"}}));
-        assert!(done.finished);
-        let going = pod_of(
-            &json!({"metadata": {"name": "w", "deletionTimestamp": "2026-01-01T00:00:00Z"}}),
-        );
-        assert!(going.deleting);
-    }
-
-    #[test]
-    fn a_429_names_the_budget() {
-        let answer = json!({
-            "kind": "Status", "code": 429, "reason": "TooManyRequests",
-            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
-            "details": {"causes": [{"reason": "DisruptionBudget",
-                "message": "The disruption budget web needs 2 healthy pods and has 2 currently"}]}});
-        assert_eq!(
-            blocked_by(&answer),
-            "The disruption budget web needs 2 healthy pods and has 2 currently"
-        );
-        assert!(blocked_by(&json!({"message": "slow down"})).contains("slow down"));
-    }
-}
+mod tests;

@@ -139,12 +139,18 @@ pub(super) async fn remove(
 /// Drains `t`'s node; a PodDisruptionBudget that holds past the timeout stops the run before the
 /// server goes.
 async fn drain(c: &Connected, kube: &Kube, t: &Target, timeout: u64) -> Result<(), Failure> {
-    let d = super::drain::drain_node(
-        kube,
-        &t.name,
-        Duration::from_secs(timeout),
-        c.is_simulated(),
-    )
+    let opts = kos_lifecycle::drain::Options {
+        timeout: Duration::from_secs(timeout),
+        poll: if c.is_simulated() {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_secs(2)
+        },
+        ..kos_lifecycle::drain::Options::default()
+    };
+    let d = super::drain::drain_node(kube, &t.name, opts, &mut |l| {
+        eprintln!("kos: {}: {}", t.logical_id, crate::term::escape(l));
+    })
     .await
     .map_err(|e| stop(t, &e.to_string()))?;
     eprintln!(
