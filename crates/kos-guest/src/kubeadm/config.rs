@@ -111,12 +111,35 @@ pub struct ClusterDoc {
     pub certificates_dir: String,
     pub cert_sans: Vec<String>,
     pub dns_domain: String,
-    /// `featureGates.ControlPlaneKubeletLocalMode`: a control plane's kubelet talks to its own API
-    /// server instead of the `controlPlaneEndpoint` (kubeadm >= 1.31, KEP-4471).
-    pub kubelet_local_mode: bool,
+    /// `featureGates.ControlPlaneKubeletLocalMode` as written (see [`kubelet_local_mode`]).
+    pub kubelet_local_mode_gate: Option<bool>,
 }
 
-/// The feature gate of [`ClusterDoc::kubelet_local_mode`].
+/// Whether a control plane that kubeadm `kubeadm` makes has its kubelet talk to its own API server
+/// instead of the `controlPlaneEndpoint` (KEP-4471, kubernetes/enhancements#4471): alpha and off by
+/// default in 1.31 and 1.32, beta and on by default in 1.33 and 1.34, GA and locked on in 1.35
+/// (kubernetes/kubernetes#134106), gone in 1.36, where kubeadm refuses the unknown gate as it
+/// refuses any.
+///
+/// # Errors
+/// kubeadm's refusal of the gate.
+pub fn kubelet_local_mode(kubeadm: Version, gate: Option<bool>) -> Result<bool, String> {
+    let unknown = || format!("unrecognized feature-gate key: {KUBELET_LOCAL_MODE}");
+    match (kubeadm.minor, gate) {
+        (..=30, Some(_)) => Err(unknown()),
+        (..=30, None) => Ok(false),
+        (31..=32, g) => Ok(g.unwrap_or(false)),
+        (33..=34, g) => Ok(g.unwrap_or(true)),
+        (35, Some(false)) => Err(format!(
+            "cannot set feature gate {KUBELET_LOCAL_MODE} to false, feature is locked to true"
+        )),
+        (35, _) => Ok(true),
+        (_, Some(_)) => Err(unknown()),
+        (_, None) => Ok(true),
+    }
+}
+
+/// The feature gate of [`ClusterDoc::kubelet_local_mode_gate`].
 pub const KUBELET_LOCAL_MODE: &str = "ControlPlaneKubeletLocalMode";
 
 /// JoinConfiguration.
@@ -425,10 +448,9 @@ fn cluster_doc(v: Option<&Value>) -> Result<ClusterDoc, String> {
         dns_domain: s(v, "/networking/dnsDomain")
             .unwrap_or("cluster.local")
             .to_owned(),
-        kubelet_local_mode: v
+        kubelet_local_mode_gate: v
             .pointer(&format!("/featureGates/{KUBELET_LOCAL_MODE}"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+            .and_then(Value::as_bool),
     })
 }
 
@@ -484,8 +506,8 @@ pub fn render_cluster_configuration(c: &ClusterDoc) -> String {
             out.push_str(&format!("  - {}\n", q(san)));
         }
     }
-    if c.kubelet_local_mode {
-        out.push_str(&format!("featureGates:\n  {KUBELET_LOCAL_MODE}: true\n"));
+    if let Some(g) = c.kubelet_local_mode_gate {
+        out.push_str(&format!("featureGates:\n  {KUBELET_LOCAL_MODE}: {g}\n"));
     }
     out
 }
@@ -676,7 +698,7 @@ mod tests {
     #[test]
     fn the_uploaded_cluster_configuration_reads_back_as_init_ran_it() {
         let ran = parse_init(INIT).unwrap().cluster;
-        assert!(ran.kubelet_local_mode);
+        assert_eq!(ran.kubelet_local_mode_gate, Some(true));
         let uploaded = render_cluster_configuration(&ran);
         assert_eq!(parse_cluster_configuration(&uploaded).unwrap(), ran);
         let bumped = uploaded.replace("v1.35.2", "v1.36.0");
@@ -706,5 +728,22 @@ mod tests {
                 .unwrap_err()
                 .contains("InitConfiguration")
         );
+    }
+
+    #[test]
+    fn kubelet_local_mode_follows_each_kubeadm_release() {
+        let v = |m| Version {
+            major: 1,
+            minor: m,
+            patch: 0,
+        };
+        assert_eq!(kubelet_local_mode(v(32), None), Ok(false));
+        assert_eq!(kubelet_local_mode(v(32), Some(true)), Ok(true));
+        assert_eq!(kubelet_local_mode(v(34), None), Ok(true));
+        assert_eq!(kubelet_local_mode(v(34), Some(false)), Ok(false));
+        assert_eq!(kubelet_local_mode(v(35), None), Ok(true));
+        assert!(kubelet_local_mode(v(35), Some(false)).is_err(), "locked");
+        assert_eq!(kubelet_local_mode(v(36), None), Ok(true));
+        assert!(kubelet_local_mode(v(36), Some(true)).is_err(), "gone");
     }
 }

@@ -348,7 +348,12 @@ impl Guest {
             false,
         );
         // ControlPlaneKubeletLocalMode: the kubelet talks to the API server next to it.
-        let kubelet_server = if docs.cluster.kubelet_local_mode {
+        let local_mode =
+            match config::kubelet_local_mode(kubeadm, docs.cluster.kubelet_local_mode_gate) {
+                Ok(m) => m,
+                Err(e) => return Ok(Err(plain_err(&e))),
+            };
+        let kubelet_server = if local_mode {
             srv.local_api_endpoint().unwrap_or_else(|| local.clone())
         } else {
             local.clone()
@@ -474,6 +479,12 @@ impl Guest {
         };
         let v = cluster_cfg.kubernetes_version;
         if let Err(e) = supported_control_plane(kubelet_version, v) {
+            return fetch(e);
+        }
+        // The fetched configuration's feature gates are checked as this kubeadm knows them.
+        if let Err(e) =
+            config::kubelet_local_mode(kubelet_version, cluster_cfg.kubelet_local_mode_gate)
+        {
             return fetch(e);
         }
         // No KubeletVersionCheck against the cluster here: a join's own checks pass it no version,
@@ -707,8 +718,12 @@ impl Guest {
                 false,
             );
         }
+        // Checked above, where a refused gate fails the join.
+        let local_mode = control_plane
+            && config::kubelet_local_mode(kubelet_version, cluster_cfg.kubelet_local_mode_gate)
+                .unwrap_or(false);
         let kubelet_server = match srv.local_api_endpoint() {
-            Some(local) if control_plane && cluster_cfg.kubelet_local_mode => local,
+            Some(local) if local_mode => local,
             _ => docs.endpoint.clone(),
         };
         srv.vfs.write(
