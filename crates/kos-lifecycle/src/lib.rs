@@ -5,6 +5,7 @@
 //!
 //! - [`formation`]: whether a cluster exists for the spec's control planes, which decides whether a new
 //!   control plane runs `kubeadm init` or joins; decided from the cloud and the cluster, never from a name.
+//! - [`addons`]: the cloud controller and CSI moved to the release of the cluster's minor after an upgrade.
 //! - [`drain`]: a node's pods evicted (PodDisruptionBudgets honoured) before its server is deleted,
 //!   as Cluster API drains a machine.
 //! - [`etcd`]: the etcd client (the v3 gateway's JSON over TLS with a client certificate of the etcd CA,
@@ -16,6 +17,7 @@
 //!   cluster's `cloud-config` Secret and rolled out before the old one is deleted.
 //! - [`version`]: a running cluster's Kubernetes version kept until upgrades exist.
 
+pub mod addons;
 pub mod drain;
 pub mod etcd;
 pub mod formation;

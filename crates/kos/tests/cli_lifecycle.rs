@@ -607,3 +607,124 @@ fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
     let nodes = clusters[0]["nodes"].as_array().expect("nodes");
     assert_eq!(nodes.len(), 2, "the removed Nodes are gone: {clusters}");
 }
+
+/// Upgrade 1.35 → 1.36 of three control planes and two pools: `kos up` moves kubeadm-config first,
+/// then replaces control planes one at a time and then each pool's workers. The simulated cloud
+/// watches at every step: etcd keeps quorum, no member outlives its server, no kubelet is newer than
+/// an API server it talks to, no two API servers are more than a minor apart. Afterwards every node
+/// and API server runs 1.36 and nothing is left to change. (Before, a changed kubernetesVersion
+/// planned as 0 changes; then it was refused.)
+#[test]
+fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let ha = std::fs::read_to_string(example("ha.yaml")).expect("ha.yaml");
+    let old = d.join("old.yaml");
+    std::fs::write(
+        &old,
+        ha.replace(
+            "kubernetesVersion: \"1.36.4\"",
+            "kubernetesVersion: \"1.35.2\"",
+        ),
+    )
+    .expect("write");
+    let old = old.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", old, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let before = sim_admin(&sim.base, "/_sim/clusters");
+    assert!(
+        before[0]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .all(|n| n["version"] == "v1.35.2"),
+        "{before}"
+    );
+
+    let new = example("ha.yaml");
+    let new = new.to_str().expect("utf8");
+    let plan = kos(d, Some(&sim.clouds), &["plan", "-f", new, "--cloud", "sim"]);
+    let shown = text(&plan);
+    assert_eq!(plan.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("Kubernetes: 1.35.2 → 1.36.4"), "{shown}");
+    assert!(shown.contains("(replacement 1 of 8)"), "{shown}");
+
+    let upgraded = kos_within(d, &sim.clouds, &["up", "-f", new, "--cloud", "sim"]);
+    let out = text(&upgraded);
+    assert_eq!(upgraded.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&upgraded.stderr);
+    let config = err
+        .find("kubeadm-config says Kubernetes 1.36.4")
+        .expect("kubeadm-config moved");
+    let first_cp = err.find("replacing cp-0").expect("cp-0 replaced");
+    assert!(
+        config < err.find("deleted server kos-prod-cp-0").unwrap_or(0),
+        "{out}"
+    );
+    let last_cp = err.find("replacing cp-2").expect("cp-2 replaced");
+    let first_worker = err
+        .find("replacing general-0")
+        .or_else(|| err.find("replacing batch-0"))
+        .expect("workers replaced");
+    assert!(
+        first_cp < last_cp && last_cp < first_worker,
+        "control planes first: {out}"
+    );
+
+    let after = sim_admin(&sim.base, "/_sim/clusters");
+    let c = &after[0];
+    assert_eq!(c["violations"], serde_json::json!([]), "{after}");
+    let nodes = c["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 8, "{after}");
+    for n in nodes {
+        assert_eq!(n["version"], "v1.36.4", "{after}");
+        assert_eq!(n["ready"], true, "{after}");
+        let name = n["name"].as_str().unwrap_or_default();
+        if name.contains("-cp-") {
+            assert_eq!(n["apiserver"], "v1.36.4", "{after}");
+        }
+    }
+    let members = c["etcd"]["members"].as_array().expect("members");
+    assert_eq!(members.len(), 3, "{after}");
+    assert!(members.iter().all(|m| m["up"] == true), "{after}");
+    let again = kos_within(
+        d,
+        &sim.clouds,
+        &["plan", "-f", new, "--cloud", "sim", "--detailed-exitcode"],
+    );
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+
+    // The addons that follow the minor moved with it: cloud-provider-openstack's 1.36 release.
+    assert!(
+        err.contains("moved to the images of Kubernetes 1.36"),
+        "{out}"
+    );
+    let kc = kos(
+        d,
+        Some(&sim.clouds),
+        &["kubeconfig", "prod", "--cloud", "sim"],
+    );
+    assert_eq!(code(&kc), 0, "{}", text(&kc));
+    let ds = std::process::Command::new(kubectl_binary())
+        .arg("--kubeconfig")
+        .arg(d.join("kubeconfig-prod"))
+        .args([
+            "-n",
+            "kube-system",
+            "get",
+            "daemonsets,deployments",
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("kubectl");
+    let listed = String::from_utf8_lossy(&ds.stdout);
+    assert!(ds.status.success(), "{}", text(&ds));
+    assert!(
+        listed.contains("openstack-cloud-controller-manager:v1.36.0")
+            && !listed.contains("openstack-cloud-controller-manager:v1.35.0")
+            && !listed.contains("cinder-csi-plugin:v1.35.0"),
+        "{listed}"
+    );
+}

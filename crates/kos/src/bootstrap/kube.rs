@@ -226,6 +226,22 @@ impl Kube {
         }
     }
 
+    /// A strategic merge patch of the object at `path` (lists such as containers merge by name).
+    pub async fn strategic_patch(&self, path: &str, body: &Value) -> Result<(), String> {
+        let r = self
+            .client
+            .patch(format!("{}{path}", self.base))
+            .header("content-type", "application/strategic-merge-patch+json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        match r.status().as_u16() {
+            200..=299 => Ok(()),
+            s => Err(format!("PATCH {path}: HTTP {s}")),
+        }
+    }
+
     /// DELETEs the object at `path`; one that is already gone is fine.
     pub async fn delete(&self, path: &str) -> Result<(), String> {
         let r = self

@@ -300,6 +300,20 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                     }
                 };
                 if batch.is_empty() {
+                    // Converged: the addons that follow the minor catch up with an upgrade.
+                    match super::roll::follow_minor(&c, &fresh).await {
+                        Ok(moved) => {
+                            for m in moved {
+                                eprintln!(
+                                    "kos: {}: {m} moved to the images of Kubernetes 1.{}",
+                                    fresh.graph.cluster, fresh.spec.kubernetes_version.minor()
+                                );
+                            }
+                        }
+                        Err(e) => eprintln!(
+                            "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {e}"
+                        ),
+                    }
                     return Ok(Exit::Ok);
                 }
                 let mut removal = fresh.plan.clone();

@@ -250,6 +250,52 @@ async fn client(c: &Connected, p: &Prepared) -> Result<Kube, String> {
     Ok(kube)
 }
 
+/// After an upgrade the cloud controller and CSI follow the cluster's minor: every Deployment and
+/// DaemonSet of kube-system running an older release of their images gets the pinned one (its
+/// controller rolls the pods). Nothing to do when the API does not answer from here.
+pub(super) async fn follow_minor(c: &Connected, p: &Prepared) -> Result<Vec<String>, String> {
+    let minor = p.spec.kubernetes_version.minor();
+    let pins = kos_bootstrap::addons::Pins::builtin().map_err(|e| e.to_string())?;
+    let Some(images) = pins.images_for(minor) else {
+        return Ok(Vec::new());
+    };
+    let pinned = [
+        images.openstack_cloud_controller_manager.as_str(),
+        images.cinder_csi_plugin.as_str(),
+    ];
+    let Ok(kube) = client(c, p).await else {
+        return Ok(Vec::new());
+    };
+    let mut moved = Vec::new();
+    for kind in ["deployments", "daemonsets"] {
+        let path = format!("/apis/apps/v1/namespaces/kube-system/{kind}");
+        let list = kube.get_json(&path).await?;
+        for w in list["items"].as_array().into_iter().flatten() {
+            let name = w["metadata"]["name"].as_str().unwrap_or_default();
+            let changes: Vec<serde_json::Value> = w["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|ct| {
+                    let to = kos_lifecycle::addons::retag(ct["image"].as_str()?, &pinned)?;
+                    Some(json!({"name": ct["name"], "image": to}))
+                })
+                .collect();
+            if changes.is_empty() {
+                continue;
+            }
+            // A strategic merge patch merges containers by name.
+            kube.strategic_patch(
+                &format!("{path}/{name}"),
+                &json!({"spec": {"template": {"spec": {"containers": changes}}}}),
+            )
+            .await?;
+            moved.push(format!("{kind}/{name}"));
+        }
+    }
+    Ok(moved)
+}
+
 /// The nodes whose Ready condition is not True, and since when; `Err` when the API does not answer.
 pub(super) async fn unhealthy(
     c: &Connected,
