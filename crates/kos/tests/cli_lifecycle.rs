@@ -728,3 +728,128 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
         "{listed}"
     );
 }
+
+/// The servers of cluster `name` by server name, with their ids (a duplicate name shows as a
+/// shorter map than list).
+fn server_names(clouds: &std::path::Path, name: &str) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        let s = session(clouds).await;
+        s.compute()
+            .list_servers(&TagQuery::all([format!("kos-cluster={name}")]))
+            .await
+            .expect("servers")
+            .into_iter()
+            .map(|x| x.name)
+            .collect()
+    })
+}
+
+/// kill -9 at random moments of an upgrade's rollout, then plain `kos up`: it converges, with no
+/// duplicate server, one etcd member per control-plane server (none without its server, no server
+/// without its member), every node at the new release, and no invariant of the simulated cloud
+/// violated at any moment. `KOS_ROLLOUT_SEED` replays the kill times, `KOS_ROLLOUT_KILLS` sets
+/// their number.
+#[test]
+fn an_upgrade_killed_at_random_moments_converges_on_the_next_run() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("KOS_ROLLOUT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let kills: u32 = std::env::var("KOS_ROLLOUT_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    eprintln!("KOS_ROLLOUT_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let ha = std::fs::read_to_string(example("ha.yaml"))
+        .expect("ha.yaml")
+        .replace(
+            "      count: 3\n      flavor: m1.xlarge",
+            "      count: 1\n      flavor: m1.xlarge",
+        )
+        .replace("      count: 2\n", "      count: 1\n");
+    let old = d.join("old.yaml");
+    std::fs::write(
+        &old,
+        ha.replace(
+            "kubernetesVersion: \"1.36.4\"",
+            "kubernetesVersion: \"1.35.2\"",
+        ),
+    )
+    .expect("write");
+    let new = d.join("new.yaml");
+    std::fs::write(&new, &ha).expect("write");
+    let (old, new) = (old.to_str().expect("utf8"), new.to_str().expect("utf8"));
+    let up = kos_within(d, &sim.clouds, &["up", "-f", old, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let count = server_names(&sim.clouds, "prod").len();
+    assert_eq!(count, 5);
+
+    for k in 0..kills {
+        let after = Duration::from_millis(rng.random_range(500..20_000));
+        let child = spawn(d, &sim.clouds, &["up", "-f", new, "--cloud", "sim"]);
+        std::thread::sleep(after);
+        kill(child);
+        let names = server_names(&sim.clouds, "prod");
+        let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(
+            unique.len(),
+            names.len(),
+            "kill {k} after {after:?}: duplicates {names:?}"
+        );
+    }
+    let last = kos_within(d, &sim.clouds, &["up", "-f", new, "--cloud", "sim"]);
+    let out = text(&last);
+    assert_eq!(last.status.code(), Some(0), "seed {seed}: {out}");
+    let names = server_names(&sim.clouds, "prod");
+    let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+    assert_eq!(
+        (names.len(), unique.len()),
+        (count, count),
+        "seed {seed}: {names:?}"
+    );
+    let clusters = sim_admin(&sim.base, "/_sim/clusters");
+    let list = clusters.as_array().expect("clusters");
+    assert_eq!(list.len(), 1, "seed {seed}: one cluster: {clusters}");
+    let c = &list[0];
+    assert_eq!(
+        c["violations"],
+        serde_json::json!([]),
+        "seed {seed}: {clusters}"
+    );
+    let members = c["etcd"]["members"].as_array().expect("members");
+    let cps: Vec<&String> = names.iter().filter(|n| n.contains("-cp-")).collect();
+    assert_eq!(members.len(), cps.len(), "seed {seed}: {clusters}");
+    for m in members {
+        assert_eq!(
+            m["up"], true,
+            "seed {seed}: a member without its server: {clusters}"
+        );
+        assert!(
+            cps.iter().any(|n| m["name"] == n.as_str()),
+            "seed {seed}: {clusters}"
+        );
+    }
+    let nodes = c["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), count, "seed {seed}: {clusters}");
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n["version"] == "v1.36.4" && n["ready"] == true),
+        "seed {seed}: {clusters}"
+    );
+    let plan = kos_within(
+        d,
+        &sim.clouds,
+        &["plan", "-f", new, "--cloud", "sim", "--detailed-exitcode"],
+    );
+    assert_eq!(plan.status.code(), Some(0), "seed {seed}: {}", text(&plan));
+}

@@ -110,6 +110,34 @@ pub struct Followed {
     pub nodes: BTreeMap<String, NodeState>,
 }
 
+/// Why the console phase failed.
+#[derive(Debug)]
+pub struct FollowError {
+    pub message: String,
+    /// Failed nodes this run did not create: a server an interrupted run made (its bootstrap could
+    /// not finish without that run, e.g. with no join token in the cluster), which `kos up` makes
+    /// again.
+    pub failed_earlier: Vec<String>,
+    /// Failed nodes this run created.
+    pub failed_now: Vec<String>,
+}
+
+impl std::fmt::Display for FollowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<String> for FollowError {
+    fn from(message: String) -> Self {
+        FollowError {
+            message,
+            failed_earlier: Vec::new(),
+            failed_now: Vec::new(),
+        }
+    }
+}
+
 /// Reads every target's console until all finished; prints each new marker as `kos: <node>: <marker>`.
 ///
 /// # Errors
@@ -118,7 +146,7 @@ pub async fn consoles(
     session: &Session,
     targets: &[Target],
     timing: Timing,
-) -> Result<Followed, String> {
+) -> Result<Followed, FollowError> {
     let deadline = Instant::now() + timing.deadline;
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut states: BTreeMap<String, NodeState> = targets
@@ -181,7 +209,21 @@ pub async fn consoles(
             })
             .collect();
         if !failed.is_empty() {
-            return Err(failed.join("; "));
+            let (mut failed_earlier, mut failed_now) = (Vec::new(), Vec::new());
+            for t in targets {
+                if matches!(states.get(&t.logical_id), Some(NodeState::Failed { .. })) {
+                    if t.created_now {
+                        failed_now.push(t.logical_id.clone());
+                    } else {
+                        failed_earlier.push(t.logical_id.clone());
+                    }
+                }
+            }
+            return Err(FollowError {
+                message: failed.join("; "),
+                failed_earlier,
+                failed_now,
+            });
         }
         pending = still;
         if pending.is_empty() {
@@ -199,7 +241,8 @@ pub async fn consoles(
                 "bootstrap did not finish within {}s: {}",
                 timing.deadline.as_secs(),
                 late.join(", ")
-            ));
+            )
+            .into());
         }
         interval = if progressed {
             timing.poll

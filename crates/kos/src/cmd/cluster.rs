@@ -276,8 +276,42 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                     &kos_lifecycle::roll::without_retirements(&p.plan, &p.retirements),
                 );
                 let scaled_down = super::roll::drain_scaled_down(&c, &p, &converging, &args).await?;
-                converge(&c, &args, &p, &converging).await?;
+                let failed_earlier = converge(&c, &args, &p, &converging).await?;
                 super::roll::delete_nodes(&c, &p, &scaled_down).await;
+                if !failed_earlier.is_empty() {
+                    let fresh = prepare(&c, load_spec(&args.spec.file)?).await?;
+                    let batch: Vec<kos_lifecycle::roll::Target> = failed_earlier
+                        .iter()
+                        .filter_map(|id| {
+                            let a = fresh.plan.for_node(id)?;
+                            let volume = format!("vol-{id}");
+                            Some(kos_lifecycle::roll::Target {
+                                logical_id: id.clone(),
+                                name: a.name.clone(),
+                                control_plane: kos_lifecycle::formation::is_control_plane(id),
+                                volume: fresh.plan.for_node(&volume).map(|_| volume),
+                                changes: vec![
+                                    "its bootstrap failed after an interrupted run: made again".into(),
+                                ],
+                                scale_down: false,
+                            })
+                        })
+                        .collect();
+                    let mut removal = fresh.plan.clone();
+                    for t in &batch {
+                        if !replaced.insert(t.logical_id.clone()) {
+                            return Err(Failure::cloud_report(miette::miette!(
+                                help = "the node's log is /var/log/kos-bootstrap.log; its console: \
+                                        `openstack console log show <server>`",
+                                "{} failed its bootstrap again after it was made again in this run",
+                                t.logical_id
+                            )));
+                        }
+                        removal = kos_lifecycle::roll::removal(&removal, t);
+                    }
+                    super::roll::remove(&c, &fresh, &batch, &args, &removal).await?;
+                    continue;
+                }
                 // Then one server at a time, each step followed by a converge that makes and follows
                 // what replaces it: control planes a smaller count removes (their etcd members
                 // first), then servers made for another spec.
@@ -344,8 +378,14 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
 }
 
 /// One converge: everything but the servers to replace made as the spec says, their bootstrap
-/// followed as far as `--wait` asks.
-async fn converge(c: &Connected, args: &UpArgs, p: &Prepared, plan: &Plan) -> Result<(), Failure> {
+/// followed as far as `--wait` asks. The nodes whose bootstrap an interrupted run left failed, to be
+/// made again.
+async fn converge(
+    c: &Connected,
+    args: &UpArgs,
+    p: &Prepared,
+    plan: &Plan,
+) -> Result<Vec<String>, Failure> {
     let local = Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(Failure::input)?;
     let exists = plan
         .actions
@@ -363,11 +403,31 @@ async fn converge(c: &Connected, args: &UpArgs, p: &Prepared, plan: &Plan) -> Re
     }
     // New nodes of a running cluster need the join token, which the first control plane's
     // cleanup deleted once the first nodes had joined.
+    // A server an interrupted run made may still be joining: it needs the token as much as one
+    // made now (it is only useful within the token's lifetime).
+    let now = time::OffsetDateTime::now_utc();
+    let joining_since_earlier = plan.actions.iter().any(|a| {
+        a.kind == Kind::Server
+            && a.existing
+                .as_ref()
+                .and_then(|r| r.facts.machine.as_ref())
+                .and_then(|m| m.created.as_deref())
+                .and_then(|t| {
+                    time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+                .is_some_and(|t| {
+                    now - t
+                        < time::Duration::try_from(kos_bootstrap::DEFAULT_TOKEN_TTL)
+                            .unwrap_or(time::Duration::ZERO)
+                })
+    });
     let joiners = exists
-        && plan
-            .actions
-            .iter()
-            .any(|a| a.kind == Kind::Server && matches!(a.op, Op::Create | Op::Replace));
+        && (joining_since_earlier
+            || plan
+                .actions
+                .iter()
+                .any(|a| a.kind == Kind::Server && matches!(a.op, Op::Create | Op::Replace)));
     let bootstrap =
         KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets.clone(), &local)
             .map_err(Failure::input)?;
@@ -440,8 +500,7 @@ async fn converge(c: &Connected, args: &UpArgs, p: &Prepared, plan: &Plan) -> Re
                     .map_err(Failure::cloud_report)?;
             }
             summarize(&report);
-            follow_bootstrap(c, &p.spec, &report, &secrets, args.wait, joiners).await?;
-            Ok(())
+            follow_bootstrap(c, &p.spec, &report, &secrets, args.wait, joiners).await
         }
         Err(e) => Err(Failure::cloud_report(miette::miette!(
             help = "fix the cause and run `kos up` again: it continues where this run stopped",
@@ -674,10 +733,10 @@ async fn follow_bootstrap(
     secrets: &kos_bootstrap::ClusterSecrets,
     wait: Wait,
     joiners: bool,
-) -> Result<(), Failure> {
+) -> Result<Vec<String>, Failure> {
     if wait == Wait::Infra {
         println!("Bootstrap: not followed (--wait infra)");
-        return Ok(());
+        return Ok(Vec::new());
     }
     let timing = if c.is_simulated() {
         Timing {
@@ -747,14 +806,21 @@ async fn follow_bootstrap(
         f = follow::consoles(&c.session, &targets, timing) => f,
         () = push => unreachable!("the token push never finishes on its own"),
     };
-    let followed = followed
-        .map_err(|e| {
-            Failure::cloud_report(miette::miette!(
+    let followed = match followed {
+        Ok(f) => f,
+        // Only nodes an interrupted run made failed: `kos up` makes them again.
+        Err(e) if e.failed_now.is_empty() && !e.failed_earlier.is_empty() => {
+            eprintln!("kos: bootstrap: {e}");
+            return Ok(e.failed_earlier);
+        }
+        Err(e) => {
+            return Err(Failure::cloud_report(miette::miette!(
                 help = "the node's log is /var/log/kos-bootstrap.log; its console: `openstack console log show <server>`. \
                         Fix the cause, delete the node's server and run `kos up` again",
                 "bootstrap: {e}"
-            ))
-        })?;
+            )));
+        }
+    };
     println!("Bootstrap:");
     for (id, state) in &followed.nodes {
         let shown = match state {
@@ -767,11 +833,11 @@ async fn follow_bootstrap(
     }
     if wait == Wait::Bootstrap {
         println!("Kubernetes API: not checked (--wait bootstrap)");
-        return Ok(());
+        return Ok(Vec::new());
     }
     let Some(address) = &report.api_address else {
         println!("Kubernetes API: skipped (its address is unknown)");
-        return Ok(());
+        return Ok(Vec::new());
     };
     let kube = api_client(c, spec, address, secrets)
         .await
@@ -799,11 +865,11 @@ async fn follow_bootstrap(
                     ),
                 }
             }
-            Ok(())
+            Ok(Vec::new())
         }
         Ok(ApiPhase::Skipped(why)) => {
             println!("Kubernetes API: skipped ({why})");
-            Ok(())
+            Ok(Vec::new())
         }
         Err(e) => Err(Failure::cloud_report(miette::miette!(
             help = "the cloud controller removes the uninitialized taint: check its pods in kube-system",
