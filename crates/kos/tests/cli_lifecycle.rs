@@ -14,6 +14,25 @@ use support::*;
 /// Generous for a loaded 2-core machine: an HA `up` on the simulated cloud takes seconds to a minute.
 const RUN_DEADLINE: Duration = Duration::from_secs(420);
 
+/// A runtime for the cloud calls the tests make themselves (through kos-cloud, not kos).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt")
+}
+
+/// The minimal example, up on the served cloud: its text.
+fn up_minimal(d: &std::path::Path, sim: &Served) -> String {
+    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("minimal.yaml");
+    let first = d.join("first.yaml");
+    std::fs::write(&first, &minimal).expect("write");
+    let first = first.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", first, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    minimal
+}
+
 /// The server named `name`, which must exist.
 async fn server_named(
     c: &kos_cloud::compute::ComputeApi<'_>,
@@ -29,10 +48,7 @@ async fn server_named(
 
 /// Deletes the server named `name` through the cloud's API (not through kos) and waits until it is gone.
 fn delete_behind_kos(clouds: &std::path::Path, name: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime();
     rt.block_on(async {
         let s = session(clouds).await;
         let c = s.compute();
@@ -83,10 +99,7 @@ fn kos_within(d: &std::path::Path, clouds: &std::path::Path, args: &[&str]) -> O
 
 /// The console of the server named `name`, through Nova's console output.
 fn console(clouds: &std::path::Path, name: &str) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime();
     rt.block_on(async {
         let s = session(clouds).await;
         let c = s.compute();
@@ -152,10 +165,7 @@ fn a_first_control_plane_deleted_behind_kos_joins_the_running_cluster() {
 
 /// The control planes' servers of cluster `prod` that the cloud shows.
 fn control_planes(clouds: &std::path::Path) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime();
     rt.block_on(async {
         let s = session(clouds).await;
         let mut names: Vec<String> = s
@@ -186,10 +196,7 @@ fn a_control_plane_scale_down_that_would_lose_quorum_is_refused_before_any_chang
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
     let before = control_planes(&sim.clouds);
     assert_eq!(before.len(), 3);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime();
     rt.block_on(async {
         let s = session(&sim.clouds).await;
         let c = s.compute();
@@ -294,10 +301,7 @@ fn control_planes_scale_one_three_five_three_one_keeping_quorum() {
 
 /// The servers of cluster `name` with their flavor (Nova's `original_name`), by server name.
 fn flavors(clouds: &std::path::Path, name: &str) -> std::collections::BTreeMap<String, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime();
     rt.block_on(async {
         let s = session(clouds).await;
         s.compute()
@@ -318,12 +322,7 @@ fn a_pools_new_flavor_and_labels_replace_its_nodes_one_at_a_time() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let d = tmp.path();
     let sim = serve(d);
-    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("minimal.yaml");
-    let first = d.join("first.yaml");
-    std::fs::write(&first, &minimal).expect("write");
-    let first = first.to_str().expect("utf8");
-    let up = kos_within(d, &sim.clouds, &["up", "-f", first, "--cloud", "sim"]);
-    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let minimal = up_minimal(d, &sim);
     let before = flavors(&sim.clouds, "demo");
 
     let (head, pool) = minimal
@@ -432,12 +431,7 @@ fn a_single_control_planes_new_flavor_is_refused_before_any_change() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let d = tmp.path();
     let sim = serve(d);
-    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("minimal.yaml");
-    let first = d.join("first.yaml");
-    std::fs::write(&first, &minimal).expect("write");
-    let first = first.to_str().expect("utf8");
-    let up = kos_within(d, &sim.clouds, &["up", "-f", first, "--cloud", "sim"]);
-    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let minimal = up_minimal(d, &sim);
     let before = flavors(&sim.clouds, "demo");
     let changed = minimal.replacen("flavor: m1.medium", "flavor: m1.large", 1);
     assert!(
@@ -472,10 +466,7 @@ fn repair_replaces_a_node_that_stays_notready() {
     let spec = spec.to_str().expect("utf8");
     let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime();
     let old = rt.block_on(async {
         let s = session(&sim.clouds).await;
         let c = s.compute();
@@ -732,10 +723,7 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
 /// The servers of cluster `name` by server name, with their ids (a duplicate name shows as a
 /// shorter map than list).
 fn server_names(clouds: &std::path::Path, name: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime();
     rt.block_on(async {
         let s = session(clouds).await;
         s.compute()

@@ -212,26 +212,20 @@ impl Kube {
     /// A JSON merge patch (RFC 7386) of the object at `path`. The body is never logged: it may
     /// carry a Secret's data.
     pub async fn merge_patch(&self, path: &str, body: &Value) -> Result<(), String> {
-        let r = self
-            .client
-            .patch(format!("{}{path}", self.base))
-            .header("content-type", "application/merge-patch+json")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        match r.status().as_u16() {
-            200..=299 => Ok(()),
-            s => Err(format!("PATCH {path}: HTTP {s}")),
-        }
+        self.patch(path, body, "application/merge-patch+json").await
     }
 
     /// A strategic merge patch of the object at `path` (lists such as containers merge by name).
     pub async fn strategic_patch(&self, path: &str, body: &Value) -> Result<(), String> {
+        self.patch(path, body, "application/strategic-merge-patch+json")
+            .await
+    }
+
+    async fn patch(&self, path: &str, body: &Value, content_type: &str) -> Result<(), String> {
         let r = self
             .client
             .patch(format!("{}{path}", self.base))
-            .header("content-type", "application/strategic-merge-patch+json")
+            .header("content-type", content_type)
             .body(body.to_string())
             .send()
             .await

@@ -301,17 +301,7 @@ pub(super) async fn unhealthy(
     c: &Connected,
     p: &Prepared,
 ) -> Result<Vec<kos_lifecycle::roll::Unhealthy>, String> {
-    let local =
-        Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
-    let secrets = local
-        .secrets()
-        .map_err(|e| format!("{e:?}"))?
-        .ok_or("the cluster's secrets are not on this machine")?;
-    let meta = local
-        .meta_data()
-        .map_err(|e| format!("{e:?}"))?
-        .ok_or("the cluster's API address is not known on this machine")?;
-    let kube = api_client(c, &p.spec, &meta.api_address, &secrets).await?;
+    let kube = client(c, p).await?;
     Ok(kube
         .nodes()
         .await?
