@@ -158,6 +158,7 @@ pub fn plan(desired: &DesiredGraph, observed: &Observed) -> Plan {
         deletes.extend(extra);
     }
     recreate_children_of_replaced(desired, &mut actions);
+    fresh_volumes_for_rolled_servers(desired, &mut actions);
     for (logical, found) in &observed.resources {
         if desired.node(logical).is_some() {
             continue;
@@ -221,6 +222,29 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
         }
     }
     out
+}
+
+/// A replaced server boots a new volume from the image: its old volume holds the old node's disk
+/// (kubeadm's state, etcd's data), which the new node must not find.
+fn fresh_volumes_for_rolled_servers(desired: &DesiredGraph, actions: &mut [Action]) {
+    let volumes: BTreeSet<String> = actions
+        .iter()
+        .filter(|a| a.kind == Kind::Server && a.op == Op::Roll)
+        .filter_map(|a| match desired.node(&a.logical_id).map(|n| &n.spec) {
+            Some(Desired::Server(s)) => s.volume.clone(),
+            _ => None,
+        })
+        .collect();
+    for a in actions.iter_mut() {
+        if a.kind == Kind::Volume
+            && volumes.contains(&a.logical_id)
+            && a.existing.is_some()
+            && matches!(a.op, Op::NoOp | Op::Update)
+        {
+            a.op = Op::Roll;
+            a.reason = "its server is replaced with a new boot volume".into();
+        }
+    }
 }
 
 /// A replaced load balancer takes its listener, pool, monitor and members with it (cascade).

@@ -123,10 +123,14 @@ pub fn order(plan: &Plan) -> Vec<Target> {
                 logical_id: a.logical_id.clone(),
                 name: a.name.clone(),
                 control_plane: is_control_plane(&a.logical_id),
+                // A replacement boots a fresh volume from the image: the old one holds the old
+                // node's disk (its kubeadm state, its etcd data), which a new node must not find.
                 volume: plan
                     .actions
                     .iter()
-                    .any(|v| v.kind == Kind::Volume && v.logical_id == volume && v.op == Op::Roll)
+                    .any(|v| {
+                        v.kind == Kind::Volume && v.logical_id == volume && v.existing.is_some()
+                    })
                     .then_some(volume),
                 changes: a.changes.clone(),
                 scale_down: false,
@@ -433,6 +437,15 @@ mod tests {
         );
         let w = order(&p).into_iter().nth(2).expect("a worker");
         assert_eq!(w.volume.as_deref(), Some("vol-workers-0"));
+        // Its volume unchanged, a replaced server still gets a fresh one.
+        let unchanged = plan(vec![
+            action("vol-workers-0", Kind::Volume, Op::NoOp),
+            action("workers-0", Kind::Server, Op::Roll),
+        ]);
+        assert_eq!(
+            order(&unchanged)[0].volume.as_deref(),
+            Some("vol-workers-0")
+        );
         assert_eq!(
             next(&p)
                 .expect("3 control planes")

@@ -599,6 +599,21 @@ fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
     assert_eq!(nodes.len(), 2, "the removed Nodes are gone: {clusters}");
 }
 
+/// The ids of the volumes named `kos-prod-vol-cp-<n>`, by name.
+fn control_plane_volumes(clouds: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    runtime().block_on(async {
+        let s = session(clouds).await;
+        s.block_storage()
+            .list_volumes(&Default::default())
+            .await
+            .expect("volumes")
+            .into_iter()
+            .filter(|v| v.name.starts_with("kos-prod-vol-cp-"))
+            .map(|v| (v.name, v.id))
+            .collect()
+    })
+}
+
 /// Upgrade 1.35 → 1.36 of three control planes and two pools: `kos up` moves kubeadm-config first,
 /// then replaces control planes one at a time and then each pool's workers. The simulated cloud
 /// watches at every step: etcd keeps quorum, no member outlives its server, no kubelet is newer than
@@ -633,6 +648,8 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
         "{before}"
     );
 
+    let volumes = control_plane_volumes(&sim.clouds);
+    assert_eq!(volumes.len(), 3, "{volumes:?}");
     let new = example("ha.yaml");
     let new = new.to_str().expect("utf8");
     let plan = kos(d, Some(&sim.clouds), &["plan", "-f", new, "--cloud", "sim"]);
@@ -679,6 +696,18 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
     let members = c["etcd"]["members"].as_array().expect("members");
     assert_eq!(members.len(), 3, "{after}");
     assert!(members.iter().all(|m| m["up"] == true), "{after}");
+    // Each new control plane booted a fresh volume: the old one held the old node's disk (its
+    // kubeadm state and etcd data). The simulated guest gives every server a fresh disk, so only
+    // the cloud's volumes show it.
+    let fresh = control_plane_volumes(&sim.clouds);
+    assert_eq!(fresh.len(), 3, "{fresh:?}");
+    for (name, id) in &volumes {
+        assert_ne!(
+            fresh.get(name),
+            Some(id),
+            "{name} was booted again: {fresh:?}"
+        );
+    }
     let again = kos_within(
         d,
         &sim.clouds,
