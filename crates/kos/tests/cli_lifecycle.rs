@@ -441,17 +441,22 @@ fn a_single_control_planes_new_flavor_is_refused_before_any_change() {
     let second = d.join("second.yaml");
     std::fs::write(&second, &changed).expect("write");
     let second = second.to_str().expect("utf8");
-    let refused = kos_within(d, &sim.clouds, &["up", "-f", second, "--cloud", "sim"]);
-    let out = text(&refused);
-    assert_eq!(refused.status.code(), Some(3), "{out}");
-    // miette wraps the message: compare its words.
-    let flat = out
-        .split_whitespace()
-        .filter(|w| *w != "│")
-        .collect::<Vec<_>>()
-        .join(" ");
-    assert!(flat.contains("it is the only one"), "{out}");
-    assert!(flat.contains("scale the control plane to 3 first"), "{out}");
+    for cmd in ["plan", "up"] {
+        let refused = kos_within(d, &sim.clouds, &[cmd, "-f", second, "--cloud", "sim"]);
+        let out = text(&refused);
+        assert_eq!(refused.status.code(), Some(3), "{cmd}: {out}");
+        // miette wraps the message: compare its words.
+        let flat = out
+            .split_whitespace()
+            .filter(|w| *w != "│")
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(flat.contains("it is the only one"), "{cmd}: {out}");
+        assert!(
+            flat.contains("scale the control plane to 3 first"),
+            "{cmd}: {out}"
+        );
+    }
     assert_eq!(flavors(&sim.clouds, "demo"), before, "nothing changed");
 }
 

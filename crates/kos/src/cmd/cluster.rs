@@ -209,6 +209,9 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
             }
+            // What `kos up` would refuse, `kos plan` refuses too.
+            kos_lifecycle::roll::check(&p.plan)
+                .map_err(|e| Failure::input(miette::miette!(help = e.help(), "{e}")))?;
             let plan = kos_lifecycle::roll::annotated(&p.plan);
             match args.output {
                 Output::Text => print!("{}", crate::term::escape(&plan.diff(args.all))),
