@@ -37,6 +37,28 @@ pub struct Target {
     pub scale_down: bool,
 }
 
+impl Target {
+    /// The server of `a` replaced for `changes`. A replacement boots a fresh volume from the image:
+    /// the old one holds the old node's disk (its kubeadm state, its etcd data), which a new node
+    /// must not find; so its boot volume, when it has one, goes with it.
+    #[must_use]
+    pub fn replacing(plan: &Plan, a: &Action, changes: Vec<String>) -> Target {
+        let volume = format!("vol-{}", a.logical_id);
+        Target {
+            logical_id: a.logical_id.clone(),
+            name: a.name.clone(),
+            control_plane: is_control_plane(&a.logical_id),
+            volume: plan
+                .actions
+                .iter()
+                .any(|v| v.kind == Kind::Volume && v.logical_id == volume && v.existing.is_some())
+                .then_some(volume),
+            changes,
+            scale_down: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RollError {
     #[error(
@@ -117,25 +139,7 @@ pub fn order(plan: &Plan) -> Vec<Target> {
     });
     servers
         .into_iter()
-        .map(|a| {
-            let volume = format!("vol-{}", a.logical_id);
-            Target {
-                logical_id: a.logical_id.clone(),
-                name: a.name.clone(),
-                control_plane: is_control_plane(&a.logical_id),
-                // A replacement boots a fresh volume from the image: the old one holds the old
-                // node's disk (its kubeadm state, its etcd data), which a new node must not find.
-                volume: plan
-                    .actions
-                    .iter()
-                    .any(|v| {
-                        v.kind == Kind::Volume && v.logical_id == volume && v.existing.is_some()
-                    })
-                    .then_some(volume),
-                changes: a.changes.clone(),
-                scale_down: false,
-            }
-        })
+        .map(|a| Target::replacing(plan, a, a.changes.clone()))
         .collect()
 }
 
@@ -268,6 +272,34 @@ pub fn removal(plan: &Plan, t: &Target) -> Plan {
     p
 }
 
+/// The servers whose bootstrap an interrupted run left failed (`ids`), to be made again.
+#[must_use]
+pub fn remakes(plan: &Plan, ids: &[String]) -> Vec<Target> {
+    ids.iter()
+        .filter_map(|id| {
+            let a = plan.for_node(id).filter(|a| a.kind == Kind::Server)?;
+            Some(Target::replacing(
+                plan,
+                a,
+                vec!["its bootstrap failed after an interrupted run: made again".into()],
+            ))
+        })
+        .collect()
+}
+
+/// The plan of one step: every target of `batch` removed, a replaced one with its boot volume, a
+/// retired control plane with its port and volume; nothing else changed.
+#[must_use]
+pub fn step_plan(plan: &Plan, batch: &[Target]) -> Plan {
+    batch.iter().fold(plan.clone(), |p, t| {
+        if t.scale_down {
+            retirement(&p, t)
+        } else {
+            removal(&p, t)
+        }
+    })
+}
+
 /// A node NotReady since `since_unix` (its Ready condition's last transition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unhealthy {
@@ -288,19 +320,11 @@ pub fn repairs(plan: &Plan, unhealthy: &[Unhealthy], now: i64, after: i64) -> Ve
             let u = unhealthy.iter().find(|u| u.node == a.name)?;
             let for_secs = (now - u.since_unix).max(0);
             (for_secs >= after).then(|| {
-                let volume = format!("vol-{}", a.logical_id);
-                Target {
-                    logical_id: a.logical_id.clone(),
-                    name: a.name.clone(),
-                    control_plane: is_control_plane(&a.logical_id),
-                    volume: plan
-                        .actions
-                        .iter()
-                        .any(|v| v.kind == Kind::Volume && v.logical_id == volume)
-                        .then_some(volume),
-                    changes: vec![format!("NotReady for {for_secs}s (--repair)")],
-                    scale_down: false,
-                }
+                Target::replacing(
+                    plan,
+                    a,
+                    vec![format!("NotReady for {for_secs}s (--repair)")],
+                )
             })
         })
         .collect();

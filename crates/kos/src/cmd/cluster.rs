@@ -210,8 +210,7 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
                 return Ok(Exit::Ok);
             }
             // What `kos up` would refuse, `kos plan` refuses too.
-            kos_lifecycle::roll::check(&p.plan)
-                .map_err(|e| Failure::input(miette::miette!(help = e.help(), "{e}")))?;
+            kos_lifecycle::roll::check(&p.plan).map_err(refused)?;
             let plan = kos_lifecycle::roll::annotated(&p.plan);
             match args.output {
                 Output::Text => print!("{}", crate::term::escape(&plan.diff(args.all))),
@@ -248,9 +247,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                 };
                 let p = prepare(&c, file).await?;
                 // A replacement that cannot be done is refused before the first change.
-                kos_lifecycle::roll::check(&p.plan).map_err(|e| {
-                    Failure::input(miette::miette!(help = e.help(), "{e}"))
-                })?;
+                kos_lifecycle::roll::check(&p.plan).map_err(refused)?;
                 // --repair: a node NotReady for too long is replaced before the converge, which
                 // would wait for it to be Ready.
                 if args.repair {
@@ -266,12 +263,8 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                         .into_iter()
                         .find(|t| !replaced.contains(&t.logical_id))
                     {
-                        kos_lifecycle::roll::check_repair(&p.plan, &t).map_err(|e| {
-                            Failure::input(miette::miette!(help = e.help(), "{e}"))
-                        })?;
-                        replaced.insert(t.logical_id.clone());
-                        let removal = kos_lifecycle::roll::removal(&p.plan, &t);
-                        super::roll::remove(&c, &p, &[t], &args, &removal).await?;
+                        kos_lifecycle::roll::check_repair(&p.plan, &t).map_err(refused)?;
+                        step(&c, &p, &[t], &args, &mut replaced).await?;
                         continue;
                     }
                 }
@@ -283,36 +276,8 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                 super::roll::delete_nodes(&c, &p, &scaled_down).await;
                 if !failed_earlier.is_empty() {
                     let fresh = prepare(&c, load_spec(&args.spec.file)?).await?;
-                    let batch: Vec<kos_lifecycle::roll::Target> = failed_earlier
-                        .iter()
-                        .filter_map(|id| {
-                            let a = fresh.plan.for_node(id)?;
-                            let volume = format!("vol-{id}");
-                            Some(kos_lifecycle::roll::Target {
-                                logical_id: id.clone(),
-                                name: a.name.clone(),
-                                control_plane: kos_lifecycle::formation::is_control_plane(id),
-                                volume: fresh.plan.for_node(&volume).map(|_| volume),
-                                changes: vec![
-                                    "its bootstrap failed after an interrupted run: made again".into(),
-                                ],
-                                scale_down: false,
-                            })
-                        })
-                        .collect();
-                    let mut removal = fresh.plan.clone();
-                    for t in &batch {
-                        if !replaced.insert(t.logical_id.clone()) {
-                            return Err(Failure::cloud_report(miette::miette!(
-                                help = "the node's log is /var/log/kos-bootstrap.log; its console: \
-                                        `openstack console log show <server>`",
-                                "{} failed its bootstrap again after it was made again in this run",
-                                t.logical_id
-                            )));
-                        }
-                        removal = kos_lifecycle::roll::removal(&removal, t);
-                    }
-                    super::roll::remove(&c, &fresh, &batch, &args, &removal).await?;
+                    let batch = kos_lifecycle::roll::remakes(&fresh.plan, &failed_earlier);
+                    step(&c, &fresh, &batch, &args, &mut replaced).await?;
                     continue;
                 }
                 // Then one server at a time, each step followed by a converge that makes and follows
@@ -331,9 +296,8 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                                 .find(|p| p.name.value.as_str() == pool)
                                 .map_or(1, |p| p.max_unavailable as usize)
                         };
-                        kos_lifecycle::roll::next_batch(&fresh.plan, &max_unavailable).map_err(|e| {
-                            Failure::input(miette::miette!(help = e.help(), "{e}"))
-                        })?
+                        kos_lifecycle::roll::next_batch(&fresh.plan, &max_unavailable)
+                            .map_err(refused)?
                     }
                 };
                 if batch.is_empty() {
@@ -353,31 +317,42 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                     }
                     return Ok(Exit::Ok);
                 }
-                let mut removal = fresh.plan.clone();
-                for t in &batch {
-                    // A server made by this run that still differs would be replaced forever.
-                    if !replaced.insert(t.logical_id.clone()) && !t.scale_down {
-                        return Err(Failure::cloud_report(miette::miette!(
-                            help = "the cloud reports the new server otherwise than kos made it: report \
-                                    this with `kos plan` output",
-                            "{} was replaced by this run but still differs from the spec: {}",
-                            t.logical_id,
-                            t.changes.join("; ")
-                        )));
-                    }
-                    removal = if t.scale_down {
-                        kos_lifecycle::roll::retirement(&removal, t)
-                    } else {
-                        kos_lifecycle::roll::removal(&removal, t)
-                    };
-                }
-                super::roll::remove(&c, &fresh, &batch, &args, &removal).await?;
+                step(&c, &fresh, &batch, &args, &mut replaced).await?;
             }
         }
         .await;
         (c, r)
     })
     .await
+}
+
+/// A replacement kos will not make, as the user reads it (exit 3, nothing changed).
+fn refused(e: kos_lifecycle::roll::RollError) -> Failure {
+    Failure::input(miette::miette!(help = e.help(), "{e}"))
+}
+
+/// One step of `batch` (replaced, retired or made again). A server this run already replaced and
+/// that comes up again would be replaced forever: the run stops instead.
+async fn step(
+    c: &Connected,
+    p: &Prepared,
+    batch: &[kos_lifecycle::roll::Target],
+    args: &UpArgs,
+    replaced: &mut std::collections::BTreeSet<String>,
+) -> Result<(), Failure> {
+    for t in batch.iter().filter(|t| !t.scale_down) {
+        if !replaced.insert(t.logical_id.clone()) {
+            return Err(Failure::cloud_report(miette::miette!(
+                help = "the node's console (`openstack console log show <server>`) and `kos plan` \
+                        say why; fix the cause and run `kos up` again",
+                "{} was made again by this run and still needs it: {}",
+                t.logical_id,
+                t.changes.join("; ")
+            )));
+        }
+    }
+    let plan = kos_lifecycle::roll::step_plan(&p.plan, batch);
+    super::roll::remove(c, p, batch, args, &plan).await
 }
 
 /// One converge: everything but the servers to replace made as the spec says, their bootstrap
