@@ -369,6 +369,22 @@ pub struct ControlPlane {
     pub machine: Machine,
     /// `serverGroupPolicy`, defaulted to anti-affinity when there is more than one.
     pub server_group_policy: ServerGroupPolicy,
+    /// `maxSurge`, 0 or 1 (Cluster API's kubeadm control plane): whether a replaced control plane's
+    /// successor joins before it leaves. Unset: 1 behind a load balancer, 0 behind a floating IP
+    /// (whose one server's port is the endpoint). See [`ControlPlane::surges`].
+    pub max_surge: Option<Spanned<u32>>,
+}
+
+impl ControlPlane {
+    /// Whether a replacement joins a new control plane first (`maxSurge: 1`), or removes the old one
+    /// first (`maxSurge: 0`: needs three, as etcd must keep quorum while one is gone).
+    #[must_use]
+    pub fn surges(&self, endpoint: EndpointKind) -> bool {
+        match self.max_surge {
+            Some(s) => s.value > 0,
+            None => !matches!(endpoint, EndpointKind::FloatingIp),
+        }
+    }
 }
 
 /// An etcd-friendly number of control planes: odd, at most 5.

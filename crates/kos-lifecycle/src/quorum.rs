@@ -126,7 +126,9 @@ fn unhealthy_names<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String>
         .collect()
 }
 
-fn running_members(observed: &kos_cluster::observe::Observed) -> Vec<(u32, Member)> {
+/// The control planes whose server holds a stacked etcd member (kubeadm's layout): every tagged
+/// control-plane server not in ERROR, healthy while ACTIVE; with their index.
+pub(crate) fn running_members(observed: &kos_cluster::observe::Observed) -> Vec<(u32, Member)> {
     let mut out = Vec::new();
     for (id, found) in &observed.resources {
         let Some(index) = id
@@ -151,31 +153,6 @@ fn running_members(observed: &kos_cluster::observe::Observed) -> Vec<(u32, Membe
         ));
     }
     out
-}
-
-/// The control planes a spec of `count` control planes removes from what `observed` shows, in an order
-/// that keeps quorum, or why none does. Decided before anything changes, from the cloud alone: every
-/// control-plane server that is not in ERROR holds a stacked etcd member (kubeadm's layout), healthy while
-/// its server is ACTIVE. Scale-down removes the highest indexes, as the desired graph does.
-///
-/// # Errors
-/// The removal cannot keep quorum: the message names the control planes at fault.
-pub fn control_plane_removals(
-    observed: &kos_cluster::observe::Observed,
-    count: u32,
-) -> Result<Vec<String>, QuorumError> {
-    let mut members = Vec::new();
-    let mut remove = BTreeSet::new();
-    for (index, m) in running_members(observed) {
-        if index >= count {
-            remove.insert(m.name.clone());
-        }
-        members.push(m);
-    }
-    if remove.is_empty() {
-        return Ok(Vec::new());
-    }
-    removal_order(&members, &remove)
 }
 
 #[cfg(test)]
@@ -291,56 +268,6 @@ mod tests {
             removal_order(&m, &set(&["cp-2", "cp-3", "cp-4"])).unwrap(),
             ["cp-2"]
         );
-    }
-
-    fn observed(servers: &[(&str, &str)]) -> kos_cluster::observe::Observed {
-        kos_cluster::observe::Observed {
-            cluster: "demo".into(),
-            at_unix: None,
-            resources: servers
-                .iter()
-                .map(|(id, state)| {
-                    (
-                        (*id).to_owned(),
-                        vec![kos_cluster::observe::Resource {
-                            kind: kos_cluster::graph::Kind::Server,
-                            logical_id: (*id).to_owned(),
-                            id: format!("uuid-{id}"),
-                            name: format!("kos-demo-{id}"),
-                            tagged: true,
-                            state: (*state).to_owned(),
-                            failed: *state == "ERROR",
-                            facts: kos_cluster::observe::Facts::default(),
-                        }],
-                    )
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn control_plane_removals_come_from_the_servers_and_the_count() {
-        let all_up = observed(&[
-            ("cp-0", "ACTIVE"),
-            ("cp-1", "ACTIVE"),
-            ("cp-2", "ACTIVE"),
-            ("workers-0", "SHUTOFF"),
-        ]);
-        assert_eq!(
-            control_plane_removals(&all_up, 3).unwrap(),
-            Vec::<String>::new()
-        );
-        assert_eq!(
-            control_plane_removals(&all_up, 1).unwrap(),
-            ["cp-2", "cp-1"]
-        );
-        // cp-0 stopped: keeping only it is no quorum.
-        let cp0_down = observed(&[("cp-0", "SHUTOFF"), ("cp-1", "ACTIVE"), ("cp-2", "ACTIVE")]);
-        let e = control_plane_removals(&cp0_down, 1).unwrap_err();
-        assert!(e.to_string().contains("cp-0"), "{e}");
-        // A server in ERROR never booted: no member, nothing to lose.
-        let failed = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE"), ("cp-2", "ERROR")]);
-        assert_eq!(control_plane_removals(&failed, 1).unwrap(), ["cp-1"]);
     }
 
     /// The stale member of a deleted cp-0 goes before its replacement joins: 3 members with one dead can

@@ -12,14 +12,17 @@
 //! Nothing is kept between steps but what the cloud and the cluster show: a run killed anywhere is
 //! finished by `kos up` again (the plan still marks the old server, or finds the new one missing).
 //!
-//! In-place replacement, not surge: a server's logical id, port and address stay. So a control plane is
-//! replaced only when two others keep etcd's quorum while it is gone (Cluster API's `maxSurge: 0`, which
-//! needs three replicas); a single control plane is refused with what to do instead.
+//! In-place replacement: a server's logical id, port and address stay. Workers are replaced so; control
+//! planes only with `controlPlane.maxSurge: 0` (a floating-IP endpoint), and then only when two others
+//! keep etcd's quorum while one is gone (Cluster API's `maxSurge: 0`, which needs three replicas); a
+//! single one is refused with what to do instead. With `maxSurge: 1` (the default behind a load
+//! balancer) a control plane's successor joins first: [`crate::succession`].
 
 use kos_cluster::graph::Kind;
 use kos_cluster::plan::{Action, Op, Plan};
 
 use crate::formation::is_control_plane;
+use crate::succession::Retirement;
 
 /// One server to replace now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,8 +84,9 @@ impl RollError {
     /// What the user can do.
     #[must_use]
     pub fn help(&self) -> &'static str {
-        "scale the control plane to 3 first (`controlPlane.count: 3`, `kos up`), then make this change; \
-         or keep the control plane's machine and kubernetesVersion as they are in the spec"
+        "with `controlPlane.maxSurge: 0` a control plane is replaced in place, which needs 3 of them: \
+         behind a load balancer, let `maxSurge` default to 1 (a successor joins first), or scale to 3 \
+         first; or keep the control plane's machine and kubernetesVersion as they are in the spec"
     }
 }
 
@@ -359,34 +363,50 @@ fn parts_of(id: &str) -> [String; 3] {
     [id.to_owned(), format!("port-{id}"), format!("vol-{id}")]
 }
 
-/// The plan without the control planes a scale-down removes: each goes on its own
+/// The plan without the control planes that leave ([`crate::succession`]): each goes on its own
 /// ([`next_retirement`]), drained and its etcd member removed first. The rest converges meanwhile
 /// (the API load balancer's members no longer list them).
 #[must_use]
-pub fn without_retirements(plan: &Plan, retirements: &[String]) -> Plan {
-    let parts: Vec<String> = retirements.iter().flat_map(|id| parts_of(id)).collect();
+pub fn without_retirements(plan: &Plan, retirements: &[Retirement]) -> Plan {
+    let parts: Vec<String> = retirements.iter().flat_map(|r| parts_of(&r.id)).collect();
     let mut p = plan.clone();
     p.actions
         .retain(|a| !(a.op == Op::Delete && parts.contains(&a.logical_id)));
     p
 }
 
-/// The next control plane a scale-down removes, in the order `retirements` (quorum's) gives.
+/// The next control plane that leaves, in the order `retirements` (quorum's) gives.
 #[must_use]
-pub fn next_retirement(plan: &Plan, retirements: &[String]) -> Option<Target> {
-    retirements.iter().find_map(|id| {
+pub fn next_retirement(plan: &Plan, retirements: &[Retirement]) -> Option<Target> {
+    retirements.iter().find_map(|r| {
         plan.actions
             .iter()
-            .find(|a| a.kind == Kind::Server && a.op == Op::Delete && &a.logical_id == id)
+            .find(|a| a.kind == Kind::Server && a.op == Op::Delete && a.logical_id == r.id)
             .map(|a| Target {
-                logical_id: id.clone(),
+                logical_id: r.id.clone(),
                 name: a.name.clone(),
                 control_plane: true,
                 volume: None,
-                changes: vec!["controlPlane.count is smaller".into()],
+                changes: vec![r.why.clone()],
                 scale_down: true,
             })
     })
+}
+
+/// The plan the in-place replacement works from: with `maxSurge: 1`, outdated control planes are
+/// not replaced in place but succeeded ([`crate::succession`]), so only workers roll here.
+#[must_use]
+pub fn in_place(plan: &Plan, control_planes_surge: bool) -> Plan {
+    let mut p = plan.clone();
+    if control_planes_surge {
+        for a in &mut p.actions {
+            if a.kind == Kind::Server && a.op == Op::Roll && is_control_plane(&a.logical_id) {
+                a.op = Op::NoOp;
+                a.reason = "its successor joins before it leaves".into();
+            }
+        }
+    }
+    p
 }
 
 /// The plan of one control plane's removal: its server, port and volume deleted, nothing else
@@ -515,6 +535,15 @@ mod tests {
             action("cp-0", Kind::Server, Op::Roll),
         ]);
         assert!(check(&both).is_err());
+        // With maxSurge 1 the control plane is succeeded, not replaced in place: the workers roll.
+        let surged = in_place(&both, true);
+        assert!(check(&surged).is_ok());
+        assert_eq!(
+            next(&surged).expect("ok").expect("a step").logical_id,
+            "workers-0"
+        );
+        let ops = |p: &Plan| p.actions.iter().map(|a| a.op).collect::<Vec<_>>();
+        assert_eq!(ops(&in_place(&both, false)), ops(&both));
     }
 
     #[test]
@@ -557,7 +586,11 @@ mod tests {
             action("port-cp-2", Kind::Port, Op::Delete),
             action("workers-3", Kind::Server, Op::Delete),
         ]);
-        let order = ["cp-2".to_owned(), "cp-1".to_owned()];
+        let leave = |id: &str| Retirement {
+            id: id.to_owned(),
+            why: "controlPlane.count is smaller".into(),
+        };
+        let order = [leave("cp-2"), leave("cp-1")];
         let conv = without_retirements(&p, &order);
         let deleted: Vec<&str> = conv
             .actions
@@ -588,7 +621,7 @@ mod tests {
             action("cp-1", Kind::Server, Op::Delete),
         ]);
         assert_eq!(
-            next_retirement(&after, &["cp-1".to_owned()]).map(|t| t.logical_id),
+            next_retirement(&after, &[leave("cp-1")]).map(|t| t.logical_id),
             Some("cp-1".into())
         );
     }

@@ -184,7 +184,8 @@ fn control_planes(clouds: &std::path::Path) -> Vec<String> {
 
 /// Scaling control planes 3 → 1 deleted two servers without removing their etcd members: one member of
 /// three left, no quorum. Now the members go one at a time, and a scale-down no order can make safely
-/// (cp-0, the one that would stay, is stopped) is refused before anything changes.
+/// (cp-0 and cp-1 are stopped: etcd has no quorum to remove members with) is refused before anything
+/// changes.
 #[test]
 fn a_control_plane_scale_down_that_would_lose_quorum_is_refused_before_any_change() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -200,12 +201,14 @@ fn a_control_plane_scale_down_that_would_lose_quorum_is_refused_before_any_chang
     rt.block_on(async {
         let s = session(&sim.clouds).await;
         let c = s.compute();
-        let cp0 = server_named(&c, "kos-prod-cp-0").await;
-        c.stop_server(&cp0.id).await.expect("stop");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while server_named(&c, "kos-prod-cp-0").await.status.to_string() != "SHUTOFF" {
-            assert!(Instant::now() < deadline, "cp-0 did not stop");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        for name in ["kos-prod-cp-0", "kos-prod-cp-1"] {
+            let cp = server_named(&c, name).await;
+            c.stop_server(&cp.id).await.expect("stop");
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while server_named(&c, name).await.status.to_string() != "SHUTOFF" {
+                assert!(Instant::now() < deadline, "{name} did not stop");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     });
 
@@ -224,7 +227,7 @@ fn a_control_plane_scale_down_that_would_lose_quorum_is_refused_before_any_chang
         let out = text(&o);
         assert_eq!(o.status.code(), Some(3), "{cmd}: {out}");
         assert!(out.contains("spec.controlPlane.count 1"), "{cmd}: {out}");
-        assert!(out.contains("cp-0"), "{cmd}: {out}");
+        assert!(out.contains("cp-0") && out.contains("cp-1"), "{cmd}: {out}");
     }
     assert_eq!(control_planes(&sim.clouds), before);
 }
@@ -425,9 +428,14 @@ fn a_pools_new_flavor_and_labels_replace_its_nodes_one_at_a_time() {
     );
 }
 
-/// One control plane cannot be replaced in place: the change is refused before anything is touched.
+/// One control plane's new flavor. Behind a floating IP (the minimal example) it could only be
+/// replaced in place, which loses the cluster: refused before anything is touched. Behind a load
+/// balancer (`maxSurge` defaults to 1, as Cluster API's control plane) a successor joins first: etcd
+/// goes 1 → 2 → 1 members, the old control plane leaves after its successor is Ready, and the simulated
+/// cloud sees no moment without quorum or an API server. (Before, every change to a single control
+/// plane was refused.)
 #[test]
-fn a_single_control_planes_new_flavor_is_refused_before_any_change() {
+fn a_single_control_planes_new_flavor_joins_a_successor_first() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let d = tmp.path();
     let sim = serve(d);
@@ -438,11 +446,11 @@ fn a_single_control_planes_new_flavor_is_refused_before_any_change() {
         changed.find("m1.large") < changed.find("nodePools"),
         "the control plane's"
     );
-    let second = d.join("second.yaml");
-    std::fs::write(&second, &changed).expect("write");
-    let second = second.to_str().expect("utf8");
+    let in_place = d.join("in-place.yaml");
+    std::fs::write(&in_place, &changed).expect("write");
+    let in_place = in_place.to_str().expect("utf8");
     for cmd in ["plan", "up"] {
-        let refused = kos_within(d, &sim.clouds, &[cmd, "-f", second, "--cloud", "sim"]);
+        let refused = kos_within(d, &sim.clouds, &[cmd, "-f", in_place, "--cloud", "sim"]);
         let out = text(&refused);
         assert_eq!(refused.status.code(), Some(3), "{cmd}: {out}");
         // miette wraps the message: compare its words.
@@ -452,12 +460,74 @@ fn a_single_control_planes_new_flavor_is_refused_before_any_change() {
             .collect::<Vec<_>>()
             .join(" ");
         assert!(flat.contains("it is the only one"), "{cmd}: {out}");
-        assert!(
-            flat.contains("scale the control plane to 3 first"),
-            "{cmd}: {out}"
-        );
+        assert!(flat.contains("behind a load balancer"), "{cmd}: {out}");
     }
     assert_eq!(flavors(&sim.clouds, "demo"), before, "nothing changed");
+
+    // The same behind a load balancer: another cluster, `solo`.
+    let balanced = minimal
+        .replacen("  apiEndpoint:\n    type: floatingIP\n", "", 1)
+        .replacen("name: demo", "name: solo", 1)
+        .replacen("cidr: 10.0.0.0/24", "cidr: 10.0.1.0/24", 1);
+    assert!(!balanced.contains("floatingIP"), "{balanced}");
+    let first = d.join("solo.yaml");
+    std::fs::write(&first, &balanced).expect("write");
+    let up = kos_within(
+        d,
+        &sim.clouds,
+        &["up", "-f", first.to_str().expect("utf8"), "--cloud", "sim"],
+    );
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let second = d.join("solo-large.yaml");
+    std::fs::write(
+        &second,
+        balanced.replacen("flavor: m1.medium", "flavor: m1.large", 1),
+    )
+    .expect("write");
+    let second = second.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", second, "--cloud", "sim"]);
+    let out = text(&up);
+    assert_eq!(up.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&up.stderr);
+    let at = |what: &str| err.find(what).unwrap_or_else(|| panic!("{what}: {out}"));
+    let steps = [
+        at("kos: cp-1: kubeadm-join ok"),
+        at("removing cp-0"),
+        at("removed etcd member kos-solo-cp-0"),
+    ];
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}: {out}");
+    let after = flavors(&sim.clouds, "solo");
+    assert_eq!(
+        after.get("kos-solo-cp-1").map(String::as_str),
+        Some("m1.large"),
+        "{after:?}"
+    );
+    assert!(!after.contains_key("kos-solo-cp-0"), "{after:?}");
+    let clusters = sim_admin(&sim.base, "/_sim/clusters");
+    let c = clusters
+        .as_array()
+        .expect("clusters")
+        .iter()
+        .find(|c| c["nodes"].to_string().contains("kos-solo-"))
+        .expect("solo");
+    assert_eq!(c["violations"], serde_json::json!([]), "{clusters}");
+    let members = c["etcd"]["members"].as_array().expect("members");
+    assert_eq!(members.len(), 1, "{clusters}");
+    assert_eq!(members[0]["name"], "kos-solo-cp-1", "{clusters}");
+    assert_eq!(members[0]["up"], true, "{clusters}");
+    let plan = kos_within(
+        d,
+        &sim.clouds,
+        &[
+            "plan",
+            "-f",
+            second,
+            "--cloud",
+            "sim",
+            "--detailed-exitcode",
+        ],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
 }
 
 /// `kos up --repair` replaces a node NotReady for longer than `--repair-after` (here a worker whose
@@ -620,7 +690,8 @@ fn control_plane_volumes(clouds: &std::path::Path) -> std::collections::BTreeMap
 }
 
 /// Upgrade 1.35 → 1.36 of three control planes and two pools: `kos up` moves kubeadm-config first,
-/// then replaces control planes one at a time and then each pool's workers. The simulated cloud
+/// then replaces control planes one at a time, each successor joining before its predecessor leaves
+/// (so etcd keeps three healthy members at every moment), and then each pool's workers. The simulated cloud
 /// watches at every step: etcd keeps quorum, no member outlives its server, no kubelet is newer than
 /// an API server it talks to, no two API servers are more than a minor apart. Afterwards every node
 /// and API server runs 1.36 and nothing is left to change. (Before, a changed kubernetesVersion
@@ -670,20 +741,25 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
     let config = err
         .find("kubeadm-config says Kubernetes 1.36.4")
         .expect("kubeadm-config moved");
-    let first_cp = err.find("replacing cp-0").expect("cp-0 replaced");
-    assert!(
-        config < err.find("deleted server kos-prod-cp-0").unwrap_or(0),
-        "{out}"
-    );
-    let last_cp = err.find("replacing cp-2").expect("cp-2 replaced");
+    // A successor under a fresh index joins before each old control plane leaves.
+    let at = |what: &str| err.find(what).unwrap_or_else(|| panic!("{what}: {out}"));
+    // Zones go round-robin by index (az1, az2, az3): cp-0's successor in az1 is cp-3, cp-1's cp-4.
+    let steps = [
+        at("kos: cp-3: kubeadm-join ok"),
+        at("removing cp-0"),
+        at("removed etcd member kos-prod-cp-0"),
+        at("kos: cp-4: kubeadm-join ok"),
+        at("removing cp-1"),
+        at("kos: cp-5: kubeadm-join ok"),
+        at("removing cp-2"),
+    ];
+    assert!(config < steps[0], "kubeadm-config first: {out}");
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}: {out}");
     let first_worker = err
         .find("replacing general-0")
         .or_else(|| err.find("replacing batch-0"))
         .expect("workers replaced");
-    assert!(
-        first_cp < last_cp && last_cp < first_worker,
-        "control planes first: {out}"
-    );
+    assert!(steps[6] < first_worker, "control planes first: {out}");
 
     let after = sim_admin(&sim.base, "/_sim/clusters");
     let c = &after[0];
@@ -701,11 +777,18 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
     let members = c["etcd"]["members"].as_array().expect("members");
     assert_eq!(members.len(), 3, "{after}");
     assert!(members.iter().all(|m| m["up"] == true), "{after}");
-    // Each new control plane booted a fresh volume: the old one held the old node's disk (its
-    // kubeadm state and etcd data). The simulated guest gives every server a fresh disk, so only
-    // the cloud's volumes show it.
+    // Each new control plane booted a fresh volume: the old ones, which held the old nodes' disks
+    // (kubeadm state, etcd data), are gone with their servers.
     let fresh = control_plane_volumes(&sim.clouds);
-    assert_eq!(fresh.len(), 3, "{fresh:?}");
+    assert_eq!(
+        fresh.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "kos-prod-vol-cp-3",
+            "kos-prod-vol-cp-4",
+            "kos-prod-vol-cp-5"
+        ],
+        "{fresh:?}"
+    );
     for (name, id) in &volumes {
         assert_ne!(
             fresh.get(name),

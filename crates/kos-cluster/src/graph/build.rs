@@ -8,15 +8,67 @@ use crate::names::{ClusterName, cluster_tag, id_tag, resource_name};
 use crate::resolved::{Resolved, ResolvedMachine, ResolvedNetwork};
 use crate::spec::{ClusterSpec, EndpointKind, LbProvider, ServerGroupPolicy};
 
-/// Builds the desired graph of a cluster. No cloud call: everything comes from `spec`, `resolved` and
-/// `formation` (whether a cluster exists, which decides if `cp-0` runs `kubeadm init` or joins).
+/// Which control planes the graph holds, by index: `cp-0` … `cp-{count-1}` for a new cluster, and for
+/// a running one what exists, less those leaving, plus those joining (a replacement's successor joins
+/// under a fresh index before its predecessor leaves: kos-lifecycle decides, from what the cloud shows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slots {
+    /// Ascending, never empty.
+    control_plane: Vec<u32>,
+}
+
+impl Slots {
+    /// `0 … count-1`: a new cluster's.
+    #[must_use]
+    pub fn counted(spec: &ClusterSpec) -> Slots {
+        Slots {
+            control_plane: (0..spec.control_plane.count.get()).collect(),
+        }
+    }
+
+    /// These control-plane indexes, sorted and deduplicated (none: `cp-0` alone, as a cluster has at
+    /// least one).
+    #[must_use]
+    pub fn control_planes(indexes: impl IntoIterator<Item = u32>) -> Slots {
+        let mut control_plane: Vec<u32> = indexes.into_iter().collect();
+        control_plane.sort_unstable();
+        control_plane.dedup();
+        if control_plane.is_empty() {
+            control_plane.push(0);
+        }
+        Slots { control_plane }
+    }
+
+    /// The control-plane indexes, ascending.
+    #[must_use]
+    pub fn control_plane(&self) -> &[u32] {
+        &self.control_plane
+    }
+}
+
+/// Builds the desired graph of a new cluster (control planes `0 … count-1`): see [`desired_in`].
 ///
 /// # Errors
-/// A pool preflight did not resolve, or a graph that is not a DAG (a bug, or a pool named like a kos id).
+/// As [`desired_in`].
 pub fn desired(
     spec: &ClusterSpec,
     resolved: &Resolved,
     formation: Formation,
+) -> Result<DesiredGraph, GraphError> {
+    desired_in(spec, resolved, formation, &Slots::counted(spec))
+}
+
+/// Builds the desired graph of a cluster. No cloud call: everything comes from `spec`, `resolved`,
+/// `formation` (whether a cluster exists, which decides if the first control plane runs `kubeadm init`
+/// or joins) and `slots` (which control planes).
+///
+/// # Errors
+/// A pool preflight did not resolve, or a graph that is not a DAG (a bug, or a pool named like a kos id).
+pub fn desired_in(
+    spec: &ClusterSpec,
+    resolved: &Resolved,
+    formation: Formation,
+    slots: &Slots,
 ) -> Result<DesiredGraph, GraphError> {
     let mut b = Builder {
         cluster: &spec.name.value,
@@ -159,9 +211,13 @@ pub fn desired(
             &[],
         );
     }
-    let cp_ports: Vec<String> = (0..spec.control_plane.count.get())
+    let cp_ports: Vec<String> = slots
+        .control_plane
+        .iter()
         .map(|i| format!("port-cp-{i}"))
         .collect();
+    // A floating-IP endpoint is its one control plane's port (no surge there: validation).
+    let first_port = cp_ports.first().cloned().unwrap_or_default();
     let api = match spec.api_endpoint.kind.value {
         EndpointKind::LoadBalancer { provider } => {
             let lb_provider = resolved
@@ -250,10 +306,10 @@ pub fn desired(
         }
         EndpointKind::FloatingIp => {
             if public {
-                b.assoc(AssocTarget::Port("port-cp-0".into()), routed);
+                b.assoc(AssocTarget::Port(first_port), routed);
                 ApiSource::FloatingIp("api-fip".into())
             } else {
-                ApiSource::PortIp("port-cp-0".into())
+                ApiSource::PortIp(first_port)
             }
         }
     };
@@ -264,9 +320,9 @@ pub fn desired(
     ];
     let cp = &spec.control_plane;
     let cp_group = b.server_group("sgroup-cp", cp.server_group_policy);
-    for i in 0..cp.count.get() {
+    for (k, &i) in slots.control_plane.iter().enumerate() {
         // Only a fresh cluster has an initializer; a re-created `cp-0` of a running one joins it.
-        let role = if i == 0 && formation == Formation::Fresh {
+        let role = if k == 0 && formation == Formation::Fresh {
             NodeRole::InitControlPlane
         } else {
             NodeRole::JoinControlPlane

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::bootstrap::NodeRole;
 use crate::names::PoolName;
 
-pub use build::desired;
+pub use build::{Slots, desired, desired_in};
 pub(crate) use rules::host_cidr;
 pub use rules::{Remote, Rule, Source};
 

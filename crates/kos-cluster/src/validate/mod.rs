@@ -397,6 +397,22 @@ fn check_endpoint_fits_count(cx: &mut Cx<'_>, cp: &ControlPlane, ep: &ApiEndpoin
             .help("use `type: loadBalancer` with several control planes, or `count: 1`"),
         );
     }
+    if ep.kind.value == EndpointKind::FloatingIp
+        && let Some(surge) = cp.max_surge.filter(|s| s.value > 0)
+    {
+        cx.push(
+            Diagnostic::error(
+                Code::Conflict,
+                "spec.controlPlane.maxSurge",
+                "a floating-IP endpoint is its one server's port: no second control plane can join \
+                 behind it"
+                    .to_owned(),
+            )
+            .label(ep.kind.span, "one server only")
+            .label(surge.span, "a second control plane")
+            .help("use `type: loadBalancer` to replace the control plane without downtime, or `maxSurge: 0`"),
+        );
+    }
 }
 
 fn control_plane(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ControlPlane> {
@@ -410,11 +426,22 @@ fn control_plane(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ControlPlane> {
             "bootVolume",
             "availabilityZones",
             "serverGroupPolicy",
+            "maxSurge",
         ],
     )?;
     let count = m.req(cx, "count", control_plane_count);
     let machine = machine(cx, &m);
     let policy = m.opt(cx, "serverGroupPolicy", server_group_policy);
+    let max_surge = m.opt(cx, "maxSurge", |cx, f| {
+        integer(
+            cx,
+            f,
+            0..=1,
+            Code::InvalidValue,
+            "1: a replacement joins a new control plane before the old one leaves; 0: the old one \
+             leaves first (needs 3 control planes)",
+        )
+    });
     let count = count?;
     let default_policy = if count.value == ControlPlaneCount::One {
         ServerGroupPolicy::None
@@ -425,6 +452,7 @@ fn control_plane(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ControlPlane> {
         count,
         machine: machine?,
         server_group_policy: policy?.unwrap_or(default_policy),
+        max_surge: max_surge?,
     })
 }
 

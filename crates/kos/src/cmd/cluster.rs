@@ -27,8 +27,11 @@ pub(super) struct Prepared {
     pub(super) resolved: Resolved,
     pub(super) plan: Plan,
     formation: kos_lifecycle::formation::Decision,
-    /// Control planes a smaller `controlPlane.count` removes, in the order that keeps quorum.
-    pub(super) retirements: Vec<String>,
+    /// `controlPlane.maxSurge` is 1: an outdated control plane's successor joins before it leaves.
+    pub(super) surge: bool,
+    /// Control planes that leave (a smaller count, or succeeded), one at a time, in an order that keeps
+    /// quorum.
+    pub(super) retirements: Vec<kos_lifecycle::succession::Retirement>,
 }
 
 /// A spec read and validated, before any cloud is contacted: an unreachable cloud never hides a spec
@@ -119,12 +122,6 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
         .await
         .map_err(Failure::cloud)?;
     let formation = super::formation::formation(c, &loaded.spec, &observed).await;
-    let graph = kos_cluster::graph::desired(&loaded.spec, &pre.resolved, formation.formation)
-        .map_err(|e| {
-            Failure::input(miette::miette!(
-                "cannot build the cluster's resource graph: {e}"
-            ))
-        })?;
     // A running cluster moves one minor at a time and never back: what its servers were made with
     // (their record tags; a cluster made before those existed: the version this machine last applied).
     if formation.formation == kos_cluster::bootstrap::Formation::Formed
@@ -159,16 +156,48 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
             ))
         })?;
     }
+    // Which control planes: what exists, those a smaller count or a successor retires, those that
+    // join. Decided against a plan of every existing one (which of them the spec replaces).
     let count = loaded.spec.control_plane.count.get();
-    // Control planes scaled down go one at a time, in an order that keeps quorum, or not at all.
-    let retirements = kos_lifecycle::quorum::control_plane_removals(&observed, count).map_err(|e| {
+    let surge = loaded
+        .spec
+        .control_plane
+        .surges(loaded.spec.api_endpoint.kind.value);
+    let graph_of = |slots: &kos_cluster::graph::Slots| {
+        kos_cluster::graph::desired_in(&loaded.spec, &pre.resolved, formation.formation, slots)
+            .map_err(|e| {
+                Failure::input(miette::miette!(
+                    "cannot build the cluster's resource graph: {e}"
+                ))
+            })
+    };
+    let provisional = kos_lifecycle::succession::provisional(&observed, count);
+    let graph = graph_of(&provisional)?;
+    let plan = kos_cluster::plan::plan(&graph, &observed);
+    let rule = kos_lifecycle::succession::Rule {
+        count,
+        surge,
+        zones: pre.resolved.control_plane.availability_zones.len(),
+    };
+    let succession = kos_lifecycle::succession::decide(
+        &observed,
+        &kos_lifecycle::succession::outdated(&plan),
+        rule,
+    )
+    .map_err(|e| {
         Failure::input(miette::miette!(
             help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
             "{}: spec.controlPlane.count {count}: {e}",
             crate::term::printable(&shown)
         ))
     })?;
-    let plan = kos_cluster::plan::plan(&graph, &observed);
+    let (graph, plan) = if succession.slots == provisional {
+        (graph, plan)
+    } else {
+        let graph = graph_of(&succession.slots)?;
+        let plan = kos_cluster::plan::plan(&graph, &observed);
+        (graph, plan)
+    };
     if !plan.refused.is_empty() {
         return Err(Failure::input(miette::miette!(
             help = "nothing was changed",
@@ -184,7 +213,8 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
         resolved: pre.resolved,
         plan,
         formation,
-        retirements,
+        surge,
+        retirements: succession.retirements,
     })
 }
 
@@ -210,7 +240,8 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
                 return Ok(Exit::Ok);
             }
             // What `kos up` would refuse, `kos plan` refuses too.
-            kos_lifecycle::roll::check(&p.plan).map_err(refused)?;
+            kos_lifecycle::roll::check(&kos_lifecycle::roll::in_place(&p.plan, p.surge))
+                .map_err(refused)?;
             let plan = kos_lifecycle::roll::annotated(&p.plan);
             match args.output {
                 Output::Text => print!("{}", crate::term::escape(&plan.diff(args.all))),
@@ -240,6 +271,9 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
         let r = async {
             let mut spec = Some(spec);
             let mut replaced = std::collections::BTreeSet::new();
+            // The servers there before this run: a successor it made that is outdated again would be
+            // succeeded forever.
+            let mut made: Option<std::collections::BTreeSet<String>> = None;
             loop {
                 let file = match spec.take() {
                     Some(s) => s,
@@ -247,7 +281,11 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                 };
                 let p = prepare(&c, file).await?;
                 // A replacement that cannot be done is refused before the first change.
-                kos_lifecycle::roll::check(&p.plan).map_err(refused)?;
+                kos_lifecycle::roll::check(&kos_lifecycle::roll::in_place(&p.plan, p.surge))
+                    .map_err(refused)?;
+                if made.is_none() {
+                    made = Some(servers_of(&p.plan));
+                }
                 // --repair: a node NotReady for too long is replaced before the converge, which
                 // would wait for it to be Ready.
                 if args.repair {
@@ -272,6 +310,7 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                     &kos_lifecycle::roll::without_retirements(&p.plan, &p.retirements),
                 );
                 let scaled_down = super::roll::drain_scaled_down(&c, &p, &converging, &args).await?;
+                super::roll::before_joins(&c, &p, &converging).await?;
                 let failed_earlier = converge(&c, &args, &p, &converging).await?;
                 super::roll::delete_nodes(&c, &p, &scaled_down).await;
                 if !failed_earlier.is_empty() {
@@ -296,8 +335,11 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                                 .find(|p| p.name.value.as_str() == pool)
                                 .map_or(1, |p| p.max_unavailable as usize)
                         };
-                        kos_lifecycle::roll::next_batch(&fresh.plan, &max_unavailable)
-                            .map_err(refused)?
+                        kos_lifecycle::roll::next_batch(
+                            &kos_lifecycle::roll::in_place(&fresh.plan, fresh.surge),
+                            &max_unavailable,
+                        )
+                        .map_err(refused)?
                     }
                 };
                 if batch.is_empty() {
@@ -317,6 +359,9 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
                     }
                     return Ok(Exit::Ok);
                 }
+                if let Some(before) = &made {
+                    succeeded_again(&fresh, &batch, before)?;
+                }
                 step(&c, &fresh, &batch, &args, &mut replaced).await?;
             }
         }
@@ -324,6 +369,45 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
         (c, r)
     })
     .await
+}
+
+/// The cloud ids of the servers `plan` finds.
+fn servers_of(plan: &Plan) -> std::collections::BTreeSet<String> {
+    plan.actions
+        .iter()
+        .filter(|a| a.kind == Kind::Server)
+        .filter_map(|a| a.existing.as_ref().map(|r| r.id.clone()))
+        .collect()
+}
+
+/// A control plane leaving because it is outdated, that this run made as a successor: the spec
+/// describes a server the cloud does not make as described, and succeeding it again would not end.
+fn succeeded_again(
+    p: &Prepared,
+    batch: &[kos_lifecycle::roll::Target],
+    before: &std::collections::BTreeSet<String>,
+) -> Result<(), Failure> {
+    for t in batch.iter().filter(|t| t.scale_down) {
+        let id = p
+            .plan
+            .for_node(&t.logical_id)
+            .filter(|a| a.kind == Kind::Server)
+            .and_then(|a| a.existing.as_ref())
+            .map(|r| r.id.as_str());
+        let outdated = p
+            .retirements
+            .iter()
+            .any(|r| r.id == t.logical_id && r.why.starts_with("replaced by"));
+        if outdated && id.is_some_and(|id| !before.contains(id)) {
+            return Err(Failure::cloud_report(miette::miette!(
+                help = "`kos plan` says what differs; fix the cause and run `kos up` again",
+                "{} was made by this run to succeed an outdated control plane, and is outdated itself: {}",
+                t.logical_id,
+                t.changes.join("; ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A replacement kos will not make, as the user reads it (exit 3, nothing changed).

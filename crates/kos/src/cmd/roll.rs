@@ -319,6 +319,49 @@ pub(super) async fn unhealthy(
         .collect())
 }
 
+/// Before a successor joins control planes of another release (an upgrade with `maxSurge: 1`):
+/// kubeadm-config says the new release, which a joining control plane reads, as Cluster API's control
+/// plane sets it before it rolls.
+pub(super) async fn before_joins(
+    c: &Connected,
+    p: &Prepared,
+    converging: &Plan,
+) -> Result<(), Failure> {
+    let control_plane = |a: &&kos_cluster::plan::Action| {
+        a.kind == Kind::Server && kos_lifecycle::formation::is_control_plane(&a.logical_id)
+    };
+    let joins = converging
+        .actions
+        .iter()
+        .filter(control_plane)
+        .any(|a| a.op == kos_cluster::plan::Op::Create);
+    let wanted = p.spec.kubernetes_version.to_string();
+    let older = p
+        .plan
+        .actions
+        .iter()
+        .filter(control_plane)
+        .filter_map(|a| a.existing.as_ref())
+        .filter_map(|r| recorded(&r.facts.tags, TAG_KUBERNETES))
+        .any(|v| v != wanted);
+    if !joins || !older {
+        return Ok(());
+    }
+    let cluster = &p.graph.cluster;
+    let fail = |why: String| {
+        Failure::cloud_report(miette::miette!(
+            help = "nothing was changed; fix the cause and run `kos up` again",
+            "a control plane of Kubernetes {wanted} cannot join {cluster} yet: {why}"
+        ))
+    };
+    let kube = client(c, p)
+        .await
+        .map_err(|e| fail(format!("the cluster's API does not answer: {e}")))?;
+    set_cluster_version(&kube, &wanted).await.map_err(fail)?;
+    eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {wanted}");
+    Ok(())
+}
+
 /// The release the target's server was made with.
 fn recorded_version(p: &Prepared, t: &Target) -> Option<String> {
     p.plan
