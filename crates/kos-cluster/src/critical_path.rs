@@ -274,6 +274,7 @@ mod tests {
             role: NodeRole::InitControlPlane,
             labels: BTreeMap::new(),
             taints: Vec::new(),
+            cluster: None,
         }));
         let g = graph(vec![
             node("network", Kind::Network, Desired::Network, &[]),

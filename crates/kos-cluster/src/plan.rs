@@ -205,6 +205,28 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
                     ));
                 }
             }
+            Desired::Server(s) => {
+                for (field, have, want) in s
+                    .cluster
+                    .as_ref()
+                    .map(|c| crate::graph::record::cluster_changes(&have.facts.tags, c))
+                    .unwrap_or_default()
+                {
+                    let why = format!(
+                        "{field}: the running cluster was made with {have}; it cannot become {want} \
+                         under it ({}; keep {have}, or make a new cluster and move the workloads)",
+                        match field {
+                            "addons.cni" => "kos does not migrate pods from one CNI to another",
+                            _ =>
+                                "kubeadm's ClusterConfiguration, kube-proxy, the CNI and every Service and \
+                                  pod address use it",
+                        }
+                    );
+                    if !out.contains(&why) {
+                        out.push(why);
+                    }
+                }
+            }
             Desired::Router {
                 external_network_id,
             } => {

@@ -487,10 +487,12 @@ pub struct NodePool {
     pub taints: Vec<Taint>,
     /// `serverGroupPolicy`, default soft anti-affinity.
     pub server_group_policy: ServerGroupPolicy,
-    /// `maxUnavailable`, default 1: how many of the pool's nodes a rolling replacement drains and
-    /// replaces at once. (No `maxSurge`: a node keeps its name, port and address, so it is replaced
-    /// in place.)
+    /// `maxUnavailable`, default 1 (0 with a `maxSurge`): how many of the pool's nodes a rolling
+    /// replacement takes down at once before their successors join.
     pub max_unavailable: u32,
+    /// `maxSurge`, default 0: how many successors join before the nodes they replace leave (each
+    /// under a fresh index). 0: nodes are replaced in place, keeping their name, port and address.
+    pub max_surge: u32,
 }
 
 impl NodePool {

@@ -424,7 +424,7 @@ async fn graph_of(
 
 /// A plan that sees every change (before, each of these planned as "0 changes"): a flavor and a boot
 /// volume's size are replacements with their reasons, a subnet's DNS servers an update in place that
-/// apply makes; the node network's CIDR is refused.
+/// apply makes; the node network's CIDR, the pod and service CIDRs and the CNI are refused.
 #[tokio::test]
 async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
     let c = start().await?;
@@ -492,6 +492,34 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
     let p = plan_for(&c.session, &g3).await?;
     assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
     assert!(p.refused[0].contains("10.0.0.0/22"), "{:?}", p.refused);
+
+    // The pod and service CIDRs and the CNI, recorded in the control plane's tags: refused, each
+    // once (before, they planned as 0 changes and reached only the nodes made next).
+    let rebuilt = shape
+        .yaml()
+        .replace(
+            "    ssh:\n",
+            "    podCIDR: 10.200.0.0/16\n    serviceCIDR: 10.100.0.0/16\n    ssh:\n",
+        )
+        .replace("  nodePools:", "  addons:\n    cni: flannel\n  nodePools:");
+    let g4 = graph_of(&c.session, &rebuilt).await?;
+    let p = plan_for(&c.session, &g4).await?;
+    let fields: Vec<&str> = p
+        .refused
+        .iter()
+        .filter_map(|r| r.split_once(':').map(|(f, _)| f))
+        .collect();
+    assert_eq!(
+        fields,
+        ["network.podCIDR", "network.serviceCIDR", "addons.cni"],
+        "{:?}",
+        p.refused
+    );
+    assert!(
+        p.refused[0].contains("made with 10.244.0.0/16") && p.refused[2].contains("calico"),
+        "{:?}",
+        p.refused
+    );
     Ok(())
 }
 

@@ -13,8 +13,10 @@
 //! - [`membership`]: the members of control planes made again, removed before they join.
 //! - [`quorum`]: which etcd members may go, and in what order, so that etcd keeps its quorum at every step.
 //! - [`roll`]: rolling replacement of servers made for another spec, control planes first, one at a time.
-//! - [`succession`]: which control planes a run holds and which leave: scale-up, scale-down, and a
-//!   replaced control plane's successor joining before it leaves (`maxSurge: 1`).
+//! - [`succession`]: which servers a run holds and which leave: scale-up, scale-down, and a replaced
+//!   server's successor joining before it leaves (`maxSurge`).
+//! - [`run`]: one `kos up` as a sequence of turns, each decided afresh (converge, retire, replace,
+//!   repair, remake), behind the [`run::Cluster`] trait the CLI (or a controller) implements.
 //! - [`rotate`]: a new application credential for the cloud controller and CSI, put into the
 //!   cluster's `cloud-config` Secret and rolled out before the old one is deleted.
 //! - [`version`]: a running cluster's Kubernetes version moves one minor at a time, never back.
@@ -27,5 +29,6 @@ pub mod membership;
 pub mod quorum;
 pub mod roll;
 pub mod rotate;
+pub mod run;
 pub mod succession;
 pub mod version;

@@ -292,16 +292,19 @@ pub fn remakes(plan: &Plan, ids: &[String]) -> Vec<Target> {
 }
 
 /// The plan of one step: every target of `batch` removed, a replaced one with its boot volume, a
-/// retired control plane with its port and volume; nothing else changed.
+/// retiring one with its port and volume; nothing else changed.
 #[must_use]
 pub fn step_plan(plan: &Plan, batch: &[Target]) -> Plan {
-    batch.iter().fold(plan.clone(), |p, t| {
-        if t.scale_down {
-            retirement(&p, t)
-        } else {
-            removal(&p, t)
-        }
-    })
+    let retiring: Vec<&Target> = batch.iter().filter(|t| t.scale_down).collect();
+    let p = if retiring.is_empty() {
+        plan.clone()
+    } else {
+        retirement_of(plan, &retiring)
+    };
+    batch
+        .iter()
+        .filter(|t| !t.scale_down)
+        .fold(p, |p, t| removal(&p, t))
 }
 
 /// A node NotReady since `since_unix` (its Ready condition's last transition).
@@ -358,14 +361,14 @@ pub fn check_repair(plan: &Plan, t: &Target) -> Result<(), RollError> {
     Ok(())
 }
 
-/// The cloud objects of a control plane `cp-N`: its server, port and boot volume.
+/// The cloud objects of a server `cp-N`, `workers-N`: the server, its port and its boot volume.
 fn parts_of(id: &str) -> [String; 3] {
     [id.to_owned(), format!("port-{id}"), format!("vol-{id}")]
 }
 
-/// The plan without the control planes that leave ([`crate::succession`]): each goes on its own
-/// ([`next_retirement`]), drained and its etcd member removed first. The rest converges meanwhile
-/// (the API load balancer's members no longer list them).
+/// The plan without the servers that leave as steps ([`crate::succession`]): each goes on its turn
+/// ([`next_retirements`]), drained and a control plane's etcd member removed first. The rest converges
+/// meanwhile (the API load balancer's members no longer list them).
 #[must_use]
 pub fn without_retirements(plan: &Plan, retirements: &[Retirement]) -> Plan {
     let parts: Vec<String> = retirements.iter().flat_map(|r| parts_of(&r.id)).collect();
@@ -375,45 +378,72 @@ pub fn without_retirements(plan: &Plan, retirements: &[Retirement]) -> Plan {
     p
 }
 
-/// The next control plane that leaves, in the order `retirements` (quorum's) gives.
+/// The group a server's logical id belongs to: `cp` or its pool's name.
 #[must_use]
-pub fn next_retirement(plan: &Plan, retirements: &[Retirement]) -> Option<Target> {
-    retirements.iter().find_map(|r| {
+pub fn group_of(id: &str) -> &str {
+    id.rsplit_once('-').map_or(id, |(g, _)| g)
+}
+
+/// The next servers that leave, in the order `retirements` gives: one control plane (quorum's order),
+/// or every retiring server of the first pool with any (its `maxUnavailable` and surge already
+/// bounded how many).
+#[must_use]
+pub fn next_retirements(plan: &Plan, retirements: &[Retirement]) -> Vec<Target> {
+    let present = |r: &&Retirement| {
         plan.actions
             .iter()
             .find(|a| a.kind == Kind::Server && a.op == Op::Delete && a.logical_id == r.id)
             .map(|a| Target {
                 logical_id: r.id.clone(),
                 name: a.name.clone(),
-                control_plane: true,
+                control_plane: is_control_plane(&r.id),
                 volume: None,
                 changes: vec![r.why.clone()],
                 scale_down: true,
             })
-    })
+    };
+    let Some(first) = retirements.iter().find_map(|r| present(&r)) else {
+        return Vec::new();
+    };
+    if first.control_plane {
+        return vec![first];
+    }
+    let group = group_of(&first.logical_id).to_owned();
+    retirements
+        .iter()
+        .filter(|r| group_of(&r.id) == group)
+        .filter_map(|r| present(&r))
+        .collect()
 }
 
-/// The plan the in-place replacement works from: with `maxSurge: 1`, outdated control planes are
-/// not replaced in place but succeeded ([`crate::succession`]), so only workers roll here.
+/// The plan the in-place replacement works from: the servers of a group that surges (`surges(group)`:
+/// control planes with `maxSurge: 1`, a pool with a `maxSurge`) are not replaced in place but
+/// succeeded ([`crate::succession`]), so only the others roll here.
 #[must_use]
-pub fn in_place(plan: &Plan, control_planes_surge: bool) -> Plan {
+pub fn in_place(plan: &Plan, surges: &dyn Fn(&str) -> bool) -> Plan {
     let mut p = plan.clone();
-    if control_planes_surge {
-        for a in &mut p.actions {
-            if a.kind == Kind::Server && a.op == Op::Roll && is_control_plane(&a.logical_id) {
-                a.op = Op::NoOp;
-                a.reason = "its successor joins before it leaves".into();
-            }
+    for a in &mut p.actions {
+        if a.kind == Kind::Server && a.op == Op::Roll && surges(group_of(&a.logical_id)) {
+            a.op = Op::NoOp;
+            a.reason = "its successor joins before it leaves".into();
         }
     }
     p
 }
 
-/// The plan of one control plane's removal: its server, port and volume deleted, nothing else
-/// changed (other deletes wait for their turn or the next converge).
+/// The plan of one server's removal: its server, port and volume deleted, nothing else changed (other
+/// deletes wait for their turn or the next converge).
 #[must_use]
 pub fn retirement(plan: &Plan, t: &Target) -> Plan {
-    let parts = parts_of(&t.logical_id);
+    retirement_of(plan, &[t])
+}
+
+/// [`retirement`] of several servers together (a pool's step).
+fn retirement_of(plan: &Plan, targets: &[&Target]) -> Plan {
+    let parts: Vec<String> = targets
+        .iter()
+        .flat_map(|t| parts_of(&t.logical_id))
+        .collect();
     let mut p = plan.clone();
     p.actions
         .retain(|a| a.op != Op::Delete || parts.contains(&a.logical_id));
@@ -536,14 +566,16 @@ mod tests {
         ]);
         assert!(check(&both).is_err());
         // With maxSurge 1 the control plane is succeeded, not replaced in place: the workers roll.
-        let surged = in_place(&both, true);
+        let surged = in_place(&both, &|g| g == "cp");
         assert!(check(&surged).is_ok());
         assert_eq!(
             next(&surged).expect("ok").expect("a step").logical_id,
             "workers-0"
         );
         let ops = |p: &Plan| p.actions.iter().map(|a| a.op).collect::<Vec<_>>();
-        assert_eq!(ops(&in_place(&both, false)), ops(&both));
+        assert_eq!(ops(&in_place(&both, &|_| false)), ops(&both));
+        // A pool that surges is succeeded too.
+        assert!(!rolls(&in_place(&both, &|_| true)));
     }
 
     #[test]
@@ -600,7 +632,7 @@ mod tests {
             .collect();
         assert_eq!(deleted, ["workers-3"], "workers go in the converge");
         assert!(conv.actions.iter().any(|a| a.op == Op::Update));
-        let t = next_retirement(&p, &order).expect("cp-2 first");
+        let t = next_retirements(&p, &order).remove(0);
         assert_eq!(t.logical_id, "cp-2");
         let r = retirement(&p, &t);
         let deleted: Vec<&str> = r
@@ -621,9 +653,50 @@ mod tests {
             action("cp-1", Kind::Server, Op::Delete),
         ]);
         assert_eq!(
-            next_retirement(&after, &[leave("cp-1")]).map(|t| t.logical_id),
-            Some("cp-1".into())
+            next_retirements(&after, &[leave("cp-1")])
+                .into_iter()
+                .map(|t| t.logical_id)
+                .collect::<Vec<_>>(),
+            ["cp-1"]
         );
+    }
+
+    /// A pool's retiring servers go in one step (their count already bounded by its surge and
+    /// maxUnavailable), each with its port and volume; control planes stay one at a time.
+    #[test]
+    fn a_pools_retirements_go_together_with_their_ports_and_volumes() {
+        let p = plan(vec![
+            action("cp-0", Kind::Server, Op::Delete),
+            action("cp-1", Kind::Server, Op::Delete),
+            action("w-0", Kind::Server, Op::Delete),
+            action("port-w-0", Kind::Port, Op::Delete),
+            action("vol-w-0", Kind::Volume, Op::Delete),
+            action("w-1", Kind::Server, Op::Delete),
+            action("port-w-1", Kind::Port, Op::Delete),
+            action("w-2", Kind::Server, Op::NoOp),
+            action("x-0", Kind::Server, Op::Delete),
+        ]);
+        let leave = |id: &str| Retirement {
+            id: id.to_owned(),
+            why: "replaced by a successor that joined first (flavor: a → b)".into(),
+        };
+        let ids = |v: &[Target]| v.iter().map(|t| t.logical_id.clone()).collect::<Vec<_>>();
+        let cps = next_retirements(&p, &[leave("cp-1"), leave("cp-0")]);
+        assert_eq!(ids(&cps), ["cp-1"]);
+        let order = [leave("w-1"), leave("x-0"), leave("w-0")];
+        let batch = next_retirements(&p, &order);
+        assert_eq!(ids(&batch), ["w-1", "w-0"]);
+        assert!(batch.iter().all(|t| !t.control_plane && t.scale_down));
+        let step = step_plan(&p, &batch);
+        let mut deleted: Vec<&str> = step
+            .actions
+            .iter()
+            .filter(|a| a.op == Op::Delete)
+            .map(|a| a.logical_id.as_str())
+            .collect();
+        deleted.sort_unstable();
+        assert_eq!(deleted, ["port-w-0", "port-w-1", "vol-w-0", "w-0", "w-1"]);
+        assert_eq!(group_of("big-workers-12"), "big-workers");
     }
 
     #[test]

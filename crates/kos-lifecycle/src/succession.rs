@@ -1,20 +1,23 @@
-//! Which control planes a run's graph holds, and which leave: scale-up and scale-down, and the
-//! replacement of control planes made for another spec (flavor, image, Kubernetes release,
-//! certificates) the way Cluster API's kubeadm control plane does it with `maxSurge: 1`:
+//! Which servers a run's graph holds, and which leave: scale-up and scale-down, and the replacement
+//! of servers made for another spec (flavor, image, Kubernetes release, certificates) by successors
+//! that join first, the way Cluster API does it with `maxSurge` (its kubeadm control plane's 1, a
+//! MachineDeployment's any):
 //!
-//! 1. a successor joins under a fresh index (`cp-3` beside `cp-0 … cp-2`), in the zone of the control
-//!    plane it replaces, and the converge waits until it is Ready and its etcd member healthy;
-//! 2. then the oldest control plane made for another spec leaves: drained, its etcd member removed,
-//!    its server, port and volume deleted, its Node deleted;
-//! 3. again, until none is left.
+//! 1. successors join under fresh indexes (`cp-3` beside `cp-0 … cp-2`), each in the zone of the
+//!    server it replaces, and the converge waits until they are Ready (a control plane's etcd member
+//!    healthy);
+//! 2. then the oldest outdated ones leave: drained, a control plane's etcd member removed, server,
+//!    port and volume deleted, the Node deleted;
+//! 3. again, until none is left. A pool's `maxUnavailable` also lets that many leave before their
+//!    successors join.
 //!
-//! Etcd keeps its quorum throughout and tolerates as many failures as before, and a single control
-//! plane is replaced too (1 → 2 → 1 members). Decided from what the cloud shows alone, so a run killed
-//! anywhere is continued by the next: a successor that exists is not made twice, and the control
-//! plane that was leaving (the oldest outdated one) is chosen again.
+//! For control planes etcd keeps its quorum throughout and tolerates as many failures as before, and
+//! a single control plane is replaced too (1 → 2 → 1 members). Decided from what the cloud shows
+//! alone, so a run killed anywhere is continued by the next: successors that exist are not made
+//! twice, and the server that was leaving (the oldest outdated one) is chosen again.
 //!
-//! With `maxSurge: 0` (a floating-IP endpoint, or asked for) only scale-down retires here; outdated
-//! control planes are replaced in place by [`crate::roll`].
+//! Without surge (`maxSurge: 0`: a floating-IP endpoint's control plane, or a pool's default) only a
+//! smaller count retires here; outdated servers are replaced in place by [`crate::roll`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,183 +27,245 @@ use kos_cluster::plan::{Op, Plan};
 
 use crate::quorum::{QuorumError, removal_order, running_members};
 
-/// A control plane that leaves, and why.
+/// A server that leaves, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retirement {
-    /// `cp-2`.
+    /// `cp-2`, `workers-0`.
     pub id: String,
-    /// As the user reads it: `controlPlane.count is smaller`, or what its successor changes.
+    /// As the user reads it: `the count is smaller`, or what its successor changes.
     pub why: String,
 }
 
-/// The control planes of this run: the graph's, and those that leave, one at a time, in this order.
+/// The servers of this run: the graph's, and those that leave as steps, in this order (control
+/// planes one at a time, a pool's together).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Succession {
     pub slots: Slots,
     pub retirements: Vec<Retirement>,
 }
 
-/// What decides the control planes.
+/// What decides one group of servers: the control planes (`cp`) or a pool.
 #[derive(Debug, Clone, Copy)]
-pub struct Rule {
-    /// `controlPlane.count`.
+pub struct Rule<'a> {
+    /// `cp`, or the pool's name: ids are `<prefix>-<index>`.
+    pub prefix: &'a str,
+    /// `count`.
     pub count: u32,
-    /// `maxSurge: 1`: an outdated control plane's successor joins first.
-    pub surge: bool,
-    /// The control planes' availability zones (round-robin by index; 0: Nova chooses).
+    /// `maxSurge`: successors that may join beyond `count`.
+    pub surge: u32,
+    /// `maxUnavailable` (a pool's with a surge; 0 for control planes): outdated servers that may leave
+    /// before their successors join.
+    pub unavailable: u32,
+    /// The group's availability zones (round-robin by index; 0: Nova chooses).
     pub zones: usize,
 }
 
-/// The index of a control plane's object id: `cp-3`, `port-cp-3`, `vol-cp-3` → 3.
-fn index_of(id: &str) -> Option<u32> {
-    let host = id
-        .strip_prefix("port-")
-        .or_else(|| id.strip_prefix("vol-"))
-        .unwrap_or(id);
-    host.strip_prefix("cp-")
-        .filter(|_| crate::formation::is_control_plane(host))
-        .and_then(|n| n.parse().ok())
+/// The index of a group's object id: `cp-3`, `port-cp-3`, `vol-cp-3` → 3 for `cp`.
+fn index_of(id: &str, prefix: &str) -> Option<u32> {
+    let parse = |host: &str| {
+        host.strip_prefix(prefix)?
+            .strip_prefix('-')?
+            .parse::<u32>()
+            .ok()
+    };
+    parse(id)
+        .or_else(|| id.strip_prefix("port-").and_then(parse))
+        .or_else(|| id.strip_prefix("vol-").and_then(parse))
 }
 
-/// Every control-plane index anything in the cloud is tagged or named with: a server, or what a crash
-/// left of one (its port or volume), which the next converge completes rather than duplicates.
+/// Every index of group `prefix` anything in the cloud is tagged or named with: a server, or what a
+/// crash left of one (its port or volume), which the next converge completes rather than duplicates.
 #[must_use]
-pub fn existing(observed: &Observed) -> BTreeSet<u32> {
+pub fn existing(observed: &Observed, prefix: &str) -> BTreeSet<u32> {
     observed
         .resources
         .iter()
         .filter(|(_, found)| !found.is_empty())
-        .filter_map(|(id, _)| index_of(id))
+        .filter_map(|(id, _)| index_of(id, prefix))
         .collect()
 }
 
-/// What exists, topped up with the lowest free indexes to `count`: the graph to plan against before
-/// anything is decided, so that every existing control plane is compared with the spec.
-#[must_use]
-pub fn provisional(observed: &Observed, count: u32) -> Slots {
-    let mut have = existing(observed);
+/// What exists, topped up with the lowest free indexes to `count`.
+fn topped_up(observed: &Observed, prefix: &str, count: u32) -> BTreeSet<u32> {
+    let mut have = existing(observed, prefix);
     let mut next = 0;
-    while (have.len() as u32) < count {
-        if have.insert(next) {
-            continue;
-        }
+    while have.len() < count as usize {
+        have.insert(next);
         next += 1;
     }
-    Slots::control_planes(have)
+    have
 }
 
-/// The control planes `plan` (made against [`provisional`]) replaces, with why.
+/// Every existing server of every group, topped up to its count: the graph to plan against before
+/// anything is decided, so that every existing server is compared with the spec.
+#[must_use]
+pub fn provisional(observed: &Observed, control_planes: u32, pools: &[(&str, u32)]) -> Slots {
+    pools.iter().fold(
+        Slots::control_planes(topped_up(observed, "cp", control_planes)),
+        |slots, (name, count)| slots.with_pool(name, topped_up(observed, name, *count)),
+    )
+}
+
+/// The servers `plan` (made against [`provisional`]) replaces, with why.
 #[must_use]
 pub fn outdated(plan: &Plan) -> BTreeMap<String, String> {
     plan.actions
         .iter()
-        .filter(|a| {
-            a.kind == Kind::Server
-                && a.op == Op::Roll
-                && crate::formation::is_control_plane(&a.logical_id)
-        })
+        .filter(|a| a.kind == Kind::Server && a.op == Op::Roll)
         .map(|a| (a.logical_id.clone(), a.changes.join("; ")))
         .collect()
 }
 
-/// The control planes of this run, from what exists, which of them are `outdated`, and `rule`.
+/// The servers of this run: for the control planes (`cp`, which always leave as steps, in quorum's
+/// order) and each pool (which leave as steps when it surges; otherwise the converge drains and
+/// deletes them).
 ///
 /// # Errors
-/// A removal no order can make while keeping etcd's quorum: the message names the control planes at
-/// fault.
+/// A control-plane removal no order can make while keeping etcd's quorum: the message names the
+/// control planes at fault.
 pub fn decide(
     observed: &Observed,
     outdated: &BTreeMap<String, String>,
-    rule: Rule,
+    control_planes: Rule<'_>,
+    pools: &[Rule<'_>],
 ) -> Result<Succession, QuorumError> {
-    let exist = existing(observed);
-    let members: BTreeMap<u32, bool> = running_members(observed)
-        .into_iter()
-        .map(|(i, m)| (i, m.healthy))
-        .collect();
-    let is_outdated = |i: u32| rule.surge && outdated.contains_key(&format!("cp-{i}"));
-    let count = rule.count as usize;
-    let excess = exist.len().saturating_sub(count);
-
-    // Who leaves: what the spec replaces first (the oldest: the one whose successor was made for
-    // it), then what holds no member, then unhealthy members, then the newest.
-    let mut candidates: Vec<u32> = exist.iter().copied().collect();
-    candidates.sort_by_key(|&i| {
-        let member = match members.get(&i) {
-            None => 0,
-            Some(false) => 1,
-            Some(true) => 2,
-        };
-        if is_outdated(i) {
-            (0, member, i64::from(i))
-        } else {
-            (1, member, -i64::from(i))
+    let (kept, leaving) = group(observed, outdated, control_planes, true);
+    // Control planes first: a pool's successors (of a new release, say) wait until no control plane
+    // is outdated, joining or leaving, as a kubelet must not be newer than the API servers.
+    let settled = leaving.is_empty()
+        && kept.len() == existing(observed, control_planes.prefix).len()
+        && !kept
+            .iter()
+            .any(|i| outdated.contains_key(&format!("cp-{i}")));
+    let mut slots = Slots::control_planes(kept);
+    let mut retirements = control_plane_order(observed, &leaving)?;
+    for rule in pools {
+        let (kept, leaving) = group(observed, outdated, *rule, settled);
+        slots = slots.with_pool(rule.prefix, kept);
+        if rule.surge > 0 {
+            retirements.extend(leaving.iter().map(|i| format!("{}-{i}", rule.prefix)));
         }
-    });
-    let leaving: Vec<u32> = candidates.into_iter().take(excess).collect();
-
-    // Who joins: enough to reach `count` up-to-date control planes, at most one above `count`.
-    let current = exist
-        .iter()
-        .filter(|&&i| !is_outdated(i) && !leaving.contains(&i))
-        .count();
-    let room = (count + usize::from(rule.surge)).saturating_sub(exist.len());
-    let joining_n = count.saturating_sub(current).min(room);
-    // A successor takes the zone of the control plane it replaces (the oldest outdated one).
-    let replaced = exist
-        .iter()
-        .copied()
-        .filter(|&i| is_outdated(i) && !leaving.contains(&i))
-        .min();
-    let mut taken: BTreeSet<u32> = exist.clone();
-    let mut joining = Vec::new();
-    for _ in 0..joining_n {
-        let zone_fit = |j: u32| match (replaced, rule.zones) {
-            (Some(r), z) if z > 1 => j as usize % z == r as usize % z,
-            _ => true,
-        };
-        let j = (0..)
-            .find(|j| !taken.contains(j) && zone_fit(*j))
-            .unwrap_or(0);
-        taken.insert(j);
-        joining.push(j);
-    }
-
-    let kept: Vec<u32> = exist
-        .iter()
-        .copied()
-        .filter(|i| !leaving.contains(i))
-        .chain(joining)
-        .collect();
-    let slots = Slots::control_planes(kept);
-
-    // Those with no member go first (nothing to lose), then quorum's order.
-    let mut retirements: Vec<String> = leaving
-        .iter()
-        .filter(|i| !members.contains_key(i))
-        .map(|i| format!("cp-{i}"))
-        .collect();
-    if leaving.iter().any(|i| members.contains_key(i)) {
-        let all: Vec<crate::quorum::Member> = running_members(observed)
-            .into_iter()
-            .map(|(_, m)| m)
-            .collect();
-        let going: BTreeSet<String> = leaving.iter().map(|i| format!("cp-{i}")).collect();
-        retirements.extend(removal_order(&all, &going)?);
     }
     let retirements = retirements
         .into_iter()
         .map(|id| {
-            let why = match outdated.get(&id).filter(|_| rule.surge) {
-                Some(changes) => {
-                    format!("replaced by a control plane that joined first ({changes})")
+            let why = match outdated.get(&id) {
+                Some(changes) => format!("replaced by a successor that joined first ({changes})"),
+                None if crate::formation::is_control_plane(&id) => {
+                    "controlPlane.count is smaller".to_owned()
                 }
-                None => "controlPlane.count is smaller".to_owned(),
+                None => "the pool's count is smaller".to_owned(),
             };
             Retirement { id, why }
         })
         .collect();
     Ok(Succession { slots, retirements })
+}
+
+/// Server health by index: `None` no server (or one in ERROR, which never booted), else whether it
+/// is ACTIVE.
+fn health(observed: &Observed, prefix: &str) -> BTreeMap<u32, bool> {
+    observed
+        .resources
+        .iter()
+        .filter_map(|(id, found)| {
+            let i = index_of(id, prefix).filter(|_| id.starts_with(prefix))?;
+            let server = found
+                .iter()
+                .find(|r| r.kind == Kind::Server && r.tagged && !r.failed)?;
+            Some((i, server.state == "ACTIVE"))
+        })
+        .collect()
+}
+
+/// One group: the indexes kept (with those joining) and those leaving, in the order they leave.
+/// `replace`: whether its outdated servers may be succeeded now.
+fn group(
+    observed: &Observed,
+    outdated: &BTreeMap<String, String>,
+    rule: Rule<'_>,
+    replace: bool,
+) -> (Vec<u32>, Vec<u32>) {
+    let exist = existing(observed, rule.prefix);
+    let health = health(observed, rule.prefix);
+    let is_outdated = |i: u32| {
+        replace && rule.surge > 0 && outdated.contains_key(&format!("{}-{i}", rule.prefix))
+    };
+    let count = rule.count as usize;
+    let outdated_n = exist.iter().filter(|&&i| is_outdated(i)).count();
+    let excess = exist.len().saturating_sub(count);
+    // Beyond the excess, `maxUnavailable` outdated ones may leave before their successors join.
+    let short = count.saturating_sub(exist.len());
+    let early = (rule.unavailable as usize).saturating_sub(short);
+    let leaving_n = excess.max(outdated_n.min(excess + early));
+
+    // Who leaves: what the spec replaces first (the oldest: the one whose successor was made for
+    // it), then what holds no server, then unhealthy ones, then the newest.
+    let mut candidates: Vec<u32> = exist.iter().copied().collect();
+    candidates.sort_by_key(|&i| {
+        let up = match health.get(&i) {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        };
+        if is_outdated(i) {
+            (0, up, i64::from(i))
+        } else {
+            (1, up, -i64::from(i))
+        }
+    });
+    let leaving: Vec<u32> = candidates.into_iter().take(leaving_n).collect();
+
+    // Who joins: enough to reach `count` up-to-date servers, at most `surge` above `count`.
+    let current = exist
+        .iter()
+        .filter(|&&i| !is_outdated(i) && !leaving.contains(&i))
+        .count();
+    let room = (count + rule.surge as usize).saturating_sub(exist.len());
+    let joining_n = count.saturating_sub(current).min(room);
+    // Successors take the zones of the servers they replace, oldest first.
+    let mut replaced = exist
+        .iter()
+        .copied()
+        .filter(|&i| is_outdated(i) && !leaving.contains(&i));
+    let mut taken: BTreeSet<u32> = exist.clone();
+    let mut joining = Vec::with_capacity(joining_n);
+    for _ in 0..joining_n {
+        let zone = replaced.next().filter(|_| rule.zones > 1);
+        let j = (0..)
+            .find(|j| {
+                !taken.contains(j)
+                    && zone.is_none_or(|r| *j as usize % rule.zones == r as usize % rule.zones)
+            })
+            .unwrap_or(0);
+        taken.insert(j);
+        joining.push(j);
+    }
+
+    let kept = exist
+        .iter()
+        .copied()
+        .filter(|i| !leaving.contains(i))
+        .chain(joining)
+        .collect();
+    (kept, leaving)
+}
+
+/// Control planes leaving: those without a member first (nothing to lose), then quorum's order.
+fn control_plane_order(observed: &Observed, leaving: &[u32]) -> Result<Vec<String>, QuorumError> {
+    let members: BTreeMap<u32, crate::quorum::Member> =
+        running_members(observed).into_iter().collect();
+    let mut order: Vec<String> = leaving
+        .iter()
+        .filter(|i| !members.contains_key(i))
+        .map(|i| format!("cp-{i}"))
+        .collect();
+    if leaving.iter().any(|i| members.contains_key(i)) {
+        let all: Vec<crate::quorum::Member> = members.into_values().collect();
+        let going: BTreeSet<String> = leaving.iter().map(|i| format!("cp-{i}")).collect();
+        order.extend(removal_order(&all, &going)?);
+    }
+    Ok(order)
 }
 
 #[cfg(test)]
@@ -242,10 +307,12 @@ mod tests {
             .collect()
     }
 
-    fn rule(count: u32, surge: bool) -> Rule {
+    fn rule(count: u32, surge: bool) -> Rule<'static> {
         Rule {
+            prefix: "cp",
             count,
-            surge,
+            surge: u32::from(surge),
+            unavailable: 0,
             zones: 0,
         }
     }
@@ -261,12 +328,12 @@ mod tests {
 
     #[test]
     fn a_new_cluster_counts_from_zero_and_what_a_crash_left_is_completed() {
-        let s = decide(&Observed::default(), &outdated(&[]), rule(3, true)).unwrap();
+        let s = decide(&Observed::default(), &outdated(&[]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2], vec![]));
         // A crash left cp-1's port alone: it is cp-1's still, and no fourth is made.
         let o = observed(&[("cp-0", "ACTIVE"), ("port-cp-1", "DOWN")]);
-        assert_eq!(provisional(&o, 3).control_plane(), [0, 1, 2]);
-        let s = decide(&o, &outdated(&[]), rule(3, true)).unwrap();
+        assert_eq!(provisional(&o, 3, &[]).control_plane(), [0, 1, 2]);
+        let s = decide(&o, &outdated(&[]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2], vec![]));
     }
 
@@ -275,11 +342,11 @@ mod tests {
     fn a_successor_joins_before_the_oldest_outdated_leaves() {
         let o = observed(&THREE);
         let old = outdated(&["cp-0", "cp-1", "cp-2"]);
-        let s = decide(&o, &old, rule(3, true)).unwrap();
+        let s = decide(&o, &old, rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2, 3], vec![]));
 
         let o = observed(&[THREE.as_slice(), &[("cp-3", "ACTIVE")]].concat());
-        let s = decide(&o, &old, rule(3, true)).unwrap();
+        let s = decide(&o, &old, rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![1, 2, 3], vec!["cp-0".to_owned()]));
         assert!(
             s.retirements[0].why.contains("flavor: a → b"),
@@ -289,11 +356,11 @@ mod tests {
 
         // cp-0 gone: the next successor takes its free index.
         let o = observed(&[("cp-1", "ACTIVE"), ("cp-2", "ACTIVE"), ("cp-3", "ACTIVE")]);
-        let s = decide(&o, &outdated(&["cp-1", "cp-2"]), rule(3, true)).unwrap();
+        let s = decide(&o, &outdated(&["cp-1", "cp-2"]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2, 3], vec![]));
         // Done: nothing joins, nothing leaves.
         let o = observed(&[("cp-0", "ACTIVE"), ("cp-4", "ACTIVE"), ("cp-3", "ACTIVE")]);
-        let s = decide(&o, &outdated(&[]), rule(3, true)).unwrap();
+        let s = decide(&o, &outdated(&[]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 3, 4], vec![]));
     }
 
@@ -301,10 +368,10 @@ mod tests {
     #[test]
     fn a_single_control_plane_is_replaced_through_two() {
         let o = observed(&[("cp-0", "ACTIVE")]);
-        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true)).unwrap();
+        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1], vec![]));
         let o = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE")]);
-        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true)).unwrap();
+        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![1], vec!["cp-0".to_owned()]));
     }
 
@@ -313,9 +380,9 @@ mod tests {
     #[test]
     fn without_surge_only_a_smaller_count_retires() {
         let o = observed(&THREE);
-        let s = decide(&o, &outdated(&["cp-0"]), rule(3, false)).unwrap();
+        let s = decide(&o, &outdated(&["cp-0"]), rule(3, false), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2], vec![]));
-        let s = decide(&o, &outdated(&[]), rule(1, false)).unwrap();
+        let s = decide(&o, &outdated(&[]), rule(1, false), &[]).unwrap();
         assert_eq!(
             ids(&s),
             (vec![0], vec!["cp-2".to_owned(), "cp-1".to_owned()])
@@ -328,25 +395,25 @@ mod tests {
         // cp-0 stopped: it leaves first (as Cluster API's control plane prefers unhealthy machines),
         // and the healthy cp-1 stays.
         let o = observed(&[("cp-0", "SHUTOFF"), ("cp-1", "ACTIVE"), ("cp-2", "ACTIVE")]);
-        let s = decide(&o, &outdated(&[]), rule(1, true)).unwrap();
+        let s = decide(&o, &outdated(&[]), rule(1, true), &[]).unwrap();
         assert_eq!(
             ids(&s),
             (vec![1], vec!["cp-0".to_owned(), "cp-2".to_owned()])
         );
         // Two of three stopped: quorum is lost already; nothing is removed.
         let o = observed(&[("cp-0", "SHUTOFF"), ("cp-1", "SHUTOFF"), ("cp-2", "ACTIVE")]);
-        let e = decide(&o, &outdated(&[]), rule(1, true)).unwrap_err();
+        let e = decide(&o, &outdated(&[]), rule(1, true), &[]).unwrap_err();
         assert!(
             e.to_string().contains("cp-0") && e.to_string().contains("cp-1"),
             "{e}"
         );
         // A server in ERROR never booted: it leaves first, with nothing to lose.
         let o = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE"), ("cp-2", "ERROR")]);
-        let s = decide(&o, &outdated(&[]), rule(1, true)).unwrap();
+        let s = decide(&o, &outdated(&[]), rule(1, true), &[]).unwrap();
         assert_eq!(ids(&s).1, ["cp-2", "cp-1"]);
         // A port a crash left behind leaves before any member.
         let o = observed(&[THREE.as_slice(), &[("port-cp-3", "DOWN")]].concat());
-        let s = decide(&o, &outdated(&[]), rule(3, true)).unwrap();
+        let s = decide(&o, &outdated(&[]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2], vec!["cp-3".to_owned()]));
     }
 
@@ -354,7 +421,7 @@ mod tests {
     #[test]
     fn scale_down_and_replacement_together_retire_the_outdated() {
         let o = observed(&[THREE.as_slice(), &[("cp-3", "ACTIVE"), ("cp-4", "ACTIVE")]].concat());
-        let s = decide(&o, &outdated(&["cp-0", "cp-1", "cp-2"]), rule(3, true)).unwrap();
+        let s = decide(&o, &outdated(&["cp-0", "cp-1", "cp-2"]), rule(3, true), &[]).unwrap();
         let (slots, gone) = ids(&s);
         assert_eq!(slots, [2, 3, 4]);
         assert_eq!(gone.len(), 2);
@@ -369,12 +436,116 @@ mod tests {
             &o,
             &outdated(&["cp-1", "cp-2"]),
             Rule {
-                count: 3,
-                surge: true,
                 zones: 3,
+                ..rule(3, true)
             },
+            &[],
         )
         .unwrap();
         assert_eq!(ids(&s), (vec![1, 2, 3, 4], vec![]));
+    }
+
+    fn pool(count: u32, surge: u32, unavailable: u32) -> Rule<'static> {
+        Rule {
+            prefix: "w",
+            count,
+            surge,
+            unavailable,
+            zones: 0,
+        }
+    }
+
+    fn pool_ids(s: &Succession) -> (Vec<u32>, Vec<String>) {
+        (
+            s.slots.pool("w", 0),
+            s.retirements.iter().map(|r| r.id.clone()).collect(),
+        )
+    }
+
+    const CP: [(&str, &str); 1] = [("cp-0", "ACTIVE")];
+
+    /// A pool with `maxSurge: 1, maxUnavailable: 0`: one successor joins, then the oldest outdated
+    /// leaves, until none is left; the pool never has fewer than `count` nodes.
+    #[test]
+    fn a_pool_with_surge_replaces_through_successors() {
+        let w = [("w-0", "ACTIVE"), ("w-1", "ACTIVE"), ("w-2", "ACTIVE")];
+        let o = observed(&[CP.as_slice(), &w].concat());
+        let old = outdated(&["w-0", "w-1", "w-2"]);
+        let s = decide(&o, &old, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3], vec![]));
+        assert_eq!(s.slots.control_plane(), [0]);
+
+        let o = observed(&[CP.as_slice(), &w, &[("w-3", "ACTIVE")]].concat());
+        let s = decide(&o, &old, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        assert_eq!(pool_ids(&s), (vec![1, 2, 3], vec!["w-0".to_owned()]));
+        assert!(s.retirements[0].why.starts_with("replaced by a successor"));
+
+        // While a control plane is outdated (or its successor joins), the pool waits.
+        let o = observed(&[CP.as_slice(), &w].concat());
+        let both = outdated(&["cp-0", "w-0", "w-1", "w-2"]);
+        let s = decide(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        assert_eq!(s.slots.control_plane(), [0, 1]);
+        assert_eq!(pool_ids(&s), (vec![0, 1, 2], vec![]));
+        let o = observed(&[CP.as_slice(), &[("cp-1", "ACTIVE")], &w].concat());
+        let s = decide(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        assert_eq!(pool_ids(&s), (vec![0, 1, 2], vec![]), "cp-0 still leaves");
+        let o = observed(&[[("cp-1", "ACTIVE")].as_slice(), &w].concat());
+        let s = decide(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3], vec![]), "now the pool");
+
+        // Without surge the pool is left to the in-place roll: nothing joins or leaves here.
+        let s = decide(&observed(&w), &old, rule(1, true), &[pool(3, 0, 1)]).unwrap();
+        assert_eq!(pool_ids(&s), (vec![0, 1, 2], vec![]));
+    }
+
+    /// `maxSurge: 2, maxUnavailable: 1`: two join at once; with five, three leave (two for the
+    /// surge, one more as unavailable), oldest first.
+    #[test]
+    fn a_pools_surge_and_unavailable_bound_each_step() {
+        let w = [("w-0", "ACTIVE"), ("w-1", "ACTIVE"), ("w-2", "ACTIVE")];
+        let old = outdated(&["w-0", "w-1", "w-2"]);
+        let s = decide(&observed(&w), &old, rule(1, true), &[pool(3, 2, 0)]).unwrap();
+        assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3, 4], vec![]));
+        // maxUnavailable 1 as well: one outdated may leave at once while two join.
+        let s = decide(&observed(&w), &old, rule(1, true), &[pool(3, 2, 1)]).unwrap();
+        assert_eq!(pool_ids(&s), (vec![1, 2, 3, 4], vec!["w-0".to_owned()]));
+        let five = [w.as_slice(), &[("w-3", "ACTIVE"), ("w-4", "ACTIVE")]].concat();
+        let s = decide(&observed(&five), &old, rule(1, true), &[pool(3, 2, 1)]).unwrap();
+        assert_eq!(
+            pool_ids(&s),
+            (
+                vec![3, 4],
+                vec!["w-0".to_owned(), "w-1".to_owned(), "w-2".to_owned()]
+            )
+        );
+    }
+
+    /// A pool's smaller count retires the unhealthy, then the newest, whether or not it surges; and
+    /// another pool whose name starts alike is not counted in it.
+    #[test]
+    fn a_pools_scale_down_prefers_the_unhealthy_then_the_newest() {
+        let w = [
+            ("w-0", "ACTIVE"),
+            ("w-1", "SHUTOFF"),
+            ("w-2", "ACTIVE"),
+            ("w-3", "ACTIVE"),
+            ("w-x-0", "ACTIVE"),
+        ];
+        for surge in [0, 1] {
+            let s = decide(
+                &observed(&w),
+                &outdated(&[]),
+                rule(1, true),
+                &[pool(2, surge, 1)],
+            )
+            .unwrap();
+            assert_eq!(s.slots.pool("w", 0), [0, 2], "surge {surge}");
+            if surge > 0 {
+                assert_eq!(pool_ids(&s).1, ["w-1", "w-3"]);
+                assert_eq!(s.retirements[0].why, "the pool's count is smaller");
+            } else {
+                assert!(s.retirements.is_empty(), "the converge removes them");
+            }
+        }
     }
 }

@@ -426,6 +426,61 @@ fn a_pools_new_flavor_and_labels_replace_its_nodes_one_at_a_time() {
         first_join.is_some_and(|j| j > w0.max(w1)),
         "one batch: {out}"
     );
+
+    // maxSurge: 1, maxUnavailable: 0 (Cluster API's MachineDeployment default): a successor under a
+    // free index joins before each old node is drained and removed, so the pool never runs short
+    // (workers-2, then workers-0 again once the old workers-0 and its Node are gone).
+    let fourth = d.join("fourth.yaml");
+    std::fs::write(
+        &fourth,
+        changed.replace("example.com/tier: web", "example.com/tier: db")
+            + "      maxUnavailable: 0\n      maxSurge: 1\n",
+    )
+    .expect("write");
+    let fourth = fourth.to_str().expect("utf8");
+    let surged = kos_within(d, &sim.clouds, &["up", "-f", fourth, "--cloud", "sim"]);
+    let out = text(&surged);
+    assert_eq!(surged.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&surged.stderr);
+    // In this order (every converge shows each node's console again: each is looked for after the
+    // one before).
+    [
+        "kos: workers-2: kubeadm-join ok",
+        "removing workers-0",
+        "deleted server kos-demo-workers-0",
+        "kos: workers-0: kubeadm-join ok",
+        "removing workers-1",
+    ]
+    .iter()
+    .fold(0, |from, what| {
+        from + err[from..]
+            .find(what)
+            .unwrap_or_else(|| panic!("{what} after byte {from}: {out}"))
+    });
+    let after = flavors(&sim.clouds, "demo");
+    let workers: Vec<&String> = after.keys().filter(|n| n.contains("workers")).collect();
+    assert_eq!(
+        workers,
+        ["kos-demo-workers-0", "kos-demo-workers-2"],
+        "{after:?}"
+    );
+    let clusters = sim_admin(&sim.base, "/_sim/clusters");
+    let nodes = clusters[0]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "the old Nodes are gone: {clusters}");
+    assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
+    let plan = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "plan",
+            "-f",
+            fourth,
+            "--cloud",
+            "sim",
+            "--detailed-exitcode",
+        ],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
 }
 
 /// One control plane's new flavor. Behind a floating IP (the minimal example) it could only be
@@ -691,7 +746,9 @@ fn control_plane_volumes(clouds: &std::path::Path) -> std::collections::BTreeMap
 
 /// Upgrade 1.35 → 1.36 of three control planes and two pools: `kos up` moves kubeadm-config first,
 /// then replaces control planes one at a time, each successor joining before its predecessor leaves
-/// (so etcd keeps three healthy members at every moment), and then each pool's workers. The simulated cloud
+/// (so etcd keeps three healthy members at every moment), and then each pool's workers: `general`
+/// through successors (`maxSurge: 1`), `batch` in place. A PodDisruptionBudget stops the rollout at
+/// the drain it forbids; once it allows, plain `kos up` continues. The simulated cloud
 /// watches at every step: etcd keeps quorum, no member outlives its server, no kubelet is newer than
 /// an API server it talks to, no two API servers are more than a minor apart. Afterwards every node
 /// and API server runs 1.36 and nothing is left to change. (Before, a changed kubernetesVersion
@@ -734,10 +791,69 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
     assert!(shown.contains("Kubernetes: 1.35.2 → 1.36.4"), "{shown}");
     assert!(shown.contains("(replacement 1 of 8)"), "{shown}");
 
+    // A budget that allows no disruption of the one pod on general-0: the rollout stops at its
+    // drain (exit 1, naming the budget), with the pod and its server still there.
+    let kc = kos(
+        d,
+        Some(&sim.clouds),
+        &["kubeconfig", "prod", "--cloud", "sim"],
+    );
+    assert_eq!(code(&kc), 0, "{}", text(&kc));
+    let prod_kubectl = |args: &[&str]| {
+        std::process::Command::new(kubectl_binary())
+            .arg("--kubeconfig")
+            .arg(d.join("kubeconfig-prod"))
+            .args(args)
+            .current_dir(d)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("kubectl")
+    };
+    let objects = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: db-0\n  namespace: default\n  labels: {app: db}\nspec:\n  nodeName: kos-prod-general-0\n  containers:\n  - name: db\n    image: postgres\n---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: db\n  namespace: default\nspec:\n  minAvailable: 1\n  selector:\n    matchLabels: {app: db}\n";
+    std::fs::write(d.join("db.yaml"), objects).expect("write");
+    let made = prod_kubectl(&["apply", "-f", "db.yaml"]);
+    assert!(made.status.success(), "{}", text(&made));
+    let running = prod_kubectl(&[
+        "patch",
+        "pod",
+        "db-0",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+    ]);
+    assert!(running.status.success(), "{}", text(&running));
+
+    let held = kos_within(
+        d,
+        &sim.clouds,
+        &["up", "-f", new, "--cloud", "sim", "--drain-timeout", "5"],
+    );
+    let out = text(&held);
+    assert_eq!(held.status.code(), Some(1), "{out}");
+    let flat = out
+        .split_whitespace()
+        .filter(|w| *w != "│")
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(flat.contains("The disruption budget db needs"), "{out}");
+    let pod = prod_kubectl(&["get", "pod", "db-0", "-o", "name"]);
+    assert!(pod.status.success(), "the budget held: {}", text(&pod));
+    assert!(
+        flavors(&sim.clouds, "prod").contains_key("kos-prod-general-0"),
+        "the server stays while its pod cannot go"
+    );
+    let mid = sim_admin(&sim.base, "/_sim/clusters");
+    assert_eq!(mid[0]["violations"], serde_json::json!([]), "{mid}");
+    let err = String::from_utf8_lossy(&held.stderr).into_owned();
+    let relaxed = prod_kubectl(&["delete", "pdb", "db"]);
+    assert!(relaxed.status.success(), "{}", text(&relaxed));
+
+    // Plain `kos up` continues where the budget stopped it.
     let upgraded = kos_within(d, &sim.clouds, &["up", "-f", new, "--cloud", "sim"]);
     let out = text(&upgraded);
     assert_eq!(upgraded.status.code(), Some(0), "{out}");
-    let err = String::from_utf8_lossy(&upgraded.stderr);
+    let rest = String::from_utf8_lossy(&upgraded.stderr);
     let config = err
         .find("kubeadm-config says Kubernetes 1.36.4")
         .expect("kubeadm-config moved");
@@ -755,11 +871,28 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
     ];
     assert!(config < steps[0], "kubeadm-config first: {out}");
     assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}: {out}");
-    let first_worker = err
-        .find("replacing general-0")
-        .or_else(|| err.find("replacing batch-0"))
-        .expect("workers replaced");
-    assert!(steps[6] < first_worker, "control planes first: {out}");
+    // Then the general pool (maxSurge: 1): general-0's successor joined before it was drained.
+    let general = [
+        at("kos: general-3: kubeadm-join ok"),
+        at("removing general-0"),
+    ];
+    assert!(steps[6] < general[0], "control planes first: {out}");
+    assert!(general[0] < general[1], "{out}");
+    // The second run: general-0 leaves, the others are succeeded, then batch in place.
+    let at = |what: &str| rest.find(what).unwrap_or_else(|| panic!("{what}: {out}"));
+    let workers = [
+        at("general-0: drained (1 pod(s) evicted)"),
+        at("kos: general-4: kubeadm-join ok"),
+        at("removing general-1"),
+        at("kos: general-5: kubeadm-join ok"),
+        at("removing general-2"),
+        at("replacing batch-0"),
+        at("replacing batch-1"),
+    ];
+    assert!(
+        workers.windows(2).all(|w| w[0] < w[1]),
+        "{workers:?}: {out}"
+    );
 
     let after = sim_admin(&sim.base, "/_sim/clusters");
     let c = &after[0];
@@ -805,28 +938,17 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
 
     // The addons that follow the minor moved with it: cloud-provider-openstack's 1.36 release.
     assert!(
-        err.contains("moved to the images of Kubernetes 1.36"),
+        rest.contains("moved to the images of Kubernetes 1.36"),
         "{out}"
     );
-    let kc = kos(
-        d,
-        Some(&sim.clouds),
-        &["kubeconfig", "prod", "--cloud", "sim"],
-    );
-    assert_eq!(code(&kc), 0, "{}", text(&kc));
-    let ds = std::process::Command::new(kubectl_binary())
-        .arg("--kubeconfig")
-        .arg(d.join("kubeconfig-prod"))
-        .args([
-            "-n",
-            "kube-system",
-            "get",
-            "daemonsets,deployments",
-            "-o",
-            "json",
-        ])
-        .output()
-        .expect("kubectl");
+    let ds = prod_kubectl(&[
+        "-n",
+        "kube-system",
+        "get",
+        "daemonsets,deployments",
+        "-o",
+        "json",
+    ]);
     let listed = String::from_utf8_lossy(&ds.stdout);
     assert!(ds.status.success(), "{}", text(&ds));
     assert!(

@@ -8,35 +8,44 @@ use crate::names::{ClusterName, cluster_tag, id_tag, resource_name};
 use crate::resolved::{Resolved, ResolvedMachine, ResolvedNetwork};
 use crate::spec::{ClusterSpec, EndpointKind, LbProvider, ServerGroupPolicy};
 
-/// Which control planes the graph holds, by index: `cp-0` … `cp-{count-1}` for a new cluster, and for
-/// a running one what exists, less those leaving, plus those joining (a replacement's successor joins
-/// under a fresh index before its predecessor leaves: kos-lifecycle decides, from what the cloud shows).
+/// Which servers the graph holds, by index: `cp-0` … `cp-{count-1}` and `<pool>-0` … for a new
+/// cluster, and for a running one what exists, less those leaving, plus those joining (a replacement's
+/// successor joins under a fresh index before its predecessor leaves: kos-lifecycle decides, from what
+/// the cloud shows).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slots {
     /// Ascending, never empty.
     control_plane: Vec<u32>,
+    /// Ascending, by pool name; a pool not listed has `0 … count-1`.
+    pools: std::collections::BTreeMap<String, Vec<u32>>,
 }
 
 impl Slots {
-    /// `0 … count-1`: a new cluster's.
+    /// `0 … count-1` of each group: a new cluster's.
     #[must_use]
     pub fn counted(spec: &ClusterSpec) -> Slots {
-        Slots {
-            control_plane: (0..spec.control_plane.count.get()).collect(),
-        }
+        Slots::control_planes(0..spec.control_plane.count.get())
     }
 
     /// These control-plane indexes, sorted and deduplicated (none: `cp-0` alone, as a cluster has at
-    /// least one).
+    /// least one); every pool `0 … count-1`.
     #[must_use]
     pub fn control_planes(indexes: impl IntoIterator<Item = u32>) -> Slots {
-        let mut control_plane: Vec<u32> = indexes.into_iter().collect();
-        control_plane.sort_unstable();
-        control_plane.dedup();
+        let mut control_plane = sorted(indexes);
         if control_plane.is_empty() {
             control_plane.push(0);
         }
-        Slots { control_plane }
+        Slots {
+            control_plane,
+            pools: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// With these indexes for pool `name`.
+    #[must_use]
+    pub fn with_pool(mut self, name: &str, indexes: impl IntoIterator<Item = u32>) -> Slots {
+        self.pools.insert(name.to_owned(), sorted(indexes));
+        self
     }
 
     /// The control-plane indexes, ascending.
@@ -44,6 +53,22 @@ impl Slots {
     pub fn control_plane(&self) -> &[u32] {
         &self.control_plane
     }
+
+    /// Pool `name`'s indexes, ascending (`0 … count-1` when not set).
+    #[must_use]
+    pub fn pool(&self, name: &str, count: u32) -> Vec<u32> {
+        self.pools
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| (0..count).collect())
+    }
+}
+
+fn sorted(indexes: impl IntoIterator<Item = u32>) -> Vec<u32> {
+    let mut v: Vec<u32> = indexes.into_iter().collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// Builds the desired graph of a new cluster (control planes `0 … count-1`): see [`desired_in`].
@@ -75,6 +100,11 @@ pub fn desired_in(
         extra_tags: spec.tags.iter().map(|t| t.as_str().to_owned()).collect(),
         kubernetes_version: spec.kubernetes_version.to_string(),
         nodes: Vec::new(),
+        record: super::ClusterRecord {
+            pod_cidr: spec.network.pod_cidr.value.to_string(),
+            service_cidr: spec.network.service_cidr.value.to_string(),
+            cni: spec.addons.cni.key().to_owned(),
+        },
     };
 
     // Network: made by kos, or the user's own (external references, never touched).
@@ -350,7 +380,7 @@ pub fn desired_in(
             .get(&pool.name.value)
             .ok_or_else(|| GraphError::UnresolvedPool(name.to_owned()))?;
         let group = b.server_group(&format!("sgroup-{name}"), pool.server_group_policy);
-        for i in 0..pool.count.value {
+        for i in slots.pool(name, pool.count.value) {
             b.machine(
                 &Machine {
                     prefix: name,
@@ -382,6 +412,8 @@ struct Builder<'a> {
     extra_tags: Vec<String>,
     kubernetes_version: String,
     nodes: Vec<Node>,
+    /// What the control planes record of the cluster.
+    record: super::ClusterRecord,
 }
 
 struct Machine<'a> {
@@ -511,6 +543,7 @@ impl Builder<'_> {
             role: m.role.clone(),
             labels: m.labels.clone(),
             taints: m.taints.clone(),
+            cluster: (!matches!(m.role, NodeRole::Worker { .. })).then(|| self.record.clone()),
         };
         let record = super::record::tags(&spec);
         self.add(&host, Kind::Server, Desired::Server(Box::new(spec)), &deps);

@@ -272,6 +272,21 @@ pub struct ServerSpec {
     pub role: NodeRole,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<String>,
+    /// A control plane's record of what the whole cluster was made with (kubeadm's
+    /// ClusterConfiguration and the CNI); `None` on workers.
+    pub cluster: Option<ClusterRecord>,
+}
+
+/// Cluster-wide settings a running cluster cannot change, recorded in its control planes' tags
+/// ([`record`]) so that a later plan refuses a change to them instead of ignoring it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterRecord {
+    /// `network.podCIDR`.
+    pub pod_cidr: String,
+    /// `network.serviceCIDR`.
+    pub service_cidr: String,
+    /// `addons.cni`.
+    pub cni: String,
 }
 
 /// Where the API endpoint's address comes from, once that node exists.

@@ -13,13 +13,54 @@ pub const TAG_KUBERNETES: &str = "kos-k8s";
 /// `kos-node=<16 hex>`: a digest of the node's labels and taints.
 pub const TAG_NODE: &str = "kos-node";
 
+/// `kos-pods=10.244.0.0_16`: a control plane's record of the cluster's pod CIDR (Nova refuses a `/`
+/// in a tag: it is written `_`).
+pub const TAG_PODS: &str = "kos-pods";
+/// `kos-services=10.96.0.0_12`: a control plane's record of the cluster's service CIDR.
+pub const TAG_SERVICES: &str = "kos-services";
+/// `kos-cni=calico`: a control plane's record of the cluster's CNI.
+pub const TAG_CNI: &str = "kos-cni";
+
 /// The record tags of a server made from `spec`.
 #[must_use]
 pub fn tags(spec: &ServerSpec) -> Vec<String> {
-    vec![
+    let mut t = vec![
         format!("{TAG_KUBERNETES}={}", spec.kubernetes_version),
         format!("{TAG_NODE}={}", node_digest(spec)),
+    ];
+    if let Some(c) = &spec.cluster {
+        t.push(format!("{TAG_PODS}={}", c.pod_cidr.replace('/', "_")));
+        t.push(format!(
+            "{TAG_SERVICES}={}",
+            c.service_cidr.replace('/', "_")
+        ));
+        t.push(format!("{TAG_CNI}={}", c.cni));
+    }
+    t
+}
+
+/// The cluster-wide settings `cluster` changes from what a control plane recorded in its `tags`, as
+/// `(field, recorded, wanted)`; a setting not recorded (a server made before the record) is none.
+#[must_use]
+pub fn cluster_changes(
+    tags: &[String],
+    cluster: &super::ClusterRecord,
+) -> Vec<(&'static str, String, String)> {
+    [
+        ("network.podCIDR", TAG_PODS, cluster.pod_cidr.as_str()),
+        (
+            "network.serviceCIDR",
+            TAG_SERVICES,
+            cluster.service_cidr.as_str(),
+        ),
+        ("addons.cni", TAG_CNI, cluster.cni.as_str()),
     ]
+    .into_iter()
+    .filter_map(|(field, key, want)| {
+        let have = recorded(tags, key)?.replace('_', "/");
+        (have != want).then(|| (field, have, want.to_owned()))
+    })
+    .collect()
 }
 
 /// A recorded value in `tags`, if the server has it.
@@ -69,6 +110,7 @@ mod tests {
             },
             labels: [("tier".to_owned(), "web".to_owned())].into(),
             taints: vec!["dedicated=web:NoSchedule".into()],
+            cluster: None,
         }
     }
 
@@ -95,5 +137,42 @@ mod tests {
         assert_ne!(node_digest(&a), node_digest(&c));
         // Pinned: a digest that changed with a kos release would replace every node.
         assert_eq!(node_digest(&a), "6f9b1a2a01221936");
+    }
+
+    /// A control plane records the cluster's CIDRs and CNI; a worker does not. A change shows against
+    /// the record, and nothing recorded is no change.
+    #[test]
+    fn control_planes_record_the_cluster() {
+        let mut cp = spec();
+        cp.role = NodeRole::JoinControlPlane;
+        cp.cluster = Some(crate::graph::ClusterRecord {
+            pod_cidr: "fd00:10:244::/56".into(),
+            service_cidr: "10.96.0.0/12".into(),
+            cni: "calico".into(),
+        });
+        let t = tags(&cp);
+        assert!(
+            t.iter().all(|t| t.len() <= crate::names::NOVA_TAG_MAX),
+            "{t:?}"
+        );
+        assert_eq!(recorded(&t, TAG_PODS), Some("fd00:10:244::_56"));
+        assert!(
+            t.iter().all(|t| !t.contains('/') && !t.contains(',')),
+            "{t:?}"
+        );
+        assert_eq!(tags(&spec()).len(), 2);
+        let mut want = cp.cluster.clone().expect("a control plane's record");
+        assert!(cluster_changes(&t, &want).is_empty());
+        want.cni = "cilium".into();
+        want.service_cidr = "10.100.0.0/16".into();
+        let own = |(f, h, w): (&'static str, &str, &str)| (f, h.to_owned(), w.to_owned());
+        assert_eq!(
+            cluster_changes(&t, &want),
+            [
+                own(("network.serviceCIDR", "10.96.0.0/12", "10.100.0.0/16")),
+                own(("addons.cni", "calico", "cilium"))
+            ]
+        );
+        assert!(cluster_changes(&t[..2], &want).is_empty(), "not recorded");
     }
 }

@@ -405,8 +405,7 @@ fn check_endpoint_fits_count(cx: &mut Cx<'_>, cp: &ControlPlane, ep: &ApiEndpoin
                 Code::Conflict,
                 "spec.controlPlane.maxSurge",
                 "a floating-IP endpoint is its one server's port: no second control plane can join \
-                 behind it"
-                    .to_owned(),
+                 behind it",
             )
             .label(ep.kind.span, "one server only")
             .label(surge.span, "a second control plane")
@@ -667,21 +666,50 @@ fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
             "taints",
             "serverGroupPolicy",
             "maxUnavailable",
+            "maxSurge",
         ],
     )?;
     let name = m.req(cx, "name", |cx, f| {
         name_value(cx, f, PoolName::new, "pool name", names::POOL_NAME_MAX)
     });
-    let max_unavailable = m.or(cx, "maxUnavailable", 1, |cx, f| {
+    let max_surge = m.or(cx, "maxSurge", 0, |cx, f| {
         integer(
             cx,
             f,
-            1..=NodePool::MAX_COUNT,
+            0..=NodePool::MAX_COUNT,
             Code::InvalidValue,
-            "how many of the pool's nodes a replacement takes down at once: 1 to 500 (default 1)",
+            "how many successors join before the nodes they replace leave: 0 to 500 (default 0: \
+             replaced in place)",
         )
         .map(|n| n.value)
     });
+    let max_unavailable = m.opt(cx, "maxUnavailable", |cx, f| {
+        integer(
+            cx,
+            f,
+            0..=NodePool::MAX_COUNT,
+            Code::InvalidValue,
+            "how many of the pool's nodes a replacement takes down at once: 0 to 500 (default 1, or \
+             0 with a maxSurge)",
+        )
+    });
+    // Both 0 would replace nothing, ever (Cluster API refuses the same).
+    let max_unavailable = match (max_unavailable, max_surge) {
+        (Some(Some(u)), Some(0)) if u.value == 0 => {
+            cx.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    &format!("{}.maxUnavailable", m.path()),
+                    "maxUnavailable 0 with maxSurge 0: no node could ever be replaced",
+                )
+                .label(u.span, "nothing down")
+                .help("set `maxSurge: 1` (a successor joins first) or `maxUnavailable: 1`"),
+            );
+            None
+        }
+        (Some(u), Some(surge)) => Some(u.map_or(u32::from(surge == 0), |u| u.value)),
+        _ => None,
+    };
     let count = m.req(cx, "count", |cx, f| {
         integer(
             cx,
@@ -708,6 +736,7 @@ fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
         taints: taints?,
         server_group_policy: policy?,
         max_unavailable: max_unavailable?,
+        max_surge: max_surge?,
     })
 }
 

@@ -11,6 +11,7 @@ use kos_cluster::plan::{Op, Plan};
 use kos_cluster::resolved::Resolved;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
 use kos_cluster::{ClusterSpec, Loaded};
+use kos_lifecycle::run::{Decided, RunError};
 use miette::IntoDiagnostic;
 
 use super::{Exit, Failure};
@@ -20,18 +21,20 @@ use crate::bootstrap::{API_PORT, ClusterMeta, KubeadmBootstrap, Local, Secrets};
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
 
-/// A spec read, validated and checked against the cloud, with its desired graph.
+/// A spec read, validated and checked against the cloud, with its desired graph: one turn of a run.
 pub(super) struct Prepared {
     pub(super) spec: ClusterSpec,
     pub(super) graph: DesiredGraph,
     pub(super) resolved: Resolved,
-    pub(super) plan: Plan,
     formation: kos_lifecycle::formation::Decision,
-    /// `controlPlane.maxSurge` is 1: an outdated control plane's successor joins before it leaves.
-    pub(super) surge: bool,
-    /// Control planes that leave (a smaller count, or succeeded), one at a time, in an order that keeps
-    /// quorum.
-    pub(super) retirements: Vec<kos_lifecycle::succession::Retirement>,
+    /// The plan, the servers that leave and the groups that surge.
+    pub(super) decided: Decided,
+}
+
+impl AsRef<Decided> for Prepared {
+    fn as_ref(&self) -> &Decided {
+        &self.decided
+    }
 }
 
 /// A spec read and validated, before any cloud is contacted: an unreachable cloud never hides a spec
@@ -156,13 +159,42 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
             ))
         })?;
     }
-    // Which control planes: what exists, those a smaller count or a successor retires, those that
-    // join. Decided against a plan of every existing one (which of them the spec replaces).
+    // Which servers: what exists, those a smaller count or a successor retires, those that join.
+    // Decided against a plan of every existing one (which of them the spec replaces).
     let count = loaded.spec.control_plane.count.get();
-    let surge = loaded
+    let control_planes = kos_lifecycle::succession::Rule {
+        prefix: "cp",
+        count,
+        surge: u32::from(
+            loaded
+                .spec
+                .control_plane
+                .surges(loaded.spec.api_endpoint.kind.value),
+        ),
+        unavailable: 0,
+        zones: pre.resolved.control_plane.availability_zones.len(),
+    };
+    let pools: Vec<kos_lifecycle::succession::Rule<'_>> = loaded
         .spec
-        .control_plane
-        .surges(loaded.spec.api_endpoint.kind.value);
+        .node_pools
+        .iter()
+        .map(|pool| kos_lifecycle::succession::Rule {
+            prefix: pool.name.value.as_str(),
+            count: pool.count.value,
+            surge: pool.max_surge,
+            unavailable: pool.max_unavailable,
+            zones: pre
+                .resolved
+                .pools
+                .get(&pool.name.value)
+                .map_or(0, |m| m.availability_zones.len()),
+        })
+        .collect();
+    let surging: std::collections::BTreeSet<String> = std::iter::once(&control_planes)
+        .chain(&pools)
+        .filter(|r| r.surge > 0)
+        .map(|r| r.prefix.to_owned())
+        .collect();
     let graph_of = |slots: &kos_cluster::graph::Slots| {
         kos_cluster::graph::desired_in(&loaded.spec, &pre.resolved, formation.formation, slots)
             .map_err(|e| {
@@ -171,18 +203,15 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
                 ))
             })
     };
-    let provisional = kos_lifecycle::succession::provisional(&observed, count);
+    let counts: Vec<(&str, u32)> = pools.iter().map(|r| (r.prefix, r.count)).collect();
+    let provisional = kos_lifecycle::succession::provisional(&observed, count, &counts);
     let graph = graph_of(&provisional)?;
     let plan = kos_cluster::plan::plan(&graph, &observed);
-    let rule = kos_lifecycle::succession::Rule {
-        count,
-        surge,
-        zones: pre.resolved.control_plane.availability_zones.len(),
-    };
     let succession = kos_lifecycle::succession::decide(
         &observed,
         &kos_lifecycle::succession::outdated(&plan),
-        rule,
+        control_planes,
+        &pools,
     )
     .map_err(|e| {
         Failure::input(miette::miette!(
@@ -208,13 +237,16 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
         )));
     }
     Ok(Prepared {
+        decided: Decided {
+            plan,
+            retirements: succession.retirements,
+            surging,
+            max_unavailable: max_unavailable(&loaded.spec),
+        },
         spec: loaded.spec,
         graph,
         resolved: pre.resolved,
-        plan,
         formation,
-        surge,
-        retirements: succession.retirements,
     })
 }
 
@@ -240,9 +272,10 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
                 return Ok(Exit::Ok);
             }
             // What `kos up` would refuse, `kos plan` refuses too.
-            kos_lifecycle::roll::check(&kos_lifecycle::roll::in_place(&p.plan, p.surge))
-                .map_err(refused)?;
-            let plan = kos_lifecycle::roll::annotated(&p.plan);
+            p.decided
+                .check()
+                .map_err(|e| Failure::from(RunError::from(e)))?;
+            let plan = kos_lifecycle::roll::annotated(&p.decided.plan);
             match args.output {
                 Output::Text => print!("{}", crate::term::escape(&plan.diff(args.all))),
                 Output::Json => println!(
@@ -268,175 +301,120 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
     let spec = load_spec(&args.spec.file)?;
     let cloud = args.cloud.cloud.clone();
     with_cloud(cloud.as_deref(), |c| async move {
-        let r = async {
-            let mut spec = Some(spec);
-            let mut replaced = std::collections::BTreeSet::new();
-            // The servers there before this run: a successor it made that is outdated again would be
-            // succeeded forever.
-            let mut made: Option<std::collections::BTreeSet<String>> = None;
-            loop {
-                let file = match spec.take() {
-                    Some(s) => s,
-                    None => load_spec(&args.spec.file)?,
-                };
-                let p = prepare(&c, file).await?;
-                // A replacement that cannot be done is refused before the first change.
-                kos_lifecycle::roll::check(&kos_lifecycle::roll::in_place(&p.plan, p.surge))
-                    .map_err(refused)?;
-                if made.is_none() {
-                    made = Some(servers_of(&p.plan));
-                }
-                // --repair: a node NotReady for too long is replaced before the converge, which
-                // would wait for it to be Ready.
-                if args.repair {
-                    let sick = super::roll::unhealthy(&c, &p).await.map_err(|e| {
-                        Failure::cloud_report(miette::miette!(
-                            help = "--repair needs the cluster's API to answer from here",
-                            "cannot list the cluster's nodes: {e}"
-                        ))
-                    })?;
-                    let now = time::OffsetDateTime::now_utc().unix_timestamp();
-                    let after = i64::try_from(args.repair_after).unwrap_or(i64::MAX);
-                    if let Some(t) = kos_lifecycle::roll::repairs(&p.plan, &sick, now, after)
-                        .into_iter()
-                        .find(|t| !replaced.contains(&t.logical_id))
-                    {
-                        kos_lifecycle::roll::check_repair(&p.plan, &t).map_err(refused)?;
-                        step(&c, &p, &[t], &args, &mut replaced).await?;
-                        continue;
-                    }
-                }
-                let converging = kos_lifecycle::roll::without_rolls(
-                    &kos_lifecycle::roll::without_retirements(&p.plan, &p.retirements),
-                );
-                let scaled_down = super::roll::drain_scaled_down(&c, &p, &converging, &args).await?;
-                super::roll::before_joins(&c, &p, &converging).await?;
-                let failed_earlier = converge(&c, &args, &p, &converging).await?;
-                super::roll::delete_nodes(&c, &p, &scaled_down).await;
-                if !failed_earlier.is_empty() {
-                    let fresh = prepare(&c, load_spec(&args.spec.file)?).await?;
-                    let batch = kos_lifecycle::roll::remakes(&fresh.plan, &failed_earlier);
-                    step(&c, &fresh, &batch, &args, &mut replaced).await?;
-                    continue;
-                }
-                // Then one server at a time, each step followed by a converge that makes and follows
-                // what replaces it: control planes a smaller count removes (their etcd members
-                // first), then servers made for another spec.
-                let fresh = prepare(&c, load_spec(&args.spec.file)?).await?;
-                let batch = match kos_lifecycle::roll::next_retirement(&fresh.plan, &fresh.retirements)
-                {
-                    Some(t) => vec![t],
-                    None => {
-                        let max_unavailable = |pool: &str| {
-                            fresh
-                                .spec
-                                .node_pools
-                                .iter()
-                                .find(|p| p.name.value.as_str() == pool)
-                                .map_or(1, |p| p.max_unavailable as usize)
-                        };
-                        kos_lifecycle::roll::next_batch(
-                            &kos_lifecycle::roll::in_place(&fresh.plan, fresh.surge),
-                            &max_unavailable,
-                        )
-                        .map_err(refused)?
-                    }
-                };
-                if batch.is_empty() {
-                    // Converged: the addons that follow the minor catch up with an upgrade.
-                    match super::roll::follow_minor(&c, &fresh).await {
-                        Ok(moved) => {
-                            for m in moved {
-                                eprintln!(
-                                    "kos: {}: {m} moved to the images of Kubernetes 1.{}",
-                                    fresh.graph.cluster, fresh.spec.kubernetes_version.minor()
-                                );
-                            }
-                        }
-                        Err(e) => eprintln!(
-                            "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {e}"
-                        ),
-                    }
-                    return Ok(Exit::Ok);
-                }
-                if let Some(before) = &made {
-                    succeeded_again(&fresh, &batch, before)?;
-                }
-                step(&c, &fresh, &batch, &args, &mut replaced).await?;
-            }
-        }
-        .await;
+        let opts = kos_lifecycle::run::Options {
+            repair: args.repair.then_some(kos_lifecycle::run::Repair {
+                after_secs: i64::try_from(args.repair_after).unwrap_or(i64::MAX),
+                now: || time::OffsetDateTime::now_utc().unix_timestamp(),
+            }),
+        };
+        let mut run = Up {
+            c: &c,
+            args: &args,
+            spec: Some(spec),
+        };
+        let r = kos_lifecycle::run::up(&mut run, opts)
+            .await
+            .map(|()| Exit::Ok);
         (c, r)
     })
     .await
 }
 
-/// The cloud ids of the servers `plan` finds.
-fn servers_of(plan: &Plan) -> std::collections::BTreeSet<String> {
-    plan.actions
+/// `kos up`'s [`kos_lifecycle::run::Cluster`]: the cloud through kos-cluster, the cluster through its
+/// API, the spec read again each turn.
+struct Up<'a> {
+    c: &'a Connected,
+    args: &'a UpArgs,
+    /// Read before the cloud was contacted, for the first turn.
+    spec: Option<SpecFile>,
+}
+
+impl kos_lifecycle::run::Cluster for Up<'_> {
+    type Turn = Prepared;
+    type Error = Failure;
+
+    async fn prepare(&mut self) -> Result<Prepared, Failure> {
+        let file = match self.spec.take() {
+            Some(s) => s,
+            None => load_spec(&self.args.spec.file)?,
+        };
+        prepare(self.c, file).await
+    }
+
+    async fn unhealthy(
+        &self,
+        p: &Prepared,
+    ) -> Result<Vec<kos_lifecycle::roll::Unhealthy>, Failure> {
+        super::roll::unhealthy(self.c, p).await.map_err(|e| {
+            Failure::cloud_report(miette::miette!(
+                help = "--repair needs the cluster's API to answer from here",
+                "cannot list the cluster's nodes: {e}"
+            ))
+        })
+    }
+
+    async fn drain_scaled_down(&self, p: &Prepared, plan: &Plan) -> Result<Vec<String>, Failure> {
+        super::roll::drain_scaled_down(self.c, p, plan, self.args).await
+    }
+
+    async fn before_joins(&self, p: &Prepared, plan: &Plan) -> Result<(), Failure> {
+        super::roll::before_joins(self.c, p, plan).await
+    }
+
+    async fn converge(&self, p: &Prepared, plan: &Plan) -> Result<Vec<String>, Failure> {
+        converge(self.c, self.args, p, plan).await
+    }
+
+    async fn delete_nodes(&self, p: &Prepared, names: &[String]) {
+        super::roll::delete_nodes(self.c, p, names).await;
+    }
+
+    async fn remove(
+        &self,
+        p: &Prepared,
+        batch: &[kos_lifecycle::roll::Target],
+        plan: &Plan,
+    ) -> Result<(), Failure> {
+        super::roll::remove(self.c, p, batch, self.args, plan).await
+    }
+
+    async fn converged(&self, p: &Prepared) {
+        // The addons that follow the minor catch up with an upgrade.
+        match super::roll::follow_minor(self.c, p).await {
+            Ok(moved) => {
+                for m in moved {
+                    eprintln!(
+                        "kos: {}: {m} moved to the images of Kubernetes 1.{}",
+                        p.graph.cluster,
+                        p.spec.kubernetes_version.minor()
+                    );
+                }
+            }
+            Err(e) => eprintln!(
+                "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {e}"
+            ),
+        }
+    }
+}
+
+/// A decision of the run's, as the user reads it: a refusal is bad input (exit 3, nothing changed).
+impl From<RunError> for Failure {
+    fn from(e: RunError) -> Failure {
+        let report = miette::miette!(help = e.help(), "{e}");
+        if e.is_refusal() {
+            Failure::input(report)
+        } else {
+            Failure::cloud_report(report)
+        }
+    }
+}
+
+/// Each pool's `maxUnavailable`.
+fn max_unavailable(spec: &ClusterSpec) -> std::collections::BTreeMap<String, usize> {
+    spec.node_pools
         .iter()
-        .filter(|a| a.kind == Kind::Server)
-        .filter_map(|a| a.existing.as_ref().map(|r| r.id.clone()))
+        .map(|p| (p.name.value.to_string(), p.max_unavailable as usize))
         .collect()
-}
-
-/// A control plane leaving because it is outdated, that this run made as a successor: the spec
-/// describes a server the cloud does not make as described, and succeeding it again would not end.
-fn succeeded_again(
-    p: &Prepared,
-    batch: &[kos_lifecycle::roll::Target],
-    before: &std::collections::BTreeSet<String>,
-) -> Result<(), Failure> {
-    for t in batch.iter().filter(|t| t.scale_down) {
-        let id = p
-            .plan
-            .for_node(&t.logical_id)
-            .filter(|a| a.kind == Kind::Server)
-            .and_then(|a| a.existing.as_ref())
-            .map(|r| r.id.as_str());
-        let outdated = p
-            .retirements
-            .iter()
-            .any(|r| r.id == t.logical_id && r.why.starts_with("replaced by"));
-        if outdated && id.is_some_and(|id| !before.contains(id)) {
-            return Err(Failure::cloud_report(miette::miette!(
-                help = "`kos plan` says what differs; fix the cause and run `kos up` again",
-                "{} was made by this run to succeed an outdated control plane, and is outdated itself: {}",
-                t.logical_id,
-                t.changes.join("; ")
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// A replacement kos will not make, as the user reads it (exit 3, nothing changed).
-fn refused(e: kos_lifecycle::roll::RollError) -> Failure {
-    Failure::input(miette::miette!(help = e.help(), "{e}"))
-}
-
-/// One step of `batch` (replaced, retired or made again). A server this run already replaced and
-/// that comes up again would be replaced forever: the run stops instead.
-async fn step(
-    c: &Connected,
-    p: &Prepared,
-    batch: &[kos_lifecycle::roll::Target],
-    args: &UpArgs,
-    replaced: &mut std::collections::BTreeSet<String>,
-) -> Result<(), Failure> {
-    for t in batch.iter().filter(|t| !t.scale_down) {
-        if !replaced.insert(t.logical_id.clone()) {
-            return Err(Failure::cloud_report(miette::miette!(
-                help = "the node's console (`openstack console log show <server>`) and `kos plan` \
-                        say why; fix the cause and run `kos up` again",
-                "{} was made again by this run and still needs it: {}",
-                t.logical_id,
-                t.changes.join("; ")
-            )));
-        }
-    }
-    let plan = kos_lifecycle::roll::step_plan(&p.plan, batch);
-    super::roll::remove(c, p, batch, args, &plan).await
 }
 
 /// One converge: everything but the servers to replace made as the spec says, their bootstrap

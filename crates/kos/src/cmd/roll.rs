@@ -75,6 +75,7 @@ pub(super) async fn remove(
     }
     for t in batch.iter().filter(|t| t.control_plane) {
         let address = p
+            .decided
             .plan
             .actions
             .iter()
@@ -337,6 +338,7 @@ pub(super) async fn before_joins(
         .any(|a| a.op == kos_cluster::plan::Op::Create);
     let wanted = p.spec.kubernetes_version.to_string();
     let older = p
+        .decided
         .plan
         .actions
         .iter()
@@ -364,7 +366,8 @@ pub(super) async fn before_joins(
 
 /// The release the target's server was made with.
 fn recorded_version(p: &Prepared, t: &Target) -> Option<String> {
-    p.plan
+    p.decided
+        .plan
         .for_node(&t.logical_id)
         .and_then(|a| a.existing.as_ref())
         .and_then(|r| recorded(&r.facts.tags, TAG_KUBERNETES))

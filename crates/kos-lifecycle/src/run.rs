@@ -1,0 +1,658 @@
+//! One `kos up`: the sequence that takes a cluster from what the cloud and the cluster show to what
+//! the spec says, whatever was there (nothing, a running cluster, what a killed run left). The CLI
+//! runs it today; a controller can run the same code, as it only speaks through [`Cluster`].
+//!
+//! Each turn decides afresh ([`Cluster::prepare`]: the plan, which servers leave and which join) and
+//! then:
+//!
+//! 1. refuses a replacement no order can make, before anything changes;
+//! 2. with `--repair`, replaces one node NotReady for too long first (the converge would wait for it);
+//! 3. converges everything but the servers to replace or retire (a pool's smaller count drained
+//!    first, kubeadm-config moved before a control plane of a new release joins), following the new
+//!    nodes' bootstrap;
+//! 4. makes again the nodes an interrupted run left failed;
+//! 5. takes the next step: the next server(s) to retire (a control plane, or a pool's batch that
+//!    surged) or, failing that, to replace in place (a control plane, or a pool's `maxUnavailable`);
+//! 6. once nothing is left, lets the addons that follow the minor catch up.
+//!
+//! A server replaced by this run that still needs replacing, or a successor made by this run that is
+//! outdated itself, stops the run: the spec describes a server the cloud does not make as described,
+//! and going on would not end.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+
+use kos_cluster::graph::Kind;
+use kos_cluster::plan::Plan;
+
+use crate::roll::{self, RollError, Target, Unhealthy};
+use crate::succession::Retirement;
+
+/// What a turn decided from the spec, the cloud and the cluster.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    /// Against every server the run keeps (those leaving are planned as deletes).
+    pub plan: Plan,
+    /// Servers that leave as steps ([`crate::succession`]), in their order.
+    pub retirements: Vec<Retirement>,
+    /// The groups (`cp`, pool names) whose outdated servers are succeeded, not replaced in place.
+    pub surging: BTreeSet<String>,
+    /// A pool's `maxUnavailable` (at least 1 in place); a pool not listed takes 1.
+    pub max_unavailable: BTreeMap<String, usize>,
+}
+
+impl Decided {
+    /// The plan the in-place replacement works from: surging groups are succeeded instead.
+    #[must_use]
+    pub fn in_place(&self) -> Plan {
+        roll::in_place(&self.plan, &|g| self.surging.contains(g))
+    }
+
+    /// What a converge makes: everything but the servers to replace in place or to retire.
+    #[must_use]
+    pub fn converging(&self) -> Plan {
+        roll::without_rolls(&roll::without_retirements(&self.plan, &self.retirements))
+    }
+
+    /// Whether every replacement can be made, checked before anything changes.
+    ///
+    /// # Errors
+    /// The first control plane that cannot be replaced in place.
+    pub fn check(&self) -> Result<(), RollError> {
+        roll::check(&self.in_place())
+    }
+
+    /// The next step: the next servers to retire, else the next in-place batch; empty when done.
+    ///
+    /// # Errors
+    /// As [`roll::next`].
+    pub fn next_step(&self) -> Result<Vec<Target>, RollError> {
+        let retiring = roll::next_retirements(&self.plan, &self.retirements);
+        if !retiring.is_empty() {
+            return Ok(retiring);
+        }
+        roll::next_batch(&self.in_place(), &|pool| {
+            self.max_unavailable.get(pool).copied().unwrap_or(1)
+        })
+    }
+
+    /// The cloud ids of the servers found.
+    fn servers(&self) -> BTreeSet<String> {
+        self.plan
+            .actions
+            .iter()
+            .filter(|a| a.kind == Kind::Server)
+            .filter_map(|a| a.existing.as_ref().map(|r| r.id.clone()))
+            .collect()
+    }
+
+    /// The cloud id of server `logical_id`, leaving or not (`Plan::for_node` skips deletes, and a
+    /// leaving server is one).
+    fn server_id(&self, logical_id: &str) -> Option<&str> {
+        self.plan
+            .actions
+            .iter()
+            .filter(|a| a.kind == Kind::Server && a.logical_id == logical_id)
+            .find_map(|a| a.existing.as_ref())
+            .map(|r| r.id.as_str())
+    }
+}
+
+/// A run's decision the driver cannot make on its own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Refused(#[from] RollError),
+    #[error("{id} was made again by this run and still needs it: {why}")]
+    ReplacedAgain { id: String, why: String },
+    #[error(
+        "{id} was made by this run to succeed an outdated server, and is outdated itself: {why}"
+    )]
+    SucceededAgain { id: String, why: String },
+}
+
+impl RunError {
+    /// What the user can do.
+    #[must_use]
+    pub fn help(&self) -> &'static str {
+        match self {
+            RunError::Refused(e) => e.help(),
+            RunError::ReplacedAgain { .. } => {
+                "the node's console (`openstack console log show <server>`) and `kos plan` say why; \
+                 fix the cause and run `kos up` again"
+            }
+            RunError::SucceededAgain { .. } => {
+                "`kos plan` says what differs; fix the cause and run `kos up` again"
+            }
+        }
+    }
+
+    /// Whether it comes from the spec (nothing changed), not from what the run met.
+    #[must_use]
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, RunError::Refused(_))
+    }
+}
+
+/// What a run needs of the cloud and the cluster. Each call is idempotent: the next turn decides
+/// again from what they show.
+pub trait Cluster {
+    /// One turn's view: the [`Decided`] and whatever the driver keeps with it (the spec, the graph).
+    type Turn: AsRef<Decided>;
+    type Error: From<RunError>;
+
+    /// Reads the spec, checks it against the cloud, observes, decides.
+    fn prepare(&mut self) -> impl Future<Output = Result<Self::Turn, Self::Error>>;
+    /// The nodes whose Ready condition is not True, and since when.
+    fn unhealthy(
+        &self,
+        t: &Self::Turn,
+    ) -> impl Future<Output = Result<Vec<Unhealthy>, Self::Error>>;
+    /// Drains the workers `plan` deletes for a smaller count; their node names.
+    fn drain_scaled_down(
+        &self,
+        t: &Self::Turn,
+        plan: &Plan,
+    ) -> impl Future<Output = Result<Vec<String>, Self::Error>>;
+    /// Before control planes of a new release join: kubeadm-config says it.
+    fn before_joins(
+        &self,
+        t: &Self::Turn,
+        plan: &Plan,
+    ) -> impl Future<Output = Result<(), Self::Error>>;
+    /// Applies `plan` and follows the bootstrap; the servers an interrupted run left failed.
+    fn converge(
+        &self,
+        t: &Self::Turn,
+        plan: &Plan,
+    ) -> impl Future<Output = Result<Vec<String>, Self::Error>>;
+    /// Deletes the Nodes of servers that are gone (best effort).
+    fn delete_nodes(&self, t: &Self::Turn, names: &[String]) -> impl Future<Output = ()>;
+    /// One step: `batch` drained, a control plane's member removed, `plan` (their deletes) applied,
+    /// their Nodes deleted.
+    fn remove(
+        &self,
+        t: &Self::Turn,
+        batch: &[Target],
+        plan: &Plan,
+    ) -> impl Future<Output = Result<(), Self::Error>>;
+    /// Nothing left to change: what follows the cluster's minor catches up (best effort).
+    fn converged(&self, t: &Self::Turn) -> impl Future<Output = ()>;
+}
+
+/// `--repair`: nodes NotReady for at least `after_secs` are replaced.
+#[derive(Debug, Clone, Copy)]
+pub struct Repair {
+    pub after_secs: i64,
+    /// Now, as Unix seconds (the caller's clock).
+    pub now: fn() -> i64,
+}
+
+/// How a run goes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    pub repair: Option<Repair>,
+}
+
+/// Runs `kos up` until nothing is left to change.
+///
+/// # Errors
+/// The driver's, and [`RunError`]s converted into its error.
+pub async fn up<C: Cluster>(cluster: &mut C, opts: Options) -> Result<(), C::Error> {
+    let mut run = Run::default();
+    loop {
+        let turn = cluster.prepare().await?;
+        let d = turn.as_ref();
+        // A replacement that cannot be done is refused before the first change.
+        d.check().map_err(RunError::from)?;
+        run.made.get_or_insert_with(|| d.servers());
+        if let Some(repair) = opts.repair {
+            let sick = cluster.unhealthy(&turn).await?;
+            if let Some(t) = roll::repairs(&d.plan, &sick, (repair.now)(), repair.after_secs)
+                .into_iter()
+                .find(|t| !run.replaced.contains(&t.logical_id))
+            {
+                roll::check_repair(&d.plan, &t).map_err(RunError::from)?;
+                run.step(cluster, &turn, &[t]).await?;
+                continue;
+            }
+        }
+        let converging = d.converging();
+        let scaled_down = cluster.drain_scaled_down(&turn, &converging).await?;
+        cluster.before_joins(&turn, &converging).await?;
+        let failed_earlier = cluster.converge(&turn, &converging).await?;
+        cluster.delete_nodes(&turn, &scaled_down).await;
+        let fresh = cluster.prepare().await?;
+        if !failed_earlier.is_empty() {
+            let batch = roll::remakes(&fresh.as_ref().plan, &failed_earlier);
+            run.step(cluster, &fresh, &batch).await?;
+            continue;
+        }
+        let batch = fresh.as_ref().next_step().map_err(RunError::from)?;
+        if batch.is_empty() {
+            cluster.converged(&fresh).await;
+            return Ok(());
+        }
+        run.succeeded_again(fresh.as_ref(), &batch)?;
+        run.step(cluster, &fresh, &batch).await?;
+    }
+}
+
+/// What a run remembers between its turns.
+#[derive(Default)]
+struct Run {
+    /// The servers there before this run (cloud ids).
+    made: Option<BTreeSet<String>>,
+    /// The servers this run replaced or made again (logical ids).
+    replaced: BTreeSet<String>,
+}
+
+impl Run {
+    /// One step of `batch`. A server this run already replaced that comes up again would be
+    /// replaced forever: the run stops instead.
+    async fn step<C: Cluster>(
+        &mut self,
+        cluster: &C,
+        turn: &C::Turn,
+        batch: &[Target],
+    ) -> Result<(), C::Error> {
+        for t in batch.iter().filter(|t| !t.scale_down) {
+            if !self.replaced.insert(t.logical_id.clone()) {
+                return Err(RunError::ReplacedAgain {
+                    id: t.logical_id.clone(),
+                    why: t.changes.join("; "),
+                }
+                .into());
+            }
+        }
+        let plan = roll::step_plan(&turn.as_ref().plan, batch);
+        cluster.remove(turn, batch, &plan).await
+    }
+
+    /// A server leaving because it is outdated, that this run made as a successor.
+    fn succeeded_again(&self, d: &Decided, batch: &[Target]) -> Result<(), RunError> {
+        let Some(before) = &self.made else {
+            return Ok(());
+        };
+        for t in batch.iter().filter(|t| t.scale_down) {
+            let outdated = d
+                .retirements
+                .iter()
+                .any(|r| r.id == t.logical_id && r.why.starts_with("replaced by"));
+            if outdated
+                && d.server_id(&t.logical_id)
+                    .is_some_and(|id| !before.contains(id))
+            {
+                return Err(RunError::SucceededAgain {
+                    id: t.logical_id.clone(),
+                    why: t.changes.join("; "),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+
+    use kos_cluster::observe::{Facts, Resource};
+    use kos_cluster::plan::{Action, Op};
+
+    use super::*;
+
+    fn server(id: &str, op: Op, cloud_id: &str) -> Action {
+        Action {
+            logical_id: id.into(),
+            kind: Kind::Server,
+            name: format!("kos-demo-{id}"),
+            op,
+            reason: String::new(),
+            changes: vec!["flavor: a → b".into()],
+            existing: (op != Op::Create).then(|| Resource {
+                kind: Kind::Server,
+                logical_id: id.into(),
+                id: cloud_id.into(),
+                name: format!("kos-demo-{id}"),
+                tagged: true,
+                state: "ACTIVE".into(),
+                failed: false,
+                facts: Facts::default(),
+            }),
+        }
+    }
+
+    fn decided(actions: Vec<Action>) -> Decided {
+        Decided {
+            plan: Plan {
+                cluster: "demo".into(),
+                actions,
+                refused: Vec::new(),
+            },
+            retirements: Vec::new(),
+            surging: BTreeSet::new(),
+            max_unavailable: BTreeMap::new(),
+        }
+    }
+
+    struct Turn(Decided);
+    impl AsRef<Decided> for Turn {
+        fn as_ref(&self) -> &Decided {
+            &self.0
+        }
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Error {
+        Run(RunError),
+        Script(&'static str),
+    }
+    impl From<RunError> for Error {
+        fn from(e: RunError) -> Self {
+            Error::Run(e)
+        }
+    }
+
+    /// Plays back what the cloud shows turn after turn, and records what the run does.
+    #[derive(Default)]
+    struct Script {
+        turns: VecDeque<Decided>,
+        failed_earlier: VecDeque<Vec<String>>,
+        unhealthy: Vec<Unhealthy>,
+        log: RefCell<Vec<String>>,
+    }
+
+    impl Script {
+        fn new(turns: Vec<Decided>) -> Script {
+            Script {
+                turns: turns.into(),
+                ..Script::default()
+            }
+        }
+        fn did(&self, what: String) {
+            self.log.borrow_mut().push(what);
+        }
+        fn log(&self) -> Vec<String> {
+            self.log.borrow().clone()
+        }
+    }
+
+    fn changed(plan: &Plan) -> Vec<String> {
+        plan.actions
+            .iter()
+            .filter(|a| a.op != Op::NoOp)
+            .map(|a| format!("{:?} {}", a.op, a.logical_id))
+            .collect()
+    }
+
+    impl Cluster for Script {
+        type Turn = Turn;
+        type Error = Error;
+        async fn prepare(&mut self) -> Result<Turn, Error> {
+            self.did("prepare".into());
+            self.turns
+                .pop_front()
+                .map(Turn)
+                .ok_or(Error::Script("no more turns"))
+        }
+        async fn unhealthy(&self, _: &Turn) -> Result<Vec<Unhealthy>, Error> {
+            Ok(self.unhealthy.clone())
+        }
+        async fn drain_scaled_down(&self, _: &Turn, plan: &Plan) -> Result<Vec<String>, Error> {
+            let gone: Vec<String> = plan
+                .actions
+                .iter()
+                .filter(|a| a.kind == Kind::Server && a.op == Op::Delete)
+                .map(|a| a.name.clone())
+                .collect();
+            if !gone.is_empty() {
+                self.did(format!("drain {}", gone.join(",")));
+            }
+            Ok(gone)
+        }
+        async fn before_joins(&self, _: &Turn, _: &Plan) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn converge(&self, _: &Turn, plan: &Plan) -> Result<Vec<String>, Error> {
+            self.did(format!("converge [{}]", changed(plan).join(", ")));
+            Ok(self.failed_earlier.front().cloned().unwrap_or_default())
+        }
+        async fn delete_nodes(&self, _: &Turn, names: &[String]) {
+            if !names.is_empty() {
+                self.did(format!("delete nodes {}", names.join(",")));
+            }
+        }
+        async fn remove(&self, _: &Turn, batch: &[Target], plan: &Plan) -> Result<(), Error> {
+            let ids: Vec<&str> = batch.iter().map(|t| t.logical_id.as_str()).collect();
+            self.did(format!(
+                "remove {} [{}]",
+                ids.join(","),
+                changed(plan).join(", ")
+            ));
+            Ok(())
+        }
+        async fn converged(&self, _: &Turn) {
+            self.did("converged".into());
+        }
+    }
+
+    fn run(script: &mut Script, opts: Options) -> Result<(), Error> {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(up(script, opts))
+    }
+
+    #[test]
+    fn nothing_to_replace_is_one_converge_then_the_addons() {
+        let d = decided(vec![
+            server("cp-0", Op::NoOp, "a"),
+            server("w-0", Op::Create, ""),
+        ]);
+        let done = decided(vec![
+            server("cp-0", Op::NoOp, "a"),
+            server("w-0", Op::NoOp, "b"),
+        ]);
+        let mut s = Script::new(vec![d, done]);
+        run(&mut s, Options::default()).unwrap();
+        assert_eq!(
+            s.log(),
+            ["prepare", "converge [Create w-0]", "prepare", "converged"]
+        );
+    }
+
+    /// Workers replaced in place, one at a time, each followed by a converge that makes its successor.
+    #[test]
+    fn each_replacement_is_a_step_followed_by_a_converge() {
+        let rolling = |w0, w1| {
+            decided(vec![
+                server("cp-0", Op::NoOp, "a"),
+                server("w-0", w0, "w0"),
+                server("w-1", w1, "w1"),
+            ])
+        };
+        let turns = vec![
+            rolling(Op::Roll, Op::Roll),
+            rolling(Op::Roll, Op::Roll),
+            rolling(Op::Create, Op::Roll),
+            rolling(Op::NoOp, Op::Roll),
+            rolling(Op::NoOp, Op::Create),
+            rolling(Op::NoOp, Op::NoOp),
+        ];
+        let mut s = Script::new(turns);
+        run(&mut s, Options::default()).unwrap();
+        assert_eq!(
+            s.log(),
+            [
+                "prepare",
+                "converge []",
+                "prepare",
+                "remove w-0 [Delete w-0]",
+                "prepare",
+                "converge [Create w-0]",
+                "prepare",
+                "remove w-1 [Delete w-1]",
+                "prepare",
+                "converge [Create w-1]",
+                "prepare",
+                "converged",
+            ]
+        );
+    }
+
+    /// The only control plane cannot be replaced in place: refused before the first change, even
+    /// with workers to replace that come first in nothing.
+    #[test]
+    fn a_refusal_comes_before_any_change() {
+        let d = decided(vec![
+            server("cp-0", Op::Roll, "a"),
+            server("w-0", Op::Roll, "b"),
+        ]);
+        let mut s = Script::new(vec![d]);
+        let e = run(&mut s, Options::default()).unwrap_err();
+        assert!(matches!(&e, Error::Run(r) if r.is_refusal()), "{e:?}");
+        assert_eq!(s.log(), ["prepare"]);
+        // With a successor joining first (maxSurge) it is no refusal.
+        let mut surged = decided(vec![server("cp-0", Op::Roll, "a")]);
+        surged.surging.insert("cp".into());
+        assert!(surged.check().is_ok());
+    }
+
+    /// A server this run replaced that still differs is not replaced forever.
+    #[test]
+    fn a_server_replaced_twice_in_one_run_stops_it() {
+        let d = || {
+            decided(vec![
+                server("cp-0", Op::NoOp, "a"),
+                server("w-0", Op::Roll, "b"),
+            ])
+        };
+        let mut s = Script::new(vec![d(), d(), d(), d()]);
+        let e = run(&mut s, Options::default()).unwrap_err();
+        assert!(
+            matches!(&e, Error::Run(RunError::ReplacedAgain { id, .. }) if id == "w-0"),
+            "{e:?}"
+        );
+        assert_eq!(
+            s.log().iter().filter(|l| l.starts_with("remove")).count(),
+            1
+        );
+    }
+
+    /// A successor this run made, outdated itself, is not succeeded again; one made before is.
+    #[test]
+    fn a_successor_made_by_this_run_and_outdated_stops_it() {
+        let leaving = |cloud_id: &str| {
+            let mut d = decided(vec![
+                server("cp-0", Op::NoOp, "a"),
+                server("w-0", Op::Delete, cloud_id),
+            ]);
+            d.retirements = vec![Retirement {
+                id: "w-0".into(),
+                why: "replaced by a successor that joined first (flavor: a → b)".into(),
+            }];
+            d.surging.insert("w".into());
+            d
+        };
+        // There before the run: it leaves.
+        let done = decided(vec![server("cp-0", Op::NoOp, "a")]);
+        let mut s = Script::new(vec![
+            leaving("old"),
+            leaving("old"),
+            done.clone(),
+            done.clone(),
+        ]);
+        run(&mut s, Options::default()).unwrap();
+        assert!(
+            s.log().contains(&"remove w-0 [Delete w-0]".to_owned()),
+            "{:?}",
+            s.log()
+        );
+        // The retiring server is not drained as a smaller count by the converge.
+        assert!(
+            !s.log().iter().any(|l| l.starts_with("drain")),
+            "{:?}",
+            s.log()
+        );
+        // Made by this run (not among the servers of its first turn): the run stops.
+        let mut s = Script::new(vec![done, leaving("new")]);
+        let e = run(&mut s, Options::default()).unwrap_err();
+        assert!(
+            matches!(&e, Error::Run(RunError::SucceededAgain { .. })),
+            "{e:?}"
+        );
+    }
+
+    /// `--repair`: the node NotReady for long enough is replaced before the converge, which would
+    /// wait for it; one that is not stays.
+    #[test]
+    fn repair_replaces_before_the_converge() {
+        let d = || {
+            decided(vec![
+                server("cp-0", Op::NoOp, "a"),
+                server("w-0", Op::NoOp, "b"),
+            ])
+        };
+        let mut s = Script::new(vec![d(), d(), d()]);
+        s.unhealthy = vec![Unhealthy {
+            node: "kos-demo-w-0".into(),
+            since_unix: 100,
+        }];
+        let repair = |after_secs| Options {
+            repair: Some(Repair {
+                after_secs,
+                now: || 1_000,
+            }),
+        };
+        run(&mut s, repair(300)).unwrap();
+        assert_eq!(
+            s.log(),
+            [
+                "prepare",
+                "remove w-0 [Delete w-0]",
+                "prepare",
+                "converge []",
+                "prepare",
+                "converged"
+            ]
+        );
+        let mut s = Script::new(vec![d(), d()]);
+        s.unhealthy = vec![Unhealthy {
+            node: "kos-demo-w-0".into(),
+            since_unix: 900,
+        }];
+        run(&mut s, repair(300)).unwrap();
+        assert!(!s.log().iter().any(|l| l.starts_with("remove")));
+    }
+
+    /// A node an interrupted run left failed is made again after the converge.
+    #[test]
+    fn nodes_an_interrupted_run_left_failed_are_made_again() {
+        let d = || {
+            decided(vec![
+                server("cp-0", Op::NoOp, "a"),
+                server("w-0", Op::NoOp, "b"),
+            ])
+        };
+        let mut s = Script::new(vec![d(), d(), d(), d()]);
+        s.failed_earlier = VecDeque::from([vec!["w-0".to_owned()]]);
+        // The script reports w-0 failed on every converge: the second remake stops the run.
+        let e = run(&mut s, Options::default()).unwrap_err();
+        assert!(
+            matches!(&e, Error::Run(RunError::ReplacedAgain { id, .. }) if id == "w-0"),
+            "{e:?}"
+        );
+        assert_eq!(
+            &s.log()[..4],
+            [
+                "prepare",
+                "converge []",
+                "prepare",
+                "remove w-0 [Delete w-0]"
+            ]
+        );
+    }
+}
