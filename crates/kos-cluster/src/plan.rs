@@ -215,12 +215,7 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
                     let why = format!(
                         "{field}: the running cluster was made with {have}; it cannot become {want} \
                          under it ({}; keep {have}, or make a new cluster and move the workloads)",
-                        match field {
-                            "addons.cni" => "kos does not migrate pods from one CNI to another",
-                            _ =>
-                                "kubeadm's ClusterConfiguration, kube-proxy, the CNI and every Service and \
-                                  pod address use it",
-                        }
+                        unchangeable(field)
                     );
                     if !out.contains(&why) {
                         out.push(why);
@@ -244,6 +239,22 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
         }
     }
     out
+}
+
+/// Why a running cluster cannot take a new value of `field` (one of
+/// [`crate::graph::record::cluster_changes`]'s).
+fn unchangeable(field: &str) -> &'static str {
+    match field {
+        "addons.cni" => "kos does not migrate pods from one CNI to another",
+        "addons.ccm" | "addons.csi" => {
+            "the first control plane installs it when it initializes the cluster, and kos does not \
+             swap it under running workloads"
+        }
+        _ => {
+            "kubeadm's ClusterConfiguration, kube-proxy, the CNI and every Service and pod address \
+             use it"
+        }
+    }
 }
 
 /// A replaced server boots a new volume from the image: its old volume holds the old node's disk

@@ -501,7 +501,10 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
             "    ssh:\n",
             "    podCIDR: 10.200.0.0/16\n    serviceCIDR: 10.100.0.0/16\n    ssh:\n",
         )
-        .replace("  nodePools:", "  addons:\n    cni: flannel\n  nodePools:");
+        .replace(
+            "  nodePools:",
+            "  addons:\n    cni: flannel\n    csi: none\n  nodePools:",
+        );
     let g4 = graph_of(&c.session, &rebuilt).await?;
     let p = plan_for(&c.session, &g4).await?;
     let fields: Vec<&str> = p
@@ -511,7 +514,12 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
         .collect();
     assert_eq!(
         fields,
-        ["network.podCIDR", "network.serviceCIDR", "addons.cni"],
+        [
+            "network.podCIDR",
+            "network.serviceCIDR",
+            "addons.cni",
+            "addons.csi"
+        ],
         "{:?}",
         p.refused
     );

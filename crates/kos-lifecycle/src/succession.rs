@@ -488,7 +488,11 @@ mod tests {
         assert_eq!(pool_ids(&s), (vec![0, 1, 2], vec![]));
         let o = observed(&[CP.as_slice(), &[("cp-1", "ACTIVE")], &w].concat());
         let s = decide(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
-        assert_eq!(pool_ids(&s), (vec![0, 1, 2], vec![]), "cp-0 still leaves");
+        assert_eq!(
+            pool_ids(&s),
+            (vec![0, 1, 2], vec!["cp-0".to_owned()]),
+            "cp-0 still leaves"
+        );
         let o = observed(&[[("cp-1", "ACTIVE")].as_slice(), &w].concat());
         let s = decide(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3], vec![]), "now the pool");
@@ -504,12 +508,13 @@ mod tests {
     fn a_pools_surge_and_unavailable_bound_each_step() {
         let w = [("w-0", "ACTIVE"), ("w-1", "ACTIVE"), ("w-2", "ACTIVE")];
         let old = outdated(&["w-0", "w-1", "w-2"]);
-        let s = decide(&observed(&w), &old, rule(1, true), &[pool(3, 2, 0)]).unwrap();
+        let o = observed(&[CP.as_slice(), &w].concat());
+        let s = decide(&o, &old, rule(1, true), &[pool(3, 2, 0)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3, 4], vec![]));
         // maxUnavailable 1 as well: one outdated may leave at once while two join.
-        let s = decide(&observed(&w), &old, rule(1, true), &[pool(3, 2, 1)]).unwrap();
+        let s = decide(&o, &old, rule(1, true), &[pool(3, 2, 1)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![1, 2, 3, 4], vec!["w-0".to_owned()]));
-        let five = [w.as_slice(), &[("w-3", "ACTIVE"), ("w-4", "ACTIVE")]].concat();
+        let five = [CP.as_slice(), &w, &[("w-3", "ACTIVE"), ("w-4", "ACTIVE")]].concat();
         let s = decide(&observed(&five), &old, rule(1, true), &[pool(3, 2, 1)]).unwrap();
         assert_eq!(
             pool_ids(&s),

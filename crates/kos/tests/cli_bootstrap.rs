@@ -377,7 +377,7 @@ fn a_recreated_worker_joins_with_the_same_ca_and_a_valid_token() {
         text(&again)
     );
     assert!(
-        err.contains("bootstrap token was renewed and created in the cluster"),
+        err.contains("the join token is in the cluster before the new node(s) boot (renewed)"),
         "{}",
         text(&again)
     );
@@ -561,8 +561,9 @@ fn with_workers(d: &Path, workers: u32) -> PathBuf {
 }
 
 /// The first control plane's cleanup deletes the join token once the first nodes joined; a node
-/// added by a later `kos up` still joins: kos puts the token back while it joins, and deletes it
-/// again once every node is Ready (before the fix, the join failed on the missing token).
+/// added by a later `kos up` still joins: kos puts the token back before the server is made (and
+/// keeps it there while it joins), and deletes it again once every node is Ready (before the fix,
+/// the join failed on the missing token).
 #[test]
 fn a_node_added_later_joins_though_the_cleanup_deleted_the_join_token() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -591,8 +592,17 @@ fn a_node_added_later_joins_though_the_cleanup_deleted_the_join_token() {
         text(&more)
     );
     assert!(
-        err.contains("the join token is in the cluster for the new node(s)")
-            && err.contains("the join token is deleted from the cluster"),
+        err.contains("the join token is deleted from the cluster"),
+        "{}",
+        text(&more)
+    );
+    // In the cluster before the server is made: a node that boots faster than kos follows it must
+    // find it (before, it was put back only while kos followed the consoles, and a fast node's
+    // joins could run out first).
+    let pushed = err.find("the join token is in the cluster before the new node(s) boot");
+    let created = err.find("creating server workers-2");
+    assert!(
+        pushed.is_some_and(|p| created.is_some_and(|c| p < c)),
         "{}",
         text(&more)
     );

@@ -104,6 +104,16 @@ pub fn desired_in(
             pod_cidr: spec.network.pod_cidr.value.to_string(),
             service_cidr: spec.network.service_cidr.value.to_string(),
             cni: spec.addons.cni.key().to_owned(),
+            ccm: match spec.addons.ccm {
+                crate::spec::Ccm::Upstream => "upstream",
+                crate::spec::Ccm::Kos { .. } => "kos",
+            }
+            .to_owned(),
+            csi: match spec.addons.csi {
+                crate::spec::Csi::Cinder => "cinder",
+                crate::spec::Csi::None => "none",
+            }
+            .to_owned(),
         },
     };
 

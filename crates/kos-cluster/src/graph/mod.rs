@@ -287,6 +287,10 @@ pub struct ClusterRecord {
     pub service_cidr: String,
     /// `addons.cni`.
     pub cni: String,
+    /// `addons.ccm`: `upstream` or `kos`.
+    pub ccm: String,
+    /// `addons.csi`: `cinder` or `none`.
+    pub csi: String,
 }
 
 /// Where the API endpoint's address comes from, once that node exists.

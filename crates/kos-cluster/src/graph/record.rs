@@ -20,6 +20,10 @@ pub const TAG_PODS: &str = "kos-pods";
 pub const TAG_SERVICES: &str = "kos-services";
 /// `kos-cni=calico`: a control plane's record of the cluster's CNI.
 pub const TAG_CNI: &str = "kos-cni";
+/// `kos-ccm=upstream`: a control plane's record of the cluster's cloud controller.
+pub const TAG_CCM: &str = "kos-ccm";
+/// `kos-csi=cinder`: a control plane's record of the cluster's CSI.
+pub const TAG_CSI: &str = "kos-csi";
 
 /// The record tags of a server made from `spec`.
 #[must_use]
@@ -35,6 +39,8 @@ pub fn tags(spec: &ServerSpec) -> Vec<String> {
             c.service_cidr.replace('/', "_")
         ));
         t.push(format!("{TAG_CNI}={}", c.cni));
+        t.push(format!("{TAG_CCM}={}", c.ccm));
+        t.push(format!("{TAG_CSI}={}", c.csi));
     }
     t
 }
@@ -54,6 +60,8 @@ pub fn cluster_changes(
             cluster.service_cidr.as_str(),
         ),
         ("addons.cni", TAG_CNI, cluster.cni.as_str()),
+        ("addons.ccm", TAG_CCM, cluster.ccm.as_str()),
+        ("addons.csi", TAG_CSI, cluster.csi.as_str()),
     ]
     .into_iter()
     .filter_map(|(field, key, want)| {
@@ -149,6 +157,8 @@ mod tests {
             pod_cidr: "fd00:10:244::/56".into(),
             service_cidr: "10.96.0.0/12".into(),
             cni: "calico".into(),
+            ccm: "upstream".into(),
+            csi: "cinder".into(),
         });
         let t = tags(&cp);
         assert!(

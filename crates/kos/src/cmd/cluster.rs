@@ -438,9 +438,6 @@ async fn converge(
     let recreate_ccm_credential =
         ccm_credential_to_recreate(plan, &local, args.recreate_ccm_credential)
             .map_err(Failure::input)?;
-    if token_refreshed && exists {
-        push_token(c, &local, &p.spec, &secrets).await;
-    }
     // New nodes of a running cluster need the join token, which the first control plane's
     // cleanup deleted once the first nodes had joined.
     // A server an interrupted run made may still be joining: it needs the token as much as one
@@ -468,6 +465,12 @@ async fn converge(
                 .actions
                 .iter()
                 .any(|a| a.kind == Kind::Server && matches!(a.op, Op::Create | Op::Replace)));
+    // Before any server is made: a token valid for the boot window exists in the running cluster,
+    // whatever the local copy's age (a node that boots faster than the push below would find none).
+    let formed = p.formation.formation == kos_cluster::bootstrap::Formation::Formed;
+    if exists && (token_refreshed || (joiners && formed)) {
+        push_token(c, &local, &p.spec, &secrets, token_refreshed).await;
+    }
     let bootstrap =
         KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets.clone(), &local)
             .map_err(Failure::input)?;
@@ -631,13 +634,16 @@ fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> miette
     Ok(true)
 }
 
-/// A renewed bootstrap token is unknown to a running cluster: create its Secret through the API so
-/// nodes created by this run can join. Best effort: a private API is out of reach from here.
+/// Nodes this run makes need the bootstrap token in the running cluster (a renewed one is unknown
+/// to it; the first control plane's cleanup deleted the old one): create its Secret through the API.
+/// Best effort: a private API is out of reach from here, and then the token goes into a script to run
+/// on a control plane.
 async fn push_token(
     c: &Connected,
     local: &Local,
     spec: &ClusterSpec,
     secrets: &kos_bootstrap::ClusterSecrets,
+    renewed: bool,
 ) {
     let result = async {
         let meta = local
@@ -649,7 +655,10 @@ async fn push_token(
     .await;
     match result {
         Ok(()) => {
-            eprintln!("kos: the bootstrap token was renewed and created in the cluster");
+            eprintln!(
+                "kos: the join token is in the cluster before the new node(s) boot{}",
+                if renewed { " (renewed)" } else { "" }
+            );
             // A script from an earlier run is of no use any more, and holds a token.
             let _ = std::fs::remove_file(local.token_script());
         }
@@ -657,14 +666,14 @@ async fn push_token(
             let name = spec.name.value.as_str();
             match local.write_token_script(name, secrets, time::OffsetDateTime::now_utc()) {
                 Ok(path) => eprintln!(
-                    "kos: warning: the bootstrap token was renewed but the cluster's API cannot be reached \
+                    "kos: warning: the join token cannot be put into the cluster: its API cannot be reached \
                      from here ({why}): nodes created now can join once it exists. Run {} (0600, it holds \
                      the token) on a control plane: `sudo sh create-bootstrap-token.sh`",
                     path.display()
                 ),
                 Err(e) => eprintln!(
-                    "kos: warning: the bootstrap token was renewed but not created in the cluster ({why}), \
-                     and its script could not be written: {e}"
+                    "kos: warning: the join token was not created in the cluster ({why}), and its script \
+                     could not be written: {e}"
                 ),
             }
         }
