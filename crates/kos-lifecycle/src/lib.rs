@@ -5,6 +5,9 @@
 //!
 //! - [`formation`]: whether a cluster exists for the spec's control planes, which decides whether a new
 //!   control plane runs `kubeadm init` or joins; decided from the cloud and the cluster, never from a name.
+//! - [`decide`]: one turn's decision from the spec and what the cloud shows: the desired graph, the
+//!   plan, who joins and who leaves, and the refusals (a release jump, a loss of quorum, a change no
+//!   running cluster can take).
 //! - [`addons`]: the cloud controller and CSI moved to the release of the cluster's minor after an upgrade.
 //! - [`drain`]: a node's pods evicted (PodDisruptionBudgets honoured) before its server is deleted,
 //!   as Cluster API drains a machine.
@@ -22,6 +25,7 @@
 //! - [`version`]: a running cluster's Kubernetes version moves one minor at a time, never back.
 
 pub mod addons;
+pub mod decide;
 pub mod drain;
 pub mod etcd;
 pub mod formation;

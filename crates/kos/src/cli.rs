@@ -122,6 +122,11 @@ pub struct UpArgs {
     /// How long a node may be NotReady before --repair replaces it, in seconds.
     #[arg(long, default_value_t = 300, requires = "repair")]
     pub repair_after: u64,
+    /// Replace every control plane made before this run, one at a time, as when its kubeadm
+    /// certificates have less than 30 days left (which `kos up` does on its own): the new ones get new
+    /// certificates.
+    #[arg(long)]
+    pub renew_certificates: bool,
 }
 
 /// How far `kos up` follows a cluster after the infrastructure is converged.

@@ -488,7 +488,7 @@ fn a_pools_new_flavor_and_labels_replace_its_nodes_one_at_a_time() {
 /// balancer (`maxSurge` defaults to 1, as Cluster API's control plane) a successor joins first: etcd
 /// goes 1 → 2 → 1 members, the old control plane leaves after its successor is Ready, and the simulated
 /// cloud sees no moment without quorum or an API server. (Before, every change to a single control
-/// plane was refused.)
+/// plane was refused.) `kos up --renew-certificates` then replaces it once more, the same way.
 #[test]
 fn a_single_control_planes_new_flavor_joins_a_successor_first() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -583,6 +583,41 @@ fn a_single_control_planes_new_flavor_joins_a_successor_first() {
         ],
     );
     assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+
+    // Certificates renewed when asked: the control plane made before the run is succeeded the same
+    // way (its successor takes the free cp-0), and only once.
+    let renew = kos_within(
+        d,
+        &sim.clouds,
+        &["up", "-f", second, "--cloud", "sim", "--renew-certificates"],
+    );
+    let out = text(&renew);
+    assert_eq!(renew.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&renew.stderr);
+    let joined = err.find("kos: cp-0: kubeadm-join ok");
+    let removing = err.find("removing cp-1");
+    assert!(
+        joined.is_some_and(|j| removing.is_some_and(|r| j < r)),
+        "{out}"
+    );
+    assert!(
+        err.contains("its kubeadm certificates are renewed"),
+        "{out}"
+    );
+    let after = flavors(&sim.clouds, "solo");
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        ["kos-solo-cp-0", "kos-solo-workers-0", "kos-solo-workers-1"],
+        "{after:?}"
+    );
+    let clusters = sim_admin(&sim.base, "/_sim/clusters");
+    let c = clusters
+        .as_array()
+        .expect("clusters")
+        .iter()
+        .find(|c| c["nodes"].to_string().contains("kos-solo-"))
+        .expect("solo");
+    assert_eq!(c["violations"], serde_json::json!([]), "{clusters}");
 }
 
 /// `kos up --repair` replaces a node NotReady for longer than `--repair-after` (here a worker whose

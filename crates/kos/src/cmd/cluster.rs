@@ -11,6 +11,7 @@ use kos_cluster::plan::{Op, Plan};
 use kos_cluster::resolved::Resolved;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
 use kos_cluster::{ClusterSpec, Loaded};
+use kos_lifecycle::decide::DecideError;
 use kos_lifecycle::run::{Decided, RunError};
 use miette::IntoDiagnostic;
 
@@ -91,7 +92,11 @@ pub(crate) fn load_spec(path: &Path) -> Result<SpecFile, Failure> {
 
 /// Preflight (all problems at once, nothing created), what the cloud shows, whether the cluster exists
 /// (which decides if a new `cp-0` initializes it or joins it), then the desired graph and the plan.
-async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
+async fn prepare(
+    c: &Connected,
+    spec: SpecFile,
+    renew_before: Option<i64>,
+) -> Result<Prepared, Failure> {
     let SpecFile {
         loaded,
         shown,
@@ -125,124 +130,33 @@ async fn prepare(c: &Connected, spec: SpecFile) -> Result<Prepared, Failure> {
         .await
         .map_err(Failure::cloud)?;
     let formation = super::formation::formation(c, &loaded.spec, &observed).await;
-    // A running cluster moves one minor at a time and never back: what its servers were made with
-    // (their record tags; a cluster made before those existed: the version this machine last applied).
-    if formation.formation == kos_cluster::bootstrap::Formation::Formed
-        && let Ok(wanted) = loaded
-            .spec
-            .kubernetes_version
-            .to_string()
-            .parse::<kos_bootstrap::KubeVersion>()
-    {
-        let mut running: Vec<kos_bootstrap::KubeVersion> = observed
-            .all()
-            .filter(|r| r.kind == Kind::Server)
-            .filter_map(|r| {
-                kos_cluster::graph::record::recorded(
-                    &r.facts.tags,
-                    kos_cluster::graph::record::TAG_KUBERNETES,
-                )
-            })
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        if running.is_empty()
-            && let Ok(local) = Local::new(c.session.cloud_name(), loaded.spec.name.value.as_str())
-            && let Ok(Some(meta)) = local.meta_data()
-            && let Ok(v) = meta.kubernetes_version.parse()
-        {
-            running.push(v);
-        }
-        kos_lifecycle::version::check_change(&running, wanted).map_err(|e| {
-            Failure::input(miette::miette!(
-                "{}: spec.kubernetesVersion: {e}",
-                crate::term::printable(&shown)
-            ))
-        })?;
-    }
-    // Which servers: what exists, those a smaller count or a successor retires, those that join.
-    // Decided against a plan of every existing one (which of them the spec replaces).
-    let count = loaded.spec.control_plane.count.get();
-    let control_planes = kos_lifecycle::succession::Rule {
-        prefix: "cp",
-        count,
-        surge: u32::from(
-            loaded
-                .spec
-                .control_plane
-                .surges(loaded.spec.api_endpoint.kind.value),
-        ),
-        unavailable: 0,
-        zones: pre.resolved.control_plane.availability_zones.len(),
-    };
-    let pools: Vec<kos_lifecycle::succession::Rule<'_>> = loaded
-        .spec
-        .node_pools
-        .iter()
-        .map(|pool| kos_lifecycle::succession::Rule {
-            prefix: pool.name.value.as_str(),
-            count: pool.count.value,
-            surge: pool.max_surge,
-            unavailable: pool.max_unavailable,
-            zones: pre
-                .resolved
-                .pools
-                .get(&pool.name.value)
-                .map_or(0, |m| m.availability_zones.len()),
-        })
-        .collect();
-    let surging: std::collections::BTreeSet<String> = std::iter::once(&control_planes)
-        .chain(&pools)
-        .filter(|r| r.surge > 0)
-        .map(|r| r.prefix.to_owned())
-        .collect();
-    let graph_of = |slots: &kos_cluster::graph::Slots| {
-        kos_cluster::graph::desired_in(&loaded.spec, &pre.resolved, formation.formation, slots)
-            .map_err(|e| {
-                Failure::input(miette::miette!(
-                    "cannot build the cluster's resource graph: {e}"
-                ))
-            })
-    };
-    let counts: Vec<(&str, u32)> = pools.iter().map(|r| (r.prefix, r.count)).collect();
-    let provisional = kos_lifecycle::succession::provisional(&observed, count, &counts);
-    let graph = graph_of(&provisional)?;
-    let plan = kos_cluster::plan::plan(&graph, &observed);
-    let succession = kos_lifecycle::succession::decide(
-        &observed,
-        &kos_lifecycle::succession::outdated(&plan),
-        control_planes,
-        &pools,
-    )
+    let last_applied = Local::new(c.session.cloud_name(), loaded.spec.name.value.as_str())
+        .ok()
+        .and_then(|local| local.meta_data().ok().flatten())
+        .and_then(|meta| meta.kubernetes_version.parse().ok());
+    let (graph, decided) = kos_lifecycle::decide::decide(&kos_lifecycle::decide::Inputs {
+        spec: &loaded.spec,
+        resolved: &pre.resolved,
+        observed: &observed,
+        formation: formation.formation,
+        last_applied,
+        renew_before,
+    })
     .map_err(|e| {
-        Failure::input(miette::miette!(
-            help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
-            "{}: spec.controlPlane.count {count}: {e}",
-            crate::term::printable(&shown)
-        ))
+        let shown = crate::term::printable(&shown);
+        Failure::input(match e {
+            DecideError::Quorum { .. } => miette::miette!(
+                help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
+                "{shown}: {e}"
+            ),
+            DecideError::Refused { .. } => {
+                miette::miette!(help = "nothing was changed", "{shown}: {e}")
+            }
+            DecideError::Version(_) | DecideError::Graph(_) => miette::miette!("{shown}: {e}"),
+        })
     })?;
-    let (graph, plan) = if succession.slots == provisional {
-        (graph, plan)
-    } else {
-        let graph = graph_of(&succession.slots)?;
-        let plan = kos_cluster::plan::plan(&graph, &observed);
-        (graph, plan)
-    };
-    if !plan.refused.is_empty() {
-        return Err(Failure::input(miette::miette!(
-            help = "nothing was changed",
-            "{}: the spec changes what the running cluster {} cannot change:\n  - {}",
-            crate::term::printable(&shown),
-            plan.cluster,
-            plan.refused.join("\n  - ")
-        )));
-    }
     Ok(Prepared {
-        decided: Decided {
-            plan,
-            retirements: succession.retirements,
-            surging,
-            max_unavailable: max_unavailable(&loaded.spec),
-        },
+        decided,
         spec: loaded.spec,
         graph,
         resolved: pre.resolved,
@@ -266,7 +180,7 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
     let spec = load_spec(&args.spec.file)?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let p = prepare(&c, spec).await?;
+            let p = prepare(&c, spec, None).await?;
             if args.graph.is_some() {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
@@ -311,6 +225,9 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             c: &c,
             args: &args,
             spec: Some(spec),
+            renew_before: args
+                .renew_certificates
+                .then(|| time::OffsetDateTime::now_utc().unix_timestamp()),
         };
         let r = kos_lifecycle::run::up(&mut run, opts)
             .await
@@ -327,6 +244,8 @@ struct Up<'a> {
     args: &'a UpArgs,
     /// Read before the cloud was contacted, for the first turn.
     spec: Option<SpecFile>,
+    /// `--renew-certificates`: when the run started.
+    renew_before: Option<i64>,
 }
 
 impl kos_lifecycle::run::Cluster for Up<'_> {
@@ -338,7 +257,7 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
             Some(s) => s,
             None => load_spec(&self.args.spec.file)?,
         };
-        prepare(self.c, file).await
+        prepare(self.c, file, self.renew_before).await
     }
 
     async fn unhealthy(
@@ -407,14 +326,6 @@ impl From<RunError> for Failure {
             Failure::cloud_report(report)
         }
     }
-}
-
-/// Each pool's `maxUnavailable`.
-fn max_unavailable(spec: &ClusterSpec) -> std::collections::BTreeMap<String, usize> {
-    spec.node_pools
-        .iter()
-        .map(|p| (p.name.value.to_string(), p.max_unavailable as usize))
-        .collect()
 }
 
 /// One converge: everything but the servers to replace made as the spec says, their bootstrap
@@ -989,7 +900,7 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
             let graph = match spec {
-                Some(spec) => Some(prepare(&c, spec).await?.graph),
+                Some(spec) => Some(prepare(&c, spec, None).await?.graph),
                 None => None,
             };
             let st = kos_cluster::status::status(&c.session, &args.name, graph.as_ref())

@@ -1,0 +1,268 @@
+//! One turn's decision, before anything changes: from the spec, what preflight resolved, what the
+//! cloud shows and whether the cluster is formed, the desired graph and the [`Decided`] a run acts on
+//! (the plan, the servers that leave, the groups that surge). Refusals come from here: a release
+//! more than a minor away, a scale-down that would lose quorum, a change no running cluster can take.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kos_bootstrap::KubeVersion;
+use kos_cluster::ClusterSpec;
+use kos_cluster::bootstrap::Formation;
+use kos_cluster::graph::record::{TAG_KUBERNETES, recorded};
+use kos_cluster::graph::{DesiredGraph, GraphError, Kind, Slots, desired_in};
+use kos_cluster::observe::Observed;
+use kos_cluster::plan::{self, Op, Plan};
+use kos_cluster::resolved::Resolved;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::formation::is_control_plane;
+
+use crate::quorum::QuorumError;
+use crate::run::Decided;
+use crate::succession::{self, Rule};
+use crate::version::{VersionError, check_change};
+
+/// What a turn decides from.
+pub struct Inputs<'a> {
+    pub spec: &'a ClusterSpec,
+    pub resolved: &'a Resolved,
+    pub observed: &'a Observed,
+    pub formation: Formation,
+    /// The release this machine last applied: the running one for a cluster whose servers were made
+    /// before they recorded theirs.
+    pub last_applied: Option<KubeVersion>,
+    /// `kos up --renew-certificates`: control planes made before this moment (Unix seconds: the
+    /// run's start) are replaced, their successors getting new kubeadm certificates.
+    pub renew_before: Option<i64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    #[error("spec.kubernetesVersion: {0}")]
+    Version(#[from] VersionError),
+    #[error("spec.controlPlane.count {count}: {source}")]
+    Quorum { count: u32, source: QuorumError },
+    #[error("cannot build the cluster's resource graph: {0}")]
+    Graph(#[from] GraphError),
+    #[error(
+        "the spec changes what the running cluster {cluster} cannot change:\n  - {}",
+        refused.join("\n  - ")
+    )]
+    Refused {
+        cluster: String,
+        refused: Vec<String>,
+    },
+}
+
+/// The graph and the decision of one turn.
+///
+/// # Errors
+/// A refusal: nothing may change.
+pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
+    if i.formation == Formation::Formed {
+        check_release(i)?;
+    }
+    let spec = i.spec;
+    let count = spec.control_plane.count.get();
+    let control_planes = Rule {
+        prefix: "cp",
+        count,
+        surge: u32::from(spec.control_plane.surges(spec.api_endpoint.kind.value)),
+        unavailable: 0,
+        zones: i.resolved.control_plane.availability_zones.len(),
+    };
+    let pools: Vec<Rule<'_>> = spec
+        .node_pools
+        .iter()
+        .map(|pool| Rule {
+            prefix: pool.name.value.as_str(),
+            count: pool.count.value,
+            surge: pool.max_surge,
+            unavailable: pool.max_unavailable,
+            zones: i
+                .resolved
+                .pools
+                .get(&pool.name.value)
+                .map_or(0, |m| m.availability_zones.len()),
+        })
+        .collect();
+    let graph_of = |slots: &Slots| desired_in(spec, i.resolved, i.formation, slots);
+    // Against every existing server first: which of them the spec replaces decides who joins.
+    let counts: Vec<(&str, u32)> = pools.iter().map(|r| (r.prefix, r.count)).collect();
+    let provisional = succession::provisional(i.observed, count, &counts);
+    let graph = graph_of(&provisional)?;
+    let mut first = plan::plan(&graph, i.observed);
+    if let Some(before) = i.renew_before {
+        renew(&mut first, before);
+    }
+    let succession = succession::decide(
+        i.observed,
+        &succession::outdated(&first),
+        control_planes,
+        &pools,
+    )
+    .map_err(|source| DecideError::Quorum { count, source })?;
+    let (graph, plan) = if succession.slots == provisional {
+        (graph, first)
+    } else {
+        let graph = graph_of(&succession.slots)?;
+        let mut plan = plan::plan(&graph, i.observed);
+        if let Some(before) = i.renew_before {
+            renew(&mut plan, before);
+        }
+        (graph, plan)
+    };
+    if !plan.refused.is_empty() {
+        return Err(DecideError::Refused {
+            cluster: plan.cluster.clone(),
+            refused: plan.refused,
+        });
+    }
+    let surging: BTreeSet<String> = std::iter::once(&control_planes)
+        .chain(&pools)
+        .filter(|r| r.surge > 0)
+        .map(|r| r.prefix.to_owned())
+        .collect();
+    let max_unavailable: BTreeMap<String, usize> = spec
+        .node_pools
+        .iter()
+        .map(|p| (p.name.value.to_string(), p.max_unavailable as usize))
+        .collect();
+    Ok((
+        graph,
+        Decided {
+            plan,
+            retirements: succession.retirements,
+            surging,
+            max_unavailable,
+        },
+    ))
+}
+
+/// Every control plane made before `before` (Unix seconds) is replaced, with its boot volume, as one
+/// whose kubeadm certificates run out is.
+fn renew(plan: &mut Plan, before: i64) {
+    let mut volumes = Vec::new();
+    for a in &mut plan.actions {
+        let made = a
+            .existing
+            .as_ref()
+            .and_then(|r| r.facts.machine.as_ref())
+            .and_then(|m| m.created.as_deref())
+            .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok());
+        if a.kind == Kind::Server
+            && is_control_plane(&a.logical_id)
+            && matches!(a.op, Op::NoOp | Op::Update)
+            && made.is_some_and(|t| t.unix_timestamp() < before)
+        {
+            a.op = Op::Roll;
+            a.reason = "made for another spec: replaced, drained first".into();
+            a.changes
+                .push("its kubeadm certificates are renewed (--renew-certificates)".into());
+            volumes.push(format!("vol-{}", a.logical_id));
+        }
+    }
+    for a in &mut plan.actions {
+        if a.kind == Kind::Volume
+            && volumes.contains(&a.logical_id)
+            && a.existing.is_some()
+            && matches!(a.op, Op::NoOp | Op::Update)
+        {
+            a.op = Op::Roll;
+            a.reason = "its server is replaced with a new boot volume".into();
+        }
+    }
+}
+
+/// A running cluster moves one minor at a time and never back: from what its servers were made
+/// with (their record tags), or else the release this machine last applied.
+fn check_release(i: &Inputs<'_>) -> Result<(), VersionError> {
+    let Ok(wanted) = i.spec.kubernetes_version.to_string().parse::<KubeVersion>() else {
+        return Ok(());
+    };
+    let mut running: Vec<KubeVersion> = i
+        .observed
+        .all()
+        .filter(|r| r.kind == Kind::Server)
+        .filter_map(|r| recorded(&r.facts.tags, TAG_KUBERNETES))
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    if running.is_empty() {
+        running.extend(i.last_applied);
+    }
+    check_change(&running, wanted)
+}
+
+#[cfg(test)]
+mod tests {
+    use kos_cluster::observe::{Facts, MachineFacts, Resource};
+    use kos_cluster::plan::Action;
+
+    use super::*;
+
+    fn made_at(id: &str, kind: Kind, op: Op, created: &str) -> Action {
+        Action {
+            logical_id: id.into(),
+            kind,
+            name: format!("kos-demo-{id}"),
+            op,
+            reason: String::new(),
+            changes: Vec::new(),
+            existing: Some(Resource {
+                kind,
+                logical_id: id.into(),
+                id: format!("id-{id}"),
+                name: format!("kos-demo-{id}"),
+                tagged: true,
+                state: "ACTIVE".into(),
+                failed: false,
+                facts: Facts {
+                    machine: Some(MachineFacts {
+                        created: Some(created.into()),
+                        ..MachineFacts::default()
+                    }),
+                    ..Facts::default()
+                },
+            }),
+        }
+    }
+
+    /// Control planes made before the run are replaced with their volumes; one made during the run
+    /// (a successor) and workers are not.
+    #[test]
+    fn renewing_replaces_the_control_planes_made_before_the_run() {
+        let mut plan = Plan {
+            cluster: "demo".into(),
+            refused: Vec::new(),
+            actions: vec![
+                made_at("cp-0", Kind::Server, Op::NoOp, "2026-01-01T00:00:00Z"),
+                made_at("vol-cp-0", Kind::Volume, Op::NoOp, "2026-01-01T00:00:00Z"),
+                made_at("cp-1", Kind::Server, Op::Roll, "2026-01-01T00:00:00Z"),
+                made_at("cp-2", Kind::Server, Op::NoOp, "2026-06-01T00:00:01Z"),
+                made_at("workers-0", Kind::Server, Op::NoOp, "2026-01-01T00:00:00Z"),
+            ],
+        };
+        let before = OffsetDateTime::parse("2026-06-01T00:00:00Z", &Rfc3339)
+            .map(OffsetDateTime::unix_timestamp)
+            .unwrap_or_default();
+        renew(&mut plan, before);
+        let ops: Vec<(&str, Op)> = plan
+            .actions
+            .iter()
+            .map(|a| (a.logical_id.as_str(), a.op))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                ("cp-0", Op::Roll),
+                ("vol-cp-0", Op::Roll),
+                ("cp-1", Op::Roll),
+                ("cp-2", Op::NoOp),
+                ("workers-0", Op::NoOp)
+            ]
+        );
+        assert!(plan.actions[0].changes[0].contains("--renew-certificates"));
+        assert!(plan.actions[2].changes.is_empty(), "replaced anyway");
+    }
+}
