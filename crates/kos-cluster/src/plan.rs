@@ -268,6 +268,11 @@ fn fresh_volumes_for_rolled_servers(desired: &DesiredGraph, actions: &mut [Actio
             _ => None,
         })
         .collect();
+    replace_volumes(actions, &volumes);
+}
+
+/// The existing `volumes` are replaced with their servers (a new boot volume each).
+pub fn replace_volumes(actions: &mut [Action], volumes: &BTreeSet<String>) {
     for a in actions.iter_mut() {
         if a.kind == Kind::Volume
             && volumes.contains(&a.logical_id)

@@ -143,7 +143,7 @@ pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
 /// Every control plane made before `before` (Unix seconds) is replaced, with its boot volume, as one
 /// whose kubeadm certificates run out is.
 fn renew(plan: &mut Plan, before: i64) {
-    let mut volumes = Vec::new();
+    let mut volumes = BTreeSet::new();
     for a in &mut plan.actions {
         let made = a
             .existing
@@ -160,19 +160,10 @@ fn renew(plan: &mut Plan, before: i64) {
             a.reason = "made for another spec: replaced, drained first".into();
             a.changes
                 .push("its kubeadm certificates are renewed (--renew-certificates)".into());
-            volumes.push(format!("vol-{}", a.logical_id));
+            volumes.insert(format!("vol-{}", a.logical_id));
         }
     }
-    for a in &mut plan.actions {
-        if a.kind == Kind::Volume
-            && volumes.contains(&a.logical_id)
-            && a.existing.is_some()
-            && matches!(a.op, Op::NoOp | Op::Update)
-        {
-            a.op = Op::Roll;
-            a.reason = "its server is replaced with a new boot volume".into();
-        }
-    }
+    plan::replace_volumes(&mut plan.actions, &volumes);
 }
 
 /// A running cluster moves one minor at a time and never back: from what its servers were made

@@ -129,7 +129,7 @@ pub fn decide(
     control_planes: Rule<'_>,
     pools: &[Rule<'_>],
 ) -> Result<Succession, QuorumError> {
-    let (kept, leaving) = group(observed, outdated, control_planes, true);
+    let (kept, leaving) = group(observed, outdated, control_planes, true, true);
     // Control planes first: a pool's successors (of a new release, say) wait until no control plane
     // is outdated, joining or leaving, as a kubelet must not be newer than the API servers.
     let settled = leaving.is_empty()
@@ -137,10 +137,16 @@ pub fn decide(
         && !kept
             .iter()
             .any(|i| outdated.contains_key(&format!("cp-{i}")));
+    // Nor does a pool grow while a control plane is outdated: its new nodes would run the new
+    // release beside API servers of the old one. (A new cluster's pools are made with its control
+    // planes: none is outdated.)
+    let rolling = existing(observed, control_planes.prefix)
+        .iter()
+        .any(|i| outdated.contains_key(&format!("cp-{i}")));
     let mut slots = Slots::control_planes(kept);
     let mut retirements = control_plane_order(observed, &leaving)?;
     for rule in pools {
-        let (kept, leaving) = group(observed, outdated, *rule, settled);
+        let (kept, leaving) = group(observed, outdated, *rule, settled, !rolling);
         slots = slots.with_pool(rule.prefix, kept);
         if rule.surge > 0 {
             retirements.extend(leaving.iter().map(|i| format!("{}-{i}", rule.prefix)));
@@ -179,12 +185,13 @@ fn health(observed: &Observed, prefix: &str) -> BTreeMap<u32, bool> {
 }
 
 /// One group: the indexes kept (with those joining) and those leaving, in the order they leave.
-/// `replace`: whether its outdated servers may be succeeded now.
+/// `replace`: whether its outdated servers may be succeeded now; `grow`: whether servers may join.
 fn group(
     observed: &Observed,
     outdated: &BTreeMap<String, String>,
     rule: Rule<'_>,
     replace: bool,
+    grow: bool,
 ) -> (Vec<u32>, Vec<u32>) {
     let exist = existing(observed, rule.prefix);
     let health = health(observed, rule.prefix);
@@ -222,7 +229,11 @@ fn group(
         .filter(|&&i| !is_outdated(i) && !leaving.contains(&i))
         .count();
     let room = (count + rule.surge as usize).saturating_sub(exist.len());
-    let joining_n = count.saturating_sub(current).min(room);
+    let joining_n = if grow {
+        count.saturating_sub(current).min(room)
+    } else {
+        0
+    };
     // Successors take the zones of the servers they replace, oldest first.
     let mut replaced = exist
         .iter()
@@ -496,6 +507,22 @@ mod tests {
         let o = observed(&[[("cp-1", "ACTIVE")].as_slice(), &w].concat());
         let s = decide(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3], vec![]), "now the pool");
+
+        // Nor does a pool grow (a larger count) while a control plane is outdated; a new cluster's
+        // pools are made with its control planes.
+        let o = observed(&[CP.as_slice(), &w].concat());
+        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true), &[pool(5, 0, 1)]).unwrap();
+        assert_eq!(pool_ids(&s), (vec![0, 1, 2], vec![]));
+        let s = decide(&o, &outdated(&[]), rule(1, true), &[pool(5, 0, 1)]).unwrap();
+        assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3, 4], vec![]));
+        let s = decide(
+            &Observed::default(),
+            &outdated(&[]),
+            rule(3, true),
+            &[pool(2, 1, 0)],
+        )
+        .unwrap();
+        assert_eq!(pool_ids(&s), (vec![0, 1], vec![]));
 
         // Without surge the pool is left to the in-place roll: nothing joins or leaves here.
         let s = decide(&observed(&w), &old, rule(1, true), &[pool(3, 0, 1)]).unwrap();

@@ -676,6 +676,35 @@ fn repair_replaces_a_node_that_stays_notready() {
     assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
 }
 
+/// A pod `name` (label `app: <name>`) on `node`, Running and Ready as its kubelet would report it,
+/// and a PodDisruptionBudget `name` that keeps one such pod: its eviction is refused while it is
+/// the only one. `kubectl` runs kubectl against the cluster.
+fn pod_with_budget(
+    d: &std::path::Path,
+    kubectl: &dyn Fn(&[&str]) -> Output,
+    name: &str,
+    node: &str,
+) {
+    let objects = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {{app: {name}}}\nspec:\n  nodeName: {node}\n  containers:\n  - name: main\n    image: nginx\n---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  minAvailable: 1\n  selector:\n    matchLabels: {{app: {name}}}\n"
+    );
+    let file = format!("{name}.yaml");
+    std::fs::write(d.join(&file), objects).expect("write");
+    let made = kubectl(&["apply", "-f", &file]);
+    assert!(made.status.success(), "{}", text(&made));
+    // A Pending pod ignores budgets; a Running and Ready one counts.
+    let running = kubectl(&[
+        "patch",
+        "pod",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+    ]);
+    assert!(running.status.success(), "{}", text(&running));
+}
+
 /// A pool scaled down drains the nodes it removes first, through the Eviction API: a
 /// PodDisruptionBudget that allows no disruption holds the run (exit 1 naming the budget, the server
 /// still there); once the budget allows it, the pod is evicted and the server goes (before, the
@@ -697,24 +726,7 @@ fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
         &["kubeconfig", "demo", "--cloud", "sim"],
     );
     assert_eq!(code(&kc), 0, "{}", text(&kc));
-    let objects = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-2\n  namespace: default\n  labels: {app: web}\nspec:\n  nodeName: kos-demo-workers-2\n  containers:\n  - name: web\n    image: nginx\n---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: web\n  namespace: default\nspec:\n  minAvailable: 1\n  selector:\n    matchLabels: {app: web}\n";
-    std::fs::write(d.join("web.yaml"), objects).expect("write");
-    let made = kubectl(d, &["apply", "-f", "web.yaml"]);
-    assert!(made.status.success(), "{}", text(&made));
-    // What its kubelet would report: a Pending pod ignores budgets, a Running and Ready one counts.
-    let running = kubectl(
-        d,
-        &[
-            "patch",
-            "pod",
-            "web-2",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
-        ],
-    );
-    assert!(running.status.success(), "{}", text(&running));
+    pod_with_budget(d, &|args| kubectl(d, args), "web-2", "kos-demo-workers-2");
 
     let one = d.join("one.yaml");
     std::fs::write(&one, minimal.replacen("count: 2", "count: 1", 1)).expect("write");
@@ -731,14 +743,14 @@ fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
         .filter(|w| *w != "│")
         .collect::<Vec<_>>()
         .join(" ");
-    assert!(flat.contains("The disruption budget web needs"), "{out}");
+    assert!(flat.contains("The disruption budget web-2 needs"), "{out}");
     assert!(flat.contains("default/web-2"), "{out}");
     assert!(
         flavors(&sim.clouds, "demo").contains_key("kos-demo-workers-2"),
         "the server stays while its pod cannot go"
     );
 
-    let relaxed = kubectl(d, &["delete", "pdb", "web"]);
+    let relaxed = kubectl(d, &["delete", "pdb", "web-2"]);
     assert!(relaxed.status.success(), "{}", text(&relaxed));
     let down = kos_within(d, &sim.clouds, &["up", "-f", one, "--cloud", "sim"]);
     let out = text(&down);
@@ -844,20 +856,7 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
             .output()
             .expect("kubectl")
     };
-    let objects = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: db-0\n  namespace: default\n  labels: {app: db}\nspec:\n  nodeName: kos-prod-general-0\n  containers:\n  - name: db\n    image: postgres\n---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: db\n  namespace: default\nspec:\n  minAvailable: 1\n  selector:\n    matchLabels: {app: db}\n";
-    std::fs::write(d.join("db.yaml"), objects).expect("write");
-    let made = prod_kubectl(&["apply", "-f", "db.yaml"]);
-    assert!(made.status.success(), "{}", text(&made));
-    let running = prod_kubectl(&[
-        "patch",
-        "pod",
-        "db-0",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
-    ]);
-    assert!(running.status.success(), "{}", text(&running));
+    pod_with_budget(d, &prod_kubectl, "db-0", "kos-prod-general-0");
 
     let held = kos_within(
         d,
@@ -871,7 +870,7 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
         .filter(|w| *w != "│")
         .collect::<Vec<_>>()
         .join(" ");
-    assert!(flat.contains("The disruption budget db needs"), "{out}");
+    assert!(flat.contains("The disruption budget db-0 needs"), "{out}");
     let pod = prod_kubectl(&["get", "pod", "db-0", "-o", "name"]);
     assert!(pod.status.success(), "the budget held: {}", text(&pod));
     assert!(
@@ -881,7 +880,7 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
     let mid = sim_admin(&sim.base, "/_sim/clusters");
     assert_eq!(mid[0]["violations"], serde_json::json!([]), "{mid}");
     let err = String::from_utf8_lossy(&held.stderr).into_owned();
-    let relaxed = prod_kubectl(&["delete", "pdb", "db"]);
+    let relaxed = prod_kubectl(&["delete", "pdb", "db-0"]);
     assert!(relaxed.status.success(), "{}", text(&relaxed));
 
     // Plain `kos up` continues where the budget stopped it.
