@@ -212,6 +212,15 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
                     .map(|c| crate::graph::record::cluster_changes(&have.facts.tags, c))
                     .unwrap_or_default()
                 {
+                    // `-`: the record of no DNS name.
+                    let shown = |v: &str| {
+                        if v == "-" {
+                            "none".to_owned()
+                        } else {
+                            v.to_owned()
+                        }
+                    };
+                    let (have, want) = (shown(&have), shown(&want));
                     let why = format!(
                         "{field}: the running cluster was made with {have}; it cannot become {want} \
                          under it ({}; keep {have}, or make a new cluster and move the workloads)",
@@ -246,6 +255,10 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
 fn unchangeable(field: &str) -> &'static str {
     match field {
         "addons.cni" => "kos does not migrate pods from one CNI to another",
+        "apiEndpoint.dnsName" => {
+            "it is a name in every control plane's API server certificate, which kos does not \
+             reissue in place yet"
+        }
         "addons.ccm" | "addons.csi" => {
             "the first control plane installs it when it initializes the cluster, and kos does not \
              swap it under running workloads"

@@ -504,6 +504,10 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
         .replace(
             "  nodePools:",
             "  addons:\n    cni: flannel\n    csi: none\n  nodePools:",
+        )
+        .replace(
+            "    type: floatingIP\n",
+            "    type: floatingIP\n    dnsName: api.chg.example.com\n",
         );
     let g4 = graph_of(&c.session, &rebuilt).await?;
     let p = plan_for(&c.session, &g4).await?;
@@ -518,13 +522,16 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
             "network.podCIDR",
             "network.serviceCIDR",
             "addons.cni",
-            "addons.csi"
+            "addons.csi",
+            "apiEndpoint.dnsName"
         ],
         "{:?}",
         p.refused
     );
     assert!(
-        p.refused[0].contains("made with 10.244.0.0/16") && p.refused[2].contains("calico"),
+        p.refused[0].contains("made with 10.244.0.0/16")
+            && p.refused[2].contains("calico")
+            && p.refused[4].contains("made with none; it cannot become api.chg.example.com"),
         "{:?}",
         p.refused
     );

@@ -114,6 +114,11 @@ pub fn desired_in(
                 crate::spec::Csi::None => "none",
             }
             .to_owned(),
+            api_dns_name: spec
+                .api_endpoint
+                .dns_name
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |d| d.as_str().to_owned()),
         },
     };
 

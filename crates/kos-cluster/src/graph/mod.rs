@@ -291,6 +291,8 @@ pub struct ClusterRecord {
     pub ccm: String,
     /// `addons.csi`: `cinder` or `none`.
     pub csi: String,
+    /// `apiEndpoint.dnsName`, a name in the API server's certificates: `-` for none.
+    pub api_dns_name: String,
 }
 
 /// Where the API endpoint's address comes from, once that node exists.

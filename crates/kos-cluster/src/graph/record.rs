@@ -24,6 +24,9 @@ pub const TAG_CNI: &str = "kos-cni";
 pub const TAG_CCM: &str = "kos-ccm";
 /// `kos-csi=cinder`: a control plane's record of the cluster's CSI.
 pub const TAG_CSI: &str = "kos-csi";
+/// `kos-api-dns=api.example.com` (`-`: none): the DNS name in a control plane's API server
+/// certificate; a name too long for Nova's 60 characters is recorded as `~<digest>`.
+pub const TAG_API_DNS: &str = "kos-api-dns";
 
 /// The record tags of a server made from `spec`.
 #[must_use]
@@ -41,6 +44,7 @@ pub fn tags(spec: &ServerSpec) -> Vec<String> {
         t.push(format!("{TAG_CNI}={}", c.cni));
         t.push(format!("{TAG_CCM}={}", c.ccm));
         t.push(format!("{TAG_CSI}={}", c.csi));
+        t.push(format!("{TAG_API_DNS}={}", api_dns(&c.api_dns_name)));
     }
     t
 }
@@ -62,13 +66,42 @@ pub fn cluster_changes(
         ("addons.cni", TAG_CNI, cluster.cni.as_str()),
         ("addons.ccm", TAG_CCM, cluster.ccm.as_str()),
         ("addons.csi", TAG_CSI, cluster.csi.as_str()),
+        (
+            "apiEndpoint.dnsName",
+            TAG_API_DNS,
+            cluster.api_dns_name.as_str(),
+        ),
     ]
     .into_iter()
     .filter_map(|(field, key, want)| {
-        let have = recorded(tags, key)?.replace('_', "/");
-        (have != want).then(|| (field, have, want.to_owned()))
+        let have = recorded(tags, key)?;
+        let (have, recorded_want) = if key == TAG_API_DNS {
+            (have.to_owned(), api_dns(want))
+        } else {
+            (have.replace('_', "/"), want.to_owned())
+        };
+        (have != recorded_want).then(|| (field, have, want.to_owned()))
     })
     .collect()
+}
+
+/// A DNS name as its tag holds it: itself, or `~<digest>` when the tag would be too long.
+fn api_dns(name: &str) -> String {
+    if TAG_API_DNS.len() + 1 + name.len() <= crate::names::NOVA_TAG_MAX {
+        name.to_owned()
+    } else {
+        format!("~{}", fnv(name))
+    }
+}
+
+/// FNV-1a 64, as 16 hex digits: stable across runs and builds.
+fn fnv(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 /// A recorded value in `tags`, if the server has it.
@@ -89,12 +122,7 @@ pub fn node_digest(spec: &ServerSpec) -> String {
     for t in &spec.taints {
         text.push_str(&format!("taint {t}\n"));
     }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    fnv(&text)
 }
 
 #[cfg(test)]
@@ -159,6 +187,7 @@ mod tests {
             cni: "calico".into(),
             ccm: "upstream".into(),
             csi: "cinder".into(),
+            api_dns_name: "-".into(),
         });
         let t = tags(&cp);
         assert!(
@@ -184,5 +213,23 @@ mod tests {
             ]
         );
         assert!(cluster_changes(&t[..2], &want).is_empty(), "not recorded");
+        // A DNS name too long for a tag is recorded as a digest, and compared as one.
+        let long = format!("{}.example.com", "a".repeat(60));
+        let mut named = cp.clone();
+        if let Some(c) = named.cluster.as_mut() {
+            c.api_dns_name = long.clone();
+        }
+        let t = tags(&named);
+        assert!(
+            t.iter().all(|t| t.len() <= crate::names::NOVA_TAG_MAX),
+            "{t:?}"
+        );
+        let mut same = named.cluster.clone().expect("record");
+        assert!(cluster_changes(&t, &same).is_empty());
+        same.api_dns_name = "api.example.com".into();
+        let changed = cluster_changes(&t, &same);
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert_eq!(changed[0].0, "apiEndpoint.dnsName");
+        assert!(changed[0].1.starts_with('~'), "{changed:?}");
     }
 }
