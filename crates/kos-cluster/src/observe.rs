@@ -88,6 +88,8 @@ pub struct Facts {
     pub machine: Option<MachineFacts>,
     /// A subnet's DNS servers.
     pub dns_servers: Vec<String>,
+    /// A server group's policy (Nova cannot change it).
+    pub policy: Option<String>,
 }
 
 /// A server's flavor, image, zone and key, or a boot volume's size, type and image, as the cloud
@@ -668,7 +670,10 @@ impl Inventory {
                     &x.name,
                     String::new(),
                     false,
-                    Facts::default(),
+                    Facts {
+                        policy: Some(x.policy.as_str().to_owned()),
+                        ..Facts::default()
+                    },
                 );
             }
         }

@@ -231,6 +231,21 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
                     }
                 }
             }
+            Desired::ServerGroup { policy } => {
+                if let Some(h) = &have.facts.policy
+                    && h != policy
+                {
+                    let field = match node.id.strip_prefix("sgroup-") {
+                        Some("cp") | None => "controlPlane.serverGroupPolicy".to_owned(),
+                        Some(pool) => format!("nodePools[{pool}].serverGroupPolicy"),
+                    };
+                    out.push(format!(
+                        "{field}: the servers are in a server group of policy {h}; Nova cannot change a \
+                         group's policy to {policy}, and kos does not move running servers into a new \
+                         group (keep {h}, or add a pool with the new policy and scale this one down)"
+                    ));
+                }
+            }
             Desired::Router {
                 external_network_id,
             } => {
@@ -254,7 +269,10 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
 /// [`crate::graph::record::cluster_changes`]'s).
 fn unchangeable(field: &str) -> &'static str {
     match field {
-        "addons.cni" => "kos does not migrate pods from one CNI to another",
+        "addons.cni" => {
+            "kos applies the CNI's manifest once, when the first control plane initializes the \
+             cluster, and does not migrate pods from one CNI to another"
+        }
         "apiEndpoint.dnsName" => {
             "it is a name in every control plane's API server certificate, which kos does not \
              reissue in place yet"

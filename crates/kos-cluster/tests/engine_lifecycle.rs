@@ -508,10 +508,14 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
         .replace(
             "    type: floatingIP\n",
             "    type: floatingIP\n    dnsName: api.chg.example.com\n",
+        )
+        .replace(
+            "serverGroupPolicy: soft-anti-affinity",
+            "serverGroupPolicy: anti-affinity",
         );
     let g4 = graph_of(&c.session, &rebuilt).await?;
     let p = plan_for(&c.session, &g4).await?;
-    let fields: Vec<&str> = p
+    let fields: std::collections::BTreeSet<&str> = p
         .refused
         .iter()
         .filter_map(|r| r.split_once(':').map(|(f, _)| f))
@@ -523,15 +527,55 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
             "network.serviceCIDR",
             "addons.cni",
             "addons.csi",
-            "apiEndpoint.dnsName"
-        ],
+            "apiEndpoint.dnsName",
+            "nodePools[workers].serverGroupPolicy"
+        ]
+        .into(),
+        "{:?}",
+        p.refused
+    );
+    let said = |field: &str, what: &str| {
+        p.refused
+            .iter()
+            .any(|r| r.starts_with(field) && r.contains(what))
+    };
+    assert!(
+        said("network.podCIDR", "made with 10.244.0.0/16"),
+        "{:?}",
+        p.refused
+    );
+    assert!(said("addons.cni", "made with calico;"), "{:?}", p.refused);
+    assert!(
+        said(
+            "apiEndpoint.dnsName",
+            "made with none; it cannot become api.chg.example.com"
+        ),
         "{:?}",
         p.refused
     );
     assert!(
-        p.refused[0].contains("made with 10.244.0.0/16")
-            && p.refused[2].contains("calico")
-            && p.refused[4].contains("made with none; it cannot become api.chg.example.com"),
+        said(
+            "nodePools[workers].serverGroupPolicy",
+            "policy soft-anti-affinity"
+        ),
+        "{:?}",
+        p.refused
+    );
+
+    // A CNI manifest of the user's, on a cluster made with the pinned one: refused as well (kos
+    // applies it once, at init), naming its checksum.
+    let manifest = shape.yaml().replace(
+        "  nodePools:",
+        &format!(
+            "  addons:\n    cniManifest:\n      url: https://example.com/calico.yaml\n      sha256: {}\n  nodePools:",
+            "ab".repeat(32)
+        ),
+    );
+    let g5 = graph_of(&c.session, &manifest).await?;
+    let p = plan_for(&c.session, &g5).await?;
+    assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+    assert!(
+        p.refused[0].starts_with("addons.cni: the running cluster was made with calico; it cannot become calico+abababababababab"),
         "{:?}",
         p.refused
     );

@@ -705,8 +705,8 @@ fn pod_with_budget(
     assert!(running.status.success(), "{}", text(&running));
 }
 
-/// A pool scaled down drains the nodes it removes first, through the Eviction API: a
-/// PodDisruptionBudget that allows no disruption holds the run (exit 1 naming the budget, the server
+/// A pool scaled down (5 → 2) drains the nodes it removes first, newest first, through the Eviction
+/// API: a PodDisruptionBudget that allows no disruption holds the run (exit 1 naming the budget, the server
 /// still there); once the budget allows it, the pod is evicted and the server goes (before, the
 /// server was deleted with its pods, whatever their budget).
 #[test]
@@ -715,10 +715,10 @@ fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
     let d = tmp.path();
     let sim = serve(d);
     let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("minimal.yaml");
-    let three = d.join("three.yaml");
-    std::fs::write(&three, minimal.replacen("count: 2", "count: 3", 1)).expect("write");
-    let three = three.to_str().expect("utf8");
-    let up = kos_within(d, &sim.clouds, &["up", "-f", three, "--cloud", "sim"]);
+    let five = d.join("five.yaml");
+    std::fs::write(&five, minimal.replacen("count: 2", "count: 5", 1)).expect("write");
+    let five = five.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", five, "--cloud", "sim"]);
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
     let kc = kos(
         d,
@@ -726,15 +726,15 @@ fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
         &["kubeconfig", "demo", "--cloud", "sim"],
     );
     assert_eq!(code(&kc), 0, "{}", text(&kc));
-    pod_with_budget(d, &|args| kubectl(d, args), "web-2", "kos-demo-workers-2");
+    pod_with_budget(d, &|args| kubectl(d, args), "web-4", "kos-demo-workers-4");
 
-    let one = d.join("one.yaml");
-    std::fs::write(&one, minimal.replacen("count: 2", "count: 1", 1)).expect("write");
-    let one = one.to_str().expect("utf8");
+    let two = d.join("two.yaml");
+    std::fs::write(&two, &minimal).expect("write");
+    let two = two.to_str().expect("utf8");
     let held = kos_within(
         d,
         &sim.clouds,
-        &["up", "-f", one, "--cloud", "sim", "--drain-timeout", "5"],
+        &["up", "-f", two, "--cloud", "sim", "--drain-timeout", "5"],
     );
     let out = text(&held);
     assert_eq!(held.status.code(), Some(1), "{out}");
@@ -743,29 +743,31 @@ fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
         .filter(|w| *w != "│")
         .collect::<Vec<_>>()
         .join(" ");
-    assert!(flat.contains("The disruption budget web-2 needs"), "{out}");
-    assert!(flat.contains("default/web-2"), "{out}");
+    assert!(flat.contains("The disruption budget web-4 needs"), "{out}");
+    assert!(flat.contains("default/web-4"), "{out}");
     assert!(
-        flavors(&sim.clouds, "demo").contains_key("kos-demo-workers-2"),
+        flavors(&sim.clouds, "demo").contains_key("kos-demo-workers-4"),
         "the server stays while its pod cannot go"
     );
 
-    let relaxed = kubectl(d, &["delete", "pdb", "web-2"]);
+    let relaxed = kubectl(d, &["delete", "pdb", "web-4"]);
     assert!(relaxed.status.success(), "{}", text(&relaxed));
-    let down = kos_within(d, &sim.clouds, &["up", "-f", one, "--cloud", "sim"]);
+    let down = kos_within(d, &sim.clouds, &["up", "-f", two, "--cloud", "sim"]);
     let out = text(&down);
     assert_eq!(down.status.code(), Some(0), "{out}");
     let err = String::from_utf8_lossy(&down.stderr);
-    let drained = err.find("workers-2: drained (1 pod(s) evicted)");
-    let deleted = err.find("deleted server kos-demo-workers-2");
+    let drained = err.find("workers-4: drained (1 pod(s) evicted)");
+    let deleted = err.find("deleted server kos-demo-workers-4");
     assert!(
         drained.is_some_and(|d| deleted.is_some_and(|x| d < x)),
         "drained before its server goes: {out}"
     );
-    assert!(err.contains("workers-1: drained"), "{out}");
+    for w in ["workers-3", "workers-2"] {
+        assert!(err.contains(&format!("{w}: drained")), "{out}");
+    }
     let left = flavors(&sim.clouds, "demo");
-    assert_eq!(left.len(), 2, "{left:?}");
-    let pods = kubectl(d, &["get", "pod", "web-2", "-o", "name"]);
+    assert_eq!(left.len(), 3, "{left:?}");
+    let pods = kubectl(d, &["get", "pod", "web-4", "-o", "name"]);
     assert!(
         !pods.status.success(),
         "the pod was evicted: {}",
@@ -773,7 +775,7 @@ fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
     );
     let clusters = sim_admin(&sim.base, "/_sim/clusters");
     let nodes = clusters[0]["nodes"].as_array().expect("nodes");
-    assert_eq!(nodes.len(), 2, "the removed Nodes are gone: {clusters}");
+    assert_eq!(nodes.len(), 3, "the removed Nodes are gone: {clusters}");
 }
 
 /// The ids of the volumes named `kos-prod-vol-cp-<n>`, by name.

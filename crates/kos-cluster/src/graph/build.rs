@@ -103,7 +103,15 @@ pub fn desired_in(
         record: super::ClusterRecord {
             pod_cidr: spec.network.pod_cidr.value.to_string(),
             service_cidr: spec.network.service_cidr.value.to_string(),
-            cni: spec.addons.cni.key().to_owned(),
+            // A manifest of the user's is recorded by its checksum: kos applies it once, at init.
+            cni: match &spec.addons.cni_manifest {
+                None => spec.addons.cni.key().to_owned(),
+                Some(m) => format!(
+                    "{}+{}",
+                    spec.addons.cni.key(),
+                    m.sha256.get(..16).unwrap_or(&m.sha256)
+                ),
+            },
             ccm: match spec.addons.ccm {
                 crate::spec::Ccm::Upstream => "upstream",
                 crate::spec::Ccm::Kos { .. } => "kos",
