@@ -93,6 +93,9 @@ pub struct PlanArgs {
     /// Exit 2 when the plan has changes (0: nothing to do).
     #[arg(long)]
     pub detailed_exitcode: bool,
+    /// Plan as `kos up --renew-certificates` would: every control plane replaced.
+    #[arg(long)]
+    pub renew_certificates: bool,
 }
 
 #[derive(Debug, Args)]

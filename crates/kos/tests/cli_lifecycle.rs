@@ -584,8 +584,30 @@ fn a_single_control_planes_new_flavor_joins_a_successor_first() {
     );
     assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
 
-    // Certificates renewed when asked: the control plane made before the run is succeeded the same
-    // way (its successor takes the free cp-0), and only once.
+    // Certificates renewed when asked: `kos plan` shows it, and the control plane made before the
+    // run is succeeded the same way (its successor takes the free cp-0), and only once.
+    let shown = kos_within(
+        d,
+        &sim.clouds,
+        &[
+            "plan",
+            "-f",
+            second,
+            "--cloud",
+            "sim",
+            "--renew-certificates",
+        ],
+    );
+    let out = text(&shown);
+    assert_eq!(shown.status.code(), Some(0), "{out}");
+    assert!(
+        out.lines().any(|l| l.contains("-/+") && l.contains("cp-1")),
+        "{out}"
+    );
+    assert!(
+        out.contains("its kubeadm certificates are renewed"),
+        "{out}"
+    );
     let renew = kos_within(
         d,
         &sim.clouds,

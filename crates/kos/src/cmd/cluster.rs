@@ -180,7 +180,10 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
     let spec = load_spec(&args.spec.file)?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let p = prepare(&c, spec, None).await?;
+            let renew_before = args
+                .renew_certificates
+                .then(|| time::OffsetDateTime::now_utc().unix_timestamp());
+            let p = prepare(&c, spec, renew_before).await?;
             if args.graph.is_some() {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
