@@ -727,6 +727,33 @@ fn pod_with_budget(
     assert!(running.status.success(), "{}", text(&running));
 }
 
+/// `kos up -f spec` with a 5 s drain timeout, stopped by the PodDisruptionBudget `budget`: exit 1
+/// naming it. Its output with miette's wrapping undone, and its stderr.
+fn up_held_by(
+    d: &std::path::Path,
+    clouds: &std::path::Path,
+    spec: &str,
+    budget: &str,
+) -> (String, String) {
+    let held = kos_within(
+        d,
+        clouds,
+        &["up", "-f", spec, "--cloud", "sim", "--drain-timeout", "5"],
+    );
+    let out = text(&held);
+    assert_eq!(held.status.code(), Some(1), "{out}");
+    let flat = out
+        .split_whitespace()
+        .filter(|w| *w != "│")
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        flat.contains(&format!("The disruption budget {budget} needs")),
+        "{out}"
+    );
+    (flat, String::from_utf8_lossy(&held.stderr).into_owned())
+}
+
 /// A pool scaled down (5 → 2) drains the nodes it removes first, newest first, through the Eviction
 /// API: a PodDisruptionBudget that allows no disruption holds the run (exit 1 naming the budget, the server
 /// still there); once the budget allows it, the pod is evicted and the server goes (before, the
@@ -753,20 +780,8 @@ fn a_pool_scaled_down_drains_its_removed_nodes_and_budgets_hold() {
     let two = d.join("two.yaml");
     std::fs::write(&two, &minimal).expect("write");
     let two = two.to_str().expect("utf8");
-    let held = kos_within(
-        d,
-        &sim.clouds,
-        &["up", "-f", two, "--cloud", "sim", "--drain-timeout", "5"],
-    );
-    let out = text(&held);
-    assert_eq!(held.status.code(), Some(1), "{out}");
-    let flat = out
-        .split_whitespace()
-        .filter(|w| *w != "│")
-        .collect::<Vec<_>>()
-        .join(" ");
-    assert!(flat.contains("The disruption budget web-4 needs"), "{out}");
-    assert!(flat.contains("default/web-4"), "{out}");
+    let (flat, _) = up_held_by(d, &sim.clouds, two, "web-4");
+    assert!(flat.contains("default/web-4"), "{flat}");
     assert!(
         flavors(&sim.clouds, "demo").contains_key("kos-demo-workers-4"),
         "the server stays while its pod cannot go"
@@ -882,19 +897,7 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
     };
     pod_with_budget(d, &prod_kubectl, "db-0", "kos-prod-general-0");
 
-    let held = kos_within(
-        d,
-        &sim.clouds,
-        &["up", "-f", new, "--cloud", "sim", "--drain-timeout", "5"],
-    );
-    let out = text(&held);
-    assert_eq!(held.status.code(), Some(1), "{out}");
-    let flat = out
-        .split_whitespace()
-        .filter(|w| *w != "│")
-        .collect::<Vec<_>>()
-        .join(" ");
-    assert!(flat.contains("The disruption budget db-0 needs"), "{out}");
+    let (_, err) = up_held_by(d, &sim.clouds, new, "db-0");
     let pod = prod_kubectl(&["get", "pod", "db-0", "-o", "name"]);
     assert!(pod.status.success(), "the budget held: {}", text(&pod));
     assert!(
@@ -903,7 +906,6 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
     );
     let mid = sim_admin(&sim.base, "/_sim/clusters");
     assert_eq!(mid[0]["violations"], serde_json::json!([]), "{mid}");
-    let err = String::from_utf8_lossy(&held.stderr).into_owned();
     let relaxed = prod_kubectl(&["delete", "pdb", "db-0"]);
     assert!(relaxed.status.success(), "{}", text(&relaxed));
 
