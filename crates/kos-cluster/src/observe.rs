@@ -671,7 +671,8 @@ impl Inventory {
                     String::new(),
                     false,
                     Facts {
-                        policy: Some(x.policy.as_str().to_owned()),
+                        // Empty from a Nova that did not say: not taken for a change.
+                        policy: Some(x.policy.as_str().to_owned()).filter(|p| !p.is_empty()),
                         ..Facts::default()
                     },
                 );
