@@ -126,7 +126,7 @@ pub fn order(plan: &Plan) -> Vec<Target> {
         .actions
         .iter()
         .filter(|a| a.kind == Kind::Server)
-        .filter_map(|a| a.logical_id.rsplit_once('-').map(|(p, _)| p))
+        .map(|a| group_of(&a.logical_id))
         .fold(Vec::new(), |mut v, p| {
             if !v.contains(&p) {
                 v.push(p);
@@ -134,10 +134,10 @@ pub fn order(plan: &Plan) -> Vec<Target> {
             v
         });
     servers.sort_by_key(|a| {
-        let (pool, index) = a.logical_id.rsplit_once('-').unwrap_or((&a.logical_id, ""));
+        let index = a.logical_id.rsplit_once('-').map_or("", |(_, i)| i);
         (
             !is_control_plane(&a.logical_id),
-            pools.iter().position(|p| *p == pool),
+            pools.iter().position(|p| *p == group_of(&a.logical_id)),
             index.parse::<u32>().unwrap_or(u32::MAX),
         )
     });
@@ -213,17 +213,11 @@ pub fn next_batch(
     if first.control_plane {
         return Ok(vec![first]);
     }
-    let pool = |t: &Target| {
-        t.logical_id
-            .rsplit_once('-')
-            .map(|(p, _)| p.to_owned())
-            .unwrap_or_default()
-    };
-    let this = pool(&first);
-    let max = max_unavailable(&this).max(1);
+    let this = group_of(&first.logical_id);
+    let max = max_unavailable(this).max(1);
     Ok(order(plan)
         .into_iter()
-        .filter(|t| !t.control_plane && pool(t) == this)
+        .filter(|t| !t.control_plane && group_of(&t.logical_id) == this)
         .take(max)
         .collect())
 }

@@ -63,10 +63,10 @@ pub struct Rule<'a> {
 /// The index of a group's object id: `cp-3`, `port-cp-3`, `vol-cp-3` → 3 for `cp`.
 fn index_of(id: &str, prefix: &str) -> Option<u32> {
     let parse = |host: &str| {
-        host.strip_prefix(prefix)?
-            .strip_prefix('-')?
-            .parse::<u32>()
-            .ok()
+        let (_, index) = host.rsplit_once('-')?;
+        (crate::roll::group_of(host) == prefix)
+            .then(|| index.parse::<u32>().ok())
+            .flatten()
     };
     parse(id)
         .or_else(|| id.strip_prefix("port-").and_then(parse))
@@ -175,7 +175,7 @@ fn health(observed: &Observed, prefix: &str) -> BTreeMap<u32, bool> {
         .resources
         .iter()
         .filter_map(|(id, found)| {
-            let i = index_of(id, prefix).filter(|_| id.starts_with(prefix))?;
+            let i = index_of(id, prefix)?;
             let server = found
                 .iter()
                 .find(|r| r.kind == Kind::Server && r.tagged && !r.failed)?;

@@ -36,17 +36,36 @@ pub fn tags(spec: &ServerSpec) -> Vec<String> {
         format!("{TAG_NODE}={}", node_digest(spec)),
     ];
     if let Some(c) = &spec.cluster {
-        t.push(format!("{TAG_PODS}={}", c.pod_cidr.replace('/', "_")));
-        t.push(format!(
-            "{TAG_SERVICES}={}",
-            c.service_cidr.replace('/', "_")
-        ));
-        t.push(format!("{TAG_CNI}={}", c.cni));
-        t.push(format!("{TAG_CCM}={}", c.ccm));
-        t.push(format!("{TAG_CSI}={}", c.csi));
-        t.push(format!("{TAG_API_DNS}={}", api_dns(&c.api_dns_name)));
+        t.extend(
+            settings(c)
+                .into_iter()
+                .map(|(_, key, value)| format!("{key}={}", tag_value(key, value))),
+        );
     }
     t
+}
+
+/// A control plane's record of the cluster: `(field, tag key, value)`.
+fn settings(c: &super::ClusterRecord) -> [(&'static str, &'static str, &str); 6] {
+    [
+        ("network.podCIDR", TAG_PODS, c.pod_cidr.as_str()),
+        ("network.serviceCIDR", TAG_SERVICES, c.service_cidr.as_str()),
+        ("addons.cni", TAG_CNI, c.cni.as_str()),
+        ("addons.ccm", TAG_CCM, c.ccm.as_str()),
+        ("addons.csi", TAG_CSI, c.csi.as_str()),
+        ("apiEndpoint.dnsName", TAG_API_DNS, c.api_dns_name.as_str()),
+    ]
+}
+
+/// `value` as a tag of `key` holds it: Nova refuses `/` (written `_`; no recorded value has one of
+/// its own), and a tag past 60 characters (`~<digest>` instead).
+fn tag_value(key: &str, value: &str) -> String {
+    let v = value.replace('/', "_");
+    if key.len() + 1 + v.len() <= crate::names::NOVA_TAG_MAX {
+        v
+    } else {
+        format!("~{}", fnv(value))
+    }
 }
 
 /// The cluster-wide settings `cluster` changes from what a control plane recorded in its `tags`, as
@@ -56,42 +75,13 @@ pub fn cluster_changes(
     tags: &[String],
     cluster: &super::ClusterRecord,
 ) -> Vec<(&'static str, String, String)> {
-    [
-        ("network.podCIDR", TAG_PODS, cluster.pod_cidr.as_str()),
-        (
-            "network.serviceCIDR",
-            TAG_SERVICES,
-            cluster.service_cidr.as_str(),
-        ),
-        ("addons.cni", TAG_CNI, cluster.cni.as_str()),
-        ("addons.ccm", TAG_CCM, cluster.ccm.as_str()),
-        ("addons.csi", TAG_CSI, cluster.csi.as_str()),
-        (
-            "apiEndpoint.dnsName",
-            TAG_API_DNS,
-            cluster.api_dns_name.as_str(),
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(field, key, want)| {
-        let have = recorded(tags, key)?;
-        let (have, recorded_want) = if key == TAG_API_DNS {
-            (have.to_owned(), api_dns(want))
-        } else {
-            (have.replace('_', "/"), want.to_owned())
-        };
-        (have != recorded_want).then(|| (field, have, want.to_owned()))
-    })
-    .collect()
-}
-
-/// A DNS name as its tag holds it: itself, or `~<digest>` when the tag would be too long.
-fn api_dns(name: &str) -> String {
-    if TAG_API_DNS.len() + 1 + name.len() <= crate::names::NOVA_TAG_MAX {
-        name.to_owned()
-    } else {
-        format!("~{}", fnv(name))
-    }
+    settings(cluster)
+        .into_iter()
+        .filter_map(|(field, key, want)| {
+            let have = recorded(tags, key)?;
+            (have != tag_value(key, want)).then(|| (field, have.replace('_', "/"), want.to_owned()))
+        })
+        .collect()
 }
 
 /// FNV-1a 64, as 16 hex digits: stable across runs and builds.
