@@ -525,7 +525,7 @@ impl Guest {
 
     /// The controllers of every cluster: token cleaner and garbage collector, node lifecycle.
     fn run_controllers(&mut self, host: &dyn Host) -> Result<(), GuestError> {
-        let now = host.now();
+        let now = host.calendar();
         for c in self.clusters.values() {
             c.run_token_cleaner_and_gc(now)?;
             let nodes = c.kube.list::<k8s_openapi::api::core::v1::Node>(None)?;

@@ -11,7 +11,7 @@ mod sim_cloud;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, Secret, Service};
 use kos_bootstrap::{Ccm, ClusterSecrets, Role};
 use kos_guest::sim::SimGuests;
 use kos_sim::{Sim, SimConfig};
@@ -191,6 +191,76 @@ async fn a_cluster_forms_in_the_simulated_cloud_and_its_ccm_runs_in_it() {
         status.values().any(|s| s.starts_with("running")),
         "{status:?}"
     );
+
+    // The cluster's date is the real one, though the cloud runs a thousand times faster: a token
+    // kos writes with an expiration ten minutes from now (on its own clock) outlives more than ten
+    // minutes of cloud time, while one already expired is cleaned; the Nodes' conditions carry
+    // today's time. Before, the guest dated everything in cloud time, and a join late in a long
+    // run found kos's fresh token already deleted.
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), "kube-system");
+    let token = |id: &str, expires: time::OffsetDateTime| -> Secret {
+        let expiration = expires
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap();
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("bootstrap-token-{id}"), "namespace": "kube-system"},
+            "type": "bootstrap.kubernetes.io/token",
+            "stringData": {"token-id": id, "token-secret": "0123456789abcdef",
+                           "expiration": expiration, "usage-bootstrap-authentication": "true",
+                           "usage-bootstrap-signing": "true"},
+        }))
+        .unwrap()
+    };
+    let wall = time::OffsetDateTime::now_utc();
+    for (id, expires) in [
+        ("fresh1", wall + time::Duration::minutes(10)),
+        ("stale1", wall - time::Duration::minutes(1)),
+    ] {
+        secrets
+            .create(&Default::default(), &token(id, expires))
+            .await
+            .unwrap();
+    }
+    // At 1/1000 of real time, 2 s are 2000 s of the cloud's, past the fresh token's ten minutes.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    eventually(
+        60,
+        "the token cleaner to delete the expired token",
+        || async {
+            secrets
+                .get_opt("bootstrap-token-stale1")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        secrets
+            .get_opt("bootstrap-token-fresh1")
+            .await
+            .unwrap()
+            .is_some(),
+        "a token expiring in ten real minutes was deleted"
+    );
+    for n in &initialised {
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0.as_second())
+            .unwrap();
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        assert!(
+            ready <= now + 60,
+            "a Ready condition dated {}s after the real time",
+            ready - now
+        );
+    }
 
     // A LoadBalancer Service gets an Octavia load balancer and an address.
     let services: kube::Api<Service> = kube::Api::namespaced(client.clone(), "default");

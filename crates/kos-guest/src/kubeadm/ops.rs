@@ -259,7 +259,7 @@ impl Guest {
             .as_deref()
             .map(|ep| self.answering(id, Some(srv), ep, host).clusters)
             .unwrap_or_default();
-        let now = host.now();
+        let date = host.calendar();
         let cid = self.new_cluster_id();
         let node_name = docs.node.name.clone();
         let cluster = Cluster::create(
@@ -289,7 +289,7 @@ impl Guest {
         ];
         out.extend(kubernetes_version_warning(kubeadm, v));
         for t in &docs.tokens {
-            cluster.create_token(t, now)?;
+            cluster.create_token(t, date)?;
         }
         out.push("[bootstrap-token] Configured bootstrap token".into());
         if f.upload_certs {
@@ -312,7 +312,7 @@ impl Guest {
                     usages: Vec::new(),
                     groups: Vec::new(),
                 },
-                now,
+                date,
             )?;
             let mut entries = BTreeMap::new();
             for file in copycerts::SHARED_FILES {
@@ -330,7 +330,8 @@ impl Guest {
                 "[upload-certs] Storing the certificates in Secret \"{KUBEADM_CERTS}\" in the \"kube-system\" Namespace"
             ));
         }
-        let node = match kubelet::node(&docs.node, true, kubeadm, Readiness::NetworkNotReady, now) {
+        let node = match kubelet::node(&docs.node, true, kubeadm, Readiness::NetworkNotReady, date)
+        {
             Ok(n) => n,
             Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
         };
@@ -416,7 +417,7 @@ impl Guest {
             Ok(Err(e)) => return Ok(Err(plain_err(&e))),
             Err(e) => return Ok(Err(e)),
         };
-        let now = host.now();
+        let date = host.calendar();
         let discovery = |msg: &str| {
             Ok(Err(phase_err(
                 "preflight",
@@ -443,7 +444,7 @@ impl Guest {
         let token = c.secret(&token_name)?;
         // The bootstrap signer signs cluster-info only for unexpired tokens with the signing usage.
         let signed = token.as_ref().filter(|t| {
-            token_expiry(t).is_none_or(|e| e > now)
+            token_expiry(t).is_none_or(|e| e > date)
                 && secret_str(t, "usage-bootstrap-signing").as_deref() == Some("true")
         });
         let Some(token) = signed else {
@@ -659,7 +660,7 @@ impl Guest {
             control_plane,
             kubelet_version,
             Readiness::NetworkNotReady,
-            now,
+            date,
         ) {
             Ok(n) => n,
             Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),

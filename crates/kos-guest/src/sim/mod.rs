@@ -10,9 +10,12 @@
 //! - the cloud controller the addons deploy runs in-process against its cluster's API, with the
 //!   configuration a pod would get ([`ccm`]).
 //!
-//! Time: the guest's clock is the cloud's, anchored to the wall clock when the runtime first ran
-//! (`epoch + simulated seconds`), so the timestamps kos writes (bootstrap-token expirations) mean
-//! what they say, and a saved cloud resumes with its guests where both stopped.
+//! Time: steps, retries and background jobs are due on the cloud's clock, anchored to the wall clock
+//! when the runtime first ran (`epoch + simulated seconds`), so a saved cloud resumes with its
+//! guests where both stopped. The date the cluster stamps and compares (bootstrap-token
+//! expirations, Node conditions) is the real one ([`Host::calendar`]): kos writes a token's
+//! expiration on its own clock, and a cloud that runs a thousand times faster would otherwise
+//! expire it within seconds.
 
 pub mod apiserver;
 pub mod ccm;
@@ -161,6 +164,12 @@ struct HostView<'h, 'a> {
 impl Host for HostView<'_, '_> {
     fn now(&self) -> OffsetDateTime {
         self.now
+    }
+
+    /// The real date, whatever the cloud's time scale: kos writes a token's expiration as now + 2 h
+    /// on its own clock, and a cloud running a thousand times faster would expire it in seconds.
+    fn calendar(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc()
     }
 
     fn console(&self, server: &ServerId, line: &str) {
