@@ -206,20 +206,15 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
                 }
             }
             Desired::Server(s) => {
+                use crate::graph::record::{ROLLED, cluster_changes, shown};
                 for (field, have, want) in s
                     .cluster
                     .as_ref()
-                    .map(|c| crate::graph::record::cluster_changes(&have.facts.tags, c))
+                    .map(|c| cluster_changes(&have.facts.tags, c))
                     .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(field, ..)| !ROLLED.contains(field))
                 {
-                    // `-`: the record of no DNS name.
-                    let shown = |v: &str| {
-                        if v == "-" {
-                            "none".to_owned()
-                        } else {
-                            v.to_owned()
-                        }
-                    };
                     let (have, want) = (shown(&have), shown(&want));
                     let why = format!(
                         "{field}: the running cluster was made with {have}; it cannot become {want} \
@@ -272,10 +267,6 @@ fn unchangeable(field: &str) -> &'static str {
         "addons.cni" => {
             "kos applies the CNI's manifest once, when the first control plane initializes the \
              cluster, and does not migrate pods from one CNI to another"
-        }
-        "apiEndpoint.dnsName" => {
-            "it is a name in every control plane's API server certificate, which kos does not \
-             reissue in place yet"
         }
         "addons.ccm" | "addons.csi" => {
             "the first control plane installs it when it initializes the cluster, and kos does not \
@@ -440,7 +431,8 @@ fn rank(r: &Resource) -> (bool, bool, bool, &str) {
 
 /// What makes a running server (or its boot volume) differ from the spec in a way only a new one
 /// carries: flavor, image, zone, key, Kubernetes release, labels and taints (its kubelet registered with
-/// them), a new boot volume. Facts the cloud or an older kos did not record are not differences.
+/// them), a new boot volume, a new name for a control plane's certificate. Facts the cloud or an older
+/// kos did not record are not differences.
 fn replacements(
     node: &Node,
     have: &Resource,
@@ -495,6 +487,22 @@ fn replacements(
                 && let Some(why) = crate::certs::due(created, now)
             {
                 out.push(why);
+            }
+            // A control plane's successor takes them from kubeadm-config, which kos moves first.
+            for (field, have, want) in s
+                .cluster
+                .as_ref()
+                .map(|c| crate::graph::record::cluster_changes(&have.facts.tags, c))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(field, ..)| crate::graph::record::ROLLED.contains(field))
+            {
+                use crate::graph::record::shown;
+                out.push(format!(
+                    "{field}: {} → {} (a name in its API server's certificate)",
+                    shown(&have),
+                    shown(&want)
+                ));
             }
             if recorded(&have.facts.tags, TAG_NODE).is_some_and(|d| d != node_digest(s)) {
                 out.push("labels or taints changed (a kubelet registers them once)".into());

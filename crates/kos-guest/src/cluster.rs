@@ -130,6 +130,18 @@ pub struct Serving {
     pub cert_sans: Vec<String>,
 }
 
+impl Serving {
+    /// What a ClusterConfiguration puts into an API server's certificate.
+    #[must_use]
+    pub fn of(c: &crate::kubeadm::config::ClusterDoc) -> Self {
+        Serving {
+            service_subnet: c.service_subnet.to_string(),
+            dns_domain: c.dns_domain.clone(),
+            cert_sans: c.cert_sans.clone(),
+        }
+    }
+}
+
 impl fmt::Debug for Cluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cluster")

@@ -107,6 +107,11 @@ pub(crate) struct Server {
     pub kubelet: Option<KubeletOf>,
     pub cleanup: Option<Cleanup>,
     pub console: Vec<String>,
+    /// The cluster-wide names in its API server's certificate, as its kubeadm read them from the
+    /// ClusterConfiguration when it made the certificate (`init`: its own; `join --control-plane`:
+    /// the cluster's `kubeadm-config`). `None`: the cluster's, from before servers kept their own.
+    #[serde(default)]
+    pub serving: Option<crate::cluster::Serving>,
 }
 
 impl Server {
@@ -341,6 +346,7 @@ impl Guest {
             kubelet: None,
             cleanup: None,
             console: Vec::new(),
+            serving: None,
         };
         let outcome = cloud_init::run(
             boot.user_data.as_deref(),

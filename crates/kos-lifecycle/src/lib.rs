@@ -8,6 +8,8 @@
 //! - [`decide`]: one turn's decision from the spec and what the cloud shows: the desired graph, the
 //!   plan, who joins and who leaves, and the refusals (a release jump, a loss of quorum, a change no
 //!   running cluster can take).
+//! - [`kubeadm_config`]: the running cluster's ClusterConfiguration moved (release, certificate names)
+//!   before control planes join, which read it there.
 //! - [`addons`]: the cloud controller and CSI moved to the release of the cluster's minor after an upgrade.
 //! - [`drain`]: a node's pods evicted (PodDisruptionBudgets honoured) before its server is deleted,
 //!   as Cluster API drains a machine.
@@ -29,6 +31,7 @@ pub mod decide;
 pub mod drain;
 pub mod etcd;
 pub mod formation;
+pub mod kubeadm_config;
 pub mod membership;
 pub mod quorum;
 pub mod roll;

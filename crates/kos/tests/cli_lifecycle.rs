@@ -640,6 +640,63 @@ fn a_single_control_planes_new_flavor_joins_a_successor_first() {
         .find(|c| c["nodes"].to_string().contains("kos-solo-"))
         .expect("solo");
     assert_eq!(c["violations"], serde_json::json!([]), "{clusters}");
+
+    // A DNS name for the API on the running cluster (before, refused): kubeadm-config names it, then
+    // a successor joins, whose API server certificate kubeadm issues from there. kubectl, knowing
+    // the API by that name, trusts the certificate only afterwards.
+    let kc = kos_within(d, &sim.clouds, &["kubeconfig", "solo", "--cloud", "sim"]);
+    assert_eq!(kc.status.code(), Some(0), "{}", text(&kc));
+    let by_name = || {
+        std::process::Command::new(kubectl_binary())
+            .arg("--kubeconfig")
+            .arg(d.join("kubeconfig-solo"))
+            .args(["--tls-server-name", "api.solo.example.com"])
+            .args(["get", "--raw", "/readyz"])
+            .current_dir(d)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("kubectl runs")
+    };
+    let before = by_name();
+    assert!(!before.status.success(), "{}", text(&before));
+    let named = d.join("solo-named.yaml");
+    std::fs::write(
+        &named,
+        std::fs::read_to_string(second).expect("read").replacen(
+            "  controlPlane:\n",
+            "  apiEndpoint:\n    dnsName: api.solo.example.com\n  controlPlane:\n",
+            1,
+        ),
+    )
+    .expect("write");
+    let named = named.to_str().expect("utf8");
+    let shown = kos_within(d, &sim.clouds, &["plan", "-f", named, "--cloud", "sim"]);
+    let out = text(&shown);
+    assert_eq!(shown.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("apiEndpoint.dnsName: none → api.solo.example.com"),
+        "{out}"
+    );
+    let up = kos_within(d, &sim.clouds, &["up", "-f", named, "--cloud", "sim"]);
+    let out = text(&up);
+    assert_eq!(up.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&up.stderr);
+    let at = |what: &str| err.find(what).unwrap_or_else(|| panic!("{what}: {out}"));
+    let steps = [
+        at("kubeadm-config names the API"),
+        at("kos: cp-1: kubeadm-join ok"),
+        at("removing cp-0"),
+    ];
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}: {out}");
+    let after = by_name();
+    assert!(after.status.success(), "{}", text(&after));
+    assert_eq!(String::from_utf8_lossy(&after.stdout).trim(), "ok");
+    let plan = kos_within(
+        d,
+        &sim.clouds,
+        &["plan", "-f", named, "--cloud", "sim", "--detailed-exitcode"],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
 }
 
 /// `kos up --repair` replaces a node NotReady for longer than `--repair-after` (here a worker whose

@@ -68,6 +68,22 @@ fn tag_value(key: &str, value: &str) -> String {
     }
 }
 
+/// The recorded settings a control plane takes from the running cluster when it joins: `kubeadm join
+/// --control-plane` issues its API server's certificate from the ClusterConfiguration in
+/// `kubeadm-config`, which kos updates first. A change replaces the control planes, as Cluster API's
+/// control plane rolls its machines, instead of being refused.
+pub const ROLLED: [&str; 1] = ["apiEndpoint.dnsName"];
+
+/// A recorded value as the user wrote it (`-`, the record of no DNS name, is none).
+#[must_use]
+pub fn shown(value: &str) -> String {
+    if value == "-" {
+        "none".to_owned()
+    } else {
+        value.to_owned()
+    }
+}
+
 /// The cluster-wide settings `cluster` changes from what a control plane recorded in its `tags`, as
 /// `(field, recorded, wanted)`; a setting not recorded (a server made before the record) is none.
 #[must_use]

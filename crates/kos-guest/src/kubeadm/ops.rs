@@ -270,11 +270,7 @@ impl Guest {
                 ca_hash,
                 configuration: docs.cluster.clone(),
                 pod_subnet: docs.cluster.pod_subnet.map(|n| n.to_string()),
-                serving: crate::cluster::Serving {
-                    service_subnet: docs.cluster.service_subnet.to_string(),
-                    dns_domain: docs.cluster.dns_domain.clone(),
-                    cert_sans: docs.cluster.cert_sans.clone(),
-                },
+                serving: crate::cluster::Serving::of(&docs.cluster),
                 first: EtcdMember::new(
                     id.clone(),
                     node_name.clone(),
@@ -367,6 +363,7 @@ impl Guest {
             false,
         );
         srv.api_of = Some(cid);
+        srv.serving = Some(crate::cluster::Serving::of(&docs.cluster));
         srv.kubelet = Some(KubeletOf {
             cluster: cid,
             node: node_name,
@@ -711,6 +708,10 @@ impl Guest {
                 srv.addresses.first().copied(),
             ));
             srv.api_of = Some(cid);
+            // kubeadm's certs phase issues the API server's certificate from the ClusterConfiguration
+            // it fetched: names added to kubeadm-config's certSANs reach the control planes that
+            // join after (Cluster API updates kubeadm-config before it rolls them).
+            srv.serving = Some(crate::cluster::Serving::of(&cluster_cfg));
             srv.vfs.write(
                 ADMIN_CONF,
                 kubeconfig(&docs.endpoint).as_bytes(),

@@ -161,7 +161,7 @@ fn serving_certificate(
         .kubelet
         .as_ref()
         .map_or(srv.meta.local_hostname.clone(), |k| k.node.clone());
-    let s = &cluster.serving;
+    let s = srv.serving.as_ref().unwrap_or(&cluster.serving);
     let mut sans: Vec<String> = vec![
         node,
         "kubernetes".into(),

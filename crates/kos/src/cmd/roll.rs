@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kos_cluster::apply::ApplyOptions;
 use kos_cluster::graph::Kind;
-use kos_cluster::graph::record::{TAG_KUBERNETES, recorded};
+use kos_cluster::graph::record::{ROLLED, TAG_KUBERNETES, cluster_changes, recorded};
 use kos_cluster::plan::Plan;
 use kos_lifecycle::membership::Joining;
 use kos_lifecycle::roll::Target;
@@ -62,16 +62,12 @@ pub(super) async fn remove(
     for t in batch {
         drain(c, &kube, t, args.drain_timeout).await?;
     }
-    let wanted = p.spec.kubernetes_version.to_string();
-    for t in batch {
-        if t.control_plane && recorded_version(p, t).is_some_and(|v| v != wanted) {
-            // A control plane joining reads the release to run from kubeadm-config: an upgrade
-            // sets it first, as Cluster API's control plane does.
-            set_cluster_version(&kube, &wanted)
-                .await
-                .map_err(|e| stop(t, &e))?;
-            eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {wanted}");
-        }
+    // The control plane made again in its place reads its release and certificate names from
+    // kubeadm-config.
+    if batch.iter().any(|t| t.control_plane)
+        && let Some(m) = config_move(c, p).map_err(|e| stop(first, &e))?
+    {
+        m.apply(&kube, cluster).await.map_err(|e| stop(first, &e))?;
     }
     for t in batch.iter().filter(|t| t.control_plane) {
         let address = p
@@ -320,102 +316,146 @@ pub(super) async fn unhealthy(
         .collect())
 }
 
-/// Before a successor joins control planes of another release (an upgrade with `maxSurge: 1`):
-/// kubeadm-config says the new release, which a joining control plane reads, as Cluster API's control
-/// plane sets it before it rolls.
+/// Before a control plane joins, kubeadm-config says what it must take from the cluster, as Cluster
+/// API's control plane sets it before it rolls: the new release (an upgrade with `maxSurge: 1`) and
+/// the certificate names (a new `apiEndpoint.dnsName`).
 pub(super) async fn before_joins(
     c: &Connected,
     p: &Prepared,
     converging: &Plan,
 ) -> Result<(), Failure> {
-    let control_plane = |a: &&kos_cluster::plan::Action| {
-        a.kind == Kind::Server && kos_lifecycle::formation::is_control_plane(&a.logical_id)
-    };
     let joins = converging
         .actions
         .iter()
-        .filter(control_plane)
+        .filter(|a| is_control_plane(a))
         .any(|a| a.op == kos_cluster::plan::Op::Create);
-    let wanted = p.spec.kubernetes_version.to_string();
-    let older = p
-        .decided
-        .plan
-        .actions
-        .iter()
-        .filter(control_plane)
-        .filter_map(|a| a.existing.as_ref())
-        .filter_map(|r| recorded(&r.facts.tags, TAG_KUBERNETES))
-        .any(|v| v != wanted);
-    if !joins || !older {
-        return Ok(());
-    }
     let cluster = &p.graph.cluster;
     let fail = |why: String| {
         Failure::cloud_report(miette::miette!(
             help = "nothing was changed; fix the cause and run `kos up` again",
-            "a control plane of Kubernetes {wanted} cannot join {cluster} yet: {why}"
+            "a control plane cannot join {cluster} yet: {why}"
         ))
+    };
+    if !joins {
+        return Ok(());
+    }
+    let Some(m) = config_move(c, p).map_err(fail)? else {
+        return Ok(());
     };
     let kube = client(c, p)
         .await
         .map_err(|e| fail(format!("the cluster's API does not answer: {e}")))?;
-    set_cluster_version(&kube, &wanted).await.map_err(fail)?;
-    eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {wanted}");
-    Ok(())
+    m.apply(&kube, cluster).await.map_err(fail)
 }
 
-/// The release the target's server was made with.
-fn recorded_version(p: &Prepared, t: &Target) -> Option<String> {
-    p.decided
+fn is_control_plane(a: &kos_cluster::plan::Action) -> bool {
+    a.kind == Kind::Server && kos_lifecycle::formation::is_control_plane(&a.logical_id)
+}
+
+/// What kubeadm-config must say before a control plane joins.
+struct ConfigMove {
+    /// The spec's release, when a control plane was made for another.
+    version: Option<String>,
+    /// The certificate names, when a control plane was made with another DNS name.
+    sans: Option<Vec<String>>,
+}
+
+/// The move kubeadm-config needs, if an existing control plane was made for another release or
+/// other certificate names; `None` otherwise, so that a plain scale-up needs no API from here (a
+/// private endpoint has none).
+fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, String> {
+    let wanted = p.spec.kubernetes_version.to_string();
+    let existing: Vec<_> = p
+        .decided
         .plan
-        .for_node(&t.logical_id)
-        .and_then(|a| a.existing.as_ref())
-        .and_then(|r| recorded(&r.facts.tags, TAG_KUBERNETES))
-        .map(str::to_owned)
+        .actions
+        .iter()
+        .filter(|a| is_control_plane(a))
+        .filter_map(|a| Some((a, a.existing.as_ref()?)))
+        .collect();
+    let older = existing
+        .iter()
+        .filter_map(|(_, r)| recorded(&r.facts.tags, TAG_KUBERNETES))
+        .any(|v| v != wanted);
+    let renamed = existing.iter().any(|(a, r)| {
+        let Some(kos_cluster::graph::Desired::Server(s)) =
+            p.graph.node(&a.logical_id).map(|n| &n.spec)
+        else {
+            return false;
+        };
+        s.cluster.as_ref().is_some_and(|rec| {
+            cluster_changes(&r.facts.tags, rec)
+                .iter()
+                .any(|(field, ..)| ROLLED.contains(field))
+        })
+    });
+    if !older && !renamed {
+        return Ok(None);
+    }
+    let sans = if renamed {
+        let local =
+            Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
+        let address = local
+            .meta_data()
+            .map_err(|e| format!("{e:?}"))?
+            .ok_or("the cluster's API address is not known on this machine")?
+            .api_address;
+        // As the first control plane's ClusterConfiguration lists them (crate::bootstrap).
+        Some(
+            std::iter::once(address)
+                .chain(
+                    p.spec
+                        .api_endpoint
+                        .dns_name
+                        .as_ref()
+                        .map(|d| d.as_str().to_owned()),
+                )
+                .collect(),
+        )
+    } else {
+        None
+    };
+    Ok(Some(ConfigMove {
+        version: older.then_some(wanted),
+        sans,
+    }))
 }
 
-const KUBEADM_CONFIG: &str = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config";
-
-/// Sets `kubernetesVersion` of the ClusterConfiguration in `kube-system/kubeadm-config`.
-async fn set_cluster_version(kube: &Kube, version: &str) -> Result<(), String> {
-    let cm = kube.get_json(KUBEADM_CONFIG).await?;
-    let text = cm["data"]["ClusterConfiguration"]
-        .as_str()
-        .ok_or("kubeadm-config has no ClusterConfiguration")?;
-    let updated = with_version(text, version)?;
-    if updated != text {
+impl ConfigMove {
+    /// The ClusterConfiguration in `kube-system/kubeadm-config` made to say it.
+    async fn apply(&self, kube: &Kube, cluster: &str) -> Result<(), String> {
+        let cm = kube.get_json(KUBEADM_CONFIG).await?;
+        let text = cm["data"]["ClusterConfiguration"]
+            .as_str()
+            .ok_or("kubeadm-config has no ClusterConfiguration")?;
+        let wanted = kos_lifecycle::kubeadm_config::Wanted {
+            version: self.version.as_deref(),
+            cert_sans: self.sans.as_deref(),
+        };
+        let Some(updated) =
+            kos_lifecycle::kubeadm_config::updated(text, wanted).map_err(|e| e.to_string())?
+        else {
+            return Ok(());
+        };
         kube.merge_patch(
             KUBEADM_CONFIG,
             &json!({"data": {"ClusterConfiguration": updated}}),
         )
         .await?;
+        if let Some(v) = &self.version {
+            eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {v}");
+        }
+        if let Some(sans) = &self.sans {
+            eprintln!(
+                "kos: {cluster}: kubeadm-config names the API {}",
+                sans.join(", ")
+            );
+        }
+        Ok(())
     }
-    Ok(())
 }
 
-/// The ClusterConfiguration document with its top-level `kubernetesVersion` set to `v<version>`.
-fn with_version(text: &str, version: &str) -> Result<String, String> {
-    let mut found = false;
-    let lines: Vec<String> = text
-        .lines()
-        .map(|l| {
-            if l.starts_with("kubernetesVersion:") {
-                found = true;
-                format!("kubernetesVersion: v{version}")
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect();
-    if !found {
-        return Err("kubeadm-config's ClusterConfiguration has no kubernetesVersion".into());
-    }
-    let mut out = lines.join("\n");
-    if text.ends_with('\n') {
-        out.push('\n');
-    }
-    Ok(out)
-}
+const KUBEADM_CONFIG: &str = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config";
 
 fn stop(t: &Target, why: &str) -> Failure {
     Failure::cloud_report(miette::miette!(
@@ -423,19 +463,4 @@ fn stop(t: &Target, why: &str) -> Failure {
         "cannot replace {}: {why}",
         t.logical_id
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_version;
-
-    #[test]
-    fn only_the_top_level_version_changes() {
-        let text = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.35.2\nnetworking:\n  kubernetesVersion: keep\n";
-        let out = with_version(text, "1.36.0").expect("updated");
-        assert!(out.contains("\nkubernetesVersion: v1.36.0\n"), "{out}");
-        assert!(out.contains("  kubernetesVersion: keep\n"), "{out}");
-        assert!(out.ends_with('\n'));
-        assert!(with_version("kind: ClusterConfiguration\n", "1.36.0").is_err());
-    }
 }
