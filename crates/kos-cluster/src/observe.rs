@@ -75,6 +75,7 @@ pub struct Facts {
     /// Nova's fault message of a server in ERROR.
     pub fault: Option<String>,
     pub allowed_cidrs: Vec<String>,
+    /// A pool's member addresses; a server group's member servers.
     pub members: Vec<String>,
     pub address_pairs: Vec<String>,
     pub security_groups: Vec<String>,
@@ -673,6 +674,7 @@ impl Inventory {
                     Facts {
                         // Empty from a Nova that did not say: not taken for a change.
                         policy: Some(x.policy.as_str().to_owned()).filter(|p| !p.is_empty()),
+                        members: x.members.clone(),
                         ..Facts::default()
                     },
                 );

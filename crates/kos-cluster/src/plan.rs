@@ -226,21 +226,6 @@ fn refusals(desired: &DesiredGraph, observed: &Observed) -> Vec<String> {
                     }
                 }
             }
-            Desired::ServerGroup { policy } => {
-                if let Some(h) = &have.facts.policy
-                    && h != policy
-                {
-                    let field = match node.id.strip_prefix("sgroup-") {
-                        Some("cp") | None => "controlPlane.serverGroupPolicy".to_owned(),
-                        Some(pool) => format!("nodePools[{pool}].serverGroupPolicy"),
-                    };
-                    out.push(format!(
-                        "{field}: the servers are in a server group of policy {h}; Nova cannot change a \
-                         group's policy to {policy}, and kos does not move running servers into a new \
-                         group (keep {h}, or add a pool with the new policy and scale this one down)"
-                    ));
-                }
-            }
             Desired::Router {
                 external_network_id,
             } => {
@@ -276,6 +261,34 @@ fn unchangeable(field: &str) -> &'static str {
             "kubeadm's ClusterConfiguration, kube-proxy, the CNI and every Service and pod address \
              use it"
         }
+    }
+}
+
+/// Why a server is not where its server group would place it (Nova puts a server into a group only
+/// when it is made): the group's policy is another (the group is replaced), or the group does not
+/// hold it (a group made after the server: a new policy, or one deleted behind kos's back).
+fn outside_its_group(
+    server: &Resource,
+    group: &str,
+    desired: &DesiredGraph,
+    observed: &Observed,
+) -> Option<String> {
+    let Some(Desired::ServerGroup { policy }) = desired.node(group).map(|n| &n.spec) else {
+        return None;
+    };
+    let placed = "a server joins a group only when it is made";
+    let Some(g) = best(observed, group) else {
+        return Some(format!(
+            "server group: not in one of policy {policy} ({placed})"
+        ));
+    };
+    match &g.facts.policy {
+        Some(h) if h != policy => Some(format!("server group policy: {h} → {policy} ({placed})")),
+        _ if !g.facts.members.contains(&server.id) => Some(format!(
+            "server group: not in {} of policy {policy} ({placed})",
+            g.name
+        )),
+        _ => None,
     }
 }
 
@@ -382,6 +395,22 @@ fn plan_node(node: &Node, desired: &DesiredGraph, observed: &Observed) -> (Actio
             .map_or_else(|| keep.state.clone(), |f| format!("{}: {f}", keep.state));
         return (
             action(Op::Replace, format!("in {why}"), Vec::new(), Some(keep)),
+            duplicates,
+        );
+    }
+    // Nova cannot change a group's policy: a new group, into which its servers are replaced.
+    if let Desired::ServerGroup { policy } = &node.spec
+        && let Some(h) = &keep.facts.policy
+        && h != policy
+    {
+        return (
+            action(
+                Op::Replace,
+                "Nova cannot change a group's policy: its servers are replaced into the new group"
+                    .into(),
+                vec![format!("policy: {h} → {policy}")],
+                Some(keep),
+            ),
             duplicates,
         );
     }
@@ -503,6 +532,11 @@ fn replacements(
                     shown(&have),
                     shown(&want)
                 ));
+            }
+            if let Some(g) = &s.server_group
+                && let Some(why) = outside_its_group(have, g, desired, observed)
+            {
+                out.push(why);
             }
             if recorded(&have.facts.tags, TAG_NODE).is_some_and(|d| d != node_digest(s)) {
                 out.push("labels or taints changed (a kubelet registers them once)".into());

@@ -527,7 +527,6 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
             "network.serviceCIDR",
             "addons.cni",
             "addons.csi",
-            "nodePools[workers].serverGroupPolicy"
         ]
         .into(),
         "{:?}",
@@ -555,14 +554,22 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
         "{}",
         p.diff(false)
     );
-    assert_eq!(p.for_node("workers-0").map(|a| a.op), Some(Op::NoOp));
+    // Nor is a server group's new policy (before, refused): Nova cannot change it, so the group is
+    // made again and its servers are replaced into it.
+    assert_eq!(
+        p.for_node("sgroup-workers").map(|a| a.op),
+        Some(Op::Replace),
+        "{}",
+        p.diff(false)
+    );
+    let w = p.for_node("workers-0").ok_or("workers-0")?;
+    assert_eq!(w.op, Op::Roll, "{}", p.diff(false));
     assert!(
-        said(
-            "nodePools[workers].serverGroupPolicy",
-            "policy soft-anti-affinity"
-        ),
-        "{:?}",
-        p.refused
+        w.changes.iter().any(|c| c.starts_with(
+            "server group policy: soft-anti-affinity → anti-affinity (a server joins a group only when it is made)"
+        )),
+        "{}",
+        p.diff(false)
     );
 
     // A CNI manifest of the user's, on a cluster made with the pinned one: refused as well (kos
@@ -581,6 +588,85 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
         p.refused[0].starts_with("addons.cni: the running cluster was made with calico; it cannot become calico+abababababababab"),
         "{:?}",
         p.refused
+    );
+    Ok(())
+}
+
+/// A server group's new policy: the engine makes the group again (Nova cannot change a policy), and
+/// every server made in the old one stays planned for replacement until it is made in the new one,
+/// whether the plan is read before the group was replaced or after (a run killed in between).
+#[tokio::test]
+async fn a_server_groups_new_policy_makes_it_again_and_replaces_its_servers() -> R {
+    let c = start().await?;
+    let shape = Shape {
+        name: "grp",
+        control_planes: 1,
+        load_balancer: false,
+        boot_volume: false,
+        pools: vec![("workers", 2, "soft-anti-affinity")],
+    };
+    let g = graph(&c.session, &shape).await?;
+    up(&c.session, &g).await?;
+    let hard = shape.yaml().replace(
+        "serverGroupPolicy: soft-anti-affinity",
+        "serverGroupPolicy: anti-affinity",
+    );
+    let g2 = graph_of(&c.session, &hard).await?;
+    let p = plan_for(&c.session, &g2).await?;
+    assert!(p.refused.is_empty(), "{:?}", p.refused);
+    let group = p.for_node("sgroup-workers").ok_or("sgroup-workers")?;
+    assert_eq!(group.op, Op::Replace, "{}", p.diff(false));
+    assert_eq!(
+        group.changes,
+        ["policy: soft-anti-affinity → anti-affinity"],
+        "{}",
+        p.diff(false)
+    );
+    let old_group = group.existing.as_ref().ok_or("observed")?.id.clone();
+    for w in ["workers-0", "workers-1"] {
+        assert_eq!(
+            p.for_node(w).map(|a| a.op),
+            Some(Op::Roll),
+            "{}",
+            p.diff(false)
+        );
+    }
+    assert_eq!(p.for_node("cp-0").map(|a| a.op), Some(Op::NoOp));
+
+    // The converge (replacements left to the lifecycle) makes the group again.
+    let converging = kos_lifecycle_free_rolls(&p);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    kos_cluster::apply::apply(
+        &c.session,
+        &g2,
+        &converging,
+        &kos_cluster::bootstrap::MarkerBootstrap,
+        kos_cluster::apply::ApplyOptions::fast(),
+        tx,
+    )
+    .await?;
+    drain.await?;
+    let groups = c.session.compute().list_server_groups().await?;
+    let made = groups
+        .iter()
+        .find(|x| x.name == "kos-grp-sgroup-workers")
+        .ok_or("the group")?;
+    assert_ne!(made.id, old_group, "made again");
+    assert_eq!(made.policy.as_str(), "anti-affinity");
+    assert!(
+        !groups.iter().any(|x| x.id == old_group),
+        "the old group is gone"
+    );
+    let p = plan_for(&c.session, &g2).await?;
+    assert_eq!(p.for_node("sgroup-workers").map(|a| a.op), Some(Op::NoOp));
+    let w = p.for_node("workers-1").ok_or("workers-1")?;
+    assert_eq!(w.op, Op::Roll, "{}", p.diff(false));
+    assert!(
+        w.changes.iter().any(|c| c
+            .starts_with("server group: not in kos-grp-sgroup-workers of policy anti-affinity")),
+        "{}",
+        p.diff(false)
     );
     Ok(())
 }

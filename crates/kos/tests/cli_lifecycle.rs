@@ -699,6 +699,87 @@ fn a_single_control_planes_new_flavor_joins_a_successor_first() {
     assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
 }
 
+/// A pool's new server group policy (before, refused): Nova cannot change a group's policy, so
+/// `kos up` makes the group again and replaces the pool's servers into it, drained one at a time,
+/// until every one of them is a member of the new group and the plan is empty.
+#[test]
+fn a_pools_new_server_group_policy_replaces_its_nodes_into_a_new_group() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let minimal = up_minimal(d, &sim);
+    let groups = || {
+        runtime().block_on(async {
+            let s = session(&sim.clouds).await;
+            s.compute()
+                .list_server_groups()
+                .await
+                .expect("groups")
+                .into_iter()
+                .filter(|g| g.name == "kos-demo-sgroup-workers")
+                .collect::<Vec<_>>()
+        })
+    };
+    let old = groups();
+    assert_eq!(old.len(), 1, "{old:?}");
+    assert_eq!(old[0].policy.as_str(), "soft-anti-affinity");
+    let hard = minimal.replacen(
+        "      count: 2\n",
+        "      count: 2\n      serverGroupPolicy: anti-affinity\n",
+        1,
+    );
+    assert_ne!(hard, minimal);
+    let spec = d.join("hard.yaml");
+    std::fs::write(&spec, &hard).expect("write");
+    let spec = spec.to_str().expect("utf8");
+    let plan = kos_within(d, &sim.clouds, &["plan", "-f", spec, "--cloud", "sim"]);
+    let out = text(&plan);
+    assert_eq!(plan.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("policy: soft-anti-affinity → anti-affinity"),
+        "{out}"
+    );
+    for w in ["workers-0", "workers-1"] {
+        assert!(
+            out.lines().any(|l| l.contains("-/+") && l.contains(w)),
+            "{w}: {out}"
+        );
+    }
+    let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    let out = text(&up);
+    assert_eq!(up.status.code(), Some(0), "{out}");
+    let now = groups();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0].id, old[0].id, "made again");
+    assert_eq!(now[0].policy.as_str(), "anti-affinity");
+    let members: std::collections::BTreeSet<String> = now[0].members.iter().cloned().collect();
+    let workers: std::collections::BTreeSet<String> = runtime().block_on(async {
+        let s = session(&sim.clouds).await;
+        let c = s.compute();
+        let mut ids = std::collections::BTreeSet::new();
+        for w in ["kos-demo-workers-0", "kos-demo-workers-1"] {
+            ids.insert(server_named(&c, w).await.id);
+        }
+        ids
+    });
+    assert_eq!(members, workers, "{out}");
+    let clusters = sim_admin(&sim.base, "/_sim/clusters");
+    assert_eq!(
+        clusters[0]["violations"],
+        serde_json::json!([]),
+        "{clusters}"
+    );
+    let nodes = clusters[0]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{clusters}");
+    assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
+    let plan = kos_within(
+        d,
+        &sim.clouds,
+        &["plan", "-f", spec, "--cloud", "sim", "--detailed-exitcode"],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+}
+
 /// `kos up --repair` replaces a node NotReady for longer than `--repair-after` (here a worker whose
 /// server was stopped behind kos's back); plain `kos up` leaves it to the operator.
 #[test]
