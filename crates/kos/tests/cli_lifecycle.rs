@@ -230,6 +230,36 @@ fn a_control_plane_scale_down_that_would_lose_quorum_is_refused_before_any_chang
         assert!(out.contains("cp-0") && out.contains("cp-1"), "{cmd}: {out}");
     }
     assert_eq!(control_planes(&sim.clouds), before);
+    // `kos status` against that spec shows what exists and why it is not converged (before, it
+    // failed as kos up does, exit 3, and showed nothing).
+    let st = kos_within(
+        d,
+        &sim.clouds,
+        &["status", "prod", "-f", one, "--cloud", "sim"],
+    );
+    let out = text(&st);
+    assert_eq!(st.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("Not converged: kos up refuses this spec"),
+        "{out}"
+    );
+    assert!(out.contains("spec.controlPlane.count 1"), "{out}");
+    assert!(out.contains("kos-prod-cp-2"), "{out}");
+    let st = kos_within(
+        d,
+        &sim.clouds,
+        &[
+            "status", "prod", "-f", one, "--cloud", "sim", "--output", "json",
+        ],
+    );
+    assert_eq!(st.status.code(), Some(2), "{}", text(&st));
+    let doc: serde_json::Value = serde_json::from_slice(&st.stdout).expect("json");
+    assert!(
+        doc["refused"]
+            .as_str()
+            .is_some_and(|r| r.contains("spec.controlPlane.count 1")),
+        "{doc}"
+    );
 }
 
 /// Control planes 1 → 3 → 5 → 3 → 1: each run's new control planes join the one cluster (the first

@@ -97,6 +97,31 @@ async fn prepare(
     spec: SpecFile,
     renew_before: Option<i64>,
 ) -> Result<Prepared, Failure> {
+    let looked = look(c, spec).await?;
+    let (graph, decided) = looked.decide(renew_before).map_err(|e| {
+        let shown = crate::term::printable(&looked.shown);
+        Failure::input(match e {
+            DecideError::Quorum { .. } => miette::miette!(
+                help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
+                "{shown}: {e}"
+            ),
+            DecideError::Refused { .. } => {
+                miette::miette!(help = "nothing was changed", "{shown}: {e}")
+            }
+            DecideError::Version(_) | DecideError::Graph(_) => miette::miette!("{shown}: {e}"),
+        })
+    })?;
+    Ok(Prepared {
+        decided,
+        spec: looked.spec,
+        graph,
+        resolved: looked.resolved,
+        formation: looked.formation,
+    })
+}
+
+/// Preflight, what the cloud shows and whether the cluster exists: what a decision is made from.
+async fn look(c: &Connected, spec: SpecFile) -> Result<Looked, Failure> {
     let SpecFile {
         loaded,
         shown,
@@ -134,34 +159,37 @@ async fn prepare(
         .ok()
         .and_then(|local| local.meta_data().ok().flatten())
         .and_then(|meta| meta.kubernetes_version.parse().ok());
-    let (graph, decided) = kos_lifecycle::decide::decide(&kos_lifecycle::decide::Inputs {
-        spec: &loaded.spec,
-        resolved: &pre.resolved,
-        observed: &observed,
-        formation: formation.formation,
-        last_applied,
-        renew_before,
-    })
-    .map_err(|e| {
-        let shown = crate::term::printable(&shown);
-        Failure::input(match e {
-            DecideError::Quorum { .. } => miette::miette!(
-                help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
-                "{shown}: {e}"
-            ),
-            DecideError::Refused { .. } => {
-                miette::miette!(help = "nothing was changed", "{shown}: {e}")
-            }
-            DecideError::Version(_) | DecideError::Graph(_) => miette::miette!("{shown}: {e}"),
-        })
-    })?;
-    Ok(Prepared {
-        decided,
+    Ok(Looked {
+        shown,
         spec: loaded.spec,
-        graph,
         resolved: pre.resolved,
+        observed,
         formation,
+        last_applied,
     })
+}
+
+/// What [`prepare`] looked at before it decided.
+struct Looked {
+    shown: String,
+    spec: ClusterSpec,
+    resolved: Resolved,
+    observed: kos_cluster::observe::Observed,
+    formation: kos_lifecycle::formation::Decision,
+    last_applied: Option<kos_bootstrap::KubeVersion>,
+}
+
+impl Looked {
+    fn decide(&self, renew_before: Option<i64>) -> Result<(DesiredGraph, Decided), DecideError> {
+        kos_lifecycle::decide::decide(&kos_lifecycle::decide::Inputs {
+            spec: &self.spec,
+            resolved: &self.resolved,
+            observed: &self.observed,
+            formation: self.formation.formation,
+            last_applied: self.last_applied,
+            renew_before,
+        })
+    }
 }
 
 /// Runs `f` with a connected cloud and always saves the embedded simulator afterwards.
@@ -902,21 +930,38 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
     let spec = args.file.as_deref().map(load_spec).transpose()?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let graph = match spec {
-                Some(spec) => Some(prepare(&c, spec, None).await?.graph),
-                None => None,
+            // A spec kos up would refuse still shows what exists, and why it is not converged.
+            let (graph, refused) = match spec {
+                Some(spec) => {
+                    let looked = look(&c, spec).await?;
+                    match looked.decide(None) {
+                        Ok((graph, _)) => (Some(graph), None),
+                        Err(e) => (None, Some(e.to_string())),
+                    }
+                }
+                None => (None, None),
             };
             let st = kos_cluster::status::status(&c.session, &args.name, graph.as_ref())
                 .await
                 .map_err(Failure::cloud)?;
             if let Output::Json = args.output {
+                let mut doc = serde_json::to_value(&st)
+                    .into_diagnostic()
+                    .map_err(Failure::cloud_report)?;
+                if let (Some(why), Some(o)) = (&refused, doc.as_object_mut()) {
+                    o.insert("refused".into(), serde_json::Value::String(why.clone()));
+                }
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(&st)
+                    serde_json::to_string_pretty(&doc)
                         .into_diagnostic()
                         .map_err(Failure::cloud_report)?
                 );
-                return Ok(Exit::Ok);
+                return Ok(if refused.is_some() {
+                    Exit::Changes
+                } else {
+                    Exit::Ok
+                });
             }
             println!("Cluster {}", st.cluster);
             println!(
@@ -951,6 +996,10 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
             }
             for d in &st.duplicates {
                 println!("! duplicate: {d}");
+            }
+            if let Some(why) = &refused {
+                println!("Not converged: kos up refuses this spec: {why}");
+                return Ok(Exit::Changes);
             }
             match (&st.not_converged, st.converged()) {
                 (Some(actions), Some(false)) => {
