@@ -322,3 +322,68 @@ async fn a_second_server_with_the_name_of_a_ready_node_cannot_join() {
         "a Node with name \"kos-demo-w-0\" and status \"Ready\" already exists in the cluster",
     );
 }
+
+/// The first control plane's `kubectl apply` of the CNI goes through the endpoint, which a load
+/// balancer still being built (Octavia can take minutes) does not answer yet: the script's `retry 10`
+/// sleeps 5, 10, … 45 s between attempts, so an endpoint that answers a minute after kubeadm init
+/// costs nothing. (Before, the guest gave up at the first attempt, and kos then made the first control
+/// plane again as a joiner, in a cluster that never got its CNI.)
+#[tokio::test]
+async fn the_cni_waits_for_an_endpoint_that_answers_late() {
+    let c = cluster("1.34.2", 1, 1);
+    let s = secrets();
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.host.route(ENDPOINT, &[]);
+    let mut waited = 0;
+    while !w.markers(&id).iter().any(|m| m.contains("kubeadm-init ok")) {
+        assert!(waited < 3600, "no kubeadm init: {:?}", w.markers(&id));
+        w.advance(time::Duration::seconds(5));
+        waited += 5;
+    }
+    w.advance(time::Duration::seconds(60));
+    assert!(
+        !w.markers(&id).iter().any(|m| m.contains("cni")),
+        "still trying: {:?}",
+        w.markers(&id)
+    );
+    w.route();
+    w.settle_hours(1);
+    let markers = w.markers(&id);
+    for want in ["cni ok", "addons ok", "bootstrap ok"] {
+        assert!(
+            markers.iter().any(|m| m.ends_with(want)),
+            "{want}: {markers:?}"
+        );
+    }
+}
+
+/// An endpoint that never answers: the CNI step gives up after the script's ten attempts, at least
+/// the 225 s its sleeps add up to, naming kubectl's refusal.
+#[tokio::test]
+async fn the_cni_gives_up_after_ten_attempts() {
+    let c = cluster("1.34.2", 1, 1);
+    let s = secrets();
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.host.route(ENDPOINT, &[]);
+    let mut waited = 0;
+    while !w.markers(&id).iter().any(|m| m.contains("kubeadm-init ok")) {
+        assert!(waited < 3600, "no kubeadm init: {:?}", w.markers(&id));
+        w.advance(time::Duration::seconds(5));
+        waited += 5;
+    }
+    w.advance(time::Duration::seconds(200));
+    assert!(
+        !w.markers(&id).iter().any(|m| m.contains("cni failed")),
+        "gave up before its attempts: {:?}",
+        w.markers(&id)
+    );
+    w.settle_hours(1);
+    let last = w.markers(&id).last().cloned().unwrap_or_default();
+    assert!(
+        last.contains("cni failed: gave up after 10 attempts: kubectl apply -f /etc/kos/cni.yaml"),
+        "{last}"
+    );
+    assert_detail(&w, &id, "The connection to the server");
+}

@@ -682,3 +682,50 @@ fn a_kubeadm_failure_shows_in_up_with_the_node_and_kubeadms_reason() {
         text(&o)
     );
 }
+
+/// The first control plane initialised the cluster, then failed at its CNI step (here a manifest
+/// URL the simulated internet does not serve) while no kos ran. The next `kos up` does not make it
+/// again, which would delete the cluster's first member and join a cluster that never gets its CNI
+/// (the fault campaign found a run that then waited half an hour for nodes that could never be
+/// Ready): it stops naming the node, the step and what to do, and the server stays.
+#[test]
+fn a_first_control_plane_that_failed_after_init_is_not_made_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let yaml = std::fs::read_to_string(minimal())
+        .expect("example")
+        .replacen(
+            "  nodePools:",
+            &format!(
+                "  addons:\n    cniManifest:\n      url: https://example.com/calico.yaml\n      sha256: {}\n  nodePools:",
+                "ab".repeat(32)
+            ),
+            1,
+        );
+    let spec = d.join("unreachable-cni.yaml");
+    std::fs::write(&spec, yaml).expect("write");
+    let spec = spec.to_str().expect("utf8");
+    let infra = kos(
+        d,
+        Some(&sim.clouds),
+        &["up", "-f", spec, "--cloud", "sim", "--wait", "infra"],
+    );
+    assert_eq!(code(&infra), 0, "{}", text(&infra));
+    let cp0 = || {
+        server(&sim_state(&sim.base), "kos-demo-cp-0")
+            .and_then(|s| s["id"].as_str())
+            .map(str::to_owned)
+    };
+    let before = cp0().expect("cp-0");
+    let again = kos(d, Some(&sim.clouds), &["up", "-f", spec, "--cloud", "sim"]);
+    let out = text(&again);
+    assert_eq!(code(&again), 1, "{out}");
+    assert!(out.contains("cp-0 failed at cni"), "{out}");
+    assert!(
+        out.contains("only the first control plane applies the CNI"),
+        "{out}"
+    );
+    assert!(!out.contains("replacing cp-0"), "{out}");
+    assert_eq!(cp0().as_deref(), Some(before.as_str()), "the same server");
+}

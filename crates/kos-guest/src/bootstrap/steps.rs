@@ -103,6 +103,23 @@ fn append_log(srv: &mut Server, lines: &[String]) {
         .write(BOOTSTRAP_LOG, text.as_bytes(), 0o600, "root:root", true);
 }
 
+/// Attempts of the script's `retry 10 kubectl …` (cni, addons).
+const KUBECTL_ATTEMPTS: u32 = 10;
+
+/// The script's `retry 10 kubectl …` after a failed attempt: it sleeps `attempt × 5` s and tries
+/// again (an API endpoint still being built, a load balancer Octavia has not finished, answers a
+/// few minutes later), and gives up after the tenth.
+fn kubectl_retry(attempt: u32, now: OffsetDateTime, command: &str, detail: String) -> StepResult {
+    let this = attempt + 1;
+    if this >= KUBECTL_ATTEMPTS {
+        return StepResult::Fail {
+            output: vec![format!("gave up after {this} attempts: {command}")],
+            detail: Some(detail),
+        };
+    }
+    StepResult::Retry(now + secs(u64::from(this) * 5), vec![detail])
+}
+
 /// `server: https://HOST:PORT` of a kubeconfig.
 fn kubeconfig_server(text: &str) -> Option<String> {
     text.lines()
@@ -239,8 +256,8 @@ impl Guest {
             "kubeadm_init" | "kubeadm_join" => {
                 self.kubeadm_step(id, srv, step, env, attempt, script_text, host)?
             }
-            "cni" => self.cni(id, srv, env, host)?,
-            "addons" => self.addons(id, srv, host)?,
+            "cni" => self.cni(id, srv, env, attempt, host)?,
+            "addons" => self.addons(id, srv, attempt, host)?,
             // Known pairs are matched above; the cleanup runs through run_cleanup.
             other => fail(format!(
                 "step function {other} is not simulated by kos-guest"
@@ -389,6 +406,7 @@ impl Guest {
         id: &ServerId,
         srv: &mut Server,
         env: &Env,
+        attempt: u32,
         host: &dyn Host,
     ) -> Result<StepResult, GuestError> {
         let get = |k: &str| env.get(k).map(str::to_owned);
@@ -442,12 +460,12 @@ impl Guest {
         let cid = match self.kubectl_cluster(id, srv, host) {
             Ok(c) => c,
             Err(e) => {
-                return Ok(StepResult::Fail {
-                    output: vec![format!(
-                        "gave up after 10 attempts: kubectl apply -f {CNI_FILE}"
-                    )],
-                    detail: Some(e),
-                });
+                return Ok(kubectl_retry(
+                    attempt,
+                    host.now(),
+                    &format!("kubectl apply -f {CNI_FILE}"),
+                    e,
+                ));
             }
         };
         let Some(c) = self.clusters.get_mut(&cid) else {
@@ -481,13 +499,17 @@ impl Guest {
         &mut self,
         id: &ServerId,
         srv: &mut Server,
+        attempt: u32,
         host: &dyn Host,
     ) -> Result<StepResult, GuestError> {
-        let gave_up = |detail: String| StepResult::Fail {
-            output: vec![format!(
-                "gave up after 10 attempts: kubectl apply -f {ADDONS_DIR}"
-            )],
-            detail: Some(detail),
+        let now = host.now();
+        let gave_up = |detail: String| {
+            kubectl_retry(
+                attempt,
+                now,
+                &format!("kubectl apply -f {ADDONS_DIR}"),
+                detail,
+            )
         };
         let cid = match self.kubectl_cluster(id, srv, host) {
             Ok(c) => c,

@@ -118,9 +118,15 @@ pub struct FollowError {
     /// not finish without that run, e.g. with no join token in the cluster), which `kos up` makes
     /// again.
     pub failed_earlier: Vec<String>,
-    /// Failed nodes this run created.
+    /// Failed nodes this run created, and nodes made again would not help.
     pub failed_now: Vec<String>,
+    /// A first control plane failed after it initialised the cluster, at a step only it runs (the
+    /// CNI, the addons): a control plane made again joins, and the cluster never gets them.
+    pub after_init: bool,
 }
+
+/// The steps the first control plane runs after `kubeadm init` and no joining node runs.
+const AFTER_INIT: [&str; 2] = ["cni", "addons"];
 
 impl std::fmt::Display for FollowError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -134,6 +140,7 @@ impl From<String> for FollowError {
             message,
             failed_earlier: Vec::new(),
             failed_now: Vec::new(),
+            after_init: false,
         }
     }
 }
@@ -210,9 +217,12 @@ pub async fn consoles(
             .collect();
         if !failed.is_empty() {
             let (mut failed_earlier, mut failed_now) = (Vec::new(), Vec::new());
+            let mut after_init = false;
             for t in targets {
-                if matches!(states.get(&t.logical_id), Some(NodeState::Failed { .. })) {
-                    if t.created_now {
+                if let Some(NodeState::Failed { step, .. }) = states.get(&t.logical_id) {
+                    let initialised = AFTER_INIT.contains(&step.as_str());
+                    after_init |= initialised;
+                    if t.created_now || initialised {
                         failed_now.push(t.logical_id.clone());
                     } else {
                         failed_earlier.push(t.logical_id.clone());
@@ -223,6 +233,7 @@ pub async fn consoles(
                 message: failed.join("; "),
                 failed_earlier,
                 failed_now,
+                after_init,
             });
         }
         pending = still;

@@ -804,6 +804,18 @@ async fn follow_bootstrap(
             eprintln!("kos: bootstrap: {e}");
             return Ok(e.failed_earlier);
         }
+        Err(e) if e.after_init => {
+            return Err(Failure::cloud_report(miette::miette!(
+                help = format!(
+                    "only the first control plane applies the CNI and the addons, after kubeadm init: a \
+                     control plane made again would join a cluster that never gets them, so kos does not \
+                     make it again. The node's log is /var/log/kos-bootstrap.log; fix the cause, then \
+                     delete the cluster (`kos down {}`) and run `kos up` again",
+                    report.cluster
+                ),
+                "bootstrap: {e}"
+            )));
+        }
         Err(e) => {
             return Err(Failure::cloud_report(miette::miette!(
                 help = "the node's log is /var/log/kos-bootstrap.log; its console: `openstack console log show <server>`. \
