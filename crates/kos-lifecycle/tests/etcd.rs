@@ -309,3 +309,35 @@ async fn a_refused_removal_names_the_call_and_etcds_message() {
     );
     assert_eq!(etcd.lock().unwrap().members.len(), 2);
 }
+
+/// A stream whose far end never answers (a port-forward to a hung kubelet or member): held open,
+/// silent.
+struct Silent(Mutex<Vec<tokio::io::DuplexStream>>);
+
+impl Dial for Silent {
+    type Stream = tokio::io::DuplexStream;
+    async fn dial(&self) -> Result<tokio::io::DuplexStream, EtcdError> {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        self.0.lock().unwrap().push(theirs);
+        Ok(ours)
+    }
+}
+
+/// A member that never answers fails the call, naming it, instead of holding the run forever (the
+/// client had no bound, and a silent port-forward would have stopped `kos up` for good).
+#[tokio::test]
+async fn a_member_that_never_answers_fails_the_call() {
+    let s = secrets();
+    let tls = EtcdTls::for_cluster(&s, time::OffsetDateTime::now_utc()).unwrap();
+    let client = EtcdClient::new(Silent(Mutex::new(Vec::new())), tls)
+        .with_timeout(std::time::Duration::from_millis(200));
+    match client.member_list().await {
+        Err(EtcdError::Transport(m)) => {
+            assert!(
+                m.contains("/v3/cluster/member/list: no answer within"),
+                "{m}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}

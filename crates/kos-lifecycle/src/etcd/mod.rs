@@ -22,6 +22,9 @@ pub use wire::{Member, MemberId, Status};
 pub const CLIENT_CN: &str = "kos-etcd-client";
 /// How long that certificate is valid: one run; it is never stored.
 pub const CLIENT_VALIDITY: Duration = Duration::hours(1);
+/// How long one call (dial, TLS, request and answer) may take: a port-forward whose far end never
+/// answers (a kubelet or member that hangs) must fail the run, not hold it forever.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EtcdError {
@@ -115,11 +118,23 @@ impl EtcdTls {
 pub struct EtcdClient<D> {
     dial: D,
     tls: EtcdTls,
+    timeout: std::time::Duration,
 }
 
 impl<D: Dial> EtcdClient<D> {
     pub fn new(dial: D, tls: EtcdTls) -> Self {
-        Self { dial, tls }
+        Self {
+            dial,
+            tls,
+            timeout: CALL_TIMEOUT,
+        }
+    }
+
+    /// Another bound for each call than [`CALL_TIMEOUT`].
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// `POST /v3/cluster/member/list`.
@@ -167,6 +182,21 @@ impl<D: Dial> EtcdClient<D> {
     }
 
     async fn call<T: DeserializeOwned>(
+        &self,
+        path: &'static str,
+        body: &[u8],
+    ) -> Result<T, EtcdError> {
+        tokio::time::timeout(self.timeout, self.call_once(path, body))
+            .await
+            .map_err(|_| {
+                EtcdError::Transport(format!(
+                    "{path}: no answer within {} s",
+                    self.timeout.as_secs_f64()
+                ))
+            })?
+    }
+
+    async fn call_once<T: DeserializeOwned>(
         &self,
         path: &'static str,
         body: &[u8],
