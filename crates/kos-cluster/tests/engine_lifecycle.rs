@@ -468,19 +468,7 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
     assert!(p.refused.is_empty(), "{:?}", p.refused);
 
     // The engine makes the update and leaves the replacements to the lifecycle.
-    let only_dns = kos_lifecycle_free_rolls(&p);
-    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    kos_cluster::apply::apply(
-        &c.session,
-        &g2,
-        &only_dns,
-        &kos_cluster::bootstrap::MarkerBootstrap,
-        kos_cluster::apply::ApplyOptions::fast(),
-        tx,
-    )
-    .await?;
-    drain.await?;
+    apply_plan(&c.session, &g2, &kos_lifecycle_free_rolls(&p)).await??;
     let p = plan_for(&c.session, &g2).await?;
     assert_eq!(p.for_node("subnet").map(|a| a.op), Some(Op::NoOp));
     assert_eq!(p.for_node("workers-1").map(|a| a.op), Some(Op::Roll));
@@ -634,19 +622,7 @@ async fn a_server_groups_new_policy_makes_it_again_and_replaces_its_servers() ->
     assert_eq!(p.for_node("cp-0").map(|a| a.op), Some(Op::NoOp));
 
     // The converge (replacements left to the lifecycle) makes the group again.
-    let converging = kos_lifecycle_free_rolls(&p);
-    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    kos_cluster::apply::apply(
-        &c.session,
-        &g2,
-        &converging,
-        &kos_cluster::bootstrap::MarkerBootstrap,
-        kos_cluster::apply::ApplyOptions::fast(),
-        tx,
-    )
-    .await?;
-    drain.await?;
+    apply_plan(&c.session, &g2, &kos_lifecycle_free_rolls(&p)).await??;
     let groups = c.session.compute().list_server_groups().await?;
     let made = groups
         .iter()

@@ -5,7 +5,51 @@
 //! for the API server certificate it issues. Cluster API's control plane updates the ConfigMap before it
 //! rolls machines for a new release or new SANs; kos does the same before a successor joins.
 
+use kos_cluster::graph::record::{ROLLED, TAG_KUBERNETES, cluster_changes, recorded};
+use kos_cluster::graph::{Desired, DesiredGraph, Kind};
+use kos_cluster::plan::Plan;
 use serde_json::{Map, Value};
+
+/// What the running control planes were made for that kubeadm-config must move from before another
+/// one joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Needed {
+    /// A control plane records another release than `version`.
+    pub version: bool,
+    /// A control plane records other certificate names ([`ROLLED`]).
+    pub names: bool,
+}
+
+impl Needed {
+    /// From the control planes `plan` found and what `desired` makes of them; nothing needed lets a
+    /// plain scale-up join without the API from here (a private endpoint has none).
+    #[must_use]
+    pub fn of(plan: &Plan, desired: &DesiredGraph, version: &str) -> Self {
+        let mut needed = Needed::default();
+        for a in plan
+            .actions
+            .iter()
+            .filter(|a| a.kind == Kind::Server && crate::formation::is_control_plane(&a.logical_id))
+        {
+            let Some(have) = &a.existing else { continue };
+            needed.version |=
+                recorded(&have.facts.tags, TAG_KUBERNETES).is_some_and(|v| v != version);
+            if let Some(Desired::Server(s)) = desired.node(&a.logical_id).map(|n| &n.spec)
+                && let Some(rec) = &s.cluster
+            {
+                needed.names |= cluster_changes(&have.facts.tags, rec)
+                    .iter()
+                    .any(|(field, ..)| ROLLED.contains(field));
+            }
+        }
+        needed
+    }
+
+    #[must_use]
+    pub fn any(self) -> bool {
+        self.version || self.names
+    }
+}
 
 /// What a run wants the ClusterConfiguration to say; `None` leaves a field as it is.
 #[derive(Debug, Clone, Copy, Default)]

@@ -339,8 +339,7 @@ impl KubeadmBootstrap {
 
     fn cluster_input(&self, node: &NodeContext) -> Result<ClusterInput, String> {
         let (id, secret) = self.credential(node)?;
-        let mut cert_sans = vec![node.api_address.clone()];
-        cert_sans.extend(self.dns_name.clone());
+        let cert_sans = cert_sans(&node.api_address, self.dns_name.as_deref());
         Ok(ClusterInput {
             name: self.name.clone(),
             kubernetes_version: self.version,
@@ -442,6 +441,15 @@ impl Bootstrap for KubeadmBootstrap {
         tracing::debug!(node = %node.logical_id, bytes = ud.base64_len(), gzipped = ud.gzipped, "user_data rendered");
         Ok(ud.payload().to_vec())
     }
+}
+
+/// The API server certificate's extra names (`apiServer.certSANs`): the endpoint's address and the
+/// spec's DNS name. The first control plane's ClusterConfiguration lists them, and kos moves
+/// kubeadm-config to them before control planes join under a new name.
+pub fn cert_sans(api_address: &str, dns_name: Option<&str>) -> Vec<String> {
+    std::iter::once(api_address.to_owned())
+        .chain(dns_name.map(str::to_owned))
+        .collect()
 }
 
 #[cfg(test)]

@@ -155,12 +155,17 @@ fn a_first_control_plane_deleted_behind_kos_joins_the_running_cluster() {
     assert!(members.iter().all(|m| m["up"] == true), "{etcd}");
 
     // Nothing left to do: the cluster converged with the new cp-0 in it.
-    let plan = kos(
+    assert_nothing_to_do(d, &sim.clouds, spec, "the new cp-0 joined");
+}
+
+/// `kos plan --detailed-exitcode` of `spec` finds nothing to do (`context` says at which stage).
+fn assert_nothing_to_do(d: &std::path::Path, clouds: &std::path::Path, spec: &str, context: &str) {
+    let plan = kos_within(
         d,
-        Some(&sim.clouds),
+        clouds,
         &["plan", "-f", spec, "--cloud", "sim", "--detailed-exitcode"],
     );
-    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+    assert_eq!(plan.status.code(), Some(0), "{context}: {}", text(&plan));
 }
 
 /// The control planes' servers of cluster `prod` that the cloud shows.
@@ -323,12 +328,7 @@ fn control_planes_scale_one_three_five_three_one_keeping_quorum() {
         );
         let violations = clusters[0]["violations"].as_array().expect("violations");
         assert!(violations.is_empty(), "{count}: {clusters}");
-        let plan = kos_within(
-            d,
-            &sim.clouds,
-            &["plan", "-f", path, "--cloud", "sim", "--detailed-exitcode"],
-        );
-        assert_eq!(plan.status.code(), Some(0), "{count}: {}", text(&plan));
+        assert_nothing_to_do(d, &sim.clouds, path, &format!("{count}"));
     }
 }
 
@@ -420,19 +420,7 @@ fn a_pools_new_flavor_and_labels_replace_its_nodes_one_at_a_time() {
     assert_eq!(nodes.len(), 3, "the old Nodes are gone: {clusters}");
     assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
 
-    let plan = kos(
-        d,
-        Some(&sim.clouds),
-        &[
-            "plan",
-            "-f",
-            second,
-            "--cloud",
-            "sim",
-            "--detailed-exitcode",
-        ],
-    );
-    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+    assert_nothing_to_do(d, &sim.clouds, second, "the pool replaced");
 
     // maxUnavailable: 2 takes both down at once: both drained and deleted before either joins.
     let third = d.join("third.yaml");
@@ -498,19 +486,7 @@ fn a_pools_new_flavor_and_labels_replace_its_nodes_one_at_a_time() {
     let nodes = clusters[0]["nodes"].as_array().expect("nodes");
     assert_eq!(nodes.len(), 3, "the old Nodes are gone: {clusters}");
     assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
-    let plan = kos(
-        d,
-        Some(&sim.clouds),
-        &[
-            "plan",
-            "-f",
-            fourth,
-            "--cloud",
-            "sim",
-            "--detailed-exitcode",
-        ],
-    );
-    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+    assert_nothing_to_do(d, &sim.clouds, fourth, "both replaced at once");
 }
 
 /// One control plane's new flavor. Behind a floating IP (the minimal example) it could only be
@@ -588,31 +564,12 @@ fn a_single_control_planes_new_flavor_joins_a_successor_first() {
         "{after:?}"
     );
     assert!(!after.contains_key("kos-solo-cp-0"), "{after:?}");
-    let clusters = sim_admin(&sim.base, "/_sim/clusters");
-    let c = clusters
-        .as_array()
-        .expect("clusters")
-        .iter()
-        .find(|c| c["nodes"].to_string().contains("kos-solo-"))
-        .expect("solo");
-    assert_eq!(c["violations"], serde_json::json!([]), "{clusters}");
+    let c = solo_without_violations(&sim.base);
     let members = c["etcd"]["members"].as_array().expect("members");
-    assert_eq!(members.len(), 1, "{clusters}");
-    assert_eq!(members[0]["name"], "kos-solo-cp-1", "{clusters}");
-    assert_eq!(members[0]["up"], true, "{clusters}");
-    let plan = kos_within(
-        d,
-        &sim.clouds,
-        &[
-            "plan",
-            "-f",
-            second,
-            "--cloud",
-            "sim",
-            "--detailed-exitcode",
-        ],
-    );
-    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+    assert_eq!(members.len(), 1, "{c}");
+    assert_eq!(members[0]["name"], "kos-solo-cp-1", "{c}");
+    assert_eq!(members[0]["up"], true, "{c}");
+    assert_nothing_to_do(d, &sim.clouds, second, "the successor took over");
 
     // Certificates renewed when asked: `kos plan` shows it, and the control plane made before the
     // run is succeeded the same way (its successor takes the free cp-0), and only once.
@@ -662,14 +619,7 @@ fn a_single_control_planes_new_flavor_joins_a_successor_first() {
         ["kos-solo-cp-0", "kos-solo-workers-0", "kos-solo-workers-1"],
         "{after:?}"
     );
-    let clusters = sim_admin(&sim.base, "/_sim/clusters");
-    let c = clusters
-        .as_array()
-        .expect("clusters")
-        .iter()
-        .find(|c| c["nodes"].to_string().contains("kos-solo-"))
-        .expect("solo");
-    assert_eq!(c["violations"], serde_json::json!([]), "{clusters}");
+    solo_without_violations(&sim.base);
 
     // A DNS name for the API on the running cluster (before, refused): kubeadm-config names it, then
     // a successor joins, whose API server certificate kubeadm issues from there. kubectl, knowing
@@ -721,12 +671,7 @@ fn a_single_control_planes_new_flavor_joins_a_successor_first() {
     let after = by_name();
     assert!(after.status.success(), "{}", text(&after));
     assert_eq!(String::from_utf8_lossy(&after.stdout).trim(), "ok");
-    let plan = kos_within(
-        d,
-        &sim.clouds,
-        &["plan", "-f", named, "--cloud", "sim", "--detailed-exitcode"],
-    );
-    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+    assert_nothing_to_do(d, &sim.clouds, named, "the API renamed");
 }
 
 /// A pool's new server group policy (before, refused): Nova cannot change a group's policy, so
@@ -802,12 +747,21 @@ fn a_pools_new_server_group_policy_replaces_its_nodes_into_a_new_group() {
     let nodes = clusters[0]["nodes"].as_array().expect("nodes");
     assert_eq!(nodes.len(), 3, "{clusters}");
     assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
-    let plan = kos_within(
-        d,
-        &sim.clouds,
-        &["plan", "-f", spec, "--cloud", "sim", "--detailed-exitcode"],
-    );
-    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+    assert_nothing_to_do(d, &sim.clouds, spec, "the group made again");
+}
+
+/// The simulated cluster `solo` (the cloud also runs `demo`), which must show no invariant violated.
+fn solo_without_violations(base: &str) -> serde_json::Value {
+    let clusters = sim_admin(base, "/_sim/clusters");
+    let c = clusters
+        .as_array()
+        .expect("clusters")
+        .iter()
+        .find(|c| c["nodes"].to_string().contains("kos-solo-"))
+        .expect("solo")
+        .clone();
+    assert_eq!(c["violations"], serde_json::json!([]), "{clusters}");
+    c
 }
 
 /// `kos up --repair` replaces a node NotReady for longer than `--repair-after` (here a worker whose
@@ -1157,12 +1111,7 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
             "{name} was booted again: {fresh:?}"
         );
     }
-    let again = kos_within(
-        d,
-        &sim.clouds,
-        &["plan", "-f", new, "--cloud", "sim", "--detailed-exitcode"],
-    );
-    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert_nothing_to_do(d, &sim.clouds, new, "after the upgrade");
 
     // The addons that follow the minor moved with it: cloud-provider-openstack's 1.36 release.
     assert!(
@@ -1302,10 +1251,5 @@ fn an_upgrade_killed_at_random_moments_converges_on_the_next_run() {
             .all(|n| n["version"] == "v1.36.4" && n["ready"] == true),
         "seed {seed}: {clusters}"
     );
-    let plan = kos_within(
-        d,
-        &sim.clouds,
-        &["plan", "-f", new, "--cloud", "sim", "--detailed-exitcode"],
-    );
-    assert_eq!(plan.status.code(), Some(0), "seed {seed}: {}", text(&plan));
+    assert_nothing_to_do(d, &sim.clouds, new, &format!("seed {seed}"));
 }

@@ -192,9 +192,18 @@ pub async fn plan_for(s: &Session, g: &DesiredGraph) -> Result<Plan, E> {
 /// Observe, plan, apply once.
 pub async fn up_once(s: &Session, g: &DesiredGraph) -> Result<Result<ApplyReport, ApplyError>, E> {
     let p = plan_for(s, g).await?;
+    apply_plan(s, g, &p).await
+}
+
+/// Applies `p` as it is (its events dropped).
+pub async fn apply_plan(
+    s: &Session,
+    g: &DesiredGraph,
+    p: &Plan,
+) -> Result<Result<ApplyReport, ApplyError>, E> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
     let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    let out = apply(s, g, &p, &MarkerBootstrap, ApplyOptions::fast(), tx).await;
+    let out = apply(s, g, p, &MarkerBootstrap, ApplyOptions::fast(), tx).await;
     drain.await?;
     Ok(out)
 }

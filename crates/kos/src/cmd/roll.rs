@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use kos_cluster::apply::ApplyOptions;
 use kos_cluster::graph::Kind;
-use kos_cluster::graph::record::{ROLLED, TAG_KUBERNETES, cluster_changes, recorded};
 use kos_cluster::plan::Plan;
 use kos_lifecycle::membership::Joining;
 use kos_lifecycle::roll::Target;
@@ -365,34 +364,11 @@ struct ConfigMove {
 /// private endpoint has none).
 fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, String> {
     let wanted = p.spec.kubernetes_version.to_string();
-    let existing: Vec<_> = p
-        .decided
-        .plan
-        .actions
-        .iter()
-        .filter(|a| is_control_plane(a))
-        .filter_map(|a| Some((a, a.existing.as_ref()?)))
-        .collect();
-    let older = existing
-        .iter()
-        .filter_map(|(_, r)| recorded(&r.facts.tags, TAG_KUBERNETES))
-        .any(|v| v != wanted);
-    let renamed = existing.iter().any(|(a, r)| {
-        let Some(kos_cluster::graph::Desired::Server(s)) =
-            p.graph.node(&a.logical_id).map(|n| &n.spec)
-        else {
-            return false;
-        };
-        s.cluster.as_ref().is_some_and(|rec| {
-            cluster_changes(&r.facts.tags, rec)
-                .iter()
-                .any(|(field, ..)| ROLLED.contains(field))
-        })
-    });
-    if !older && !renamed {
+    let needed = kos_lifecycle::kubeadm_config::Needed::of(&p.decided.plan, &p.graph, &wanted);
+    if !needed.any() {
         return Ok(None);
     }
-    let sans = if renamed {
+    let sans = if needed.names {
         let local =
             Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
         let address = local
@@ -400,23 +376,15 @@ fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, String
             .map_err(|e| format!("{e:?}"))?
             .ok_or("the cluster's API address is not known on this machine")?
             .api_address;
-        // As the first control plane's ClusterConfiguration lists them (crate::bootstrap).
-        Some(
-            std::iter::once(address)
-                .chain(
-                    p.spec
-                        .api_endpoint
-                        .dns_name
-                        .as_ref()
-                        .map(|d| d.as_str().to_owned()),
-                )
-                .collect(),
-        )
+        Some(crate::bootstrap::cert_sans(
+            &address,
+            p.spec.api_endpoint.dns_name.as_ref().map(|d| d.as_str()),
+        ))
     } else {
         None
     };
     Ok(Some(ConfigMove {
-        version: older.then_some(wanted),
+        version: needed.version.then_some(wanted),
         sans,
     }))
 }
