@@ -351,6 +351,26 @@ fn summary(nodes: &[NodeStatus], expected: usize) -> String {
 mod tests {
     use super::*;
 
+    /// AFTER_INIT names what the script's `init)` branch runs after `kubeadm-init`: a new step
+    /// there must be added to it (or the node that failed at it would be made again, uselessly).
+    #[test]
+    fn after_init_is_what_the_scripts_init_branch_runs_after_kubeadm_init() {
+        let script = kos_bootstrap::cloud_init::BOOTSTRAP_SCRIPT;
+        let branch = script
+            .split_once("\n    init)\n")
+            .and_then(|(_, rest)| rest.split_once(";;"))
+            .map(|(b, _)| b)
+            .expect("the init branch");
+        let steps: Vec<&str> = branch
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("step "))
+            .filter_map(|l| l.split_whitespace().next())
+            .skip_while(|s| *s != "kubeadm-init")
+            .skip(1)
+            .collect();
+        assert_eq!(steps, AFTER_INIT);
+    }
+
     #[test]
     fn markers_add_up_to_a_state() {
         let console = "[ 1.0] boot\nkos-bootstrap: preflight ok\n[ 9.1] cloud-init[1]: kos-bootstrap: packages ok\n";
