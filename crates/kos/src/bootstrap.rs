@@ -1,7 +1,8 @@
 //! The kubeadm bootstrap behind `kos up`: the cluster's secrets kept on this machine, and the
 //! [`Bootstrap`] that renders every node's cloud-init user_data with kos-bootstrap.
 //!
-//! Local files, all 0600 under `<data_dir>/clusters/<cloud>/<cluster>/`:
+//! Local files, all 0600 under `<data_dir>/clusters/<cloud>/<project key>/<cluster>/` (see
+//! [`crate::local`]: the key is the cloud's identity, and `owner.json` records it):
 //! - `pki.json`: the [`ClusterSecrets`] bundle (CAs, service-account key, bootstrap token, certificate
 //!   key). Made by the first `up`, reused by every later one, so a re-created node joins the same
 //!   cluster. Never printed, logged or put in a plan.
@@ -32,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::files::write_private;
+use crate::local::{CloudIdentity, ClusterLock, LocalError, Place};
 
 /// Port of the Kubernetes API on the endpoint.
 pub const API_PORT: u16 = 6443;
@@ -46,6 +48,17 @@ const CONTROL_PLANE_POOL: &str = "control-plane";
 #[derive(Debug, Clone)]
 pub struct Local {
     pub dir: PathBuf,
+    /// Where they belong; `None` for a directory `kos kubeconfig` found without asking the cloud.
+    place: Option<Place>,
+}
+
+/// What the cloud shows of a cluster when its secrets are looked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    /// Servers of it exist: new secrets would make nodes that cannot join it.
+    pub servers: bool,
+    /// Anything tagged for it exists.
+    pub anything: bool,
 }
 
 /// What `kos kubeconfig` needs besides the secrets.
@@ -70,14 +83,75 @@ pub struct Secrets {
 }
 
 impl Local {
-    /// `<data_dir>/clusters/<cloud>/<cluster>`.
-    pub fn new(cloud: &str, cluster: &str) -> miette::Result<Self> {
+    /// The cluster's directory for the cloud and project `session` is connected to.
+    pub fn for_session(session: &kos_cloud::Session, cluster: &str) -> miette::Result<Self> {
+        let name = kos_cluster::names::ClusterName::new(cluster).map_err(|e| {
+            miette::miette!(
+                "`{}` is not a cluster name: {e}",
+                crate::term::printable(cluster)
+            )
+        })?;
+        let place = Place::new(&crate::cloud::data_dir()?, CloudIdentity::of(session), name);
         Ok(Self {
-            dir: crate::cloud::data_dir()?
-                .join("clusters")
-                .join(cloud)
-                .join(cluster),
+            dir: place.dir.clone(),
+            place: Some(place),
         })
+    }
+
+    /// A directory found by [`crate::local::candidates`], to read from.
+    pub fn at(dir: PathBuf) -> Self {
+        Self { dir, place: None }
+    }
+
+    /// Where the files belong (`None` for [`Local::at`]).
+    pub fn place(&self) -> Option<&Place> {
+        self.place.as_ref()
+    }
+
+    /// Takes the cluster's lock for a command that changes it (see [`Place::lock`]).
+    pub fn lock(&self, what: &str) -> miette::Result<ClusterLock> {
+        let place = self
+            .place
+            .as_ref()
+            .ok_or_else(|| miette::miette!("{} has no cloud to lock it for", self.dir.display()))?;
+        place.lock(what).map_err(|e| match e {
+            LocalError::Locked { .. } => miette::miette!(
+                help = "wait for it to finish (or stop it), then run the command again: two runs at once would \
+                        each write the cluster's secrets",
+                "{e}"
+            ),
+            e => miette::miette!("{e}"),
+        })
+    }
+
+    /// Whether files of the layout before cloud identities wait to be adopted.
+    pub fn legacy_pending(&self) -> bool {
+        self.place
+            .as_ref()
+            .is_some_and(|p| p.legacy_pending().is_some())
+    }
+
+    /// Whether kos keeps anything of the cluster here besides its lock and owner record.
+    pub fn has_data(&self) -> bool {
+        self.place.as_ref().is_some_and(Place::has_data)
+    }
+
+    /// Moves this cluster's files from the layout before cloud identities, once the cloud shows the
+    /// cluster (see [`Place::adopt_legacy`]).
+    pub fn adopt_legacy(&self) -> miette::Result<()> {
+        if let Some(place) = &self.place
+            && place.adopt_legacy().map_err(|e| miette::miette!("{e}"))?
+        {
+            eprintln!(
+                "kos: moved the local secrets of cluster {} to {}",
+                place
+                    .dir
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                place.dir.display()
+            );
+        }
+        Ok(())
     }
 
     pub fn pki(&self) -> PathBuf {
@@ -148,14 +222,45 @@ impl Local {
         })
     }
 
-    /// The stored secrets, made on first use. `cluster_exists`: the cloud already has servers of this
-    /// cluster, so new secrets would make nodes that cannot join it: refuse instead.
-    pub fn secrets_for_up(&self, cluster_exists: bool) -> miette::Result<Secrets> {
+    /// The stored secrets, made on first use. With servers of the cluster in the cloud, new secrets
+    /// would make nodes that cannot join it: refused. Secrets once given to servers of a cluster the
+    /// cloud no longer shows at all (deleted outside kos, or another project's) are refused unless
+    /// `reuse` says so: a new cluster would trust every certificate the old CA signed.
+    pub fn secrets_for_up(&self, seen: Seen, reuse: bool) -> miette::Result<Secrets> {
         let now = OffsetDateTime::now_utc();
         let mut rng = rand::rng();
-        let (mut secrets, mut changed) = match self.secrets()? {
+        let stored = self.secrets()?;
+        if stored.is_some() && !seen.anything && !reuse {
+            let delivered = match &self.place {
+                Some(p) => p
+                    .owner()
+                    .map_err(|e| miette::miette!("{e}"))?
+                    // No record: from before kos kept one, so it was in use.
+                    .is_none_or(|o| o.delivered),
+                None => true,
+            };
+            if delivered {
+                miette::bail!(
+                    help = format!(
+                        "pass --reuse-local-secrets to make the cluster again with this CA (every certificate \
+                         it signed will be trusted), or `kos down {0} --forget` to delete them: the cloud shows \
+                         nothing of cluster {0}",
+                        self.dir
+                            .file_name()
+                            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+                    ),
+                    "the secrets in {} were given to servers of a cluster that this project ({}) shows no \
+                     trace of",
+                    self.pki().display(),
+                    self.place
+                        .as_ref()
+                        .map_or("?", |p| p.identity().project_id.as_str())
+                );
+            }
+        }
+        let (mut secrets, mut changed) = match stored {
             Some(s) => (s, false),
-            None if cluster_exists => miette::bail!(
+            None if seen.servers => miette::bail!(
                 help =
                     "copy pki.json from the machine that created the cluster into this directory",
                 "the cluster already has servers but its secrets ({}) are not on this machine",
@@ -242,6 +347,9 @@ pub struct KubeadmBootstrap {
     secrets: ClusterSecrets,
     stored_ccm: Option<StoredCcm>,
     ccm_path: PathBuf,
+    /// Told once, before the first user_data leaves this machine, that the secrets are in use.
+    place: Option<Place>,
+    delivered: std::sync::Mutex<bool>,
 }
 
 impl KubeadmBootstrap {
@@ -309,6 +417,8 @@ impl KubeadmBootstrap {
             secrets,
             stored_ccm: local.ccm_credential()?,
             ccm_path: local.ccm(),
+            place: local.place().cloned(),
+            delivered: std::sync::Mutex::new(false),
         })
     }
 
@@ -419,6 +529,17 @@ impl Bootstrap for KubeadmBootstrap {
             node: node.logical_id.clone(),
             reason,
         };
+        // Recorded before the secrets leave: a later run must know a cluster of this CA existed.
+        if let Some(place) = &self.place {
+            // Held across the write: servers render in parallel, and owner.json has one temp file.
+            let mut done = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
+            if !*done {
+                place
+                    .record(|o| o.delivered = true)
+                    .map_err(|e| fail(e.to_string()))?;
+                *done = true;
+            }
+        }
         let (role, pool) = match &node.role {
             NodeRole::InitControlPlane => (Role::InitControlPlane, CONTROL_PLANE_POOL),
             NodeRole::JoinControlPlane => (Role::JoinControlPlane, CONTROL_PLANE_POOL),
@@ -460,9 +581,7 @@ mod tests {
     #[test]
     fn the_token_script_holds_the_token_in_a_private_file() {
         let dir = tempfile::tempdir().unwrap();
-        let local = Local {
-            dir: dir.path().to_path_buf(),
-        };
+        let local = Local::at(dir.path().to_path_buf());
         let now = OffsetDateTime::now_utc();
         let secrets =
             ClusterSecrets::generate(&mut rand::rng(), now, kos_bootstrap::DEFAULT_TOKEN_TTL)

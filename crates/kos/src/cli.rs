@@ -3,6 +3,19 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use kos_cluster::names::ClusterName;
+
+/// A cluster NAME as the spec's `metadata.name` allows it: checked before anything else runs, since
+/// it names cloud resources and a directory of this machine.
+fn cluster_name(s: &str) -> Result<ClusterName, String> {
+    ClusterName::new(s).map_err(|e| {
+        format!(
+            "{e}; a cluster name is the spec's metadata.name: lowercase letters, digits and `-`, at most {} \
+             characters, starting and ending with a letter or digit",
+            kos_cluster::names::CLUSTER_NAME_MAX
+        )
+    })
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -110,6 +123,10 @@ pub struct UpArgs {
     /// Create a new CCM application credential if the stored secret was lost.
     #[arg(long)]
     pub recreate_ccm_credential: bool,
+    /// Make the cluster with the secrets stored on this machine even though the cloud shows nothing
+    /// of the cluster they were made for (restoring a deleted cluster's CA on purpose).
+    #[arg(long)]
+    pub reuse_local_secrets: bool,
     /// How far to follow the cluster once its cloud resources exist.
     #[arg(long, value_enum, default_value_t)]
     pub wait: Wait,
@@ -148,18 +165,24 @@ pub enum Wait {
 #[derive(Debug, Args)]
 pub struct DownArgs {
     /// The cluster's name (metadata.name).
-    pub name: String,
+    #[arg(value_parser = cluster_name)]
+    pub name: ClusterName,
     #[command(flatten)]
     pub cloud: CloudArgs,
     /// List what would be deleted; delete nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also delete this machine's secrets of the cluster when the cloud shows nothing of it (kept
+    /// otherwise: a wrong project or region must not cost a live cluster its CA).
+    #[arg(long)]
+    pub forget: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// The cluster's name (metadata.name).
-    pub name: String,
+    #[arg(value_parser = cluster_name)]
+    pub name: ClusterName,
     #[command(flatten)]
     pub cloud: CloudArgs,
     /// The cluster's spec: also report what is not converged to it.
@@ -172,7 +195,8 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// The cluster's name (metadata.name).
-    pub name: String,
+    #[arg(value_parser = cluster_name)]
+    pub name: ClusterName,
     #[command(flatten)]
     pub cloud: CloudArgs,
     /// The cluster's spec: its CNI (whose traffic is checked only then) and who must reach the API.
@@ -187,8 +211,8 @@ pub struct GcArgs {
     #[command(flatten)]
     pub cloud: CloudArgs,
     /// Only the orphans of this cluster (repeatable; default: every cluster's).
-    #[arg(long = "cluster", value_name = "NAME")]
-    pub clusters: Vec<String>,
+    #[arg(long = "cluster", value_name = "NAME", value_parser = cluster_name)]
+    pub clusters: Vec<ClusterName>,
     /// Delete the orphans (default: only list them).
     #[arg(long)]
     pub delete: bool,
@@ -197,7 +221,8 @@ pub struct GcArgs {
 #[derive(Debug, Args)]
 pub struct KubeconfigArgs {
     /// The cluster's name (metadata.name).
-    pub name: String,
+    #[arg(value_parser = cluster_name)]
+    pub name: ClusterName,
     #[command(flatten)]
     pub cloud: CloudArgs,
     /// Where to write it (default: ./kubeconfig-<name>).
@@ -219,7 +244,8 @@ pub enum RotateCommand {
 #[derive(Debug, Args)]
 pub struct RotateCredentialArgs {
     /// The cluster's name (metadata.name).
-    pub name: String,
+    #[arg(value_parser = cluster_name)]
+    pub name: ClusterName,
     #[command(flatten)]
     pub cloud: CloudArgs,
     /// How long to wait for the workloads to run on the new credential (seconds) before giving up

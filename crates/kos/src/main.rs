@@ -5,6 +5,7 @@ mod cli;
 mod cloud;
 mod cmd;
 mod files;
+mod local;
 mod progress;
 mod term;
 
@@ -17,11 +18,13 @@ fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let _ = e.print();
             // --help and --version are successes; every usage error is "invalid input" (3).
             return if e.use_stderr() {
+                // Plain text, the argument that was refused escaped: it may hold terminal escapes.
+                eprint!("{}", term::escape(&e.render().to_string()));
                 ExitCode::from(3)
             } else {
+                let _ = e.print();
                 ExitCode::SUCCESS
             };
         }

@@ -30,7 +30,7 @@ fn mode(p: &Path) -> u32 {
 }
 
 fn secrets(data: &Path) -> ClusterSecrets {
-    let pki = data.join("kos-data/clusters/sim/demo/pki.json");
+    let pki = cluster_dir(data, "sim", "demo").join("pki.json");
     assert_eq!(mode(&pki), 0o600);
     ClusterSecrets::from_bundle(&std::fs::read_to_string(pki).expect("pki.json")).expect("bundle")
 }
@@ -176,7 +176,7 @@ fn up_shows_every_nodes_markers_and_kubeconfig_is_signed_by_the_cluster_ca() {
 
     // No secret in any output, logs at -vv included.
     let ccm: Value = serde_json::from_str(
-        &std::fs::read_to_string(d.join("kos-data/clusters/sim/demo/ccm-credential.json"))
+        &std::fs::read_to_string(cluster_dir(d, "sim", "demo").join("ccm-credential.json"))
             .expect("ccm credential"),
     )
     .expect("json");
@@ -362,7 +362,7 @@ fn a_recreated_worker_joins_with_the_same_ca_and_a_valid_token() {
     });
 
     // Meanwhile the join window closed: the re-run renews the token and keeps every CA.
-    let pki = d.join("kos-data/clusters/sim/demo/pki.json");
+    let pki = cluster_dir(d, "sim", "demo").join("pki.json");
     let mut bundle: Value =
         serde_json::from_str(&std::fs::read_to_string(&pki).expect("pki")).expect("json");
     bundle["token"]["expires_unix"] = (time::OffsetDateTime::now_utc().unix_timestamp() - 1).into();
@@ -639,7 +639,7 @@ fn a_kubeadm_failure_shows_in_up_with_the_node_and_kubeadms_reason() {
         ],
     );
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
-    let pki = d.join("kos-data/clusters/sim/demo/pki.json");
+    let pki = cluster_dir(d, "sim", "demo").join("pki.json");
     let mut bundle: Value =
         serde_json::from_str(&std::fs::read_to_string(&pki).expect("pki")).expect("json");
     let foreign = ClusterSecrets::generate(

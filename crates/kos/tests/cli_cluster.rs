@@ -46,7 +46,7 @@ fn embedded_sim_walkthrough_plan_up_status_scale_down() {
         "{}",
         text(&up)
     );
-    let cred = d.join("kos-data/clusters/sim/demo/ccm-credential.json");
+    let cred = cluster_dir(d, "sim", "demo").join("ccm-credential.json");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -132,7 +132,8 @@ fn embedded_sim_walkthrough_plan_up_status_scale_down() {
     let v: serde_json::Value = serde_json::from_slice(&after.stdout).expect("status JSON");
     assert_eq!(v["resources"], serde_json::json!([]), "nothing left: {v}");
     let human = kos(d, None, &["status", "demo", "--cloud", "sim"]);
-    assert_eq!(code(&human), 0, "{}", text(&human));
+    // No such cluster: the name given is wrong now (3), not a success.
+    assert_eq!(code(&human), 3, "{}", text(&human));
     assert!(
         String::from_utf8_lossy(&human.stdout).contains("No cluster demo here"),
         "{}",

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use support::{
-    admin, closed_port, clouds_yaml, code, example, isolated_umask, kos, requests, serve, text,
+    admin, closed_port, clouds_yaml, cluster_dir, code, example, isolated_umask, kos, requests,
+    serve, text,
 };
 
 fn write(dir: &Path, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
@@ -238,17 +239,20 @@ fn secrets_live_in_private_directories_whatever_the_umask() {
             & 0o777
     };
     let data = d.join("kos-data");
+    let cluster = cluster_dir(d, "sim", "demo");
+    let project = cluster.parent().expect("project level").to_path_buf();
     for made in [
         data.clone(),
         data.join("clusters"),
         data.join("clusters/sim"),
-        data.join("clusters/sim/demo"),
+        project,
+        cluster.clone(),
         data.join("sim"),
     ] {
         assert_eq!(mode(&made), 0o700, "{}", made.display());
     }
-    for secret in ["pki.json", "ccm-credential.json"] {
-        let p = data.join("clusters/sim/demo").join(secret);
+    for secret in ["pki.json", "ccm-credential.json", "owner.json", "lock"] {
+        let p = cluster.join(secret);
         assert_eq!(mode(&p), 0o600, "{}", p.display());
     }
 }

@@ -14,7 +14,7 @@ use kos_cloud::model::block_storage::VolumeStatus;
 use kos_cloud::model::compute::ServerStatus;
 use kos_cloud::model::load_balancer::ProvisioningStatus;
 use serde_json::{Value, json};
-use support::{admin, code, example, kill, kos, serve_with, session, spawn, text};
+use support::{admin, cluster_dir, code, example, kill, kos, serve_with, session, spawn, text};
 
 /// The minimal example behind a load balancer, its workers on boot volumes.
 fn spec(dir: &Path) -> PathBuf {
@@ -140,7 +140,7 @@ fn a_rerun_waits_for_what_a_killed_run_left_in_progress_and_follows_every_bootst
 }
 
 fn ccm_file(d: &Path) -> PathBuf {
-    d.join("kos-data/clusters/sim/demo/ccm-credential.json")
+    cluster_dir(d, "sim", "demo").join("ccm-credential.json")
 }
 
 /// Blocks every server create for a while (Retry-After), so that a run sits between making the CCM

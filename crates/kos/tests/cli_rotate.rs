@@ -146,7 +146,7 @@ fn a_rotated_credential_is_live_before_the_old_one_goes() {
         .and_then(|c| c["secret"].as_str().map(str::to_owned))
         .expect("the new credential's secret");
     assert!(!text(&rot).contains(&secret), "{}", text(&rot));
-    let dir = d.join("kos-data/clusters/sim/demo");
+    let dir = cluster_dir(d, "sim", "demo");
     let stored: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join("ccm-credential.json")).expect("stored"),
     )

@@ -1,6 +1,6 @@
 //! `kos plan`, `up`, `down`, `status`, `gc`: a cluster's infrastructure, through kos-cluster.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use kos_cloud::model::TagQuery;
@@ -18,7 +18,7 @@ use miette::IntoDiagnostic;
 use super::{Exit, Failure};
 use crate::bootstrap::follow::{self, ApiPhase, NodeState, Target, Timing};
 use crate::bootstrap::kube::Kube;
-use crate::bootstrap::{API_PORT, ClusterMeta, KubeadmBootstrap, Local, Secrets};
+use crate::bootstrap::{API_PORT, ClusterMeta, KubeadmBootstrap, Local, Secrets, Seen};
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
 
@@ -30,6 +30,8 @@ pub(super) struct Prepared {
     formation: kos_lifecycle::formation::Decision,
     /// The plan, the servers that leave and the groups that surge.
     pub(super) decided: Decided,
+    /// The cloud shows something tagged for the cluster.
+    seen: bool,
 }
 
 impl AsRef<Decided> for Prepared {
@@ -58,12 +60,24 @@ pub(crate) fn load_spec(path: &Path) -> Result<SpecFile, Failure> {
             crate::term::printable(&shown)
         ))
     };
-    let file = std::fs::File::open(path).map_err(cannot)?;
+    // Opened without blocking: a FIFO no one writes to must not hold kos forever (a pipe that is
+    // written, `-f <(envsubst < c.yaml)`, still works).
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = opts.open(path).map_err(cannot)?;
     // Bounded: `-f /dev/zero` or an endless pipe must end in a message, not in memory exhaustion.
     let mut bytes = Vec::new();
-    file.take(kos_cluster::MAX_SPEC_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot)?;
+    read_bounded(
+        file.take(kos_cluster::MAX_SPEC_BYTES as u64 + 1),
+        &mut bytes,
+        SPEC_READ_WAIT,
+    )
+    .map_err(cannot)?;
     if bytes.len() > kos_cluster::MAX_SPEC_BYTES {
         return Err(Failure::input(miette::miette!(
             help = "a cluster spec is a few KiB: check that -f names the spec (not a log, an image or a stream)",
@@ -90,6 +104,37 @@ pub(crate) fn load_spec(path: &Path) -> Result<SpecFile, Failure> {
     })
 }
 
+/// How long a spec that is a pipe or a terminal may take to arrive.
+const SPEC_READ_WAIT: Duration = Duration::from_secs(10);
+
+/// Reads to the end of a non-blocking `r`, waiting at most `wait` in all for data that is not there
+/// yet (a regular file never waits).
+fn read_bounded(
+    mut r: impl std::io::Read,
+    out: &mut Vec<u8>,
+    wait: Duration,
+) -> std::io::Result<()> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("nothing more arrived within {} s", wait.as_secs()),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Preflight (all problems at once, nothing created), what the cloud shows, whether the cluster exists
 /// (which decides if a new `cp-0` initializes it or joins it), then the desired graph and the plan.
 async fn prepare(
@@ -113,6 +158,7 @@ async fn prepare(
     })?;
     Ok(Prepared {
         decided,
+        seen: looked.observed.all().next().is_some(),
         spec: looked.spec,
         graph,
         resolved: looked.resolved,
@@ -154,10 +200,18 @@ async fn look(c: &Connected, spec: SpecFile) -> Result<Looked, Failure> {
     let observed = kos_cluster::observe::observe(&c.session, loaded.spec.name.value.as_str())
         .await
         .map_err(Failure::cloud)?;
+    let local =
+        Local::for_session(&c.session, loaded.spec.name.value.as_str()).map_err(Failure::input)?;
+    // The layout before cloud identities shared one directory between projects: only a project
+    // that shows the cluster takes its files.
+    if observed.all().next().is_some() {
+        local.adopt_legacy().map_err(Failure::cloud_report)?;
+    }
     let formation = super::formation::formation(c, &loaded.spec, &observed).await;
-    let last_applied = Local::new(c.session.cloud_name(), loaded.spec.name.value.as_str())
+    let last_applied = local
+        .meta_data()
         .ok()
-        .and_then(|local| local.meta_data().ok().flatten())
+        .flatten()
         .and_then(|meta| meta.kubernetes_version.parse().ok());
     Ok(Looked {
         shown,
@@ -190,6 +244,21 @@ impl Looked {
             renew_before,
         })
     }
+}
+
+/// Takes a cluster's files from the layout before cloud identities when the cloud shows the cluster,
+/// for commands that do not observe it otherwise.
+pub(crate) async fn adopt_if_seen(c: &Connected, local: &Local, name: &str) -> Result<(), Failure> {
+    if !local.legacy_pending() {
+        return Ok(());
+    }
+    let observed = kos_cluster::observe::observe(&c.session, name)
+        .await
+        .map_err(Failure::cloud)?;
+    if observed.all().next().is_some() {
+        local.adopt_legacy().map_err(Failure::cloud_report)?;
+    }
+    Ok(())
 }
 
 /// Runs `f` with a connected cloud and always saves the embedded simulator afterwards.
@@ -246,6 +315,13 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
     let spec = load_spec(&args.spec.file)?;
     let cloud = args.cloud.cloud.clone();
     with_cloud(cloud.as_deref(), |c| async move {
+        // One run per cluster at a time: two would each write its secrets and race on the cloud.
+        let lock = Local::for_session(&c.session, spec.loaded.spec.name.value.as_str())
+            .and_then(|l| l.lock("up"));
+        let _lock = match lock {
+            Ok(l) => l,
+            Err(e) => return (c, Err(Failure::input(e))),
+        };
         let opts = kos_lifecycle::run::Options {
             repair: args.repair.then_some(kos_lifecycle::run::Repair {
                 after_secs: i64::try_from(args.repair_after).unwrap_or(i64::MAX),
@@ -368,7 +444,7 @@ async fn converge(
     p: &Prepared,
     plan: &Plan,
 ) -> Result<Vec<String>, Failure> {
-    let local = Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(Failure::input)?;
+    let local = Local::for_session(&c.session, &p.graph.cluster).map_err(Failure::input)?;
     let exists = plan
         .actions
         .iter()
@@ -376,7 +452,15 @@ async fn converge(
     let Secrets {
         secrets,
         token_refreshed,
-    } = local.secrets_for_up(exists).map_err(Failure::input)?;
+    } = local
+        .secrets_for_up(
+            Seen {
+                servers: exists,
+                anything: p.seen,
+            },
+            args.reuse_local_secrets,
+        )
+        .map_err(Failure::input)?;
     let recreate_ccm_credential =
         ccm_credential_to_recreate(plan, &local, args.recreate_ccm_credential)
             .map_err(Failure::input)?;
@@ -503,13 +587,6 @@ fn summarize(report: &ApplyReport) {
     if let Some(a) = &report.api_address {
         println!("API endpoint: https://{a}:6443");
     }
-}
-
-/// Where a cluster's local secrets live (PKI, CCM credential, API address).
-fn cluster_dir(c: &Connected, cluster: &str) -> Result<PathBuf, Failure> {
-    Local::new(c.session.cloud_name(), cluster)
-        .map(|l| l.dir)
-        .map_err(Failure::input)
 }
 
 /// Whether this run makes the CCM credential again. Its secret is stored the moment Keystone returns it,
@@ -884,6 +961,7 @@ async fn follow_bootstrap(
 pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
+            let name = args.name.as_str();
             let mut opts = TeardownOptions {
                 dry_run: args.dry_run,
                 ..TeardownOptions::default()
@@ -891,7 +969,33 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
             if c.is_simulated() {
                 opts.poll_interval = Duration::from_millis(50);
             }
-            match kos_cluster::teardown::teardown_with(&c.session, &args.name, &opts).await {
+            let local = Local::for_session(&c.session, name).map_err(Failure::input)?;
+            let _lock = if args.dry_run {
+                None
+            } else {
+                Some(local.lock("down").map_err(Failure::input)?)
+            };
+            let place = local.place().ok_or_else(|| {
+                Failure::input(miette::miette!("no local place for cluster {name}"))
+            })?;
+            if !args.dry_run {
+                // Recorded before anything is deleted: a later `kos down` that finds nothing left still
+                // knows the cluster was this project's, and removes its secrets.
+                let probe = TeardownOptions {
+                    dry_run: true,
+                    ..opts.clone()
+                };
+                let found = kos_cluster::teardown::teardown_with(&c.session, name, &probe)
+                    .await
+                    .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;
+                if !found.resources.is_empty() {
+                    local.adopt_legacy().map_err(Failure::cloud_report)?;
+                    place
+                        .record(|o| o.teardown = true)
+                        .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;
+                }
+            }
+            match kos_cluster::teardown::teardown_with(&c.session, name, &opts).await {
                 Ok(report) => {
                     let verb = if report.dry_run {
                         "would delete"
@@ -911,19 +1015,36 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
                             report.resources.len(),
                             report.cluster
                         );
-                    } else {
-                        let dir = cluster_dir(&c, &args.name)?;
-                        if dir.exists() {
-                            std::fs::remove_dir_all(&dir)
-                                .into_diagnostic()
-                                .map_err(Failure::cloud_report)?;
-                        }
-                        println!(
-                            "Cluster {} deleted: {} resource(s).",
-                            report.cluster,
-                            report.resources.len()
-                        );
+                        return Ok(Exit::Ok);
                     }
+                    let ours = !report.resources.is_empty()
+                        || place
+                            .owner()
+                            .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?
+                            .is_some_and(|o| o.teardown);
+                    if !ours && local.has_data() && !args.forget {
+                        println!(
+                            "Nothing of cluster {name} in project {} of cloud {}: its secrets on this machine \
+                             ({}) are kept (a wrong project or region must not cost a live cluster its CA); \
+                             `kos down {name} --forget` deletes them.",
+                            place.identity().project_id,
+                            crate::term::printable(&place.identity().cloud),
+                            local.dir.display()
+                        );
+                        return Ok(Exit::Ok);
+                    }
+                    place.remove().map_err(|e| {
+                        Failure::cloud_report(miette::miette!(
+                            help = "kos deletes only the files it wrote there; move the others away and run \
+                                    `kos down` again",
+                            "{e}"
+                        ))
+                    })?;
+                    println!(
+                        "Cluster {} deleted: {} resource(s).",
+                        report.cluster,
+                        report.resources.len()
+                    );
                     Ok(Exit::Ok)
                 }
                 Err(e @ TeardownError::Incomplete { .. }) => Err(Failure::cloud_report(
@@ -953,7 +1074,7 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                 }
                 None => (None, None),
             };
-            let st = kos_cluster::status::status(&c.session, &args.name, graph.as_ref())
+            let st = kos_cluster::status::status(&c.session, args.name.as_str(), graph.as_ref())
                 .await
                 .map_err(Failure::cloud)?;
             if let Output::Json = args.output {
@@ -971,6 +1092,8 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                 );
                 return Ok(if refused.is_some() {
                     Exit::Changes
+                } else if graph.is_none() && st.resources.is_empty() {
+                    Exit::NotFound
                 } else {
                     Exit::Ok
                 });
@@ -1031,7 +1154,7 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                          metadata.name; `kos gc` lists what deleted clusters left behind).",
                         st.cluster
                     );
-                    Ok(Exit::Ok)
+                    Ok(Exit::NotFound)
                 }
                 _ => {
                     println!(
@@ -1055,7 +1178,7 @@ pub async fn gc(args: GcArgs) -> Result<Exit, Failure> {
                 .await
                 .map_err(Failure::cloud)?;
             if !args.clusters.is_empty() {
-                orphans.retain(|o| args.clusters.contains(&o.cluster));
+                orphans.retain(|o| args.clusters.iter().any(|n| n.as_str() == o.cluster));
             }
             for o in &orphans {
                 // What other clusters (or anyone) left: names and reasons from the cloud.

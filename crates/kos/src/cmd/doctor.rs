@@ -15,11 +15,11 @@ use crate::cloud;
 pub async fn doctor(args: DoctorArgs) -> Result<Exit, Failure> {
     // The spec is read before any cloud call: a bad one changes nothing and costs nothing.
     let intent = match &args.file {
-        Some(f) => Some(intent(f, &args.name)?),
+        Some(f) => Some(intent(f, args.name.as_str())?),
         None => None,
     };
     let c = cloud::connect(args.cloud.cloud.as_deref()).await?;
-    let fetched = doctor::fetch(&c.session, &args.name).await;
+    let fetched = doctor::fetch(&c.session, args.name.as_str()).await;
     c.close().await.map_err(Failure::cloud_report)?;
     let snap = fetched.map_err(Failure::cloud)?;
     if snap.nodes.is_empty() && snap.api.is_none() && snap.service_lbs.is_empty() {

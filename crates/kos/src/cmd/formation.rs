@@ -30,7 +30,7 @@ pub(super) async fn formation(c: &Connected, spec: &ClusterSpec, observed: &Obse
 
 /// `None` when nothing here knows where the API of this cluster was (no earlier run on this machine).
 async fn probe(c: &Connected, spec: &ClusterSpec) -> Option<ApiAnswer> {
-    let local = Local::new(c.session.cloud_name(), spec.name.value.as_str()).ok()?;
+    let local = Local::for_session(&c.session, spec.name.value.as_str()).ok()?;
     let meta = local.meta_data().ok()??;
     let secrets = local.secrets().ok()??;
     let ask = async {

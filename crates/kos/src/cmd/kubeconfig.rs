@@ -26,7 +26,7 @@ const ENV_CLOUD: &str = "envvars";
 pub async fn kubeconfig(args: KubeconfigArgs) -> Result<Exit, Failure> {
     let cloud = args.cloud.cloud.as_deref().unwrap_or(ENV_CLOUD);
     let name = args.name.as_str();
-    let local = Local::new(cloud, name).map_err(Failure::input)?;
+    let local = find_local(cloud, &args.name).await?;
     let missing = |what: &str| {
         Failure::input(miette::miette!(
             help = "run `kos kubeconfig` on the machine that ran `kos up` (or copy its data directory), and pass the same --cloud",
@@ -101,6 +101,28 @@ pub async fn kubeconfig(args: KubeconfigArgs) -> Result<Exit, Failure> {
         );
     }
     Ok(Exit::Ok)
+}
+
+/// The cluster's directory: found without the cloud when one project of `cloud` has a cluster of
+/// that name here; with several, the cloud says which project is meant.
+async fn find_local(cloud: &str, name: &kos_cluster::names::ClusterName) -> Result<Local, Failure> {
+    let data = crate::cloud::data_dir().map_err(Failure::input)?;
+    let mut found = crate::local::candidates(&data, cloud, name);
+    match found.len() {
+        1 => Ok(Local::at(found.remove(0))),
+        0 => Ok(Local::at(
+            data.join("clusters")
+                .join(crate::local::component(cloud))
+                .join("<project>")
+                .join(name.as_str()),
+        )),
+        _ => {
+            let c = crate::cloud::connect(Some(cloud).filter(|c| *c != ENV_CLOUD)).await?;
+            let local = Local::for_session(&c.session, name.as_str()).map_err(Failure::input);
+            c.close().await.map_err(Failure::cloud_report)?;
+            local
+        }
+    }
 }
 
 /// Where the simulated cloud forwards `endpoint` from on this machine.

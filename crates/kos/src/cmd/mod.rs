@@ -5,7 +5,7 @@
 //! | 0 | done (for `plan --detailed-exitcode` and `status -f`: nothing to change) |
 //! | 1 | the cloud side failed; what was done stays done, run the command again to continue |
 //! | 2 | changes pending (`plan --detailed-exitcode`, `status -f` of a cluster not converged); `doctor`: a needed flow is blocked |
-//! | 3 | invalid input: usage, the spec, the cloud configuration or preflight; nothing was changed |
+//! | 3 | invalid input: usage, the spec, the cloud configuration or preflight; nothing was changed; `status`: no such cluster |
 
 pub mod bench;
 mod bench_ccm;
@@ -30,6 +30,8 @@ pub enum Exit {
     Changes,
     /// `kos doctor` found a flow the cluster needs blocked.
     Blocked,
+    /// `kos status` of a cluster of which nothing exists: the name is wrong (or it is gone).
+    NotFound,
 }
 
 impl From<Exit> for ExitCode {
@@ -37,6 +39,7 @@ impl From<Exit> for ExitCode {
         match e {
             Exit::Ok => ExitCode::SUCCESS,
             Exit::Changes | Exit::Blocked => ExitCode::from(2),
+            Exit::NotFound => ExitCode::from(3),
         }
     }
 }

@@ -44,7 +44,7 @@ pub(super) async fn remove(
             crate::term::escape(&t.changes.join("; "))
         );
     }
-    let local = Local::new(c.session.cloud_name(), cluster).map_err(Failure::input)?;
+    let local = Local::for_session(&c.session, cluster).map_err(Failure::input)?;
     let secrets = local
         .secrets()
         .map_err(Failure::input)?
@@ -229,8 +229,7 @@ pub(super) async fn delete_nodes(c: &Connected, p: &Prepared, names: &[String]) 
 }
 
 async fn client(c: &Connected, p: &Prepared) -> Result<Kube, String> {
-    let local =
-        Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
+    let local = Local::for_session(&c.session, &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
     let secrets = local
         .secrets()
         .map_err(|e| format!("{e:?}"))?
@@ -370,7 +369,7 @@ fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, String
     }
     let sans = if needed.names {
         let local =
-            Local::new(c.session.cloud_name(), &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
+            Local::for_session(&c.session, &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
         let address = local
             .meta_data()
             .map_err(|e| format!("{e:?}"))?

@@ -22,10 +22,12 @@ use crate::cli::RotateCredentialArgs;
 use crate::files::write_private;
 
 pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
-    let name = args.name.clone();
+    let name = args.name.to_string();
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let local = Local::new(c.session.cloud_name(), &name).map_err(Failure::input)?;
+            let local = Local::for_session(&c.session, name.as_str()).map_err(Failure::input)?;
+            let _lock = local.lock("rotate credential").map_err(Failure::input)?;
+            super::cluster::adopt_if_seen(&c, &local, name.as_str()).await?;
             let missing = |what: &str| {
                 Failure::input(miette::miette!(
                     help = "run it on the machine that ran `kos up` (or copy its data directory), with the same --cloud",

@@ -432,3 +432,23 @@ pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) ->
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The local directory of cluster `name` on cloud `cloud` under the test's data directory `d`:
+/// `kos-data/clusters/<cloud>/<project key>/<name>`, the one project that has it (a path that does
+/// not exist while none has).
+pub fn cluster_dir(d: &Path, cloud: &str, name: &str) -> PathBuf {
+    let base = d.join("kos-data/clusters").join(cloud);
+    let found: Vec<PathBuf> = std::fs::read_dir(&base)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.path().join(name))
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    match found.as_slice() {
+        [] => base.join("(no project yet)").join(name),
+        [one] => one.clone(),
+        more => panic!("cluster {name} has directories in several projects: {more:?}"),
+    }
+}
