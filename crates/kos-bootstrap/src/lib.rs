@@ -9,6 +9,8 @@
 pub mod addons;
 /// cloud-init user-data per node.
 pub mod cloud_init;
+/// kubeadm's upload-certs, made by kos for control planes that join a running cluster.
+pub mod copycerts;
 /// The error type.
 pub mod error;
 /// Inputs: the cluster and its nodes.

@@ -183,11 +183,23 @@ impl Local {
         &self,
         cluster: &str,
         secrets: &ClusterSecrets,
+        certs: bool,
         now: OffsetDateTime,
     ) -> miette::Result<PathBuf> {
         let t = &secrets.token;
         // What is left of the join window, at least a quarter of an hour to get to a control plane.
         let ttl = (t.expires - now).max(time::Duration::minutes(15));
+        // Joining control planes download the CAs sealed under this run's key (kubeadm's own phase
+        // makes the Secret, its two-hour token and the Role).
+        let upload = if certs {
+            format!(
+                "kubeadm init phase upload-certs --upload-certs --kubeconfig /etc/kubernetes/admin.conf \\\n  \
+                 --certificate-key '{}'\n",
+                secrets.certificate_key.expose()
+            )
+        } else {
+            String::new()
+        };
         let script = format!(
             "#!/bin/sh\n\
              # kos: create the renewed bootstrap token of cluster {cluster}, so that the nodes `kos up`\n\
@@ -197,7 +209,7 @@ impl Local {
              set -eu\n\
              kubeadm token create '{}.{}' --kubeconfig /etc/kubernetes/admin.conf --ttl {}s \\\n  \
              --groups system:bootstrappers:kubeadm:default-node-token \\\n  \
-             --description 'renewed by kos up'\n",
+             --description 'renewed by kos up'\n{upload}",
             t.id,
             t.secret.expose(),
             ttl.whole_seconds()
@@ -474,7 +486,7 @@ impl KubeadmBootstrap {
                 lb_provider: self.service_lb_provider.clone(),
                 ca_cert: self.ca_cert.clone(),
             },
-            pki_delivery: PkiDelivery::AllControlPlanes,
+            pki_delivery: PkiDelivery::UploadCerts,
             expected_nodes: self.expected_nodes,
             server_tls_bootstrap: false,
         })
@@ -586,7 +598,9 @@ mod tests {
         let secrets =
             ClusterSecrets::generate(&mut rand::rng(), now, kos_bootstrap::DEFAULT_TOKEN_TTL)
                 .unwrap();
-        let path = local.write_token_script("demo", &secrets, now).unwrap();
+        let path = local
+            .write_token_script("demo", &secrets, true, now)
+            .unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let token = format!("{}.{}", secrets.token.id, secrets.token.secret.expose());
         assert!(
@@ -594,6 +608,13 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("system:bootstrappers:kubeadm:default-node-token"));
+        assert!(
+            text.contains(&format!(
+                "--certificate-key '{}'",
+                secrets.certificate_key.expose()
+            )),
+            "{text}"
+        );
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,

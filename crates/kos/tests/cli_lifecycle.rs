@@ -317,6 +317,27 @@ fn control_planes_scale_one_three_five_three_one_keeping_quorum() {
             );
         }
         assert_eq!(control_planes(&sim.clouds).len(), count as usize);
+        // Only the first control plane's user_data holds private keys: the others, joining at
+        // creation or later, download the CAs from kubeadm-certs with a certificate key (issue 19).
+        let state = sim_state(&sim.base);
+        for i in 0..count {
+            let name = format!("kos-prod-cp-{i}");
+            let Some(ud) = state["nova"]["servers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|s| s["name"] == name.as_str() && s["vm_state"] != "deleted")
+                .and_then(|s| s["user_data_decoded"].as_str())
+            else {
+                panic!("{name}'s user_data");
+            };
+            let first = i == 0;
+            assert_eq!(ud.contains("PRIVATE KEY"), first, "{name} at {count}");
+            assert!(first || ud.contains("certificateKey"), "{name} at {count}");
+        }
+        if step > 0 && count > new_from {
+            assert!(err.contains("kubeadm-certs, 2 h"), "{count}: {out}");
+        }
         let clusters = sim_admin(&sim.base, "/_sim/clusters");
         let etcd = &clusters[0]["etcd"];
         assert_eq!(etcd["quorum"], true, "{count}: {clusters}");

@@ -450,7 +450,7 @@ async fn converge(
         .iter()
         .any(|a| a.kind == Kind::Server && a.existing.is_some());
     let Secrets {
-        secrets,
+        mut secrets,
         token_refreshed,
     } = local
         .secrets_for_up(
@@ -494,8 +494,16 @@ async fn converge(
     // Before any server is made: a token valid for the boot window exists in the running cluster,
     // whatever the local copy's age (a node that boots faster than the push below would find none).
     let formed = p.formation.formation == kos_cluster::bootstrap::Formation::Formed;
-    if exists && (token_refreshed || (joiners && formed)) {
-        push_token(c, &local, &p.spec, &secrets, token_refreshed).await;
+    // Control planes joining a running cluster get its CAs as kubeadm's upload-certs gives them:
+    // from a Secret kos puts there now under a key of this run's, valid two hours. Their user_data
+    // holds the key, never a private key (only the first control plane, which makes the cluster,
+    // carries the PKI).
+    let certs = exists && formed && joins_control_planes(plan);
+    if certs {
+        secrets.certificate_key = kos_bootstrap::token::certificate_key(&mut rand::rng());
+    }
+    if exists && (token_refreshed || (joiners && formed) || certs) {
+        push_token(c, &local, &p.spec, &secrets, token_refreshed, certs).await;
     }
     let bootstrap =
         KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets.clone(), &local)
@@ -569,7 +577,7 @@ async fn converge(
                     .map_err(Failure::cloud_report)?;
             }
             summarize(&report);
-            follow_bootstrap(c, &p.spec, &report, &secrets, args.wait, joiners).await
+            follow_bootstrap(c, &p.spec, &report, &secrets, args.wait, joiners, certs).await
         }
         Err(e) => Err(Failure::cloud_report(miette::miette!(
             help = "fix the cause and run `kos up` again: it continues where this run stopped",
@@ -663,19 +671,29 @@ async fn push_token(
     spec: &ClusterSpec,
     secrets: &kos_bootstrap::ClusterSecrets,
     renewed: bool,
+    certs: bool,
 ) {
     let result = async {
         let meta = local
             .meta_data()
             .map_err(|e| e.to_string())?
             .ok_or("API address unknown")?;
-        ensure_token(c, spec, &meta.api_address, secrets).await
+        ensure_token(c, spec, &meta.api_address, secrets).await?;
+        if certs {
+            ensure_certs(c, spec, &meta.api_address, secrets).await?;
+        }
+        Ok::<(), String>(())
     }
     .await;
     match result {
         Ok(()) => {
             eprintln!(
-                "kos: the join token is in the cluster before the new node(s) boot{}",
+                "kos: the join token{} in the cluster before the new node(s) boot{}",
+                if certs {
+                    " and the control planes' certificates (kubeadm-certs, 2 h) are"
+                } else {
+                    " is"
+                },
                 if renewed { " (renewed)" } else { "" }
             );
             // A script from an earlier run is of no use any more, and holds a token.
@@ -683,7 +701,7 @@ async fn push_token(
         }
         Err(why) => {
             let name = spec.name.value.as_str();
-            match local.write_token_script(name, secrets, time::OffsetDateTime::now_utc()) {
+            match local.write_token_script(name, secrets, certs, time::OffsetDateTime::now_utc()) {
                 Ok(path) => eprintln!(
                     "kos: warning: the join token cannot be put into the cluster: its API cannot be reached \
                      from here ({why}): nodes created now can join once it exists. Run {} (0600, it holds \
@@ -697,6 +715,81 @@ async fn push_token(
             }
         }
     }
+}
+
+/// Whether the plan makes a control plane (which joins when the cluster is formed).
+fn joins_control_planes(plan: &Plan) -> bool {
+    plan.actions.iter().any(|a| {
+        a.kind == Kind::Server
+            && matches!(a.op, Op::Create | Op::Replace)
+            && kos_lifecycle::formation::is_control_plane(&a.logical_id)
+    })
+}
+
+/// `kubeadm init phase upload-certs`, done by kos: a TTL token (two hours, no usages), the
+/// `kubeadm-certs` Secret it owns with every shared CA and key sealed under `secrets.certificate_key`
+/// (replacing an earlier one), and the Role that lets joining nodes read it.
+async fn ensure_certs(
+    c: &Connected,
+    spec: &ClusterSpec,
+    address: &str,
+    secrets: &kos_bootstrap::ClusterSecrets,
+) -> Result<(), String> {
+    use kos_bootstrap::copycerts;
+    let kube = api_client(c, spec, address, secrets).await?;
+    let secrets_path = "/api/v1/namespaces/kube-system/secrets";
+    let token = copycerts::ttl_token(&mut rand::rng(), time::OffsetDateTime::now_utc())
+        .map_err(|e| e.to_string())?;
+    let body: serde_json::Value =
+        serde_json::from_str(token.expose()).map_err(|e| e.to_string())?;
+    let (status, created) = kube.post_json(secrets_path, &body).await?;
+    if status != 201 {
+        return Err(format!(
+            "creating the kubeadm-certs TTL token: HTTP {status}"
+        ));
+    }
+    let (Some(name), Some(uid)) = (
+        created["metadata"]["name"].as_str(),
+        created["metadata"]["uid"].as_str(),
+    ) else {
+        return Err("the API returned the TTL token without a name or uid".into());
+    };
+    let certs = copycerts::kubeadm_certs(secrets, &secrets.certificate_key, name, uid)
+        .map_err(|e| e.to_string())?;
+    let body: serde_json::Value =
+        serde_json::from_str(certs.expose()).map_err(|e| e.to_string())?;
+    // kubeadm's CreateOrUpdate: the earlier Secret is sealed under another run's key.
+    kube.delete(&format!("{secrets_path}/{}", copycerts::KUBEADM_CERTS))
+        .await?;
+    match kube.post_json(secrets_path, &body).await?.0 {
+        201 => {}
+        s => return Err(format!("creating kubeadm-certs: HTTP {s}")),
+    }
+    for (path, body) in copycerts::rbac() {
+        match kube.post_json(path, &body).await?.0 {
+            201 | 409 => {}
+            s => return Err(format!("creating {path}: HTTP {s}")),
+        }
+    }
+    Ok(())
+}
+
+/// [`ensure_certs`] when `kubeadm-certs` is gone from the cluster.
+async fn ensure_certs_present(
+    c: &Connected,
+    spec: &ClusterSpec,
+    address: &str,
+    secrets: &kos_bootstrap::ClusterSecrets,
+) -> Result<(), String> {
+    let kube = api_client(c, spec, address, secrets).await?;
+    let path = format!(
+        "/api/v1/namespaces/kube-system/secrets/{}",
+        kos_bootstrap::copycerts::KUBEADM_CERTS
+    );
+    if kube.get_json_opt(&path).await?.is_none() {
+        ensure_certs(c, spec, address, secrets).await?;
+    }
+    Ok(())
 }
 
 /// Creates the bootstrap token's Secret in the cluster (an existing one is kept).
@@ -801,6 +894,7 @@ async fn follow_bootstrap(
     secrets: &kos_bootstrap::ClusterSecrets,
     wait: Wait,
     joiners: bool,
+    certs: bool,
 ) -> Result<Vec<String>, Failure> {
     if wait == Wait::Infra {
         println!("Bootstrap: not followed (--wait infra)");
@@ -867,6 +961,10 @@ async fn follow_bootstrap(
                 }
                 Err(e) => tracing::debug!("join token not created yet: {e}"),
             }
+            // The first control plane's cleanup deletes kubeadm-certs too, within its first hours.
+            if certs && let Err(e) = ensure_certs_present(c, spec, address, secrets).await {
+                tracing::debug!("kubeadm-certs not put back yet: {e}");
+            }
             tokio::time::sleep(timing.poll.max(Duration::from_millis(500))).await;
         }
     };
@@ -930,8 +1028,21 @@ async fn follow_bootstrap(
     match follow::api(&kube, spec.node_count() as usize, timing, probe).await {
         Ok(ApiPhase::Ready { nodes }) => {
             println!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
+            // What the cleanup does after the first nodes: the certificates and the token must not
+            // outlive the joins.
+            if certs {
+                let certs = format!(
+                    "/api/v1/namespaces/kube-system/secrets/{}",
+                    kos_bootstrap::copycerts::KUBEADM_CERTS
+                );
+                if let Err(e) = kube.delete(&certs).await {
+                    eprintln!(
+                        "kos: warning: kubeadm-certs could not be deleted from the cluster ({e}); \
+                         it goes with its two-hour token"
+                    );
+                }
+            }
             if token_pushed.load(std::sync::atomic::Ordering::Relaxed) {
-                // What the cleanup does after the first nodes: the token must not outlive the joins.
                 let path = format!(
                     "/api/v1/namespaces/kube-system/secrets/bootstrap-token-{}",
                     secrets.token.id
