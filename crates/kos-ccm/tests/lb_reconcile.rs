@@ -364,7 +364,9 @@ async fn a_new_service_gets_one_fully_populated_create_and_a_floating_ip() {
         lb.tags
             .contains(&"kube_service_test_default_web".to_owned())
     );
-    assert!(lb.tags.contains(&"kos-cluster=test".to_owned()));
+    // kos-ccm's own key, never kos's `kos-cluster` (issue 19 item 5).
+    assert!(lb.tags.contains(&"kos-ccm-cluster=test".to_owned()));
+    assert!(!lb.tags.iter().any(|t| t.starts_with("kos-cluster=")));
     let listeners = c.listeners(&id).await;
     assert_eq!(
         listeners
@@ -1330,7 +1332,241 @@ async fn a_load_balancer_made_by_the_upstream_ccm_is_adopted_not_recreated() {
     assert_eq!(count(&log, "POST", "/lbaas/loadbalancers"), 0);
     assert_eq!(c.listeners(&lb.id).await[0].id, l.id, "its listener kept");
     let tags = c.lb(&lb.id).await.expect("lb").tags;
-    assert!(tags.contains(&"kos-cluster=test".to_owned()), "{tags:?}");
+    assert!(
+        tags.contains(&"kos-ccm-cluster=test".to_owned()),
+        "{tags:?}"
+    );
+}
+
+// ------------------------------------------- what a Service may not reach (issue 19, item 5)
+
+/// What `kos up` makes for the cluster's API: a load balancer named and tagged as kos names and
+/// tags everything (`kos-<cluster>-<id>`, `kos-cluster=<cluster>`, `kos-id=<id>`), with its 6443
+/// listener, and a floating IP described and tagged alike, not yet associated.
+async fn kos_api_endpoint(c: &Cloud, cluster: &str) -> (LoadBalancer, FloatingIp) {
+    let api = c.session.load_balancer();
+    let mut req = LoadBalancerCreate::new(
+        format!("kos-{cluster}-api-lb"),
+        Vip::Subnet(c.subnet.clone()),
+    );
+    req.tags = vec![format!("kos-cluster={cluster}"), "kos-id=api-lb".into()];
+    req.listeners = vec![ListenerCreate::new(
+        "",
+        format!("kos-{cluster}-api-listener"),
+        Protocol::Tcp,
+        6443,
+    )];
+    let lb = api.create_load_balancer(&req).await.expect("API LB");
+    c.wait_active(&lb.id).await;
+    let fip = c
+        .session
+        .network()
+        .create_floating_ip(&FloatingIpCreate {
+            floating_network_id: c.public.clone(),
+            description: Some(format!("kos-{cluster}-api-fip")),
+            tags: vec![format!("kos-cluster={cluster}"), "kos-id=api-fip".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("API FIP");
+    (lb, fip)
+}
+
+/// A few passes of a Service that must be refused: every pass warns naming `what`, none writes
+/// to the cloud or gives the Service an address.
+async fn refused(c: &Cloud, lbs: &LoadBalancers, svc: &Service, what: &str) -> Vec<Outcome> {
+    let start = c.seq();
+    let mut passes = Vec::new();
+    for _ in 0..3 {
+        lbs.invalidate_snapshot();
+        let o = lbs.ensure_service(svc, &nodes(1)).await.expect("ensure");
+        trace("refused", svc, &o);
+        assert!(
+            o.warnings().any(|w| w.note.contains(what)),
+            "no warning naming {what}: {:#?}",
+            o.events
+        );
+        assert!(o.status.is_none() && !o.converged, "{o:#?}");
+        passes.push(o);
+    }
+    assert_eq!(writes(&c.log_since(start)), Vec::<String>::new());
+    passes
+}
+
+fn in_namespace(mut svc: Service, ns: &str) -> Service {
+    svc.metadata.namespace = Some(ns.into());
+    svc
+}
+
+/// The security review's finding: `kos-cluster=<name>` on the API load balancer was read as
+/// kos-ccm's own tag, so a Service of any namespace naming its id got a listener on it.
+#[tokio::test]
+async fn the_clusters_api_load_balancer_is_never_a_services() {
+    let c = cloud().await;
+    let (api_lb, _) = kos_api_endpoint(&c, "test").await;
+    let lbs = c.controller("test", "max-shared-lb = 5\n");
+    for ns in ["default", "kube-system", "tenant"] {
+        let mut svc = in_namespace(service("grab", &[("TCP", 8443, 30443)]), ns);
+        annotate(&mut svc, a::LOAD_BALANCER_ID, &api_lb.id);
+        refused(&c, &lbs, &svc, a::LOAD_BALANCER_ID).await;
+        // Deleting the Service does not touch it either.
+        let start = c.seq();
+        let o = lbs.ensure_service_deleted(&svc).await.expect("delete");
+        assert!(o.converged, "{o:#?}");
+        assert_eq!(writes(&c.log_since(start)), Vec::<String>::new());
+    }
+    let lb = c.lb(&api_lb.id).await.expect("the API LB stays");
+    assert_eq!(lb.tags, api_lb.tags, "its tags untouched");
+    let ports: Vec<u16> = c
+        .listeners(&api_lb.id)
+        .await
+        .iter()
+        .map(|l| l.protocol_port)
+        .collect();
+    assert_eq!(ports, vec![6443], "no listener but its own");
+}
+
+#[tokio::test]
+async fn a_service_never_joins_another_namespaces_load_balancer() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "max-shared-lb = 5\n");
+    let mut owner = in_namespace(service("api", &[("TCP", 80, 30080)]), "payments");
+    converge(&lbs, &mut owner, &nodes(1)).await;
+    let id = lb_id(&owner);
+
+    let mut stray = in_namespace(service("peek", &[("TCP", 8080, 30880)]), "web");
+    annotate(&mut stray, a::LOAD_BALANCER_ID, &id);
+    let passes = refused(&c, &lbs, &stray, a::LOAD_BALANCER_ID).await;
+    assert!(
+        all_events(&passes).iter().any(
+            |(_, n)| n.contains("payments/api") && n.contains("enable-cross-namespace-sharing")
+        ),
+        "{:#?}",
+        all_events(&passes)
+    );
+    assert_eq!(c.listeners(&id).await.len(), 1);
+
+    // In its own namespace it may share, and so may anyone where cloud.conf allows it.
+    let mut neighbour = in_namespace(service("batch", &[("TCP", 8081, 30881)]), "payments");
+    annotate(&mut neighbour, a::LOAD_BALANCER_ID, &id);
+    converge(&lbs, &mut neighbour, &nodes(1)).await;
+    let open = c.controller(
+        "test",
+        "max-shared-lb = 5\nenable-cross-namespace-sharing = true\n",
+    );
+    converge(&open, &mut stray, &nodes(1)).await;
+    assert_eq!(address(&stray), address(&owner));
+    assert_eq!(c.listeners(&id).await.len(), 3);
+}
+
+/// An upstream load balancer of the pre-tag era carries no Service tag: deleting a Service of
+/// another namespace pointed at it took the whole load balancer along.
+#[tokio::test]
+async fn deleting_a_refused_service_never_deletes_another_namespaces_load_balancer() {
+    let c = cloud().await;
+    let api = c.session.load_balancer();
+    let req = LoadBalancerCreate::new(
+        "kube_service_test_payments_api",
+        Vip::Subnet(c.subnet.clone()),
+    );
+    let theirs = api.create_load_balancer(&req).await.expect("upstream LB");
+    c.wait_active(&theirs.id).await;
+    let lbs = c.controller("test", "");
+    let mut stray = in_namespace(service("peek", &[("TCP", 8080, 30880)]), "web");
+    annotate(&mut stray, a::LOAD_BALANCER_ID, &theirs.id);
+    refused(&c, &lbs, &stray, a::LOAD_BALANCER_ID).await;
+    let start = c.seq();
+    delete(&lbs, &stray).await;
+    assert_eq!(writes(&c.log_since(start)), Vec::<String>::new());
+    assert!(
+        c.lb(&theirs.id).await.is_some(),
+        "their load balancer stays"
+    );
+}
+
+/// The API floating IP is free between its allocation and its association; `loadBalancerIP`
+/// attached any free floating IP of the project.
+#[tokio::test]
+async fn load_balancer_ip_never_takes_kos_s_or_another_service_s_floating_ip() {
+    let c = cloud().await;
+    let (_, api_fip) = kos_api_endpoint(&c, "test").await;
+    let lbs = c.controller("test", "");
+    let mut svc = in_namespace(service("grab", &[("TCP", 80, 30080)]), "tenant");
+    spec(&mut svc).load_balancer_ip = Some(api_fip.floating_ip_address.clone());
+    let warned = wait_for_warning(&lbs, &mut svc, "spec.loadBalancerIP").await;
+    assert!(warned.contains("kos made it"), "{warned}");
+    let still = c.fips().await;
+    let f = still.iter().find(|f| f.id == api_fip.id).expect("API FIP");
+    assert_eq!(f.port_id, None, "the API floating IP stays free for kos");
+
+    // Another Service's floating IP, kept after its Service went: not a third Service's to take.
+    let mut kept = service("db", &[("TCP", 5432, 30432)]);
+    annotate(&mut kept, a::KEEP_FLOATING_IP, "true");
+    converge(&lbs, &mut kept, &nodes(1)).await;
+    let kept_ip = address(&kept);
+    delete(&lbs, &kept).await;
+    let mut other = in_namespace(service("other", &[("TCP", 80, 30081)]), "tenant");
+    spec(&mut other).load_balancer_ip = Some(kept_ip.clone());
+    let warned = wait_for_warning(&lbs, &mut other, "spec.loadBalancerIP").await;
+    assert!(warned.contains("another Service"), "{warned}");
+    assert!(
+        c.fips()
+            .await
+            .iter()
+            .any(|f| f.floating_ip_address == kept_ip && f.port_id.is_none())
+    );
+    // Its own Service, made again, gets it back.
+    let mut again = service("db", &[("TCP", 5432, 30432)]);
+    spec(&mut again).load_balancer_ip = Some(kept_ip.clone());
+    converge(&lbs, &mut again, &nodes(1)).await;
+    assert_eq!(address(&again), kept_ip);
+}
+
+/// Passes until a Warning naming `what` (the Service's own load balancer may be made meanwhile);
+/// never a status address.
+async fn wait_for_warning(lbs: &LoadBalancers, svc: &mut Service, what: &str) -> String {
+    for _ in 0..200 {
+        let o = lbs.ensure_service(svc, &nodes(1)).await.expect("ensure");
+        trace("ensure", svc, &o);
+        apply(svc, &o);
+        assert!(o.status.is_none(), "an address: {o:#?}");
+        if let Some(w) = o.warnings().find(|w| w.note.contains(what)) {
+            return w.note.clone();
+        }
+        tokio::time::sleep(o.requeue_after.unwrap_or(Duration::from_millis(10))).await;
+    }
+    panic!("no warning naming {what}");
+}
+
+/// Load balancers an older kos-ccm tagged with kos's key are still their Service's, and move to
+/// kos-ccm's own key on the next pass.
+#[tokio::test]
+async fn an_older_kos_ccm_load_balancer_is_adopted_and_moved_to_the_new_tag() {
+    let c = cloud().await;
+    let api = c.session.load_balancer();
+    let name = "kube_service_test_default_web";
+    let mut req = LoadBalancerCreate::new(name, Vip::Subnet(c.subnet.clone()));
+    req.tags = vec![name.into(), "kos-cluster=test".into()];
+    let old = api.create_load_balancer(&req).await.expect("old LB");
+    c.wait_active(&old.id).await;
+
+    let lbs = c.controller("test", "");
+    let mut svc = service("web", &[("TCP", 80, 30080)]);
+    let start = c.seq();
+    converge(&lbs, &mut svc, &nodes(1)).await;
+    assert_eq!(lb_id(&svc), old.id, "adopted");
+    assert_eq!(
+        count(&c.log_since(start), "POST", "/lbaas/loadbalancers"),
+        0
+    );
+    let tags = c.lb(&old.id).await.expect("lb").tags;
+    assert!(
+        tags.contains(&"kos-ccm-cluster=test".to_owned()),
+        "{tags:?}"
+    );
+    assert!(!tags.contains(&"kos-cluster=test".to_owned()), "{tags:?}");
+    delete(&lbs, &svc).await;
+    assert!(c.lb(&old.id).await.is_none());
 }
 
 #[tokio::test]

@@ -699,6 +699,62 @@ async fn a_user_made_load_balancer_is_shared_and_survives_both_services() -> R {
     Ok(())
 }
 
+/// Issue 19 item 5: a Service pointed at the cluster's API load balancer (made by kos, tagged
+/// `kos-cluster=<name>` and `kos-id=api-lb`) gets a Warning Event naming the annotation, no
+/// listener on it, and no address from it.
+#[tokio::test]
+async fn the_api_load_balancer_is_refused_with_an_event_naming_the_annotation() -> R {
+    let h = start("max-shared-lb = 5\n", settings()).await?;
+    let api = h.session.load_balancer();
+    let mut req = LoadBalancerCreate::new("kos-kubernetes-api-lb", Vip::Subnet(h.subnet.clone()));
+    req.tags = vec!["kos-cluster=kubernetes".into(), "kos-id=api-lb".into()];
+    let api_lb = api.create_load_balancer(&req).await?;
+    h.wait_active(&api_lb.id).await?;
+    api.create_listener(&kos_cloud::model::load_balancer::ListenerCreate::new(
+        &api_lb.id,
+        "kos-kubernetes-api-listener",
+        Protocol::Tcp,
+        6443,
+    ))
+    .await?;
+    h.wait_active(&api_lb.id).await?;
+
+    let start = h.sim_seq();
+    h.create(&annotated(
+        lb_service("grab", &[("TCP", 8443, 30443)]),
+        a::LOAD_BALANCER_ID,
+        &api_lb.id,
+    ))
+    .await?;
+    let warning = wait_for("a Warning naming load-balancer-id", || {
+        Ok(h.events_for("grab")
+            .into_iter()
+            .find(|e| e.message.contains(a::LOAD_BALANCER_ID)))
+    })
+    .await?;
+    assert_eq!(warning.type_, "Warning");
+    assert!(warning.message.contains("kos"), "{}", warning.message);
+    let ports: Vec<u16> = h
+        .listeners(&api_lb.id)
+        .await?
+        .iter()
+        .map(|l| l.protocol_port)
+        .collect();
+    assert_eq!(ports, vec![6443], "no listener on the API load balancer");
+    assert_eq!(h.sim_writes_since(start), Vec::<String>::new());
+    let grab = h.get("grab")?.ok_or("grab gone")?;
+    assert_eq!(ingress_ip(&grab), None);
+    assert_eq!(
+        h.lb(&api_lb.id).await?.ok_or("API LB gone")?.tags,
+        api_lb.tags
+    );
+
+    h.delete("grab").await?;
+    h.gone("grab").await?;
+    assert_eq!(h.listeners(&api_lb.id).await?.len(), 1);
+    Ok(())
+}
+
 // ---------------------------------------------------------------- the controller's promises
 
 /// The finalizer is there before the first cloud write (a Service whose finalizer cannot be

@@ -154,6 +154,10 @@ pub struct LoadBalancer {
     pub default_tls_container_ref: Option<String>,
     pub container_store: String,
     pub max_shared_lb: u32,
+    /// kos's own (`enable-cross-namespace-sharing`, default false): a Service may join, through
+    /// `load-balancer-id`, a load balancer that Services of another namespace use. Off, sharing
+    /// stays within a namespace, so one namespace cannot put listeners on another's address.
+    pub cross_namespace_sharing: bool,
     pub provider_requires_serial_api_calls: bool,
 }
 
@@ -188,6 +192,7 @@ impl Default for LoadBalancer {
             default_tls_container_ref: None,
             container_store: "barbican".into(),
             max_shared_lb: 2,
+            cross_namespace_sharing: false,
             provider_requires_serial_api_calls: false,
         }
     }
@@ -845,6 +850,10 @@ impl CloudConfig {
                 ("container-store", Some(lb.container_store.clone())),
                 ("max-shared-lb", Some(lb.max_shared_lb.to_string())),
                 (
+                    "enable-cross-namespace-sharing",
+                    b(lb.cross_namespace_sharing),
+                ),
+                (
                     "provider-requires-serial-api-calls",
                     b(lb.provider_requires_serial_api_calls),
                 ),
@@ -1341,6 +1350,9 @@ fn read_load_balancer(r: &mut SectionReader, d: &mut Diags) -> LoadBalancer {
         max_shared_lb: r
             .int("max-shared-lb", 1, i64::MAX, d)
             .map_or(def.max_shared_lb, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+        cross_namespace_sharing: r
+            .bool("enable-cross-namespace-sharing", d)
+            .unwrap_or(def.cross_namespace_sharing),
         provider_requires_serial_api_calls: r
             .bool("provider-requires-serial-api-calls", d)
             .unwrap_or(def.provider_requires_serial_api_calls),

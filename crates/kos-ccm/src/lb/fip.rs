@@ -3,8 +3,10 @@
 //!
 //! Rules, in order: a floating IP already on the VIP port is used (an internal owner detaches it,
 //! and deletes it if a CCM made it and `keep-floatingip` is not set); a Service sharing someone
-//! else's load balancer never adds one; `spec.loadBalancerIP` names a floating IP of the project to
-//! attach (or, when it does not exist, to create with that address); a floating IP this Service's
+//! else's load balancer never adds one; `spec.loadBalancerIP` names a free floating IP of the project
+//! to attach (never one kos made for a cluster or one a CCM made for another Service:
+//! [`naming::fip_claim`]), or, when it does not exist, one to create with that address; a floating
+//! IP this Service's
 //! CCM made earlier and that is now free (detached behind our back, or left by a load balancer that
 //! went to ERROR) is attached again, so the address survives; otherwise a new one is made on the
 //! floating network, trying each matching subnet. Only floating IPs whose description says a CCM
@@ -81,10 +83,21 @@ pub fn decide(i: &FipInput) -> FipDecision {
     if let Some(ip) = i.load_balancer_ip {
         let address = ip.to_string();
         return match i.observed.fip_with_address(&address) {
-            Some(f) if f.port_id.is_none() => FipDecision::Attach {
-                fip: f.clone(),
-                why: "spec.loadBalancerIP",
-            },
+            Some(f) if f.port_id.is_none() => {
+                match naming::fip_claim(&f.tags, &f.description, i.description) {
+                    None => FipDecision::Attach {
+                        fip: f.clone(),
+                        why: "spec.loadBalancerIP",
+                    },
+                    Some(why) => FipDecision::Refuse {
+                        reason: reasons::FLOATING_IP_FAILED,
+                        note: format!(
+                            "floating IP {address} (spec.loadBalancerIP) is not this Service's to \
+                             take: {why}; choose another address, or one allocated for it"
+                        ),
+                    },
+                }
+            }
             Some(f) => FipDecision::Refuse {
                 reason: reasons::FLOATING_IP_FAILED,
                 note: format!(
@@ -344,6 +357,11 @@ mod tests {
         o
     }
 
+    fn tagged(mut f: FloatingIp, tags: &[&str]) -> FloatingIp {
+        f.tags = tags.iter().map(|t| (*t).to_owned()).collect();
+        f
+    }
+
     fn fip(id: &str, addr: &str, port: Option<&str>, desc: &str) -> FloatingIp {
         FloatingIp {
             id: id.into(),
@@ -421,6 +439,59 @@ mod tests {
                 address: Some("172.24.4.51".into())
             }
         );
+    }
+
+    /// Issue 19 item 5: any free floating IP of the project was taken, kos's API one included
+    /// (free between its allocation and its association).
+    #[test]
+    fn load_balancer_ip_never_takes_kos_s_or_another_service_s_floating_ip() {
+        fn ip<'a>(i: FipInput<'a>) -> FipInput<'a> {
+            FipInput {
+                load_balancer_ip: Some("172.24.4.50".parse().expect("ip")),
+                ..i
+            }
+        }
+        let refused = |fips: Vec<FloatingIp>, what: &str| {
+            let o = observed(fips);
+            match decide(&ip(input(&o))) {
+                FipDecision::Refuse { reason, note } => {
+                    assert_eq!(reason, reasons::FLOATING_IP_FAILED);
+                    assert!(note.contains("spec.loadBalancerIP"), "{note}");
+                    assert!(note.contains(what), "{note}");
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        };
+        // kos's API floating IP, tagged by kos.
+        refused(
+            vec![tagged(
+                fip("api", "172.24.4.50", None, "kos-c-api-fip"),
+                &["kos-cluster=c", "kos-id=api-fip"],
+            )],
+            "kos-cluster=c",
+        );
+        // The same before kos's tag PUT: its description is a kos object's name.
+        refused(
+            vec![fip("api", "172.24.4.50", None, "kos-c-api-fip")],
+            "kos-c-api-fip",
+        );
+        // Another Service's, detached (keep-floatingip, or its load balancer being recreated).
+        refused(
+            vec![fip(
+                "theirs",
+                "172.24.4.50",
+                None,
+                "Floating IP for Kubernetes external service other/db from cluster c",
+            )],
+            "another Service",
+        );
+        // A truly free one, untagged and undescribed, is taken, as upstream; so is our own.
+        for d in ["", OURS] {
+            let o = observed(vec![fip("free", "172.24.4.50", None, d)]);
+            assert!(
+                matches!(decide(&ip(input(&o))), FipDecision::Attach { fip, .. } if fip.id == "free")
+            );
+        }
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub mod reasons {
     pub const IGNORED: &str = "LoadBalancerSettingIgnored";
     /// Warning: another cluster's load balancer; not touched (upstream #2241, #3102).
     pub const FOREIGN: &str = "LoadBalancerOwnedByAnotherCluster";
+    /// Warning: `load-balancer-id` names a load balancer kos (the CLI) made for the cluster, such
+    /// as its API load balancer; never touched.
+    pub const OWNED_BY_KOS: &str = "LoadBalancerOwnedByKos";
     pub const NOT_FOUND: &str = "LoadBalancerNotFound";
     pub const AMBIGUOUS: &str = "LoadBalancerAmbiguous";
     pub const SHARED_LIMIT: &str = "LoadBalancerSharedLimitReached";

@@ -150,6 +150,8 @@ pub struct PlanInput<'a> {
     pub owner: bool,
     /// The tags the load balancer must carry (added to whatever it has).
     pub lb_tags: &'a [String],
+    /// Tags to take off (what an older kos-ccm wrote instead of `lb_tags`).
+    pub drop_tags: &'a [String],
     pub serial: bool,
 }
 
@@ -191,7 +193,12 @@ pub fn plan(i: &PlanInput) -> Vec<LbAction> {
     let listeners = i.observed.listeners_of(&i.lb.id);
 
     // The load balancer itself: our tags, and administratively up if it is ours.
-    let mut tags = i.lb.tags.clone();
+    let mut tags: Vec<String> =
+        i.lb.tags
+            .iter()
+            .filter(|t| !i.drop_tags.contains(t))
+            .cloned()
+            .collect();
     for t in i.lb_tags {
         if !tags.contains(t) {
             tags.push(t.clone());
@@ -200,7 +207,12 @@ pub fn plan(i: &PlanInput) -> Vec<LbAction> {
     let mut why = Vec::new();
     let mut req = LoadBalancerUpdate::default();
     if tags != i.lb.tags {
-        why.push(format!("tags + {}", diff_list(&i.lb.tags, &tags)));
+        let dropped = diff_list(&tags, &i.lb.tags);
+        why.push(if dropped.is_empty() {
+            format!("tags + {}", diff_list(&i.lb.tags, &tags))
+        } else {
+            format!("tags + {} - {dropped}", diff_list(&i.lb.tags, &tags))
+        });
         req.tags = Some(tags);
     }
     if i.owner && !i.lb.admin_state_up {
@@ -625,7 +637,7 @@ mod tests {
             id: "lb".into(),
             name: TAG.into(),
             admin_state_up: true,
-            tags: vec![TAG.into(), "kos-cluster=c".into()],
+            tags: vec![TAG.into(), "kos-ccm-cluster=c".into()],
             ..Default::default()
         }
     }
@@ -698,7 +710,7 @@ mod tests {
         owner: bool,
         serial: bool,
     ) -> Vec<LbAction> {
-        let tags = vec![TAG.to_owned(), "kos-cluster=c".to_owned()];
+        let tags = vec![TAG.to_owned(), "kos-ccm-cluster=c".to_owned()];
         plan(&PlanInput {
             desired: d,
             lb: &o.load_balancers[0],
@@ -707,6 +719,7 @@ mod tests {
             service_tag: TAG,
             owner,
             lb_tags: &tags,
+            drop_tags: &["kos-cluster=c".to_owned()],
             serial,
         })
     }
@@ -749,11 +762,28 @@ mod tests {
         match &a[0] {
             LbAction::UpdateLoadBalancer { req, .. } => assert_eq!(
                 req.tags.as_deref(),
-                Some(&[TAG.to_owned(), "team=x".into(), "kos-cluster=c".into()][..])
+                Some(&[TAG.to_owned(), "team=x".into(), "kos-ccm-cluster=c".into()][..])
             ),
             other => panic!("{other:?}"),
         }
         assert!(matches!(a[1], LbAction::UpdateListener { .. }));
+    }
+
+    #[test]
+    fn an_older_kos_ccm_tag_is_moved_to_the_new_key() {
+        let (mut o, m) = matching();
+        o.load_balancers[0].tags = vec![TAG.into(), "kos-cluster=c".into(), "team=x".into()];
+        let a = run(&web(2), &o, &m, true, false);
+        match &a[..] {
+            [LbAction::UpdateLoadBalancer { req, why, .. }] => {
+                assert_eq!(
+                    req.tags.as_deref(),
+                    Some(&[TAG.to_owned(), "team=x".into(), "kos-ccm-cluster=c".into()][..])
+                );
+                assert!(why.contains("- kos-cluster=c"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

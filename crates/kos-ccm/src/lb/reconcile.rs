@@ -23,7 +23,7 @@ use super::annotations::{self, ServiceOptions, VipChoice};
 use super::desired::{self, Desired, MonitorOverride};
 use super::error::LbError;
 use super::fip::{self, FipInput, FipResult};
-use super::naming::{self, Claim};
+use super::naming::{self, Claim, Claimant};
 use super::nodes::{self, Backends};
 use super::observed::{MemberCache, Observed, Snapshots};
 use super::outcome::{Outcome, reasons};
@@ -103,9 +103,10 @@ enum Located<'a> {
         lb: &'a LoadBalancer,
         owner: bool,
     },
+    /// Not this Service's to use: another cluster's, kos's, or another namespace's.
     Foreign {
         lb: &'a LoadBalancer,
-        why: String,
+        claim: Claim,
     },
     Ambiguous(Vec<String>),
     /// The observation predates a load balancer this process just created.
@@ -305,12 +306,27 @@ impl LoadBalancers {
         t
     }
 
-    fn claim(&self, lb: &LoadBalancer) -> Claim {
+    /// Tags an older kos-ccm put on its load balancers, taken off as the current ones go on.
+    fn legacy_tags(&self) -> Vec<String> {
+        vec![naming::legacy_cluster_tag(&self.settings.cluster)]
+    }
+
+    /// `namespace`: see [`Claimant::namespace`].
+    fn claim(&self, lb: &LoadBalancer, namespace: Option<&str>) -> Claim {
         naming::claim(
             lb,
-            &self.settings.cluster,
-            self.settings.cluster_id.as_deref(),
+            &Claimant {
+                cluster: &self.settings.cluster,
+                cluster_id: self.settings.cluster_id.as_deref(),
+                namespace,
+            },
         )
+    }
+
+    /// The namespace rule for a Service joining a load balancer made for another: within its
+    /// namespace, unless cloud.conf allows more.
+    fn sharing_namespace<'a>(&self, ids: &'a Ids) -> Option<&'a str> {
+        (!self.config.load_balancer.cross_namespace_sharing).then_some(ids.namespace.as_str())
     }
 
     fn created_after(&self, lb_name: &str, observed: &Observed) -> bool {
@@ -322,8 +338,15 @@ impl LoadBalancers {
     }
 
     /// By the load-balancer-id annotation, then by name and legacy name (upstream order);
-    /// another cluster's load balancer is reported, never used.
-    fn locate<'a>(&self, ids: &Ids, lb_id: Option<&str>, observed: &'a Observed) -> Located<'a> {
+    /// a load balancer that is not the Service's to use (another cluster's, kos's, or, when
+    /// `namespace` is given, another namespace's) is reported, never used.
+    fn locate<'a>(
+        &self,
+        ids: &Ids,
+        lb_id: Option<&str>,
+        namespace: Option<&str>,
+        observed: &'a Observed,
+    ) -> Located<'a> {
         if let Some(id) = lb_id
             && let Some(lb) = observed.load_balancer(id)
             && !matches!(
@@ -331,12 +354,11 @@ impl LoadBalancers {
                 ProvisioningStatus::PendingDelete | ProvisioningStatus::Deleted
             )
         {
-            return match self.claim(lb) {
-                Claim::Foreign(why) => Located::Foreign { lb, why },
-                Claim::Ours => Located::Found {
-                    lb,
-                    owner: ids.made_for_us(lb),
-                },
+            let owner = ids.made_for_us(lb);
+            // Its own load balancer is the Service's whoever joined it since.
+            return match self.claim(lb, namespace.filter(|_| !owner)) {
+                Claim::Ours => Located::Found { lb, owner },
+                claim => Located::Foreign { lb, claim },
             };
         }
         let mut named = observed.named(&ids.lb_name);
@@ -345,7 +367,7 @@ impl LoadBalancers {
         }
         let (ours, foreign): (Vec<&LoadBalancer>, Vec<&LoadBalancer>) = named
             .into_iter()
-            .partition(|lb| self.claim(lb) == Claim::Ours);
+            .partition(|lb| self.claim(lb, None) == Claim::Ours);
         match ours.as_slice() {
             [lb] => Located::Found { lb, owner: true },
             [] if self.created_after(&ids.lb_name, observed) => Located::Stale,
@@ -411,23 +433,15 @@ impl LoadBalancers {
                  by node-selector, or without an address): the pools stay empty",
             );
         }
-        match self.locate(&ids, opts.load_balancer_id.as_deref(), observed) {
+        let namespace = self.sharing_namespace(&ids);
+        match self.locate(&ids, opts.load_balancer_id.as_deref(), namespace, observed) {
             Located::Stale => {
                 out.requeue(self.settings.pending_requeue);
                 self.snapshots.invalidate();
             }
-            Located::Foreign { lb, why } => {
-                out.warning(
-                    reasons::FOREIGN,
-                    format!(
-                        "load balancer {} ({}) belongs to another cluster ({why}); kos-ccm leaves it \
-                         alone: remove the {} annotation or give the clusters distinct \
-                         --cluster-name",
-                        lb.name,
-                        lb.id,
-                        annotations::LOAD_BALANCER_ID
-                    ),
-                );
+            Located::Foreign { lb, claim } => {
+                let (reason, note) = refusal(lb, &claim);
+                out.warning(reason, note);
             }
             Located::Ambiguous(ids_found) => {
                 out.warning(
@@ -921,6 +935,7 @@ impl LoadBalancers {
             }
         }
         let lb_tags = self.tags(ids);
+        let legacy_tags = self.legacy_tags();
         let actions = plan::plan(&PlanInput {
             desired: &d,
             lb,
@@ -929,6 +944,7 @@ impl LoadBalancers {
             service_tag: &ids.lb_name,
             owner,
             lb_tags: &lb_tags,
+            drop_tags: &legacy_tags,
             serial: lbc.provider_requires_serial_api_calls,
         });
         let changed = if let Some(first) = actions.first() {
@@ -1108,14 +1124,16 @@ impl LoadBalancers {
         let deleting = observed.load_balancers.iter().any(|l| {
             l.provisioning_status == ProvisioningStatus::PendingDelete
                 && (lb_id.as_deref() == Some(l.id.as_str()) || ids.made_for_us(l))
-                && self.claim(l) == Claim::Ours
+                && self.claim(l, None) == Claim::Ours
         });
         if deleting {
             self.snapshots.invalidate();
             out.requeue(self.settings.pending_requeue);
             return Ok(out);
         }
-        let (lb, owner) = match self.locate(&ids, lb_id.as_deref(), observed) {
+        // No namespace rule here: a Service may always take its own listeners and tag off a load
+        // balancer it joined; what is not this cluster's, or is kos's, stays untouched.
+        let (lb, owner) = match self.locate(&ids, lb_id.as_deref(), None, observed) {
             Located::Missing => {
                 self.delete_leftover_fips(&ids, keep, observed, &mut out)
                     .await?;
@@ -1130,11 +1148,19 @@ impl LoadBalancers {
                 out.requeue(self.settings.pending_requeue);
                 return Ok(out);
             }
-            Located::Foreign { lb, why } => {
+            Located::Foreign { lb, claim } => {
+                let (reason, why) = match &claim {
+                    Claim::Kos(why) => (reasons::OWNED_BY_KOS, format!("kos made it: {why}")),
+                    Claim::Foreign(why) => (reasons::FOREIGN, format!("another cluster's: {why}")),
+                    Claim::OtherNamespace(why) => {
+                        (reasons::CANNOT_SHARE, format!("another namespace's: {why}"))
+                    }
+                    Claim::Ours => (reasons::FOREIGN, String::new()),
+                };
                 out.warning(
-                    reasons::FOREIGN,
+                    reason,
                     format!(
-                        "load balancer {} belongs to another cluster ({why}): left as it is",
+                        "load balancer {} is not this Service's ({why}): left as it is",
                         lb.id
                     ),
                 );
@@ -1168,7 +1194,10 @@ impl LoadBalancers {
             .filter(|t| *t != ids.lb_name)
             .count();
         let made_by_ccm = lb.name.starts_with(naming::SERVICE_PREFIX) || ids.made_for_us(lb);
-        if made_by_ccm && others == 0 {
+        // The last Service on a CCM's load balancer takes it along, but never one made for a
+        // Service of another namespace (an untagged upstream one counts no Service tag).
+        let may_take = owner || self.claim(lb, self.sharing_namespace(&ids)) == Claim::Ours;
+        if made_by_ccm && others == 0 && may_take {
             return self.delete_whole(&ids, lb, keep, observed, out).await;
         }
         if *status == ProvisioningStatus::Error {
@@ -1208,11 +1237,12 @@ impl LoadBalancers {
             let cluster_prefix = format!("{}{}_", naming::SERVICE_PREFIX, self.settings.cluster);
             let ours_left = naming::service_tags(lb)
                 .any(|t| t != ids.lb_name && t.starts_with(&cluster_prefix));
+            let ours = [self.tags(&ids), self.legacy_tags()].concat();
             let tags: Vec<String> = lb
                 .tags
                 .iter()
                 .filter(|t| **t != ids.lb_name)
-                .filter(|t| ours_left || !self.tags(&ids).contains(t))
+                .filter(|t| ours_left || !ours.contains(t))
                 .cloned()
                 .collect();
             (tags != lb.tags).then(|| LbAction::UpdateLoadBalancer {
@@ -1458,5 +1488,38 @@ impl LoadBalancers {
             self.settings.retry_requeue
         });
         false
+    }
+}
+
+/// The Warning for a Service whose `load-balancer-id` names a load balancer it may not use: the
+/// reason and a note naming the annotation, why, and the way out.
+fn refusal(lb: &LoadBalancer, claim: &Claim) -> (&'static str, String) {
+    let ann = annotations::LOAD_BALANCER_ID;
+    let what = format!("load balancer {} ({}) named by {ann}", lb.name, lb.id);
+    match claim {
+        Claim::Kos(why) => (
+            reasons::OWNED_BY_KOS,
+            format!(
+                "{what} was made by kos for the cluster itself, such as its API load balancer \
+                 ({why}): a Service never gets listeners on it; remove the {ann} annotation"
+            ),
+        ),
+        Claim::OtherNamespace(why) => (
+            reasons::CANNOT_SHARE,
+            format!(
+                "{what} is another namespace's ({why}): Services share a load balancer only \
+                 within one namespace unless [LoadBalancer] enable-cross-namespace-sharing is \
+                 true; remove the {ann} annotation"
+            ),
+        ),
+        Claim::Foreign(why) => (
+            reasons::FOREIGN,
+            format!(
+                "{what} belongs to another cluster ({why}); kos-ccm leaves it alone: remove the \
+                 {ann} annotation or give the clusters distinct --cluster-name"
+            ),
+        ),
+        // Not reached: an owned load balancer is located as found.
+        Claim::Ours => (reasons::FOREIGN, what),
     }
 }

@@ -122,7 +122,7 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
             "LB {}",
             lb.provisioning_status
         );
-        for tag in [name.clone(), format!("kos-cluster={ours}")] {
+        for tag in [name.clone(), format!("kos-ccm-cluster={ours}")] {
             ensure!(lb.tags.contains(&tag), "LB tags {:?} lack {tag:?}", lb.tags);
         }
         let same_name = session
