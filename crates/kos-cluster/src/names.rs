@@ -16,6 +16,10 @@ use std::fmt;
 pub const TAG_CLUSTER: &str = "kos-cluster";
 /// Tag key that carries a resource's logical id.
 pub const TAG_ID: &str = "kos-id";
+/// Tag key kos-ccm marks what it makes at run time with (`kos-ccm-cluster=<cluster>`; kos-ccm's
+/// `lb::naming::CLUSTER_TAG_KEY`). Distinct from [`TAG_CLUSTER`] so that no Service can claim what kos
+/// made (the API load balancer); reserved here so that no extra tag on kos's objects carries it.
+pub const TAG_CCM_CLUSTER: &str = "kos-ccm-cluster";
 /// Nova's limit on one tag.
 pub const NOVA_TAG_MAX: usize = 60;
 /// Limit on cluster names: `kos-<cluster>-` leaves 38 characters of the 63-character hostname for the logical id.
@@ -111,7 +115,7 @@ pub fn check_nova_tag(s: &str) -> Result<(), NameError> {
     if let Some(c) = s.chars().find(|c| matches!(c, '/' | ',')) {
         return Err(NameError::InvalidChar(c));
     }
-    for key in [TAG_CLUSTER, TAG_ID] {
+    for key in [TAG_CLUSTER, TAG_ID, TAG_CCM_CLUSTER] {
         if s.strip_prefix(key)
             .is_some_and(|rest| rest.starts_with('='))
         {
@@ -297,6 +301,11 @@ mod tests {
         assert_eq!(check_nova_tag("a,b"), Err(NameError::InvalidChar(',')));
         assert_eq!(check_nova_tag("a/b"), Err(NameError::InvalidChar('/')));
         assert_eq!(check_nova_tag("kos-id=x"), Err(NameError::Reserved(TAG_ID)));
+        assert_eq!(
+            check_nova_tag("kos-ccm-cluster=x"),
+            Err(NameError::Reserved(TAG_CCM_CLUSTER))
+        );
+        assert_eq!(check_nova_tag("kos-ccm=x"), Ok(()));
         assert!(check_nova_tag(&"x".repeat(61)).is_err());
     }
 

@@ -2,9 +2,12 @@
 //!
 //! Teardown deletes everything tagged for the cluster (or, untagged, named `kos-<cluster>-<logical id>`
 //! exactly: never an object of a cluster whose name extends this one's), plus what the cluster made at run
-//! time through the upstream CCM and CSI: load balancers named `kube_service_<cluster>_…`, floating IPs
-//! described "… from cluster <cluster>", the CCM's `lb-sg-…` security groups, Cinder volumes with
-//! `cinder.csi.openstack.org/cluster=<cluster>`, ports left on kos's network and interfaces of kos's router.
+//! time through kos-ccm (or the upstream CCM) and CSI: load balancers named `kube_service_<cluster>_…`,
+//! floating IPs described "… from cluster <cluster>", the CCM's `lb-sg-…` security groups, Cinder volumes
+//! with `cinder.csi.openstack.org/cluster=<cluster>`, ports left on kos's network and interfaces of kos's
+//! router. kos-ccm tags its objects `kos-ccm-cluster=<cluster>` (older releases: `kos-cluster=<cluster>`,
+//! kos's own key); a tag alone never dooms a load balancer, since kos-ccm also tags a user's load balancer
+//! that Services share, and that one is the user's.
 //! Order: [`Kind::delete_rank`], waiting for absence of servers, LBs and volumes. It works on half-made
 //! clusters, is idempotent, and never touches a bring-your-own network, subnet or router (they carry no kos
 //! tag and no kos name). [`teardown_with_events`] reports progress as apply does.
@@ -23,7 +26,7 @@ use tokio::sync::mpsc::Sender;
 use crate::apply::{Deleter, Filters, Waiter};
 use crate::events::{Event, Phase, emit};
 use crate::graph::Kind;
-use crate::names::TAG_CLUSTER;
+use crate::names::{TAG_CCM_CLUSTER, TAG_CLUSTER};
 use crate::observe::{CSI_CLUSTER_KEY, Facts, Inventory, ROUTER_INTERFACE, Resource, Scope};
 
 /// Knobs of a teardown.
@@ -290,7 +293,11 @@ fn run_time(inv: &Inventory, cluster: &str) -> Vec<Resource> {
     let lb_prefix = format!("kube_service_{cluster}_");
     let fip_suffix = format!("from cluster {cluster}");
     let sg_suffix = format!("in cluster {cluster}");
-    let tag = format!("{TAG_CLUSTER}={cluster}");
+    // kos-ccm's key, and kos's own that older kos-ccm releases wrote.
+    let tags = [
+        format!("{TAG_CCM_CLUSTER}={cluster}"),
+        format!("{TAG_CLUSTER}={cluster}"),
+    ];
     let mut out = Vec::new();
     out.extend(
         inv.load_balancers
@@ -309,7 +316,8 @@ fn run_time(inv: &Inventory, cluster: &str) -> Vec<Resource> {
             .iter()
             .filter(|g| {
                 g.name.starts_with("lb-sg-")
-                    && (g.description.trim_end().ends_with(&sg_suffix) || g.tags.contains(&tag))
+                    && (g.description.trim_end().ends_with(&sg_suffix)
+                        || g.tags.iter().any(|t| tags.contains(t)))
             })
             .map(|g| extra(Kind::SecurityGroup, "ccm-sg", &g.id, &g.name)),
     );
@@ -488,7 +496,7 @@ fn find_orphans(inv: &Inventory) -> Vec<(String, Resource, &'static str)> {
 mod tests {
     use kos_cloud::model::compute::Server;
     use kos_cloud::model::load_balancer::LoadBalancer;
-    use kos_cloud::model::network::Port;
+    use kos_cloud::model::network::{FloatingIp, Port, SecurityGroup};
 
     use super::*;
 
@@ -544,5 +552,69 @@ mod tests {
             .map(|(c, r, _)| (c, r.id))
             .collect();
         assert_eq!(found, [("gone".to_owned(), "lb-gone".to_owned())]);
+    }
+
+    /// What kos-ccm makes at run time goes with `kos down` under its own key (`kos-ccm-cluster`) as
+    /// under kos's (older kos-ccm releases); a user's load balancer that Services shared, which kos-ccm
+    /// tags too, stays, and so does another cluster's.
+    #[test]
+    fn teardown_finds_what_kos_ccm_made_under_either_key_and_never_a_users_shared_lb() {
+        let lb = |id: &str, name: &str, tags: &[&str]| LoadBalancer {
+            id: id.into(),
+            name: name.into(),
+            tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            ..LoadBalancer::default()
+        };
+        let sg = |id: &str, tags: &[&str]| SecurityGroup {
+            id: id.into(),
+            name: format!("lb-sg-{id}-default-web"),
+            description: "made by hand".into(),
+            tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            ..SecurityGroup::default()
+        };
+        let inv = Inventory {
+            load_balancers: vec![
+                lb(
+                    "new",
+                    "kube_service_demo_default_web",
+                    &["kube_service_demo_default_web", "kos-ccm-cluster=demo"],
+                ),
+                lb(
+                    "old",
+                    "kube_service_demo_default_db",
+                    &["kube_service_demo_default_db", "kos-cluster=demo"],
+                ),
+                lb(
+                    "shared",
+                    "edge",
+                    &[
+                        "team=x",
+                        "kube_service_demo_default_api",
+                        "kos-ccm-cluster=demo",
+                    ],
+                ),
+                lb(
+                    "other",
+                    "kube_service_demo-b_default_web",
+                    &["kos-ccm-cluster=demo-b"],
+                ),
+            ],
+            floating_ips: vec![FloatingIp {
+                id: "fip".into(),
+                description:
+                    "Floating IP for Kubernetes external service default/web from cluster demo"
+                        .into(),
+                ..FloatingIp::default()
+            }],
+            security_groups: vec![
+                sg("sg-new", &["kos-ccm-cluster=demo"]),
+                sg("sg-old", &["kos-cluster=demo"]),
+                sg("sg-other", &["kos-ccm-cluster=demo-b"]),
+            ],
+            ..Inventory::default()
+        };
+        let mut ids: Vec<String> = doomed(&inv, "demo").into_iter().map(|r| r.id).collect();
+        ids.sort();
+        assert_eq!(ids, ["fip", "new", "old", "sg-new", "sg-old"]);
     }
 }
