@@ -153,6 +153,57 @@ async fn ambiguous_creates_never_duplicate() -> R {
     down(&c.session, "amb").await
 }
 
+/// Security-group rules have no name or tags: a create whose answer was lost after Neutron made the
+/// rule (a 500 after the side effect) is found by the rule's content and adopted, and one that failed
+/// without effect (a 502 before it) is made again, in the same run; every rule exists once.
+#[tokio::test]
+async fn a_rule_create_with_an_unknown_outcome_is_looked_up_by_its_content() -> R {
+    let c = start().await?;
+    let g = graph(&c.session, &Shape::small("sgr", 1)).await?;
+    {
+        let mut f = c.sim.app().fault_engine();
+        f.add(FaultRule {
+            after_side_effect: true,
+            count: Some(1),
+            ..rule(Some("POST"), "/v2.0/security-group-rules$", 500)
+        })?;
+        f.add(FaultRule {
+            count: Some(1),
+            ..rule(Some("POST"), "/v2.0/security-group-rules$", 502)
+        })?;
+    }
+    attempt(&c, &g).await?;
+    let log = c.sim.app().observations().log.clone();
+    let posts: Vec<_> = log
+        .iter()
+        .filter(|e| e.operation == "POST /network/v2.0/security-group-rules")
+        .collect();
+    let faulted = posts.iter().filter(|e| e.fault_rule.is_some()).count();
+    assert_eq!(faulted, 2, "both faults fired");
+    assert!(
+        log.iter()
+            .any(|e| e.operation == "GET /network/v2.0/security-group-rules"),
+        "the outcome was looked up"
+    );
+    assert_eq!(pending(&c.session, &g).await?, 0, "converged in one run");
+    // Every rule once: the groups hold as many rules as were created, less the one made twice
+    // (refused as a duplicate it would be a 409, and there is none).
+    let made = posts.iter().filter(|e| e.status == 201).count();
+    assert!(posts.iter().all(|e| e.status != 409), "no duplicate create");
+    let o = observe(&c.session, "sgr").await?;
+    let rules: usize = o
+        .all()
+        .filter(|r| r.kind == Kind::SecurityGroupRules)
+        .map(|r| r.facts.rules.len())
+        .sum();
+    assert_eq!(
+        rules,
+        made + 1,
+        "the rule whose answer was lost, and each one made"
+    );
+    down(&c.session, "sgr").await
+}
+
 #[tokio::test]
 async fn crash_between_create_and_tag_is_adopted() -> R {
     let c = start().await?;

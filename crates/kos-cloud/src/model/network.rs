@@ -624,6 +624,65 @@ impl SecurityGroupRuleCreate {
     }
 }
 
+impl SecurityGroupRuleCreate {
+    /// Whether `r` is this rule as Neutron sees it: the same content (group, direction, ethertype,
+    /// protocol, ports, remote), which is how Neutron refuses a duplicate (409
+    /// `SecurityGroupRuleExists`). Rules have no name or tags, so this is how one whose create
+    /// answer was lost is found. The description is no part of it.
+    pub fn same_as(&self, r: &SecurityGroupRule) -> bool {
+        let direction = match self.direction {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        };
+        let ethertype = match self.ethertype {
+            EtherType::IPv4 => "IPv4",
+            EtherType::IPv6 => "IPv6",
+        };
+        let (prefix, group) = match &self.remote {
+            Remote::Any => (None, None),
+            Remote::IpPrefix(p) => (any_prefix(p), None),
+            Remote::Group(g) => (None, Some(g.as_str())),
+        };
+        r.security_group_id == self.security_group_id
+            && r.direction == direction
+            && r.ethertype == ethertype
+            && protocol_number(self.protocol.as_deref()) == protocol_number(r.protocol.as_deref())
+            && self.port_range == r.port_range_min.zip(r.port_range_max)
+            && prefix == r.remote_ip_prefix.as_deref().and_then(any_prefix)
+            && group == r.remote_group_id.as_deref()
+    }
+}
+
+/// A protocol as Neutron compares it: `tcp` and `6` are one; `any` and none are none.
+fn protocol_number(p: Option<&str>) -> Option<String> {
+    let p = p?.to_ascii_lowercase();
+    let n = match p.as_str() {
+        "any" | "" => return None,
+        "icmp" => "1",
+        "tcp" => "6",
+        "udp" => "17",
+        "ipv6-icmp" | "icmpv6" => "58",
+        other => other,
+    };
+    Some(n.to_owned())
+}
+
+/// A remote prefix as Neutron stores it: an address is its host CIDR, `0.0.0.0/0` and `::/0` are
+/// "anywhere" (no prefix).
+fn any_prefix(p: &str) -> Option<String> {
+    let (addr, len) = match p.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (p, None),
+    };
+    let Ok(ip) = addr.parse::<std::net::IpAddr>() else {
+        return Some(p.to_owned());
+    };
+    let len = len.map_or(if ip.is_ipv4() { 32 } else { 128 }, |l| {
+        l.parse().unwrap_or(u8::MAX)
+    });
+    (len != 0).then(|| format!("{ip}/{len}"))
+}
+
 impl Serialize for SecurityGroupRuleCreate {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut v = json!({
@@ -742,6 +801,64 @@ mod tests {
     use crate::model::{keys, parse_sample, sample_keys};
 
     type R = Result<(), Box<dyn std::error::Error>>;
+
+    #[test]
+    fn a_rule_is_found_by_its_content_as_neutron_compares_it() {
+        let want = SecurityGroupRuleCreate {
+            description: Some("api".into()),
+            ..SecurityGroupRuleCreate::tcp_in(
+                "sg",
+                (6443, 6443),
+                Remote::IpPrefix("10.0.0.5".into()),
+            )
+        };
+        let have = SecurityGroupRule {
+            id: "r1".into(),
+            security_group_id: "sg".into(),
+            direction: "ingress".into(),
+            ethertype: "IPv4".into(),
+            protocol: Some("6".into()),
+            port_range_min: Some(6443),
+            port_range_max: Some(6443),
+            remote_ip_prefix: Some("10.0.0.5/32".into()),
+            ..SecurityGroupRule::default()
+        };
+        assert!(
+            want.same_as(&have),
+            "tcp is 6, an address its /32, description aside"
+        );
+        let other_port = SecurityGroupRule {
+            port_range_max: Some(6444),
+            ..have.clone()
+        };
+        assert!(!want.same_as(&other_port));
+        let other_group = SecurityGroupRule {
+            security_group_id: "sg2".into(),
+            ..have.clone()
+        };
+        assert!(!want.same_as(&other_group));
+        let any = SecurityGroupRuleCreate {
+            remote: Remote::IpPrefix("0.0.0.0/0".into()),
+            ..want.clone()
+        };
+        let unset = SecurityGroupRule {
+            remote_ip_prefix: None,
+            ..have.clone()
+        };
+        assert!(any.same_as(&unset), "0.0.0.0/0 is no prefix");
+        assert!(!want.same_as(&unset));
+        let by_group = SecurityGroupRuleCreate {
+            remote: Remote::Group("peer".into()),
+            ..want
+        };
+        let grouped = SecurityGroupRule {
+            remote_ip_prefix: None,
+            remote_group_id: Some("peer".into()),
+            ..have
+        };
+        assert!(by_group.same_as(&grouped));
+        assert!(!any.same_as(&grouped));
+    }
 
     #[test]
     fn responses_parse() -> R {

@@ -725,20 +725,7 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
                     },
                     description: Some(r.description.to_owned()),
                 };
-                async move {
-                    let _permit = ctx.permits.acquire().await.ok();
-                    match net.create_security_group_rule(&req).await {
-                        // Already there (an earlier attempt whose answer was lost): fine.
-                        Err(e) if e.kind() == Some(ApiErrorKind::Conflict) => Ok(()),
-                        // Unknown outcome: a rule is identified by its content, so the next run's diff
-                        // finds it or adds it; never a duplicate (Neutron refuses identical rules).
-                        Err(e) if maybe_created(&e) => {
-                            tracing::warn!("rule create outcome unknown: {e}");
-                            Err(e)
-                        }
-                        other => other.map(drop),
-                    }
-                }
+                async move { create_rule(ctx, &req).await }
             });
             let removes = extra.into_iter().map(|r| async move {
                 let _permit = ctx.permits.acquire().await.ok();
@@ -845,6 +832,60 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
         }
         _ => have.map(output_of).ok_or_else(|| missing(node)),
     }
+}
+
+/// Creates one security-group rule. A rule has no name or tags: one whose create answer was lost is
+/// looked up by its content in its group, as Neutron identifies duplicates, and adopted if there;
+/// otherwise it is created again (a few times at most). Neutron's 409 for a duplicate is "there".
+async fn create_rule(ctx: &Ctx, req: &SecurityGroupRuleCreate) -> R<()> {
+    const ATTEMPTS: u32 = 3;
+    let net = ctx.session.network();
+    let mut attempt = 1;
+    loop {
+        let result = {
+            let _permit = ctx.permits.acquire().await.ok();
+            net.create_security_group_rule(req).await
+        };
+        match result {
+            Ok(_) => return Ok(()),
+            Err(e) if rule_exists(&e) => {
+                let text = e.to_string();
+                let id = existing_rule_id(&text).unwrap_or("?");
+                tracing::debug!(group = %req.security_group_id, rule = %id, "the rule is already there");
+                return Ok(());
+            }
+            Err(e) if maybe_created(&e) => {
+                tracing::warn!(group = %req.security_group_id, "rule create outcome unknown, looking it up: {e}");
+                let have = net
+                    .list_security_group_rules(&req.security_group_id)
+                    .await?;
+                if let Some(r) = have.iter().find(|r| req.same_as(r)) {
+                    tracing::info!(group = %req.security_group_id, rule = %r.id, "the rule was made: adopted");
+                    return Ok(());
+                }
+                if attempt >= ATTEMPTS {
+                    return Err(e);
+                }
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Neutron's 409 `SecurityGroupRuleExists` ("Security group rule already exists. Rule id is <id>."),
+/// not any conflict.
+fn rule_exists(e: &CloudError) -> bool {
+    e.kind() == Some(ApiErrorKind::Conflict)
+        && e.to_string().contains("Security group rule already exists")
+}
+
+/// The rule a `SecurityGroupRuleExists` message names.
+fn existing_rule_id(message: &str) -> Option<&str> {
+    let (_, rest) = message.split_once("Rule id is ")?;
+    rest.split(|c: char| c.is_whitespace() || c == '.')
+        .next()
+        .filter(|id| !id.is_empty())
 }
 
 fn missing(node: &Node) -> CloudError {
@@ -1068,5 +1109,25 @@ async fn create_app_credential(ctx: &Ctx, node: &Node) -> R<Output> {
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn neutrons_duplicate_rule_message_names_the_rule() {
+        // neutron/extensions/securitygroup.py SecurityGroupRuleExists.
+        let m = "Network security_group_rule.create: 409 Conflict: Security group rule already \
+                 exists. Rule id is 5f1d0c2e-8a8e-4c41-9a57-0c1a5d3a7b11.";
+        assert_eq!(
+            existing_rule_id(m),
+            Some("5f1d0c2e-8a8e-4c41-9a57-0c1a5d3a7b11")
+        );
+        assert_eq!(
+            existing_rule_id("Security group rule already exists."),
+            None
+        );
     }
 }
