@@ -315,6 +315,74 @@ async fn a_lost_placement_race_is_booted_again_in_the_same_run() -> R {
     down(&c.session, "race").await
 }
 
+/// Nova's late anti-affinity check, modelled by kos-sim (a scheduler whose hosts are claimed after it
+/// chose them): three members of one anti-affinity group booted at once on three hosts collide, and
+/// one runs out of its three attempts ("Exceeded max scheduling attempts 3 … Anti-affinity instance
+/// group policy was violated", as on minicloud). kos deletes it and boots it again in the same run:
+/// the run converges, the group holds each server once, nothing is left over.
+#[tokio::test]
+async fn a_late_anti_affinity_violation_is_booted_again_in_the_same_run() -> R {
+    let c = start_with(SimConfig {
+        scheduler: kos_sim::SchedulerModel {
+            claim_delay_secs: 100.0,
+            ..Default::default()
+        },
+        ..SimConfig::fast()
+    })
+    .await?;
+    let mut shape = Shape::small("aarace", 3);
+    shape.pools[0].2 = "anti-affinity";
+    let g = graph(&c.session, &shape).await?;
+    attempt(&c, &g).await?;
+    let log: Vec<String> = c
+        .sim
+        .app()
+        .observations()
+        .log
+        .iter()
+        .filter(|e| e.path.starts_with("/compute/v2.1/servers") && e.method != "GET")
+        .map(|e| e.operation.clone())
+        .collect();
+    let count = |op: &str| log.iter().filter(|o| *o == op).count();
+    assert!(
+        count("DELETE /compute/v2.1/servers/{id}") >= 1,
+        "the race happened and the loser was deleted: {log:?}"
+    );
+    assert_eq!(
+        count("POST /compute/v2.1/servers"),
+        4 + count("DELETE /compute/v2.1/servers/{id}"),
+        "one boot again per loser: {log:?}"
+    );
+    let o = observe(&c.session, "aarace").await?;
+    let servers: Vec<&str> = o
+        .all()
+        .filter(|r| r.kind == Kind::Server)
+        .map(|r| r.id.as_str())
+        .collect();
+    assert_eq!(servers.len(), 4, "no server leaked");
+    assert!(o.all().all(|r| !r.failed), "nothing left in ERROR");
+    let all = c
+        .session
+        .compute()
+        .list_servers(&Default::default())
+        .await?;
+    assert_eq!(all.len(), 4, "nothing else in the project");
+    let groups = c.session.compute().list_server_groups().await?;
+    let workers = groups
+        .iter()
+        .find(|x| x.name.contains("workers"))
+        .ok_or("the workers' group")?;
+    let mut members = workers.members.clone();
+    members.sort();
+    members.dedup();
+    assert_eq!(members.len(), 3, "each worker once: {:?}", workers.members);
+    assert_eq!(workers.members.len(), 3, "{:?}", workers.members);
+    assert!(members.iter().all(|m| servers.contains(&m.as_str())));
+    assert_eq!(plan_for(&c.session, &g).await?.summary().changes(), 0);
+    assert!(duplicates(&c.session, "aarace").await?.is_empty());
+    down(&c.session, "aarace").await
+}
+
 #[tokio::test]
 async fn load_balancer_error_stops_the_run_and_is_replaced_next_time() -> R {
     let c = start().await?;

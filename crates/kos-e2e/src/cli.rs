@@ -62,6 +62,7 @@ impl Ran {
             && (self
                 .stderr
                 .contains("Exhausted all hosts available for retrying build failures")
+                || self.stderr.contains("Exceeded max scheduling attempts")
                 || self.stderr.contains("No valid host was found"))
     }
 

@@ -28,6 +28,8 @@ pub struct SimConfig {
     pub host_ram_mb: u64,
     /// Availability zones (compute and volume); hosts are spread over them round-robin.
     pub zones: Vec<String>,
+    /// Nova's scheduler: its reschedule limit, and the race of boots into one anti-affinity group.
+    pub scheduler: SchedulerModel,
     /// Seed devstack's project network too: `private` (10.10.0.0/24 on `private-subnet`) behind
     /// `router1` on the external network, for specs that bring their own network.
     pub project_network: bool,
@@ -53,6 +55,7 @@ impl Default for SimConfig {
             host_vcpus: 64,
             host_ram_mb: 262_144,
             zones: vec!["nova".into()],
+            scheduler: SchedulerModel::default(),
             project_network: false,
             quotas: Quotas::default(),
             faults: Vec::new(),
@@ -157,6 +160,34 @@ impl LatencyModel {
         LatencyModel {
             per_call_secs: 0.0,
             ..Default::default()
+        }
+    }
+}
+
+/// How Nova places a server of an `anti-affinity` group. The scheduler filters on the hosts the
+/// group's members have *claimed*; a member chosen but not yet claimed on its compute host is not
+/// seen, so boots into one group at the same moment can be sent to one host. Nova's compute then
+/// checks the policy again after its claim (`_validate_instance_group_policy`), and a violation
+/// reschedules the boot to the next of its alternate hosts, `max_attempts` hosts at most.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerModel {
+    /// Nova's `[scheduler] max_attempts` (default 3): the hosts one boot may try, its first choice
+    /// and the alternates chosen with it.
+    pub max_attempts: u32,
+    /// Cloud seconds between the scheduler's choice and the compute host's claim, and between a
+    /// failed check and the claim on the next alternate (spread per member: the conductor's round
+    /// trips differ). Two claims on one host less than this apart both fail the check: each compute
+    /// sees the other's instance on its host. 0 (the default): a boot claims its host when it is
+    /// chosen, and boots never race.
+    pub claim_delay_secs: f64,
+}
+
+impl Default for SchedulerModel {
+    fn default() -> Self {
+        SchedulerModel {
+            max_attempts: 3,
+            claim_delay_secs: 0.0,
         }
     }
 }

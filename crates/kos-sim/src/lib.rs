@@ -48,7 +48,7 @@ use tokio::sync::oneshot;
 
 pub use app::{App, AuthCtx, LogEntry, ServiceCounters, SharedApp};
 pub use clock::SimTime;
-pub use config::{LatencyModel, Quotas, SimConfig};
+pub use config::{LatencyModel, Quotas, SchedulerModel, SimConfig};
 pub use faults::FaultRule;
 pub use service::Service;
 pub use state::Cloud;

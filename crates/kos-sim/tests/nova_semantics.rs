@@ -889,3 +889,117 @@ async fn injected_build_failure_errors_the_server_after_202() {
     .await;
     wait_status(&h, &ok, "ACTIVE").await;
 }
+
+/// Polls until the server leaves BUILD; its view.
+async fn wait_built(h: &Harness, id: &str) -> Value {
+    for _ in 0..4000 {
+        let s = show(h, id).await.json["server"].clone();
+        if s["status"] != "BUILD" {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("server {id} never left BUILD");
+}
+
+/// A simulator whose scheduler claims a host `claim` cloud seconds after choosing it, on `hosts` hosts,
+/// and an anti-affinity group on it.
+async fn racing_cloud(hosts: u32, claim: f64) -> (Harness, String) {
+    let h = Harness::with_config(SimConfig {
+        compute_hosts: hosts,
+        scheduler: kos_sim::SchedulerModel {
+            claim_delay_secs: claim,
+            ..Default::default()
+        },
+        ..SimConfig::fast()
+    })
+    .await;
+    let g = h
+        .call(
+            "POST",
+            &format!("{P}/os-server-groups"),
+            Some(json!({"server_group": {"name": "cp", "policy": "anti-affinity"}})),
+            LATEST,
+        )
+        .await;
+    assert_eq!(g.status, 200, "{}", g.json);
+    let gid = g.json["server_group"]["id"]
+        .as_str()
+        .expect("gid")
+        .to_owned();
+    (h, gid)
+}
+
+async fn boot_in_group(h: &Harness, name: &str, gid: &str) -> String {
+    let mut b = server_body(h, name, json!({})).await;
+    b["os:scheduler_hints"] = json!({"group": gid});
+    create_ok(h, b).await
+}
+
+/// Three boots into one anti-affinity group at once, three hosts: the scheduler sends all three to the
+/// same host (none has claimed yet), Nova's late check on the compute host fails the colliding claims,
+/// and the reschedules over the alternates leave one boot out of attempts, in ERROR with Nova's
+/// MaxRetriesExceeded message (as seen on minicloud). Two members never share a host; the failed one
+/// deleted, a new boot takes the free host.
+#[tokio::test]
+async fn concurrent_anti_affinity_boots_race_and_one_exceeds_its_attempts() {
+    let (h, gid) = racing_cloud(3, 150.0).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(boot_in_group(&h, &format!("cp{i}"), &gid).await);
+    }
+    let mut views = Vec::new();
+    for id in &ids {
+        views.push(wait_built(&h, id).await);
+    }
+    let failed: Vec<&Value> = views.iter().filter(|s| s["status"] == "ERROR").collect();
+    assert_eq!(failed.len(), 1, "{views:#?}");
+    let f = failed[0];
+    let fid = f["id"].as_str().expect("id");
+    assert_eq!(
+        f["fault"]["message"],
+        format!(
+            "Exceeded maximum number of retries. Exceeded max scheduling attempts 3 for instance \
+             {fid}. Last exception: Anti-affinity instance group policy was violated"
+        )
+    );
+    assert_eq!(f["fault"]["code"], 500);
+    assert_eq!(f["OS-EXT-SRV-ATTR:host"], Value::Null, "{f}");
+    let mut hosts: Vec<String> = views
+        .iter()
+        .filter(|s| s["status"] == "ACTIVE")
+        .map(|s| s["hostId"].as_str().unwrap_or("").to_owned())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 2, "the two ACTIVE members on two hosts");
+
+    let r = h
+        .call("DELETE", &format!("{P}/servers/{fid}"), None, LATEST)
+        .await;
+    assert_eq!(r.status, 204);
+    wait_gone(&h, fid).await;
+    let again = boot_in_group(&h, "cp-again", &gid).await;
+    let s = wait_status(&h, &again, "ACTIVE").await;
+    let host = s["hostId"].as_str().unwrap_or("").to_owned();
+    assert!(!hosts.contains(&host), "the free host: {host} {hosts:?}");
+}
+
+/// With fewer hosts than `max_attempts`, the alternates run out first: Nova's "Exhausted all hosts".
+#[tokio::test]
+async fn racing_boots_on_fewer_hosts_than_attempts_exhaust_the_hosts() {
+    let (h, gid) = racing_cloud(2, 150.0).await;
+    let a = boot_in_group(&h, "a", &gid).await;
+    let b = boot_in_group(&h, "b", &gid).await;
+    let views = [wait_built(&h, &a).await, wait_built(&h, &b).await];
+    let failed: Vec<&Value> = views.iter().filter(|s| s["status"] == "ERROR").collect();
+    assert_eq!(failed.len(), 1, "{views:#?}");
+    let fid = failed[0]["id"].as_str().expect("id");
+    assert_eq!(
+        failed[0]["fault"]["message"],
+        format!(
+            "Exceeded maximum number of retries. Exhausted all hosts available for retrying build \
+             failures for instance {fid}."
+        )
+    );
+}

@@ -1056,12 +1056,20 @@ async fn create_server(
 const BOOT_ATTEMPTS: u32 = 3;
 
 /// Nova's fault when a boot's reschedules ran out, typically members of one anti-affinity group booted
-/// at once and placed on the same host (seen on minicloud): booting again later succeeds. A plain
-/// "No valid host" is a lack of room and fails the run at once.
+/// at once and placed on the same host, then turned away by the compute host's late policy check
+/// (seen on minicloud): booting again later succeeds. Nova says it two ways (nova/conductor/manager.py
+/// `build_instances`): its alternates ran out ("Exhausted all hosts …"), or its attempts did
+/// (`populate_retry`: "Exceeded max scheduling attempts N … Last exception: Anti-affinity instance
+/// group policy was violated"). Attempts exhausted for another reason, or a plain "No valid host" (a
+/// lack of room), fail the run at once.
 fn lost_placement_race(e: &CloudError) -> bool {
-    matches!(e, CloudError::Failed { .. })
-        && e.to_string()
-            .contains("Exhausted all hosts available for retrying build failures")
+    if !matches!(e, CloudError::Failed { .. }) {
+        return false;
+    }
+    let text = e.to_string();
+    text.contains("Exhausted all hosts available for retrying build failures")
+        || (text.contains("Exceeded max scheduling attempts")
+            && text.contains("instance group policy was violated"))
 }
 
 /// A few poll intervals, growing with the attempt and spread by the node's id, so that boots that
@@ -1115,6 +1123,30 @@ async fn create_app_credential(ctx: &Ctx, node: &Node) -> R<Output> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placement_races_are_told_from_other_build_failures() {
+        let failed = |detail: &str| CloudError::Failed {
+            what: "server kos-x-cp-1 (id)".into(),
+            detail: format!("server kos-x-cp-1 went to ERROR: {detail}"),
+        };
+        // nova/scheduler/utils.py populate_retry, after nova/compute/manager.py's late check.
+        assert!(lost_placement_race(&failed(
+            "Exceeded maximum number of retries. Exceeded max scheduling attempts 3 for instance \
+             id. Last exception: Anti-affinity instance group policy was violated"
+        )));
+        assert!(lost_placement_race(&failed(
+            "Exceeded maximum number of retries. Exhausted all hosts available for retrying build \
+             failures for instance id."
+        )));
+        assert!(!lost_placement_race(&failed(
+            "Exceeded maximum number of retries. Exceeded max scheduling attempts 3 for instance \
+             id. Last exception: Build of instance id aborted: disk full"
+        )));
+        assert!(!lost_placement_race(&failed(
+            "No valid host was found. There are not enough hosts available."
+        )));
+    }
 
     #[test]
     fn neutrons_duplicate_rule_message_names_the_rule() {

@@ -6,6 +6,7 @@
 
 mod boot;
 pub mod digest;
+mod placement;
 mod resources;
 mod servers;
 
@@ -277,6 +278,10 @@ pub struct Server {
     #[serde(default)]
     pub pending_console: Vec<(SimTime, String)>,
     pub instance_seq: u64,
+    /// A boot into an anti-affinity group whose host has not passed Nova's late policy check yet
+    /// (only with a scheduler claim delay; see `placement`).
+    #[serde(default)]
+    pub placement: Option<placement::Placement>,
 }
 
 impl Server {

@@ -15,6 +15,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::{Map, Value, json};
 
 use super::digest::{hex, sha512};
+use super::placement;
 use super::resources::{METADATA_ITEMS, image_ref, usage};
 use super::{
     Ctx, Fault, MAX_LIMIT, Mv, P, Server, ServerPort, VolumeAttachment, bad, body_object, bookmark,
@@ -568,8 +569,9 @@ fn from_neutron(e: SimError) -> SimError {
     SimError::new(super::SVC, status, e.kind, e.message)
 }
 
-/// A host for a server of `vcpus`/`ram` in zone `az` (any when `None`) honouring its group's policy:
-/// the emptiest host (most free RAM, like Nova's default RAM weigher) among those with room.
+/// The hosts for a server of `vcpus`/`ram` in zone `az` (any when `None`) honouring its group's
+/// policy, best first: the emptiest host (most free RAM, like Nova's default RAM weigher) among those
+/// with room. The scheduler sees the servers that have claimed their host (see `placement`).
 fn schedule(
     cloud: &Cloud,
     cfg: &crate::config::SimConfig,
@@ -577,7 +579,7 @@ fn schedule(
     ram: u64,
     group: Option<&super::ServerGroup>,
     az: Option<&str>,
-) -> Option<String> {
+) -> Vec<String> {
     let mut hosts: Vec<(String, u64, u64, usize)> = (1..=cfg.compute_hosts)
         .map(|i| {
             let h = format!("compute{i}");
@@ -585,7 +587,9 @@ fn schedule(
                 .nova
                 .servers
                 .iter()
-                .filter(|s| s.host.as_deref() == Some(h.as_str()))
+                .filter(|s| {
+                    s.host.as_deref() == Some(h.as_str()) && placement::claimed(s, cloud.now)
+                })
                 .collect();
             let used_cpu: u64 = on.iter().map(|s| s.flavor.vcpus as u64).sum();
             let used_ram: u64 = on.iter().map(|s| s.flavor.ram_mb).sum();
@@ -605,11 +609,9 @@ fn schedule(
     let policy = group.map(|g| g.policy.as_str());
     let group_has_host = hosts.iter().any(|h| h.3 > 0)
         || group.is_some_and(|g| {
-            cloud
-                .nova
-                .servers
-                .iter()
-                .any(|s| g.members.contains(&s.id) && s.host.is_some())
+            cloud.nova.servers.iter().any(|s| {
+                g.members.contains(&s.id) && s.host.is_some() && placement::claimed(s, cloud.now)
+            })
         });
     match policy {
         Some("anti-affinity") => {
@@ -628,7 +630,7 @@ fn schedule(
         };
         pref.then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0))
     });
-    hosts.into_iter().next().map(|h| h.0)
+    hosts.into_iter().map(|h| h.0).collect()
 }
 
 fn host_id(project_id: &str, host: Option<&str>) -> String {
@@ -897,7 +899,7 @@ pub async fn create(
     let id = ids::uuid();
     let now = cloud.now;
     cloud.nova.next_instance_seq += 1;
-    let host = schedule(
+    let hosts = schedule(
         cloud,
         &app.cfg,
         flavor.vcpus,
@@ -905,6 +907,23 @@ pub async fn create(
         group.as_ref(),
         req.availability_zone.as_deref(),
     );
+    let host = hosts.first().cloned();
+    // With a claim delay, a boot into an anti-affinity group proves its host later (Nova's late
+    // check), with the alternates the scheduler chose now.
+    let sched = &app.cfg.scheduler;
+    let pending = match &group {
+        Some(g) if g.policy == "anti-affinity" && sched.claim_delay_secs > 0.0 => {
+            let tries = sched.max_attempts.max(1) as usize;
+            placement::start(
+                &g.id,
+                g.members.len(),
+                &hosts[..hosts.len().min(tries)],
+                now,
+                sched,
+            )
+        }
+        _ => None,
+    };
     if let Some(g) = &group
         && let Some(grp) = cloud.nova.server_groups.iter_mut().find(|x| x.id == g.id)
     {
@@ -962,6 +981,7 @@ pub async fn create(
         console: Vec::new(),
         pending_console: Vec::new(),
         instance_seq: cloud.nova.next_instance_seq,
+        placement: pending,
     };
     match &host {
         None => set_error(&mut server, 500, NO_VALID_HOST),
@@ -1113,11 +1133,17 @@ pub(super) fn advance(cloud: &mut Cloud) {
     for id in gone {
         finish_delete(cloud, &id);
     }
+    placement::settle(cloud);
     let due: Vec<String> = cloud
         .nova
         .servers
         .iter()
-        .filter(|s| s.vm_state == "building" && s.delete_at.is_none() && now.reached(s.boot_at))
+        .filter(|s| {
+            s.vm_state == "building"
+                && s.delete_at.is_none()
+                && s.placement.is_none()
+                && now.reached(s.boot_at)
+        })
         .map(|s| s.id.clone())
         .collect();
     for id in due {
