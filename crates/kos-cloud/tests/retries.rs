@@ -370,3 +370,55 @@ async fn a_strict_rate_limit_makes_concurrent_calls_wait_not_fail() {
         "{c:?}"
     );
 }
+
+/// Octavia refuses a write to a busy load balancer's objects with 409 (LBPendingStateError "Invalid
+/// state PENDING_UPDATE of loadbalancer resource <id>", ImmutableObject "… is immutable and cannot be
+/// updated."): nothing was done, so a PUT and a DELETE are sent again, counted as calls and retries.
+/// A real conflict (a duplicate) is the caller's at once.
+#[tokio::test]
+async fn octavia_busy_409_on_put_and_delete_is_retried_a_duplicate_is_not() {
+    let sim = sim().await;
+    let s = connect(&sim).await;
+    fault(
+        &sim,
+        json!({"method": "PUT", "path": "/lbaas/listeners/", "status": 409, "count": 2,
+               "message": "Invalid state PENDING_UPDATE of loadbalancer resource 5d1f"}),
+    )
+    .await;
+    fault(
+        &sim,
+        json!({"method": "DELETE", "path": "/lbaas/pools/", "status": 409, "count": 1,
+               "message": "Pool 7a2c is immutable and cannot be updated."}),
+    )
+    .await;
+    let lb = s.load_balancer();
+    let put = lb
+        .update_listener("no-such-listener", &Default::default())
+        .await;
+    let del = lb.delete_pool("no-such-pool").await;
+    // Whatever Octavia says once it is not busy, it is not the injected 409.
+    for r in [put.err(), del.err()].into_iter().flatten() {
+        assert_ne!(r.status(), Some(409), "{r:?}");
+    }
+    let c = s.counters();
+    assert_eq!(c.operation(ServiceKind::LoadBalancer, "listener.update"), 3);
+    assert_eq!(c.operation(ServiceKind::LoadBalancer, "pool.delete"), 2);
+    assert_eq!(c.retries, 3);
+
+    fault(
+        &sim,
+        json!({"method": "PUT", "path": "/lbaas/listeners/", "status": 409, "count": 1,
+               "message": "Another Listener on this Load Balancer is already using protocol_port 6443"}),
+    )
+    .await;
+    let e = lb
+        .update_listener("no-such-listener", &Default::default())
+        .await
+        .expect_err("a duplicate is a conflict");
+    assert_eq!(e.status(), Some(409), "{e:?}");
+    assert_eq!(
+        s.counters()
+            .operation(ServiceKind::LoadBalancer, "listener.update"),
+        4
+    );
+}
