@@ -986,7 +986,10 @@ pub async fn create(
     match &host {
         None => set_error(&mut server, 500, NO_VALID_HOST),
         Some(host) => {
-            server.task_state = Some("spawning".into());
+            // Still scheduling while its host is to pass Nova's late check (`placement`).
+            if server.placement.is_none() {
+                server.task_state = Some("spawning".into());
+            }
             if let Err(e) = allocate_ports(cloud, &mut server, nets, &sg_ids, host) {
                 release_ports(cloud, &server);
                 if let Some(g) = &group
