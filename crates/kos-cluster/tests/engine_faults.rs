@@ -324,7 +324,9 @@ async fn a_lost_placement_race_is_booted_again_in_the_same_run() -> R {
 async fn a_late_anti_affinity_violation_is_booted_again_in_the_same_run() -> R {
     let c = start_with(SimConfig {
         scheduler: kos_sim::SchedulerModel {
-            claim_delay_secs: 100.0,
+            // One real second at this clock: the three boots start well within half of it even on
+            // a loaded machine, so the race happens on every run.
+            claim_delay_secs: 1000.0,
             ..Default::default()
         },
         ..SimConfig::fast()
