@@ -203,7 +203,7 @@ pub struct NewCluster {
 
 impl Cluster {
     /// What `kubeadm init` makes before the node registers: namespaces, `cluster-info`,
-    /// `kubeadm-config`.
+    /// `kubeadm-config`, kubeadm's RBAC ([`crate::kubeadm::rbac`]).
     pub fn create(new: NewCluster, ca_pem: &[u8]) -> Result<Cluster, GuestError> {
         let NewCluster {
             id,
@@ -240,6 +240,21 @@ impl Cluster {
             )])),
             ..ConfigMap::default()
         })?;
+        // The API server authorises every request: kubeadm's bindings are what admin.conf, joining
+        // nodes and anonymous discovery rely on.
+        let rbac = crate::kubeadm::rbac::init(configuration.kubernetes_version);
+        for o in &rbac.cluster_roles {
+            kube.insert(o)?;
+        }
+        for o in &rbac.cluster_role_bindings {
+            kube.insert(o)?;
+        }
+        for o in &rbac.roles {
+            kube.insert(o)?;
+        }
+        for o in &rbac.role_bindings {
+            kube.insert(o)?;
+        }
         Ok(Cluster {
             id,
             name,

@@ -29,6 +29,12 @@
 //! `portforward`), and the Eviction API with PodDisruptionBudgets (module `eviction`;
 //! [`FakeKube::reconcile_disruption_budgets`] is the disruption controller's pass).
 //!
+//! Authorisation: every request is authorised as kube-apiserver's RBAC authorizer does (module
+//! `authz`; the default roles of module `policy` exist from the start). [`FakeKube::client`] is the
+//! privileged loopback client (`system:masters`); [`FakeKube::service_account_client`] and
+//! [`FakeKube::service_account_token`] act as a ServiceAccount, and the TLS front
+//! ([`FakeKube::serve_tls`]) as the user its client certificate or token names.
+//!
 //! For tests: [`FakeKube::insert`], [`FakeKube::get`], [`FakeKube::modify`], [`FakeKube::events`]
 //! (what controllers recorded), [`FakeKube::requests`] / [`FakeKube::writes`] (the request log) and
 //! [`FakeKube::inject`] (faults).
@@ -49,6 +55,8 @@
 //! ```
 
 mod alloc;
+mod authn;
+mod authz;
 mod crd;
 mod defaults;
 mod discovery;
@@ -58,6 +66,7 @@ mod fields;
 pub mod log;
 mod openapi;
 mod patch;
+mod policy;
 pub mod portforward;
 mod proto;
 pub mod resources;
@@ -81,6 +90,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use authz::User;
 pub use error::{ApiError, Cause, Details};
 pub use log::{Fault, PatchType, Request, Verb};
 pub use portforward::{ForwardError, PodStream, PortForward};
@@ -264,11 +274,19 @@ impl FakeKube {
 
     fn serve(listener: tokio::net::TcpListener, config: Config) -> Result<FakeKube, FakeError> {
         let addr = listener.local_addr().map_err(FakeError::Start)?;
-        let store = Store::new(
+        let mut store = Store::new(
             config.resources.clone(),
             config.history,
             config.service_cidr,
         );
+        // kube-apiserver's `rbac/bootstrap-roles`: the default roles and bindings exist at start.
+        for (plural, obj) in policy::objects() {
+            if let Some(res) = store.type_index("rbac.authorization.k8s.io", "v1", plural)
+                && let Err(e) = store.create(res, "", obj, &test_ctx(Scope::Everything))
+            {
+                tracing::debug!("kos-kube-fake: bootstrap policy: {e}");
+            }
+        }
         let shared = Arc::new(Shared::new(store, config));
         let app = server::router(shared.clone());
         let task = tokio::spawn(async move {
@@ -295,6 +313,50 @@ impl FakeKube {
             .parse()
             .map_err(|e: http::uri::InvalidUri| FakeError::Uri(e.to_string()))?;
         kube::Client::try_from(kube::Config::new(uri)).map_err(FakeError::Client)
+    }
+
+    /// A token of the ServiceAccount `ns/name`, as the kubelet gets one for a pod that runs as it
+    /// (TokenRequest with the apiserver's extended expiration: a year). Present it as a bearer
+    /// token, on the TLS front or on [`FakeKube::url`]; it authenticates while the ServiceAccount
+    /// exists.
+    ///
+    /// # Errors
+    /// [`FakeError::Api`] 404 when the ServiceAccount does not exist (the pod would not start).
+    pub fn service_account_token(&self, ns: &str, name: &str) -> Result<String, FakeError> {
+        let store = self.shared.store();
+        let issued = self
+            .shared
+            .tokens()
+            .issue(&store, ns, name, authn::EXTENDED_TOKEN_LIFETIME);
+        match issued {
+            Ok((token, _)) => Ok(token),
+            Err(authn::IssueError::NoServiceAccount) => {
+                let res = store
+                    .type_index("", "v1", "serviceaccounts")
+                    .ok_or_else(|| FakeError::UnknownType {
+                        kind: "ServiceAccount".into(),
+                    })?;
+                Err(ApiError::not_found(&store.types[res], name).into())
+            }
+        }
+    }
+
+    /// A kube-rs client of [`FakeKube::url`] authenticated as the ServiceAccount `ns/name` (its
+    /// requests are authorised by RBAC, where [`FakeKube::client`]'s are the privileged loopback
+    /// client's).
+    ///
+    /// # Errors
+    /// As [`FakeKube::service_account_token`], or [`FakeError::Client`].
+    pub fn service_account_client(&self, ns: &str, name: &str) -> Result<kube::Client, FakeError> {
+        let token = self.service_account_token(ns, name)?;
+        let uri: http::Uri = self
+            .url()
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| FakeError::Uri(e.to_string()))?;
+        let mut config = kube::Config::new(uri);
+        config.auth_info.token = Some(secrecy::SecretString::from(token));
+        config.default_namespace = ns.to_owned();
+        kube::Client::try_from(config).map_err(FakeError::Client)
     }
 
     fn index_of<K: Resource<DynamicType = ()>>(&self) -> Result<usize, FakeError> {

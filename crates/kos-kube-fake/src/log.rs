@@ -17,6 +17,21 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// The verb of an RBAC request attribute (`Discovery` for anything else).
+    pub fn of(verb: &str) -> Verb {
+        match verb {
+            "get" => Verb::Get,
+            "list" => Verb::List,
+            "watch" => Verb::Watch,
+            "create" => Verb::Create,
+            "update" => Verb::Update,
+            "patch" => Verb::Patch,
+            "delete" => Verb::Delete,
+            "deletecollection" => Verb::DeleteCollection,
+            _ => Verb::Discovery,
+        }
+    }
+
     /// Changes stored state (when it succeeds).
     pub fn is_write(self) -> bool {
         matches!(
@@ -70,6 +85,8 @@ pub struct Request {
     pub subresource: Option<String>,
     pub patch: Option<PatchType>,
     pub field_manager: Option<String>,
+    /// Who made it (`system:apiserver` for the plain-HTTP port's clients without credentials).
+    pub user: Option<String>,
     /// The HTTP status answered (200 for a watch that was started).
     pub status: u16,
 }

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::Config;
+use crate::authz::{RequestInfo, User};
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
 use crate::log::{PatchType, Request, Verb};
@@ -36,7 +37,13 @@ pub(crate) struct Shared {
     pub config: Config,
     /// Where pods' ports lead (`pods/portforward`); none: every port is refused.
     port_forward: Mutex<Option<Arc<dyn crate::portforward::PortForward>>>,
+    /// The ServiceAccount tokens issued.
+    tokens: Mutex<crate::authn::Tokens>,
 }
+
+/// Who a request is, once authenticated and authorised (by the TLS front or [`admit`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Admitted(pub User);
 
 impl Shared {
     pub fn new(store: Store, config: Config) -> Shared {
@@ -47,6 +54,53 @@ impl Shared {
             stopping: watch::Sender::new(false),
             config,
             port_forward: Mutex::new(None),
+            tokens: Mutex::new(Default::default()),
+        }
+    }
+
+    pub fn tokens(&self) -> MutexGuard<'_, crate::authn::Tokens> {
+        self.tokens.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The user of a bearer token: a bootstrap token or a ServiceAccount token of this fake.
+    pub fn authenticate_token(&self, token: &str) -> Option<User> {
+        let store = self.store();
+        crate::authn::bootstrap_token(&store, token)
+            .or_else(|| self.tokens().authenticate(&store, token))
+    }
+
+    /// The authorizer chain's decision on a request; a denial is logged as a 403 and returned.
+    pub fn authorize(&self, user: &User, method: &Method, uri: &Uri) -> ApiResult<()> {
+        let info = RequestInfo::parse(method.as_str(), uri.path(), uri.query().unwrap_or_default());
+        let mut store = self.store();
+        match crate::authz::authorize(&store, user, &info) {
+            Ok(why) => {
+                tracing::trace!(user = %user.name, path = %uri.path(), "{why}");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(user = %user.name, groups = ?user.groups, "{}", e.message);
+                let seq = store.next_seq;
+                store.next_seq += 1;
+                let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+                store.requests.push(Request {
+                    seq,
+                    method: method.to_string(),
+                    path: uri.path().to_owned(),
+                    query: uri.query().unwrap_or_default().to_owned(),
+                    verb: Verb::of(&info.verb),
+                    resource: opt(&info.resource),
+                    group: info.resource_request.then(|| info.api_group.clone()),
+                    namespace: opt(&info.namespace),
+                    name: opt(&info.name),
+                    subresource: opt(&info.subresource),
+                    patch: None,
+                    field_manager: None,
+                    user: Some(user.name.clone()),
+                    status: 403,
+                });
+                Err(e)
+            }
         }
     }
 
@@ -71,7 +125,12 @@ impl Shared {
 
     /// Wakes the watches after a write.
     pub fn notify(&self) {
-        let rv = self.store().resource_version();
+        let rv = {
+            let mut store = self.store();
+            // The ClusterRole aggregation controller follows every write.
+            crate::authz::aggregate(&mut store);
+            store.resource_version()
+        };
         self.changed.send_replace(rv);
     }
 }
@@ -257,12 +316,40 @@ pub(crate) fn router(shared: Arc<Shared>) -> axum::Router {
             axum::routing::get(crate::portforward::handle),
         )
         .fallback(handle)
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), admit))
         .with_state(shared)
+}
+
+/// Authentication and authorisation of the plain-HTTP port, which stands for kube-apiserver's
+/// loopback connection: without credentials a request is the apiserver's privileged loopback
+/// client (`system:masters`), as tests' own clients are; with a bearer token it is that token's
+/// user, authorised as on the secure port. Requests the TLS front admitted pass as they are.
+async fn admit(
+    State(shared): State<Arc<Shared>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if req.extensions().get::<Admitted>().is_some() {
+        return next.run(req).await;
+    }
+    let user = match crate::authn::bearer(req.headers()) {
+        None => User::loopback(),
+        Some(token) => match shared.authenticate_token(&token) {
+            Some(u) => u,
+            None => return ApiError::for_code(401, "Unauthorized").into_response(),
+        },
+    };
+    if let Err(e) = shared.authorize(&user, req.method(), req.uri()) {
+        return e.into_response();
+    }
+    req.extensions_mut().insert(Admitted(user));
+    next.run(req).await
 }
 
 /// The handler behind every path.
 pub(crate) async fn handle(
     State(shared): State<Arc<Shared>>,
+    admitted: Option<axum::Extension<Admitted>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -283,6 +370,7 @@ pub(crate) async fn handle(
         subresource: None,
         patch: None,
         field_manager: query.get("fieldManager").map(str::to_owned),
+        user: admitted.map(|a| a.0.0.name.clone()),
         status: 0,
     };
     let response = match &target {
@@ -553,6 +641,12 @@ async fn serve(
                 shared.notify();
                 return Ok(json_response(StatusCode::CREATED, &status));
             }
+            let accounts = shared.store().type_index("", "v1", "serviceaccounts");
+            if sub.as_deref() == Some("token") && Some(res) == accounts && verb == Verb::Create {
+                let request = parse_json(body)?;
+                let created = token_request(shared, ns, name, &request)?;
+                return Ok(json_response(StatusCode::CREATED, &created));
+            }
             if sub.as_deref().is_some_and(|s| s != "status")
                 || (sub.is_some() && !shared.store().types[res].status_subresource)
             {
@@ -614,6 +708,49 @@ async fn serve(
             }
         }
     }
+}
+
+/// The TokenRequest API (`serviceaccounts/<name>/token`): a token of the ServiceAccount, valid
+/// `spec.expirationSeconds` (default an hour, at least ten minutes, as the apiserver validates).
+fn token_request(shared: &Shared, ns: &str, name: &str, request: &Value) -> ApiResult<Value> {
+    let seconds = request
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(3600);
+    if seconds < 600 {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "TokenRequest.authentication.k8s.io \"{name}\" is invalid: spec.expirationSeconds: Invalid value: {seconds}: may not specify a duration less than 10 minutes"
+            ),
+        ));
+    }
+    let issued = {
+        let store = shared.store();
+        shared
+            .tokens()
+            .issue(&store, ns, name, chrono::Duration::seconds(seconds))
+    };
+    let (token, expires) = issued.map_err(|_| {
+        let store = shared.store();
+        match store.type_index("", "v1", "serviceaccounts") {
+            Some(res) => ApiError::not_found(&store.types[res], name),
+            None => ApiError::no_route("serviceaccounts"),
+        }
+    })?;
+    let audiences = request
+        .pointer("/spec/audiences")
+        .cloned()
+        .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
+        .unwrap_or_else(|| json!(["https://kubernetes.default.svc.cluster.local"]));
+    Ok(json!({
+        "kind": "TokenRequest",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
+        "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": request.pointer("/spec/boundObjectRef").cloned().unwrap_or(Value::Null)},
+        "status": {"token": token, "expirationTimestamp": expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)},
+    }))
 }
 
 fn list(

@@ -8,14 +8,16 @@
 //!   anonymous);
 //! - without a certificate, `Authorization: Bearer <id>.<secret>` of a bootstrap-token Secret in
 //!   `kube-system` (unexpired, `usage-bootstrap-authentication: "true"`) authenticates as
-//!   `system:bootstrap:<id>`; any other bearer token is 401;
-//! - without either, the request is `system:anonymous`: kubeadm's RBAC lets it read `/healthz`,
-//!   `/livez`, `/readyz` and `/version` (the `system:public-info-viewer` ClusterRole) and the
-//!   `cluster-info` ConfigMap of `kube-public` (kubeadm's bootstrap-signer Role); anything else is
-//!   **403 Forbidden** in kube-apiserver's words.
+//!   `system:bootstrap:<id>` (groups `system:bootstrappers` and its `auth-extra-groups`);
+//!   `system:bootstrap:<id>`; a ServiceAccount token the fake issued (module `authn`) as the
+//!   ServiceAccount; any other bearer token is 401;
+//! - without either, the request is `system:anonymous` in `system:unauthenticated`.
 //!
-//! Authenticated users are not authorised further (no RBAC). `/healthz`, `/livez` and `/readyz`
-//! answer `ok`; while the front is marked not ready ([`TlsFront::set_ready`], an etcd without
+//! A trusted certificate is the user its subject names (common name; organisations as groups).
+//! Every user is then authorised (module `authz`): `system:masters`, then RBAC; a denial is
+//! **403 Forbidden** in kube-apiserver's words. Anonymous users get what RBAC gives them:
+//! `/version` (`system:public-info-viewer`) and what kubeadm's bindings add (`cluster-info`).
+//! `/healthz`, `/livez` and `/readyz` answer `ok` before authorisation; while the front is marked not ready ([`TlsFront::set_ready`], an etcd without
 //! quorum) `/readyz` fails and every other request times out as etcd's do.
 //!
 //! Each front is one kube-apiserver: given its version ([`TlsFront::set_version`]), its `/version`
@@ -27,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
@@ -40,8 +42,9 @@ use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureS
 use serde_json::Value;
 use tokio::task::JoinSet;
 
+use crate::authz::User;
 use crate::error::ApiError;
-use crate::server::Shared;
+use crate::server::{Admitted, Shared};
 use crate::{FakeError, FakeKube};
 
 /// What a TLS front serves with. The key is never printed.
@@ -108,7 +111,8 @@ impl Drop for TlsFront {
 #[derive(Debug, Clone)]
 enum Peer {
     None,
-    Verified,
+    /// Chains to the client CA: its subject's user.
+    Verified(User),
     /// Presented, but does not chain to the client CA (the reason, for the log).
     Refused(String),
 }
@@ -288,7 +292,10 @@ async fn accept_loop(
             let peer = match tls.get_ref().1.peer_certificates() {
                 Some([ee, rest @ ..]) => {
                     match trusted.verify_client_cert(ee, rest, UnixTime::now()) {
-                        Ok(_) => Peer::Verified,
+                        Ok(_) => match crate::authn::certificate_user(ee) {
+                            Some(user) => Peer::Verified(user),
+                            None => Peer::Refused("no common name in the subject".into()),
+                        },
                         Err(e) => Peer::Refused(e.to_string()),
                     }
                 }
@@ -306,44 +313,27 @@ async fn accept_loop(
     }
 }
 
-/// Who the request is, by kube-apiserver's authenticators.
-#[derive(Debug, PartialEq, Eq)]
-enum Who {
-    Authenticated,
-    Anonymous,
-}
-
 async fn authenticate(
     State(front): State<Front>,
     axum::Extension(peer): axum::Extension<Peer>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
-    let bearer = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .map(str::to_owned);
-    let who = match (&peer, bearer) {
+    let user = match (&peer, crate::authn::bearer(req.headers())) {
         (Peer::Refused(why), _) => {
             tracing::debug!("kos-kube-fake: client certificate refused: {why}");
             return ApiError::for_code(401, "Unauthorized").into_response();
         }
-        (Peer::Verified, _) => Who::Authenticated,
-        (Peer::None, Some(token)) => {
-            if bootstrap_token_valid(&front.shared, &token) {
-                Who::Authenticated
-            } else {
-                return ApiError::for_code(401, "Unauthorized").into_response();
-            }
-        }
-        (Peer::None, None) => Who::Anonymous,
+        (Peer::Verified(user), _) => user.clone(),
+        (Peer::None, Some(token)) => match front.shared.authenticate_token(&token) {
+            Some(user) => user,
+            None => return ApiError::for_code(401, "Unauthorized").into_response(),
+        },
+        (Peer::None, None) => User::anonymous(),
     };
     let path = req.uri().path().to_owned();
-    let method = req.method().clone();
     let ready = front.ready.load(Ordering::Relaxed);
+    // Served before etcd and authorisation; `system:public-info-viewer` allows them to everyone.
     match path.as_str() {
         "/healthz" | "/livez" => return plain(StatusCode::OK, "ok"),
         "/readyz" if ready => return plain(StatusCode::OK, "ok"),
@@ -355,8 +345,8 @@ async fn authenticate(
         }
         _ => {}
     }
-    if who == Who::Anonymous && !public(&method, &path) {
-        return forbidden(&method, &path).into_response();
+    if let Err(e) = front.shared.authorize(&user, req.method(), req.uri()) {
+        return e.into_response();
     }
     if path.trim_end_matches('/') == "/version" {
         let own = front
@@ -371,6 +361,7 @@ async fn authenticate(
     if !ready {
         return ApiError::for_code(504, "etcdserver: request timed out").into_response();
     }
+    req.extensions_mut().insert(Admitted(user));
     next.run(req).await
 }
 
@@ -381,86 +372,4 @@ fn plain(code: StatusCode, text: &'static str) -> Response {
         text,
     )
         .into_response()
-}
-
-/// What kubeadm's RBAC lets `system:anonymous` read.
-fn public(method: &Method, path: &str) -> bool {
-    let path = path.trim_end_matches('/');
-    matches!(path, "/version")
-        || (method == Method::GET
-            && path == "/api/v1/namespaces/kube-public/configmaps/cluster-info")
-}
-
-/// kube-apiserver's 403 for `system:anonymous`, for a resource or a non-resource path.
-fn forbidden(method: &Method, path: &str) -> ApiError {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, rest): (&str, &[&str]) = match segs.as_slice() {
-        ["api", _v, rest @ ..] => ("", rest),
-        ["apis", g, _v, rest @ ..] => (g, rest),
-        _ => ("", &[]),
-    };
-    let (ns, resource, named) = match rest {
-        ["namespaces", ns, res, name, ..] => (Some(*ns), *res, Some(*name)),
-        ["namespaces", ns, res] => (Some(*ns), *res, None),
-        [res, name, ..] => (None, *res, Some(*name)),
-        [res] => (None, *res, None),
-        [] => (None, "", None),
-    };
-    let verb = match (method.as_str(), named.is_some()) {
-        ("GET", true) => "get",
-        ("GET", false) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        _ => "get",
-    };
-    let user = "User \"system:anonymous\"";
-    let msg = if resource.is_empty() {
-        format!(
-            "forbidden: {user} cannot {} path \"{path}\"",
-            method.as_str().to_ascii_lowercase()
-        )
-    } else {
-        let scope = match ns {
-            Some(ns) => format!("in the namespace \"{ns}\""),
-            None => "at the cluster scope".to_owned(),
-        };
-        let what = match named {
-            Some(name) => format!("{resource} \"{name}\" is forbidden"),
-            None => format!("{resource} is forbidden"),
-        };
-        format!(
-            "{what}: {user} cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
-        )
-    };
-    ApiError::for_code(403, msg)
-}
-
-/// A bootstrap token (`<id>.<secret>`) that authenticates: its Secret in `kube-system` has the
-/// secret, the authentication usage and no passed expiration.
-fn bootstrap_token_valid(shared: &Shared, token: &str) -> bool {
-    let Some((id, secret)) = token.split_once('.') else {
-        return false;
-    };
-    let store = shared.store();
-    let Some(res) = store.type_index("", "v1", "secrets") else {
-        return false;
-    };
-    let Ok(s) = store.get(res, "kube-system", &format!("bootstrap-token-{id}")) else {
-        return false;
-    };
-    let field = |k: &str| -> Option<String> {
-        let b64 = s.pointer(&format!("/data/{k}")).and_then(Value::as_str)?;
-        let raw = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).ok()?;
-        String::from_utf8(raw).ok()
-    };
-    let unexpired = field("expiration").is_none_or(|e| {
-        chrono::DateTime::parse_from_rfc3339(&e).is_ok_and(|t| t > chrono::Utc::now())
-    });
-    s.get("type").and_then(Value::as_str) == Some("bootstrap.kubernetes.io/token")
-        && field("token-secret").as_deref() == Some(secret)
-        && field("usage-bootstrap-authentication").as_deref() == Some("true")
-        && unexpired
 }

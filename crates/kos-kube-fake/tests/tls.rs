@@ -5,6 +5,9 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use kos_kube_fake::{Config, FakeKube, TlsServing};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::{Value, json};
@@ -63,6 +66,40 @@ async fn get(c: &reqwest::Client, url: &str) -> Result<(u16, String), reqwest::E
     Ok((r.status().as_u16(), r.text().await?))
 }
 
+/// kubeadm's `kubeadm:bootstrap-signer-clusterinfo` Role and RoleBinding in kube-public.
+fn kubeadm_cluster_info_rbac(fake: &FakeKube) -> Result<(), kos_kube_fake::FakeError> {
+    let name = "kubeadm:bootstrap-signer-clusterinfo";
+    let meta = || kube::api::ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some("kube-public".into()),
+        ..Default::default()
+    };
+    fake.insert(&Role {
+        metadata: meta(),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".into()]),
+            resource_names: Some(vec!["cluster-info".into()]),
+            verbs: vec!["get".into()],
+            ..Default::default()
+        }]),
+    })?;
+    fake.insert(&RoleBinding {
+        metadata: meta(),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: name.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: "system:anonymous".into(),
+            ..Default::default()
+        }]),
+    })?;
+    Ok(())
+}
+
 fn node(name: &str) -> Node {
     let mut n = Node::default();
     n.metadata.name = Some(name.into());
@@ -84,6 +121,8 @@ async fn the_front_authenticates_as_kube_apiserver_does() -> R {
         ..Default::default()
     })?;
     fake.insert(&info)?;
+    // kubeadm's RBAC for anonymous discovery: cluster-info, by name.
+    kubeadm_cluster_info_rbac(&fake)?;
     let cluster_ca = ca("kubernetes")?;
     let (cert, key) = leaf(
         &cluster_ca,
@@ -142,6 +181,31 @@ async fn the_front_authenticates_as_kube_apiserver_does() -> R {
             Some("kubeadm:cluster-admins"),
         )?),
     )?;
+    // Authenticated, but authorised only by RBAC: until kubeadm binds its group to cluster-admin
+    // the admin may discover the API and nothing more.
+    let (code, body) = get(&admin, &format!("{base}/api/v1/nodes")).await?;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains("User \\\"kubernetes-admin\\\" cannot list resource \\\"nodes\\\""),
+        "{body}"
+    );
+    assert_eq!(get(&admin, &format!("{base}/api/v1")).await?.0, 200);
+    fake.insert(&ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kubeadm:cluster-admins".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: "cluster-admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "Group".into(),
+            name: "kubeadm:cluster-admins".into(),
+            ..Default::default()
+        }]),
+    })?;
     let (code, body) = get(&admin, &format!("{base}/api/v1/nodes")).await?;
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("\"n1\""), "{body}");
@@ -200,9 +264,13 @@ async fn the_front_authenticates_as_kube_apiserver_does() -> R {
             .bearer_auth(t.to_owned())
             .send()
     };
-    assert_eq!(
-        bearer("abcdef.0123456789abcdef").await?.status().as_u16(),
-        200
+    // It authenticates (as system:bootstrap:abcdef) but RBAC gives it no nodes list.
+    let r = bearer("abcdef.0123456789abcdef").await?;
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(
+        r.text()
+            .await?
+            .contains("User \\\"system:bootstrap:abcdef\\\" cannot list resource \\\"nodes\\\"")
     );
     assert_eq!(
         bearer("abcdef.wrongwrongwrong0").await?.status().as_u16(),
@@ -316,5 +384,151 @@ async fn a_snapshot_brings_custom_resources_back_with_their_definition() -> R {
     let pools = back.list_json("crd.projectcalico.org/v1", "IPPool", None)?;
     assert_eq!(pools.len(), 1, "{pools:?}");
     assert_eq!(pools[0]["spec"]["cidr"], "10.244.0.0/16");
+    Ok(())
+}
+
+#[tokio::test]
+async fn service_account_tokens_authenticate_and_rbac_authorises_them() -> R {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use kube::api::{Api, ListParams, PostParams};
+
+    let fake = FakeKube::start().await?;
+    fake.insert(&Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kube-system".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    })?;
+    fake.insert(&node("n1"))?;
+    // No ServiceAccount, no token: the pod would not start.
+    let missing = fake
+        .service_account_token("kube-system", "ccm")
+        .expect_err("a token without its ServiceAccount");
+    assert!(
+        missing
+            .to_string()
+            .contains("serviceaccounts \"ccm\" not found"),
+        "{missing}"
+    );
+    let sa = |name: &str| ServiceAccount {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    fake.insert(&sa("ccm"))?;
+
+    // Authenticated as the ServiceAccount, and nothing granted yet: the apiserver's 403.
+    let as_ccm = fake.service_account_client("kube-system", "ccm")?;
+    let nodes: Api<Node> = Api::all(as_ccm.clone());
+    let Err(kube::Error::Api(e)) = nodes.list(&ListParams::default()).await else {
+        panic!("listed nodes without a grant");
+    };
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        e.message,
+        "nodes is forbidden: User \"system:serviceaccount:kube-system:ccm\" cannot list resource \"nodes\" in API group \"\" at the cluster scope"
+    );
+    // The denial is in the request log, with who asked.
+    let denied = fake
+        .requests()
+        .into_iter()
+        .rfind(|r| r.status == 403)
+        .expect("logged");
+    assert_eq!(
+        denied.user.as_deref(),
+        Some("system:serviceaccount:kube-system:ccm")
+    );
+
+    // A ClusterRole bound to the ServiceAccount grants exactly its rules.
+    fake.insert(&ClusterRole {
+        metadata: kube::api::ObjectMeta {
+            name: Some("node-lister".into()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["nodes".into()]),
+            verbs: vec!["list".into()],
+            ..Default::default()
+        }]),
+        ..Default::default()
+    })?;
+    fake.insert(&ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some("node-lister".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: "node-lister".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "ccm".into(),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        }]),
+    })?;
+    assert_eq!(nodes.list(&ListParams::default()).await?.items.len(), 1);
+    assert!(nodes.get("n1").await.is_err(), "list is not get");
+
+    // Minting tokens is `create` on serviceaccounts/token: not granted to it.
+    let accounts: Api<ServiceAccount> = Api::namespaced(as_ccm, "kube-system");
+    let tr = TokenRequest {
+        spec: Some(TokenRequestSpec::default()),
+        ..Default::default()
+    };
+    let Err(kube::Error::Api(e)) = accounts
+        .create_subresource::<TokenRequest, TokenRequest>(
+            "token",
+            "ccm",
+            &PostParams::default(),
+            &tr,
+        )
+        .await
+    else {
+        panic!("minted a token without a grant");
+    };
+    assert!(
+        e.message.contains("cannot create resource \"serviceaccounts/token\" in API group \"\" in the namespace \"kube-system\""),
+        "{}",
+        e.message
+    );
+
+    // The loopback client may: the TokenRequest API issues a token that authenticates on the TLS
+    // front as the ServiceAccount, until the ServiceAccount is gone.
+    let admin: Api<ServiceAccount> = Api::namespaced(fake.client()?, "kube-system");
+    fake.insert(&sa("other"))?;
+    let issued: TokenRequest = admin
+        .create_subresource("token", "other", &PostParams::default(), &tr)
+        .await?;
+    let token = issued.status.and_then(|s| s.token).unwrap_or_default();
+    assert!(!token.is_empty());
+    let cluster_ca = ca("kubernetes")?;
+    let (cert, key) = leaf(&cluster_ca, "kube-apiserver", &["127.0.0.1"], None)?;
+    let front = fake.serve_tls(&TlsServing {
+        cert_chain_pem: cert,
+        key_pem: key,
+        client_ca_pem: cluster_ca.pem.clone(),
+    })?;
+    let https = client(&cluster_ca, None)?;
+    let url = format!("https://{}/api/v1/nodes", front.addr());
+    let r = https.get(&url).bearer_auth(&token).send().await?;
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(
+        r.text()
+            .await?
+            .contains("system:serviceaccount:kube-system:other")
+    );
+    admin.delete("other", &Default::default()).await?;
+    let r = https.get(&url).bearer_auth(&token).send().await?;
+    assert_eq!(r.status().as_u16(), 401, "a deleted ServiceAccount's token");
     Ok(())
 }

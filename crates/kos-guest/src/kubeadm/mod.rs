@@ -4,4 +4,5 @@
 pub mod config;
 pub mod copycerts;
 mod ops;
+pub mod rbac;
 pub mod schema;
