@@ -10,6 +10,18 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::config::CloudConfig;
 
+/// The Event recorder's API calls (see [`crate::rbac`]): kube-runtime's `Recorder` creates
+/// `events.k8s.io/v1` Events in the namespace of the object (`default` for Nodes) and patches
+/// the series of a repeated one.
+pub const API_CALLS: &[crate::rbac::ApiCall] = &[crate::rbac::ApiCall {
+    by: "events: the Recorder",
+    verbs: &["create", "patch"],
+    group: "events.k8s.io",
+    resource: "events",
+    scope: crate::rbac::Scope::Cluster,
+    names: &[],
+}];
+
 /// The field manager of every write the CCM makes (what `managedFields` show).
 pub const FIELD_MANAGER: &str = "kos-ccm";
 

@@ -8,6 +8,28 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+/// Leader election's API calls (see [`crate::rbac`]): kube-lease-manager reads the Lease, creates
+/// it when missing and patches it to take, renew and release it; in the leader-election namespace
+/// only, and by name except the create (RBAC cannot restrict a create by name).
+pub const API_CALLS: &[crate::rbac::ApiCall] = &[
+    crate::rbac::ApiCall {
+        by: "leader: take, renew, release",
+        verbs: &["get", "patch"],
+        group: "coordination.k8s.io",
+        resource: "leases",
+        scope: crate::rbac::Scope::LeaderElection,
+        names: &[crate::rbac::LEASE_NAME],
+    },
+    crate::rbac::ApiCall {
+        by: "leader: the first campaign",
+        verbs: &["create"],
+        group: "coordination.k8s.io",
+        resource: "leases",
+        scope: crate::rbac::Scope::LeaderElection,
+        names: &[],
+    },
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
     #[error("leader election on Lease {namespace}/{name}: {source}")]

@@ -14,6 +14,8 @@ pub mod metrics;
 /// The node controllers: initialisation, address refresh, lifecycle.
 pub mod node;
 pub mod options;
+/// The Kubernetes API calls kos-ccm makes: what its RBAC must grant.
+pub mod rbac;
 /// The route controller (`[Route] router-id`): pod-CIDR routes and allowed address pairs.
 pub mod route;
 /// A kos-ccm run: session, client, leader election, controllers.

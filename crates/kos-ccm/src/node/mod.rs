@@ -50,6 +50,27 @@ pub use reconcile::NodeController;
 
 use crate::context::Context;
 
+/// The node controllers' API calls (see [`crate::rbac`]): the Nodes' list-watch, initialisation and
+/// taints (patch), addresses (patch of `nodes/status`), and the lifecycle's delete.
+pub const API_CALLS: &[crate::rbac::ApiCall] = &[
+    crate::rbac::ApiCall {
+        by: "node: list-watch, initialise and taint, delete a node whose server is gone",
+        verbs: &["list", "watch", "patch", "delete"],
+        group: "",
+        resource: "nodes",
+        scope: crate::rbac::Scope::Cluster,
+        names: &[],
+    },
+    crate::rbac::ApiCall {
+        by: "node: status.addresses",
+        verbs: &["patch"],
+        group: "",
+        resource: "nodes/status",
+        scope: crate::rbac::Scope::Cluster,
+        names: &[],
+    },
+];
+
 /// Event reasons, as `kubectl describe node` shows them.
 pub mod reason {
     /// The node was initialised (upstream's reason and wording).

@@ -25,6 +25,27 @@ pub use plan::{NodeRoute, RoutePlan, host_route, plan};
 
 use crate::context::{Context, patch_params};
 
+/// The route controller's API calls (see [`crate::rbac`]): the Nodes' list, and their
+/// `NetworkUnavailable` condition (patch of `nodes/status`).
+pub const API_CALLS: &[crate::rbac::ApiCall] = &[
+    crate::rbac::ApiCall {
+        by: "route: the nodes' pod CIDRs",
+        verbs: &["list"],
+        group: "",
+        resource: "nodes",
+        scope: crate::rbac::Scope::Cluster,
+        names: &[],
+    },
+    crate::rbac::ApiCall {
+        by: "route: NetworkUnavailable",
+        verbs: &["patch"],
+        group: "",
+        resource: "nodes/status",
+        scope: crate::rbac::Scope::Cluster,
+        names: &[],
+    },
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
     #[error("router {router}: {source}")]

@@ -200,39 +200,6 @@ fn serving_certificate(
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-/// A client certificate signed by the cluster's CA (what a pod's service account stands in for):
-/// `(certificate, key)` PEM.
-pub(crate) fn client_certificate(
-    ca_pem: &str,
-    ca_key_pem: &str,
-    user: &str,
-    group: &str,
-) -> Result<(String, String), String> {
-    let issuer = Issuer::from_ca_cert_pem(
-        ca_pem,
-        KeyPair::from_pem(ca_key_pem).map_err(|e| format!("CA key: {e}"))?,
-    )
-    .map_err(|e| format!("CA certificate: {e}"))?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
-    params.distinguished_name.push(DnType::CommonName, user);
-    params
-        .distinguished_name
-        .push(DnType::OrganizationName, group);
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let now = time::OffsetDateTime::now_utc();
-    params.not_before = now - time::Duration::minutes(5);
-    params.not_after = now + time::Duration::days(365);
-    let key = KeyPair::generate().map_err(|e| e.to_string())?;
-    let cert = params
-        .signed_by(&key, &issuer)
-        .map_err(|e| format!("signing a client certificate: {e}"))?;
-    Ok((cert.pem(), key.serialize_pem()))
-}
-
 /// The CA certificate and key a control plane of `cluster` holds.
 pub(crate) fn cluster_ca(guest: &Guest, cluster: ClusterId) -> Option<(String, String)> {
     guest

@@ -7,8 +7,10 @@
 //!   entrypoint drops it (so `ccm: upstream` runs kos-ccm as the drop-in it claims to be);
 //! - `--cloud-config` read through the container's `volumeMounts` from the Secret volume behind
 //!   it (the `cloud-config` Secret's `cloud.conf`);
-//! - the cluster's API through its `kubernetes` Service (any API server of the cluster), with a
-//!   client certificate from the cluster's CA standing in for the pod's service-account token;
+//! - the cluster's API through its `kubernetes` Service (any API server of the cluster), with the
+//!   token of the pod's `serviceAccountName` the kubelet would mount (none without the
+//!   ServiceAccount, as the pod would not be created), so its requests are authorised by the RBAC
+//!   the addons applied;
 //! - the container's environment for the OpenStack session (`OS_*`, `OS_CCM_REGIONAL`).
 //!
 //! It stops gracefully (releasing its Lease) when no control plane of the cluster is up, and is
@@ -21,7 +23,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use base64::Engine as _;
 use clap::Parser;
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -33,9 +34,6 @@ use crate::guest::{Guest, Power};
 
 /// The binaries whose container is a cloud controller.
 const BINARIES: &[&str] = &["/openstack-cloud-controller-manager", "/kos-ccm"];
-/// The identity the in-process CCM authenticates as.
-const CCM_USER: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
-const CCM_GROUP: &str = "system:serviceaccounts";
 /// The kubelet's restart back-off.
 const BACKOFF_START: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
@@ -413,10 +411,10 @@ fn start(
     let path = opts.cloud_config.display().to_string();
     let text = mounted_file(cluster, spec, &path)?;
     let loaded = kos_ccm::CloudConfig::parse(&path, &text).map_err(|e| e.to_string())?;
-    let (ca, ca_key) = super::apiserver::cluster_ca(guest, cluster.id)
+    let (ca, _) = super::apiserver::cluster_ca(guest, cluster.id)
         .ok_or("no control plane of the cluster holds its CA")?;
-    let (cert, key) = super::apiserver::client_certificate(&ca, &ca_key, CCM_USER, CCM_GROUP)?;
-    let client = client(service, &ca, &cert, &key)?;
+    let token = service_account_token(cluster, spec)?;
+    let client = client(service, &ca, token)?;
     let os_env = kos_cloud::Env::from_vars(env);
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -431,6 +429,29 @@ fn start(
         task,
         template: spec.template.clone(),
     })
+}
+
+/// The token the kubelet mounts for the pod: its `serviceAccountName`'s (`default` when unnamed).
+fn service_account_token(cluster: &Cluster, spec: &Spec) -> Result<String, String> {
+    let name = spec
+        .pod
+        .get("serviceAccountName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default");
+    if spec.pod.get("automountServiceAccountToken") == Some(&Value::Bool(false)) {
+        return Err(format!(
+            "automountServiceAccountToken is false: no token of {KUBE_SYSTEM}/{name} to reach the API with"
+        ));
+    }
+    cluster
+        .kube
+        .service_account_token(KUBE_SYSTEM, name)
+        .map_err(|_| {
+            format!(
+                "error looking up service account {KUBE_SYSTEM}/{name}: serviceaccount \"{name}\" not found"
+            )
+        })
 }
 
 /// The DaemonSet's status as its controller reports it, with the one in-process CCM standing for
@@ -469,10 +490,9 @@ fn rollout_status(cluster: &Cluster, spec: &Spec, running: bool) {
     }
 }
 
-/// A client of the cluster's `kubernetes` Service, verifying the API servers' certificates for the
-/// Service's name as a pod does.
-fn client(service: SocketAddr, ca: &str, cert: &str, key: &str) -> Result<kube::Client, String> {
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+/// A client of the cluster's `kubernetes` Service with the pod's token, verifying the API servers'
+/// certificates for the Service's name as a pod does.
+fn client(service: SocketAddr, ca: &str, token: String) -> Result<kube::Client, String> {
     let uri: http::Uri = format!("https://{service}")
         .parse()
         .map_err(|e| format!("{e}"))?;
@@ -483,8 +503,7 @@ fn client(service: SocketAddr, ca: &str, cert: &str, key: &str) -> Result<kube::
     let mut config = kube::Config::new(uri);
     config.root_cert = Some(vec![ca_der]);
     config.tls_server_name = Some("kubernetes.default.svc".into());
-    config.auth_info.client_certificate_data = Some(b64(cert));
-    config.auth_info.client_key_data = Some(secrecy::SecretString::from(b64(key)));
+    config.auth_info.token = Some(secrecy::SecretString::from(token));
     config.default_namespace = KUBE_SYSTEM.into();
     kube::Client::try_from(config).map_err(|e| e.to_string())
 }
