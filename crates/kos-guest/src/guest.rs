@@ -112,6 +112,34 @@ pub(crate) struct Server {
     /// the cluster's `kubeadm-config`). `None`: the cluster's, from before servers kept their own.
     #[serde(default)]
     pub serving: Option<crate::cluster::Serving>,
+    /// The netfilter rules the bootstrap set (gone at power-off; the metadata unit sets them again
+    /// at boot once it is enabled).
+    #[serde(default)]
+    pub firewall: Vec<crate::firewall::Rule>,
+    /// The metadata-block unit was enabled: its `ExecStart=` words, run at every boot.
+    #[serde(default)]
+    pub metadata_unit: Option<Vec<String>>,
+    #[serde(default)]
+    pub config_drive: bool,
+}
+
+/// What the enabled metadata unit sets at boot (`kos-bootstrap metadata-block`, the function the
+/// script's entry point runs, following the node's own files); nothing when it is not enabled or
+/// cannot run.
+fn boot_rules(s: &Server) -> Vec<crate::firewall::Rule> {
+    let Some([path, arg]) = s.metadata_unit.as_deref() else {
+        return Vec::new();
+    };
+    let (Some(script), Some(env)) = (
+        s.vfs.text(path),
+        s.vfs.text(ENV_FILE).and_then(|t| Env::parse(t).ok()),
+    ) else {
+        return Vec::new();
+    };
+    let Some(function) = crate::firewall::entry_point(script, arg) else {
+        return Vec::new();
+    };
+    crate::firewall::rules_when(script, &function, &env, &|p| s.vfs.exists(p)).unwrap_or_default()
 }
 
 impl Server {
@@ -122,6 +150,20 @@ impl Server {
             a => format!("{a}:{}", crate::sim::API_PORT),
         })
     }
+}
+
+/// Who on a server reaches its metadata service (and so reads its user_data); `None` where the
+/// server has no such process (no address, no pod network yet).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MetadataView {
+    pub server: String,
+    pub hostname: String,
+    /// A pod on the pod network.
+    pub pod: Option<bool>,
+    /// Root, any daemon, a hostNetwork pod: processes in the node's network namespace.
+    pub host_network: Option<bool>,
+    /// The user_data is also on a config drive, which only root with device access reads.
+    pub config_drive: bool,
 }
 
 /// Every simulated server and cluster.
@@ -186,6 +228,37 @@ impl Guest {
             .iter()
             .filter(|l| l.starts_with("kos-bootstrap: "))
             .map(String::as_str)
+            .collect()
+    }
+
+    /// What each powered-on server's processes get from the metadata service, by the rules its
+    /// bootstrap set (crate::firewall).
+    pub fn metadata_views(&self) -> Vec<MetadataView> {
+        let meta = std::net::IpAddr::from([169, 254, 169, 254]);
+        self.servers
+            .iter()
+            .filter(|(_, s)| s.power == Power::On)
+            .map(|(id, s)| {
+                let env = s.vfs.text(ENV_FILE).and_then(|t| Env::parse(t).ok());
+                // A pod's address: the first of the cluster's pod network (any address in it is
+                // treated alike by the rules).
+                let pod = env
+                    .as_ref()
+                    .and_then(|e| e.get("KOS_POD_CIDR").ok())
+                    .and_then(|c| c.parse::<ipnet::IpNet>().ok())
+                    .and_then(|n| n.hosts().nth(1));
+                let node = s.addresses.first().copied();
+                let reach = |origin: Option<crate::firewall::Origin>| {
+                    origin.map(|o| crate::firewall::passes(&s.firewall, o, meta))
+                };
+                MetadataView {
+                    server: id.0.clone(),
+                    hostname: s.meta.local_hostname.clone(),
+                    pod: reach(pod.map(crate::firewall::Origin::Pod)),
+                    host_network: reach(node.map(crate::firewall::Origin::Local)),
+                    config_drive: s.config_drive,
+                }
+            })
             .collect()
     }
 
@@ -288,6 +361,7 @@ impl Guest {
                 let s = self.server_mut(server)?;
                 if s.power != Power::Deleted {
                     s.power = Power::On;
+                    s.firewall = boot_rules(s);
                 }
             }
             ServerEvent::Shutdown => self.stop(server, Power::Off)?,
@@ -305,6 +379,8 @@ impl Guest {
     fn stop(&mut self, id: &ServerId, power: Power) -> Result<(), GuestError> {
         let s = self.server_mut(id)?;
         s.power = power;
+        // iptables rules live in the kernel: gone with it.
+        s.firewall.clear();
         // Processes die with the machine: the background cleanup and a running bootstrap (cloud-init
         // runs per-instance scripts once, so a reboot does not resume it).
         s.cleanup = None;
@@ -347,6 +423,9 @@ impl Guest {
             cleanup: None,
             console: Vec::new(),
             serving: None,
+            firewall: Vec::new(),
+            metadata_unit: None,
+            config_drive: boot.config_drive,
         };
         let outcome = cloud_init::run(
             boot.user_data.as_deref(),

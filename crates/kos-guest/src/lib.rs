@@ -56,6 +56,7 @@
 //!     user_data: Some(user_data),
 //!     image: Image::ubuntu(),
 //!     addresses: vec![std::net::IpAddr::from([10, 0, 0, 5])],
+//!     config_drive: true,
 //! };
 //! guest.handle(&id, ServerEvent::Boot(boot), host)?;
 //! // Later, whenever the host's clock moved:
@@ -68,6 +69,7 @@ pub mod bootstrap;
 pub mod cloud_init;
 pub mod cluster;
 pub mod error;
+pub mod firewall;
 mod guest;
 pub mod internet;
 pub mod kubeadm;
@@ -85,7 +87,7 @@ pub mod vfs;
 
 pub use cluster::{Cluster, ClusterId, EtcdMember};
 pub use error::GuestError;
-pub use guest::{Guest, Power, ProgramState, marker};
+pub use guest::{Guest, MetadataView, Power, ProgramState, marker};
 pub use log::{Entry, Logged};
 pub use seam::{Boot, Host, Image, Metadata, ServerEvent, ServerId};
 pub use version::Version;

@@ -82,6 +82,8 @@ pub struct Boot {
     /// The fixed IPs of the server's ports, in port order (what its network configuration says;
     /// kubeadm advertises the first).
     pub addresses: Vec<std::net::IpAddr>,
+    /// It has a config drive (`config-2`): its user_data on a disk only root with device access reads.
+    pub config_drive: bool,
 }
 
 impl fmt::Debug for Boot {
@@ -92,6 +94,7 @@ impl fmt::Debug for Boot {
             .field("user_data_bytes", &self.user_data.as_ref().map(Vec::len))
             .field("image", &self.image)
             .field("addresses", &self.addresses)
+            .field("config_drive", &self.config_drive)
             .finish()
     }
 }

@@ -11,16 +11,19 @@ use k8s_openapi::api::core::v1::Node;
 use kos_bootstrap::{Cni, ManifestPin, Role};
 use kos_guest::bootstrap::{script, steps::KNOWN_STEPS};
 use kos_guest::kubelet::ready_status;
-use kos_guest::{Logged, ProgramState};
+use kos_guest::{Logged, ProgramState, ServerEvent};
 
 #[test]
 fn the_guest_knows_exactly_the_steps_the_script_declares() {
     let plan = script::parse(kos_bootstrap::cloud_init::BOOTSTRAP_SCRIPT).unwrap();
-    let declared: Vec<(String, String)> = plan
-        .all_steps()
-        .into_iter()
-        .map(|s| (s.name, s.function))
-        .collect();
+    // Each step once, where the script first declares it (both role branches end with one).
+    let mut declared: Vec<(String, String)> = Vec::new();
+    for s in plan.all_steps() {
+        let pair = (s.name, s.function);
+        if !declared.contains(&pair) {
+            declared.push(pair);
+        }
+    }
     let known: Vec<(String, String)> = KNOWN_STEPS
         .iter()
         .map(|(n, f)| ((*n).to_owned(), (*f).to_owned()))
@@ -38,8 +41,8 @@ fn the_guest_knows_exactly_the_steps_the_script_declares() {
             .map(|s| s.name)
             .collect()
     };
-    assert_eq!(names("init"), [COMMON, &INIT[..3]].concat());
-    assert_eq!(names("worker"), [COMMON, &JOIN[..2]].concat());
+    assert_eq!(names("init"), [COMMON, &INIT[..4]].concat());
+    assert_eq!(names("worker"), [COMMON, &JOIN[..3]].concat());
     assert_eq!(names("join-control-plane"), names("worker"));
 }
 
@@ -116,7 +119,7 @@ async fn mime_multipart_with_a_shell_part_reports_it_and_runs_the_cloud_config()
                 .to_owned()
         )
     );
-    assert_eq!(&w.markers(&id)[..9], init_markers());
+    assert_eq!(&w.markers(&id)[..10], init_markers());
 }
 
 /// kos's own pins (no `cniManifest`): each built-in CNI downloads, matches its checksum and installs,
@@ -204,4 +207,49 @@ async fn no_ca_on_disk_makes_kubeadm_generate_one_that_no_join_can_pin() {
             .any(|d| d.contains("none of the public keys")),
         "{details:?}"
     );
+}
+
+/// The metadata service as the node's processes see it: pods never, the node itself until its
+/// bootstrap ends; after a reboot the unit closes it again (the rules are the script's own).
+#[tokio::test]
+async fn the_metadata_service_is_closed_after_bootstrap_and_after_every_boot() {
+    let c = cluster("1.34.2", 1, 0);
+    let s = secrets();
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    let view = |w: &World| {
+        w.guest
+            .metadata_views()
+            .into_iter()
+            .find(|v| v.server == id.0)
+            .unwrap()
+    };
+    w.settle_hours(1);
+    assert_eq!(&w.markers(&id)[..10], init_markers());
+    let after = view(&w);
+    assert_eq!((after.pod, after.host_network), (Some(false), Some(false)));
+    assert!(after.config_drive);
+    w.event(&id, ServerEvent::Shutdown);
+    w.event(&id, ServerEvent::Reboot);
+    let rebooted = view(&w);
+    assert_eq!(
+        (rebooted.pod, rebooted.host_network),
+        (Some(false), Some(false))
+    );
+
+    // A script whose close goes to the wrong chain leaves hostNetwork pods reading user_data.
+    let text = user_data_text(&c, Role::InitControlPlane, &s).replace(
+        "\"$KOS_IPTABLES\" -w -t filter -I OUTPUT 1 \"${rule[@]}\"",
+        "\"$KOS_IPTABLES\" -w -t filter -I INPUT 1 \"${rule[@]}\"",
+    );
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, text.into_bytes());
+    w.settle_hours(1);
+    let broken = w
+        .guest
+        .metadata_views()
+        .into_iter()
+        .find(|v| v.server == id.0)
+        .unwrap();
+    assert_eq!(broken.host_network, Some(true));
 }

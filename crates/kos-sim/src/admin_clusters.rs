@@ -8,6 +8,13 @@ use serde_json::{Value, json};
 
 use crate::app::SharedApp;
 
+/// `GET /_sim/metadata`: per server, whether a pod, a hostNetwork pod and root reach the metadata
+/// service (and so its user_data) by the rules its bootstrap set, and whether it has a config drive.
+pub(crate) async fn metadata(State(app): State<SharedApp>) -> Json<Value> {
+    drop(app.cloud());
+    Json(app.guests().map_or_else(|| json!([]), |rt| rt.metadata()))
+}
+
 pub(crate) async fn clusters(State(app): State<SharedApp>) -> Json<Value> {
     // Driven first, so that what the runtime reports is as of now.
     drop(app.cloud());

@@ -327,6 +327,19 @@ fn a_recreated_worker_joins_with_the_same_ca_and_a_valid_token() {
     let up = kos(d, Some(&sim.clouds), &["up", "-f", spec, "--cloud", "sim"]);
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
     assert_markers(&up);
+    // Once bootstrapped, no process on a node reaches the metadata service (its user_data holds
+    // that node's secrets): not a pod, not a hostNetwork pod; later boots read the config drive
+    // (issue 19). kos-guest applies the rules the script's own functions set.
+    let views = sim_admin(&sim.base, "/_sim/metadata");
+    let views = views
+        .as_array()
+        .unwrap_or_else(|| panic!("metadata views: {views}"));
+    assert_eq!(views.len(), 3, "{views:?}");
+    for v in views {
+        assert_eq!(v["host_network"], false, "{v}");
+        assert_eq!(v["pod"], false, "{v}");
+        assert_eq!(v["config_drive"], true, "{v}");
+    }
     let stored = secrets(d);
     let state = sim_state(&sim.base);
     let cp = server(&state, "kos-demo-cp-0").expect("cp-0");

@@ -16,6 +16,8 @@ readonly PKI_DIR=/etc/kubernetes/pki
 readonly PKI_BACKUP=/etc/kos/pki
 readonly ADDONS_DIR=/etc/kos/addons
 readonly CNI_FILE=${KOS_CNI_FILE:-/etc/kos/cni.yaml}
+# Present once the node closed the metadata service for good.
+readonly METADATA_CLOSED=/etc/kos/metadata-closed
 readonly KUBEADM_LOG=${KOS_KUBEADM_LOG:-/var/log/kos-kubeadm.log}
 export KUBECONFIG=/etc/kubernetes/admin.conf
 SELF=$(readlink -f "$0")
@@ -153,6 +155,28 @@ metadata_block_step() {
   systemctl enable kos-metadata-block.service
 }
 
+# Once the node is bootstrapped nothing on it needs the metadata service (cloud-init reads the config
+# drive on later boots; the CCM and CSI find the server through the config drive or the API), and its
+# user-data holds this node's secrets: close it to every process on the node, hostNetwork pods and
+# root included (OUTPUT), for good (the unit above closes it again at every boot).
+metadata_close() {
+  local rule=(-d "$KOS_METADATA_ADDR" -m comment --comment kos-metadata-close -j DROP)
+  "$KOS_IPTABLES" -w -t filter -C OUTPUT "${rule[@]}" 2>/dev/null ||
+    "$KOS_IPTABLES" -w -t filter -I OUTPUT 1 "${rule[@]}"
+}
+
+metadata_close_step() {
+  metadata_close
+  install -d -m 0700 /etc/kos
+  : >"$METADATA_CLOSED"
+}
+
+# At boot (the unit): pods never reach the metadata service; nothing does once the node bootstrapped.
+metadata_boot() {
+  metadata_block
+  if [ -e "$METADATA_CLOSED" ]; then metadata_close; fi
+}
+
 wait_api() {
   local deadline=$((SECONDS + KOS_API_WAIT_SECONDS))
   until curl -ksf --max-time 5 "https://$KOS_ENDPOINT/readyz" >/dev/null; do
@@ -271,6 +295,7 @@ main() {
       step kubeadm-init kubeadm_init
       step cni cni
       step addons addons
+      step metadata-close metadata_close_step
       if command -v systemd-run >/dev/null 2>&1; then
         systemd-run --unit=kos-bootstrap-cleanup --collect "$SELF" cleanup >>"$LOG" 2>&1
       else
@@ -280,6 +305,7 @@ main() {
     join-control-plane | worker)
       step api-wait wait_api
       step kubeadm-join kubeadm_join
+      step metadata-close metadata_close_step
       ;;
     *)
       marker "preflight failed: unknown role $KOS_ROLE"
@@ -291,7 +317,7 @@ main() {
 
 case "${1:-run}" in
   run) main ;;
-  metadata-block) metadata_block ;;
+  metadata-block) metadata_boot ;;
   cleanup) step cleanup cleanup ;;
   __step)
     shift

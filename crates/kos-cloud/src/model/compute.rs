@@ -363,6 +363,9 @@ pub struct ServerCreate {
     /// Names or ids; applied only to ports Nova creates (a pre-made port keeps its own groups).
     pub security_groups: Vec<String>,
     pub description: Option<String>,
+    /// A `config-2` disk with the metadata and user_data (Nova's `config_drive`), so the guest needs
+    /// no metadata service after its first boot.
+    pub config_drive: bool,
 }
 
 impl ServerCreate {
@@ -381,6 +384,7 @@ impl ServerCreate {
             availability_zone: None,
             security_groups: Vec::new(),
             description: None,
+            config_drive: false,
         }
     }
 
@@ -436,6 +440,9 @@ impl ServerCreate {
         }
         if let Some(az) = &self.availability_zone {
             s["availability_zone"] = json!(az);
+        }
+        if self.config_drive {
+            s["config_drive"] = json!(true);
         }
         if !self.security_groups.is_empty() {
             s["security_groups"] = self

@@ -972,6 +972,9 @@ async fn create_server(
         .map(|g| dep(ctx, g).map(|o| o.id))
         .transpose()?;
     req.availability_zone.clone_from(&spec.availability_zone);
+    // The node closes the metadata service once bootstrapped (its user_data holds secrets): later
+    // boots' cloud-init and the CSI's instance lookup read the config drive instead.
+    req.config_drive = true;
     let compute = ctx.session.compute();
     let find = || async {
         Ok(compute

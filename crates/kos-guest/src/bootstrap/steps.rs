@@ -27,6 +27,7 @@ pub const KNOWN_STEPS: &[(&str, &str)] = &[
     ("kubeadm-init", "kubeadm_init"),
     ("cni", "cni"),
     ("addons", "addons"),
+    ("metadata-close", "metadata_close_step"),
     ("api-wait", "wait_api"),
     ("kubeadm-join", "kubeadm_join"),
     ("cleanup", "cleanup"),
@@ -251,7 +252,8 @@ impl Guest {
             "packages" => packages(srv, env),
             "kernel" => kernel(srv),
             "containerd_config" => containerd(srv),
-            "metadata_block_step" => metadata_block(srv, env),
+            "metadata_block_step" => metadata_block(srv, env, script_text, &step.function),
+            "metadata_close_step" => metadata_close(srv, env, script_text, &step.function),
             "wait_api" => self.wait_api(id, srv, env, started, host),
             "kubeadm_init" | "kubeadm_join" => {
                 self.kubeadm_step(id, srv, step, env, attempt, script_text, host)?
@@ -848,7 +850,30 @@ fn containerd(srv: &mut Server) -> StepResult {
     ])
 }
 
-fn metadata_block(srv: &mut Server, env: &Env) -> StepResult {
+/// The node's rules as `function` of the script sets them, added to what it has.
+fn set_rules(srv: &mut Server, env: &Env, script: &str, function: &str) -> Result<(), String> {
+    for r in crate::firewall::rules_of(script, function, env)? {
+        // `-C … || -I …`: a rule that is there is not inserted twice.
+        if !srv.firewall.contains(&r) {
+            srv.firewall.push(r);
+        }
+    }
+    Ok(())
+}
+
+/// Where the bootstrap marks that it closed the metadata service (the script's `METADATA_CLOSED`).
+pub const METADATA_CLOSED: &str = "/etc/kos/metadata-closed";
+
+fn metadata_close(srv: &mut Server, env: &Env, script: &str, function: &str) -> StepResult {
+    if let Err(e) = set_rules(srv, env, script, function) {
+        return fail(e);
+    }
+    srv.vfs
+        .write(METADATA_CLOSED, b"", 0o644, "root:root", false);
+    StepResult::Ok(Vec::new())
+}
+
+fn metadata_block(srv: &mut Server, env: &Env, script: &str, function: &str) -> StepResult {
     let vars = (
         env.get("KOS_POD_CIDR"),
         env.get("KOS_METADATA_ADDR"),
@@ -876,6 +901,15 @@ fn metadata_block(srv: &mut Server, env: &Env) -> StepResult {
     if !srv.vfs.exists(METADATA_UNIT) {
         return fail("Failed to enable unit: Unit file kos-metadata-block.service does not exist.");
     }
+    if let Err(e) = set_rules(srv, env, script, function) {
+        return fail(e);
+    }
+    // What systemd runs at every boot from now on.
+    srv.metadata_unit = srv.vfs.text(METADATA_UNIT).and_then(|unit| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix("ExecStart="))
+            .map(|cmd| cmd.split_whitespace().map(str::to_owned).collect())
+    });
     StepResult::Ok(vec![
         "Created symlink /etc/systemd/system/multi-user.target.wants/kos-metadata-block.service"
             .into(),

@@ -310,6 +310,7 @@ impl GuestRuntime for SimGuests {
                         image: image_of(&info),
                         user_data: info.user_data,
                         addresses: info.addresses,
+                        config_drive: info.config_drive,
                     };
                     guest.handle(&id, ServerEvent::Boot(boot), view)
                 }
@@ -353,6 +354,11 @@ impl GuestRuntime for SimGuests {
 
     fn kube_endpoints(&self) -> Vec<KubeEndpoint> {
         lock(&self.inner).forwards.endpoints()
+    }
+
+    fn metadata(&self) -> serde_json::Value {
+        serde_json::to_value(lock(&self.inner).guest.metadata_views())
+            .unwrap_or(serde_json::Value::Null)
     }
 
     fn snapshot(&self) -> Result<Vec<u8>, String> {

@@ -142,6 +142,7 @@ impl World {
             user_data: Some(user_data),
             image: Image::ubuntu(),
             addresses: vec![std::net::IpAddr::from([10, 0, 0, 10 + n as u8])],
+            config_drive: true,
         };
         self.guest
             .handle(&id, ServerEvent::Boot(boot), &self.host)
@@ -213,8 +214,14 @@ pub const COMMON: &[&str] = &[
     "containerd",
     "metadata-block",
 ];
-pub const INIT: &[&str] = &["kubeadm-init", "cni", "addons", "bootstrap"];
-pub const JOIN: &[&str] = &["api-wait", "kubeadm-join", "bootstrap"];
+pub const INIT: &[&str] = &[
+    "kubeadm-init",
+    "cni",
+    "addons",
+    "metadata-close",
+    "bootstrap",
+];
+pub const JOIN: &[&str] = &["api-wait", "kubeadm-join", "metadata-close", "bootstrap"];
 
 pub fn init_markers() -> Vec<String> {
     ok(&[COMMON, INIT].concat())

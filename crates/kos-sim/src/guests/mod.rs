@@ -40,6 +40,8 @@ pub struct BootInfo {
     /// The Glance properties of the image it booted from (through its boot volume when it has no
     /// image), e.g. `os_distro`.
     pub image_properties: std::collections::BTreeMap<String, String>,
+    /// It was created with `config_drive: true`: a `config-2` disk with its metadata and user_data.
+    pub config_drive: bool,
 }
 
 impl std::fmt::Debug for BootInfo {
@@ -51,6 +53,7 @@ impl std::fmt::Debug for BootInfo {
             .field("availability_zone", &self.availability_zone)
             .field("addresses", &self.addresses)
             .field("image_properties", &self.image_properties)
+            .field("config_drive", &self.config_drive)
             .finish_non_exhaustive()
     }
 }
@@ -95,6 +98,11 @@ pub trait GuestRuntime: Send + Sync {
     /// The clusters as the runtime knows them at `now` (`GET /_sim/clusters`): a JSON array.
     fn clusters(&self, now: SimTime) -> serde_json::Value {
         let _ = now;
+        serde_json::Value::Array(Vec::new())
+    }
+    /// What each running server's processes get from the metadata service (`GET /_sim/metadata`): a
+    /// JSON array, one object per server.
+    fn metadata(&self) -> serde_json::Value {
         serde_json::Value::Array(Vec::new())
     }
     /// The runtime's state, for [`crate::persist::save_guests`]; taken with the cloud locked, so it
@@ -220,6 +228,7 @@ pub(crate) fn boot(cloud: &mut Cloud, at: SimTime, server_id: &str) -> bool {
         availability_zone: s.availability_zone.clone(),
         addresses,
         image_properties,
+        config_drive: s.config_drive,
     };
     raise(cloud, at, server_id, GuestEvent::Boot(info));
     true
