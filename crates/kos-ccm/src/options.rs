@@ -103,8 +103,10 @@ pub struct RunArgs {
     pub leader_elect_resource_name: String,
     #[arg(long, default_value = "kube-system")]
     pub leader_elect_resource_namespace: String,
-    /// Address of /healthz and /metrics.
-    #[arg(long, default_value = "0.0.0.0")]
+    /// Address of /healthz and /metrics. Loopback unless told otherwise: they are plain HTTP
+    /// without authentication (upstream serves HTTPS with delegated authorisation on all
+    /// addresses), and with hostNetwork anything that reaches the node would read them.
+    #[arg(long, default_value = "127.0.0.1")]
     pub bind_address: IpAddr,
     /// Port of /healthz and /metrics (plain HTTP; 0 turns them off).
     #[arg(long, default_value_t = 10258)]
@@ -320,6 +322,12 @@ mod tests {
             ("kube-system", "cloud-controller-manager")
         );
         assert_eq!(le.renew_margin, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn health_and_metrics_stay_on_loopback_unless_told() {
+        let o = parse(&["--cloud-config=c.conf"]).expect("parses");
+        assert_eq!(o.serve_on, Some("127.0.0.1:10258".parse().expect("addr")));
     }
 
     #[test]
