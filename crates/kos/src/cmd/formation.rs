@@ -24,7 +24,8 @@ pub(super) async fn formation(c: &Connected, spec: &ClusterSpec, observed: &Obse
         evidence.api = probe(c, spec).await;
     }
     let d = decide(&evidence);
-    tracing::info!(cluster = %spec.name.value.as_str(), formation = ?d.formation, reason = %d.reason, "formation decided");
+    // The run prints the reason when it matters (a control plane is made); this is for -v.
+    tracing::debug!(cluster = %spec.name.value.as_str(), formation = ?d.formation, reason = %d.reason, "formation decided");
     d
 }
 
