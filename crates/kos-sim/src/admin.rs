@@ -37,6 +37,7 @@ pub fn router() -> Router<SharedApp> {
         .route("/_sim/servers/{id}/error", post(server_error))
         .route("/_sim/servers/{id}/console", post(console_line))
         .route("/_sim/loadbalancers/{id}/error", post(lb_error))
+        .route("/_sim/app-credentials/{id}/expiry", post(app_cred_expiry))
 }
 
 fn bad(msg: impl Into<String>) -> SimError {
@@ -213,6 +214,38 @@ async fn lb_error(State(app): State<SharedApp>, Path(id): Path<String>) -> SimRe
         Err(SimError::not_found(
             Service::Admin,
             format!("no load balancer {id}"),
+        ))
+    }
+}
+
+/// `{"expires_at": "2030-01-01T00:00:00Z" | null}`: the application credential expires then, as if
+/// time had passed (Keystone has no call that changes it). A time in the past expires it now: it no
+/// longer authenticates, and its tokens end.
+async fn app_cred_expiry(
+    State(app): State<SharedApp>,
+    Path(id): Path<String>,
+    Json(body): Json<Value>,
+) -> SimResult<StatusCode> {
+    let at = match body.get("expires_at") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .ok_or_else(|| bad("expires_at: an RFC 3339 time or null"))?,
+        ),
+    };
+    let (now, scale) = (app.now(), app.clock.scale());
+    if app
+        .cloud()
+        .keystone
+        .set_app_cred_expiry(&id, at, now, scale)
+    {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(SimError::not_found(
+            Service::Admin,
+            format!("no application credential {id}"),
         ))
     }
 }

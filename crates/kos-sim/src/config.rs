@@ -21,6 +21,8 @@ pub struct SimConfig {
     pub project: String,
     pub username: String,
     pub password: String,
+    /// The user's roles on the project; Keystone adds what they imply (admin → member → reader).
+    pub user_roles: Vec<String>,
     /// Number of (fake) compute hosts: bounds anti-affinity groups and NoValidHost.
     pub compute_hosts: u32,
     /// Capacity of each compute host.
@@ -51,6 +53,9 @@ impl Default for SimConfig {
             project: "demo".into(),
             username: "demo".into(),
             password: "kos-sim-password".into(),
+            user_roles: ["member", "load-balancer_member", "creator"]
+                .map(str::to_owned)
+                .to_vec(),
             compute_hosts: 3,
             host_vcpus: 64,
             host_ram_mb: 262_144,

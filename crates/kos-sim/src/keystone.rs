@@ -35,7 +35,20 @@ pub struct User {
     pub domain_id: String,
     pub password: String,
     pub default_project_id: String,
+    /// The names of the roles assigned on the project (implied ones are added when a token is
+    /// issued). States saved before roles were assigned get what every user had then.
+    #[serde(default = "earlier_roles")]
+    pub roles: Vec<String>,
 }
+
+fn earlier_roles() -> Vec<String> {
+    ["member", "reader", "load-balancer_member", "creator"]
+        .map(str::to_owned)
+        .to_vec()
+}
+
+/// `keystone-manage bootstrap`'s implied roles: admin implies member, member implies reader.
+const IMPLIED: [(&str, &str); 2] = [("admin", "member"), ("member", "reader")];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Project {
@@ -95,9 +108,16 @@ impl KeystoneState {
             domain_id: "default".into(),
             password: cfg.password.clone(),
             default_project_id: project.id.clone(),
+            roles: cfg.user_roles.clone(),
         });
         self.projects.push(project);
-        for name in ["member", "reader", "load-balancer_member", "creator"] {
+        for name in [
+            "admin",
+            "member",
+            "reader",
+            "load-balancer_member",
+            "creator",
+        ] {
             self.roles.push(Role {
                 id: ids::hex_id(),
                 name: name.into(),
@@ -122,6 +142,48 @@ impl KeystoneState {
         })
     }
 
+    /// `names` with every role they imply, as the roles defined (unknown names are dropped).
+    fn effective(&self, names: &[String]) -> Vec<Role> {
+        let mut want: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut i = 0;
+        while i < want.len() {
+            for (prior, implied) in IMPLIED {
+                if want[i] == prior && !want.contains(&implied) {
+                    want.push(implied);
+                }
+            }
+            i += 1;
+        }
+        self.roles
+            .iter()
+            .filter(|r| want.contains(&r.name.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// Makes an application credential expire at `at` (`None`: never), as time passing would: the
+    /// tokens it issued end then too. Returns whether it exists.
+    pub fn set_app_cred_expiry(
+        &mut self,
+        id: &str,
+        at: Option<DateTime<Utc>>,
+        now: SimTime,
+        scale: f64,
+    ) -> bool {
+        let Some(cred) = self.app_creds.iter_mut().find(|a| a.id == id) else {
+            return false;
+        };
+        cred.expires_at = at.map(keystone_time);
+        if let Some(at) = at {
+            for t in self.tokens.values_mut() {
+                if t.app_cred.as_ref().is_some_and(|(cid, _)| cid == id) && t.expires_at > at {
+                    cap_token(t, at, now, scale);
+                }
+            }
+        }
+        true
+    }
+
     /// Makes every issued token invalid (what a token expiry or a revocation event does to clients).
     pub fn expire_all_tokens(&mut self) {
         self.tokens.clear();
@@ -130,6 +192,36 @@ impl KeystoneState {
     fn domain_name(id: &str) -> &'static str {
         if id == "default" { "Default" } else { "Other" }
     }
+}
+
+/// How Keystone shows an application credential's expiry: `2018-02-27T18:30:59.000000` (UTC, no
+/// zone; the API reference's sample).
+fn keystone_time(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
+}
+
+/// An application credential's `expires_at`, read as Keystone does
+/// (`keystone.common.utils.parse_expiration_date`): a `Z` is appended unless there is one, then
+/// the ISO 8601 time is parsed, so a numeric offset (`+00:00`) is malformed.
+fn parse_expiration(v: &str) -> Option<DateTime<Utc>> {
+    let z = if v.ends_with('Z') {
+        v.to_owned()
+    } else {
+        format!("{v}Z")
+    };
+    let naive = z.strip_suffix('Z')?;
+    chrono::NaiveDateTime::parse_from_str(naive, "%Y-%m-%dT%H:%M:%S%.f")
+        .or_else(|_| chrono::NaiveDateTime::parse_from_str(naive, "%Y-%m-%dT%H:%M"))
+        .ok()
+        .map(|n| n.and_utc())
+}
+
+/// A token of an application credential ends no later than the credential
+/// (`keystone.token.provider`: the token's expiry is capped at the credential's).
+fn cap_token(t: &mut Token, at: DateTime<Utc>, now: SimTime, scale: f64) {
+    let left = (at - Utc::now()).num_milliseconds().max(0) as f64 / 1000.0;
+    t.expires_at = at;
+    t.expires_sim = now.after(left / scale);
 }
 
 pub fn routes() -> Routes {
@@ -369,6 +461,7 @@ async fn issue_token(State(app): State<SharedApp>, Json(req): Json<Value>) -> Si
     let now = app.now();
     let mut cloud = app.cloud();
     let ks = &mut cloud.keystone;
+    let mut cred_expiry = None;
     let (user_id, mut project_id, roles, app_cred) = match methods[0].as_str() {
         "password" => {
             let u = req
@@ -382,7 +475,8 @@ async fn issue_token(State(app): State<SharedApp>, Json(req): Json<Value>) -> Si
                     "The request you have made requires authentication.",
                 ));
             }
-            (user.id.clone(), None, ks.roles.clone(), None)
+            let roles = ks.effective(&user.roles);
+            (user.id.clone(), None, roles, None)
         }
         "application_credential" => {
             let c = req
@@ -401,9 +495,20 @@ async fn issue_token(State(app): State<SharedApp>, Json(req): Json<Value>) -> Si
                     .iter()
                     .find(|a| a.name == name && Some(&a.user_id) == user.as_ref())
             };
-            let cred = cred.filter(|a| a.secret == secret).ok_or_else(|| {
-                unauthorized("The request you have made requires authentication.")
-            })?;
+            // Keystone answers a wrong secret and an expired credential alike
+            // (application_credential/backends/sql.py `authenticate`).
+            let expired = |a: &AppCred| {
+                a.expires_at
+                    .as_deref()
+                    .and_then(parse_expiration)
+                    .is_some_and(|at| at <= Utc::now())
+            };
+            let cred = cred
+                .filter(|a| a.secret == secret && !expired(a))
+                .ok_or_else(|| {
+                    unauthorized("The request you have made requires authentication.")
+                })?;
+            cred_expiry = cred.expires_at.as_deref().and_then(parse_expiration);
             (
                 cred.user_id.clone(),
                 Some(cred.project_id.clone()),
@@ -454,7 +559,7 @@ async fn issue_token(State(app): State<SharedApp>, Json(req): Json<Value>) -> Si
         "gAAAAA{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
     );
-    let token = Token {
+    let mut token = Token {
         user_id,
         project_id,
         methods,
@@ -465,6 +570,11 @@ async fn issue_token(State(app): State<SharedApp>, Json(req): Json<Value>) -> Si
         expires_sim: now.after(lifetime),
         audit_id: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&raw[..16]),
     };
+    if let Some(at) = cred_expiry
+        && at < token.expires_at
+    {
+        cap_token(&mut token, at, now, app.clock.scale());
+    }
     let body = token_body(&app, ks, &token, true);
     ks.tokens.insert(id.clone(), token);
     let mut resp = (StatusCode::CREATED, Json(body)).into_response();
@@ -675,6 +785,27 @@ async fn create_app_cred(
         .to_owned();
     let mut cloud = app.cloud();
     let ks = &mut cloud.keystone;
+    // keystone/api/users.py `_check_unrestricted_application_credential`: a restricted credential
+    // cannot make another (nor renew itself).
+    let restricted = ks
+        .tokens
+        .get(
+            headers
+                .get("x-auth-token")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+        )
+        .and_then(|t| t.app_cred.as_ref())
+        .and_then(|(id, _)| ks.app_creds.iter().find(|a| &a.id == id))
+        .is_some_and(|a| !a.unrestricted);
+    if restricted {
+        return Err(SimError::forbidden(
+            SVC,
+            "You are not authorized to perform the requested action: Using method \
+             'application_credential' is not allowed for managing additional application \
+             credentials.",
+        ));
+    }
     if ks
         .app_creds
         .iter()
@@ -696,30 +827,70 @@ async fn create_app_cred(
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
         }
     };
-    // Roles default to all of the caller's roles on the project.
-    let caller_roles: Vec<Role> = ks
+    // Roles default to the caller's token's roles. Asked-for roles come with the roles they imply,
+    // and every one must be in the token: keystone/api/users.py `_get_roles` (400, not 403), after
+    // looking each name up (404 for a role that does not exist).
+    let token_roles: Vec<Role> = ks
         .roles
         .iter()
         .filter(|r| ctx.roles.contains(&r.name))
         .cloned()
         .collect();
-    let roles = match c.get("roles").and_then(Value::as_array) {
+    let roles = match c
+        .get("roles")
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+    {
         Some(req_roles) => {
-            let mut out = Vec::new();
+            let mut names = Vec::new();
             for r in req_roles {
-                let found = caller_roles.iter().find(|cr| {
-                    Some(cr.name.as_str()) == s(r, "/name") || Some(cr.id.as_str()) == s(r, "/id")
+                let found = ks.roles.iter().find(|d| {
+                    Some(d.id.as_str()) == s(r, "/id")
+                        || (s(r, "/id").is_none() && Some(d.name.as_str()) == s(r, "/name"))
                 });
-                out.push(found.cloned().ok_or_else(|| {
-                    SimError::forbidden(
-                        SVC,
-                        "Cannot delegate a role the user does not have on the project.",
-                    )
-                })?);
+                let role = found.ok_or_else(|| {
+                    let asked = s(r, "/id").or_else(|| s(r, "/name")).unwrap_or("");
+                    SimError::not_found(SVC, format!("Could not find role: {asked}."))
+                })?;
+                names.push(role.name.clone());
             }
-            out
+            let roles = ks.effective(&names);
+            if roles
+                .iter()
+                .any(|r| !token_roles.iter().any(|t| t.id == r.id))
+            {
+                return Err(SimError::bad_request(
+                    SVC,
+                    "Invalid application credential: Cannot create an application credential \
+                     with unassigned role",
+                ));
+            }
+            roles
         }
-        None => caller_roles,
+        None => token_roles,
+    };
+    // keystone.common.utils.parse_expiration_date.
+    let expires_at = match c.get("expires_at") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let at = v.as_str().and_then(parse_expiration).ok_or_else(|| {
+                SimError::bad_request(
+                    SVC,
+                    "Timestamp not in expected format. The server could not comply with the \
+                     request since it is either malformed or otherwise incorrect. The client is \
+                     assumed to be in error.",
+                )
+            })?;
+            if at <= Utc::now() {
+                return Err(SimError::bad_request(
+                    SVC,
+                    "The 'expires_at' must not be before now. The server could not comply with \
+                     the request since it is either malformed or otherwise incorrect. The client \
+                     is assumed to be in error.",
+                ));
+            }
+            Some(keystone_time(at))
+        }
     };
     let cred = AppCred {
         id: ids::hex_id(),
@@ -733,7 +904,7 @@ async fn create_app_cred(
             .get("unrestricted")
             .and_then(Value::as_bool)
             .unwrap_or(false),
-        expires_at: s(c, "/expires_at").map(str::to_owned),
+        expires_at,
     };
     let mut body = json!({"application_credential": app_cred_json(&app, &cred, true)});
     // The create answers with the stored row as given (checked against Keystone 30): the user and
