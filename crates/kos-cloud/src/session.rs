@@ -388,6 +388,19 @@ impl Session {
             .map(|a| a.token.expires_at)
     }
 
+    /// The names of the roles the current token carries on the project (implied ones included):
+    /// what an application credential made by this session may be given.
+    pub fn token_roles(&self) -> Vec<String> {
+        self.inner
+            .client
+            .get_auth_info()
+            .and_then(|a| a.token.roles)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.name)
+            .collect()
+    }
+
     /// The cloud's name (clouds.yaml key, or `envvars`).
     pub fn cloud_name(&self) -> &str {
         &self.inner.cloud

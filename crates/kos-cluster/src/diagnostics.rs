@@ -117,6 +117,8 @@ pub enum Code {
     QuotaShort,
     /// Quota could not be read: not checked.
     QuotaUnchecked,
+    /// The user has no role the cloud controller's application credential can be given.
+    CredentialRoles,
 }
 
 impl Code {
@@ -168,6 +170,7 @@ impl Code {
             Self::SubnetFull => "kos::preflight::subnet_full",
             Self::QuotaShort => "kos::preflight::quota_short",
             Self::QuotaUnchecked => "kos::preflight::quota_unchecked",
+            Self::CredentialRoles => "kos::preflight::credential_roles",
         }
     }
 }

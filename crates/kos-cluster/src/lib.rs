@@ -18,6 +18,7 @@
 pub mod apply;
 pub mod bootstrap;
 pub mod certs;
+pub mod credential;
 pub mod critical_path;
 pub mod diagnostics;
 pub mod doctor;

@@ -91,6 +91,12 @@ pub struct Facts {
     pub dns_servers: Vec<String>,
     /// A server group's policy (Nova cannot change it).
     pub policy: Option<String>,
+    /// When an application credential expires (RFC 3339); `None`: never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// An application credential's roles.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
 }
 
 /// A server's flavor, image, zone and key, or a boot volume's size, type and image, as the cloud
@@ -689,7 +695,13 @@ impl Inventory {
                     &x.name,
                     String::new(),
                     false,
-                    Facts::default(),
+                    Facts {
+                        expires_at: x
+                            .expires()
+                            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                        roles: x.roles.iter().filter_map(|r| r.name.clone()).collect(),
+                        ..Facts::default()
+                    },
                 );
             }
         }

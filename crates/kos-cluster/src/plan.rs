@@ -147,6 +147,21 @@ impl Plan {
     }
 }
 
+/// What a new object is made with, where the diff should say it: the credential's roles and
+/// lifetime (the secret is never in a plan).
+fn made_with(spec: &Desired) -> Vec<String> {
+    match spec {
+        Desired::AppCredential {
+            roles,
+            lifetime_days,
+        } => vec![format!(
+            "roles {}; expires {lifetime_days} days after it is made",
+            roles.join(", ")
+        )],
+        _ => Vec::new(),
+    }
+}
+
 /// Compares the desired graph with what was observed.
 #[must_use]
 pub fn plan(desired: &DesiredGraph, observed: &Observed) -> Plan {
@@ -378,7 +393,7 @@ fn plan_node(node: &Node, desired: &DesiredGraph, observed: &Observed) -> (Actio
     ranked.sort_by_key(|r| rank(r));
     let Some((keep, rest)) = ranked.split_first() else {
         return (
-            action(Op::Create, "not found".into(), Vec::new(), None),
+            action(Op::Create, "not found".into(), made_with(&node.spec), None),
             Vec::new(),
         );
     };

@@ -22,6 +22,8 @@ pub struct Resolved {
     /// Octavia provider for the Services' load balancers (the CCM's `lb-provider`); `None`: the
     /// cloud's default.
     pub service_lb_provider: Option<String>,
+    /// The roles of the CCM's application credential ([`crate::credential::ccm_roles`]).
+    pub ccm_roles: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -555,6 +555,20 @@ pub struct Addons {
     /// `cniManifest`: the CNI's manifest from this URL, checked against this sha256, instead of the
     /// pinned one (which kos applies only once its checksum is verified).
     pub cni_manifest: Option<CniManifest>,
+    /// `credentialLifetimeDays`: how long the CCM's and CSI's application credential lives; `kos up`
+    /// rotates it once a third of that is left. `None`:
+    /// [`crate::credential::DEFAULT_LIFETIME_DAYS`].
+    pub credential_lifetime_days: Option<Spanned<u32>>,
+}
+
+impl Addons {
+    /// The credential's lifetime in days, the default if the spec gives none.
+    #[must_use]
+    pub fn credential_lifetime_days(&self) -> u32 {
+        self.credential_lifetime_days
+            .as_ref()
+            .map_or(crate::credential::DEFAULT_LIFETIME_DAYS, |d| d.value)
+    }
 }
 
 /// A CNI manifest the user vouches for: an `https://` URL and the sha256 of its content.

@@ -237,6 +237,8 @@ async fn minimal_example_resolves() -> R {
         )]),
         lb_provider: None,
         service_lb_provider: None,
+        // The simulated user's roles: member (implying reader), load-balancer_member, creator.
+        ccm_roles: vec!["member".into(), "load-balancer_member".into()],
     };
     assert_eq!(p.resolved, want);
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
@@ -983,6 +985,34 @@ async fn each_lookup_is_one_call_and_the_report_renders() -> R {
     assert!(
         out.contains("flavor: m1.huge"),
         "the snippet shows the line:\n{out}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_user_without_a_member_role_is_refused_before_anything_is_made() -> R {
+    let c = start_with(SimConfig {
+        token_lifetime_secs: 1e9,
+        user_roles: vec!["reader".into(), "load-balancer_member".into()],
+        ..SimConfig::fast()
+    })
+    .await?;
+    let e = c.fails(&example("minimal.yaml")?).await?;
+    expect(
+        &e,
+        Code::CredentialRoles,
+        "its token carries: reader, load-balancer_member",
+    );
+    let d = e
+        .report
+        .errors()
+        .find(|d| d.code == Code::CredentialRoles)
+        .ok_or("no error")?;
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.contains("openstack role add")),
+        "{d:?}"
     );
     Ok(())
 }

@@ -38,6 +38,32 @@ pub struct ApplicationCredential {
     pub roles: Vec<RoleRef>,
 }
 
+impl ApplicationCredential {
+    /// When it expires (`None`: never, or a time Keystone would not write).
+    #[must_use]
+    pub fn expires(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.expires_at.as_deref().and_then(parse_keystone_time)
+    }
+}
+
+/// A time as Keystone writes it: UTC, with or without fraction and `Z`
+/// (`2018-02-27T18:30:59.000000`).
+#[must_use]
+pub fn parse_keystone_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let t = t.strip_suffix('Z').unwrap_or(t);
+    chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%dT%H:%M:%S%.f")
+        .ok()
+        .map(|n| n.and_utc())
+}
+
+/// An `expires_at` for [`ApplicationCredentialCreate`]: Keystone appends a `Z` unless there is one
+/// and then parses ISO 8601 (`keystone.common.utils.parse_expiration_date`), so an offset such as
+/// `+00:00` is refused; whole seconds, `Z`.
+#[must_use]
+pub fn keystone_expiry(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
 /// A new application credential with its secret, which Keystone returns only once.
 #[derive(Clone)]
 pub struct NewApplicationCredential {
@@ -132,6 +158,19 @@ mod tests {
         };
         assert!(!format!("{n:?}").contains("hunter2"));
         assert_eq!(n.secret.expose_secret(), "hunter2");
+        Ok(())
+    }
+
+    #[test]
+    fn keystone_times_are_written_and_read_as_keystone_does() -> R {
+        let at = parse_keystone_time("2018-02-27T18:30:59.000000").ok_or("parse")?;
+        assert_eq!(keystone_expiry(at), "2018-02-27T18:30:59Z");
+        assert_eq!(parse_keystone_time("2018-02-27T18:30:59Z"), Some(at));
+        let c = ApplicationCredential {
+            expires_at: None,
+            ..ApplicationCredential::default()
+        };
+        assert_eq!(c.expires(), None);
         Ok(())
     }
 }

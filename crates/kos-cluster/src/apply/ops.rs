@@ -11,7 +11,6 @@ use kos_cloud::model::compute::{
     BlockDevice, Boot, KeypairCreate, Nic, ServerCreate, ServerGroupCreate, ServerGroupPolicy,
     ServerStatus,
 };
-use kos_cloud::model::identity::ApplicationCredentialCreate;
 use kos_cloud::model::load_balancer::{
     ListenerUpdate, LoadBalancerCreate, LoadBalancerFilter, PoolParent, ProvisioningStatus, Vip,
 };
@@ -502,7 +501,10 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
             )
             .await
         }
-        Desired::AppCredential => create_app_credential(ctx, node).await,
+        Desired::AppCredential {
+            roles,
+            lifetime_days,
+        } => create_app_credential(ctx, node, roles, *lifetime_days).await,
         Desired::LoadBalancer { subnet, provider } => {
             let mut req = LoadBalancerCreate::new(&node.name, Vip::Subnet(dep(ctx, subnet)?.id));
             req.provider.clone_from(provider);
@@ -1088,16 +1090,20 @@ fn race_backoff(ctx: &Ctx, node: &Node, attempt: u32) -> std::time::Duration {
 
 /// The CCM's application credential: created with its secret kept for the caller; an unknown create
 /// outcome is resolved by deleting what was made (its secret is lost with the answer) and creating again.
-async fn create_app_credential(ctx: &Ctx, node: &Node) -> R<Output> {
+async fn create_app_credential(
+    ctx: &Ctx,
+    node: &Node,
+    roles: &[String],
+    lifetime_days: u32,
+) -> R<Output> {
     let identity = ctx.session.identity();
-    let req = ApplicationCredentialCreate {
-        name: node.name.clone(),
-        description: Some(format!(
-            "kos cluster {}: the in-cluster OpenStack cloud controller manager and CSI",
-            ctx.cluster
-        )),
-        ..ApplicationCredentialCreate::default()
-    };
+    let req = crate::credential::request(
+        &node.name,
+        &ctx.cluster,
+        roles,
+        lifetime_days,
+        chrono::Utc::now(),
+    );
     let mut attempt = 0;
     loop {
         attempt += 1;

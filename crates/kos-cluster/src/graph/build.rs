@@ -244,7 +244,10 @@ pub fn desired_in(
     b.add(
         "appcred-ccm",
         Kind::AppCredential,
-        Desired::AppCredential,
+        Desired::AppCredential {
+            roles: resolved.ccm_roles.clone(),
+            lifetime_days: spec.addons.credential_lifetime_days(),
+        },
         &[],
     );
     if let Some(n) = b.nodes.last_mut() {

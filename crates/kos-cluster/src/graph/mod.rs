@@ -243,7 +243,11 @@ pub enum Desired {
         fip: String,
         target: AssocTarget,
     },
-    AppCredential,
+    /// The CCM's and CSI's credential: these roles, expiring this many days after it is made.
+    AppCredential {
+        roles: Vec<String>,
+        lifetime_days: u32,
+    },
 }
 
 /// Where the API floating IP points.
@@ -509,6 +513,7 @@ mod tests {
                 .collect::<BTreeMap<_, _>>(),
             lb_provider: Some("amphora".into()),
             service_lb_provider: Some("amphora".into()),
+            ccm_roles: vec!["member".into()],
         };
         let g = desired(&spec, &resolved, Formation::Fresh).expect("no duplicate id");
         for n in g.nodes.values() {
@@ -609,6 +614,7 @@ mod tests {
                 crate::spec::EndpointKind::FloatingIp => None,
             },
             service_lb_provider: None,
+            ccm_roles: vec!["member".into()],
         };
         desired(&spec, &resolved, formation).expect("graph")
     }

@@ -47,6 +47,8 @@ pub(crate) struct Facts {
     pub server_groups: Fetched<Vec<ServerGroup>>,
     /// All the project's load balancers: their number is the usage Octavia does not report.
     pub load_balancers: Option<Fetched<Vec<LoadBalancer>>>,
+    /// The roles of the session's token on the project (no call: from the token).
+    pub token_roles: Vec<String>,
 }
 
 /// The machines of a spec: control plane first, then the pools in order.
@@ -182,6 +184,7 @@ impl Facts {
             security_groups,
             server_groups,
             load_balancers,
+            token_roles: session.token_roles(),
         }
     }
 }

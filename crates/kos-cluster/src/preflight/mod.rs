@@ -230,6 +230,7 @@ spec:
             security_groups: Ok(Vec::new()),
             server_groups: Ok(Vec::new()),
             load_balancers: Some(Ok(Vec::new())),
+            token_roles: vec!["member".into(), "reader".into()],
         }
     }
 

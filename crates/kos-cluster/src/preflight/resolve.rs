@@ -105,6 +105,7 @@ pub(crate) fn resolve(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<
     };
     let lb_provider = provider(cx, spec, facts);
     let service_lb_provider = service_provider(cx, spec, facts);
+    let ccm_roles = ccm_roles(cx, facts);
 
     let mut machines = machines.into_iter();
     let control_plane = machines.next().flatten();
@@ -121,7 +122,25 @@ pub(crate) fn resolve(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<
         pools: pools?,
         lb_provider: lb_provider?,
         service_lb_provider: service_lb_provider?,
+        ccm_roles: ccm_roles?,
     })
+}
+
+/// The roles the cloud controller's credential gets; the user must hold a member role, since a
+/// credential has no role its creator lacks.
+fn ccm_roles(cx: &mut Cx, facts: &Facts) -> Option<Vec<String>> {
+    crate::credential::ccm_roles(&facts.token_roles)
+        .map_err(|e| {
+            cx.push(
+                Diagnostic::error(Code::CredentialRoles, "", e.to_string()).help(
+                    "ask the cloud's administrators for the member role on the project (`openstack \
+                     role add --user <you> --project <project> member`), or run kos as a user who \
+                     has it (clouds.yaml's `auth`, or OS_CLOUD); kos never gives the credential \
+                     admin",
+                ),
+            );
+        })
+        .ok()
 }
 
 // ---------------------------------------------------------------- flavors

@@ -886,7 +886,11 @@ fn taint(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Taint> {
 }
 
 fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
-    let m = Obj::new(cx, f, &["cni", "ccm", "csi", "cniManifest"])?;
+    let m = Obj::new(
+        cx,
+        f,
+        &["cni", "ccm", "csi", "cniManifest", "credentialLifetimeDays"],
+    )?;
     let cni = m.or(cx, "cni", Cni::default(), |cx, f| {
         choice(
             cx,
@@ -915,6 +919,16 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
         choice(cx, f, &[("cinder", Csi::Cinder), ("none", Csi::None)]).map(|c| c.value)
     });
     let cni_manifest = m.opt(cx, "cniManifest", cni_manifest);
+    let credential_lifetime_days = m.opt(cx, "credentialLifetimeDays", |cx, f| {
+        integer(
+            cx,
+            f,
+            crate::credential::LIFETIME_DAYS,
+            Code::InvalidValue,
+            "the cloud controller's application credential lives this many days (default 90); \
+             `kos up` rotates it once a third is left, so it must run at least that often",
+        )
+    });
     if let (Some(cni), Some(None)) = (&cni, &cni_manifest) {
         check_cni_pinned(cx, &m, *cni);
     }
@@ -923,6 +937,7 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
         ccm: ccm?,
         csi: csi?,
         cni_manifest: cni_manifest?,
+        credential_lifetime_days: credential_lifetime_days?,
     })
 }
 
