@@ -176,8 +176,9 @@ pub trait Cluster {
         batch: &[Target],
         plan: &Plan,
     ) -> impl Future<Output = Result<(), Self::Error>>;
-    /// Nothing left to change: what follows the cluster's minor catches up (best effort).
-    fn converged(&self, t: &Self::Turn) -> impl Future<Output = ()>;
+    /// Nothing left to change: what follows the cluster's minor catches up (best effort), and the
+    /// CCM's credential is rotated if it is near its expiry (an error fails the run).
+    fn converged(&self, t: &Self::Turn) -> impl Future<Output = Result<(), Self::Error>>;
 }
 
 /// `--repair`: nodes NotReady for at least `after_secs` are replaced.
@@ -235,8 +236,7 @@ pub async fn up<C: Cluster>(cluster: &mut C, opts: Options) -> Result<(), C::Err
         }
         let batch = fresh.as_ref().next_step().map_err(RunError::from)?;
         if batch.is_empty() {
-            cluster.converged(&fresh).await;
-            return Ok(());
+            return cluster.converged(&fresh).await;
         }
         run.succeeded_again(fresh.as_ref(), &batch)?;
         run.step(cluster, &fresh, &batch).await?;
@@ -439,8 +439,9 @@ mod tests {
             ));
             Ok(())
         }
-        async fn converged(&self, _: &Turn) {
+        async fn converged(&self, _: &Turn) -> Result<(), Error> {
             self.did("converged".into());
+            Ok(())
         }
     }
 

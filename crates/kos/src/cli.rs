@@ -252,6 +252,10 @@ pub struct RotateCredentialArgs {
     /// and keeping the old one.
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
     pub timeout: u64,
+    /// How long the new credential lives (days, 7-365): the spec's addons.credentialLifetimeDays.
+    #[arg(long, default_value_t = kos_cluster::credential::DEFAULT_LIFETIME_DAYS,
+          value_parser = clap::value_parser!(u32).range(7..=365), value_name = "DAYS")]
+    pub lifetime_days: u32,
 }
 
 #[derive(Debug, Subcommand)]

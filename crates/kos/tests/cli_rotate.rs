@@ -277,3 +277,117 @@ fn an_unfinished_rotation_is_finished_by_running_it_again() {
     let up = kos(d, Some(&sim.clouds), &["up", "-f", spec, "--cloud", "sim"]);
     assert_eq!(code(&up), 0, "{}", text(&up));
 }
+
+/// The CCM credential's roles and expiry, `(name, roles sorted, expires_at)`, from the simulator.
+fn credential_terms(base: &str) -> Vec<(String, Vec<String>, Option<String>)> {
+    sim_state(base)["keystone"]["app_creds"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|c| {
+            let name = c["name"].as_str()?.to_owned();
+            let mut roles: Vec<String> = c["roles"]
+                .as_array()?
+                .iter()
+                .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                .collect();
+            roles.sort();
+            Some((name, roles, c["expires_at"].as_str().map(str::to_owned)))
+        })
+        .filter(|(n, ..)| n.starts_with("kos-demo-ccm"))
+        .collect()
+}
+
+/// Makes the credential `id` expire `days` from now (negative: expired), as time passing would.
+fn expire_in(base: &str, id: &str, days: i64) {
+    let at = (chrono::Utc::now() + chrono::Duration::days(days)).to_rfc3339();
+    let (status, body) = admin(
+        base,
+        reqwest::Method::POST,
+        &format!("/_sim/app-credentials/{id}/expiry"),
+        Some(serde_json::json!({ "expires_at": at })),
+    );
+    assert_eq!(status, 204, "{body}");
+}
+
+/// Days from now to a Keystone time (`2026-01-01T00:00:00.000000`, UTC).
+fn days_left(keystone_time: &str) -> i64 {
+    let t = chrono::NaiveDateTime::parse_from_str(keystone_time, "%Y-%m-%dT%H:%M:%S%.f")
+        .expect("a Keystone time")
+        .and_utc();
+    (t - chrono::Utc::now()).num_days()
+}
+
+/// The credential kos makes has the member and Octavia roles only and an expiry `kos status` shows;
+/// `kos up` rotates it when less than a third of its life is left, and when it has expired (the CCM
+/// cannot authenticate then), and the CCM makes load balancers on the new one.
+#[test]
+fn kos_up_rotates_a_credential_near_its_expiry_or_expired() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let (sim, spec) = cluster(d);
+    let spec = spec.as_str();
+
+    let made = credential_terms(&sim.base);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0].1, ["load-balancer_member", "member", "reader"]);
+    let at = made[0].2.as_deref().expect("an expiry");
+    assert!((89..=90).contains(&days_left(at)), "{at}");
+
+    let st = kos(d, Some(&sim.clouds), &["status", "demo", "--cloud", "sim"]);
+    assert_eq!(code(&st), 0, "{}", text(&st));
+    assert!(
+        text(&st).contains("expires 20") && text(&st).contains("(in 89 days)"),
+        "{}",
+        text(&st)
+    );
+    let st = kos(
+        d,
+        Some(&sim.clouds),
+        &["status", "demo", "--cloud", "sim", "--output", "json"],
+    );
+    let doc: Value = serde_json::from_slice(&st.stdout).expect("json");
+    let cred = doc["resources"]
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["logical_id"] == "appcred-ccm"))
+        .expect("the credential in kos status");
+    assert!(cred["facts"]["expires_at"].as_str().is_some(), "{cred}");
+
+    // With 60 of its 90 days left, kos up leaves it.
+    let first = credentials(&sim.base);
+    expire_in(&sim.base, &first[0].1, 60);
+    let up = kos(d, Some(&sim.clouds), &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(code(&up), 0, "{}", text(&up));
+    assert_eq!(credentials(&sim.base), first);
+
+    // With 20 left (less than a third), kos up rotates it.
+    expire_in(&sim.base, &first[0].1, 20);
+    let up = kos(d, Some(&sim.clouds), &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(code(&up), 0, "{}", text(&up));
+    assert!(text(&up).contains("expires in 20 days"), "{}", text(&up));
+    let second = credentials(&sim.base);
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_eq!(second[0].0, "kos-demo-ccm-b");
+    assert_eq!(secret_credential_id(d), second[0].1);
+    let terms = credential_terms(&sim.base);
+    assert_eq!(terms[0].1, ["load-balancer_member", "member", "reader"]);
+    assert!((89..=90).contains(&days_left(terms[0].2.as_deref().expect("expiry"))));
+
+    // Expired: the CCM cannot authenticate; kos up rotates it without it, and the CCM works again.
+    expire_in(&sim.base, &second[0].1, -1);
+    let st = kos(d, Some(&sim.clouds), &["status", "demo", "--cloud", "sim"]);
+    assert!(text(&st).contains("expired 20"), "{}", text(&st));
+    let up = kos(d, Some(&sim.clouds), &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(code(&up), 0, "{}", text(&up));
+    assert!(text(&up).contains("has expired"), "{}", text(&up));
+    let third = credentials(&sim.base);
+    assert_eq!(third.len(), 1, "{third:?}");
+    assert_eq!(third[0].0, "kos-demo-ccm");
+    assert_eq!(secret_credential_id(d), third[0].1);
+    service(d, "web", 30080);
+    eventually(120, "a load balancer made on the new credential", || {
+        service_ip(d, "web")
+    });
+    assert_eq!(service_lbs(&sim.base, "web"), 1);
+}

@@ -404,7 +404,7 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
         super::roll::remove(self.c, p, batch, self.args, plan).await
     }
 
-    async fn converged(&self, p: &Prepared) {
+    async fn converged(&self, p: &Prepared) -> Result<(), Failure> {
         // The addons that follow the minor catch up with an upgrade.
         match super::roll::follow_minor(self.c, p).await {
             Ok(moved) => {
@@ -420,6 +420,7 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
                 "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {e}"
             ),
         }
+        super::rotate::when_due(self.c, &p.spec, &p.decided.plan).await
     }
 }
 
@@ -1230,7 +1231,7 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                     })
                     .and_then(kos_cluster::certs::expiry)
                     .map(|t| format!("  certificates until {}", kos_cluster::certs::date(t)))
-                    .unwrap_or_default();
+                    .unwrap_or_else(|| super::rotate::expiry_note(r));
                 // Names and states come from the cloud.
                 println!(
                     "{mark} {:<22} {:<28} {:<12} {}{certs}",

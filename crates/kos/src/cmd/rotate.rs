@@ -6,7 +6,11 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use kos_cloud::model::identity::ApplicationCredentialCreate;
+use kos_cluster::ClusterSpec;
+use kos_cluster::credential::Due;
+use kos_cluster::graph::Kind;
+use kos_cluster::observe::Resource;
+use kos_cluster::plan::{Op, Plan};
 use kos_lifecycle::rotate::{
     self, ClusterApi, Credential, CredentialStore, Keystone, Listed, Options, Rollout, Workload,
     WorkloadKind,
@@ -19,6 +23,7 @@ use super::{Exit, Failure};
 use crate::bootstrap::Local;
 use crate::bootstrap::kube::Kube;
 use crate::cli::RotateCredentialArgs;
+use crate::cloud::Connected;
 use crate::files::write_private;
 
 pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
@@ -28,52 +33,7 @@ pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
             let local = Local::for_session(&c.session, name.as_str()).map_err(Failure::input)?;
             let _lock = local.lock("rotate credential").map_err(Failure::input)?;
             super::cluster::adopt_if_seen(&c, &local, name.as_str()).await?;
-            let missing = |what: &str| {
-                Failure::input(miette::miette!(
-                    help = "run it on the machine that ran `kos up` (or copy its data directory), with the same --cloud",
-                    "the {what} of cluster {name} are not on this machine ({})",
-                    local.dir.display()
-                ))
-            };
-            let secrets = local.secrets().map_err(Failure::input)?.ok_or_else(|| missing("secrets"))?;
-            let meta = local
-                .meta_data()
-                .map_err(Failure::input)?
-                .ok_or_else(|| missing("API address and version"))?;
-            let version: kos_bootstrap::KubeVersion = meta
-                .kubernetes_version
-                .parse()
-                .map_err(|e| Failure::input(miette::miette!("{}: {e}", local.dir.display())))?;
-            let kube = api_client_at(&c, &meta.api_address, &version, &secrets)
-                .await
-                .map_err(|e| {
-                    Failure::cloud_report(miette::miette!(
-                        help = "the cluster's API must answer from this machine: nothing was changed",
-                        "cannot reach the API of cluster {name} at {}: {e}",
-                        meta.api_address
-                    ))
-                })?;
-            let keystone = Session(&c.session, &name);
-            let api = Api(&kube);
-            let store = Store(&local);
-            let opts = Options {
-                timeout: Duration::from_secs(args.timeout),
-                poll: if c.is_simulated() {
-                    Duration::from_millis(50)
-                } else {
-                    Duration::from_secs(2)
-                },
-            };
-            let done = rotate::rotate(&name, &keystone, &api, &store, opts, &mut |l| {
-                eprintln!("kos: {}", crate::term::escape(l));
-            })
-            .await
-            .map_err(|e| {
-                Failure::cloud_report(miette::miette!(
-                    help = "run `kos rotate credential` again: it continues where this run stopped",
-                    "{e}"
-                ))
-            })?;
+            let done = rotate_now(&c, &local, &name, args.lifetime_days, args.timeout).await?;
             println!(
                 "Cluster {name} uses application credential {} ({}); {} workload(s) rolled, {} old credential(s) deleted.",
                 done.name,
@@ -89,14 +49,163 @@ pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
     .await
 }
 
-struct Session<'a>(&'a kos_cloud::Session, &'a str);
+/// Rotates the CCM credential of cluster `name` (whose data directory is `local`, locked by the
+/// caller): a new one of the roles [`kos_cluster::credential::ccm_roles`] chooses, living
+/// `lifetime_days`. The old one need not authenticate: Keystone is asked with the user's session.
+async fn rotate_now(
+    c: &Connected,
+    local: &Local,
+    name: &str,
+    lifetime_days: u32,
+    timeout: u64,
+) -> Result<rotate::Rotated, Failure> {
+    let missing = |what: &str| {
+        Failure::input(miette::miette!(
+            help = "run it on the machine that ran `kos up` (or copy its data directory), with the same --cloud",
+            "the {what} of cluster {name} are not on this machine ({})",
+            local.dir.display()
+        ))
+    };
+    let roles = kos_cluster::credential::ccm_roles(&c.session.token_roles()).map_err(|e| {
+        Failure::input(miette::miette!(
+            help = "ask the cloud's administrators for the member role on the project; nothing was changed",
+            "{e}"
+        ))
+    })?;
+    let secrets = local
+        .secrets()
+        .map_err(Failure::input)?
+        .ok_or_else(|| missing("secrets"))?;
+    let meta = local
+        .meta_data()
+        .map_err(Failure::input)?
+        .ok_or_else(|| missing("API address and version"))?;
+    let version: kos_bootstrap::KubeVersion = meta
+        .kubernetes_version
+        .parse()
+        .map_err(|e| Failure::input(miette::miette!("{}: {e}", local.dir.display())))?;
+    let kube = api_client_at(c, &meta.api_address, &version, &secrets)
+        .await
+        .map_err(|e| {
+            Failure::cloud_report(miette::miette!(
+                help = "the cluster's API must answer from this machine: nothing was changed",
+                "cannot reach the API of cluster {name} at {}: {e}",
+                meta.api_address
+            ))
+        })?;
+    let keystone = Session {
+        session: &c.session,
+        cluster: name,
+        roles,
+        lifetime_days,
+    };
+    let api = Api(&kube);
+    let store = Store(local);
+    let opts = Options {
+        timeout: Duration::from_secs(timeout),
+        poll: if c.is_simulated() {
+            Duration::from_millis(50)
+        } else {
+            Duration::from_secs(2)
+        },
+    };
+    rotate::rotate(name, &keystone, &api, &store, opts, &mut |l| {
+        eprintln!("kos: {}", crate::term::escape(l));
+    })
+    .await
+    .map_err(|e| {
+        Failure::cloud_report(miette::miette!(
+            help = "run `kos rotate credential` again: it continues where this run stopped",
+            "{e}"
+        ))
+    })
+}
+
+/// `kos up`, once nothing is left to change: rotates the CCM credential when less than a third of
+/// its lifetime is left, when it has expired (the CCM and CSI fail then), or when it never
+/// expires (made before kos gave credentials an expiry, with every role of the user).
+pub(super) async fn when_due(
+    c: &Connected,
+    spec: &ClusterSpec,
+    plan: &Plan,
+) -> Result<(), Failure> {
+    let Some(cred) = plan
+        .actions
+        .iter()
+        .find(|a| a.kind == Kind::AppCredential && a.op != Op::Delete)
+        .and_then(|a| a.existing.as_ref())
+    else {
+        return Ok(());
+    };
+    let name = spec.name.value.as_str();
+    let lifetime = spec.addons.credential_lifetime_days();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let expires = cred.facts.expires_at.as_deref().and_then(unix);
+    let due = kos_cluster::credential::rotation_due(expires, now, lifetime);
+    let why = match due {
+        Due::No { .. } => return Ok(()),
+        Due::NeverExpires => "never expires (made before kos gave it an expiry)".to_owned(),
+        Due::Expired => "has expired: the cloud controller and CSI cannot authenticate".to_owned(),
+        Due::Soon { left_secs } => format!(
+            "expires in {} (less than a third of its {lifetime} days)",
+            left(left_secs)
+        ),
+    };
+    eprintln!(
+        "kos: {name}: the CCM application credential {} {why}: rotating it",
+        crate::term::printable(&cred.name)
+    );
+    let local = Local::for_session(&c.session, name).map_err(Failure::input)?;
+    rotate_now(c, &local, name, lifetime, 600).await.map(|_| ())
+}
+
+/// What `kos status` says of the credential: when it expires.
+pub(super) fn expiry_note(r: &Resource) -> String {
+    if r.kind != Kind::AppCredential {
+        return String::new();
+    }
+    match r.facts.expires_at.as_deref() {
+        None => "  never expires".into(),
+        Some(t) => {
+            let now = time::OffsetDateTime::now_utc().unix_timestamp();
+            match unix(t) {
+                Some(at) if at <= now => format!("  expired {t}"),
+                Some(at) => format!("  expires {t} (in {})", left(at - now)),
+                None => format!("  expires {}", crate::term::printable(t)),
+            }
+        }
+    }
+}
+
+fn unix(rfc3339: &str) -> Option<i64> {
+    time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(time::OffsetDateTime::unix_timestamp)
+}
+
+/// `12 days`, `5 hours`, `3 minutes`.
+fn left(secs: i64) -> String {
+    match secs {
+        s if s >= 2 * 86_400 => format!("{} days", s / 86_400),
+        s if s >= 2 * 3600 => format!("{} hours", s / 3600),
+        s => format!("{} minutes", (s / 60).max(1)),
+    }
+}
+
+/// Keystone through the user's session; new credentials get `roles` and live `lifetime_days`.
+struct Session<'a> {
+    session: &'a kos_cloud::Session,
+    cluster: &'a str,
+    roles: Vec<String>,
+    lifetime_days: u32,
+}
 
 impl Keystone for Session<'_> {
     async fn list(&self, names: &[String]) -> Result<Vec<Listed>, String> {
         let mut out = Vec::new();
         for n in names {
             let found = self
-                .0
+                .session
                 .identity()
                 .list_application_credentials(Some(n))
                 .await
@@ -110,16 +219,15 @@ impl Keystone for Session<'_> {
     }
 
     async fn create(&self, name: &str) -> Result<Credential, String> {
-        let req = ApplicationCredentialCreate {
-            name: name.to_owned(),
-            description: Some(format!(
-                "kos cluster {}: the in-cluster OpenStack cloud controller manager and CSI",
-                self.1
-            )),
-            ..ApplicationCredentialCreate::default()
-        };
+        let req = kos_cluster::credential::request(
+            name,
+            self.cluster,
+            &self.roles,
+            self.lifetime_days,
+            chrono::Utc::now(),
+        );
         let c = self
-            .0
+            .session
             .identity()
             .create_application_credential(&req)
             .await
@@ -132,7 +240,12 @@ impl Keystone for Session<'_> {
     }
 
     async fn delete(&self, id: &str) -> Result<(), String> {
-        match self.0.identity().delete_application_credential(id).await {
+        match self
+            .session
+            .identity()
+            .delete_application_credential(id)
+            .await
+        {
             Ok(()) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e.to_string()),
