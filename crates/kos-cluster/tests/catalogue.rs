@@ -185,6 +185,8 @@ const CASES: &[Case] = &[
         code: Code::InvalidValue, message: "`ABC` is not a sha256", line: 17, help: "sha256sum" },
     Case { name: "invalid DNS name for the API", edits: &[("type: loadBalancer", "type: loadBalancer\n    dnsName: api_prod.example.com")],
         code: Code::Name, message: "`api_prod.example.com` contains `_`", line: 12, help: "API certificate" },
+    Case { name: "credential lifetime under a week", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons: {credentialLifetimeDays: 3}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.addons.credentialLifetimeDays: 3 is out of range; it must be 7–365", line: 16, help: "rotates it once a third is left" },
     Case { name: "public not a boolean", edits: &[("type: loadBalancer", "type: loadBalancer\n    public: yes")],
         code: Code::WrongType, message: "expected `true` or `false`, found a string", line: 12, help: "" },
 ];
@@ -415,4 +417,16 @@ fn a_cni_manifest_pin_is_read() {
             sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
         })
     );
+}
+
+#[test]
+fn the_credential_lifetime_is_read_and_defaults_to_90_days() {
+    let spec = load("cluster.yaml", BASE).expect("valid").spec;
+    assert_eq!(spec.addons.credential_lifetime_days(), 90);
+    let text = edit(&[(
+        CP_IMAGE,
+        "    image: ubuntu-24.04\n  addons: {credentialLifetimeDays: 30}\n  nodePools",
+    )]);
+    let spec = load("cluster.yaml", &text).expect("valid").spec;
+    assert_eq!(spec.addons.credential_lifetime_days(), 30);
 }
