@@ -84,8 +84,10 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
             )?
             .config,
         );
-        // As kos-ccm runs: Octavia's busy 409 comes back to the controller, which requeues.
-        let session = ctx.session.clone().with_retry_policy(RetryPolicy {
+        // As kos-ccm runs: on the application credential kos makes for it (its roles, an expiry),
+        // and Octavia's busy 409 comes back to the controller, which requeues.
+        let ccm_session = super::identity::ccm_session(ctx, made).await?;
+        let session = ccm_session.with_retry_policy(RetryPolicy {
             retry_busy_load_balancer: false,
             ..ctx.session.retry_policy().clone()
         });

@@ -1,12 +1,61 @@
 //! Password auth, the token's identity, and an application credential that authenticates a second
-//! session (what the CCM and CSI run with), then is deleted.
+//! session (what the CCM and CSI run with), then is deleted; one that expires stops authenticating
+//! (what `kos up`'s rotation then replaces).
 
 use anyhow::{Result, ensure};
 use kos_cloud::model::identity::ApplicationCredentialCreate;
 use kos_cloud::model::network::NetworkFilter;
 use kos_cloud::{AppCredentialRef, CloudProfile, ProfileAuth, Session};
 
-use crate::{Ctx, Made};
+use crate::{Cleanup, Ctx, Made};
+
+/// A session on an application credential made as kos makes the CCM's
+/// ([`kos_cluster::credential::request`]): the roles kos chooses from the user's token, never
+/// admin, expiring in a day. The credential is deleted with the scenario's other objects.
+pub(crate) async fn ccm_session(ctx: &Ctx, made: &mut Cleanup) -> Result<Session> {
+    let roles = kos_cluster::credential::ccm_roles(&ctx.session.token_roles())?;
+    let req = kos_cluster::credential::request(
+        &ctx.run.name("ccmcred"),
+        "e2e",
+        &roles,
+        1,
+        chrono::Utc::now(),
+    );
+    let cred = ctx
+        .session
+        .identity()
+        .create_application_credential(&req)
+        .await?;
+    made.push(Made::AppCredential(cred.credential.id.clone()));
+    let got: Vec<String> = cred
+        .credential
+        .roles
+        .iter()
+        .filter_map(|r| r.name.clone())
+        .collect();
+    ensure!(
+        roles.iter().all(|r| got.contains(r)) && !got.iter().any(|r| r == "admin"),
+        "credential roles {got:?}, asked for {roles:?}"
+    );
+    let left = cred
+        .credential
+        .expires()
+        .map(|at| at - chrono::Utc::now())
+        .ok_or_else(|| anyhow::anyhow!("the credential has no expiry"))?;
+    ensure!(
+        left > chrono::Duration::hours(23) && left <= chrono::Duration::hours(24),
+        "expires in {left}"
+    );
+    let profile = CloudProfile {
+        name: format!("{}-ccmcred", ctx.profile.name),
+        auth: ProfileAuth::ApplicationCredential {
+            credential: AppCredentialRef::Id(cred.credential.id.clone()),
+            secret: cred.secret.clone(),
+        },
+        ..ctx.profile.clone()
+    };
+    Ok(Session::connect(&profile).await?)
+}
 
 pub async fn identity(ctx: &Ctx) -> Result<()> {
     ctx.guarded(async |made| {
@@ -70,6 +119,32 @@ pub async fn identity(ctx: &Ctx) -> Result<()> {
             Session::connect(&profile).await.is_err(),
             "a deleted application credential still authenticates"
         );
+
+        // One that expires: Keystone refuses an expiry in the past, so a few seconds ahead.
+        let short = id
+            .create_application_credential(&ApplicationCredentialCreate {
+                name: ctx.run.name("appcred-short"),
+                expires_at: Some(kos_cloud::model::identity::keystone_expiry(
+                    chrono::Utc::now() + chrono::Duration::seconds(5),
+                )),
+                ..Default::default()
+            })
+            .await?;
+        made.push(Made::AppCredential(short.credential.id.clone()));
+        let short_profile = CloudProfile {
+            auth: ProfileAuth::ApplicationCredential {
+                credential: AppCredentialRef::Id(short.credential.id.clone()),
+                secret: short.secret.clone(),
+            },
+            ..profile.clone()
+        };
+        tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+        ensure!(
+            Session::connect(&short_profile).await.is_err(),
+            "an expired application credential still authenticates"
+        );
+        id.delete_application_credential(&short.credential.id)
+            .await?;
         Ok(())
     })
     .await
