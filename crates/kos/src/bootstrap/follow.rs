@@ -126,7 +126,7 @@ pub struct FollowError {
 }
 
 /// The steps the first control plane runs after `kubeadm init` and no joining node runs.
-const AFTER_INIT: [&str; 2] = ["cni", "addons"];
+const AFTER_INIT: [&str; 3] = ["cni", "addons", "metadata-close"];
 
 impl std::fmt::Display for FollowError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -44,6 +44,15 @@ async fn cluster() -> Cluster {
     )
     .expect("secrets");
     let fake = FakeKube::start().await.expect("fake");
+    // What kubeadm init binds for admin.conf's group (1.29+): kos's admin certificate is in it, and
+    // the fake authorises as kube-apiserver's RBAC does.
+    let admins: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "kubeadm:cluster-admins"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "kubeadm:cluster-admins"}],
+    }))
+    .expect("binding");
+    fake.insert(&admins).expect("bind the admins");
     let (cert, key) = serving_cert(&secrets.ca);
     let front = fake
         .serve_tls(&TlsServing {
