@@ -34,7 +34,10 @@ fn manifest(krate: &str) -> String {
 #[test]
 fn kos_sim_shares_no_code_with_kos() {
     let deps = dependencies(&manifest("kos-sim"));
-    assert!(deps.iter().any(|d| d == "axum"), "the parser found nothing: {deps:?}");
+    assert!(
+        deps.iter().any(|d| d == "axum"),
+        "the parser found nothing: {deps:?}"
+    );
     let kos: Vec<&String> = deps.iter().filter(|d| d.starts_with("kos")).collect();
     assert!(kos.is_empty(), "kos-sim depends on {kos:?}");
 }
@@ -42,7 +45,10 @@ fn kos_sim_shares_no_code_with_kos() {
 #[test]
 fn kos_guest_runs_kos_bootstraps_output_without_its_code() {
     let deps = dependencies(&manifest("kos-guest"));
-    assert!(deps.iter().any(|d| d == "kos-sim"), "the parser found nothing: {deps:?}");
+    assert!(
+        deps.iter().any(|d| d == "kos-sim"),
+        "the parser found nothing: {deps:?}"
+    );
     assert!(
         !deps.iter().any(|d| d == "kos-bootstrap"),
         "kos-guest depends on kos-bootstrap: {deps:?}"
