@@ -295,8 +295,10 @@ impl Session {
         let policy = self.retry_policy();
         let idempotent = req.is_idempotent();
         let mut budget = retry::Budget::default();
-        // At most one re-authentication per call: credentials that Keystone accepts but a service
-        // then rejects must not loop forever.
+        // One re-authentication per token that got the call an answer: credentials that Keystone
+        // accepts but a service then rejects must not loop forever, while a token that expires again
+        // during the call's retries (short-lived tokens, a 503 in between) is renewed again. The
+        // retries in between spend the budget, so this ends too.
         let mut reauthenticated = false;
         loop {
             budget.attempts += 1;
@@ -323,6 +325,10 @@ impl Session {
                 reauthenticated = true;
                 budget.attempts -= 1;
                 continue;
+            }
+            if status.is_some_and(|s| s != 401) {
+                // The service accepted the new token: a later 401 is a new expiry.
+                reauthenticated = false;
             }
             let (decision, retry_after, outcome) = match result {
                 Attempt::Answer(rsp) => {

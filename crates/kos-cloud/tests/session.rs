@@ -279,6 +279,51 @@ async fn reauthenticates_after_token_expiry() {
     );
 }
 
+/// Issue 20 (3): short-lived tokens and a failing service together. The renewed token expires again
+/// while the call waits out a 503: it is renewed again, not reported as a 401 "after 2 attempts".
+/// A service that rejects every new token still ends the call.
+#[tokio::test]
+async fn a_token_that_expires_again_during_the_retries_is_renewed_again() {
+    let sim = sim().await;
+    let s = connect(&sim).await;
+    let http = reqwest::Client::new();
+    let path = "^/network/v2.0/networks$";
+    // The first rule that fires wins and the others do not count the request: 401, 503, 401, then 200.
+    for rule in [
+        json!({"method": "GET", "path": path, "status": 401, "skip": 2, "count": 1}),
+        json!({"method": "GET", "path": path, "status": 503, "skip": 1, "count": 1}),
+        json!({"method": "GET", "path": path, "status": 401, "count": 1}),
+    ] {
+        let r = http
+            .post(format!("{}/_sim/faults", sim.base_url()))
+            .json(&rule)
+            .send()
+            .await
+            .expect("fault");
+        assert!(r.status().is_success());
+    }
+    let list = || ApiRequest::get(ServiceKind::Network, "network.list", "networks");
+    let rsp = s.send(list()).await.expect("renewed twice, then answered");
+    assert_eq!(rsp.status, 200);
+    let log = sim_log(&sim).await;
+    assert_eq!(
+        count(&log, "POST", "/identity/v3/auth/tokens", Some(201)),
+        3,
+        "{log:#?}"
+    );
+
+    // Every new token refused: the call ends after one renewal.
+    let r = http
+        .post(format!("{}/_sim/faults", sim.base_url()))
+        .json(&json!({"method": "GET", "path": path, "status": 401}))
+        .send()
+        .await
+        .expect("fault");
+    assert!(r.status().is_success());
+    let e = s.send(list()).await.expect_err("always refused");
+    assert_eq!(e.status(), Some(401), "{e:?}");
+}
+
 /// Many calls in flight when the token expires: one re-authentication serves them all, and no call
 /// reaches a service while its endpoint is being rediscovered (it would land on the unversioned
 /// URL and get a 404 that looks like "no such resource").

@@ -1,5 +1,6 @@
 //! `kos plan`, `up`, `down`, `status`, `gc`: a cluster's infrastructure, through kos-cluster.
 
+use std::cell::Cell;
 use std::path::Path;
 use std::time::Duration;
 
@@ -141,8 +142,9 @@ async fn prepare(
     c: &Connected,
     spec: SpecFile,
     renew_before: Option<i64>,
+    changed: bool,
 ) -> Result<Prepared, Failure> {
-    let looked = look(c, spec).await?;
+    let looked = look(c, spec, changed).await?;
     let (graph, decided) = looked.decide(renew_before).map_err(|e| {
         let shown = crate::term::printable(&looked.shown);
         Failure::input(match e {
@@ -150,10 +152,12 @@ async fn prepare(
                 help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
                 "{shown}: {e}"
             ),
-            DecideError::Refused { .. } => {
+            DecideError::Refused { .. } if !changed => {
                 miette::miette!(help = "nothing was changed", "{shown}: {e}")
             }
-            DecideError::Version(_) | DecideError::Graph(_) => miette::miette!("{shown}: {e}"),
+            DecideError::Refused { .. } | DecideError::Version(_) | DecideError::Graph(_) => {
+                miette::miette!("{shown}: {e}")
+            }
         })
     })?;
     Ok(Prepared {
@@ -167,7 +171,9 @@ async fn prepare(
 }
 
 /// Preflight, what the cloud shows and whether the cluster exists: what a decision is made from.
-async fn look(c: &Connected, spec: SpecFile) -> Result<Looked, Failure> {
+/// `changed`: this command already changed the cloud (a later turn of `kos up`), so no message
+/// may say that nothing was.
+async fn look(c: &Connected, spec: SpecFile, changed: bool) -> Result<Looked, Failure> {
     let SpecFile {
         loaded,
         shown,
@@ -181,12 +187,16 @@ async fn look(c: &Connected, spec: SpecFile) -> Result<Looked, Failure> {
             {
                 eprintln!("{q}");
             }
-            if e.cloud_failed {
-                // A lookup the cloud failed is no fault of the spec's.
-                Failure::cloud_report(miette::Report::new(e.report).wrap_err(
+            if e.cloud_failed || changed {
+                // A lookup the cloud failed is no fault of the spec's; and a spec that passed in
+                // this run's first turn failing now is what the cloud answered since.
+                Failure::cloud_report(miette::Report::new(e.report).wrap_err(if changed {
+                    "the cloud failed while kos checked the spec against it again, after this run had \
+                     made changes; run the command again: it continues"
+                } else {
                     "the cloud failed while kos checked the spec against it: nothing was changed; run the \
-                     command again",
-                ))
+                     command again"
+                }))
             } else {
                 Failure::input(miette::Report::new(e.report))
             }
@@ -280,7 +290,7 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
             let renew_before = args
                 .renew_certificates
                 .then(|| time::OffsetDateTime::now_utc().unix_timestamp());
-            let p = prepare(&c, spec, renew_before).await?;
+            let p = prepare(&c, spec, renew_before, false).await?;
             if args.graph.is_some() {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
@@ -335,10 +345,12 @@ pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
             renew_before: args
                 .renew_certificates
                 .then(|| time::OffsetDateTime::now_utc().unix_timestamp()),
+            changed: Cell::new(false),
         };
         let r = kos_lifecycle::run::up(&mut run, opts)
             .await
-            .map(|()| Exit::Ok);
+            .map(|()| Exit::Ok)
+            .map_err(|f| run.kept_promise(f));
         (c, r)
     })
     .await
@@ -353,6 +365,21 @@ struct Up<'a> {
     spec: Option<SpecFile>,
     /// `--renew-certificates`: when the run started.
     renew_before: Option<i64>,
+    /// This run may have changed the cloud or the cluster: no failure is exit 3 from then on.
+    changed: Cell<bool>,
+}
+
+impl Up<'_> {
+    /// Exit 3 promises that nothing changed: once this run changed something, whatever stops it
+    /// (a refusal, a spec the cloud no longer passes) is exit 1, and the next `kos up` continues.
+    fn kept_promise(&self, f: Failure) -> Failure {
+        if f.code != 3 || !self.changed.get() {
+            return f;
+        }
+        Failure::cloud_report(f.report.wrap_err(
+            "kos up stopped after it had made changes; fix the cause and run it again: it continues",
+        ))
+    }
 }
 
 impl kos_lifecycle::run::Cluster for Up<'_> {
@@ -364,7 +391,7 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
             Some(s) => s,
             None => load_spec(&self.args.spec.file)?,
         };
-        prepare(self.c, file, self.renew_before).await
+        prepare(self.c, file, self.renew_before, self.changed.get()).await
     }
 
     async fn unhealthy(
@@ -380,15 +407,26 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
     }
 
     async fn drain_scaled_down(&self, p: &Prepared, plan: &Plan) -> Result<Vec<String>, Failure> {
+        if plan
+            .actions
+            .iter()
+            .any(|a| a.kind == Kind::Server && a.op == Op::Delete)
+        {
+            self.changed.set(true);
+        }
         super::roll::drain_scaled_down(self.c, p, plan, self.args).await
     }
 
     async fn before_joins(&self, p: &Prepared, plan: &Plan) -> Result<(), Failure> {
+        // It changes kubeadm-config only when control planes are made.
+        if joins_control_planes(plan) {
+            self.changed.set(true);
+        }
         super::roll::before_joins(self.c, p, plan).await
     }
 
     async fn converge(&self, p: &Prepared, plan: &Plan) -> Result<Vec<String>, Failure> {
-        converge(self.c, self.args, p, plan).await
+        converge(self.c, self.args, p, plan, &self.changed).await
     }
 
     async fn delete_nodes(&self, p: &Prepared, names: &[String]) {
@@ -401,6 +439,7 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
         batch: &[kos_lifecycle::roll::Target],
         plan: &Plan,
     ) -> Result<(), Failure> {
+        self.changed.set(true);
         super::roll::remove(self.c, p, batch, self.args, plan).await
     }
 
@@ -444,6 +483,7 @@ async fn converge(
     args: &UpArgs,
     p: &Prepared,
     plan: &Plan,
+    changed: &Cell<bool>,
 ) -> Result<Vec<String>, Failure> {
     let local = Local::for_session(&c.session, &p.graph.cluster).map_err(Failure::input)?;
     let exists = plan
@@ -504,6 +544,7 @@ async fn converge(
         secrets.certificate_key = kos_bootstrap::token::certificate_key(&mut rand::rng());
     }
     if exists && (token_refreshed || (joiners && formed) || certs) {
+        changed.set(true);
         push_token(c, &local, &p.spec, &secrets, token_refreshed, certs).await;
     }
     let bootstrap =
@@ -521,6 +562,7 @@ async fn converge(
     if p.formation.formation == kos_cluster::bootstrap::Formation::Formed {
         let joining = super::members::joining(plan);
         if !joining.is_empty() {
+            changed.set(true);
             match super::members::remove_stale_members(
                 c,
                 &local,
@@ -563,6 +605,9 @@ async fn converge(
     if c.is_simulated() {
         // The embedded cloud runs 100x faster than a real one: poll accordingly.
         opts.poll_interval = Duration::from_millis(50);
+    }
+    if changes > 0 {
+        changed.set(true);
     }
     let (tx, progress) = crate::progress::spawn(changes as u64);
     let result = kos_cluster::apply::apply(&c.session, &p.graph, plan, &bootstrap, opts, tx).await;
@@ -1178,7 +1223,7 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
             // A spec kos up would refuse still shows what exists, and why it is not converged.
             let (graph, refused) = match spec {
                 Some(spec) => {
-                    let looked = look(&c, spec).await?;
+                    let looked = look(&c, spec, false).await?;
                     match looked.decide(None) {
                         Ok((graph, _)) => (Some(graph), None),
                         Err(e) => (None, Some(e.to_string())),

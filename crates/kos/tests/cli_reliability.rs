@@ -1,0 +1,187 @@
+//! Issue 20: every failure a real cloud throws is survived by the next plain `kos up`, exit codes
+//! keep their promise, and nothing waits in silence. Each case runs the real binary against
+//! `kos sim serve` with the fault that broke it.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{admin, code, example, isolated, kos, serve_with, text};
+
+/// `kos <args>` in the background, every line it prints (stdout and stderr) sent as it comes.
+struct Watched {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Watched {
+    fn start(d: &Path, clouds: &Path, args: &[&str]) -> Watched {
+        let mut child = isolated(d, Some(clouds), args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kos");
+        let (tx, lines) = mpsc::channel();
+        let out = child.stdout.take().expect("stdout");
+        let err = child.stderr.take().expect("stderr");
+        for r in [
+            Box::new(out) as Box<dyn std::io::Read + Send>,
+            Box::new(err) as Box<dyn std::io::Read + Send>,
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for l in BufReader::new(r).lines().map_while(Result::ok) {
+                    if tx.send(l).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Watched {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits until a line contains `what` (true), or the run ends or `secs` pass (false).
+    fn until(&mut self, what: &str, secs: u64) -> bool {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            match self.lines.recv_timeout(Duration::from_millis(200)) {
+                Ok(l) => {
+                    let hit = l.contains(what);
+                    self.seen.push(l);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+        false
+    }
+
+    /// Waits for the run to end (at most `secs`, then it is killed); its exit code and output.
+    fn finish(mut self, secs: u64) -> (i32, String) {
+        let end = Instant::now() + Duration::from_secs(secs);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s.code().unwrap_or(-1);
+            }
+            if Instant::now() >= end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break -1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // The readers end with the process.
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        (status, self.seen.join("\n"))
+    }
+}
+
+/// `s` with miette's wrapping undone: its frame characters gone, all whitespace one space.
+fn flat(s: &str) -> String {
+    s.replace(['│', '╰', '─', '▶', '×'], " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn up(d: &Path, clouds: &Path, spec: &str) -> Output {
+    kos(d, Some(clouds), &["up", "-f", spec, "--cloud", "sim"])
+}
+
+fn status_json(d: &Path, clouds: &Path, spec: &str) -> Value {
+    let st = kos(
+        d,
+        Some(clouds),
+        &[
+            "status", "demo", "--cloud", "sim", "-f", spec, "--output", "json",
+        ],
+    );
+    serde_json::from_slice(&st.stdout)
+        .unwrap_or_else(|e| panic!("status JSON ({e}): {}", text(&st)))
+}
+
+fn fault(base: &str, rule: Value) {
+    let (status, body) = admin(base, Method::POST, "/_sim/faults", Some(rule));
+    assert_eq!(status, 201, "{body}");
+}
+
+fn clear_faults(base: &str) {
+    let (status, _) = admin(base, Method::DELETE, "/_sim/faults", None);
+    assert_eq!(status, 204);
+}
+
+fn sim_config(d: &Path, yaml: &str) -> std::path::PathBuf {
+    let p = d.join("sim.yaml");
+    std::fs::write(&p, yaml).expect("write sim config");
+    p
+}
+
+/// (3) Tokens that expire every 0.3 s while the cloud answers 503 now and then: every 401 is a token
+/// to renew (a renewed token expiring again during a call's retries included), never a failed run,
+/// and never "the spec is invalid".
+#[test]
+fn token_churn_with_5xx_is_survived() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    // Six cloud seconds at 0.05 real seconds each.
+    let config = sim_config(
+        d,
+        "seed: 7\ntoken_lifetime_secs: 6\nfaults:\n  - path: \"^/(network|compute|load-balancer)/\"\n    \
+         status: 503\n    probability: 0.2\n",
+    );
+    let served = serve_with(d, "0.05", Some(&config));
+    let spec = example("minimal.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let o = up(d, &served.clouds, spec);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+}
+
+/// (3) Exit 3 promises that nothing changed. A cloud that refuses the spec's lookups in a later turn
+/// of the run, after the first turn created the cluster, ends it with 1: the next `kos up` continues.
+#[test]
+fn a_lookup_refused_after_changes_is_exit_1_not_3() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let served = serve_with(d, "0.05", None);
+    let spec = example("minimal.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let mut run = Watched::start(d, &served.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    assert!(
+        run.until("phase bootstrap", 300),
+        "no bootstrap phase: {}",
+        run.seen.join("\n")
+    );
+    // The turn after this converge checks the spec against the cloud again: its network lookup
+    // is now forbidden (not transient: with nothing changed, it would be the spec's problem).
+    fault(
+        &served.base,
+        json!({"method": "GET", "path": "^/network/v2.0/networks$", "status": 403}),
+    );
+    let (status, out) = run.finish(300);
+    assert_eq!(status, 1, "{out}");
+    assert!(
+        flat(&out).contains("after this run had made changes"),
+        "{out}"
+    );
+    clear_faults(&served.base);
+    let o = up(d, &served.clouds, spec);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let st = status_json(d, &served.clouds, spec);
+    assert_eq!(st["not_converged"], json!([]), "{st}");
+}
