@@ -918,6 +918,7 @@ async fn a_409_from_octavia_is_a_requeue_and_the_service_converges() {
             id: None,
             method: Some("PUT".into()),
             path: "/members$".into(),
+            body: None,
             status: 409,
             probability: 1.0,
             count: Some(2),

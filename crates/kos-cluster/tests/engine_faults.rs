@@ -17,6 +17,7 @@ fn rule(method: Option<&str>, path: &str, status: u16) -> FaultRule {
         id: None,
         method: method.map(str::to_owned),
         path: path.to_owned(),
+        body: None,
         status,
         probability: 1.0,
         count: None,

@@ -105,6 +105,7 @@ async fn status_of_a_half_made_cluster_lists_what_is_missing() -> R {
         id: None,
         method: Some("POST".into()),
         path: "/servers$".into(),
+        body: None,
         status: 500,
         probability: 1.0,
         count: None,

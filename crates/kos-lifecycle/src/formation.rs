@@ -17,7 +17,14 @@ pub struct Evidence {
     pub running_control_planes: Vec<String>,
     /// What the cluster's API said at its endpoint; `None` when it was not asked.
     pub api: Option<ApiAnswer>,
+    /// Whether a running control plane's console shows that it ran `kubeadm init` or `join` (of
+    /// any outcome), or no longer tells (its markers scrolled out, it could not be read); `None`
+    /// when not read. `Some(false)`: every one of them is still before kubeadm.
+    pub kubeadm_seen: Option<bool>,
 }
+
+/// The control plane a fresh cluster's graph makes the initializer (its first slot).
+pub const INITIALIZER: &str = "cp-0";
 
 /// The cluster's API at its endpoint, over TLS verified with the cluster's CA.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,10 +43,24 @@ pub struct Decision {
 }
 
 impl Evidence {
-    /// Whether the API needs asking: running control planes already prove the cluster.
+    /// Whether the API needs asking: running control planes prove the cluster, unless the
+    /// initializer is not among them (they may be waiting to join a cluster never initialised).
     #[must_use]
     pub fn needs_api(&self) -> bool {
-        self.running_control_planes.is_empty()
+        self.running_control_planes.is_empty() || !self.initializer_runs()
+    }
+
+    /// Whether the consoles need reading: control planes run without the initializer, and the API
+    /// did not answer.
+    #[must_use]
+    pub fn needs_consoles(&self) -> bool {
+        !self.running_control_planes.is_empty()
+            && !self.initializer_runs()
+            && self.api != Some(ApiAnswer::Answered)
+    }
+
+    fn initializer_runs(&self) -> bool {
+        self.running_control_planes.iter().any(|c| c == INITIALIZER)
     }
 }
 
@@ -75,6 +96,19 @@ pub fn is_control_plane(logical_id: &str) -> bool {
 /// it is the initializer of a run that was stopped, or it joins one, and a new init would race it.
 #[must_use]
 pub fn decide(e: &Evidence) -> Decision {
+    // The initializer's create failed while the others were made to join it: they wait for a
+    // cluster that no one initialised, and a joining cp-0 would never make it.
+    if e.needs_consoles() && e.kubeadm_seen == Some(false) {
+        return Decision {
+            formation: Formation::Fresh,
+            reason: format!(
+                "control plane(s) {} wait to join a cluster that no control plane initialised (their \
+                 consoles show no kubeadm init or join, the API does not answer): {INITIALIZER} \
+                 initializes it",
+                e.running_control_planes.join(", ")
+            ),
+        };
+    }
     if !e.running_control_planes.is_empty() {
         return Decision {
             formation: Formation::Formed,
@@ -151,13 +185,41 @@ mod tests {
     #[test]
     fn running_control_planes_form_the_cluster_whatever_the_api() {
         for api in [None, Some(ApiAnswer::Silent("timed out".into()))] {
-            let d = decide(&Evidence {
-                running_control_planes: vec!["cp-1".into(), "cp-2".into()],
-                api,
-            });
-            assert_eq!(d.formation, Formation::Formed);
-            assert!(d.reason.contains("cp-1, cp-2"), "{}", d.reason);
+            // Consoles that show a kubeadm step, or tell nothing any more, or were not read.
+            for kubeadm_seen in [Some(true), None] {
+                let d = decide(&Evidence {
+                    running_control_planes: vec!["cp-1".into(), "cp-2".into()],
+                    api: api.clone(),
+                    kubeadm_seen,
+                });
+                assert_eq!(d.formation, Formation::Formed);
+                assert!(d.reason.contains("cp-1, cp-2"), "{}", d.reason);
+            }
         }
+    }
+
+    /// Issue 20 (1): cp-0's create failed while cp-1 and cp-2 were made to join it. Their consoles
+    /// show no kubeadm step and the API is silent: cp-0 initializes, or no one ever would.
+    #[test]
+    fn joiners_waiting_for_an_initializer_that_never_ran_leave_the_cluster_fresh() {
+        let mut e = Evidence {
+            running_control_planes: vec!["cp-1".into(), "cp-2".into()],
+            api: None,
+            kubeadm_seen: None,
+        };
+        assert!(e.needs_api() && e.needs_consoles());
+        e.kubeadm_seen = Some(false);
+        let d = decide(&e);
+        assert_eq!(d.formation, Formation::Fresh);
+        assert!(d.reason.contains("cp-0 initializes it"), "{}", d.reason);
+        // The initializer itself runs (still before kubeadm, say): nothing to read, formed.
+        let e = Evidence {
+            running_control_planes: vec!["cp-0".into(), "cp-2".into()],
+            api: None,
+            kubeadm_seen: None,
+        };
+        assert!(!e.needs_api() && !e.needs_consoles());
+        assert_eq!(decide(&e).formation, Formation::Formed);
     }
 
     #[test]
@@ -165,6 +227,7 @@ mod tests {
         let e = Evidence {
             running_control_planes: Vec::new(),
             api: Some(ApiAnswer::Answered),
+            kubeadm_seen: None,
         };
         assert!(e.needs_api());
         assert_eq!(decide(&e).formation, Formation::Formed);
@@ -176,6 +239,7 @@ mod tests {
         let d = decide(&Evidence {
             running_control_planes: Vec::new(),
             api: Some(ApiAnswer::Silent("connection refused".into())),
+            kubeadm_seen: None,
         });
         assert_eq!(d.formation, Formation::Fresh);
         assert!(d.reason.contains("connection refused"));

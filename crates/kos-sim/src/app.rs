@@ -223,6 +223,17 @@ pub async fn gate(State(app): State<SharedApp>, req: Request, next: Next) -> Res
         }
     }
 
+    // A rule may match the body: read it first (requests are small JSON documents).
+    let (req, body) = if cloud_service.is_some() && app.fault_engine().needs_body() {
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, 16 << 20)
+            .await
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        (Request::from_parts(parts, Body::from(bytes)), Some(text))
+    } else {
+        (req, None)
+    };
     let mut fault_rule = None;
     let mut rate_limited = false;
     let decision = cloud_service.and_then(|svc| {
@@ -237,7 +248,7 @@ pub async fn gate(State(app): State<SharedApp>, req: Request, next: Next) -> Res
             )
             .with_retry_after(retry)));
         }
-        f.check(&method, &path).map(Ok)
+        f.check_with_body(&method, &path, body.as_deref()).map(Ok)
     });
 
     let resp = match decision {

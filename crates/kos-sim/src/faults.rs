@@ -22,6 +22,10 @@ pub struct FaultRule {
     pub method: Option<String>,
     /// Regex matched against the full request path (e.g. `^/compute/v2.1/servers$`).
     pub path: String,
+    /// Regex the request body must match too (e.g. `"name": "kos-demo-cp-0"`): one object's create
+    /// among many, whatever order they are sent in.
+    #[serde(default)]
+    pub body: Option<String>,
     pub status: u16,
     #[serde(default = "one")]
     pub probability: f64,
@@ -64,6 +68,7 @@ pub struct FaultHit {
 struct ActiveRule {
     rule: FaultRule,
     re: Regex,
+    body: Option<Regex>,
     seen: u64,
     fired: u64,
 }
@@ -100,12 +105,22 @@ impl FaultEngine {
             path: rule.path.clone(),
             source,
         })?;
+        let body = rule
+            .body
+            .as_deref()
+            .map(Regex::new)
+            .transpose()
+            .map_err(|source| BadRule {
+                path: rule.body.clone().unwrap_or_default(),
+                source,
+            })?;
         let id = self.next_id;
         self.next_id += 1;
         rule.id = Some(id);
         self.rules.push(ActiveRule {
             rule,
             re,
+            body,
             seen: 0,
             fired: 0,
         });
@@ -148,15 +163,34 @@ impl FaultEngine {
         self.buckets.iter().map(|(s, b)| (*s, b.rate)).collect()
     }
 
+    /// Whether a rule looks at request bodies (the gate then reads them before checking).
+    pub fn needs_body(&self) -> bool {
+        self.rules.iter().any(|r| r.body.is_some())
+    }
+
     /// The fault this request gets, if any. Every matching rule counts the request; the first one that
     /// decides to fire wins.
     pub fn check(&mut self, method: &str, path: &str) -> Option<FaultHit> {
+        self.check_with_body(method, path, None)
+    }
+
+    /// As [`FaultEngine::check`], with the request's body for rules that match it (a rule with a body
+    /// pattern never matches a request checked without one).
+    pub fn check_with_body(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Option<FaultHit> {
         for r in &mut self.rules {
             if r.rule
                 .method
                 .as_deref()
                 .is_some_and(|m| !m.eq_ignore_ascii_case(method))
                 || !r.re.is_match(path)
+                || r.body
+                    .as_ref()
+                    .is_some_and(|b| !body.is_some_and(|t| b.is_match(t)))
             {
                 continue;
             }
@@ -215,6 +249,7 @@ mod tests {
             id: None,
             method: Some("POST".into()),
             path: path.into(),
+            body: None,
             status,
             probability: 1.0,
             count: Some(2),
@@ -285,5 +320,36 @@ mod tests {
             "other services unaffected"
         );
         assert!(f.add(rule("(", 500)).is_err());
+    }
+
+    #[test]
+    fn a_body_pattern_picks_one_create_among_many() {
+        let mut f = FaultEngine::new(7);
+        f.add(FaultRule {
+            method: None,
+            skip: 0,
+            count: Some(1),
+            retry_after: None,
+            body: Some(r#""name": ?"kos-demo-cp-0""#.into()),
+            ..rule("^/compute/v2.1/servers$", 400)
+        })
+        .expect("valid rule");
+        assert!(f.needs_body());
+        let path = "/compute/v2.1/servers";
+        assert!(f.check("POST", path).is_none(), "no body, no match");
+        assert!(
+            f.check_with_body(
+                "POST",
+                path,
+                Some(r#"{"server": {"name": "kos-demo-cp-1"}}"#)
+            )
+            .is_none()
+        );
+        let hit = f.check_with_body(
+            "POST",
+            path,
+            Some(r#"{"server": {"name": "kos-demo-cp-0"}}"#),
+        );
+        assert_eq!(hit.map(|h| h.status), Some(400));
     }
 }

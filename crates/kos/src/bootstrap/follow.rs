@@ -79,6 +79,19 @@ pub fn parse(console: &str) -> (Vec<String>, NodeState) {
     (markers, state)
 }
 
+/// Whether `console` shows that its node ran `kubeadm init` or `join` (whatever the outcome: a
+/// failed join may have added its etcd member), or no longer tells (a console this long has lost
+/// its beginning). `false`: its bootstrap is still before kubeadm.
+#[must_use]
+pub fn kubeadm_seen(console: &str) -> bool {
+    let (markers, state) = parse(console);
+    let kubeadm = markers.iter().any(|m| {
+        let step = m.split_once(' ').map_or(m.as_str(), |(s, _)| s);
+        matches!(step, "kubeadm-init" | "kubeadm-join" | "bootstrap")
+    });
+    kubeadm || (state == NodeState::Waiting && console.len() >= SCROLLED)
+}
+
 /// A server to follow.
 #[derive(Debug, Clone)]
 pub struct Target {

@@ -539,7 +539,15 @@ async fn converge(
     // from a Secret kos puts there now under a key of this run's, valid two hours. Their user_data
     // holds the key, never a private key (only the first control plane, which makes the cluster,
     // carries the PKI).
-    let certs = exists && formed && joins_control_planes(plan);
+    // Whether a running control plane ever ran kubeadm. When none has (the initializer still boots:
+    // an earlier run's create of another control plane failed), the initializer uploads the
+    // certificates under the stored key itself, and no etcd member of an earlier life exists. With
+    // no control plane running at all, the cluster formed elsewhere (its API answered).
+    let running = running_control_planes(plan);
+    let kubeadm_ran = formed
+        && joins_control_planes(plan)
+        && (running.is_empty() || super::formation::kubeadm_seen(c, &running).await);
+    let certs = exists && kubeadm_ran;
     if certs {
         secrets.certificate_key = kos_bootstrap::token::certificate_key(&mut rand::rng());
     }
@@ -575,6 +583,15 @@ async fn converge(
                     for l in lines {
                         eprintln!("kos: {}", crate::term::escape(&l));
                     }
+                }
+                // No control plane ever ran kubeadm (the initializer still boots, the API is not
+                // wired yet): there is no etcd, so no member of an earlier life to remove.
+                Err(why) if !kubeadm_ran => {
+                    eprintln!(
+                        "kos: {}: the etcd members were not checked ({why}): no running control plane \
+                         has run kubeadm yet, so none of an earlier life can be registered",
+                        p.graph.cluster
+                    );
                 }
                 // Its port exists: it is made again, and its member may still be there.
                 Err(why) if joining.iter().any(|j| j.address.is_some()) => {
@@ -612,16 +629,22 @@ async fn converge(
     let (tx, progress) = crate::progress::spawn(changes as u64);
     let result = kos_cluster::apply::apply(&c.session, &p.graph, plan, &bootstrap, opts, tx).await;
     let _ = progress.await;
+    // The API's address is recorded as soon as the cloud gave it, a stopped apply's too: the next
+    // run reaches the cluster through it (the etcd member check, the join token).
+    let api_address = match &result {
+        Ok(report) => report.api_address.as_ref(),
+        Err(e) => e.report.api_address.as_ref(),
+    };
+    if let Some(a) = api_address {
+        local
+            .write_meta(&ClusterMeta {
+                api_address: a.clone(),
+                kubernetes_version: p.spec.kubernetes_version.to_string(),
+            })
+            .map_err(Failure::cloud_report)?;
+    }
     match result {
         Ok(report) => {
-            if let Some(a) = &report.api_address {
-                local
-                    .write_meta(&ClusterMeta {
-                        api_address: a.clone(),
-                        kubernetes_version: p.spec.kubernetes_version.to_string(),
-                    })
-                    .map_err(Failure::cloud_report)?;
-            }
             summarize(&report);
             follow_bootstrap(c, &p.spec, &report, &secrets, args.wait, joiners, certs).await
         }
@@ -761,6 +784,19 @@ async fn push_token(
             }
         }
     }
+}
+
+/// The cloud ids of the control planes `plan` keeps running.
+fn running_control_planes(plan: &Plan) -> Vec<String> {
+    plan.actions
+        .iter()
+        .filter(|a| {
+            a.kind == Kind::Server && kos_lifecycle::formation::is_control_plane(&a.logical_id)
+        })
+        .filter_map(|a| a.existing.as_ref())
+        .filter(|r| !r.failed)
+        .map(|r| r.id.clone())
+        .collect()
 }
 
 /// Whether the plan makes a control plane (which joins when the cluster is formed).

@@ -19,14 +19,49 @@ pub(super) async fn formation(c: &Connected, spec: &ClusterSpec, observed: &Obse
     let mut evidence = Evidence {
         running_control_planes: running_control_planes(observed),
         api: None,
+        kubeadm_seen: None,
     };
     if evidence.needs_api() {
         evidence.api = probe(c, spec).await;
+    }
+    if evidence.needs_consoles() {
+        let servers: Vec<String> = evidence
+            .running_control_planes
+            .iter()
+            .filter_map(|id| server_id(observed, id))
+            .collect();
+        evidence.kubeadm_seen = Some(kubeadm_seen(c, &servers).await);
     }
     let d = decide(&evidence);
     // The run prints the reason when it matters (a control plane is made); this is for -v.
     tracing::debug!(cluster = %spec.name.value.as_str(), formation = ?d.formation, reason = %d.reason, "formation decided");
     d
+}
+
+/// The cloud id of control plane `logical_id`'s running server.
+fn server_id(observed: &Observed, logical_id: &str) -> Option<String> {
+    observed
+        .resources
+        .get(logical_id)?
+        .iter()
+        .find(|r| r.kind == kos_cluster::graph::Kind::Server && r.tagged && !r.failed)
+        .map(|r| r.id.clone())
+}
+
+/// Whether any of `servers` (cloud ids) ran kubeadm as its console shows; a console that cannot be
+/// read counts as one that did (nothing may be concluded from it).
+pub(super) async fn kubeadm_seen(c: &Connected, servers: &[String]) -> bool {
+    for id in servers {
+        match c.session.compute().console_output(id, None).await {
+            Ok(console) if !crate::bootstrap::follow::kubeadm_seen(&console) => {}
+            Ok(_) => return true,
+            Err(e) => {
+                tracing::info!(server = %id, "console not read: {e}");
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// `None` when nothing here knows where the API of this cluster was (no earlier run on this machine).
