@@ -62,7 +62,16 @@ impl Connected {
     pub async fn kube_endpoints(&self) -> Option<Result<Vec<KubeEndpoint>, String>> {
         let base = sim_base_url(self.session.auth_url())?;
         let url = format!("{base}/_sim/kube-endpoints");
-        let r = match reqwest::get(&url).await {
+        // Bounded like every other call: a hung endpoint must not hold the run.
+        let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .timeout(std::time::Duration::from_secs(15))
+            .build();
+        let r = match client {
+            Ok(client) => client.get(&url).send().await,
+            Err(e) => return Some(Err(format!("{url}: {e}"))),
+        };
+        let r = match r {
             Ok(r) => r,
             Err(e) => return Some(Err(format!("{url}: {e}"))),
         };

@@ -46,24 +46,72 @@ async fn bar(mut rx: mpsc::Receiver<Event>, total: u64) {
     pb.finish_and_clear();
 }
 
+/// How long the plain output may stay silent: then it says what the run still waits for.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(30);
+
 async fn lines(mut rx: mpsc::Receiver<Event>) {
-    while let Some(e) = rx.recv().await {
+    // What is in progress, and what each waits for: the heartbeat names it.
+    let mut busy: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    let started = tokio::time::Instant::now();
+    let mut last = started;
+    let mut tick = tokio::time::interval(HEARTBEAT / 3);
+    loop {
+        let e = tokio::select! {
+            e = rx.recv() => match e {
+                Some(e) => e,
+                None => return,
+            },
+            _ = tick.tick() => {
+                if last.elapsed() >= HEARTBEAT {
+                    eprintln!("kos: {}", still(&busy, started.elapsed()));
+                    last = tokio::time::Instant::now();
+                }
+                continue;
+            }
+        };
+        last = tokio::time::Instant::now();
         match e {
             Event::Phase { phase } => eprintln!("kos: phase {}", phase_name(phase)),
             Event::Started { id, kind, op } if op != Op::NoOp => {
-                eprintln!("kos: {} {} {id}", verb(op), kind.as_str())
+                eprintln!("kos: {} {} {id}", verb(op), kind.as_str());
+                busy.insert(id, format!("{} {}", verb(op), kind.as_str()));
             }
             Event::Waiting { id, what } => {
-                eprintln!("kos: {id}: waiting for {}", crate::term::printable(&what));
+                let what = crate::term::printable(&what).into_owned();
+                eprintln!("kos: {id}: waiting for {what}");
+                busy.insert(id, format!("waiting for {what}"));
             }
-            Event::Done { id, op, .. } if op != Op::NoOp => eprintln!("kos: {id}: done"),
-            Event::Deleted { kind, name, .. } => eprintln!("kos: deleted {} {name}", kind.as_str()),
+            Event::Done { id, op, .. } if op != Op::NoOp => {
+                eprintln!("kos: {id}: done");
+                busy.remove(&id);
+            }
+            Event::Deleted { id, kind, name } => {
+                eprintln!("kos: deleted {} {name}", kind.as_str());
+                busy.remove(&id);
+            }
             Event::Failed { id, error } => {
                 eprintln!("kos: {id}: failed: {}", crate::term::printable(&error));
+                busy.remove(&id);
             }
             _ => {}
         }
     }
+}
+
+/// The heartbeat's line: what is still in progress, after how long.
+fn still(
+    busy: &std::collections::BTreeMap<String, String>,
+    elapsed: std::time::Duration,
+) -> String {
+    let what = if busy.is_empty() {
+        "the cloud's answers".to_owned()
+    } else {
+        busy.iter()
+            .map(|(id, what)| format!("{id} ({what})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!("still working after {} s: {what}", elapsed.as_secs())
 }
 
 fn phase_name(p: Phase) -> &'static str {

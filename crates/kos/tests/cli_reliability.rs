@@ -226,3 +226,33 @@ fn one_failed_control_plane_create_is_made_by_the_next_up() {
         assert_eq!(code(&down), 0, "{}", text(&down));
     }
 }
+
+/// (4) No run waits in silence: a load balancer that takes long to provision (real clouds under load
+/// do) keeps `kos up` waiting, and the run says what it waits for at least every half minute.
+#[test]
+fn a_long_wait_names_what_it_waits_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    // 1200 cloud seconds at 0.05: a minute of real time.
+    let config = sim_config(d, "latency:\n  lb_create_secs: 1200\n");
+    let served = serve_with(d, "0.05", Some(&config));
+    let spec = ha_spec(d);
+    let mut run = Watched::start(d, &served.clouds, &["up", "-f", &spec, "--cloud", "sim"]);
+    assert!(
+        run.until("waiting for load balancer", 300),
+        "{}",
+        run.seen.join("\n")
+    );
+    // Generous: the heartbeat comes after 30 s of silence on a loaded machine too.
+    let said = run.until("still working after", 240);
+    let (_, out) = run.finish(0);
+    assert!(
+        said,
+        "no heartbeat while the load balancer provisions:\n{out}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.contains("still working after"))
+        .unwrap_or_default();
+    assert!(line.contains("load balancer"), "{line}");
+}

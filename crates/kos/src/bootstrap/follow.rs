@@ -175,6 +175,7 @@ pub async fn consoles(
         .collect();
     let mut pending: Vec<Target> = targets.to_vec();
     let mut interval = timing.poll;
+    let mut said = Instant::now();
     while !pending.is_empty() {
         let mut reads = JoinSet::new();
         for t in &pending {
@@ -268,6 +269,25 @@ pub async fn consoles(
             )
             .into());
         }
+        if progressed {
+            said = Instant::now();
+        } else if said.elapsed() >= crate::progress::HEARTBEAT {
+            // Nothing new on any console for a while: say what is awaited, and until when.
+            let waiting: Vec<String> = pending
+                .iter()
+                .map(|t| match states.get(&t.logical_id) {
+                    Some(NodeState::Running(last)) => format!("{} (last: {last})", t.logical_id),
+                    _ => format!("{} (no marker yet)", t.logical_id),
+                })
+                .collect();
+            eprintln!(
+                "kos: bootstrap: waiting for {} ({} s left of {} s)",
+                waiting.join(", "),
+                deadline.saturating_duration_since(Instant::now()).as_secs(),
+                timing.deadline.as_secs()
+            );
+            said = Instant::now();
+        }
         interval = if progressed {
             timing.poll
         } else {
@@ -303,6 +323,7 @@ pub async fn api(
     let mut reached = false;
     let mut last;
     let mut shown = String::new();
+    let mut said = Instant::now();
     loop {
         match kube.readyz().await {
             Err(e) if !reached && start.elapsed() >= probe => {
@@ -324,6 +345,7 @@ pub async fn api(
                         if last != shown {
                             eprintln!("kos: kubernetes: {last}");
                             shown.clone_from(&last);
+                            said = Instant::now();
                         }
                         if good >= expected {
                             return Ok(ApiPhase::Ready { nodes: good });
@@ -338,6 +360,14 @@ pub async fn api(
                 "the cluster was not ready within {}s: {last}",
                 timing.deadline.as_secs()
             ));
+        }
+        if said.elapsed() >= crate::progress::HEARTBEAT {
+            eprintln!(
+                "kos: kubernetes: waiting for {expected} Ready node(s): {last} ({} s left of {} s)",
+                deadline.saturating_duration_since(Instant::now()).as_secs(),
+                timing.deadline.as_secs()
+            );
+            said = Instant::now();
         }
         tokio::time::sleep(timing.poll).await;
     }
