@@ -256,3 +256,38 @@ fn a_long_wait_names_what_it_waits_for() {
         .unwrap_or_default();
     assert!(line.contains("load balancer"), "{line}");
 }
+
+/// (2) A load balancer slower than the first control plane's patience: its bootstrap fails at a
+/// step after `kubeadm init` (the CNI through the API's load balancer). Whatever `kos up` makes of
+/// it, `kos status` never calls that cluster "Converged.": the node's console says it failed.
+#[test]
+fn status_never_calls_a_cluster_whose_bootstrap_failed_converged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    // 600 cloud seconds: longer than the script's ten tries at the CNI.
+    let config = sim_config(d, "latency:\n  lb_create_secs: 600\n");
+    let served = serve_with(d, "0.05", Some(&config));
+    let text_spec = std::fs::read_to_string(example("minimal.yaml"))
+        .expect("example")
+        .replace("    type: floatingIP", "    type: loadBalancer");
+    let spec = d.join("lb.yaml");
+    std::fs::write(&spec, text_spec).expect("write spec");
+    let spec = spec.to_str().expect("utf8");
+    let o = up(d, &served.clouds, spec);
+    let out = text(&o);
+    if code(&o) == 0 {
+        // The bootstrap survived the slow load balancer: nothing failed to report.
+        return;
+    }
+    assert!(out.contains("failed at"), "{out}");
+    let st = kos(
+        d,
+        Some(&served.clouds),
+        &["status", "demo", "--cloud", "sim", "-f", spec],
+    );
+    assert_eq!(code(&st), 2, "{}", text(&st));
+    assert!(!text(&st).contains("Converged."), "{}", text(&st));
+    assert!(text(&st).contains("bootstrap failed"), "{}", text(&st));
+    let v = status_json(d, &served.clouds, spec);
+    assert_ne!(v["bootstrap_failed"], json!([]), "{v}");
+}

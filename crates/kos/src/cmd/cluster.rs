@@ -799,6 +799,29 @@ fn running_control_planes(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
+/// The servers among `resources` whose console says their bootstrap failed: `<id> failed at
+/// <step>: <reason>`. A console that cannot be read says nothing.
+async fn bootstrap_failures(
+    c: &Connected,
+    resources: &[kos_cluster::observe::Resource],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in resources
+        .iter()
+        .filter(|r| r.kind == Kind::Server && r.tagged && !r.failed)
+    {
+        match c.session.compute().console_output(&r.id, None).await {
+            Ok(console) => {
+                if let (_, NodeState::Failed { step, reason }) = follow::parse(&console) {
+                    out.push(format!("{} failed at {step}: {reason}", r.logical_id));
+                }
+            }
+            Err(e) => tracing::info!(server = %r.id, "console not read: {e}"),
+        }
+    }
+    out
+}
+
 /// Whether the plan makes a control plane (which joins when the cluster is formed).
 fn joins_control_planes(plan: &Plan) -> bool {
     plan.actions.iter().any(|a| {
@@ -1270,6 +1293,9 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
             let st = kos_cluster::status::status(&c.session, args.name.as_str(), graph.as_ref())
                 .await
                 .map_err(Failure::cloud)?;
+            // The cloud can show every object as the spec says while a node's bootstrap failed:
+            // its console says so, and such a cluster is not converged.
+            let failed_boots = bootstrap_failures(&c, &st.resources).await;
             if let Output::Json = args.output {
                 let mut doc = serde_json::to_value(&st)
                     .into_diagnostic()
@@ -1277,13 +1303,16 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                 if let (Some(why), Some(o)) = (&refused, doc.as_object_mut()) {
                     o.insert("refused".into(), serde_json::Value::String(why.clone()));
                 }
+                if let Some(o) = doc.as_object_mut() {
+                    o.insert("bootstrap_failed".into(), serde_json::json!(failed_boots));
+                }
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&doc)
                         .into_diagnostic()
                         .map_err(Failure::cloud_report)?
                 );
-                return Ok(if refused.is_some() {
+                return Ok(if refused.is_some() || !failed_boots.is_empty() {
                     Exit::Changes
                 } else if graph.is_none() && st.resources.is_empty() {
                     Exit::NotFound
@@ -1327,6 +1356,13 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
             }
             if let Some(why) = &refused {
                 println!("Not converged: kos up refuses this spec: {why}");
+                return Ok(Exit::Changes);
+            }
+            if !failed_boots.is_empty() {
+                println!("Not converged: a node's bootstrap failed (its console says so):");
+                for f in &failed_boots {
+                    println!("  {}", crate::term::printable(f));
+                }
                 return Ok(Exit::Changes);
             }
             match (&st.not_converged, st.converged()) {
