@@ -418,8 +418,11 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
     }
 
     async fn before_joins(&self, p: &Prepared, plan: &Plan) -> Result<(), Failure> {
-        // It changes kubeadm-config only when control planes are made.
-        if joins_control_planes(plan) {
+        // It changes kubeadm-config only when control planes join a formed cluster (a new
+        // cluster has none yet: its secrets may still be refused, exit 3, with nothing changed).
+        if joins_control_planes(plan)
+            && p.formation.formation == kos_cluster::bootstrap::Formation::Formed
+        {
             self.changed.set(true);
         }
         super::roll::before_joins(self.c, p, plan).await
