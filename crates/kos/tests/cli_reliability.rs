@@ -148,8 +148,22 @@ fn token_churn_with_5xx_is_survived() {
     let served = serve_with(d, "0.05", Some(&config));
     let spec = example("minimal.yaml");
     let spec = spec.to_str().expect("utf8");
-    let o = up(d, &served.clouds, spec);
-    assert_eq!(code(&o), 0, "{}", text(&o));
+    // A create whose answer is lost a few times over stops a run (exit 1, the object looked up
+    // next time): what must never happen is a 401 read as an invalid spec (exit 3), or a run the
+    // next plain `kos up` does not continue. Which call a 503 hits depends on the order of the
+    // run's parallel calls, so the number of runs is not fixed; five is far more than needed.
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let o = up(d, &served.clouds, spec);
+        let c = code(&o);
+        assert!(c == 0 || c == 1, "exit {c}: {}", text(&o));
+        assert!(!text(&o).contains("is invalid"), "{}", text(&o));
+        runs.push(c);
+        if c == 0 {
+            return;
+        }
+    }
+    panic!("five plain runs did not converge: {runs:?}");
 }
 
 /// (3) Exit 3 promises that nothing changed. A cloud that refuses the spec's lookups in a later turn

@@ -840,7 +840,9 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
 /// looked up by its content in its group, as Neutron identifies duplicates, and adopted if there;
 /// otherwise it is created again (a few times at most). Neutron's 409 for a duplicate is "there".
 async fn create_rule(ctx: &Ctx, req: &SecurityGroupRuleCreate) -> R<()> {
-    const ATTEMPTS: u32 = 3;
+    // A cluster makes a score of rules: at a 5xx rate of one in five, three attempts each left one
+    // run in ten stopped (cli_reliability's token churn); six leave about one in ten thousand.
+    const ATTEMPTS: u32 = 6;
     let net = ctx.session.network();
     let mut attempt = 1;
     loop {
@@ -868,6 +870,10 @@ async fn create_rule(ctx: &Ctx, req: &SecurityGroupRuleCreate) -> R<()> {
                 if attempt >= ATTEMPTS {
                     return Err(e);
                 }
+                // The service just failed: give it a moment, as the request path does between
+                // retries of calls it may repeat.
+                tokio::time::sleep(std::time::Duration::from_millis(100 * u64::from(attempt)))
+                    .await;
                 attempt += 1;
             }
             Err(e) => return Err(e),
