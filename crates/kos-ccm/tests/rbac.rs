@@ -5,28 +5,22 @@
 //! away it is refused (403) and the node stays uninitialised.
 
 mod support;
-use support::{DEADLINE, R, wait_for};
+use support::{DEADLINE, R, initialised, kubelet_node, wait_for};
 
 use std::collections::BTreeSet;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{
-    Namespace, Node, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec, Taint,
-};
+use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
 use kos_ccm::options::RunArgs;
 use kos_ccm::rbac::{ApiCall, Scope};
-use kos_cloud::model::compute::{Boot, Nic, ServerCreate};
-use kos_cloud::model::image::ImageFilter;
 use kos_cloud::{Env, RetryPolicy};
 use kos_kube_fake::FakeKube;
 use kos_sim::{Sim, SimConfig};
 use serde_json::Value;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 const MANIFEST: &str = include_str!("../../kos-bootstrap/src/addons/kos-ccm.yaml");
 const UPSTREAM: &str = include_str!("../../kos-bootstrap/src/addons/ccm.yaml");
-const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const SA: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
 
 fn docs(manifest: &str) -> Vec<Value> {
@@ -277,57 +271,7 @@ fn start(w: &World) -> R<Running> {
 
 async fn server(w: &World, name: &str) -> R<String> {
     let s = support::connect(&w.sim, w.dir.path(), RetryPolicy::default()).await?;
-    let flavor = s
-        .compute()
-        .list_flavors()
-        .await?
-        .into_iter()
-        .min_by_key(|f| (f.ram, f.vcpus))
-        .ok_or("no flavor")?;
-    let image = s
-        .image()
-        .list_images(&ImageFilter::default())
-        .await?
-        .into_iter()
-        .next()
-        .ok_or("no image")?;
-    let mut req = ServerCreate::new(name, &flavor.id, Boot::Image(image.id));
-    req.nics = vec![Nic::Network {
-        id: w.network.clone(),
-        fixed_ip: None,
-    }];
-    let created = s.compute().create_server(&req).await?;
-    s.compute()
-        .wait_for_server_active(&created.id, Instant::now() + DEADLINE)
-        .await?;
-    Ok(created.id)
-}
-
-fn kubelet_node(name: &str) -> Node {
-    let mut n = Node::default();
-    n.metadata.name = Some(name.into());
-    n.spec = Some(NodeSpec {
-        taints: Some(vec![Taint {
-            key: UNINITIALIZED.into(),
-            value: Some("true".into()),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    });
-    n.status = Some(NodeStatus::default());
-    n
-}
-
-fn initialised(fake: &FakeKube, name: &str) -> R<Option<Node>> {
-    Ok(fake.get::<Node>(None, name)?.filter(|n| {
-        let tainted = n
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED));
-        !tainted && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some())
-    }))
+    support::active_server(&s, &w.network, name).await
 }
 
 fn load_balancer_service() -> Service {

@@ -5,26 +5,19 @@
 //! stops. Every check polls with a generous deadline; nothing is timed.
 
 mod support;
-use support::{DEADLINE, R, wait_for};
+use support::{DEADLINE, R, initialised, kubelet_node, wait_for};
 
 use std::path::Path;
 
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{
-    Namespace, Node, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec, Taint,
-};
+use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
 use kos_ccm::options::RunArgs;
-use kos_cloud::model::compute::{Boot, Nic, ServerCreate};
-use kos_cloud::model::image::ImageFilter;
 use kos_cloud::model::network::{NetworkCreate, RouterCreate, SubnetCreate};
 use kos_cloud::{Env, RetryPolicy, Session};
 use kos_kube_fake::FakeKube;
 use kos_sim::{Sim, SimConfig};
 use tokio::sync::oneshot;
-use tokio::time::Instant;
-
-const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 #[derive(Parser)]
 struct Cli {
@@ -140,58 +133,7 @@ fn start(w: &World, extra: &[&str]) -> R<Running> {
 /// An ACTIVE server named `name` on the nodes' network.
 async fn server(w: &World, name: &str) -> R<String> {
     let s = admin(&w.sim, &w.dir).await?;
-    let flavor = s
-        .compute()
-        .list_flavors()
-        .await?
-        .into_iter()
-        .min_by_key(|f| (f.ram, f.vcpus))
-        .ok_or("no flavor")?;
-    let image = s
-        .image()
-        .list_images(&ImageFilter::default())
-        .await?
-        .into_iter()
-        .next()
-        .ok_or("no image")?;
-    let mut req = ServerCreate::new(name, &flavor.id, Boot::Image(image.id));
-    req.nics = vec![Nic::Network {
-        id: w.network.clone(),
-        fixed_ip: None,
-    }];
-    let created = s.compute().create_server(&req).await?;
-    s.compute()
-        .wait_for_server_active(&created.id, Instant::now() + DEADLINE)
-        .await?;
-    Ok(created.id)
-}
-
-/// A Node as kubelet `--cloud-provider=external` registers it.
-fn kubelet_node(name: &str) -> Node {
-    let mut n = Node::default();
-    n.metadata.name = Some(name.into());
-    n.spec = Some(NodeSpec {
-        taints: Some(vec![Taint {
-            key: UNINITIALIZED.into(),
-            value: Some("true".into()),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    });
-    n.status = Some(NodeStatus::default());
-    n
-}
-
-fn initialised(fake: &FakeKube, name: &str) -> R<Option<Node>> {
-    Ok(fake.get::<Node>(None, name)?.filter(|n| {
-        let tainted = n
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED));
-        !tainted && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some())
-    }))
+    support::active_server(&s, &w.network, name).await
 }
 
 fn holder(fake: &FakeKube) -> R<Option<String>> {

@@ -178,3 +178,70 @@ pub async fn node_network(
         .expect("interface");
     (n.id, s.id, r.id)
 }
+
+/// An ACTIVE server named `name` on `network`, of the smallest flavor and the first image.
+pub async fn active_server(s: &kos_cloud::Session, network: &str, name: &str) -> R<String> {
+    use kos_cloud::model::compute::{Boot, Nic, ServerCreate};
+    use kos_cloud::model::image::ImageFilter;
+    let flavor = s
+        .compute()
+        .list_flavors()
+        .await?
+        .into_iter()
+        .min_by_key(|f| (f.ram, f.vcpus))
+        .ok_or("no flavor")?;
+    let image = s
+        .image()
+        .list_images(&ImageFilter::default())
+        .await?
+        .into_iter()
+        .next()
+        .ok_or("no image")?;
+    let mut req = ServerCreate::new(name, &flavor.id, Boot::Image(image.id));
+    req.nics = vec![Nic::Network {
+        id: network.to_owned(),
+        fixed_ip: None,
+    }];
+    let created = s.compute().create_server(&req).await?;
+    s.compute()
+        .wait_for_server_active(&created.id, Instant::now() + DEADLINE)
+        .await?;
+    Ok(created.id)
+}
+
+/// The taint kubelet `--cloud-provider=external` puts on its Node until a CCM initialises it.
+pub const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/// A Node as kubelet `--cloud-provider=external` registers it.
+pub fn kubelet_node(name: &str) -> k8s_openapi::api::core::v1::Node {
+    use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    n.spec = Some(NodeSpec {
+        taints: Some(vec![Taint {
+            key: UNINITIALIZED.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    n.status = Some(NodeStatus::default());
+    n
+}
+
+/// The Node once a CCM initialised it: untainted, with a providerID.
+pub fn initialised(
+    fake: &kos_kube_fake::FakeKube,
+    name: &str,
+) -> R<Option<k8s_openapi::api::core::v1::Node>> {
+    use k8s_openapi::api::core::v1::Node;
+    Ok(fake.get::<Node>(None, name)?.filter(|n| {
+        let tainted = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED));
+        !tainted && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some())
+    }))
+}
