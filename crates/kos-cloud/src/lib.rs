@@ -19,6 +19,7 @@ pub mod image;
 pub mod load_balancer;
 pub mod model;
 pub mod network;
+pub mod pace;
 pub mod paging;
 pub mod rate_limit;
 

@@ -311,6 +311,13 @@ impl Session {
             let started = std::time::Instant::now();
             let (result, epoch) = self.attempt(req).instrument(span).await?;
             let elapsed = started.elapsed();
+            if let Attempt::Answer(rsp) = &result
+                && let Some(date) = rsp.header("date")
+            {
+                self.inner
+                    .pace
+                    .observe_header(std::time::Instant::now(), date);
+            }
             // Counted once it went to the network (errors found before that return above).
             self.inner.counters.record_call(req.service, req.operation);
             let status = match &result {

@@ -65,6 +65,8 @@ pub(crate) struct Inner {
     pub(crate) endpoints: tokio::sync::RwLock<Endpoints>,
     /// When the retries of every call of this session (and its clones) are due.
     retry_slots: std::sync::Mutex<RetrySlots>,
+    /// How fast the cloud's clock runs, from the `Date` of its answers.
+    pub(crate) pace: crate::pace::Pace,
 }
 
 /// What a session knows of its token and of the endpoints discovered with it.
@@ -229,6 +231,7 @@ impl Session {
                 cacert: profile.cacert.clone(),
                 endpoints: tokio::sync::RwLock::default(),
                 retry_slots: std::sync::Mutex::default(),
+                pace: crate::pace::Pace::default(),
             }),
             policy,
             observer: None,
@@ -244,6 +247,12 @@ impl Session {
     }
 
     /// A snapshot of the calls sent so far (all clones of this session together).
+    /// How fast the cloud's clock runs against this machine's ([`crate::pace`]): waits stated in
+    /// the cloud's time are converted through it.
+    pub fn pace(&self) -> &crate::pace::Pace {
+        &self.inner.pace
+    }
+
     pub fn counters(&self) -> CallCounts {
         self.inner.counters.snapshot()
     }

@@ -37,6 +37,8 @@ pub struct TeardownOptions {
     pub poll_interval: Duration,
     /// For each wait for absence (and "in use" retries).
     pub deadline: Duration,
+    /// Whose clock `poll_interval` and `deadline` are in.
+    pub clock: crate::apply::WaitClock,
 }
 
 impl Default for TeardownOptions {
@@ -45,6 +47,7 @@ impl Default for TeardownOptions {
             dry_run: false,
             poll_interval: Duration::from_secs(2),
             deadline: Duration::from_secs(600),
+            clock: crate::apply::WaitClock::Cloud,
         }
     }
 }
@@ -57,6 +60,7 @@ impl TeardownOptions {
             dry_run: false,
             poll_interval: Duration::from_millis(5),
             deadline: Duration::from_secs(30),
+            clock: crate::apply::WaitClock::Local,
         }
     }
 }
@@ -186,7 +190,8 @@ async fn delete(
             volumes: VolumeFilter::default(),
         },
         opts.poll_interval,
-    );
+    )
+    .with_clock(opts.clock);
     let deleter = Deleter {
         session,
         waiter: &waiter,

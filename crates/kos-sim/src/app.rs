@@ -288,6 +288,15 @@ pub async fn gate(State(app): State<SharedApp>, req: Request, next: Next) -> Res
     };
     tracing::debug!(target: "kos_sim::request", method = %entry.method, path = %entry.path, status = entry.status, "request");
     app.observations().record(entry, rate_limited);
+    let mut resp = resp;
+    // The cloud's clock, as a real cloud's web server sends it: this one runs at the time scale, so
+    // a client that times its waits by the cloud's clock sees it run fast.
+    let date = chrono::DateTime::<chrono::Utc>::from(app.clock.wall())
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    if let Ok(v) = axum::http::HeaderValue::from_str(&date) {
+        resp.headers_mut().insert(axum::http::header::DATE, v);
+    }
     resp
 }
 

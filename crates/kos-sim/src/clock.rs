@@ -2,7 +2,7 @@
 //! creation) is given in *cloud seconds*; the time scale maps them to real time, so tests run the same
 //! state machines in milliseconds and benchmarks in realistic proportions.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +22,8 @@ impl SimTime {
 #[derive(Debug, Clone)]
 pub struct Clock {
     started: Instant,
+    /// This machine's wall clock at `started`: the cloud's clock starts there and runs at the scale.
+    started_wall: SystemTime,
     /// Real seconds per cloud second (1.0 = real time, 0.001 = a 30 s boot takes 30 ms).
     scale: f64,
     /// Simulated time at `started` (non-zero when state was restored from disk).
@@ -42,6 +44,7 @@ impl Clock {
         };
         Clock {
             started: Instant::now(),
+            started_wall: SystemTime::now(),
             scale,
             offset: at.0,
         }
@@ -49,6 +52,12 @@ impl Clock {
 
     pub fn now(&self) -> SimTime {
         SimTime(self.offset + self.started.elapsed().as_secs_f64() / self.scale)
+    }
+
+    /// The cloud's wall clock (its `Date` header): this machine's at the start, then running at the
+    /// scale, so a minute of this machine is an hour of a cloud at scale 1/60.
+    pub fn wall(&self) -> SystemTime {
+        self.started_wall + self.started.elapsed().div_f64(self.scale)
     }
 
     pub fn scale(&self) -> f64 {
@@ -74,5 +83,15 @@ mod tests {
         assert!(!t.reached(t.after(1.0)));
         // A nonsense scale falls back to real time rather than dividing by zero.
         assert_eq!(Clock::new(0.0).scale(), 1.0);
+    }
+
+    #[test]
+    fn the_wall_clock_runs_at_the_scale() {
+        let c = Clock::new(0.001);
+        let before = c.wall();
+        std::thread::sleep(Duration::from_millis(20));
+        let ran = c.wall().duration_since(before).unwrap_or_default();
+        // 20 ms here are at least 20 s there (more on a slow machine).
+        assert!(ran >= Duration::from_secs(20), "{ran:?}");
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{admin, code, example, isolated, kos, serve_with, text};
+use support::{admin, code, example, isolated, kos, serve_scaled, serve_with, text};
 
 /// `kos <args>` in the background, every line it prints (stdout and stderr) sent as it comes.
 struct Watched {
@@ -304,4 +304,29 @@ fn status_never_calls_a_cluster_whose_bootstrap_failed_converged() {
     assert!(text(&st).contains("bootstrap failed"), "{}", text(&st));
     let v = status_json(d, &served.clouds, spec);
     assert_ne!(v["bootstrap_failed"], json!([]), "{v}");
+}
+
+/// (4) Deadlines are the cloud's time: a served simulator whose clock runs a hundred times as fast
+/// (its `Date` headers show it) is given up on after minutes of this machine, not the half hour a
+/// real cloud's bootstrap gets (before, only the embedded simulator was, by asking what it was).
+#[test]
+fn a_served_simulator_is_timed_by_its_own_clock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let served = serve_scaled(d, "0.01");
+    let spec = example("minimal.yaml");
+    let o = up(d, &served.clouds, spec.to_str().expect("utf8"));
+    let out = text(&o);
+    assert_eq!(code(&o), 0, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("Bootstrap (deadline "))
+        .unwrap_or_else(|| panic!("no bootstrap summary:\n{out}"));
+    let secs: u64 = line
+        .trim_start_matches("Bootstrap (deadline ")
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no deadline in {line:?}"));
+    assert_eq!(secs, 120, "{out}");
 }

@@ -139,8 +139,8 @@ impl Deleter<'_> {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<(), CloudError>>,
     {
-        let end = tokio::time::Instant::now() + self.deadline;
-        let mut pause = self.poll;
+        let end = tokio::time::Instant::now() + self.waiter.local_deadline(self.deadline);
+        let mut pause = self.waiter.local_span(self.poll);
         loop {
             match op().await {
                 Err(e)
@@ -151,7 +151,7 @@ impl Deleter<'_> {
                 {
                     tracing::debug!("busy, retrying: {e}");
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(10));
+                    pause = (pause * 2).min(self.waiter.local_span(Duration::from_secs(10)));
                 }
                 other => return other,
             }

@@ -58,6 +58,8 @@ pub struct ApplyOptions {
     /// A node keeps its parallelism slot while it waits, as in Terraform's `-parallelism` (a benchmark
     /// baseline). Off, waits hold no slot and `parallelism` bounds only the calls in flight.
     pub waits_hold_slots: bool,
+    /// Whose clock `poll_interval` and `deadlines` are in.
+    pub clock: WaitClock,
     /// Delete and recreate the CCM application credential (its secret cannot be read back: use this when
     /// the stored copy is lost).
     pub recreate_ccm_credential: bool,
@@ -76,9 +78,22 @@ impl Default for ApplyOptions {
             },
             poll: PollMode::ListPerKind,
             waits_hold_slots: false,
+            clock: WaitClock::Cloud,
             recreate_ccm_credential: false,
         }
     }
+}
+
+/// Whose clock a run's poll intervals and deadlines are in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitClock {
+    /// The cloud's, as its `Date` headers show it ([`kos_cloud::pace`]): a cloud whose clock runs
+    /// fast is polled as often, and given up on as soon, as its own time says, never sooner than
+    /// [`kos_cloud::pace::LOCAL_FLOOR`] on this machine.
+    #[default]
+    Cloud,
+    /// This machine's, as given (benchmarks that scale their own knobs, and tests).
+    Local,
 }
 
 /// How waits observe the cloud.
@@ -107,6 +122,7 @@ impl ApplyOptions {
                 volume: d,
                 delete: d,
             },
+            clock: WaitClock::Local,
             ..Self::default()
         }
     }
@@ -235,7 +251,9 @@ pub async fn apply(
     let ctx = Arc::new(Ctx {
         session: session.clone(),
         cluster: desired.cluster.clone(),
-        waiter: Waiter::new(session.clone(), filters, opts.poll_interval).with_mode(opts.poll),
+        waiter: Waiter::new(session.clone(), filters, opts.poll_interval)
+            .with_mode(opts.poll)
+            .with_clock(opts.clock),
         node_slots: opts
             .waits_hold_slots
             .then(|| Arc::new(Semaphore::new(opts.parallelism.max(1)))),

@@ -1090,7 +1090,7 @@ fn race_backoff(ctx: &Ctx, node: &Node, attempt: u32) -> std::time::Duration {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     node.id.hash(&mut h);
     let spread = (h.finish() % 1000) as f64 / 1000.0;
-    let base = ctx.opts.poll_interval * attempt;
+    let base = ctx.waiter.local_interval() * attempt;
     base + base.mul_f64(spread)
 }
 

@@ -22,7 +22,10 @@ use kos_cloud::{CloudError, Session};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use super::PollMode;
+use super::{PollMode, WaitClock};
+
+/// The shortest pause between two polls on this machine, however fast the cloud's clock runs.
+const MIN_LOCAL_POLL: Duration = Duration::from_millis(50);
 
 /// What is waited for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -81,6 +84,7 @@ pub(crate) struct Waiter {
     filters: Arc<Filters>,
     interval: Duration,
     mode: PollMode,
+    clock: WaitClock,
     state: Arc<Mutex<State>>,
     /// Wakes the poller when a wait is added (it may be due before the poller's next wake-up).
     wake: Arc<Notify>,
@@ -93,6 +97,7 @@ impl Waiter {
             filters: Arc::new(filters),
             interval,
             mode: PollMode::default(),
+            clock: WaitClock::default(),
             state: Arc::default(),
             wake: Arc::default(),
         }
@@ -102,9 +107,36 @@ impl Waiter {
         Waiter { mode, ..self }
     }
 
+    pub(crate) fn with_clock(self, clock: WaitClock) -> Self {
+        Waiter { clock, ..self }
+    }
+
+    /// The poll interval on this machine's clock (asked again at every poll: the cloud's pace is
+    /// learned from its answers as the run goes).
+    pub(crate) fn local_interval(&self) -> Duration {
+        self.local_span(self.interval)
+    }
+
+    /// A pause of `d` of the run's clock, on this machine's.
+    pub(crate) fn local_span(&self, d: Duration) -> Duration {
+        match self.clock {
+            // Polling a fast cloud faster than this gains nothing and loads this machine.
+            WaitClock::Cloud => self.session.pace().local(d).max(MIN_LOCAL_POLL.min(d)),
+            WaitClock::Local => d,
+        }
+    }
+
+    /// A deadline of the run's clock, on this machine's.
+    pub(crate) fn local_deadline(&self, within: Duration) -> Duration {
+        match self.clock {
+            WaitClock::Cloud => self.session.pace().local_deadline(within),
+            WaitClock::Local => within,
+        }
+    }
+
     /// When a wait that started at `since` is polled next, seen from `now`.
     fn next_poll(&self, since: Instant, now: Instant) -> Instant {
-        now + poll_after(self.mode, self.interval, now - since)
+        now + poll_after(self.mode, self.local_interval(), now - since)
     }
 
     /// Waits until the object reaches `target`, fails (with the cloud's fault message), or `within` passes.
@@ -126,7 +158,7 @@ impl Waiter {
                 target,
                 since: now,
                 due: self.next_poll(now, now),
-                deadline: now + within,
+                deadline: now + self.local_deadline(within),
                 what: what.to_owned(),
                 last: "not seen yet".into(),
                 misses: 0,

@@ -159,6 +159,7 @@ fn timing(deadline: Duration) -> Timing {
         poll: Duration::from_millis(20),
         max_poll: Duration::from_millis(20),
         deadline,
+        cloud: None,
     }
 }
 
@@ -191,7 +192,7 @@ async fn waits_for_readyz_then_every_node_ready_and_initialised() {
     let phase = api(
         &k,
         2,
-        timing(Duration::from_secs(60)),
+        &timing(Duration::from_secs(60)),
         Duration::from_secs(30),
     )
     .await
@@ -211,7 +212,7 @@ async fn a_cluster_that_never_gets_ready_says_what_is_missing() {
     let e = api(
         &kube(port, &s),
         2,
-        timing(Duration::from_millis(400)),
+        &timing(Duration::from_millis(400)),
         Duration::from_secs(30),
     )
     .await
@@ -240,7 +241,7 @@ async fn only_the_cluster_ca_is_trusted_both_ways() {
     let phase = api(
         &kube(port, &ours),
         1,
-        timing(Duration::from_secs(60)),
+        &timing(Duration::from_secs(60)),
         Duration::from_millis(200),
     )
     .await
@@ -260,7 +261,7 @@ async fn only_the_cluster_ca_is_trusted_both_ways() {
     let phase = api(
         &kube(closed, &ours),
         1,
-        timing(Duration::from_secs(60)),
+        &timing(Duration::from_secs(60)),
         Duration::from_millis(200),
     )
     .await

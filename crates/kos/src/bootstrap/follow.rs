@@ -108,13 +108,54 @@ pub struct Target {
 /// yet.
 const SCROLLED: usize = 90 * 1024;
 
-#[derive(Debug, Clone, Copy)]
+/// How often the bootstrap is looked at, and for how long.
+#[derive(Debug, Clone)]
 pub struct Timing {
     /// First interval between two rounds of console reads; it doubles while nothing changes.
     pub poll: Duration,
     pub max_poll: Duration,
     /// For the console phase, and again for the API phase.
     pub deadline: Duration,
+    /// The cloud whose clock these are in ([`kos_cloud::pace`]), asked again at every round: its
+    /// pace is learned from its answers as the run goes. `None`: this machine's clock.
+    pub cloud: Option<Session>,
+}
+
+impl Timing {
+    /// A real cloud's bootstrap timing, in the cloud's time: consoles read every 3 s at first, then
+    /// up to every 30 s; 30 minutes per phase.
+    pub fn of_cloud(session: &Session) -> Timing {
+        Timing {
+            poll: Duration::from_secs(3),
+            max_poll: Duration::from_secs(30),
+            deadline: Duration::from_secs(30 * 60),
+            cloud: Some(session.clone()),
+        }
+    }
+
+    /// The first interval between two looks, on this machine's clock.
+    pub fn poll(&self) -> Duration {
+        self.local(self.poll, Duration::from_millis(50))
+    }
+
+    fn max_poll(&self) -> Duration {
+        self.local(self.max_poll, Duration::from_millis(500))
+    }
+
+    /// The deadline on this machine's clock, as far as the cloud's pace is known now.
+    pub fn deadline(&self) -> Duration {
+        match &self.cloud {
+            Some(s) => s.pace().local_deadline(self.deadline),
+            None => self.deadline,
+        }
+    }
+
+    fn local(&self, d: Duration, least: Duration) -> Duration {
+        match &self.cloud {
+            Some(s) => s.pace().local(d).max(least.min(d)),
+            None => d,
+        }
+    }
 }
 
 /// How the console phase ended.
@@ -165,18 +206,19 @@ impl From<String> for FollowError {
 pub async fn consoles(
     session: &Session,
     targets: &[Target],
-    timing: Timing,
+    timing: &Timing,
 ) -> Result<Followed, FollowError> {
-    let deadline = Instant::now() + timing.deadline;
+    let start = Instant::now();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut states: BTreeMap<String, NodeState> = targets
         .iter()
         .map(|t| (t.logical_id.clone(), NodeState::Waiting))
         .collect();
     let mut pending: Vec<Target> = targets.to_vec();
-    let mut interval = timing.poll;
+    let mut interval = timing.poll();
     let mut said = Instant::now();
     while !pending.is_empty() {
+        let deadline = start + timing.deadline();
         let mut reads = JoinSet::new();
         for t in &pending {
             let (s, t) = (session.clone(), t.clone());
@@ -264,7 +306,7 @@ pub async fn consoles(
                 .collect();
             return Err(format!(
                 "bootstrap did not finish within {}s: {}",
-                timing.deadline.as_secs(),
+                timing.deadline().as_secs(),
                 late.join(", ")
             )
             .into());
@@ -284,14 +326,14 @@ pub async fn consoles(
                 "kos: bootstrap: waiting for {} ({} s left of {} s)",
                 waiting.join(", "),
                 deadline.saturating_duration_since(Instant::now()).as_secs(),
-                timing.deadline.as_secs()
+                timing.deadline().as_secs()
             );
             said = Instant::now();
         }
         interval = if progressed {
-            timing.poll
+            timing.poll()
         } else {
-            (interval * 2).min(timing.max_poll)
+            (interval * 2).min(timing.max_poll())
         };
         tokio::time::sleep(interval).await;
     }
@@ -315,11 +357,10 @@ pub enum ApiPhase {
 pub async fn api(
     kube: &Kube,
     expected: usize,
-    timing: Timing,
+    timing: &Timing,
     probe: Duration,
 ) -> Result<ApiPhase, String> {
     let start = Instant::now();
-    let deadline = start + timing.deadline;
     let mut reached = false;
     let mut last;
     let mut shown = String::new();
@@ -355,21 +396,22 @@ pub async fn api(
                 }
             }
         }
+        let deadline = start + timing.deadline();
         if Instant::now() >= deadline {
             return Err(format!(
                 "the cluster was not ready within {}s: {last}",
-                timing.deadline.as_secs()
+                timing.deadline().as_secs()
             ));
         }
         if said.elapsed() >= crate::progress::HEARTBEAT {
             eprintln!(
                 "kos: kubernetes: waiting for {expected} Ready node(s): {last} ({} s left of {} s)",
                 deadline.saturating_duration_since(Instant::now()).as_secs(),
-                timing.deadline.as_secs()
+                timing.deadline().as_secs()
             );
             said = Instant::now();
         }
-        tokio::time::sleep(timing.poll).await;
+        tokio::time::sleep(timing.poll()).await;
     }
 }
 

@@ -283,6 +283,8 @@ async fn run(
         poll_interval: scaled(defaults.poll_interval),
         poll: v.poll,
         waits_hold_slots: v.waits_hold_slots,
+        // Scaled above from the simulator's time scale, which the benchmark chose.
+        clock: kos_cluster::apply::WaitClock::Local,
         deadlines: Deadlines {
             server: scaled(defaults.deadlines.server),
             load_balancer: scaled(defaults.deadlines.load_balancer),

@@ -617,15 +617,11 @@ async fn converge(
             }
         }
     }
-    let mut opts = ApplyOptions {
+    let opts = ApplyOptions {
         parallelism: usize::from(args.parallelism),
         recreate_ccm_credential,
         ..ApplyOptions::default()
     };
-    if c.is_simulated() {
-        // The embedded cloud runs 100x faster than a real one: poll accordingly.
-        opts.poll_interval = Duration::from_millis(50);
-    }
     if changes > 0 {
         changed.set(true);
     }
@@ -1008,19 +1004,8 @@ async fn follow_bootstrap(
         println!("Bootstrap: not followed (--wait infra)");
         return Ok(Vec::new());
     }
-    let timing = if c.is_simulated() {
-        Timing {
-            poll: Duration::from_millis(50),
-            max_poll: Duration::from_millis(500),
-            deadline: Duration::from_secs(120),
-        }
-    } else {
-        Timing {
-            poll: Duration::from_secs(3),
-            max_poll: Duration::from_secs(30),
-            deadline: Duration::from_secs(30 * 60),
-        }
-    };
+    // Stated in the cloud's time, which a simulated cloud's answers show running fast.
+    let timing = Timing::of_cloud(&c.session);
     let cluster_tag = format!("{TAG_CLUSTER}={}", report.cluster);
     let servers = c
         .session
@@ -1050,8 +1035,9 @@ async fn follow_bootstrap(
         })
         .collect();
     eprintln!(
-        "kos: phase bootstrap: following {} node(s) on their consoles",
-        targets.len()
+        "kos: phase bootstrap: following {} node(s) on their consoles (for at most {} min of the cloud's time)",
+        targets.len(),
+        timing.deadline.as_secs() / 60
     );
     let token_pushed = std::sync::atomic::AtomicBool::new(false);
     // Kept there while the nodes join: the first control plane's cleanup may delete it again when
@@ -1073,11 +1059,11 @@ async fn follow_bootstrap(
             if certs && let Err(e) = ensure_certs_present(c, spec, address, secrets).await {
                 tracing::debug!("kubeadm-certs not put back yet: {e}");
             }
-            tokio::time::sleep(timing.poll.max(Duration::from_millis(500))).await;
+            tokio::time::sleep(timing.poll().max(Duration::from_millis(500))).await;
         }
     };
     let followed = tokio::select! {
-        f = follow::consoles(&c.session, &targets, timing) => f,
+        f = follow::consoles(&c.session, &targets, &timing) => f,
         () = push => unreachable!("the token push never finishes on its own"),
     };
     let followed = match followed {
@@ -1107,7 +1093,10 @@ async fn follow_bootstrap(
             )));
         }
     };
-    println!("Bootstrap:");
+    println!(
+        "Bootstrap (deadline {} s on this machine's clock):",
+        timing.deadline().as_secs()
+    );
     for (id, state) in &followed.nodes {
         let shown = match state {
             NodeState::Done(outcome) => format!("bootstrap {outcome}"),
@@ -1132,8 +1121,8 @@ async fn follow_bootstrap(
         "kos: phase kubernetes: waiting for /readyz and {} Ready node(s)",
         spec.node_count()
     );
-    let probe = timing.deadline.min(Duration::from_secs(60));
-    match follow::api(&kube, spec.node_count() as usize, timing, probe).await {
+    let probe = timing.deadline().min(Duration::from_secs(60));
+    match follow::api(&kube, spec.node_count() as usize, &timing, probe).await {
         Ok(ApiPhase::Ready { nodes }) => {
             println!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
             // What the cleanup does after the first nodes: the certificates and the token must not
@@ -1181,13 +1170,10 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
             let name = args.name.as_str();
-            let mut opts = TeardownOptions {
+            let opts = TeardownOptions {
                 dry_run: args.dry_run,
                 ..TeardownOptions::default()
             };
-            if c.is_simulated() {
-                opts.poll_interval = Duration::from_millis(50);
-            }
             let local = Local::for_session(&c.session, name).map_err(Failure::input)?;
             let _lock = if args.dry_run {
                 None
@@ -1433,10 +1419,7 @@ pub async fn gc(args: GcArgs) -> Result<Exit, Failure> {
                 );
                 return Ok(Exit::Ok);
             }
-            let mut opts = TeardownOptions::default();
-            if c.is_simulated() {
-                opts.poll_interval = Duration::from_millis(50);
-            }
+            let opts = TeardownOptions::default();
             kos_cluster::teardown::delete_orphans(&c.session, &orphans, &opts)
                 .await
                 .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;

@@ -99,13 +99,10 @@ pub(super) async fn remove(
     }
     let bootstrap = KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets, &local)
         .map_err(Failure::input)?;
-    let mut opts = ApplyOptions {
+    let opts = ApplyOptions {
         parallelism: usize::from(args.parallelism),
         ..ApplyOptions::default()
     };
-    if c.is_simulated() {
-        opts.poll_interval = Duration::from_millis(50);
-    }
     let changes = removal.summary().changes();
     let (tx, progress) = crate::progress::spawn(changes as u64);
     let result =
@@ -137,11 +134,11 @@ pub(super) async fn remove(
 async fn drain(c: &Connected, kube: &Kube, t: &Target, timeout: u64) -> Result<(), Failure> {
     let opts = kos_lifecycle::drain::Options {
         timeout: Duration::from_secs(timeout),
-        poll: if c.is_simulated() {
-            Duration::from_millis(100)
-        } else {
-            Duration::from_secs(2)
-        },
+        poll: c
+            .session
+            .pace()
+            .local(Duration::from_secs(2))
+            .max(Duration::from_millis(100)),
         ..kos_lifecycle::drain::Options::default()
     };
     let d = super::drain::drain_node(kube, &t.name, opts, &mut |l| {

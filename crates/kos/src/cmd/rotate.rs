@@ -103,11 +103,11 @@ async fn rotate_now(
     let store = Store(local);
     let opts = Options {
         timeout: Duration::from_secs(timeout),
-        poll: if c.is_simulated() {
-            Duration::from_millis(50)
-        } else {
-            Duration::from_secs(2)
-        },
+        poll: c
+            .session
+            .pace()
+            .local(Duration::from_secs(2))
+            .max(Duration::from_millis(50)),
     };
     rotate::rotate(name, &keystone, &api, &store, opts, &mut |l| {
         eprintln!("kos: {}", crate::term::escape(l));
