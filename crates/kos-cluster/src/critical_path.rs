@@ -318,6 +318,7 @@ mod tests {
         let lb = Desired::LoadBalancer {
             subnet: "s".into(),
             provider: None,
+            vip_port: None,
         };
         let listener = |p| Desired::Listener {
             lb: "lb".into(),

@@ -150,7 +150,8 @@ async fn ambiguous_creates_never_duplicate() -> R {
     assert_eq!(pending(&c.session, &g).await?, 0);
     assert!(duplicates(&c.session, "amb").await?.is_empty());
     let o = observe(&c.session, "amb").await?;
-    assert_eq!(o.all().filter(|r| r.kind == Kind::Port).count(), 3);
+    // Three servers' ports and the API load balancer's VIP port.
+    assert_eq!(o.all().filter(|r| r.kind == Kind::Port).count(), 4);
     down(&c.session, "amb").await
 }
 
@@ -440,4 +441,101 @@ async fn token_expiry_between_runs_is_survived() -> R {
     assert_eq!(pending(&c.session, &g).await?, 0);
     c.sim.app().cloud().keystone.expire_all_tokens();
     down(&c.session, "tok").await
+}
+
+/// Issue 19: the API floating IP is never free. kos makes the load balancer's VIP port first and
+/// creates the floating IP on it, so while Octavia cannot make the load balancer (here: it refuses
+/// every create) no one can take the address; before, it sat unassociated until the LB was ACTIVE.
+/// The load balancer is then made on that port, and the floating IP needs no association call.
+#[tokio::test]
+async fn the_api_floating_ip_is_never_free() -> R {
+    let c = start().await?;
+    let shape = Shape {
+        name: "held",
+        control_planes: 1,
+        load_balancer: true,
+        boot_volume: false,
+        pools: vec![],
+    };
+    let g = graph(&c.session, &shape).await?;
+    c.sim
+        .app()
+        .fault_engine()
+        .add(rule(Some("POST"), "lbaas/loadbalancers$", 503))?;
+    let e = attempt(&c, &g)
+        .await
+        .err()
+        .ok_or("the LB create should fail")?;
+    assert!(e.contains("load balancer"), "{e}");
+    let o = observe(&c.session, "held").await?;
+    let vip = o
+        .get("api-vip-port")
+        .first()
+        .ok_or("no VIP port")?
+        .id
+        .clone();
+    let fip = o.get("api-fip").first().ok_or("no floating IP")?;
+    assert_eq!(
+        fip.facts.port_id.as_deref(),
+        Some(vip.as_str()),
+        "free: {fip:?}"
+    );
+
+    c.sim.app().fault_engine().clear();
+    let before = c.session.counters();
+    converge(&c.session, &g, 2).await?;
+    let o = observe(&c.session, "held").await?;
+    assert_eq!(
+        o.get("api-lb")[0].facts.port_id.as_deref(),
+        Some(vip.as_str()),
+        "the LB is made on kos's VIP port"
+    );
+    assert_eq!(
+        o.get("fip-assoc")[0].facts.port_id.as_deref(),
+        Some(vip.as_str())
+    );
+    let after = c.session.counters();
+    let associations = |c: &kos_cloud::CallCounts| {
+        c.by_operation
+            .get(&(kos_cloud::ServiceKind::Network, "floating_ip.associate"))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        associations(&after),
+        associations(&before),
+        "no association call"
+    );
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    down(&c.session, "held").await
+}
+
+/// A cluster an earlier kos made (Octavia gave the load balancer its VIP) keeps that shape: no VIP
+/// port of kos's, the floating IP associated with Octavia's once the LB is ACTIVE, and a re-plan of
+/// that shape changes nothing (kos-lifecycle's `decide::api_vip` chooses it from what exists).
+#[tokio::test]
+async fn a_load_balancer_with_octavias_vip_keeps_it() -> R {
+    use kos_cluster::bootstrap::Formation;
+    use kos_cluster::graph::{ApiVip, Slots, desired_in};
+    let c = start().await?;
+    let shape = Shape {
+        name: "legacy",
+        control_planes: 1,
+        load_balancer: true,
+        boot_volume: false,
+        pools: vec![],
+    };
+    let spec = shape.spec()?;
+    let resolved = resolve(&c.session, &spec).await?;
+    let slots = Slots::counted(&spec).with_api_vip(ApiVip::Octavia);
+    let g = desired_in(&spec, &resolved, Formation::Fresh, &slots)?;
+    assert!(g.node("api-vip-port").is_none());
+    up(&c.session, &g).await?;
+    let o = observe(&c.session, "legacy").await?;
+    assert!(o.get("api-vip-port").is_empty());
+    let vip = o.get("api-lb")[0].facts.port_id.clone();
+    assert!(vip.is_some());
+    assert_eq!(o.get("fip-assoc")[0].facts.port_id, vip);
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    down(&c.session, "legacy").await
 }

@@ -9,7 +9,7 @@ use kos_bootstrap::KubeVersion;
 use kos_cluster::ClusterSpec;
 use kos_cluster::bootstrap::Formation;
 use kos_cluster::graph::record::{TAG_KUBERNETES, recorded};
-use kos_cluster::graph::{DesiredGraph, GraphError, Kind, Slots, desired_in};
+use kos_cluster::graph::{ApiVip, DesiredGraph, GraphError, Kind, Slots, VIP_PORT, desired_in};
 use kos_cluster::observe::Observed;
 use kos_cluster::plan::{self, Op, Plan};
 use kos_cluster::resolved::Resolved;
@@ -87,7 +87,15 @@ pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
                 .map_or(0, |m| m.availability_zones.len()),
         })
         .collect();
-    let graph_of = |slots: &Slots| desired_in(spec, i.resolved, i.formation, slots);
+    let api_vip = api_vip(i.observed);
+    let graph_of = |slots: &Slots| {
+        desired_in(
+            spec,
+            i.resolved,
+            i.formation,
+            &slots.clone().with_api_vip(api_vip),
+        )
+    };
     // Against every existing server first: which of them the spec replaces decides who joins.
     let counts: Vec<(&str, u32)> = pools.iter().map(|r| (r.prefix, r.count)).collect();
     let provisional = succession::provisional(i.observed, count, &counts);
@@ -185,6 +193,18 @@ fn check_release(i: &Inputs<'_>) -> Result<(), VersionError> {
     check_change(&running, wanted)
 }
 
+/// Who makes the API load balancer's VIP port: kos, unless a load balancer exists without kos's
+/// (made by an earlier kos, Octavia gave it its VIP): that one keeps it, since a new VIP would change
+/// the API's address.
+#[must_use]
+pub fn api_vip(observed: &Observed) -> ApiVip {
+    if !observed.get("api-lb").is_empty() && observed.get(VIP_PORT).is_empty() {
+        ApiVip::Octavia
+    } else {
+        ApiVip::Kos
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kos_cluster::observe::{Facts, MachineFacts, Resource};
@@ -255,5 +275,47 @@ mod tests {
         );
         assert!(plan.actions[0].changes[0].contains("--renew-certificates"));
         assert!(plan.actions[2].changes.is_empty(), "replaced anyway");
+    }
+
+    fn seen(ids: &[(&str, Kind)]) -> Observed {
+        let mut o = Observed::default();
+        for (id, kind) in ids {
+            o.resources.insert(
+                (*id).to_owned(),
+                vec![Resource {
+                    kind: *kind,
+                    logical_id: (*id).into(),
+                    id: format!("id-{id}"),
+                    name: format!("kos-demo-{id}"),
+                    tagged: true,
+                    state: "ACTIVE".into(),
+                    failed: false,
+                    facts: Facts::default(),
+                }],
+            );
+        }
+        o
+    }
+
+    /// A new cluster, or one half made by this kos, gets kos's VIP port; a load balancer an earlier
+    /// kos made (Octavia's VIP) keeps its address.
+    #[test]
+    fn the_vip_port_is_kos_unless_a_load_balancer_has_octavias() {
+        assert_eq!(api_vip(&seen(&[])), ApiVip::Kos);
+        assert_eq!(api_vip(&seen(&[(VIP_PORT, Kind::Port)])), ApiVip::Kos);
+        assert_eq!(
+            api_vip(&seen(&[
+                (VIP_PORT, Kind::Port),
+                ("api-lb", Kind::LoadBalancer)
+            ])),
+            ApiVip::Kos
+        );
+        assert_eq!(
+            api_vip(&seen(&[
+                ("api-lb", Kind::LoadBalancer),
+                ("api-fip", Kind::FloatingIp)
+            ])),
+            ApiVip::Octavia
+        );
     }
 }

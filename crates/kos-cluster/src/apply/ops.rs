@@ -390,11 +390,16 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
         }
         Desired::FloatingIp {
             external_network_id,
+            port,
         } => {
             // Floating IPs have no name: the deterministic name is their description.
             let req = FloatingIpCreate {
                 floating_network_id: external_network_id.clone(),
                 description: name.clone(),
+                port_id: port
+                    .as_ref()
+                    .map(|p| dep(ctx, p).map(|o| o.id))
+                    .transpose()?,
                 tags: node.tags.clone(),
                 ..FloatingIpCreate::default()
             };
@@ -435,6 +440,36 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                 }],
                 allowed_address_pairs: address_pairs.iter().map(AddressPair::ip).collect(),
                 security_groups: Some(sgs),
+                tags: node.tags.clone(),
+                ..PortCreate::new(dep(ctx, network)?.id, &node.name)
+            };
+            let out = |p: kos_cloud::model::network::Port| Output {
+                address: p.fixed_ips.first().map(|f| f.ip_address.clone()),
+                id: p.id,
+                port_id: None,
+            };
+            let find = || async {
+                let f = PortFilter {
+                    name: name.clone(),
+                    ..PortFilter::default()
+                };
+                pick_neutron(ctx, node, net.list_ports(&f).await?, out).await
+            };
+            create_or_find(
+                ctx,
+                node,
+                || async { Ok(out(net.create_port(&req).await?)) },
+                find,
+            )
+            .await
+        }
+        Desired::VipPort { network, subnet } => {
+            // No security groups named: the network's default until Octavia puts its own on it,
+            // as on a VIP port Octavia makes.
+            let req = PortCreate {
+                fixed_ips: vec![FixedIpRequest::Subnet {
+                    subnet_id: dep(ctx, subnet)?.id,
+                }],
                 tags: node.tags.clone(),
                 ..PortCreate::new(dep(ctx, network)?.id, &node.name)
             };
@@ -505,8 +540,16 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
             roles,
             lifetime_days,
         } => create_app_credential(ctx, node, roles, *lifetime_days).await,
-        Desired::LoadBalancer { subnet, provider } => {
-            let mut req = LoadBalancerCreate::new(&node.name, Vip::Subnet(dep(ctx, subnet)?.id));
+        Desired::LoadBalancer {
+            subnet,
+            provider,
+            vip_port,
+        } => {
+            let vip = match vip_port {
+                Some(p) => Vip::Port(dep(ctx, p)?.id),
+                None => Vip::Subnet(dep(ctx, subnet)?.id),
+            };
+            let mut req = LoadBalancerCreate::new(&node.name, vip);
             req.provider.clone_from(provider);
             req.tags.clone_from(&node.tags);
             if let Some(p) = ctx.populated.get(&node.id) {
@@ -827,7 +870,11 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
                     })?
                 }
             };
-            if have.and_then(|h| h.facts.port_id.as_deref()) != Some(port.as_str()) {
+            // A floating IP created on its port (this run, or seen so) needs nothing more.
+            let now = have
+                .and_then(|h| h.facts.port_id.as_deref())
+                .or(fip.port_id.as_deref());
+            if now != Some(port.as_str()) {
                 net.associate_floating_ip(&fip.id, &port, None).await?;
             }
             Ok(fip)

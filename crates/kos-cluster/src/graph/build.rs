@@ -8,6 +8,9 @@ use crate::names::{ClusterName, cluster_tag, id_tag, resource_name};
 use crate::resolved::{Resolved, ResolvedMachine, ResolvedNetwork};
 use crate::spec::{ClusterSpec, EndpointKind, LbProvider, ServerGroupPolicy};
 
+/// The API load balancer's VIP port, when kos makes it ([`ApiVip::Kos`]).
+pub const VIP_PORT: &str = "api-vip-port";
+
 /// Which servers the graph holds, by index: `cp-0` … `cp-{count-1}` and `<pool>-0` … for a new
 /// cluster, and for a running one what exists, less those leaving, plus those joining (a replacement's
 /// successor joins under a fresh index before its predecessor leaves: kos-lifecycle decides, from what
@@ -18,6 +21,20 @@ pub struct Slots {
     control_plane: Vec<u32>,
     /// Ascending, by pool name; a pool not listed has `0 … count-1`.
     pools: std::collections::BTreeMap<String, Vec<u32>>,
+    /// Who made the API load balancer's VIP port.
+    api_vip: ApiVip,
+}
+
+/// Who makes the API load balancer's VIP port, when a floating IP points at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApiVip {
+    /// kos (`api-vip-port`), before the load balancer: the floating IP is created on it, so it is
+    /// never free for anyone to take while Octavia builds the load balancer.
+    #[default]
+    Kos,
+    /// Octavia, as kos made it before: a running cluster's load balancer keeps its VIP (changing it
+    /// would change the API's address), and its floating IP is associated once the LB is ACTIVE.
+    Octavia,
 }
 
 impl Slots {
@@ -38,7 +55,15 @@ impl Slots {
         Slots {
             control_plane,
             pools: std::collections::BTreeMap::new(),
+            api_vip: ApiVip::default(),
         }
+    }
+
+    /// With the API load balancer's VIP port made by `who` (what the cloud shows decides).
+    #[must_use]
+    pub fn with_api_vip(mut self, who: ApiVip) -> Slots {
+        self.api_vip = who;
+        self
     }
 
     /// With these indexes for pool `name`.
@@ -255,18 +280,10 @@ pub fn desired_in(
         n.name = format!("kos-{}-ccm", b.cluster);
     }
 
-    // The API endpoint. The floating IP is allocated first, so its address is known before any server's
-    // user_data is rendered.
-    if public {
-        b.add(
-            "api-fip",
-            Kind::FloatingIp,
-            Desired::FloatingIp {
-                external_network_id: resolved.external_network.id.clone(),
-            },
-            &[],
-        );
-    }
+    // The API endpoint. The floating IP is allocated before any server, so its address is known when
+    // their user_data is rendered; it is created on the port it serves (a control plane's, or the
+    // load balancer's VIP that kos makes first), so it is never free for another to take.
+    let external_network_id = resolved.external_network.id.as_str();
     let cp_ports: Vec<String> = slots
         .control_plane
         .iter()
@@ -297,12 +314,29 @@ pub fn desired_in(
             if via_router {
                 lb_deps.push("router");
             }
+            let own_vip = public && slots.api_vip == ApiVip::Kos;
+            if own_vip {
+                b.add(
+                    VIP_PORT,
+                    Kind::Port,
+                    Desired::VipPort {
+                        network: "network".into(),
+                        subnet: "subnet".into(),
+                    },
+                    &["network", "subnet"],
+                );
+                lb_deps.push(VIP_PORT);
+                b.api_fip(external_network_id, Some(VIP_PORT), routed);
+            } else if public {
+                b.api_fip(external_network_id, None, routed);
+            }
             b.add(
                 "api-lb",
                 Kind::LoadBalancer,
                 Desired::LoadBalancer {
                     subnet: "subnet".into(),
                     provider: Some(lb_provider),
+                    vip_port: own_vip.then(|| VIP_PORT.to_owned()),
                 },
                 &lb_deps,
             );
@@ -353,7 +387,10 @@ pub fn desired_in(
                 },
                 &deps,
             );
-            if public {
+            if own_vip {
+                b.assoc(AssocTarget::Port(VIP_PORT.into()), routed);
+                ApiSource::FloatingIp("api-fip".into())
+            } else if public {
                 b.assoc(AssocTarget::LoadBalancerVip("api-lb".into()), routed);
                 ApiSource::FloatingIp("api-fip".into())
             } else {
@@ -362,6 +399,7 @@ pub fn desired_in(
         }
         EndpointKind::FloatingIp => {
             if public {
+                b.api_fip(external_network_id, Some(&first_port), routed);
                 b.assoc(AssocTarget::Port(first_port), routed);
                 ApiSource::FloatingIp("api-fip".into())
             } else {
@@ -476,6 +514,24 @@ impl Builder<'_> {
                 id: cloud_id.to_owned(),
             },
             &[],
+        );
+    }
+
+    /// The API floating IP, created on `port` (a logical id) when there is one: Neutron refuses a port
+    /// whose subnet has no route to the external network, so a routed one waits for its interface.
+    fn api_fip(&mut self, external_network_id: &str, port: Option<&str>, routed: bool) {
+        let mut deps: Vec<&str> = port.into_iter().collect();
+        if routed && port.is_some() {
+            deps.push("router-if");
+        }
+        self.add(
+            "api-fip",
+            Kind::FloatingIp,
+            Desired::FloatingIp {
+                external_network_id: external_network_id.to_owned(),
+                port: port.map(str::to_owned),
+            },
+            &deps,
         );
     }
 

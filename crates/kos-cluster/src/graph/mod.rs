@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::bootstrap::NodeRole;
 use crate::names::PoolName;
 
-pub use build::{Slots, desired, desired_in};
+pub use build::{ApiVip, Slots, VIP_PORT, desired, desired_in};
 pub(crate) use rules::host_cidr;
 pub use rules::{Remote, Rule, Source};
 
@@ -121,7 +121,7 @@ impl Kind {
             Kind::Pool => id == "api-pool",
             Kind::HealthMonitor => id == "api-monitor",
             Kind::Members => id == "api-members",
-            Kind::Port => indexed("port-"),
+            Kind::Port => indexed("port-") || id == build::VIP_PORT,
             Kind::Volume => indexed("vol-"),
             Kind::Server => is_host(id),
             Kind::FloatingIpAssociation => id == "fip-assoc",
@@ -197,10 +197,14 @@ pub enum Desired {
     },
     FloatingIp {
         external_network_id: String,
+        /// The port (logical id) it is created on; `None`: created free, associated later.
+        port: Option<String>,
     },
     LoadBalancer {
         subnet: String,
         provider: Option<String>,
+        /// The VIP port (logical id) kos made for it; `None`: Octavia makes one on `subnet`.
+        vip_port: Option<String>,
     },
     Listener {
         lb: String,
@@ -231,6 +235,12 @@ pub enum Desired {
         security_groups: Vec<String>,
         /// Pod and service CIDRs: traffic the CNI routes through the node.
         address_pairs: Vec<String>,
+    },
+    /// The API load balancer's VIP port, made before it: no security groups of kos's (Octavia puts
+    /// its own on it), no address pairs; never compared with what Octavia made of it.
+    VipPort {
+        network: String,
+        subnet: String,
     },
     Volume {
         size_gb: u32,

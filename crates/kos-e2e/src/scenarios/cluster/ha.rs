@@ -158,6 +158,17 @@ pub async fn cluster_ha(ctx: &Ctx) -> Result<()> {
             fip.port_id,
             lb.vip_port_id
         );
+        // The VIP port is kos's, made before the load balancer, so the floating IP was created on it
+        // and never free (on minicloud: real Octavia took the port as its VIP).
+        let vip = census
+            .named("port", &c.object("api-vip-port"))
+            .context("no VIP port of kos's")?;
+        ensure!(
+            lb.vip_port_id.as_deref() == Some(vip.id.as_str()),
+            "the LB's VIP is {:?}, kos's VIP port {}",
+            lb.vip_port_id,
+            vip.id
+        );
 
         // Boot volumes: 50 GB per control plane, 100 GB for the general pool, none for the GPU pool,
         // each attached to its server (or none at all where the cloud cannot make one from an image).
