@@ -319,12 +319,18 @@ fn cni_step_fails_closed_and_applies_only_verified_manifests() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let script = write(d, "kos-bootstrap", BOOTSTRAP_SCRIPT.as_bytes());
-    // A kubectl that records what it was asked to apply.
+    // A kubectl that records its arguments and the file it was asked to apply (its last argument).
     let bin = d.join("bin");
     write(
         &bin,
         "kubectl",
-        b"#!/bin/sh\ncp \"$3\" \"$KOS_TEST_APPLIED\"\n",
+        b"#!/bin/sh\necho \"$@\" >\"$KOS_TEST_APPLIED.args\"\nfor f; do :; done\ncp \"$f\" \"$KOS_TEST_APPLIED\"\n",
+    );
+    // The API server's static pod manifest as kubeadm writes it, with the advertise address.
+    let apiserver_manifest = write(
+        d,
+        "kube-apiserver.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 10.0.0.5:6443\n  creationTimestamp: null\n",
     );
     sh(&format!(
         "chmod +x {} {}",
@@ -343,6 +349,8 @@ fn cni_step_fails_closed_and_applies_only_verified_manifests() {
             .env("KOS_CONSOLE", &console)
             .env("KOS_CNI_FILE", d.join(format!("{name}.cni.yaml")))
             .env("KOS_TEST_APPLIED", d.join(format!("{name}.applied")))
+            .env("KOS_APISERVER_MANIFEST", &apiserver_manifest)
+            .env("KOS_STATE_DIR", d.join(format!("{name}.state")))
             .env(
                 "PATH",
                 format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
@@ -410,6 +418,18 @@ fn cni_step_fails_closed_and_applies_only_verified_manifests() {
     assert_eq!(console, "kos-bootstrap: cni ok\n");
     let applied = std::fs::read_to_string(d.join("good.applied")).unwrap();
     assert_eq!(applied, manifest.replace("10.244.0.0/16", "10.42.0.0/16"));
+    // Through this node's own API server, at the advertise address kubeadm recorded, not
+    // admin.conf's endpoint (a load balancer that may not answer yet).
+    let args = std::fs::read_to_string(d.join("good.applied.args")).unwrap();
+    assert_eq!(
+        args.trim_end(),
+        format!(
+            "--server https://10.0.0.5:6443 apply -f {}",
+            d.join("good.cni.yaml").display()
+        )
+    );
+    // A step that passed is recorded, so the resume unit's run skips it.
+    assert!(d.join("good.state/cni.done").exists());
 
     // kube-router names its image without a tag: it gets the release's tag, on every container.
     let manifest = "      containers:\n      - name: kube-router\n        image: docker.io/cloudnativelabs/kube-router\n        imagePullPolicy: Always\n      initContainers:\n      - image: docker.io/cloudnativelabs/kube-router\n";
@@ -439,6 +459,88 @@ fn cni_step_fails_closed_and_applies_only_verified_manifests() {
         console,
         "kos-bootstrap: cni failed: could not pin image docker.io/cloudnativelabs/kube-router to v2.11.1 in the kube-router manifest\n"
     );
+}
+
+/// Once the cluster exists (main sets RESUMABLE after kubeadm init), a failed step is not the end:
+/// its marker says `retrying`, and a systemd unit runs the script again a minute later and every
+/// minute while it fails; inside that unit a failure only exits non-zero (systemd restarts it), and
+/// a step that passed before is skipped without a marker.
+#[test]
+fn a_step_failing_after_init_is_retried_by_a_systemd_unit() {
+    let s = secrets();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = write(d, "kos-bootstrap", BOOTSTRAP_SCRIPT.as_bytes());
+    let bin = d.join("bin");
+    // A systemd-run that records its arguments.
+    write(
+        &bin,
+        "systemd-run",
+        b"#!/bin/sh\necho \"$@\" >>\"$KOS_TEST_UNITS\"\n",
+    );
+    sh(&format!(
+        "chmod +x {} {}",
+        bin.join("systemd-run").display(),
+        script.display()
+    ));
+    // A CNI step that fails at once: no manifest pinned.
+    let mut c = cluster("1.36.4", 1, 0);
+    c.cni = Cni::Cilium;
+    let env = bootstrap_env(&c, &node(Role::InitControlPlane), &s).unwrap();
+    let env_file = write(d, "init.env", env.as_bytes());
+    let state = d.join("state");
+    let units = d.join("units");
+    let run = |name: &str, body: &str| -> (bool, String) {
+        let console = d.join(format!("{name}.console"));
+        std::fs::write(&console, "").unwrap();
+        let ok = Command::new("bash")
+            .arg(&script)
+            .args(["__step", "eval", body])
+            .env("KOS_ENV_FILE", &env_file)
+            .env("KOS_LOG", d.join(format!("{name}.log")))
+            .env("KOS_CONSOLE", &console)
+            .env("KOS_STATE_DIR", &state)
+            .env("KOS_TEST_UNITS", &units)
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .status()
+            .unwrap()
+            .success();
+        (ok, std::fs::read_to_string(console).unwrap())
+    };
+    let reason = "no manifest for CNI cilium: pin one (url and sha256) in the cluster spec";
+
+    // The first run (cloud-init's): the unit takes over.
+    let (ok, console) = run("first", "RESUMABLE=true; step cni cni");
+    assert!(!ok);
+    assert_eq!(console, format!("kos-bootstrap: cni retrying: {reason}\n"));
+    assert_eq!(
+        std::fs::read_to_string(&units).unwrap(),
+        format!(
+            "--unit=kos-bootstrap-resume --on-active=60 --property=Restart=on-failure --property=RestartSec=60 {} resume\n",
+            script.canonicalize().unwrap().display()
+        )
+    );
+
+    // Inside the unit: the marker again, and no second unit.
+    let (ok, console) = run("unit", "RESUMABLE=true; RESUMING=true; step cni cni");
+    assert!(!ok, "a failure must make systemd run the unit again");
+    assert_eq!(console, format!("kos-bootstrap: cni retrying: {reason}\n"));
+    assert_eq!(std::fs::read_to_string(&units).unwrap().lines().count(), 1);
+
+    // Before the cluster exists, a failure is final, as before.
+    let (ok, console) = run("before", "step cni cni");
+    assert!(!ok);
+    assert_eq!(console, format!("kos-bootstrap: cni failed: {reason}\n"));
+
+    // A step that passed in an earlier run is skipped, silently.
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("cni.done"), "").unwrap();
+    let (ok, console) = run("done", "RESUMABLE=true; RESUMING=true; step cni cni");
+    assert!(ok);
+    assert_eq!(console, "");
 }
 
 /// A kubeadm that fails makes the script's marker carry kubeadm's own error: the failed preflight

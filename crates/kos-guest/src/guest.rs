@@ -61,6 +61,14 @@ pub(crate) struct Run {
     pub spawns_cleanup: bool,
     pub cleanup_step: StepCall,
     pub final_marker: Option<String>,
+    /// From this step on, a failure is tried again by the resume unit (the script's `RESUMABLE`).
+    #[serde(default)]
+    pub resumable_from: Option<usize>,
+    #[serde(default)]
+    pub resume: Option<crate::bootstrap::script::ResumeUnit>,
+    /// The resume unit runs the script now (it was started after a failure).
+    #[serde(default)]
+    pub resuming: bool,
 }
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
@@ -527,7 +535,7 @@ impl Guest {
         };
         match arg {
             "run" => {}
-            "metadata-block" | "cleanup" => {
+            "metadata-block" | "cleanup" | "resume" => {
                 return Err(format!(
                     "runcmd {path} {arg} on its own is not simulated by kos-guest"
                 ));
@@ -544,13 +552,21 @@ impl Guest {
         srv.vfs.write(BOOTSTRAP_LOG, b"", 0o600, "root:root", true);
         let role = env.get("KOS_ROLE").unwrap_or_default().to_owned();
         // The script's `*)` branch: the common steps run, then "preflight failed: unknown role".
-        let (steps, spawns_cleanup) = plan.for_role(&role).unwrap_or_else(|| {
+        let script::RoleSteps {
+            steps,
+            spawns_cleanup,
+            resumable_from,
+        } = plan.for_role(&role).unwrap_or_else(|| {
             let mut steps = plan.common.clone();
             steps.push(StepCall {
                 name: "preflight".into(),
                 function: crate::bootstrap::steps::UNKNOWN_ROLE.into(),
             });
-            (steps, false)
+            script::RoleSteps {
+                steps,
+                spawns_cleanup: false,
+                resumable_from: None,
+            }
         });
         let now = host.now();
         let first = steps.first().map(|s| s.name.clone()).unwrap_or_default();
@@ -570,6 +586,9 @@ impl Guest {
                 function: "(no cleanup entry point)".into(),
             }),
             final_marker: plan.final_marker,
+            resumable_from,
+            resume: plan.resume,
+            resuming: false,
         }));
         Ok(true)
     }

@@ -3,7 +3,8 @@
 //! `research/cni-pins.md`, which computed them from the upstream tags with `git show TAG:PATH |
 //! sha256sum`). The guest cannot have the manifests' content, so a download is its checksum plus a
 //! stand-in of what applying it makes (the CNI's DaemonSet in kube-system). Any other URL fails as an
-//! unreachable download does (curl's exit 22, "The requested URL returned error: 404").
+//! unreachable download does (curl's exit 22, "The requested URL returned error: 404"); while the
+//! host reports an outage for a URL (kos-sim's `/_sim/internet`), its host does not resolve.
 
 /// A CNI manifest the internet serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +56,17 @@ const MANIFESTS: &[CniManifest] = &[
         pod_cidr_default: None,
     },
 ];
+
+/// What `curl -fsSL URL` prints when the internet does not reach the URL's host (an outage).
+pub fn unreachable(url: &str) -> String {
+    let host = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or_default();
+    format!("curl: (6) Could not resolve host: {host}")
+}
 
 /// What `curl -fsSL URL` gets.
 pub fn download(url: &str) -> Result<&'static CniManifest, String> {

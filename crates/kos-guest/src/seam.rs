@@ -128,4 +128,6 @@ pub trait Host: Send + Sync {
     fn console(&self, server: &ServerId, line: &str);
     /// The servers `endpoint` (`host:port`) reaches from `from`, in the order a client tries them.
     fn api_backends(&self, from: &ServerId, endpoint: &str) -> Vec<ServerId>;
+    /// Whether a download of `url` from `from` reaches the internet now (an outage says no).
+    fn internet_reaches(&self, from: &ServerId, url: &str) -> bool;
 }

@@ -2,7 +2,10 @@
 //! phases of `init` and of `join --control-plane`): what the kubelet runs on a control plane. The
 //! images' tags are the ClusterConfiguration's `kubernetesVersion` kubeadm ran with, so each API
 //! server's version is its manifest's, fixed when it was written ([`apiserver_version`]), whatever
-//! the cluster's ConfigMap says later.
+//! the cluster's ConfigMap says later. As kubeadm does, the API server's and etcd's carry the node's
+//! advertise address in annotations (what `kubeadm upgrade` and kos's bootstrap read back).
+
+use std::net::IpAddr;
 
 use serde_json::{Value, json};
 
@@ -34,12 +37,31 @@ fn path(component: &str) -> String {
     format!("{MANIFESTS_DIR}/{component}.yaml")
 }
 
-fn manifest(component: &str, kubernetes: Version) -> Value {
+/// kubeadm's annotation with the API server's `<advertise address>:<bind port>`.
+const APISERVER_ENDPOINT: &str = "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint";
+
+/// `host:port` as Go's `net.JoinHostPort` writes it (an IPv6 address in brackets).
+fn join_host_port(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+        IpAddr::V4(a) => format!("{a}:{port}"),
+    }
+}
+
+fn manifest(component: &str, kubernetes: Version, advertise: Option<IpAddr>) -> Value {
+    let annotations = match (component, advertise) {
+        (APISERVER, Some(ip)) => json!({APISERVER_ENDPOINT: join_host_port(ip, 6443)}),
+        ("etcd", Some(ip)) => json!({
+            "kubeadm.kubernetes.io/etcd.advertise-client-urls": format!("https://{}", join_host_port(ip, 2379)),
+        }),
+        _ => json!({}),
+    };
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
             "name": component,
             "namespace": "kube-system",
+            "annotations": annotations,
             "labels": {"component": component, "tier": "control-plane"},
         },
         "spec": {
@@ -50,12 +72,22 @@ fn manifest(component: &str, kubernetes: Version) -> Value {
     })
 }
 
-/// Writes the four manifests for `kubernetes` (JSON, which is YAML), 0600 as kubeadm writes them.
-pub fn write(vfs: &mut Vfs, kubernetes: Version) {
+/// Writes the four manifests for `kubernetes` as YAML, 0600 as kubeadm writes them; `advertise`:
+/// the node's advertise address.
+pub fn write(vfs: &mut Vfs, kubernetes: Version, advertise: Option<IpAddr>) {
     for c in COMPONENTS {
-        let text = serde_json::to_string_pretty(&manifest(c, kubernetes)).unwrap_or_default();
+        let text = serde_saphyr::to_string(&manifest(c, kubernetes, advertise)).unwrap_or_default();
         vfs.write(&path(c), text.as_bytes(), 0o600, "root:root", false);
     }
+}
+
+/// The API server's `<advertise address>:<port>` from its manifest's kubeadm annotation.
+pub fn apiserver_endpoint(vfs: &Vfs) -> Option<String> {
+    let pod: Value = serde_saphyr::from_str(vfs.text(&path(APISERVER))?).ok()?;
+    pod.pointer("/metadata/annotations")?
+        .get(APISERVER_ENDPOINT)?
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// `kubeadm reset` removes them.
@@ -90,8 +122,19 @@ mod tests {
         let mut vfs = Vfs::new();
         assert_eq!(apiserver_version(&vfs), None);
         let v = Version::parse("1.35.2").unwrap();
-        write(&mut vfs, v);
+        write(&mut vfs, v, Some(IpAddr::from([10, 0, 0, 5])));
         assert_eq!(apiserver_version(&vfs), Some(v));
+        // kubeadm's annotation, as YAML the script's sed reads line by line.
+        assert_eq!(apiserver_endpoint(&vfs).as_deref(), Some("10.0.0.5:6443"));
+        assert!(
+            vfs.text("/etc/kubernetes/manifests/kube-apiserver.yaml")
+                .unwrap()
+                .lines()
+                .any(|l| l.trim()
+                    == "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 10.0.0.5:6443"),
+        );
+        write(&mut vfs, v, Some("fd00::5".parse().unwrap()));
+        assert_eq!(apiserver_endpoint(&vfs).as_deref(), Some("[fd00::5]:6443"));
         assert!(
             vfs.text("/etc/kubernetes/manifests/kube-scheduler.yaml")
                 .unwrap()

@@ -15,6 +15,8 @@ pub struct MemoryHost {
     now: Mutex<OffsetDateTime>,
     consoles: Mutex<BTreeMap<ServerId, Vec<String>>>,
     network: Mutex<BTreeMap<String, Vec<ServerId>>>,
+    /// URL prefixes no download reaches.
+    offline: Mutex<Vec<String>>,
 }
 
 impl MemoryHost {
@@ -23,6 +25,7 @@ impl MemoryHost {
             now: Mutex::new(start),
             consoles: Mutex::new(BTreeMap::new()),
             network: Mutex::new(BTreeMap::new()),
+            offline: Mutex::new(Vec::new()),
         }
     }
 
@@ -44,6 +47,18 @@ impl MemoryHost {
                 endpoint.to_owned(),
                 backends.iter().map(|s| (*s).clone()).collect(),
             );
+    }
+
+    /// Makes downloads of URLs starting with `prefix` fail (`true`), or reach again (`false`).
+    pub fn set_offline(&self, prefix: &str, offline: bool) {
+        let mut list = self
+            .offline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        list.retain(|p| p != prefix);
+        if offline {
+            list.push(prefix.to_owned());
+        }
     }
 
     /// A server's console as the host received it.
@@ -102,6 +117,15 @@ impl Host for MemoryHost {
             .entry(server.clone())
             .or_default()
             .push(line.to_owned());
+    }
+
+    fn internet_reaches(&self, _from: &ServerId, url: &str) -> bool {
+        !self
+            .offline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|p| url.starts_with(p.as_str()))
     }
 
     fn api_backends(&self, _from: &ServerId, endpoint: &str) -> Vec<ServerId> {

@@ -36,7 +36,7 @@ fn the_guest_knows_exactly_the_steps_the_script_declares() {
     let names = |role| -> Vec<String> {
         plan.for_role(role)
             .unwrap()
-            .0
+            .steps
             .into_iter()
             .map(|s| s.name)
             .collect()
@@ -44,6 +44,16 @@ fn the_guest_knows_exactly_the_steps_the_script_declares() {
     assert_eq!(names("init"), [COMMON, &INIT[..4]].concat());
     assert_eq!(names("worker"), [COMMON, &JOIN[..3]].concat());
     assert_eq!(names("join-control-plane"), names("worker"));
+    // The first control plane tries again what follows kubeadm init, through a unit that restarts.
+    assert_eq!(
+        plan.for_role("init").unwrap().resumable_from,
+        Some(COMMON.len() + 1)
+    );
+    assert_eq!(plan.for_role("worker").unwrap().resumable_from, None);
+    assert!(
+        plan.resume.is_some(),
+        "the script's resume unit is not read"
+    );
 }
 
 #[tokio::test]
@@ -174,8 +184,59 @@ async fn a_cni_download_is_checked_like_the_real_script() {
         let mut w = World::new();
         let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
         w.settle_hours(1);
-        assert_eq!(w.markers(&id).last().unwrap(), &format!("kos-bootstrap: cni failed: {reason}"));
+        // After kubeadm init a failed step is tried again, every minute, never given up.
+        assert_eq!(w.markers(&id).last().unwrap(), &format!("kos-bootstrap: cni retrying: {reason}"));
+        assert!(
+            !w.markers(&id).iter().any(|m| m.contains("failed")),
+            "{:?}",
+            w.markers(&id)
+        );
     }
+}
+
+/// A CNI download that fails for a while (an outage of the manifest's host) does not end the first
+/// control plane's bootstrap: each failed attempt says `cni retrying` with curl's error, the resume
+/// unit tries again a minute later and every minute after, and once the host answers the node
+/// finishes on its own (the CNI, the addons, the metadata service closed, `bootstrap ok`).
+#[tokio::test]
+async fn a_cni_download_that_fails_for_a_while_is_finished_by_the_node_itself() {
+    let c = cluster("1.34.2", 1, 0);
+    let s = secrets();
+    let mut w = World::new();
+    w.host
+        .set_offline("https://raw.githubusercontent.com/", true);
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    let retrying =
+        "kos-bootstrap: cni retrying: curl: (6) Could not resolve host: raw.githubusercontent.com";
+    let markers = w.markers(&id);
+    assert_eq!(markers.last().map(String::as_str), Some(retrying));
+    // One attempt when the step first ran, then one a minute for the rest of the hour.
+    let tries = markers.iter().filter(|m| *m == retrying).count();
+    assert!((55..=61).contains(&tries), "{tries}: {markers:?}");
+    assert!(!markers.iter().any(|m| m.contains("bootstrap ok")));
+    assert!(matches!(w.guest.program(&id), ProgramState::Running { step } if step == "cni"));
+
+    w.host
+        .set_offline("https://raw.githubusercontent.com/", false);
+    w.settle_hours(1);
+    let markers = w.markers(&id);
+    let last_try = markers.iter().rposition(|m| m == retrying).unwrap_or(0);
+    let after: Vec<&str> = markers[last_try + 1..].iter().map(String::as_str).collect();
+    assert_eq!(
+        &after[..4],
+        [
+            "kos-bootstrap: cni ok",
+            "kos-bootstrap: addons ok",
+            "kos-bootstrap: metadata-close ok",
+            "kos-bootstrap: bootstrap ok",
+        ],
+        "{markers:?}"
+    );
+    assert_eq!(w.guest.program(&id), ProgramState::Done);
+    let kube = &w.only_cluster().kube;
+    let n = kube.get::<Node>(None, "kos-demo-cp-0").unwrap().unwrap();
+    assert_eq!(ready_status(&n), Some("True"));
 }
 
 #[tokio::test]

@@ -28,6 +28,10 @@ pub fn router() -> Router<SharedApp> {
         .route("/_sim/faults/{id}", delete(remove_fault))
         .route("/_sim/rate-limits", get(rate_limits).put(set_rate_limits))
         .route("/_sim/tokens/expire", post(expire_tokens))
+        .route(
+            "/_sim/internet",
+            get(get_internet).put(put_internet).delete(clear_internet),
+        )
         .route("/_sim/quotas", get(get_quotas).put(put_quotas))
         .route("/_sim/state", get(state))
         .route("/_sim/clock", get(clock))
@@ -118,6 +122,28 @@ async fn set_rate_limits(
 
 async fn expire_tokens(State(app): State<SharedApp>) -> StatusCode {
     app.cloud().keystone.expire_all_tokens();
+    StatusCode::NO_CONTENT
+}
+
+async fn get_internet(State(app): State<SharedApp>) -> Json<crate::state::Internet> {
+    Json(app.cloud().internet.clone())
+}
+
+/// `{"unreachable": ["^https://raw\\.githubusercontent\\.com/"]}`: the servers' downloads of matching
+/// URLs fail until the list changes (an outage of a mirror, a proxy, the uplink).
+async fn put_internet(
+    State(app): State<SharedApp>,
+    Json(internet): Json<crate::state::Internet>,
+) -> SimResult<Json<crate::state::Internet>> {
+    for r in &internet.unreachable {
+        regex::Regex::new(r).map_err(|e| bad(format!("invalid URL regex {r:?}: {e}")))?;
+    }
+    app.cloud().internet = internet.clone();
+    Ok(Json(internet))
+}
+
+async fn clear_internet(State(app): State<SharedApp>) -> StatusCode {
+    app.cloud().internet = crate::state::Internet::default();
     StatusCode::NO_CONTENT
 }
 

@@ -29,9 +29,30 @@ pub struct Cloud {
     /// `zones[(i - 1) % len]`.
     #[serde(default = "default_zones")]
     pub zones: Vec<String>,
+    /// What the servers cannot download from the internet (`/_sim/internet`).
+    #[serde(default)]
+    pub internet: Internet,
     /// The attached guest runtime's hooks (see [`crate::guests`]); not part of the saved cloud.
     #[serde(skip)]
     pub guests: crate::guests::Hooks,
+}
+
+/// The internet as the servers see it: every URL answers, but those an outage makes unreachable.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct Internet {
+    /// Regexes searched in a URL: a download of a matching URL fails as an unreachable host does.
+    pub unreachable: Vec<String>,
+}
+
+impl Internet {
+    /// Whether a server can download `url` now. An invalid regex (refused when set) matches nothing.
+    pub fn reaches(&self, url: &str) -> bool {
+        !self
+            .unreachable
+            .iter()
+            .filter_map(|r| regex::Regex::new(r).ok())
+            .any(|r| r.is_match(url))
+    }
 }
 
 fn default_zones() -> Vec<String> {

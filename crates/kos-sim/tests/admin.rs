@@ -242,3 +242,51 @@ async fn faults_and_rate_limits_from_a_config_file() {
     assert!(err.to_string().contains("sim.yaml"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `/_sim/internet`: an outage of the URLs matching its regexes, for the servers' downloads; a bad
+/// regex is refused, `DELETE` ends the outage.
+#[tokio::test]
+async fn an_internet_outage_is_set_read_and_ended() {
+    let h = Harness::new().await;
+    let r = h
+        .call(
+            "PUT",
+            "/_sim/internet",
+            Some(json!({"unreachable": ["^https://raw\\.githubusercontent\\.com/"]})),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let got = h.call("GET", "/_sim/internet", None, None).await;
+    assert_eq!(
+        got.json,
+        json!({"unreachable": ["^https://raw\\.githubusercontent\\.com/"]})
+    );
+    {
+        let cloud = h.sim.app().cloud();
+        assert!(
+            !cloud
+                .internet
+                .reaches("https://raw.githubusercontent.com/x/calico.yaml")
+        );
+        assert!(cloud.internet.reaches("https://example.com/calico.yaml"));
+    }
+    let bad = h
+        .call(
+            "PUT",
+            "/_sim/internet",
+            Some(json!({"unreachable": ["("]})),
+            None,
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+    let r = h.call("DELETE", "/_sim/internet", None, None).await;
+    assert_eq!(r.status, 204);
+    assert!(
+        h.sim
+            .app()
+            .cloud()
+            .internet
+            .reaches("https://raw.githubusercontent.com/x/calico.yaml")
+    );
+}

@@ -1,8 +1,9 @@
 #!/bin/bash
 # kos-bootstrap: turns a fresh Ubuntu/Debian server into a Kubernetes node without anyone logging in.
 # Rendered once per cluster by kos; per-node values come from /etc/kos/bootstrap.env.
-# Usage: kos-bootstrap run | metadata-block | cleanup
-# Progress goes to the serial console as "kos-bootstrap: <step> ok" or "kos-bootstrap: <step> failed: <reason>".
+# Usage: kos-bootstrap run | metadata-block | cleanup | resume
+# Progress goes to the serial console as "kos-bootstrap: <step> ok", "kos-bootstrap: <step> failed: <reason>",
+# or, for a step the node tries again by itself, "kos-bootstrap: <step> retrying: <reason>".
 # Keep this file free of Jinja delimiters: cloud-init renders the whole user-data as a template.
 set -Eeuo pipefail
 umask 022
@@ -19,6 +20,13 @@ readonly CNI_FILE=${KOS_CNI_FILE:-/etc/kos/cni.yaml}
 # Present once the node closed the metadata service for good.
 readonly METADATA_CLOSED=/etc/kos/metadata-closed
 readonly KUBEADM_LOG=${KOS_KUBEADM_LOG:-/var/log/kos-kubeadm.log}
+# A step's "<name>.done" here: it passed, and a later run of this script (the resume unit's) skips it.
+readonly STATE_DIR=${KOS_STATE_DIR:-/var/lib/kos-bootstrap}
+readonly APISERVER_MANIFEST=${KOS_APISERVER_MANIFEST:-/etc/kubernetes/manifests/kube-apiserver.yaml}
+# Set by main once the cluster exists: a step failing from then on is tried again (resume_later).
+RESUMABLE=false
+# Set by the `resume` entry point, which the kos-bootstrap-resume unit runs.
+RESUMING=false
 export KUBECONFIG=/etc/kubernetes/admin.conf
 SELF=$(readlink -f "$0")
 readonly SELF
@@ -35,18 +43,38 @@ marker() {
 }
 
 # Runs one step in a child process (so errexit holds inside it), logs its output and writes its marker.
-# The failure reason is the step's last output line.
+# The failure reason is the step's last output line. A step that passed in an earlier run is skipped.
 step() {
   local name=$1 reason
   shift
+  if [ -e "$STATE_DIR/$name.done" ]; then return 0; fi
   printf '==> %s\n' "$name" >>"$LOG"
   if "$SELF" __step "$@" >>"$LOG" 2>&1; then
+    install -d -m 0700 "$STATE_DIR"
+    : >"$STATE_DIR/$name.done"
     marker "$name ok"
-  else
-    reason=$(tail -n 1 "$LOG" | tr -cd '[:print:]' | cut -c 1-300)
-    marker "$name failed: ${reason:-no output}"
-    exit 1
+    return 0
   fi
+  reason=$(tail -n 1 "$LOG" | tr -cd '[:print:]' | cut -c 1-300)
+  if [ "$RESUMABLE" = true ]; then
+    marker "$name retrying: ${reason:-no output}"
+    resume_later
+  else
+    marker "$name failed: ${reason:-no output}"
+  fi
+  exit 1
+}
+
+# Once kubeadm init made the cluster, what is left of the first control plane's bootstrap (the CNI,
+# the addons, closing the metadata service) only this node does, and no node made again would: a
+# failure there (a download, an API server restarting) must not end its efforts. A systemd unit runs
+# this script again a minute later, and every minute while it fails (Restart=on-failure; the steps
+# that passed are skipped), until the bootstrap is done; each attempt writes its marker.
+resume_later() {
+  # Inside the unit: its exit status makes systemd run it again.
+  if [ "$RESUMING" = true ]; then return 0; fi
+  systemd-run --unit=kos-bootstrap-resume --on-active=60 --property=Restart=on-failure \
+    --property=RestartSec=60 "$SELF" resume >>"$LOG" 2>&1
 }
 
 retry() {
@@ -244,6 +272,20 @@ pin_cni_image() {
   fi
 }
 
+# kubectl against this node's own API server. admin.conf names the cluster's endpoint, which may not
+# answer yet (a load balancer Octavia is still building) or at all from here; kubeadm issues the
+# API server's certificate for the advertise address and records that address in the API server's
+# static pod manifest.
+local_kubectl() {
+  local endpoint
+  endpoint=$(sed -n -E 's#^[[:space:]]*kubeadm\.kubernetes\.io/kube-apiserver\.advertise-address\.endpoint:[[:space:]]*"?([^"[:space:]]+)"?[[:space:]]*$#\1#p' "$APISERVER_MANIFEST" | head -n 1)
+  if [ -z "$endpoint" ]; then
+    echo "no advertise address in $APISERVER_MANIFEST"
+    return 1
+  fi
+  kubectl --server "https://$endpoint" "$@"
+}
+
 cni() {
   if [ -z "$KOS_CNI_URL" ]; then
     echo "no manifest for CNI $KOS_CNI_NAME: pin one (url and sha256) in the cluster spec"
@@ -262,11 +304,11 @@ cni() {
     sed -i "s#$KOS_CNI_POD_CIDR_DEFAULT#$KOS_POD_CIDR#g" "$CNI_FILE"
   fi
   pin_cni_image
-  retry 10 kubectl apply -f "$CNI_FILE"
+  retry 10 local_kubectl apply -f "$CNI_FILE"
 }
 
 addons() {
-  retry 10 kubectl apply -f "$ADDONS_DIR"
+  retry 10 local_kubectl apply -f "$ADDONS_DIR"
 }
 
 # Once every expected node registered (or the token's lifetime is over), remove what a pod could still
@@ -293,6 +335,7 @@ main() {
   case "$KOS_ROLE" in
     init)
       step kubeadm-init kubeadm_init
+      RESUMABLE=true
       step cni cni
       step addons addons
       step metadata-close metadata_close_step
@@ -319,12 +362,16 @@ case "${1:-run}" in
   run) main ;;
   metadata-block) metadata_boot ;;
   cleanup) step cleanup cleanup ;;
+  resume)
+    RESUMING=true
+    main
+    ;;
   __step)
     shift
     "$@"
     ;;
   *)
-    echo "usage: $0 run | metadata-block | cleanup" >&2
+    echo "usage: $0 run | metadata-block | cleanup | resume" >&2
     exit 2
     ;;
 esac

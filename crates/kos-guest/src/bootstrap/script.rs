@@ -2,7 +2,10 @@
 //! cloud-init wrote), so the guest follows exactly the steps that script's `main` declares and fails
 //! visibly on a step it does not know. Only the shape kos's script has is understood: `step NAME
 //! FUNCTION` lines, a `case "$KOS_ROLE" in` with one branch per role, a background `"$SELF" cleanup`,
-//! a final `marker "..."`, and the `cleanup) step cleanup cleanup ;;` entry point.
+//! a final `marker "..."`, the `cleanup) step cleanup cleanup ;;` entry point, and the resume unit: a
+//! branch's `RESUMABLE=true` line, after which a failed step is tried again by the `systemd-run …
+//! "$SELF" resume` unit (its `--on-active=` and `RestartSec=`, in seconds) through the `resume)`
+//! entry point.
 
 /// One `step NAME FUNCTION` line.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -18,6 +21,25 @@ pub struct Branch {
     pub steps: Vec<StepCall>,
     /// Starts `"$SELF" cleanup` in the background after its steps.
     pub spawns_cleanup: bool,
+    /// The index in `steps` from which a failed step is tried again (`RESUMABLE=true` before it).
+    pub resumable_from: Option<usize>,
+}
+
+/// The transient systemd unit that runs the script again after a resumable step failed: first
+/// `--on-active=` seconds later, then, while it fails, every `RestartSec=` (`Restart=on-failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResumeUnit {
+    pub first_secs: u64,
+    pub restart_secs: u64,
+}
+
+/// A role's steps: the common ones, then its branch's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleSteps {
+    pub steps: Vec<StepCall>,
+    pub spawns_cleanup: bool,
+    /// The index in `steps` from which a failed step is tried again by the resume unit.
+    pub resumable_from: Option<usize>,
 }
 
 /// What `main` runs.
@@ -29,19 +51,22 @@ pub struct Plan {
     pub final_marker: Option<String>,
     /// The step the `cleanup` entry point runs.
     pub cleanup: Option<StepCall>,
+    /// The resume unit, when the script starts one and has the `resume)` entry point.
+    pub resume: Option<ResumeUnit>,
 }
 
 impl Plan {
     /// The steps for a role: common ones, then the role's branch; `None` for a role no branch has.
-    pub fn for_role(&self, role: &str) -> Option<(Vec<StepCall>, bool)> {
+    pub fn for_role(&self, role: &str) -> Option<RoleSteps> {
         let b = self
             .branches
             .iter()
             .find(|b| b.roles.iter().any(|r| r == role))?;
-        Some((
-            self.common.iter().chain(&b.steps).cloned().collect(),
-            b.spawns_cleanup,
-        ))
+        Some(RoleSteps {
+            steps: self.common.iter().chain(&b.steps).cloned().collect(),
+            spawns_cleanup: b.spawns_cleanup,
+            resumable_from: b.resumable_from.map(|i| i + self.common.len()),
+        })
     }
 
     /// Every step name the script can run, in declaration order, `cleanup` last.
@@ -75,6 +100,7 @@ pub fn parse(script: &str) -> Result<Plan, String> {
         branches: Vec::new(),
         final_marker: None,
         cleanup: None,
+        resume: None,
     };
     let mut in_case = false;
     let mut current: Option<Branch> = None;
@@ -100,10 +126,13 @@ pub fn parse(script: &str) -> Result<Plan, String> {
                     roles: roles.split('|').map(|r| r.trim().to_owned()).collect(),
                     steps: Vec::new(),
                     spawns_cleanup: false,
+                    resumable_from: None,
                 });
             } else if let Some(b) = current.as_mut() {
                 if let Some(s) = step_call(l) {
                     b.steps.push(s);
+                } else if *l == "RESUMABLE=true" {
+                    b.resumable_from.get_or_insert(b.steps.len());
                 } else if l.contains("\"$SELF\" cleanup") {
                     b.spawns_cleanup = true;
                 }
@@ -127,7 +156,47 @@ pub fn parse(script: &str) -> Result<Plan, String> {
     if plan.branches.is_empty() {
         return Err("main() of the bootstrap script has no role branches".into());
     }
+    let resume_entry = lines[end..].contains(&"resume)");
+    plan.resume = resume_unit(script).filter(|_| resume_entry);
     Ok(plan)
+}
+
+/// The `systemd-run … "$SELF" resume` line (continuation lines joined): a unit that restarts on
+/// failure, with its first delay and restart interval in plain seconds.
+fn resume_unit(script: &str) -> Option<ResumeUnit> {
+    let joined = script.replace("\\\n", " ");
+    let line = joined
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("systemd-run ") && l.contains("\"$SELF\" resume"))?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let value = |prefix: &str| {
+        words
+            .iter()
+            .find_map(|w| w.strip_prefix(prefix))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    words
+        .contains(&"--property=Restart=on-failure")
+        .then_some(())?;
+    Some(ResumeUnit {
+        first_secs: value("--on-active=")?,
+        restart_secs: value("--property=RestartSec=")?,
+    })
+}
+
+/// The command a function runs under `retry N` (e.g. `local_kubectl apply -f "$CNI_FILE"`): which
+/// kubectl a step uses is the script's choice, and the guest follows it.
+pub fn retried_command(script: &str, function: &str) -> Option<Vec<String>> {
+    let header = format!("{function}() {{");
+    script
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| *l != header)
+        .skip(1)
+        .take_while(|l| *l != "}")
+        .find(|l| l.starts_with("retry "))
+        .map(|l| l.split_whitespace().skip(2).map(str::to_owned).collect())
 }
 
 /// The arguments a function passes to `kubeadm_retry` after its attempt count (e.g. `init
@@ -151,18 +220,25 @@ pub fn kubeadm_args(script: &str, function: &str) -> Option<Vec<String>> {
 mod tests {
     use super::*;
 
-    const SCRIPT: &str = "x() {\n  kubeadm_retry \"$N\" init --upload-certs\n}\nmain() {\n  step a fa\n  case \"$KOS_ROLE\" in\n    init)\n      step b fb\n      \"$SELF\" cleanup &\n      ;;\n    join | worker)\n      step c fc\n      ;;\n    *)\n      marker \"a failed\"\n      ;;\n  esac\n  marker \"bootstrap ok\"\n}\ncase \"${1:-run}\" in\n  cleanup) step cleanup cleanup ;;\nesac\n";
+    const SCRIPT: &str = "x() {\n  kubeadm_retry \"$N\" init --upload-certs\n}\nlater() {\n  systemd-run --unit=u --on-active=60 --property=Restart=on-failure \\\n    --property=RestartSec=30 \"$SELF\" resume >>\"$LOG\" 2>&1\n}\nmain() {\n  step a fa\n  case \"$KOS_ROLE\" in\n    init)\n      step b fb\n      RESUMABLE=true\n      step d fd\n      \"$SELF\" cleanup &\n      ;;\n    join | worker)\n      step c fc\n      ;;\n    *)\n      marker \"a failed\"\n      ;;\n  esac\n  marker \"bootstrap ok\"\n}\ncase \"${1:-run}\" in\n  cleanup) step cleanup cleanup ;;\n  resume)\n    RESUMING=true\n    main\n    ;;\nesac\n";
 
     #[test]
     fn main_and_entry_points_are_read() {
         let p = parse(SCRIPT).unwrap();
-        let (steps, cleanup) = p.for_role("init").unwrap();
+        let init = p.for_role("init").unwrap();
         assert_eq!(
-            steps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-            ["a", "b"]
+            init.steps
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b", "d"]
         );
-        assert!(cleanup);
-        assert_eq!(p.for_role("worker").unwrap().0[1].function, "fc");
+        assert!(init.spawns_cleanup);
+        // `d`, after RESUMABLE=true, is the first step the resume unit tries again.
+        assert_eq!(init.resumable_from, Some(2));
+        let worker = p.for_role("worker").unwrap();
+        assert_eq!(worker.steps[1].function, "fc");
+        assert_eq!(worker.resumable_from, None);
         assert!(p.for_role("nope").is_none());
         assert_eq!(p.final_marker.as_deref(), Some("bootstrap ok"));
         assert_eq!(
@@ -170,8 +246,20 @@ mod tests {
             Some("cleanup")
         );
         assert_eq!(
+            p.resume,
+            Some(ResumeUnit {
+                first_secs: 60,
+                restart_secs: 30
+            })
+        );
+        assert_eq!(
             kubeadm_args(SCRIPT, "x").unwrap(),
             ["init", "--upload-certs"]
         );
+        // Without the `resume)` entry point, or a unit that restarts, there is no resume unit.
+        let p = parse(&SCRIPT.replace("  resume)", "  other)")).unwrap();
+        assert_eq!(p.resume, None);
+        let p = parse(&SCRIPT.replace("Restart=on-failure", "Restart=no")).unwrap();
+        assert_eq!(p.resume, None);
     }
 }

@@ -121,6 +121,23 @@ fn kubectl_retry(attempt: u32, now: OffsetDateTime, command: &str, detail: Strin
     StepResult::Retry(now + secs(u64::from(this) * 5), vec![detail])
 }
 
+/// The command `function` retries as the script's `retry` prints it when it gives up (`local_kubectl
+/// apply -f /etc/kos/cni.yaml`): its variables expanded as the guest knows them, else `fallback`.
+fn retried(script_text: &str, function: &str, fallback: &str) -> String {
+    match script::retried_command(script_text, function) {
+        Some(words) if !words.is_empty() => words
+            .iter()
+            .map(|w| match w.trim_matches('"') {
+                "$CNI_FILE" => CNI_FILE.to_owned(),
+                "$ADDONS_DIR" => ADDONS_DIR.to_owned(),
+                other => other.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => fallback.to_owned(),
+    }
+}
+
 /// `server: https://HOST:PORT` of a kubeconfig.
 fn kubeconfig_server(text: &str) -> Option<String> {
     text.lines()
@@ -202,8 +219,44 @@ impl Guest {
                 }
             }
             StepResult::Fail { output, detail } => {
-                append_log(srv, &output);
+                let resumable = run.resumable_from.is_some_and(|from| run.idx >= from);
                 let reason = reason_of(&output);
+                if let (true, Some(unit)) = (resumable, run.resume) {
+                    // The script's `step` after RESUMABLE: the marker says `retrying`, and the
+                    // resume unit runs the script again (the steps that passed are skipped), first
+                    // after its timer, then at each restart while it fails.
+                    run.wake = now
+                        + secs(if run.resuming {
+                            unit.restart_secs
+                        } else {
+                            unit.first_secs
+                        });
+                    run.resuming = true;
+                    run.attempt = 0;
+                    run.started = None;
+                    append_log(srv, &output);
+                    let line = format!("kos-bootstrap: {} retrying: {reason}", step.name);
+                    append_log(srv, std::slice::from_ref(&line));
+                    self.say(id, srv, line, host);
+                    self.record(
+                        id,
+                        Logged::StepFailed {
+                            step: step.name.clone(),
+                            reason,
+                            detail,
+                        },
+                        host,
+                    );
+                    return Ok(());
+                }
+                append_log(srv, &output);
+                // A resumable step whose unit the guest could not read fails visibly.
+                let reason = if resumable {
+                    "the resume unit (systemd-run ... \"$SELF\" resume) is not simulated by kos-guest"
+                        .to_owned()
+                } else {
+                    reason
+                };
                 let line = marker(&step.name, Err(&reason));
                 append_log(srv, std::slice::from_ref(&line));
                 self.say(id, srv, line, host);
@@ -258,8 +311,8 @@ impl Guest {
             "kubeadm_init" | "kubeadm_join" => {
                 self.kubeadm_step(id, srv, step, env, attempt, script_text, host)?
             }
-            "cni" => self.cni(id, srv, env, attempt, host)?,
-            "addons" => self.addons(id, srv, attempt, host)?,
+            "cni" => self.cni(id, srv, env, attempt, script_text, host)?,
+            "addons" => self.addons(id, srv, attempt, script_text, host)?,
             // Known pairs are matched above; the cleanup runs through run_cleanup.
             other => fail(format!(
                 "step function {other} is not simulated by kos-guest"
@@ -386,6 +439,40 @@ impl Guest {
         Ok(StepResult::Retry(now + secs(delay + delay / 2), output))
     }
 
+    /// The cluster the kubectl of `function` (its `retry N <kubectl> …` line) reaches: `kubectl`
+    /// goes to admin.conf's server (the cluster's endpoint); the script's `local_kubectl` to this
+    /// node's own API server, at the advertise address kubeadm recorded in its static pod manifest
+    /// (a name its serving certificate holds).
+    fn step_kubectl_cluster(
+        &self,
+        id: &ServerId,
+        srv: &Server,
+        script_text: &str,
+        function: &str,
+        host: &dyn Host,
+    ) -> Result<ClusterId, String> {
+        let command = script::retried_command(script_text, function).unwrap_or_default();
+        match command.first().map(String::as_str) {
+            Some("kubectl") => self.kubectl_cluster(id, srv, host),
+            Some("local_kubectl") => {
+                let Some(endpoint) = crate::static_pods::apiserver_endpoint(&srv.vfs) else {
+                    return Err(format!(
+                        "no advertise address in {}/kube-apiserver.yaml",
+                        crate::static_pods::MANIFESTS_DIR
+                    ));
+                };
+                self.answering(id, Some(srv), &endpoint, host)
+                    .clusters
+                    .first()
+                    .copied()
+                    .ok_or_else(|| format!("The connection to the server {endpoint} was refused - did you specify the right host or port?"))
+            }
+            _ => Err(format!(
+                "{function} runs no `retry N kubectl` or `retry N local_kubectl`: not simulated by kos-guest"
+            )),
+        }
+    }
+
     /// `kubectl` with admin.conf: the cluster that answers at its server from this node.
     fn kubectl_cluster(
         &self,
@@ -403,12 +490,14 @@ impl Guest {
             .ok_or_else(|| format!("The connection to the server {server} was refused - did you specify the right host or port?"))
     }
 
+    #[allow(clippy::too_many_arguments)] // One per piece of a running step's context.
     fn cni(
         &mut self,
         id: &ServerId,
         srv: &mut Server,
         env: &Env,
         attempt: u32,
+        script_text: &str,
         host: &dyn Host,
     ) -> Result<StepResult, GuestError> {
         let get = |k: &str| env.get(k).map(str::to_owned);
@@ -437,6 +526,9 @@ impl Guest {
                 "sha256 of the {name} {version} manifest is not verified: pin one in the cluster spec"
             )));
         }
+        if !host.internet_reaches(id, &url) {
+            return Ok(fail(internet::unreachable(&url)));
+        }
         let manifest = match internet::download(&url) {
             Ok(m) => m,
             Err(e) => return Ok(fail(e)),
@@ -459,13 +551,13 @@ impl Guest {
                 hard.to_owned()
             }
         });
-        let cid = match self.kubectl_cluster(id, srv, host) {
+        let cid = match self.step_kubectl_cluster(id, srv, script_text, "cni", host) {
             Ok(c) => c,
             Err(e) => {
                 return Ok(kubectl_retry(
                     attempt,
                     host.now(),
-                    &format!("kubectl apply -f {CNI_FILE}"),
+                    &retried(script_text, "cni", &format!("kubectl apply -f {CNI_FILE}")),
                     e,
                 ));
             }
@@ -502,18 +594,17 @@ impl Guest {
         id: &ServerId,
         srv: &mut Server,
         attempt: u32,
+        script_text: &str,
         host: &dyn Host,
     ) -> Result<StepResult, GuestError> {
         let now = host.now();
-        let gave_up = |detail: String| {
-            kubectl_retry(
-                attempt,
-                now,
-                &format!("kubectl apply -f {ADDONS_DIR}"),
-                detail,
-            )
-        };
-        let cid = match self.kubectl_cluster(id, srv, host) {
+        let command = retried(
+            script_text,
+            "addons",
+            &format!("kubectl apply -f {ADDONS_DIR}"),
+        );
+        let gave_up = |detail: String| kubectl_retry(attempt, now, &command, detail);
+        let cid = match self.step_kubectl_cluster(id, srv, script_text, "addons", host) {
             Ok(c) => c,
             Err(e) => return Ok(gave_up(e)),
         };

@@ -332,7 +332,7 @@ impl Guest {
             Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
         };
         let node = cluster.kube.insert(&node)?;
-        static_pods::write(&mut srv.vfs, v);
+        static_pods::write(&mut srv.vfs, v, srv.addresses.first().copied());
         put_mirror_pods(&cluster, &node, srv.addresses.first().copied(), v)?;
         let local = endpoint
             .clone()
@@ -697,7 +697,7 @@ impl Guest {
             .get_mut(&cid)
             .ok_or(GuestError::UnknownServer { server: id.clone() })?;
         if control_plane {
-            static_pods::write(&mut srv.vfs, v);
+            static_pods::write(&mut srv.vfs, v, srv.addresses.first().copied());
             if let Some(n) = c.kube.get::<Node>(None, &docs.node.name)? {
                 put_mirror_pods(c, &n, srv.addresses.first().copied(), v)?;
             }

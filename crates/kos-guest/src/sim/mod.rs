@@ -189,6 +189,12 @@ impl Host for HostView<'_, '_> {
             .map(|b| ServerId(b.server))
             .collect()
     }
+    fn internet_reaches(&self, _from: &ServerId, url: &str) -> bool {
+        self.host
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .internet_reaches(url)
+    }
 }
 
 fn guest_time(epoch: OffsetDateTime, t: SimTime) -> OffsetDateTime {

@@ -113,6 +113,8 @@ pub struct World {
     pub guest: Guest,
     /// Control planes behind the endpoint, in the order the load balancer tries them.
     pub control_planes: Vec<ServerId>,
+    /// Servers booted so far: the next one's address is 10.0.0.(10 + this).
+    pub booted: u8,
 }
 
 impl World {
@@ -121,6 +123,7 @@ impl World {
             host: MemoryHost::new(t0()),
             guest: Guest::new(),
             control_planes: Vec::new(),
+            booted: 0,
         }
     }
 
@@ -132,6 +135,11 @@ impl World {
             self.control_planes.push(id.clone());
             self.route();
         }
+        // One address per server (the log's length can repeat: a boot may log nothing).
+        let address = std::net::IpAddr::from([10, 0, 0, 10 + self.booted]);
+        self.booted += 1;
+        // A server reaches its own address (its API server's advertise address).
+        self.host.route(&format!("{address}:6443"), &[&id]);
         let boot = Boot {
             metadata: Metadata {
                 instance_id: id.0.clone(),
@@ -141,7 +149,7 @@ impl World {
             },
             user_data: Some(user_data),
             image: Image::ubuntu(),
-            addresses: vec![std::net::IpAddr::from([10, 0, 0, 10 + n as u8])],
+            addresses: vec![address],
             config_drive: true,
         };
         self.guest

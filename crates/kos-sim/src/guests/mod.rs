@@ -172,6 +172,11 @@ impl<'a> GuestHost<'a> {
         reach::reach(self.cloud, from, endpoint)
     }
 
+    /// Whether a server's download of `url` reaches the internet (see `/_sim/internet`).
+    pub fn internet_reaches(&self, url: &str) -> bool {
+        self.cloud.internet.reaches(url)
+    }
+
     /// The cloud's state, read-only (for a runtime's own checks).
     pub fn cloud(&self) -> &Cloud {
         self.cloud

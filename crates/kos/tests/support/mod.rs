@@ -452,3 +452,81 @@ pub fn cluster_dir(d: &Path, cloud: &str, name: &str) -> PathBuf {
         more => panic!("cluster {name} has directories in several projects: {more:?}"),
     }
 }
+
+/// `kos <args>` in the background, every line it prints (stdout and stderr) sent as it comes.
+pub struct Watched {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Watched {
+    pub fn start(d: &Path, clouds: &Path, args: &[&str]) -> Watched {
+        let mut child = isolated(d, Some(clouds), args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kos");
+        let (tx, lines) = std::sync::mpsc::channel();
+        let out = child.stdout.take().expect("stdout");
+        let err = child.stderr.take().expect("stderr");
+        for r in [
+            Box::new(out) as Box<dyn std::io::Read + Send>,
+            Box::new(err) as Box<dyn std::io::Read + Send>,
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for l in BufReader::new(r).lines().map_while(Result::ok) {
+                    if tx.send(l).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Watched {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits until a line contains `what` (true), or the run ends or `secs` pass (false).
+    pub fn until(&mut self, what: &str, secs: u64) -> bool {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            match self.lines.recv_timeout(Duration::from_millis(200)) {
+                Ok(l) => {
+                    let hit = l.contains(what);
+                    self.seen.push(l);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+        false
+    }
+
+    /// Waits for the run to end (at most `secs`, then it is killed); its exit code and output.
+    pub fn finish(mut self, secs: u64) -> (i32, String) {
+        let end = Instant::now() + Duration::from_secs(secs);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s.code().unwrap_or(-1);
+            }
+            if Instant::now() >= end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break -1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // The readers end with the process.
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        (status, self.seen.join("\n"))
+    }
+}
