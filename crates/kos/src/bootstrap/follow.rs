@@ -177,6 +177,8 @@ pub struct FollowError {
     /// A first control plane failed after it initialised the cluster, at a step only it runs (the
     /// CNI, the addons): a control plane made again joins, and the cluster never gets them.
     pub after_init: bool,
+    /// Nodes still trying a step again by themselves at the deadline (`<step> retrying: …`).
+    pub retrying: Vec<String>,
 }
 
 /// The steps the first control plane runs after `kubeadm init` and no joining node runs.
@@ -195,8 +197,15 @@ impl From<String> for FollowError {
             failed_earlier: Vec::new(),
             failed_now: Vec::new(),
             after_init: false,
+            retrying: Vec::new(),
         }
     }
+}
+
+/// Whether a node's last marker says it tries a step again by itself (`cni retrying: …`).
+#[must_use]
+pub fn retrying(state: &NodeState) -> bool {
+    matches!(state, NodeState::Running(last) if last.split_once(' ').is_some_and(|(_, o)| o.starts_with("retrying:")))
 }
 
 /// Reads every target's console until all finished; prints each new marker as `kos: <node>: <marker>`.
@@ -290,6 +299,7 @@ pub async fn consoles(
                 failed_earlier,
                 failed_now,
                 after_init,
+                retrying: Vec::new(),
             });
         }
         pending = still;
@@ -304,12 +314,17 @@ pub async fn consoles(
                     _ => format!("{} (no marker yet)", t.logical_id),
                 })
                 .collect();
-            return Err(format!(
+            let mut e = FollowError::from(format!(
                 "bootstrap did not finish within {}s: {}",
                 timing.deadline().as_secs(),
                 late.join(", ")
-            )
-            .into());
+            ));
+            e.retrying = pending
+                .iter()
+                .filter(|t| states.get(&t.logical_id).is_some_and(retrying))
+                .map(|t| t.logical_id.clone())
+                .collect();
+            return Err(e);
         }
         if progressed {
             said = Instant::now();
@@ -485,6 +500,21 @@ mod tests {
         assert_eq!(m.last().map(String::as_str), Some("cleanup ok"));
         assert_eq!(s, NodeState::Done("ok".into()));
         let (_, s) = parse("kos-bootstrap: bootstrap ok\nkos-bootstrap: cleanup failed: gave up\n");
+        assert_eq!(s, NodeState::Done("ok".into()));
+        // The first control plane tries a step after kubeadm init again by itself: not failed,
+        // still running, until its later markers say otherwise.
+        let (_, s) = parse(
+            "kos-bootstrap: kubeadm-init ok\nkos-bootstrap: cni retrying: curl: (6) Could not resolve host: x\n",
+        );
+        assert_eq!(
+            s,
+            NodeState::Running("cni retrying: curl: (6) Could not resolve host: x".into())
+        );
+        assert!(retrying(&s));
+        assert!(!retrying(&NodeState::Running("cni ok".into())));
+        let (_, s) = parse(
+            "kos-bootstrap: cni retrying: x\nkos-bootstrap: cni ok\nkos-bootstrap: addons ok\nkos-bootstrap: metadata-close ok\nkos-bootstrap: bootstrap ok\n",
+        );
         assert_eq!(s, NodeState::Done("ok".into()));
     }
 }

@@ -798,23 +798,34 @@ fn running_control_planes(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
-/// The servers among `resources` whose console says their bootstrap failed: `<id> failed at
-/// <step>: <reason>`. A console that cannot be read says nothing.
-async fn bootstrap_failures(
-    c: &Connected,
-    resources: &[kos_cluster::observe::Resource],
-) -> Vec<String> {
-    let mut out = Vec::new();
+/// What the servers' consoles say of their bootstraps, where that is not "done".
+#[derive(Default)]
+struct Boots {
+    /// `<id> failed at <step>: <reason>`.
+    failed: Vec<String>,
+    /// `<id> (last: <marker>)`: started and not finished, e.g. a first control plane trying its CNI
+    /// again (`cni retrying: …`).
+    unfinished: Vec<String>,
+}
+
+/// The servers among `resources` whose console says their bootstrap failed or has not finished.
+/// A console that cannot be read, or shows no marker yet, says nothing.
+async fn bootstrap_states(c: &Connected, resources: &[kos_cluster::observe::Resource]) -> Boots {
+    let mut out = Boots::default();
     for r in resources
         .iter()
         .filter(|r| r.kind == Kind::Server && r.tagged && !r.failed)
     {
         match c.session.compute().console_output(&r.id, None).await {
-            Ok(console) => {
-                if let (_, NodeState::Failed { step, reason }) = follow::parse(&console) {
-                    out.push(format!("{} failed at {step}: {reason}", r.logical_id));
-                }
-            }
+            Ok(console) => match follow::parse(&console) {
+                (_, NodeState::Failed { step, reason }) => out
+                    .failed
+                    .push(format!("{} failed at {step}: {reason}", r.logical_id)),
+                (_, NodeState::Running(last)) => out
+                    .unfinished
+                    .push(format!("{} (last: {last})", r.logical_id)),
+                _ => {}
+            },
             Err(e) => tracing::info!(server = %r.id, "console not read: {e}"),
         }
     }
@@ -1073,6 +1084,20 @@ async fn follow_bootstrap(
             eprintln!("kos: bootstrap: {e}");
             return Ok(e.failed_earlier);
         }
+        // A first control plane tries its remaining steps again by itself, every minute: nothing to
+        // make again, and the next `kos up` follows it to the end.
+        Err(e) if !e.retrying.is_empty() => {
+            return Err(Failure::cloud_report(miette::miette!(
+                help = format!(
+                    "{} tries again by itself every minute, and its console says why it has not \
+                     succeeded yet (its log: /var/log/kos-bootstrap.log). Fix that cause if it is yours \
+                     (the CNI manifest's URL, the node's way to the internet); `kos up` again follows \
+                     it until it is done",
+                    e.retrying.join(", ")
+                ),
+                "bootstrap: {e}"
+            )));
+        }
         Err(e) if e.after_init => {
             return Err(Failure::cloud_report(miette::miette!(
                 help = format!(
@@ -1284,7 +1309,8 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                 .map_err(Failure::cloud)?;
             // The cloud can show every object as the spec says while a node's bootstrap failed:
             // its console says so, and such a cluster is not converged.
-            let failed_boots = bootstrap_failures(&c, &st.resources).await;
+            let boots = bootstrap_states(&c, &st.resources).await;
+            let boots_pending = !boots.failed.is_empty() || !boots.unfinished.is_empty();
             if let Output::Json = args.output {
                 let mut doc = serde_json::to_value(&st)
                     .into_diagnostic()
@@ -1293,7 +1319,11 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                     o.insert("refused".into(), serde_json::Value::String(why.clone()));
                 }
                 if let Some(o) = doc.as_object_mut() {
-                    o.insert("bootstrap_failed".into(), serde_json::json!(failed_boots));
+                    o.insert("bootstrap_failed".into(), serde_json::json!(boots.failed));
+                    o.insert(
+                        "bootstrap_unfinished".into(),
+                        serde_json::json!(boots.unfinished),
+                    );
                 }
                 println!(
                     "{}",
@@ -1301,7 +1331,7 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                         .into_diagnostic()
                         .map_err(Failure::cloud_report)?
                 );
-                return Ok(if refused.is_some() || !failed_boots.is_empty() {
+                return Ok(if refused.is_some() || boots_pending {
                     Exit::Changes
                 } else if graph.is_none() && st.resources.is_empty() {
                     Exit::NotFound
@@ -1347,11 +1377,24 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                 println!("Not converged: kos up refuses this spec: {why}");
                 return Ok(Exit::Changes);
             }
-            if !failed_boots.is_empty() {
+            // Its console can say a node's bootstrap failed or is still going (a first control
+            // plane trying its CNI again) while the cloud shows every object as the spec says.
+            if !boots.failed.is_empty() {
                 println!("Not converged: a node's bootstrap failed (its console says so):");
-                for f in &failed_boots {
+                for f in &boots.failed {
                     println!("  {}", crate::term::printable(f));
                 }
+            }
+            if !boots.unfinished.is_empty() {
+                println!(
+                    "Not converged: a node's bootstrap has not finished (its console says so; `kos up` \
+                     waits for it):"
+                );
+                for f in &boots.unfinished {
+                    println!("  {}", crate::term::printable(f));
+                }
+            }
+            if boots_pending {
                 return Ok(Exit::Changes);
             }
             match (&st.not_converged, st.converged()) {
