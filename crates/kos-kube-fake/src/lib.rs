@@ -60,6 +60,7 @@ mod authz;
 mod crd;
 mod defaults;
 mod discovery;
+pub mod encryption;
 pub mod error;
 mod eviction;
 mod fields;
@@ -91,11 +92,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use authz::User;
+pub use encryption::EncryptionConfig;
 pub use error::{ApiError, Cause, Details};
 pub use log::{Fault, PatchType, Request, Verb};
 pub use portforward::{ForwardError, PodStream, PortForward};
 pub use resources::{NameRule, ResourceType};
-pub use snapshot::{Snapshot, SnapshotObject};
+pub use snapshot::{AtRest, Snapshot, SnapshotObject};
 pub use tls::{TlsFront, TlsServing};
 
 use server::Shared;

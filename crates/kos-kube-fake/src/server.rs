@@ -41,6 +41,10 @@ pub(crate) struct Shared {
     tokens: Mutex<crate::authn::Tokens>,
 }
 
+/// The encryption configuration of the API server (TLS front) a request came through.
+#[derive(Debug, Clone)]
+pub(crate) struct Encrypting(pub Arc<crate::encryption::EncryptionConfig>);
+
 /// Who a request is, once authenticated and authorised (by the TLS front or [`admit`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Admitted(pub User);
@@ -123,10 +127,24 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner) = Some(backend);
     }
 
+    /// A write under the store's lock, its Secrets sealed by `enc` (the front's configuration;
+    /// `None`: the in-process writer's) before the lock is let go.
+    pub fn write<T>(
+        &self,
+        enc: Option<&Encrypting>,
+        f: impl FnOnce(&mut Store) -> ApiResult<T>,
+    ) -> ApiResult<T> {
+        let mut store = self.store();
+        let out = f(&mut store);
+        store.seal(enc.map(|e| &*e.0));
+        out
+    }
+
     /// Wakes the watches after a write.
     pub fn notify(&self) {
         let rv = {
             let mut store = self.store();
+            store.seal(None);
             // The ClusterRole aggregation controller follows every write.
             crate::authz::aggregate(&mut store);
             store.resource_version()
@@ -350,6 +368,7 @@ async fn admit(
 pub(crate) async fn handle(
     State(shared): State<Arc<Shared>>,
     admitted: Option<axum::Extension<Admitted>>,
+    encrypting: Option<axum::Extension<Encrypting>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -390,9 +409,18 @@ pub(crate) async fn handle(
             };
             match fault {
                 Some(code) => ApiError::for_code(code, "injected by the test").into_response(),
-                None => serve(&shared, t, &method, &query, &headers, &body, rec.verb)
-                    .await
-                    .unwrap_or_else(IntoResponse::into_response),
+                None => serve(
+                    &shared,
+                    t,
+                    &method,
+                    &query,
+                    &headers,
+                    &body,
+                    rec.verb,
+                    encrypting.as_ref().map(|e| &e.0),
+                )
+                .await
+                .unwrap_or_else(IntoResponse::into_response),
             }
         }
     };
@@ -504,6 +532,8 @@ impl Form {
     }
 }
 
+// One request's coordinates; grouping them would only move the list.
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     shared: &Arc<Shared>,
     t: &Target,
@@ -512,7 +542,14 @@ async fn serve(
     headers: &HeaderMap,
     body: &Bytes,
     verb: Verb,
+    enc: Option<&Encrypting>,
 ) -> ApiResult<Response> {
+    // A front's API server reads Secrets through its own transformers (plain HTTP, the loopback,
+    // reads the store as it is).
+    let readable = |res: usize, ns: Option<&str>, name: Option<&str>| match enc {
+        Some(e) => shared.store().check_readable(res, ns, name, &e.0),
+        None => Ok(()),
+    };
     let form = Form::of(headers, query);
     let accept = header_str(headers, header::ACCEPT);
     let aggregated = discovery::wants_aggregated(accept);
@@ -579,7 +616,10 @@ async fn serve(
             let res = *res;
             match verb {
                 Verb::Watch => watch(shared, res, ns.clone(), query, form),
-                Verb::List => list(shared, res, ns.as_deref(), query, form),
+                Verb::List => {
+                    readable(res, ns.as_deref(), None)?;
+                    list(shared, res, ns.as_deref(), query, form)
+                }
                 Verb::Create => {
                     let Some(ns) = ns
                         .as_deref()
@@ -592,7 +632,7 @@ async fn serve(
                     let ctx = write_ctx(query, headers, None)?;
                     let rt = shared.store().types[res].clone();
                     let obj = parse_object(headers, body, &rt)?;
-                    let created = shared.store().create(res, ns, obj, &ctx)?;
+                    let created = shared.write(enc, |s| s.create(res, ns, obj, &ctx))?;
                     shared.notify();
                     Ok(ok(res, StatusCode::CREATED, created, Some(&ctx)))
                 }
@@ -621,6 +661,7 @@ async fn serve(
                                 .to_owned();
                             out.push(store.delete(res, &vns, &vname, &opts, dry_run)?);
                         }
+                        store.seal(enc.map(|e| &*e.0));
                         json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {"resourceVersion": store.resource_version().to_string()}, "items": out})
                     };
                     shared.notify();
@@ -659,13 +700,15 @@ async fn serve(
             match verb {
                 Verb::Get => {
                     let got = shared.store().get(res, ns, name)?;
+                    readable(res, Some(ns), Some(name))?;
                     Ok(ok(res, StatusCode::OK, got, None))
                 }
                 Verb::Update => {
                     let ctx = write_ctx(query, headers, sub.as_deref())?;
                     let rt = shared.store().types[res].clone();
                     let obj = parse_object(headers, body, &rt)?;
-                    let updated = shared.store().update(res, ns, name, obj, &ctx)?;
+                    readable(res, Some(ns), Some(name))?;
+                    let updated = shared.write(enc, |s| s.update(res, ns, name, obj, &ctx))?;
                     shared.notify();
                     Ok(ok(res, StatusCode::OK, updated, Some(&ctx)))
                 }
@@ -685,9 +728,9 @@ async fn serve(
                         parse_json(body)?
                     };
                     let force = query.flag("force");
-                    let patched = shared
-                        .store()
-                        .patch(res, ns, name, kind, &patch, force, &ctx)?;
+                    readable(res, Some(ns), Some(name))?;
+                    let patched =
+                        shared.write(enc, |s| s.patch(res, ns, name, kind, &patch, force, &ctx))?;
                     shared.notify();
                     Ok(ok(res, StatusCode::OK, patched, Some(&ctx)))
                 }
@@ -698,7 +741,7 @@ async fn serve(
                             .get("dryRun")
                             .and_then(Value::as_array)
                             .is_some_and(|a| a.iter().any(|x| x == "All"));
-                    let deleted = shared.store().delete(res, ns, name, &opts, dry_run)?;
+                    let deleted = shared.write(enc, |s| s.delete(res, ns, name, &opts, dry_run))?;
                     shared.notify();
                     Ok(ok(res, StatusCode::OK, deleted, None))
                 }

@@ -123,6 +123,16 @@ pub(crate) struct Store {
     pub next_seq: u64,
     /// Where Services' cluster IPs come from.
     service_cidr: Ipv4Net,
+    /// What etcd holds of each Secret: the resourceVersion it was sealed at and the bytes
+    /// ([`crate::encryption`]).
+    at_rest: BTreeMap<Key, (String, Vec<u8>)>,
+    /// The writer of in-process and loopback writes (the newest API server's configuration).
+    pub encryption: std::sync::Arc<crate::encryption::EncryptionConfig>,
+}
+
+/// The etcd key kube-apiserver stores an object under (`/registry/secrets/<ns>/<name>`).
+fn storage_key(k: &Key) -> String {
+    format!("/registry/secrets/{}/{}", k.ns, k.name)
 }
 
 /// `propagationPolicy` of a delete.
@@ -210,7 +220,100 @@ impl Store {
             faults: Vec::new(),
             next_seq: 1,
             service_cidr,
+            at_rest: BTreeMap::new(),
+            encryption: Default::default(),
         }
+    }
+
+    fn secrets(&self) -> Option<usize> {
+        self.type_index("", "v1", "secrets")
+    }
+
+    /// Seals every Secret written since the last seal with `writer` (the API server that wrote
+    /// it), and forgets the deleted: called while the lock of the write is still held.
+    pub fn seal(&mut self, writer: Option<&crate::encryption::EncryptionConfig>) {
+        let Some(res) = self.secrets() else { return };
+        let default = self.encryption.clone();
+        let writer = writer.unwrap_or(&default);
+        let range = |res: usize| {
+            Key {
+                res,
+                ns: String::new(),
+                name: String::new(),
+            }..Key {
+                res: res + 1,
+                ns: String::new(),
+                name: String::new(),
+            }
+        };
+        let live: Vec<(Key, String, Value)> = self
+            .objects
+            .range(range(res))
+            .filter_map(|(k, s)| {
+                let rv = meta_str(&s.obj, "resourceVersion").unwrap_or_default();
+                let fresh = self.at_rest.get(k).is_none_or(|(have, _)| have != rv);
+                fresh.then(|| (k.clone(), rv.to_owned(), s.obj.clone()))
+            })
+            .collect();
+        for (k, rv, obj) in live {
+            let plain = serde_json::to_vec(&obj).unwrap_or_default();
+            let sealed = writer.seal("secrets", &storage_key(&k), &plain);
+            self.at_rest.insert(k, (rv, sealed));
+        }
+        let objects = &self.objects;
+        self.at_rest.retain(|k, _| objects.contains_key(k));
+    }
+
+    /// Whether the API server configured with `reader` can read the Secrets `name` names (all in
+    /// `ns` for `None`), as its prefix transformer decides; kube-apiserver's 500 when it cannot.
+    pub fn check_readable(
+        &mut self,
+        res: usize,
+        ns: Option<&str>,
+        name: Option<&str>,
+        reader: &crate::encryption::EncryptionConfig,
+    ) -> ApiResult<()> {
+        if Some(res) != self.secrets() {
+            return Ok(());
+        }
+        self.seal(None);
+        for (k, (_, stored)) in &self.at_rest {
+            if ns.is_some_and(|n| n != k.ns) || name.is_some_and(|n| n != k.name) {
+                continue;
+            }
+            let key = storage_key(k);
+            if let Err(why) = reader.open("secrets", &key, stored) {
+                return Err(ApiError::new(
+                    500,
+                    "InternalError",
+                    format!("Internal error occurred: unable to transform key {key:?}: {why}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts back what a snapshot says etcd held, for the Secrets the store holds.
+    pub fn restore_at_rest(&mut self, items: impl Iterator<Item = (String, String, Vec<u8>)>) {
+        let Some(res) = self.secrets() else { return };
+        for (ns, name, bytes) in items {
+            let key = self.key(res, &ns, &name);
+            if let Some(s) = self.objects.get(&key) {
+                let rv = meta_str(&s.obj, "resourceVersion")
+                    .unwrap_or_default()
+                    .to_owned();
+                self.at_rest.insert(key, (rv, bytes));
+            }
+        }
+    }
+
+    /// What etcd holds of every Secret: `(namespace, name, bytes)`.
+    pub fn at_rest(&mut self) -> Vec<(String, String, Vec<u8>)> {
+        self.seal(None);
+        self.at_rest
+            .iter()
+            .map(|(k, (_, b))| (k.ns.clone(), k.name.clone(), b.clone()))
+            .collect()
     }
 
     pub fn resource_version(&self) -> u64 {

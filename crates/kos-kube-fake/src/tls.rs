@@ -224,6 +224,23 @@ impl FakeKube {
     /// [`FakeError::Tls`] for unusable certificates or keys, [`FakeError::Start`] when no port can
     /// be bound or no runtime is running.
     pub fn serve_tls(&self, serving: &TlsServing) -> Result<TlsFront, FakeError> {
+        self.serve_tls_encrypted(
+            serving,
+            Arc::new(crate::encryption::EncryptionConfig::none()),
+        )
+    }
+
+    /// As [`FakeKube::serve_tls`], for a kube-apiserver started with
+    /// `--encryption-provider-config`: Secrets written through this front are sealed by its
+    /// first provider, and read through it only when one of its providers opens them.
+    ///
+    /// # Errors
+    /// As [`FakeKube::serve_tls`].
+    pub fn serve_tls_encrypted(
+        &self,
+        serving: &TlsServing,
+        encryption: Arc<crate::encryption::EncryptionConfig>,
+    ) -> Result<TlsFront, FakeError> {
         let (config, trusted) = configs(serving)?;
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| FakeError::Start(std::io::Error::other(e)))?;
@@ -241,6 +258,7 @@ impl FakeKube {
             shared: self.shared.clone(),
             ready: ready.clone(),
             version: version.clone(),
+            encryption,
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let task = tokio::spawn(accept_loop(listener, acceptor, trusted, state));
@@ -258,6 +276,7 @@ struct Front {
     shared: Arc<Shared>,
     ready: Arc<AtomicBool>,
     version: Arc<std::sync::RwLock<Option<Value>>>,
+    encryption: Arc<crate::encryption::EncryptionConfig>,
 }
 
 async fn accept_loop(
@@ -362,6 +381,8 @@ async fn authenticate(
         return ApiError::for_code(504, "etcdserver: request timed out").into_response();
     }
     req.extensions_mut().insert(Admitted(user));
+    req.extensions_mut()
+        .insert(crate::server::Encrypting(front.encryption.clone()));
     next.run(req).await
 }
 
