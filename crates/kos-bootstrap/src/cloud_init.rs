@@ -241,6 +241,17 @@ pub fn files(
             secrets.service_account.public_pem.clone(),
         ));
     }
+    // Every control plane's kube-apiserver reads it (joining ones through kubeadm-config's flag);
+    // a worker never gets the key.
+    if node.role.is_control_plane()
+        && let Some(enc) = &cluster.encryption
+    {
+        out.push(File {
+            path: crate::encryption::CONFIG_PATH.into(),
+            permissions: "0600",
+            content: enc.render()?,
+        });
+    }
     if node.role == Role::InitControlPlane {
         for m in render_addons(cluster)? {
             out.push(File {

@@ -204,6 +204,9 @@ pub struct ClusterInput {
     pub expected_nodes: u32,
     /// kubelet `serverTLSBootstrap`: off by default because nothing approves serving-cert CSRs yet.
     pub server_tls_bootstrap: bool,
+    /// Encryption at rest for Secrets: every control plane gets the configuration file, the first
+    /// one's ClusterConfiguration the flag and the volume; workers nothing. `None`: no encryption.
+    pub encryption: Option<crate::Encryption>,
 }
 
 /// A node's role in the bootstrap.

@@ -88,6 +88,17 @@ pub struct Networking {
     pub dns_domain: String,
 }
 
+/// A v1beta4 `HostPathMount`: a host path a control-plane static pod mounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostPathMount {
+    pub name: String,
+    pub host_path: String,
+    pub mount_path: String,
+    pub read_only: bool,
+    pub path_type: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApiServer {
@@ -95,6 +106,8 @@ pub struct ApiServer {
     pub cert_sans: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_args: ExtraArgs,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_volumes: Vec<HostPathMount>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,6 +216,31 @@ fn taints(role: Role, extra: &[Taint]) -> Vec<KubeTaint> {
         .collect()
 }
 
+/// The API server's part of the ClusterConfiguration: with encryption at rest, the flag and the
+/// directory the configuration file is in, mounted read-only (joining control planes take both
+/// from `kubeadm-config`; their user_data writes the file).
+fn api_server(cluster: &ClusterInput, cert_sans: Vec<String>) -> ApiServer {
+    use crate::encryption::{CONFIG_DIR, CONFIG_PATH, FLAG, VOLUME};
+    let Some(_) = &cluster.encryption else {
+        return ApiServer {
+            cert_sans,
+            extra_args: ExtraArgs::new(),
+            extra_volumes: Vec::new(),
+        };
+    };
+    ApiServer {
+        cert_sans,
+        extra_args: args(vec![(FLAG, CONFIG_PATH.into())]),
+        extra_volumes: vec![HostPathMount {
+            name: VOLUME.into(),
+            host_path: CONFIG_DIR.into(),
+            mount_path: CONFIG_DIR.into(),
+            read_only: true,
+            path_type: "DirectoryOrCreate".into(),
+        }],
+    }
+}
+
 /// The typed documents for one node.
 pub fn documents(
     cluster: &ClusterInput,
@@ -253,10 +291,7 @@ pub fn documents(
                         service_subnet: cluster.service_cidr.to_string(),
                         dns_domain: "cluster.local".into(),
                     },
-                    api_server: ApiServer {
-                        cert_sans: sans,
-                        extra_args: ExtraArgs::new(),
-                    },
+                    api_server: api_server(cluster, sans),
                     controller_manager: Component {
                         extra_args: args(vec![("cloud-provider", "external".into())]),
                     },

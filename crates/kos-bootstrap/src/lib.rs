@@ -11,6 +11,8 @@ pub mod addons;
 pub mod cloud_init;
 /// kubeadm's upload-certs, made by kos for control planes that join a running cluster.
 pub mod copycerts;
+/// Encryption at rest: the keys and kube-apiserver's EncryptionConfiguration.
+pub mod encryption;
 /// The error type.
 pub mod error;
 /// Inputs: the cluster and its nodes.
@@ -34,6 +36,7 @@ pub mod yaml;
 
 pub use addons::{Manifest, bootstrap_token_secret, render_addons};
 pub use cloud_init::{UserData, render_user_data};
+pub use encryption::{Encryption, EncryptionKey};
 pub use error::{Error, Result};
 pub use input::{
     ApiEndpoint, Ccm, CloudConf, ClusterInput, Cni, Csi, KubeVersion, ManifestPin, NodeInput,

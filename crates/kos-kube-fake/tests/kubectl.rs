@@ -390,6 +390,7 @@ fn kos_addons() -> Vec<kos_bootstrap::Manifest> {
         pki_delivery: PkiDelivery::AllControlPlanes,
         expected_nodes: 2,
         server_tls_bootstrap: false,
+        encryption: None,
     };
     render_addons(&cluster).expect("addons render")
 }

@@ -59,6 +59,7 @@ pub fn cluster(version: &str, control_planes: u32, workers: u32) -> ClusterInput
         pki_delivery: PkiDelivery::AllControlPlanes,
         expected_nodes: control_planes + workers,
         server_tls_bootstrap: false,
+        encryption: None,
     }
 }
 
