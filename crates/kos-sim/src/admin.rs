@@ -38,6 +38,7 @@ pub fn router() -> Router<SharedApp> {
         .route("/_sim/kube-endpoints", get(kube_endpoints))
         .route("/_sim/clusters", get(crate::admin_clusters::clusters))
         .route("/_sim/metadata", get(crate::admin_clusters::metadata))
+        .route("/_sim/at-rest", get(crate::admin_clusters::at_rest))
         .route("/_sim/servers/{id}/error", post(server_error))
         .route("/_sim/servers/{id}/console", post(console_line))
         .route("/_sim/loadbalancers/{id}/error", post(lb_error))

@@ -24,3 +24,10 @@ pub(crate) async fn clusters(State(app): State<SharedApp>) -> Json<Value> {
             .map_or_else(|| json!([]), |rt| rt.clusters(now)),
     )
 }
+
+/// `GET /_sim/at-rest`: the bytes each simulated cluster's store holds for its Secrets and the key
+/// names each API server runs with (never key material).
+pub(crate) async fn at_rest(State(app): State<SharedApp>) -> Json<Value> {
+    drop(app.cloud());
+    Json(app.guests().map_or_else(|| json!([]), |rt| rt.at_rest()))
+}

@@ -113,6 +113,95 @@ pub struct ClusterDoc {
     pub dns_domain: String,
     /// `featureGates.ControlPlaneKubeletLocalMode` as written (see [`kubelet_local_mode`]).
     pub kubelet_local_mode_gate: Option<bool>,
+    /// `apiServer.extraArgs`, in order: kubeadm turns them into `--name=value` flags of the API
+    /// server's static pod.
+    pub api_server_args: Vec<(String, String)>,
+    /// `apiServer.extraVolumes`: hostPath volumes of the API server's static pod.
+    pub api_server_volumes: Vec<HostPathMount>,
+}
+
+/// A v1beta4 `HostPathMount`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostPathMount {
+    pub name: String,
+    pub host_path: String,
+    pub mount_path: String,
+    pub read_only: bool,
+    /// `""` when not set.
+    pub path_type: String,
+}
+
+/// The hostPath types the kubelet knows (core/v1 `HostPathType`).
+const PATH_TYPES: [&str; 8] = [
+    "",
+    "DirectoryOrCreate",
+    "Directory",
+    "FileOrCreate",
+    "File",
+    "Socket",
+    "CharDevice",
+    "BlockDevice",
+];
+
+fn api_server_args(v: &Value) -> Vec<(String, String)> {
+    v.pointer("/apiServer/extraArgs")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|x| (str_at(x, "/name"), str_at(x, "/value")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn str_at(v: &Value, ptr: &str) -> String {
+    v.pointer(ptr)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// kubeadm's `ValidateHostPathMounts`-like checks, and the kubelet's on the path type.
+fn api_server_volumes(v: &Value) -> Result<Vec<HostPathMount>, String> {
+    let mut out = Vec::new();
+    let list = v
+        .pointer("/apiServer/extraVolumes")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (i, x) in list.iter().enumerate() {
+        let m = HostPathMount {
+            name: str_at(x, "/name"),
+            host_path: str_at(x, "/hostPath"),
+            mount_path: str_at(x, "/mountPath"),
+            read_only: x
+                .pointer("/readOnly")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            path_type: str_at(x, "/pathType"),
+        };
+        let at = format!("apiServer.extraVolumes[{i}]");
+        for (field, value) in [
+            ("name", &m.name),
+            ("hostPath", &m.host_path),
+            ("mountPath", &m.mount_path),
+        ] {
+            if value.is_empty() {
+                return Err(format!("{at}.{field}: Required value"));
+            }
+        }
+        if !PATH_TYPES.contains(&m.path_type.as_str()) {
+            return Err(format!(
+                "{at}.pathType: Unsupported value: {:?}: supported values: \"BlockDevice\", \"CharDevice\", \"Directory\", \"DirectoryOrCreate\", \"File\", \"FileOrCreate\", \"Socket\"",
+                m.path_type
+            ));
+        }
+        if out.iter().any(|o: &HostPathMount| o.name == m.name) {
+            return Err(format!("{at}.name: Duplicate value: {:?}", m.name));
+        }
+        out.push(m);
+    }
+    Ok(out)
 }
 
 /// Whether a control plane that kubeadm `kubeadm` makes has its kubelet talk to its own API server
@@ -451,6 +540,8 @@ fn cluster_doc(v: Option<&Value>) -> Result<ClusterDoc, String> {
         kubelet_local_mode_gate: v
             .pointer(&format!("/featureGates/{KUBELET_LOCAL_MODE}"))
             .and_then(Value::as_bool),
+        api_server_args: api_server_args(v),
+        api_server_volumes: api_server_volumes(v)?,
     })
 }
 
@@ -500,10 +591,35 @@ pub fn render_cluster_configuration(c: &ClusterDoc) -> String {
         out.push_str(&format!("  podSubnet: {}\n", q(&p.to_string())));
     }
     out.push_str(&format!("  dnsDomain: {}\n", q(&c.dns_domain)));
+    if !c.cert_sans.is_empty() || !c.api_server_args.is_empty() || !c.api_server_volumes.is_empty()
+    {
+        out.push_str("apiServer:\n");
+    }
     if !c.cert_sans.is_empty() {
-        out.push_str("apiServer:\n  certSANs:\n");
+        out.push_str("  certSANs:\n");
         for san in &c.cert_sans {
             out.push_str(&format!("  - {}\n", q(san)));
+        }
+    }
+    if !c.api_server_args.is_empty() {
+        out.push_str("  extraArgs:\n");
+        for (name, value) in &c.api_server_args {
+            out.push_str(&format!("  - name: {}\n    value: {}\n", q(name), q(value)));
+        }
+    }
+    if !c.api_server_volumes.is_empty() {
+        out.push_str("  extraVolumes:\n");
+        for m in &c.api_server_volumes {
+            out.push_str(&format!(
+                "  - name: {}\n    hostPath: {}\n    mountPath: {}\n    readOnly: {}\n",
+                q(&m.name),
+                q(&m.host_path),
+                q(&m.mount_path),
+                m.read_only
+            ));
+            if !m.path_type.is_empty() {
+                out.push_str(&format!("    pathType: {}\n", q(&m.path_type)));
+            }
         }
     }
     if let Some(g) = c.kubelet_local_mode_gate {

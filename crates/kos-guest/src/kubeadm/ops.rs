@@ -332,7 +332,20 @@ impl Guest {
             Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
         };
         let node = cluster.kube.insert(&node)?;
-        static_pods::write(&mut srv.vfs, v, srv.addresses.first().copied());
+        static_pods::write(
+            &mut srv.vfs,
+            v,
+            srv.addresses.first().copied(),
+            &static_pods::ApiServerExtras::of(&docs.cluster),
+        );
+        // kubeadm waits for the API server it wrote; one that exits on its configuration fails it.
+        if let Err(e) = static_pods::apiserver_encryption(&srv.vfs) {
+            static_pods::remove(&mut srv.vfs);
+            return Ok(Err(phase_err(
+                "wait-control-plane",
+                &format!("kube-apiserver is not healthy: it exited: {e}"),
+            )));
+        }
         put_mirror_pods(&cluster, &node, srv.addresses.first().copied(), v)?;
         let local = endpoint
             .clone()
@@ -488,6 +501,23 @@ impl Guest {
         // No KubeletVersionCheck against the cluster here: a join's own checks pass it no version,
         // and a control-plane join's init checks leave it out (isSecondaryControlPlane).
         let control_plane = docs.control_plane.is_some();
+        if control_plane {
+            // control-plane-prepare writes the static pods before the kubelet starts; an API server
+            // that exits on its configuration never becomes healthy and the join fails waiting.
+            static_pods::write(
+                &mut srv.vfs,
+                v,
+                srv.addresses.first().copied(),
+                &static_pods::ApiServerExtras::of(&cluster_cfg),
+            );
+            if let Err(e) = static_pods::apiserver_encryption(&srv.vfs) {
+                static_pods::remove(&mut srv.vfs);
+                return Ok(Err(phase_err(
+                    "control-plane-join",
+                    &format!("kube-apiserver is not healthy: it exited: {e}"),
+                )));
+            }
+        }
         let existing: Option<Node> = c.kube.get::<Node>(None, &docs.node.name)?;
         if existing.as_ref().and_then(kubelet::ready_status) == Some("True") {
             return Ok(Err(phase_err(
@@ -697,7 +727,14 @@ impl Guest {
             .get_mut(&cid)
             .ok_or(GuestError::UnknownServer { server: id.clone() })?;
         if control_plane {
-            static_pods::write(&mut srv.vfs, v, srv.addresses.first().copied());
+            // kubeadm join's control-plane phase writes the static pods from the ClusterConfiguration
+            // it fetched from kubeadm-config, extraArgs and extraVolumes included.
+            static_pods::write(
+                &mut srv.vfs,
+                v,
+                srv.addresses.first().copied(),
+                &static_pods::ApiServerExtras::of(&cluster_cfg),
+            );
             if let Some(n) = c.kube.get::<Node>(None, &docs.node.name)? {
                 put_mirror_pods(c, &n, srv.addresses.first().copied(), v)?;
             }

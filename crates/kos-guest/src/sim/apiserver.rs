@@ -60,7 +60,9 @@ impl Fronts {
                 continue;
             };
             match start(srv, cluster) {
-                Ok(front) => {
+                Ok((front, encryption)) => {
+                    // In-process writes (kubeadm, controllers) go through the newest API server.
+                    cluster.kube.set_encryption(encryption);
                     // The kube-apiserver its static pod runs answers /version with its own.
                     if let Some(v) = crate::static_pods::apiserver_version(&srv.vfs) {
                         front.set_version(v.major, v.minor, &v.to_string());
@@ -113,7 +115,17 @@ impl Fronts {
     }
 }
 
-fn start(srv: &mut Server, cluster: &Cluster) -> Result<TlsFront, String> {
+/// The front and the encryption configuration it runs with (`--encryption-provider-config`, read
+/// through the static pod's hostPath volume and parsed as kube-apiserver's loader does: a file it
+/// refuses keeps the API server from starting).
+fn start(
+    srv: &mut Server,
+    cluster: &Cluster,
+) -> Result<(TlsFront, std::sync::Arc<kos_kube_fake::EncryptionConfig>), String> {
+    let encryption = std::sync::Arc::new(
+        crate::static_pods::apiserver_encryption(&srv.vfs)
+            .map_err(|e| format!("kube-apiserver exited: {e}"))?,
+    );
     let ca = srv
         .vfs
         .text(&format!("{PKI_DIR}/ca.crt"))
@@ -128,14 +140,18 @@ fn start(srv: &mut Server, cluster: &Cluster) -> Result<TlsFront, String> {
         &format!("{PKI_DIR}/ca.key"),
         |srv, ca_key| serving_certificate(srv, cluster, &ca, ca_key),
     )?;
-    cluster
+    let front = cluster
         .kube
-        .serve_tls(&TlsServing {
-            cert_chain_pem: cert,
-            key_pem: key,
-            client_ca_pem: ca,
-        })
-        .map_err(|e| e.to_string())
+        .serve_tls_encrypted(
+            &TlsServing {
+                cert_chain_pem: cert,
+                key_pem: key,
+                client_ca_pem: ca,
+            },
+            encryption.clone(),
+        )
+        .map_err(|e| e.to_string())?;
+    Ok((front, encryption))
 }
 
 /// The first address of a subnet (`10.96.0.0/12` → `10.96.0.1`): the `kubernetes` Service's IP.

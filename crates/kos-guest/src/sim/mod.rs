@@ -362,6 +362,10 @@ impl GuestRuntime for SimGuests {
         lock(&self.inner).forwards.endpoints()
     }
 
+    fn at_rest(&self) -> serde_json::Value {
+        lock(&self.inner).guest.at_rest_view()
+    }
+
     fn metadata(&self) -> serde_json::Value {
         serde_json::to_value(lock(&self.inner).guest.metadata_views())
             .unwrap_or(serde_json::Value::Null)
@@ -386,6 +390,52 @@ impl GuestRuntime for SimGuests {
 }
 
 impl Guest {
+    /// Per cluster: each Secret's stored bytes (base64, with the key name of its prefix), and the
+    /// key names of each running control plane's API server configuration.
+    pub fn at_rest_view(&self) -> serde_json::Value {
+        let clusters: Vec<serde_json::Value> = self
+            .clusters
+            .values()
+            .map(|c| {
+                let secrets: Vec<serde_json::Value> = c
+                    .kube
+                    .at_rest()
+                    .iter()
+                    .map(|a| {
+                        serde_json::json!({
+                            "namespace": a.namespace,
+                            "name": a.name,
+                            "key": a.key_name(),
+                            "prefix": a.prefix(),
+                            "value": a.value,
+                        })
+                    })
+                    .collect();
+                let apiservers: Vec<serde_json::Value> = self
+                    .servers
+                    .iter()
+                    .filter(|(_, s)| s.api_of == Some(c.id) && s.power == crate::guest::Power::On)
+                    .map(|(id, s)| {
+                        let keys = crate::static_pods::apiserver_encryption(&s.vfs)
+                            .map(|e| e.key_names("secrets"));
+                        serde_json::json!({
+                            "server": id.to_string(),
+                            "keys": keys.as_ref().ok(),
+                            "error": keys.err(),
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "cluster": c.id.to_string(),
+                    "name": c.name,
+                    "secrets": secrets,
+                    "apiservers": apiservers,
+                })
+            })
+            .collect();
+        serde_json::Value::Array(clusters)
+    }
+
     /// Forgets deleted servers and the clusters that no server runs any more (their etcd went with
     /// their disks).
     pub(crate) fn prune(&mut self) {

@@ -105,6 +105,11 @@ pub trait GuestRuntime: Send + Sync {
     fn metadata(&self) -> serde_json::Value {
         serde_json::Value::Array(Vec::new())
     }
+    /// What each simulated cluster's store holds at rest and the keys each of its API servers runs
+    /// with (`GET /_sim/at-rest`): a JSON array, for tests of encryption at rest.
+    fn at_rest(&self) -> serde_json::Value {
+        serde_json::Value::Array(Vec::new())
+    }
     /// The runtime's state, for [`crate::persist::save_guests`]; taken with the cloud locked, so it
     /// matches the cloud's state saved with it.
     fn snapshot(&self) -> Result<Vec<u8>, String>;
