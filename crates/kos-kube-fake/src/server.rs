@@ -708,7 +708,13 @@ async fn serve(
                     let rt = shared.store().types[res].clone();
                     let obj = parse_object(headers, body, &rt)?;
                     readable(res, Some(ns), Some(name))?;
-                    let updated = shared.write(enc, |s| s.update(res, ns, name, obj, &ctx))?;
+                    let updated = shared.write(enc, |s| {
+                        let out = s.update(res, ns, name, obj, &ctx)?;
+                        if let Some(e) = enc {
+                            s.reseal_stale(res, ns, name, &e.0);
+                        }
+                        Ok(out)
+                    })?;
                     shared.notify();
                     Ok(ok(res, StatusCode::OK, updated, Some(&ctx)))
                 }

@@ -293,6 +293,46 @@ impl Store {
         Ok(())
     }
 
+    /// An update through an API server whose first provider did not write the stored value: the
+    /// apiserver's storage writes it again even when the object is unchanged (its transformer
+    /// reports the value stale), which is what re-encrypting every Secret after a key change
+    /// relies on.
+    pub fn reseal_stale(
+        &mut self,
+        res: usize,
+        ns: &str,
+        name: &str,
+        writer: &crate::encryption::EncryptionConfig,
+    ) {
+        if Some(res) != self.secrets() {
+            return;
+        }
+        let key = self.key(res, ns, name);
+        let Some(obj) = self.objects.get(&key).map(|s| s.obj.clone()) else {
+            return;
+        };
+        let plain = serde_json::to_vec(&obj).unwrap_or_default();
+        let fresh = writer.seal("secrets", &storage_key(&key), &plain);
+        let stale = self.at_rest.get(&key).is_none_or(|(_, have)| {
+            let prefix = |b: &[u8]| {
+                b.strip_prefix(b"k8s:enc:").and_then(|r| {
+                    let mut end = 0;
+                    for _ in 0..3 {
+                        end += r.get(end..)?.iter().position(|&c| c == b':')? + 1;
+                    }
+                    Some(r[..end].to_vec())
+                })
+            };
+            prefix(have) != prefix(&fresh)
+        });
+        if stale {
+            let rv = meta_str(&obj, "resourceVersion")
+                .unwrap_or_default()
+                .to_owned();
+            self.at_rest.insert(key, (rv, fresh));
+        }
+    }
+
     /// Puts back what a snapshot says etcd held, for the Secrets the store holds.
     pub fn restore_at_rest(&mut self, items: impl Iterator<Item = (String, String, Vec<u8>)>) {
         let Some(res) = self.secrets() else { return };

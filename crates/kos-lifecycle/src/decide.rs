@@ -16,6 +16,7 @@ use kos_cluster::resolved::Resolved;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::encryption::{NONE_RECORDED, TAG_ENCRYPTION};
 use crate::formation::is_control_plane;
 
 use crate::quorum::QuorumError;
@@ -35,6 +36,10 @@ pub struct Inputs<'a> {
     /// `kos up --renew-certificates`: control planes made before this moment (Unix seconds: the
     /// run's start) are replaced, their successors getting new kubeadm certificates.
     pub renew_before: Option<i64>,
+    /// The record of the key set the control planes' kube-apiservers should run with
+    /// ([`crate::encryption::KeyState::desired_record`]); `None` leaves encryption out of the
+    /// decision (a cluster whose keys are not known here).
+    pub encryption: Option<&'a str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,14 +92,24 @@ pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
                 .map_or(0, |m| m.availability_zones.len()),
         })
         .collect();
+    // A single control plane that cannot surge (behind a floating IP) can only be replaced in
+    // place, which loses the cluster: its key set is left as it is (the rotation waits; `kos
+    // rotate encryption-key` refuses such a cluster up front).
+    let rekeyed = i
+        .encryption
+        .filter(|_| control_planes.surge > 0 || count > 1);
     let api_vip = api_vip(i.observed);
     let graph_of = |slots: &Slots| {
-        desired_in(
+        let mut g = desired_in(
             spec,
             i.resolved,
             i.formation,
             &slots.clone().with_api_vip(api_vip),
-        )
+        )?;
+        if let Some(want) = i.encryption {
+            record_keys(&mut g, want);
+        }
+        Ok::<_, GraphError>(g)
     };
     // Against every existing server first: which of them the spec replaces decides who joins.
     let counts: Vec<(&str, u32)> = pools.iter().map(|r| (r.prefix, r.count)).collect();
@@ -103,6 +118,9 @@ pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
     let mut first = plan::plan(&graph, i.observed);
     if let Some(before) = i.renew_before {
         renew(&mut first, before);
+    }
+    if let Some(want) = rekeyed {
+        rekey(&mut first, want);
     }
     let succession = succession::decide(
         i.observed,
@@ -118,6 +136,9 @@ pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
         let mut plan = plan::plan(&graph, i.observed);
         if let Some(before) = i.renew_before {
             renew(&mut plan, before);
+        }
+        if let Some(want) = rekeyed {
+            rekey(&mut plan, want);
         }
         (graph, plan)
     };
@@ -169,6 +190,44 @@ fn renew(plan: &mut Plan, before: i64) {
             a.changes
                 .push("its kubeadm certificates are renewed (--renew-certificates)".into());
             volumes.insert(format!("vol-{}", a.logical_id));
+        }
+    }
+    plan::replace_volumes(&mut plan.actions, &volumes);
+}
+
+/// Every control plane made now records the key names its kube-apiserver runs with.
+fn record_keys(graph: &mut DesiredGraph, want: &str) {
+    for n in graph.nodes.values_mut() {
+        if n.kind == Kind::Server && is_control_plane(&n.id) {
+            n.tags.push(format!("{TAG_ENCRYPTION}={want}"));
+        }
+    }
+}
+
+/// Control planes whose kube-apiserver runs with another key set are replaced (with their boot
+/// volumes): kos changes a node's files only by making it again. One made before kos recorded keys
+/// runs without any ([`NONE_RECORDED`]).
+fn rekey(plan: &mut Plan, want: &str) {
+    let mut volumes = BTreeSet::new();
+    for a in &mut plan.actions {
+        let Some(have) = a.existing.as_ref() else {
+            continue;
+        };
+        if a.kind != Kind::Server || !is_control_plane(&a.logical_id) {
+            continue;
+        }
+        let recorded = recorded(&have.facts.tags, TAG_ENCRYPTION).unwrap_or(NONE_RECORDED);
+        if recorded == want {
+            continue;
+        }
+        if matches!(a.op, Op::NoOp | Op::Update) {
+            a.op = Op::Roll;
+            a.reason = "made for another spec: replaced, drained first".into();
+            volumes.insert(format!("vol-{}", a.logical_id));
+        }
+        if matches!(a.op, Op::Roll | Op::Replace) {
+            a.changes
+                .push(format!("encryption keys changed: {recorded} → {want}"));
         }
     }
     plan::replace_volumes(&mut plan.actions, &volumes);

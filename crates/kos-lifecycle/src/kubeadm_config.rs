@@ -18,6 +18,10 @@ pub struct Needed {
     pub version: bool,
     /// A control plane records other certificate names ([`ROLLED`]).
     pub names: bool,
+    /// A control plane was made before kos encrypted Secrets: kubeadm-config may lack the API
+    /// server's `encryption-provider-config` and its volume, which joining control planes take
+    /// from there.
+    pub encryption: bool,
 }
 
 impl Needed {
@@ -34,6 +38,8 @@ impl Needed {
             let Some(have) = &a.existing else { continue };
             needed.version |=
                 recorded(&have.facts.tags, TAG_KUBERNETES).is_some_and(|v| v != version);
+            needed.encryption |=
+                recorded(&have.facts.tags, crate::encryption::TAG_ENCRYPTION).is_none();
             if let Some(Desired::Server(s)) = desired.node(&a.logical_id).map(|n| &n.spec)
                 && let Some(rec) = &s.cluster
             {
@@ -47,7 +53,7 @@ impl Needed {
 
     #[must_use]
     pub fn any(self) -> bool {
-        self.version || self.names
+        self.version || self.names || self.encryption
     }
 }
 
@@ -58,6 +64,9 @@ pub struct Wanted<'a> {
     pub version: Option<&'a str>,
     /// `apiServer.certSANs`, in full (kos renders the endpoint's address and the DNS name).
     pub cert_sans: Option<&'a [String]>,
+    /// The API server's `encryption-provider-config` flag and the read-only hostPath volume of its
+    /// directory, added when missing (kos-bootstrap's paths).
+    pub encryption: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,12 +101,49 @@ pub fn updated(text: &str, wanted: Wanted<'_>) -> Result<Option<String>, Error> 
     if let Some(sans) = wanted.cert_sans {
         changed |= set_cert_sans(obj, sans)?;
     }
+    if wanted.encryption {
+        changed |= set_encryption(obj)?;
+    }
     if !changed {
         return Ok(None);
     }
     serde_saphyr::to_string(&doc)
         .map(Some)
         .map_err(|e| Error::Yaml(e.to_string()))
+}
+
+/// `apiServer.extraArgs` and `extraVolumes` with kos's encryption configuration (v1beta4 lists of
+/// `{name, value}` and `HostPathMount`); whether it changed.
+fn set_encryption(obj: &mut Map<String, Value>) -> Result<bool, Error> {
+    use kos_bootstrap::encryption::{CONFIG_DIR, CONFIG_PATH, FLAG, VOLUME};
+    let api = obj
+        .entry("apiServer")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or(Error::ApiServer)?;
+    let mut changed = false;
+    let args = api
+        .entry("extraArgs")
+        .or_insert_with(|| Value::Array(Vec::new()))
+        .as_array_mut()
+        .ok_or(Error::ApiServer)?;
+    if !args.iter().any(|a| a["name"] == FLAG) {
+        args.push(serde_json::json!({"name": FLAG, "value": CONFIG_PATH}));
+        changed = true;
+    }
+    let volumes = api
+        .entry("extraVolumes")
+        .or_insert_with(|| Value::Array(Vec::new()))
+        .as_array_mut()
+        .ok_or(Error::ApiServer)?;
+    if !volumes.iter().any(|v| v["name"] == VOLUME) {
+        volumes.push(serde_json::json!({
+            "name": VOLUME, "hostPath": CONFIG_DIR, "mountPath": CONFIG_DIR,
+            "readOnly": true, "pathType": "DirectoryOrCreate",
+        }));
+        changed = true;
+    }
+    Ok(changed)
 }
 
 /// `apiServer.certSANs` set to `sans` (removed when empty); whether it changed.
@@ -147,6 +193,7 @@ mod tests {
             Wanted {
                 version: Some("1.36.0"),
                 cert_sans: Some(&sans),
+                encryption: false,
             },
         )
         .expect("updated")
@@ -175,6 +222,7 @@ mod tests {
         let same = Wanted {
             version: Some("1.35.2"),
             cert_sans: Some(&sans),
+            encryption: false,
         };
         assert!(updated(UPLOADED, same).expect("read").is_none());
         assert!(
@@ -191,6 +239,7 @@ mod tests {
             Wanted {
                 version: None,
                 cert_sans: Some(&[]),
+                encryption: false,
             },
         )
         .expect("updated")
@@ -203,6 +252,7 @@ mod tests {
             Wanted {
                 version: None,
                 cert_sans: Some(&sans),
+                encryption: false,
             },
         )
         .expect("updated")
@@ -214,10 +264,26 @@ mod tests {
     }
 
     #[test]
+    fn the_encryption_flag_and_volume_are_added_once() {
+        let want = Wanted {
+            encryption: true,
+            ..Wanted::default()
+        };
+        let out = updated(UPLOADED, want).expect("updated").expect("changed");
+        let after = parsed(&out);
+        let args = after["apiServer"]["extraArgs"].as_array().expect("args");
+        assert_eq!(args[0]["name"], "audit-log-maxage", "kept");
+        assert_eq!(args[1]["name"], "encryption-provider-config");
+        assert_eq!(after["apiServer"]["extraVolumes"][0]["readOnly"], true);
+        assert!(updated(&out, want).expect("read").is_none());
+    }
+
+    #[test]
     fn what_is_not_a_cluster_configuration_is_an_error() {
         let v = Wanted {
             version: Some("1.36.0"),
             cert_sans: None,
+            encryption: false,
         };
         assert!(matches!(
             updated("kind: InitConfiguration\n", v),

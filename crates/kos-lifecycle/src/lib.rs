@@ -29,6 +29,7 @@
 pub mod addons;
 pub mod decide;
 pub mod drain;
+pub mod encryption;
 pub mod etcd;
 pub mod formation;
 pub mod kubeadm_config;

@@ -32,6 +32,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use kos_lifecycle::encryption::KeyState;
+
 use crate::files::write_private;
 use crate::local::{CloudIdentity, ClusterLock, LocalError, Place};
 
@@ -169,6 +171,64 @@ impl Local {
 
     fn meta(&self) -> PathBuf {
         self.dir.join("cluster.json")
+    }
+
+    /// The Secrets' encryption keys and the rotation step (0600): [`KeyState`].
+    pub fn keys_path(&self) -> PathBuf {
+        self.dir.join("encryption.json")
+    }
+
+    /// The stored encryption keys, `None` when this machine has none for the cluster.
+    pub fn keys(&self) -> miette::Result<Option<KeyState>> {
+        let path = self.keys_path();
+        let Some(text) = read_optional(&path)? else {
+            return Ok(None);
+        };
+        KeyState::from_json(&text).map(Some).map_err(|e| {
+            miette::miette!(
+                help = "restore the file from a backup: the cluster's Secrets are sealed under these keys",
+                "{}: {e}",
+                path.display()
+            )
+        })
+    }
+
+    /// Stores the keys and step (before anything acts on them: a crash must not lose a key that a
+    /// control plane or a Secret already uses).
+    pub fn write_keys(&self, keys: &KeyState) -> miette::Result<()> {
+        write_private(&self.keys_path(), keys.to_json().expose().as_bytes())
+    }
+
+    /// The keys `kos up` works with, made on first use: a new cluster's first key, or for a
+    /// running cluster made before kos encrypted Secrets (its control planes record no keys) a
+    /// first key rolled in. Control planes that record keys this machine does not have: refused,
+    /// a new key of the same name would not open what they sealed.
+    pub fn keys_for_up(&self, recorded: &[Option<&str>]) -> miette::Result<KeyState> {
+        if let Some(k) = self.keys()? {
+            return Ok(k);
+        }
+        let mut rng = rand::rng();
+        let keys = if recorded.iter().all(Option::is_none) {
+            if recorded.is_empty() {
+                KeyState::new_cluster(&mut rng)
+            } else {
+                KeyState::adopted(&mut rng)
+            }
+        } else {
+            miette::bail!(
+                help = "copy encryption.json from the machine that manages the cluster into this directory",
+                "the cluster's control planes run with encryption keys ({}) that are not on this machine ({})",
+                recorded
+                    .iter()
+                    .flatten()
+                    .next()
+                    .copied()
+                    .unwrap_or_default(),
+                self.keys_path().display()
+            );
+        };
+        self.write_keys(&keys)?;
+        Ok(keys)
     }
 
     /// The script that creates a renewed bootstrap token in a cluster whose API kos cannot reach.
@@ -359,6 +419,8 @@ pub struct KubeadmBootstrap {
     secrets: ClusterSecrets,
     stored_ccm: Option<StoredCcm>,
     ccm_path: PathBuf,
+    /// The providers every control plane made now runs with (`None`: no encryption at rest).
+    encryption: Option<kos_bootstrap::Encryption>,
     /// Told once, before the first user_data leaves this machine, that the secrets are in use.
     place: Option<Place>,
     delivered: std::sync::Mutex<bool>,
@@ -371,6 +433,7 @@ impl KubeadmBootstrap {
         session: &kos_cloud::Session,
         secrets: ClusterSecrets,
         local: &Local,
+        encryption: Option<kos_bootstrap::Encryption>,
     ) -> miette::Result<Self> {
         let version: KubeVersion = spec
             .kubernetes_version
@@ -429,6 +492,7 @@ impl KubeadmBootstrap {
             secrets,
             stored_ccm: local.ccm_credential()?,
             ccm_path: local.ccm(),
+            encryption,
             place: local.place().cloned(),
             delivered: std::sync::Mutex::new(false),
         })
@@ -489,6 +553,7 @@ impl KubeadmBootstrap {
             pki_delivery: PkiDelivery::UploadCerts,
             expected_nodes: self.expected_nodes,
             server_tls_bootstrap: false,
+            encryption: self.encryption.clone(),
         })
     }
 }

@@ -239,6 +239,21 @@ pub enum RotateCommand {
     /// cloud-config Secret, rolled out to every workload that mounts it, then the old one deleted.
     /// Run it again after an interruption: it continues.
     Credential(RotateCredentialArgs),
+    /// A new key for the Secrets' encryption at rest, put in place as upstream documents it: added
+    /// on every control plane, made first, every Secret written again under it, the old key
+    /// dropped (control planes are replaced three times). Run it again, or `kos up`, after an
+    /// interruption: it continues.
+    EncryptionKey(RotateEncryptionKeyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RotateEncryptionKeyArgs {
+    /// The cluster's name (metadata.name; it must be the spec's).
+    #[arg(value_parser = cluster_name)]
+    pub name: ClusterName,
+    /// What `kos up` takes: the spec (-f) and its options, for the control planes' replacements.
+    #[command(flatten)]
+    pub up: UpArgs,
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,8 @@ const KNOWN_FILES: &[&str] = &[
     "ccm-credential-next.tmp",
     "cluster.json",
     "cluster.tmp",
+    "encryption.json",
+    "encryption.tmp",
     "create-bootstrap-token.sh",
     "create-bootstrap-token.tmp",
     OWNER,

@@ -279,6 +279,24 @@ impl Guest {
             },
             &ca_pem,
         )?;
+        // control-plane phase: the static pods, before kubeadm talks to the API server.
+        static_pods::write(
+            &mut srv.vfs,
+            v,
+            &static_pods::ApiServerExtras::of(&docs.cluster),
+        );
+        // kubeadm waits for the API server it wrote; one that exits on its configuration fails it.
+        match static_pods::apiserver_encryption(&srv.vfs) {
+            // What kubeadm writes from here on (tokens, kubeadm-certs) goes through this server.
+            Ok(enc) => cluster.kube.set_encryption(std::sync::Arc::new(enc)),
+            Err(e) => {
+                static_pods::remove(&mut srv.vfs);
+                return Ok(Err(phase_err(
+                    "wait-control-plane",
+                    &format!("kube-apiserver is not healthy: it exited: {e}"),
+                )));
+            }
+        }
         let mut out = vec![
             format!("[init] Using Kubernetes version: {v}"),
             "[preflight] Running pre-flight checks".to_owned(),
@@ -332,20 +350,6 @@ impl Guest {
             Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
         };
         let node = cluster.kube.insert(&node)?;
-        static_pods::write(
-            &mut srv.vfs,
-            v,
-            srv.addresses.first().copied(),
-            &static_pods::ApiServerExtras::of(&docs.cluster),
-        );
-        // kubeadm waits for the API server it wrote; one that exits on its configuration fails it.
-        if let Err(e) = static_pods::apiserver_encryption(&srv.vfs) {
-            static_pods::remove(&mut srv.vfs);
-            return Ok(Err(phase_err(
-                "wait-control-plane",
-                &format!("kube-apiserver is not healthy: it exited: {e}"),
-            )));
-        }
         put_mirror_pods(&cluster, &node, srv.addresses.first().copied(), v)?;
         let local = endpoint
             .clone()

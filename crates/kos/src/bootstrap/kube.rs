@@ -209,6 +209,19 @@ impl Kube {
         Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
+    /// PUTs `body` (a whole object, its resourceVersion kept: a concurrent change is a 409) to
+    /// `path` and returns the HTTP status. The body is never logged: it may be a Secret.
+    pub async fn put_json(&self, path: &str, body: &Value) -> Result<u16, String> {
+        let r = self
+            .client
+            .put(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(r.status().as_u16())
+    }
+
     /// A JSON merge patch (RFC 7386) of the object at `path`. The body is never logged: it may
     /// carry a Secret's data.
     pub async fn merge_patch(&self, path: &str, body: &Value) -> Result<(), String> {

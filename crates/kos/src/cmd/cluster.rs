@@ -33,6 +33,9 @@ pub(super) struct Prepared {
     pub(super) decided: Decided,
     /// The cloud shows something tagged for the cluster.
     seen: bool,
+    /// The Secrets' encryption keys and rotation step (`None`: `kos plan` of a cluster whose keys
+    /// are not made yet).
+    pub(super) keys: Option<kos_lifecycle::encryption::KeyState>,
 }
 
 impl AsRef<Decided> for Prepared {
@@ -143,9 +146,15 @@ async fn prepare(
     spec: SpecFile,
     renew_before: Option<i64>,
     changed: bool,
+    advance: bool,
 ) -> Result<Prepared, Failure> {
     let looked = look(c, spec, changed).await?;
-    let (graph, decided) = looked.decide(renew_before).map_err(|e| {
+    let local =
+        Local::for_session(&c.session, looked.spec.name.value.as_str()).map_err(Failure::input)?;
+    let keys = super::encryption::keys_for_turn(c, &local, &looked.spec, &looked.observed, advance)
+        .await?;
+    let record = keys.as_ref().map(|k| k.desired_record());
+    let (graph, decided) = looked.decide(renew_before, record.as_deref()).map_err(|e| {
         let shown = crate::term::printable(&looked.shown);
         Failure::input(match e {
             DecideError::Quorum { .. } => miette::miette!(
@@ -167,6 +176,7 @@ async fn prepare(
         graph,
         resolved: looked.resolved,
         formation: looked.formation,
+        keys,
     })
 }
 
@@ -244,7 +254,11 @@ struct Looked {
 }
 
 impl Looked {
-    fn decide(&self, renew_before: Option<i64>) -> Result<(DesiredGraph, Decided), DecideError> {
+    fn decide(
+        &self,
+        renew_before: Option<i64>,
+        encryption: Option<&str>,
+    ) -> Result<(DesiredGraph, Decided), DecideError> {
         kos_lifecycle::decide::decide(&kos_lifecycle::decide::Inputs {
             spec: &self.spec,
             resolved: &self.resolved,
@@ -252,6 +266,7 @@ impl Looked {
             formation: self.formation.formation,
             last_applied: self.last_applied,
             renew_before,
+            encryption,
         })
     }
 }
@@ -290,7 +305,7 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
             let renew_before = args
                 .renew_certificates
                 .then(|| time::OffsetDateTime::now_utc().unix_timestamp());
-            let p = prepare(&c, spec, renew_before, false).await?;
+            let p = prepare(&c, spec, renew_before, false, false).await?;
             if args.graph.is_some() {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
@@ -323,34 +338,74 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
 
 pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
     let spec = load_spec(&args.spec.file)?;
+    up_with(args, spec, |_, _| Ok(())).await
+}
+
+/// `kos up`, with `before` run under the cluster's lock before the first turn (`kos rotate
+/// encryption-key` starts its rotation there).
+pub(super) async fn up_with(
+    args: UpArgs,
+    spec: SpecFile,
+    before: impl FnOnce(&Connected, &Local) -> Result<(), Failure>,
+) -> Result<Exit, Failure> {
+    up_runs(args, spec, before, 1).await
+}
+
+/// [`up_with`], run again (at most `runs` times in all) while a key rotation is under way: a run
+/// moves the rotation one step, at its start, since a control plane it made for one step would be
+/// outdated by the next within the same run.
+pub(super) async fn up_runs(
+    args: UpArgs,
+    spec: SpecFile,
+    before: impl FnOnce(&Connected, &Local) -> Result<(), Failure>,
+    runs: usize,
+) -> Result<Exit, Failure> {
     let cloud = args.cloud.cloud.clone();
     with_cloud(cloud.as_deref(), |c| async move {
         // One run per cluster at a time: two would each write its secrets and race on the cloud.
-        let lock = Local::for_session(&c.session, spec.loaded.spec.name.value.as_str())
-            .and_then(|l| l.lock("up"));
-        let _lock = match lock {
+        let local = match Local::for_session(&c.session, spec.loaded.spec.name.value.as_str()) {
             Ok(l) => l,
             Err(e) => return (c, Err(Failure::input(e))),
         };
-        let opts = kos_lifecycle::run::Options {
-            repair: args.repair.then_some(kos_lifecycle::run::Repair {
-                after_secs: i64::try_from(args.repair_after).unwrap_or(i64::MAX),
-                now: || time::OffsetDateTime::now_utc().unix_timestamp(),
-            }),
+        let _lock = match local.lock("up") {
+            Ok(l) => l,
+            Err(e) => return (c, Err(Failure::input(e))),
         };
-        let mut run = Up {
-            c: &c,
-            args: &args,
-            spec: Some(spec),
-            renew_before: args
-                .renew_certificates
-                .then(|| time::OffsetDateTime::now_utc().unix_timestamp()),
-            changed: Cell::new(false),
-        };
-        let r = kos_lifecycle::run::up(&mut run, opts)
-            .await
-            .map(|()| Exit::Ok)
-            .map_err(|f| run.kept_promise(f));
+        if let Err(f) = before(&c, &local) {
+            return (c, Err(f));
+        }
+        let mut spec = Some(spec);
+        let mut r = Ok(Exit::Ok);
+        for _ in 0..runs.max(1) {
+            let opts = kos_lifecycle::run::Options {
+                repair: args.repair.then_some(kos_lifecycle::run::Repair {
+                    after_secs: i64::try_from(args.repair_after).unwrap_or(i64::MAX),
+                    now: || time::OffsetDateTime::now_utc().unix_timestamp(),
+                }),
+            };
+            let mut run = Up {
+                c: &c,
+                args: &args,
+                spec: spec.take(),
+                renew_before: args
+                    .renew_certificates
+                    .then(|| time::OffsetDateTime::now_utc().unix_timestamp()),
+                changed: Cell::new(false),
+                first: Cell::new(true),
+            };
+            r = kos_lifecycle::run::up(&mut run, opts)
+                .await
+                .map(|()| Exit::Ok)
+                .map_err(|f| run.kept_promise(f));
+            let rotating = local
+                .keys()
+                .ok()
+                .flatten()
+                .is_some_and(|k| k.phase != kos_lifecycle::encryption::Phase::Steady);
+            if r.is_err() || !rotating {
+                break;
+            }
+        }
         (c, r)
     })
     .await
@@ -367,6 +422,8 @@ struct Up<'a> {
     renew_before: Option<i64>,
     /// This run may have changed the cloud or the cluster: no failure is exit 3 from then on.
     changed: Cell<bool>,
+    /// The run's first turn: the only one that moves a key rotation on.
+    first: Cell<bool>,
 }
 
 impl Up<'_> {
@@ -391,7 +448,8 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
             Some(s) => s,
             None => load_spec(&self.args.spec.file)?,
         };
-        prepare(self.c, file, self.renew_before, self.changed.get()).await
+        let first = self.first.replace(false);
+        prepare(self.c, file, self.renew_before, self.changed.get(), first).await
     }
 
     async fn unhealthy(
@@ -558,9 +616,17 @@ async fn converge(
         changed.set(true);
         push_token(c, &local, &p.spec, &secrets, token_refreshed, certs).await;
     }
-    let bootstrap =
-        KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets.clone(), &local)
-            .map_err(Failure::input)?;
+    let bootstrap = KubeadmBootstrap::new(
+        &p.spec,
+        &p.resolved,
+        &c.session,
+        secrets.clone(),
+        &local,
+        p.keys
+            .as_ref()
+            .map(kos_lifecycle::encryption::KeyState::desired),
+    )
+    .map_err(Failure::input)?;
     let changes = plan.summary().changes();
     eprintln!("kos: {}: {changes} change(s) to make", p.graph.cluster);
     if plan.actions.iter().any(|a| {
@@ -1293,11 +1359,16 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
     let spec = args.file.as_deref().map(load_spec).transpose()?;
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
+            // The key names in use and a rotation under way (never key material).
+            let keys = Local::for_session(&c.session, args.name.as_str())
+                .ok()
+                .and_then(|l| l.keys().ok().flatten());
+            let record = keys.as_ref().map(|k| k.desired_record());
             // A spec kos up would refuse still shows what exists, and why it is not converged.
             let (graph, refused) = match spec {
                 Some(spec) => {
                     let looked = look(&c, spec, false).await?;
-                    match looked.decide(None) {
+                    match looked.decide(None, record.as_deref()) {
                         Ok((graph, _)) => (Some(graph), None),
                         Err(e) => (None, Some(e.to_string())),
                     }
@@ -1323,6 +1394,14 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                     o.insert(
                         "bootstrap_unfinished".into(),
                         serde_json::json!(boots.unfinished),
+                    );
+                    o.insert(
+                        "encryption".into(),
+                        serde_json::json!(keys.as_ref().map(|k| serde_json::json!({
+                            "keys": k.desired_record(),
+                            "phase": k.phase,
+                            "shown": k.shown(),
+                        }))),
                     );
                 }
                 println!(
@@ -1372,6 +1451,10 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
             }
             for d in &st.duplicates {
                 println!("! duplicate: {d}");
+            }
+            match &keys {
+                Some(k) => println!("Encryption at rest: {}", k.shown()),
+                None => println!("Encryption at rest: no key on this machine"),
             }
             if let Some(why) = &refused {
                 println!("Not converged: kos up refuses this spec: {why}");

@@ -12,6 +12,7 @@ mod bench_ccm;
 mod cluster;
 mod doctor;
 mod drain;
+mod encryption;
 mod formation;
 mod kubeconfig;
 mod members;
@@ -96,6 +97,9 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Rotate {
             command: RotateCommand::Credential(a),
         } => rotate::credential(a).await,
+        Command::Rotate {
+            command: RotateCommand::EncryptionKey(a),
+        } => encryption::rotate(a).await,
         Command::Bench {
             command: BenchCommand::Apply(args),
         } => bench::apply(args).await,

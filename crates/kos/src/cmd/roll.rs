@@ -97,8 +97,17 @@ pub(super) async fn remove(
             eprintln!("kos: {}", crate::term::escape(&l));
         }
     }
-    let bootstrap = KubeadmBootstrap::new(&p.spec, &p.resolved, &c.session, secrets, &local)
-        .map_err(Failure::input)?;
+    let bootstrap = KubeadmBootstrap::new(
+        &p.spec,
+        &p.resolved,
+        &c.session,
+        secrets,
+        &local,
+        p.keys
+            .as_ref()
+            .map(kos_lifecycle::encryption::KeyState::desired),
+    )
+    .map_err(Failure::input)?;
     let opts = ApplyOptions {
         parallelism: usize::from(args.parallelism),
         ..ApplyOptions::default()
@@ -353,6 +362,9 @@ struct ConfigMove {
     version: Option<String>,
     /// The certificate names, when a control plane was made with another DNS name.
     sans: Option<Vec<String>>,
+    /// The API server's encryption flag and volume, when a control plane was made before kos
+    /// encrypted Secrets (kubeadm-config of such a cluster lacks them).
+    encryption: bool,
 }
 
 /// The move kubeadm-config needs, if an existing control plane was made for another release or
@@ -382,6 +394,7 @@ fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, String
     Ok(Some(ConfigMove {
         version: needed.version.then_some(wanted),
         sans,
+        encryption: needed.encryption && p.keys.is_some(),
     }))
 }
 
@@ -395,6 +408,7 @@ impl ConfigMove {
         let wanted = kos_lifecycle::kubeadm_config::Wanted {
             version: self.version.as_deref(),
             cert_sans: self.sans.as_deref(),
+            encryption: self.encryption,
         };
         let Some(updated) =
             kos_lifecycle::kubeadm_config::updated(text, wanted).map_err(|e| e.to_string())?
@@ -408,6 +422,11 @@ impl ConfigMove {
         .await?;
         if let Some(v) = &self.version {
             eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {v}");
+        }
+        if self.encryption {
+            eprintln!(
+                "kos: {cluster}: kubeadm-config gives kube-apiserver its encryption configuration"
+            );
         }
         if let Some(sans) = &self.sans {
             eprintln!(
