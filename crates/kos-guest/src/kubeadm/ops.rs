@@ -283,6 +283,7 @@ impl Guest {
         static_pods::write(
             &mut srv.vfs,
             v,
+            srv.addresses.first().copied(),
             &static_pods::ApiServerExtras::of(&docs.cluster),
         );
         // kubeadm waits for the API server it wrote; one that exits on its configuration fails it.
