@@ -1,7 +1,8 @@
 //! Secrets encrypted at rest, through the real binary on the simulated cloud: after `kos up` a Secret
 //! made with kubectl is stored sealed under the cluster's key (the simulated etcd's bytes, `GET
-//! /_sim/at-rest`), and `kos rotate encryption-key` leaves every Secret sealed under the new key,
-//! the old one gone from every control plane's configuration and the cluster working.
+//! /_sim/at-rest`), and `kos rotate encryption-key`, killed in the middle and run again, leaves every
+//! Secret sealed under the new key, the old one gone from every control plane's configuration and the
+//! cluster working.
 
 mod support;
 
@@ -124,21 +125,34 @@ fn secrets_are_sealed_under_the_clusters_key_and_a_rotation_moves_every_one() {
     let secret = doc["current"]["secret"].as_str().expect("key").to_owned();
     assert!(!text(&up).contains(&secret) && !text(&status).contains(&secret));
 
-    let rotate = kos(
-        d,
-        Some(&sim.clouds),
-        &[
-            "rotate",
-            "encryption-key",
-            "demo",
-            "-f",
-            spec,
-            "--cloud",
-            "sim",
-        ],
+    // Killed in the middle (once the rotation's second step is stored, while control planes are
+    // replaced for it), then run again: it continues the rotation under way.
+    let keys_file = cluster_dir(d, "sim", "demo").join("encryption.json");
+    let args = [
+        "rotate",
+        "encryption-key",
+        "demo",
+        "-f",
+        spec,
+        "--cloud",
+        "sim",
+    ];
+    let child = spawn(d, &sim.clouds, &args);
+    eventually(600, "the rotation's second step", || {
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&keys_file).ok()?).ok()?;
+        (doc["phase"] == "promote").then_some(())
+    });
+    kill(child);
+    let status = kos(d, Some(&sim.clouds), &["status", "demo", "--cloud", "sim"]);
+    assert!(
+        text(&status).contains("rotating to key-2"),
+        "{}",
+        text(&status)
     );
+    let rotate = kos(d, Some(&sim.clouds), &args);
     let out = text(&rotate);
     assert_eq!(code(&rotate), 0, "{out}");
+    assert!(out.contains("continuing the rotation under way"), "{out}");
     assert!(
         out.contains("Secret(s) written again under the new key"),
         "{out}"
