@@ -24,9 +24,9 @@ fn bench_apply_reports_the_bound_the_runs_and_their_calls() {
         .iter()
         .filter_map(|s| s["id"].as_str())
         .collect();
-    // The load balancer is made with its children in one call: then its floating IP is pointed at it.
-    assert!(path.contains(&"api-lb"), "{path:?}");
-    assert_eq!(path.last(), Some(&"fip-assoc"), "{path:?}");
+    // The load balancer is made with its children in one call and ends the path: its floating IP
+    // was created on kos's VIP port before it, and needs nothing after.
+    assert_eq!(path.last(), Some(&"api-lb"), "{path:?}");
     let runs = r["runs"].as_array().expect("runs");
     let names: Vec<&str> = runs
         .iter()
