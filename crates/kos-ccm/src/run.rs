@@ -249,7 +249,18 @@ async fn kube_client(opts: &Options) -> Result<kube::Client, RunError> {
             .parse()
             .map_err(|e| RunError::KubeConfig(format!("--master {master}: {e}")))?;
     }
+    bounded(&mut config);
     Ok(kube::Client::try_from(config)?)
+}
+
+/// kube-rs sets no read timeout (watches have their own idle timeout): a request the API server
+/// accepted and never answers would hold a reconcile, or the lease's renewal, forever. Cut it after
+/// longer than a watch's 290 s, counted from when the request went out.
+fn bounded(config: &mut kube::Config) {
+    config
+        .read_timeout
+        .get_or_insert(std::time::Duration::from_secs(300));
+    config.reset_reader_on_write = true;
 }
 
 /// The Lease holder's identity: host name (the pod's, with hostNetwork the node's) plus a random
@@ -280,4 +291,26 @@ fn rand_suffix() -> u32 {
             .unwrap_or(0),
     );
     h.finish() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kube_request_has_a_read_timeout() {
+        let mut c = kube::Config::new("https://127.0.0.1:6443".parse().expect("url"));
+        assert_eq!(
+            c.read_timeout, None,
+            "kube-rs's default, which kos-ccm must not keep"
+        );
+        bounded(&mut c);
+        assert_eq!(c.read_timeout, Some(std::time::Duration::from_secs(300)));
+        assert!(c.reset_reader_on_write);
+        // One the user's configuration set stays.
+        let mut c = kube::Config::new("https://127.0.0.1:6443".parse().expect("url"));
+        c.read_timeout = Some(std::time::Duration::from_secs(20));
+        bounded(&mut c);
+        assert_eq!(c.read_timeout, Some(std::time::Duration::from_secs(20)));
+    }
 }
