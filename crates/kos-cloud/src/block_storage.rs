@@ -1,4 +1,5 @@
-//! Cinder facade: volumes (kos's tags live in their metadata), quotas with usage, limits.
+//! Cinder facade: volumes (kos's tags live in their metadata), availability zones, quotas with usage,
+//! limits.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,7 @@ use tokio::time::Instant;
 use crate::error::CloudError;
 use crate::model::block_storage::{
     Volume, VolumeCreate, VolumeFilter, VolumeLimits, VolumeQuotas, VolumeStatus, VolumeType,
-    quota_lines,
+    VolumeZone, quota_lines,
 };
 use crate::paging::util::{body, fetch, found, gone, run};
 use crate::paging::wait::{self, Step};
@@ -161,6 +162,21 @@ impl BlockStorageApi<'_> {
             self.session,
             req(ApiRequest::get(SVC, "volume_type.list", "types")),
             "volume_types",
+        )
+        .await
+    }
+
+    /// Cinder's own availability zones (`openstack availability zone list --volume`): where a volume
+    /// may be made, which need not be where servers run.
+    pub async fn availability_zones(&self) -> Result<Vec<VolumeZone>, CloudError> {
+        fetch(
+            self.session,
+            req(ApiRequest::get(
+                SVC,
+                "availability_zone.list",
+                "os-availability-zone",
+            )),
+            "availabilityZoneInfo",
         )
         .await
     }

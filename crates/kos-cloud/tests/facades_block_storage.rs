@@ -1,13 +1,14 @@
 //! The Cinder facade against kos-sim: create → wait available → get → list by metadata (paged) →
-//! metadata merge/replace → delete; quotas with usage; limits.
+//! metadata merge/replace → delete; quotas with usage; limits; Cinder's own availability zones.
 
 mod facades_support;
 
 use std::collections::BTreeMap;
 
-use facades_support::{R, deadline, start};
-use kos_cloud::ServiceKind;
+use facades_support::{R, deadline, start, start_with};
 use kos_cloud::model::block_storage::{VolumeCreate, VolumeFilter, VolumeStatus};
+use kos_cloud::{ApiErrorKind, CloudError, ServiceKind};
+use kos_sim::SimConfig;
 
 fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -98,5 +99,54 @@ async fn volume_lifecycle_with_metadata_tags() -> R {
         facades_support::poll(|| async { Ok(cinder.get_volume(&ids[0]).await?.is_none()) }).await?;
     assert!(gone);
     cinder.delete_volume(&ids[0]).await?;
+    Ok(())
+}
+
+/// Cinder's zones are listed from Cinder, not Nova: a cloud with compute zones `az1, az2` and one
+/// volume zone `nova` shows `nova` here, and refuses a volume in `az1` as Cinder does (400).
+#[tokio::test]
+async fn volume_zones_are_cinders_own() -> R {
+    let c = start_with(SimConfig {
+        zones: vec!["az1".into(), "az2".into()],
+        volume_zones: vec!["nova".into()],
+        ..SimConfig::fast()
+    })
+    .await?;
+    let cinder = c.session.block_storage();
+    let zones = cinder.availability_zones().await?;
+    let names: Vec<(&str, bool)> = zones
+        .iter()
+        .map(|z| (z.name.as_str(), z.state.available))
+        .collect();
+    assert_eq!(names, [("nova", true)]);
+    let compute = c.session.compute().availability_zones().await?;
+    assert_eq!(compute.len(), 2);
+
+    let refused = cinder
+        .create_volume(&VolumeCreate {
+            size: 1,
+            availability_zone: Some("az1".into()),
+            ..Default::default()
+        })
+        .await;
+    match refused {
+        Err(CloudError::Api {
+            kind: ApiErrorKind::BadRequest,
+            ref message,
+            ..
+        }) => assert!(
+            message.contains("Availability zone 'az1' is invalid."),
+            "{message}"
+        ),
+        other => panic!("expected Cinder's 400, got {other:?}"),
+    }
+    let v = cinder
+        .create_volume(&VolumeCreate {
+            size: 1,
+            availability_zone: Some("nova".into()),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(v.availability_zone.as_deref(), Some("nova"));
     Ok(())
 }

@@ -148,9 +148,10 @@ impl Plan {
 }
 
 /// What a new object is made with, where the diff should say it: the credential's roles and
-/// lifetime (the secret is never in a plan).
-fn made_with(spec: &Desired) -> Vec<String> {
-    match spec {
+/// lifetime (the secret is never in a plan); a boot volume's Cinder zone, and its server's compute
+/// zone when the two differ.
+fn made_with(node: &Node, desired: &DesiredGraph) -> Vec<String> {
+    match &node.spec {
         Desired::AppCredential {
             roles,
             lifetime_days,
@@ -158,6 +159,24 @@ fn made_with(spec: &Desired) -> Vec<String> {
             "roles {}; expires {lifetime_days} days after it is made",
             roles.join(", ")
         )],
+        Desired::Volume {
+            availability_zone, ..
+        } => {
+            let server = desired.in_order().find_map(|n| match &n.spec {
+                Desired::Server(s) if s.volume.as_deref() == Some(node.id.as_str()) => Some(s),
+                _ => None,
+            });
+            let compute = server.and_then(|s| s.availability_zone.as_deref());
+            vec![match (availability_zone.as_deref(), compute) {
+                // Allowed: Nova attaches across zones unless told not to, and says so if it is.
+                (Some(v), Some(c)) if v != c => format!(
+                    "in Cinder zone {v}, its server in compute zone {c} (a cross-zone attach: a cloud \
+                     whose Nova sets [cinder] cross_az_attach = False refuses it)"
+                ),
+                (Some(v), _) => format!("in Cinder zone {v}"),
+                (None, _) => "in Cinder's default zone".to_owned(),
+            }]
+        }
         _ => Vec::new(),
     }
 }
@@ -393,7 +412,12 @@ fn plan_node(node: &Node, desired: &DesiredGraph, observed: &Observed) -> (Actio
     ranked.sort_by_key(|r| rank(r));
     let Some((keep, rest)) = ranked.split_first() else {
         return (
-            action(Op::Create, "not found".into(), made_with(&node.spec), None),
+            action(
+                Op::Create,
+                "not found".into(),
+                made_with(node, desired),
+                None,
+            ),
             Vec::new(),
         );
     };

@@ -73,4 +73,87 @@ pub struct ResolvedMachine {
 pub struct ResolvedBootVolume {
     pub size_gb: u32,
     pub volume_type: Option<String>,
+    /// The spec's `bootVolume.availabilityZone`, which preflight found among Cinder's zones.
+    pub availability_zone: Option<String>,
+    /// Cinder's available zones as preflight listed them; `None` when Cinder would not list them.
+    pub cinder_zones: Option<Vec<String>>,
+}
+
+impl ResolvedBootVolume {
+    /// The Cinder zone for the boot volume of a server in compute zone `compute` (`None`: Nova
+    /// chooses); `None` back means the create names no zone and Cinder uses its default.
+    ///
+    /// Cinder's zones are its own: a cloud with compute zones `az1, az2` often has one volume zone
+    /// `nova`, and Cinder refuses a volume in `az1`. So: the zone the spec names; else the compute
+    /// zone when Cinder has one of that name (Nova's `[cinder] cross_az_attach = False` then still
+    /// boots it); else Cinder's only zone; else Cinder's default, as Nova itself does for the
+    /// volumes it makes. When Cinder's zones are unknown, the compute zone, as kos always did.
+    #[must_use]
+    pub fn zone_for(&self, compute: Option<&str>) -> Option<String> {
+        if let Some(named) = &self.availability_zone {
+            return Some(named.clone());
+        }
+        let Some(cinder) = &self.cinder_zones else {
+            return compute.map(str::to_owned);
+        };
+        if let Some(c) = compute
+            && cinder.iter().any(|z| z == c)
+        {
+            return Some(c.to_owned());
+        }
+        match &cinder[..] {
+            [only] => Some(only.clone()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bv(named: Option<&str>, cinder: Option<&[&str]>) -> ResolvedBootVolume {
+        ResolvedBootVolume {
+            size_gb: 20,
+            volume_type: None,
+            availability_zone: named.map(str::to_owned),
+            cinder_zones: cinder.map(|z| z.iter().map(|s| (*s).to_owned()).collect()),
+        }
+    }
+
+    #[test]
+    fn a_named_zone_wins_even_over_a_matching_compute_zone() {
+        let b = bv(Some("nova"), Some(&["nova", "az1"]));
+        assert_eq!(b.zone_for(Some("az1")).as_deref(), Some("nova"));
+        assert_eq!(b.zone_for(None).as_deref(), Some("nova"));
+    }
+
+    #[test]
+    fn the_compute_zone_when_cinder_has_one_of_that_name() {
+        let b = bv(None, Some(&["az1", "az2", "az3"]));
+        assert_eq!(b.zone_for(Some("az2")).as_deref(), Some("az2"));
+    }
+
+    #[test]
+    fn cinders_only_zone_when_it_lacks_the_compute_zone() {
+        let b = bv(None, Some(&["nova"]));
+        assert_eq!(b.zone_for(Some("az1")).as_deref(), Some("nova"));
+        // Nova chooses the server's zone: the volume still goes where Cinder can make it.
+        assert_eq!(b.zone_for(None).as_deref(), Some("nova"));
+    }
+
+    #[test]
+    fn cinders_default_when_it_has_several_zones_and_not_the_compute_one() {
+        let b = bv(None, Some(&["ceph-a", "ceph-b"]));
+        assert_eq!(b.zone_for(Some("az1")), None);
+        assert_eq!(b.zone_for(None), None);
+        assert_eq!(bv(None, Some(&[])).zone_for(Some("az1")), None);
+    }
+
+    #[test]
+    fn unknown_cinder_zones_keep_the_compute_zone() {
+        let b = bv(None, None);
+        assert_eq!(b.zone_for(Some("az1")).as_deref(), Some("az1"));
+        assert_eq!(b.zone_for(None), None);
+    }
 }

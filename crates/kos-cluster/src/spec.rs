@@ -437,6 +437,10 @@ pub struct BootVolume {
     pub size_gb: u32,
     /// `type`: Cinder volume type; `None` uses the cloud's default.
     pub volume_type: Option<Spanned<String>>,
+    /// `availabilityZone`: the Cinder zone of every boot volume of the group. `None`: the server's
+    /// compute zone when Cinder has a zone of that name, else Cinder's only zone, else Cinder's
+    /// default ([`crate::resolved::ResolvedBootVolume::zone_for`]).
+    pub availability_zone: Option<Spanned<String>>,
 }
 
 impl BootVolume {

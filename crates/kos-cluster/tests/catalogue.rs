@@ -145,6 +145,8 @@ const CASES: &[Case] = &[
         code: Code::WrongType, message: "expected a whole number, found a string", line: 18, help: "remove the quotes" },
     Case { name: "boot volume too small", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n    bootVolume: {sizeGB: 5}\n  nodePools")],
         code: Code::BootVolume, message: "5 is out of range; it must be 10–2048", line: 16, help: "at least 10 GB" },
+    Case { name: "empty boot volume zone", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n    bootVolume: {sizeGB: 20, availabilityZone: \" \"}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.controlPlane.bootVolume.availabilityZone: must not be empty", line: 16, help: "remove the field" },
     Case { name: "existing network without subnet", edits: &[("    create:\n      cidr: 10.0.0.0/24\n", "    existing:\n      network: corp-net\n")],
         code: Code::MissingField, message: "spec.network.existing.subnet: missing", line: 8, help: "add `subnet:`" },
     Case { name: "both create and existing", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    existing: {network: a, subnet: b}\n")],

@@ -612,6 +612,100 @@ async fn missing_volume_type() -> R {
     Ok(())
 }
 
+/// Compute zones `az1, az2` and one Cinder zone `nova`: a boot volume named into a compute zone is
+/// refused before anything is made, naming the field and the zones Cinder has.
+#[tokio::test]
+async fn a_boot_volume_zone_cinder_lacks_names_cinders_zones() -> R {
+    let c = start_with(SimConfig {
+        token_lifetime_secs: 1e9,
+        zones: vec!["az1".into(), "az2".into()],
+        volume_zones: vec!["nova".into()],
+        ..SimConfig::fast()
+    })
+    .await?;
+    let e = c
+        .fails(&minimal_with(&[(
+            "    image: ubuntu-24.04\n  nodePools",
+            "    image: ubuntu-24.04\n    bootVolume: {sizeGB: 40, availabilityZone: az1}\n    \
+             availabilityZones: [az1]\n  nodePools",
+        )])?)
+        .await?;
+    expect(
+        &e,
+        Code::AzNotFound,
+        "spec.controlPlane.bootVolume.availabilityZone: Cinder has no availability zone named `az1`",
+    );
+    let d = e
+        .report
+        .errors()
+        .find(|d| d.code == Code::AzNotFound)
+        .ok_or("none")?;
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.contains("one of Cinder's zones: nova")),
+        "{:?}",
+        d.help
+    );
+    {
+        let cloud = c.sim.app().cloud();
+        assert!(
+            cloud.cinder.volumes.is_empty() && cloud.nova.servers.is_empty(),
+            "nothing is made"
+        );
+    }
+
+    // Cinder's own zone is fine, and so is leaving it out.
+    for boot in [
+        "bootVolume: {sizeGB: 40, availabilityZone: nova}",
+        "bootVolume: {sizeGB: 40}",
+    ] {
+        let with = format!(
+            "    image: ubuntu-24.04\n    {boot}\n    availabilityZones: [az1]\n  nodePools"
+        );
+        let text = minimal_with(&[("    image: ubuntu-24.04\n  nodePools", with.as_str())])?;
+        let p = c.run(&text).await?.map_err(|e| format!("{:?}", e.report))?;
+        let bv = p
+            .resolved
+            .control_plane
+            .boot_volume
+            .as_ref()
+            .ok_or("no boot volume")?;
+        assert_eq!(bv.zone_for(Some("az1")).as_deref(), Some("nova"), "{boot}");
+    }
+    Ok(())
+}
+
+/// A Cinder that does not list its zones: a warning; volumes keep their server's zone.
+#[tokio::test]
+async fn a_cinder_without_the_zone_api_warns_and_passes() -> R {
+    let c = start().await?;
+    c.sim
+        .app()
+        .fault_engine()
+        .add(serde_json::from_value::<FaultRule>(
+            json!({"path": "^/volume/v3/[^/]+/os-availability-zone$", "status": 403}),
+        )?)?;
+    let text = minimal_with(&[(
+        "    image: ubuntu-24.04\n  nodePools",
+        "    image: ubuntu-24.04\n    bootVolume: {sizeGB: 40}\n  nodePools",
+    )])?;
+    let p = c.run(&text).await?.map_err(|e| format!("{:?}", e.report))?;
+    assert!(
+        p.warnings
+            .warnings()
+            .any(|d| d.code == Code::AzUnchecked && d.message.contains("Cinder"))
+    );
+    let bv = p
+        .resolved
+        .control_plane
+        .boot_volume
+        .as_ref()
+        .ok_or("no boot volume")?;
+    assert_eq!(bv.cinder_zones, None);
+    Ok(())
+}
+
 /// `(network, subnet, router)` lines for a bring-your-own spec with a private load-balancer endpoint.
 fn byo(network: &str, subnet: &str, router: Option<&str>, public: bool) -> Result<String, E> {
     let router = router.map_or(String::new(), |r| format!("      router: {r}\n"));

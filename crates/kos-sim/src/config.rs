@@ -28,8 +28,11 @@ pub struct SimConfig {
     /// Capacity of each compute host.
     pub host_vcpus: u32,
     pub host_ram_mb: u64,
-    /// Availability zones (compute and volume); hosts are spread over them round-robin.
+    /// Compute availability zones; hosts are spread over them round-robin.
     pub zones: Vec<String>,
+    /// Cinder's availability zones, which real clouds often name apart from Nova's (one `nova` volume
+    /// zone under `az1`, `az2`, `az3`). Empty: the same names as `zones`.
+    pub volume_zones: Vec<String>,
     /// Nova's scheduler: its reschedule limit, and the race of boots into one anti-affinity group.
     pub scheduler: SchedulerModel,
     /// Seed devstack's project network too: `private` (10.10.0.0/24 on `private-subnet`) behind
@@ -60,6 +63,7 @@ impl Default for SimConfig {
             host_vcpus: 64,
             host_ram_mb: 262_144,
             zones: vec!["nova".into()],
+            volume_zones: Vec::new(),
             scheduler: SchedulerModel::default(),
             project_network: false,
             quotas: Quotas::default(),

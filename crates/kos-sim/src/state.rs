@@ -25,10 +25,12 @@ pub struct Cloud {
     pub cinder: CinderState,
     /// Quotas of the (single) project; the admin API can change them.
     pub quotas: Quotas,
-    /// Availability zones, compute and volume alike; compute host `compute<i>` is in zone
-    /// `zones[(i - 1) % len]`.
+    /// Compute availability zones; compute host `compute<i>` is in zone `zones[(i - 1) % len]`.
     #[serde(default = "default_zones")]
     pub zones: Vec<String>,
+    /// Cinder's availability zones; empty: the compute zones' names (see [`Cloud::volume_zones`]).
+    #[serde(default)]
+    pub volume_zones: Vec<String>,
     /// What the servers cannot download from the internet (`/_sim/internet`).
     #[serde(default)]
     pub internet: Internet,
@@ -70,6 +72,7 @@ impl Cloud {
             } else {
                 cfg.zones.clone()
             },
+            volume_zones: cfg.volume_zones.clone(),
             ..Default::default()
         };
         c.keystone.seed(cfg);
@@ -95,10 +98,29 @@ impl Cloud {
         }
     }
 
-    /// The zone a volume or server gets when none is asked for (Cinder's `default_availability_zone`).
+    /// The zone a server gets when none is asked for.
     #[must_use]
     pub fn default_zone(&self) -> String {
         self.zones.first().cloned().unwrap_or_else(|| "nova".into())
+    }
+
+    /// Cinder's availability zones: its own when configured, else the compute zones' names.
+    #[must_use]
+    pub fn volume_zones(&self) -> &[String] {
+        if self.volume_zones.is_empty() {
+            &self.zones
+        } else {
+            &self.volume_zones
+        }
+    }
+
+    /// The zone a volume gets when none is asked for (Cinder's `default_availability_zone`).
+    #[must_use]
+    pub fn default_volume_zone(&self) -> String {
+        self.volume_zones()
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "nova".into())
     }
 
     /// Moves every resource whose deadline has passed to its next state.

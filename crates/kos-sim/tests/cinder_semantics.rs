@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Harness, Resp};
+use kos_sim::SimConfig;
 use serde_json::{Value, json};
 
 fn vols(h: &Harness, rest: &str) -> String {
@@ -355,4 +356,56 @@ async fn extend_and_other_actions() {
         )
         .await;
     assert_eq!(other.status, 403, "another project's URL");
+}
+
+/// Cinder's zones are its own (`volume_zones`), apart from Nova's: the list shows them, and a create in
+/// a zone Cinder lacks (a compute zone here) is refused as Cinder refuses it
+/// (`InvalidAvailabilityZone`: 400 `badRequest`, "Availability zone 'az1' is invalid.").
+#[tokio::test]
+async fn volume_zones_are_cinders_own_and_others_are_refused() {
+    let h = Harness::with_config(SimConfig {
+        zones: vec!["az1".into(), "az2".into()],
+        volume_zones: vec!["nova".into()],
+        ..SimConfig::fast()
+    })
+    .await;
+    let zones = h
+        .call(
+            "GET",
+            &format!("/volume/v3/{}/os-availability-zone", h.project_id),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(zones.status, 200);
+    assert_eq!(
+        zones.json,
+        json!({"availabilityZoneInfo": [{"zoneName": "nova", "zoneState": {"available": true}}]})
+    );
+    let compute = h
+        .call("GET", "/compute/v2.1/os-availability-zone", None, None)
+        .await;
+    let names: Vec<&str> = compute.json["availabilityZoneInfo"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|z| z["zoneName"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["az1", "az2"]);
+
+    let r = create(&h, json!({"size": 1, "availability_zone": "az1"})).await;
+    assert_eq!(r.status, 400, "{}", r.json);
+    assert_eq!(
+        r.json,
+        json!({"badRequest": {"code": 400, "message": "Availability zone 'az1' is invalid."}})
+    );
+    assert_eq!(
+        h.call("GET", &vols(&h, ""), None, None).await.json["volumes"],
+        json!([]),
+        "nothing was made"
+    );
+    // No zone: Cinder's default zone, its own.
+    let id = make_available(&h, json!({"size": 1})).await;
+    assert_eq!(
+        show(&h, &id).await.json["volume"]["availability_zone"],
+        "nova"
+    );
 }

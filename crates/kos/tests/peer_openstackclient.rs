@@ -270,8 +270,23 @@ fn openstackclient_drives_the_simulator() {
     let fip = osc.json(&["floating", "ip", "show", &fip_id]);
     assert_eq!(fip["port_id"].as_str(), Some(port.as_str()));
 
-    // A volume.
-    osc.run(&["volume", "create", "--size", "1", "peer-vol"]);
+    // A volume, in one of the zones Cinder lists (its own, not Nova's).
+    let zones = osc.json(&["availability", "zone", "list", "--volume"]);
+    let zone = zones
+        .as_array()
+        .and_then(|z| z.first())
+        .and_then(|z| z["Zone Name"].as_str())
+        .unwrap_or_else(|| panic!("no volume zone listed: {zones}"))
+        .to_owned();
+    osc.run(&[
+        "volume",
+        "create",
+        "--size",
+        "1",
+        "--availability-zone",
+        &zone,
+        "peer-vol",
+    ]);
     osc.wait_for(&["volume", "show", "peer-vol"], "status", "available");
 
     // A load balancer with listener, pool, member and health monitor, each waited for.

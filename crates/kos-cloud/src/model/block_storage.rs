@@ -1,4 +1,4 @@
-//! Cinder: volumes, metadata, quotas with usage, limits.
+//! Cinder: volumes, metadata, availability zones, quotas with usage, limits.
 
 use std::collections::BTreeMap;
 
@@ -187,6 +187,23 @@ pub struct VolumeType {
     pub is_public: bool,
 }
 
+/// One Cinder availability zone (`GET /os-availability-zone`). Cinder's zones are its own: a cloud may have
+/// one `nova` volume zone and several compute zones, so a volume's zone is never assumed to be its server's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VolumeZone {
+    #[serde(rename = "zoneName")]
+    pub name: String,
+    #[serde(rename = "zoneState")]
+    pub state: VolumeZoneState,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VolumeZoneState {
+    pub available: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +293,16 @@ mod tests {
             "volume_types",
         )?;
         assert!(t.iter().all(|t| !t.id.is_empty() && !t.name.is_empty()));
+        Ok(())
+    }
+
+    #[test]
+    fn availability_zones_parse() -> R {
+        let z: Vec<VolumeZone> = parse_sample(
+            "block-storage/availability-zone-list-response.json",
+            "availabilityZoneInfo",
+        )?;
+        assert_eq!((z[0].name.as_str(), z[0].state.available), ("nova", true));
         Ok(())
     }
 }

@@ -592,7 +592,8 @@ impl Builder<'_> {
                     size_gb: bv.size_gb,
                     volume_type: bv.volume_type.clone(),
                     image_id: m.resolved.image_id.clone(),
-                    availability_zone: az.clone(),
+                    // Cinder's zone, not necessarily the server's (preflight chose it).
+                    availability_zone: bv.zone_for(az.as_deref()),
                 },
                 &[],
             );

@@ -465,6 +465,8 @@ mod tests {
             boot_volume: Some(ResolvedBootVolume {
                 size_gb: 20,
                 volume_type: None,
+                availability_zone: None,
+                cinder_zones: None,
             }),
         }
     }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use futures::future::join_all;
 use kos_cloud::model::TagQuery;
-use kos_cloud::model::block_storage::{Volume, VolumeFilter, VolumeQuotas, VolumeType};
+use kos_cloud::model::block_storage::{Volume, VolumeFilter, VolumeQuotas, VolumeType, VolumeZone};
 use kos_cloud::model::compute::{AvailabilityZone, ComputeLimits, Flavor, Server, ServerGroup};
 use kos_cloud::model::image::{Image, ImageFilter};
 use kos_cloud::model::load_balancer::{LbQuotas, LoadBalancer, LoadBalancerFilter, Provider};
@@ -32,6 +32,8 @@ pub(crate) struct Facts {
     /// All the project's ports: router interfaces, addresses used on a subnet, this cluster's ports.
     pub ports: Fetched<Vec<Port>>,
     pub zones: Option<Fetched<Vec<AvailabilityZone>>>,
+    /// Cinder's own zones, asked whenever a machine boots from a volume (they need not be Nova's).
+    pub volume_zones: Option<Fetched<Vec<VolumeZone>>>,
     pub providers: Option<Fetched<Vec<Provider>>>,
     pub volume_types: Option<Fetched<Vec<VolumeType>>>,
     pub compute_limits: Fetched<ComputeLimits>,
@@ -129,7 +131,15 @@ impl Facts {
 
         let (
             (flavors, images, networks, subnets, routers, ports, zones),
-            (providers, volume_types, compute_limits, network_quotas, volume_quotas, lb_quotas),
+            (
+                providers,
+                volume_types,
+                volume_zones,
+                compute_limits,
+                network_quotas,
+                volume_quotas,
+                lb_quotas,
+            ),
             (servers, volumes, floating_ips, security_groups, server_groups, load_balancers),
         ) = futures::join!(
             async {
@@ -147,6 +157,7 @@ impl Facts {
                 futures::join!(
                     when(uses_lb, || lb.list_providers()),
                     when(uses_types, || storage.list_volume_types()),
+                    when(uses_volumes, || storage.availability_zones()),
                     compute.limits(),
                     network.quotas(),
                     when(uses_volumes, || storage.quotas()),
@@ -172,6 +183,7 @@ impl Facts {
             routers,
             ports,
             zones,
+            volume_zones,
             providers,
             volume_types,
             compute_limits,

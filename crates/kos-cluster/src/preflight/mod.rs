@@ -215,6 +215,7 @@ spec:
             routers: Ok(Vec::new()),
             ports: Ok(Vec::new()),
             zones: None,
+            volume_zones: None,
             providers: Some(Ok(vec![Provider {
                 name: "amphora".into(),
                 description: String::new(),

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use ipnet::Ipv4Net;
 use kos_cloud::ApiErrorKind;
 use kos_cloud::CloudError;
+use kos_cloud::model::block_storage::{VolumeType, VolumeZone};
 use kos_cloud::model::compute::{AvailabilityZone, Flavor};
 use kos_cloud::model::image::Image;
 use kos_cloud::model::network::{Network, Port, Router, Subnet};
@@ -72,6 +73,7 @@ pub(crate) fn resolve(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<
         .unwrap_or_else(|| vec![None; sites.len()]);
     let images = images(cx, &sites, facts);
     let zones = zones(cx, facts);
+    let volume_zones = volume_zones(cx, facts);
     let types = facts
         .volume_types
         .as_ref()
@@ -83,7 +85,11 @@ pub(crate) fn resolve(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<
         .zip(&flavors)
         .zip(&images)
         .map(|((site, flavor), image)| {
-            machine(cx, site, *flavor, *image, all, zones.as_deref(), types)
+            let clouds = Zones {
+                compute: zones.as_deref(),
+                volume: volume_zones.as_deref(),
+            };
+            machine(cx, site, *flavor, *image, all, clouds, types)
         })
         .collect();
 
@@ -320,6 +326,80 @@ fn zones(cx: &mut Cx, facts: &Facts) -> Option<Vec<AvailabilityZone>> {
     cx.got("list availability zones", answer).cloned()
 }
 
+/// Cinder's zones, or `None` when Cinder does not list them (a warning, here): boot volumes then go
+/// to their server's compute zone, unchecked.
+fn volume_zones(cx: &mut Cx, facts: &Facts) -> Option<Vec<VolumeZone>> {
+    let answer = facts.volume_zones.as_ref()?;
+    if let Err(CloudError::Api {
+        kind: ApiErrorKind::NotFound | ApiErrorKind::Forbidden | ApiErrorKind::BadRequest,
+        ..
+    }) = answer
+    {
+        cx.push(
+            Diagnostic::warning(
+                Code::AzUnchecked,
+                "",
+                "Cinder does not list its availability zones: boot volumes go to their server's \
+                 compute zone (or the spec's `bootVolume.availabilityZone`), unchecked",
+            )
+            .help(
+                "if Cinder's zones differ from the compute zones, ask the operator for them and set \
+                 `bootVolume.availabilityZone`",
+            ),
+        );
+        return None;
+    }
+    cx.got("list Cinder's availability zones", answer).cloned()
+}
+
+/// What preflight knows of the cloud's zones: Nova's and Cinder's, each `None` when not listed.
+#[derive(Clone, Copy)]
+struct Zones<'a> {
+    compute: Option<&'a [AvailabilityZone]>,
+    volume: Option<&'a [VolumeZone]>,
+}
+
+/// The spec's `bootVolume.availabilityZone` must be one of Cinder's zones (not Nova's): Cinder refuses
+/// any other with a 400, after the servers' ports are made.
+fn volume_zone(cx: &mut Cx, path: &str, m: &Machine, cinder: Option<&[VolumeZone]>) -> bool {
+    let (Some(cinder), Some(z)) = (
+        cinder,
+        m.boot_volume
+            .as_ref()
+            .and_then(|b| b.availability_zone.as_ref()),
+    ) else {
+        return true;
+    };
+    let problem = match cinder.iter().find(|k| k.name == z.value) {
+        None => format!("Cinder has no availability zone named `{}`", z.value),
+        Some(k) if !k.state.available => {
+            format!("Cinder's availability zone `{}` is not available", k.name)
+        }
+        Some(_) => return true,
+    };
+    cx.push(
+        Diagnostic::error(
+            Code::AzNotFound,
+            &format!("{path}.bootVolume.availabilityZone"),
+            problem,
+        )
+        .label(z.span, "not one of Cinder's zones")
+        .help(format!(
+            "set `bootVolume.availabilityZone` to one of Cinder's zones: {} (`openstack availability \
+             zone list --volume`), or leave it out: kos then uses the server's compute zone when \
+             Cinder has it, else Cinder's only zone, else Cinder's default",
+            some_of(
+                cinder
+                    .iter()
+                    .filter(|k| k.state.available)
+                    .map(|k| k.name.clone()),
+                12
+            )
+        )),
+    );
+    false
+}
+
 // ---------------------------------------------------------------- machines
 
 /// The per-machine checks that need the flavor and the image together, then the resolved machine.
@@ -329,14 +409,14 @@ fn machine(
     flavor: Option<&Flavor>,
     image: Option<&Image>,
     all_flavors: &[Flavor],
-    zones: Option<&[AvailabilityZone]>,
-    types: Option<&[kos_cloud::model::block_storage::VolumeType]>,
+    clouds: Zones<'_>,
+    types: Option<&[VolumeType]>,
 ) -> Option<ResolvedMachine> {
     let m = site.machine;
     let path = &site.path;
     let boot = m.boot_volume.as_ref();
-    let mut ok = true;
-    if let Some(zones) = zones {
+    let mut ok = volume_zone(cx, path, m, clouds.volume);
+    if let Some(zones) = clouds.compute {
         for (i, z) in m.availability_zones.iter().enumerate() {
             let known = zones.iter().find(|k| k.name == z.value);
             let problem = match known {
@@ -480,6 +560,13 @@ fn machine(
         boot_volume: boot.map(|b| ResolvedBootVolume {
             size_gb: b.size_gb,
             volume_type: b.volume_type.as_ref().map(|t| t.value.clone()),
+            availability_zone: b.availability_zone.as_ref().map(|z| z.value.clone()),
+            cinder_zones: clouds.volume.map(|all| {
+                all.iter()
+                    .filter(|k| k.state.available)
+                    .map(|k| k.name.clone())
+                    .collect()
+            }),
         }),
     })
 }

@@ -527,7 +527,7 @@ fn image(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Spanned<ImageRef>> {
 }
 
 fn boot_volume(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<BootVolume> {
-    let m = Obj::new(cx, f, &["sizeGB", "type"])?;
+    let m = Obj::new(cx, f, &["sizeGB", "type", "availabilityZone"])?;
     let size = m.req(cx, "sizeGB", |cx, f| {
         integer(
             cx,
@@ -538,9 +538,14 @@ fn boot_volume(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<BootVolume> {
         )
     });
     let volume_type = m.opt(cx, "type", string);
+    // Cinder's zone, which need not be a compute zone: preflight checks it against Cinder's list.
+    let zone = m.opt(cx, "availabilityZone", |cx, f| {
+        string(cx, f).map(|s| s.map(|s| s.trim().to_owned()))
+    });
     Some(BootVolume {
         size_gb: size?.value,
         volume_type: volume_type?,
+        availability_zone: zone?,
     })
 }
 

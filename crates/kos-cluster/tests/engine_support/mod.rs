@@ -145,6 +145,9 @@ pub async fn resolve(s: &Session, spec: &ClusterSpec) -> Result<Resolved, E> {
                 boot_volume: m.boot_volume.as_ref().map(|b| ResolvedBootVolume {
                     size_gb: b.size_gb,
                     volume_type: b.volume_type.as_ref().map(|t| t.value.clone()),
+                    availability_zone: b.availability_zone.as_ref().map(|z| z.value.clone()),
+                    // Unknown here: preflight lists Cinder's zones (engine_zones.rs runs it).
+                    cinder_zones: None,
                 }),
             })
         }

@@ -1102,7 +1102,9 @@ fn allocate_volumes(cloud: &mut Cloud, s: &mut Server, bdms: &[BdmReq]) -> Resul
                 size_gb: b.volume_size.unwrap_or(1),
                 image_id: (b.source == "image").then(|| b.uuid.clone()).flatten(),
                 volume_type: b.volume_type.clone(),
-                availability_zone: Some(s.availability_zone.clone()),
+                // Nova's `[cinder] cross_az_attach` is True by default: it then names no zone and
+                // Cinder uses its default (nova/virt/block_device.py `_get_volume_create_az_value`).
+                availability_zone: None,
             };
             let vid = cinder::create_volume_internal(cloud, spec).map_err(|e| e.message)?;
             (vid, false, String::new())
