@@ -443,25 +443,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                 tags: node.tags.clone(),
                 ..PortCreate::new(dep(ctx, network)?.id, &node.name)
             };
-            let out = |p: kos_cloud::model::network::Port| Output {
-                address: p.fixed_ips.first().map(|f| f.ip_address.clone()),
-                id: p.id,
-                port_id: None,
-            };
-            let find = || async {
-                let f = PortFilter {
-                    name: name.clone(),
-                    ..PortFilter::default()
-                };
-                pick_neutron(ctx, node, net.list_ports(&f).await?, out).await
-            };
-            create_or_find(
-                ctx,
-                node,
-                || async { Ok(out(net.create_port(&req).await?)) },
-                find,
-            )
-            .await
+            create_port(ctx, node, &req).await
         }
         Desired::VipPort { network, subnet } => {
             // No security groups named: the network's default until Octavia puts its own on it,
@@ -473,25 +455,7 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
                 tags: node.tags.clone(),
                 ..PortCreate::new(dep(ctx, network)?.id, &node.name)
             };
-            let out = |p: kos_cloud::model::network::Port| Output {
-                address: p.fixed_ips.first().map(|f| f.ip_address.clone()),
-                id: p.id,
-                port_id: None,
-            };
-            let find = || async {
-                let f = PortFilter {
-                    name: name.clone(),
-                    ..PortFilter::default()
-                };
-                pick_neutron(ctx, node, net.list_ports(&f).await?, out).await
-            };
-            create_or_find(
-                ctx,
-                node,
-                || async { Ok(out(net.create_port(&req).await?)) },
-                find,
-            )
-            .await
+            create_port(ctx, node, &req).await
         }
         Desired::ServerGroup { policy } => {
             let req = ServerGroupCreate::new(&node.name, ServerGroupPolicy::from(*policy));
@@ -881,6 +845,30 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
         }
         _ => have.map(output_of).ok_or_else(|| missing(node)),
     }
+}
+
+/// A port kos names: created, or found by its name when the create's answer was lost.
+async fn create_port(ctx: &Ctx, node: &Node, req: &PortCreate) -> R<Output> {
+    let net = ctx.session.network();
+    let out = |p: kos_cloud::model::network::Port| Output {
+        address: p.fixed_ips.first().map(|f| f.ip_address.clone()),
+        id: p.id,
+        port_id: None,
+    };
+    let find = || async {
+        let f = PortFilter {
+            name: Some(node.name.clone()),
+            ..PortFilter::default()
+        };
+        pick_neutron(ctx, node, net.list_ports(&f).await?, out).await
+    };
+    create_or_find(
+        ctx,
+        node,
+        || async { Ok(out(net.create_port(req).await?)) },
+        find,
+    )
+    .await
 }
 
 /// Creates one security-group rule. A rule has no name or tags: one whose create answer was lost is
