@@ -307,49 +307,47 @@ fn matching(r: &ImageRef) -> String {
 
 /// The compute zones, or `None` when they cannot be checked (reported once, here).
 fn zones(cx: &mut Cx, facts: &Facts) -> Option<Vec<AvailabilityZone>> {
-    let answer = facts.zones.as_ref()?;
-    if let Err(CloudError::Api {
-        kind: ApiErrorKind::NotFound | ApiErrorKind::Forbidden | ApiErrorKind::BadRequest,
-        ..
-    }) = answer
-    {
-        cx.push(
-            Diagnostic::warning(
-                Code::AzUnchecked,
-                "",
-                "this cloud does not list its availability zones: the spec's zones were not checked",
-            )
-            .help("if a zone is wrong, servers in it fail to schedule; check the names with the operator"),
-        );
-        return None;
-    }
-    cx.got("list availability zones", answer).cloned()
+    listed_zones(
+        cx,
+        facts.zones.as_ref()?,
+        "list availability zones",
+        "this cloud does not list its availability zones: the spec's zones were not checked",
+        "if a zone is wrong, servers in it fail to schedule; check the names with the operator",
+    )
 }
 
 /// Cinder's zones, or `None` when Cinder does not list them (a warning, here): boot volumes then go
 /// to their server's compute zone, unchecked.
 fn volume_zones(cx: &mut Cx, facts: &Facts) -> Option<Vec<VolumeZone>> {
-    let answer = facts.volume_zones.as_ref()?;
+    listed_zones(
+        cx,
+        facts.volume_zones.as_ref()?,
+        "list Cinder's availability zones",
+        "Cinder does not list its availability zones: boot volumes go to their server's \
+         compute zone (or the spec's `bootVolume.availabilityZone`), unchecked",
+        "if Cinder's zones differ from the compute zones, ask the operator for them and set \
+         `bootVolume.availabilityZone`",
+    )
+}
+
+/// A zone list, or `None` with a warning when the service does not list zones (404, 403, 400: an
+/// extension switched off or a policy), or with the error of any other failure.
+fn listed_zones<T: Clone>(
+    cx: &mut Cx,
+    answer: &Result<Vec<T>, CloudError>,
+    what: &str,
+    unlisted: &str,
+    help: &str,
+) -> Option<Vec<T>> {
     if let Err(CloudError::Api {
         kind: ApiErrorKind::NotFound | ApiErrorKind::Forbidden | ApiErrorKind::BadRequest,
         ..
     }) = answer
     {
-        cx.push(
-            Diagnostic::warning(
-                Code::AzUnchecked,
-                "",
-                "Cinder does not list its availability zones: boot volumes go to their server's \
-                 compute zone (or the spec's `bootVolume.availabilityZone`), unchecked",
-            )
-            .help(
-                "if Cinder's zones differ from the compute zones, ask the operator for them and set \
-                 `bootVolume.availabilityZone`",
-            ),
-        );
+        cx.push(Diagnostic::warning(Code::AzUnchecked, "", unlisted).help(help));
         return None;
     }
-    cx.got("list Cinder's availability zones", answer).cloned()
+    cx.got(what, answer).cloned()
 }
 
 /// What preflight knows of the cloud's zones: Nova's and Cinder's, each `None` when not listed.

@@ -1000,6 +1000,24 @@ pub(super) async fn api_client(
     api_client_at(c, address, &version(spec)?, secrets).await
 }
 
+/// [`api_client`] from what this machine keeps of the cluster (`local`): its secrets and its API
+/// address.
+pub(super) async fn local_api_client(
+    c: &Connected,
+    spec: &ClusterSpec,
+    local: &Local,
+) -> Result<Kube, String> {
+    let secrets = local
+        .secrets()
+        .map_err(|e| format!("{e:?}"))?
+        .ok_or("the cluster's secrets are not on this machine")?;
+    let meta = local
+        .meta_data()
+        .map_err(|e| format!("{e:?}"))?
+        .ok_or("the cluster's API address is not known on this machine")?;
+    api_client(c, spec, &meta.api_address, &secrets).await
+}
+
 /// [`api_client`] for a cluster of Kubernetes `v` (the admin group depends on the minor).
 pub(crate) async fn api_client_at(
     c: &Connected,

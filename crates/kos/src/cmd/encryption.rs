@@ -78,15 +78,7 @@ async fn rewrite(
     local: &Local,
     spec: &kos_cluster::ClusterSpec,
 ) -> Result<usize, String> {
-    let secrets = local
-        .secrets()
-        .map_err(|e| format!("{e:?}"))?
-        .ok_or("the cluster's secrets are not on this machine")?;
-    let meta = local
-        .meta_data()
-        .map_err(|e| format!("{e:?}"))?
-        .ok_or("the cluster's API address is not known on this machine")?;
-    let kube = super::cluster::api_client(c, spec, &meta.api_address, &secrets).await?;
+    let kube = super::cluster::local_api_client(c, spec, local).await?;
     let list = kube.get_json("/api/v1/secrets").await?;
     let mut done = 0;
     for item in list["items"].as_array().into_iter().flatten() {

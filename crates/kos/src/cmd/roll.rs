@@ -236,15 +236,7 @@ pub(super) async fn delete_nodes(c: &Connected, p: &Prepared, names: &[String]) 
 
 async fn client(c: &Connected, p: &Prepared) -> Result<Kube, String> {
     let local = Local::for_session(&c.session, &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
-    let secrets = local
-        .secrets()
-        .map_err(|e| format!("{e:?}"))?
-        .ok_or("the cluster's secrets are not on this machine")?;
-    let meta = local
-        .meta_data()
-        .map_err(|e| format!("{e:?}"))?
-        .ok_or("the cluster's API address is not known on this machine")?;
-    let kube = api_client(c, &p.spec, &meta.api_address, &secrets).await?;
+    let kube = super::cluster::local_api_client(c, &p.spec, &local).await?;
     if !kube.readyz().await? {
         return Err("the cluster's API is not ready".into());
     }
