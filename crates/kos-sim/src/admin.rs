@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::app::SharedApp;
-use crate::config::Quotas;
+use crate::config::{LatencyModel, Quotas};
 use crate::error::{SimError, SimResult};
 use crate::faults::FaultRule;
 use crate::query::QueryParams;
@@ -31,6 +31,10 @@ pub fn router() -> Router<SharedApp> {
         .route(
             "/_sim/internet",
             get(get_internet).put(put_internet).delete(clear_internet),
+        )
+        .route(
+            "/_sim/latency",
+            get(get_latency).put(put_latency).delete(reset_latency),
         )
         .route("/_sim/quotas", get(get_quotas).put(put_quotas))
         .route("/_sim/state", get(state))
@@ -145,6 +149,40 @@ async fn put_internet(
 
 async fn clear_internet(State(app): State<SharedApp>) -> StatusCode {
     app.cloud().internet = crate::state::Internet::default();
+    StatusCode::NO_CONTENT
+}
+
+async fn get_latency(State(app): State<SharedApp>) -> Json<LatencyModel> {
+    Json(app.latency())
+}
+
+/// Partial update of the latency model in force: `{"lb_create_secs": 600}` makes Octavia slow from now
+/// on (a load balancer already pending settles 600 s after it began). Durations are cloud seconds.
+async fn put_latency(
+    State(app): State<SharedApp>,
+    Json(patch): Json<serde_json::Map<String, Value>>,
+) -> SimResult<Json<LatencyModel>> {
+    let mut v = serde_json::to_value(app.latency()).map_err(|e| bad(e.to_string()))?;
+    for (k, n) in patch {
+        let ok = n.as_f64().is_some_and(|f| f.is_finite() && f >= 0.0);
+        if !ok {
+            return Err(bad(format!(
+                "latency {k}: {n} is not a duration (cloud seconds, >= 0)"
+            )));
+        }
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert(k, n);
+        }
+    }
+    let model: LatencyModel =
+        serde_json::from_value(v).map_err(|e| bad(format!("latency: {e}")))?;
+    app.set_latency(model);
+    Ok(Json(model))
+}
+
+/// Back to the configured latency model.
+async fn reset_latency(State(app): State<SharedApp>) -> StatusCode {
+    app.set_latency(app.cfg.latency);
     StatusCode::NO_CONTENT
 }
 

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, SimTime};
-use crate::config::SimConfig;
+use crate::config::{LatencyModel, SimConfig};
 use crate::error::SimError;
 use crate::faults::FaultEngine;
 use crate::guests::GuestRuntime;
@@ -29,6 +29,8 @@ pub struct App {
     cloud: Mutex<Cloud>,
     pub faults: Mutex<FaultEngine>,
     pub obs: Mutex<Observations>,
+    /// The latency model in force: the config's until `PUT /_sim/latency` changes it.
+    latency: Mutex<LatencyModel>,
     /// What runs inside the servers, when attached ([`crate::Sim::attach_guests`]).
     guests: OnceLock<Arc<dyn GuestRuntime>>,
 }
@@ -52,6 +54,7 @@ impl App {
             tracing::warn!("ignoring fault rule: {e}");
         }
         App {
+            latency: Mutex::new(cfg.latency),
             cfg,
             clock,
             base_url,
@@ -84,7 +87,17 @@ impl App {
     pub fn cloud(&self) -> MutexGuard<'_, Cloud> {
         let mut guard = self.cloud.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.clock.now();
-        guard.advance(now, &self.cfg);
+        let latency = self.latency();
+        if latency == self.cfg.latency {
+            guard.advance(now, &self.cfg);
+        } else {
+            // Only while `/_sim/latency` holds a change: the state machines read the config's.
+            let cfg = SimConfig {
+                latency,
+                ..self.cfg.clone()
+            };
+            guard.advance(now, &cfg);
+        }
         if let Some(rt) = self.guests.get() {
             crate::guests::drive(rt.as_ref(), &mut guard, now, &self.cfg.region);
         }
@@ -108,6 +121,16 @@ impl App {
 
     pub fn observations(&self) -> MutexGuard<'_, Observations> {
         self.obs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The latency model in force (see `/_sim/latency`).
+    pub fn latency(&self) -> LatencyModel {
+        *self.latency.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts `model` in force from now on; pending resources settle after its durations.
+    pub fn set_latency(&self, model: LatencyModel) {
+        *self.latency.lock().unwrap_or_else(|p| p.into_inner()) = model;
     }
 
     pub fn fault_engine(&self) -> MutexGuard<'_, FaultEngine> {
@@ -217,7 +240,7 @@ pub async fn gate(State(app): State<SharedApp>, req: Request, next: Next) -> Res
     let cloud_service = service.filter(|s| *s != Service::Admin);
 
     if cloud_service.is_some() {
-        let lat = app.cfg.latency.per_call_secs;
+        let lat = app.latency().per_call_secs;
         if lat > 0.0 {
             tokio::time::sleep(app.clock.real(lat)).await;
         }

@@ -126,8 +126,9 @@ pub enum ConfigError {
     Parse(String, String),
 }
 
-/// Durations in cloud seconds. Defaults are what a healthy public cloud shows.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Durations in cloud seconds. Defaults are what a healthy public cloud shows. `PUT /_sim/latency`
+/// changes them while the simulator runs (a cloud that turns slow under load).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LatencyModel {
     /// Added to every API call.

@@ -907,3 +907,56 @@ async fn an_ovn_listener_refuses_allowed_cidrs_with_501() {
         .await;
     assert_eq!(r.status, 501, "{}", r.json);
 }
+
+/// `/_sim/latency`: Octavia turns slow while the simulator runs (a cloud under load), and a load balancer
+/// already pending waits for the new duration; `DELETE` restores the configured model. Bad input is
+/// refused and changes nothing.
+#[tokio::test]
+async fn octavia_turns_slow_at_runtime_and_back() {
+    let h = Harness::with_config(SimConfig::fast()).await;
+    let configured = h.call("GET", "/_sim/latency", None, None).await;
+    assert_eq!(configured.status, 200);
+    assert_eq!(configured.json["lb_create_secs"], json!(60.0));
+
+    for bad in [
+        json!({"lb_create_secs": -1}),
+        json!({"lb_create_secs": "slow"}),
+        json!({"lb_crate_secs": 10}),
+    ] {
+        let r = h
+            .call("PUT", "/_sim/latency", Some(bad.clone()), None)
+            .await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.json);
+    }
+    let unchanged = h.call("GET", "/_sim/latency", None, None).await;
+    assert_eq!(unchanged.json, configured.json);
+
+    let r = h
+        .call(
+            "PUT",
+            "/_sim/latency",
+            Some(json!({"lb_create_secs": 1e6})),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json["lb_create_secs"], json!(1e6));
+    assert_eq!(r.json["lb_delete_secs"], configured.json["lb_delete_secs"]);
+
+    let subnet = make_subnet(&h, "10.9.0.0/24").await;
+    let id = create_lb(&h, &subnet, json!({})).await;
+    let made = h.sim.app().now();
+    // Twice the configured provisioning time passes: the slow Octavia is still at it.
+    while !h.sim.app().now().reached(made.after(120.0)) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(lb(&h, &id).await["provisioning_status"], "PENDING_CREATE");
+
+    let r = h.call("DELETE", "/_sim/latency", None, None).await;
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        h.call("GET", "/_sim/latency", None, None).await.json,
+        configured.json
+    );
+    wait_active(&h, &id).await;
+}

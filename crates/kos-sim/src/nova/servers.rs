@@ -975,7 +975,7 @@ pub async fn create(
         created: stamp,
         updated: stamp,
         launched_at: None,
-        boot_at: now.after(app.cfg.latency.server_boot_secs),
+        boot_at: now.after(app.latency().server_boot_secs),
         task_until: None,
         delete_at: None,
         console: Vec::new(),
@@ -1737,7 +1737,7 @@ pub async fn delete(
     Extension(ctx): Ctx,
     Path(id): Path<String>,
 ) -> SimResult<StatusCode> {
-    let delete_secs = app.cfg.latency.server_delete_secs;
+    let delete_secs = app.latency().server_delete_secs;
     let mut cloud = app.cloud();
     let now = cloud.now;
     let s = find_mut(&mut cloud, &ctx, &id)?;
