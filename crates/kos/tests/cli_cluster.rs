@@ -41,6 +41,19 @@ fn embedded_sim_walkthrough_plan_up_status_scale_down() {
 
     let up = kos(d, None, &["up", "-f", spec, "--cloud", "sim"]);
     assert_eq!(code(&up), 0, "{}", text(&up));
+    // The README's first command speaks in progress lines only: no log line of kos's own or of the
+    // simulated cluster's components (once: "WARN cloud controller exited: panicked: task … was
+    // cancelled" as the embedded simulator shut down).
+    let logged: Vec<&str> = std::str::from_utf8(&up.stderr)
+        .expect("utf8")
+        .lines()
+        .filter(|l| {
+            [" TRACE ", " DEBUG ", " INFO ", " WARN ", " ERROR "]
+                .iter()
+                .any(|lvl| l.contains(lvl))
+        })
+        .collect();
+    assert!(logged.is_empty(), "log lines in `kos up`: {logged:#?}");
     assert!(
         String::from_utf8_lossy(&up.stdout).contains("API endpoint: https://"),
         "{}",

@@ -91,18 +91,7 @@ impl Ccms {
             if st.pod.as_ref().is_some_and(|p| p.task.is_finished())
                 && let Some(pod) = st.pod.take()
             {
-                let exit = pod
-                    .task
-                    .now_or_never_exit()
-                    .unwrap_or_else(|| Err("gone".into()));
-                let wait = backoff(st.restarts);
-                st.restarts += 1;
-                st.retry_at = Some(now + wait);
-                st.status = match exit {
-                    Ok(()) => format!("exited; restarting in {}s", wait.as_secs()),
-                    Err(e) => format!("exited: {e}; restarting in {}s", wait.as_secs()),
-                };
-                tracing::warn!(cluster = %id, "cloud controller {}", st.status);
+                st.finished(ended(pod.task), now, *id);
             }
             let control_plane_up = guest
                 .servers
@@ -197,19 +186,48 @@ fn backoff(restarts: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
-/// The exit of a finished task, without waiting.
-trait NowOrNever {
-    fn now_or_never_exit(self) -> Option<Exit>;
+/// What became of a CCM pod whose task finished.
+#[derive(Debug, PartialEq)]
+enum Ended {
+    /// kos-ccm returned, or panicked (an `Err` naming the panic).
+    Exited(Exit),
+    /// The runtime dropped the task: the simulator is shutting down, which is no failure of the
+    /// CCM's (it once printed "panicked: task … was cancelled; restarting" at the end of every
+    /// `kos up --cloud sim`).
+    Cancelled,
 }
 
-impl NowOrNever for JoinHandle<Exit> {
-    fn now_or_never_exit(self) -> Option<Exit> {
-        use futures::FutureExt as _;
-        match self.now_or_never() {
-            Some(Ok(exit)) => Some(exit),
-            Some(Err(e)) => Some(Err(format!("panicked: {e}"))),
-            None => None,
-        }
+/// The end of a finished task, without waiting.
+fn ended(task: JoinHandle<Exit>) -> Ended {
+    use futures::FutureExt as _;
+    match task.now_or_never() {
+        Some(Ok(exit)) => Ended::Exited(exit),
+        Some(Err(e)) if e.is_cancelled() => Ended::Cancelled,
+        Some(Err(e)) => Ended::Exited(Err(format!("panicked: {e}"))),
+        None => Ended::Exited(Err("gone".into())),
+    }
+}
+
+impl State {
+    /// Records a pod that ended: restarted with the kubelet's back-off when kos-ccm exited, left
+    /// alone when its runtime cancelled it.
+    fn finished(&mut self, ended: Ended, now: Instant, cluster: ClusterId) {
+        let exit = match ended {
+            Ended::Exited(exit) => exit,
+            Ended::Cancelled => {
+                self.status = "stopped: the simulator is shutting down".into();
+                tracing::debug!(cluster = %cluster, "cloud controller {}", self.status);
+                return;
+            }
+        };
+        let wait = backoff(self.restarts);
+        self.restarts += 1;
+        self.retry_at = Some(now + wait);
+        self.status = match exit {
+            Ok(()) => format!("exited; restarting in {}s", wait.as_secs()),
+            Err(e) => format!("exited: {e}; restarting in {}s", wait.as_secs()),
+        };
+        tracing::warn!(cluster = %cluster, "cloud controller {}", self.status);
     }
 }
 
@@ -532,6 +550,38 @@ mod tests {
             "/etc/config/cloud.confdemo"
         );
         assert_eq!(expand("cost: $5", &env), "cost: $5");
+    }
+
+    /// A task its runtime cancelled is no failure: no restart is scheduled and nothing warns. A
+    /// kos-ccm that returned or panicked is restarted after the back-off.
+    #[tokio::test]
+    async fn a_cancelled_pod_is_not_restarted_and_a_panicked_one_is() {
+        let now = Instant::now();
+        let cancelled = tokio::spawn(std::future::pending::<Exit>());
+        cancelled.abort();
+        while !cancelled.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        let end = ended(cancelled);
+        assert_eq!(end, Ended::Cancelled);
+        let mut st = State::default();
+        st.finished(end, now, ClusterId(1));
+        assert_eq!((st.restarts, st.retry_at), (0, None));
+        assert!(st.status.starts_with("stopped"), "{}", st.status);
+
+        let panicked: JoinHandle<Exit> = tokio::spawn(async { panic!("boom") });
+        while !panicked.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        let end = ended(panicked);
+        assert!(
+            matches!(&end, Ended::Exited(Err(e)) if e.starts_with("panicked")),
+            "{end:?}"
+        );
+        st.finished(end, now, ClusterId(1));
+        assert_eq!(st.restarts, 1);
+        assert_eq!(st.retry_at, Some(now + BACKOFF_START));
+        assert!(st.status.contains("restarting in 10s"), "{}", st.status);
     }
 
     #[test]
