@@ -3,7 +3,9 @@
 //! Retry-After, Octavia's busy 409, answers lost after the side effect, expired tokens, a strict rate
 //! limit; since issue 20 also one server create refused with 400, security-group rules created with
 //! their answers lost, a boot that loses Nova's scheduling race, single-server GETs answering 404, and
-//! tokens that keep expiring). The shapes and how to replay a seed are listed in docs/testing.md.
+//! tokens that keep expiring, a load balancer slower than the bootstrap's patience, and the CNI
+//! manifest's host unreachable for a while). The shapes and how to replay a seed are listed in
+//! docs/testing.md.
 //! A broken cloud's run usually gets a `kill -9` at a random moment; a busy cloud's run must
 //! converge by itself, only slower. Then the cloud is healthy again and ONE plain `kos up` must
 //! converge the cluster, with no duplicate; a `kos down` (itself killed at times, then run again) must
@@ -47,6 +49,41 @@ fn specs(dir: &Path) -> [PathBuf; 2] {
 struct Fault {
     rule: Value,
     what: String,
+    /// Where the simulator takes it: a fault rule, a slower cloud, or an internet outage.
+    via: Via,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Via {
+    /// `POST /_sim/faults`.
+    Rule,
+    /// `PUT /_sim/latency`: the cloud turns slow (Octavia under load).
+    Latency,
+    /// `PUT /_sim/internet` for this long from the run's start: the servers cannot download what
+    /// matches, then they can again.
+    Outage(Duration),
+}
+
+impl Via {
+    fn set(self, base: &str, body: Value, what: &str) {
+        let (method, path, want) = match self {
+            Via::Rule => (Method::POST, "/_sim/faults", 201),
+            Via::Latency => (Method::PUT, "/_sim/latency", 200),
+            Via::Outage(_) => (Method::PUT, "/_sim/internet", 200),
+        };
+        let (status, answer) = admin(base, method, path, Some(body));
+        assert_eq!(status, want, "{what}: {answer}");
+    }
+}
+
+impl Fault {
+    fn rule(rule: Value, what: String) -> Fault {
+        Fault {
+            rule,
+            what,
+            via: Via::Rule,
+        }
+    }
 }
 
 const CREATES: &[&str] = &[
@@ -68,17 +105,18 @@ fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
 }
 
 /// A random mix of one to four faults. A busy cloud's mix holds only what says "not now" (429 with and
-/// without Retry-After, Octavia's busy 409, reads failing now and then): kos must wait those out within the
-/// run. A broken cloud's also fails writes, loses answers after the side effect and refuses a create.
+/// without Retry-After, Octavia's busy 409 and its slowness, reads failing now and then): kos must wait
+/// those out within the run. A broken cloud's also fails writes, loses answers after the side effect,
+/// refuses a create and cuts the servers off the CNI manifest's host for a while.
 fn mix(rng: &mut StdRng, busy: bool) -> Vec<Fault> {
     let n = rng.random_range(1..=4);
     (0..n)
         .map(|_| {
             let p = f64::from(rng.random_range(5..=30_u32)) / 100.0;
             let kind = if busy {
-                [0, 3, 4, 5][rng.random_range(0..4)]
+                [0, 3, 4, 5, 11][rng.random_range(0..5)]
             } else {
-                rng.random_range(0..11)
+                rng.random_range(0..13)
             };
             match kind {
                 0 => {
@@ -86,83 +124,104 @@ fn mix(rng: &mut StdRng, busy: bool) -> Vec<Fault> {
                     let status = [500, 502, 503][rng.random_range(0..3)];
                     // Reads are retried six times: at most 15% keeps a whole run's worth of them passing.
                     let p = p / 2.0;
-                    Fault {
-                        rule: json!({"method": "GET", "path": path, "status": status, "probability": p}),
-                        what: format!("GET {path} {status} p={p}"),
-                    }
+                    Fault::rule(
+                        json!({"method": "GET", "path": path, "status": status, "probability": p}),
+                        format!("GET {path} {status} p={p}"),
+                    )
                 }
                 1 => {
                     let path = pick(rng, CREATES);
                     let status = [500, 502, 503][rng.random_range(0..3)];
-                    Fault {
-                        rule: json!({"method": "POST", "path": path, "status": status, "probability": p}),
-                        what: format!("POST {path} {status} p={p}"),
-                    }
+                    Fault::rule(
+                        json!({"method": "POST", "path": path, "status": status, "probability": p}),
+                        format!("POST {path} {status} p={p}"),
+                    )
                 }
                 2 => {
                     let path = pick(rng, CREATES);
-                    Fault {
-                        rule: json!({"method": "POST", "path": path, "status": 502, "probability": p,
+                    Fault::rule(
+                        json!({"method": "POST", "path": path, "status": 502, "probability": p,
                                      "after_side_effect": true}),
-                        what: format!("POST {path} answer lost after the side effect p={p}"),
-                    }
+                        format!("POST {path} answer lost after the side effect p={p}"),
+                    )
                 }
                 3 => {
                     let path = pick(rng, &[CREATES, READS].concat());
                     let after = rng.random_range(0..=2);
-                    Fault {
-                        rule: json!({"path": path, "status": 429, "probability": p, "retry_after": after}),
-                        what: format!("{path} 429 Retry-After {after} p={p}"),
-                    }
+                    Fault::rule(
+                        json!({"path": path, "status": 429, "probability": p, "retry_after": after}),
+                        format!("{path} 429 Retry-After {after} p={p}"),
+                    )
                 }
                 4 => {
                     let path = pick(rng, &[CREATES, READS].concat());
-                    Fault {
-                        rule: json!({"path": path, "status": 429, "probability": p}),
-                        what: format!("{path} 429 without Retry-After p={p}"),
-                    }
+                    Fault::rule(
+                        json!({"path": path, "status": 429, "probability": p}),
+                        format!("{path} 429 without Retry-After p={p}"),
+                    )
                 }
-                5 => Fault {
-                    rule: json!({"method": "POST", "path": "^/load-balancer/v2/lbaas/(listeners|pools|healthmonitors)$",
+                5 => Fault::rule(
+                    json!({"method": "POST", "path": "^/load-balancer/v2/lbaas/(listeners|pools|healthmonitors)$",
                                  "status": 409, "probability": p,
                                  "message": "Load Balancer is immutable and cannot be updated."}),
-                    what: format!("Octavia busy 409 p={p}"),
-                },
-                6 => Fault {
-                    rule: json!({"method": "POST", "path": "^/network/v2.0/ports$", "status": 409,
+                    format!("Octavia busy 409 p={p}"),
+                ),
+                6 => Fault::rule(
+                    json!({"method": "POST", "path": "^/network/v2.0/ports$", "status": 409,
                                  "count": 1, "message": "IP address already allocated"}),
-                    what: "one port create refused with 409".to_owned(),
-                },
+                    "one port create refused with 409".to_owned(),
+                ),
                 // Issue 20: one server's create refused outright (a control plane's or a worker's).
                 7 => {
                     let node = ["cp-0", "cp-1", "workers-0"][rng.random_range(0..3)];
-                    Fault {
-                        rule: json!({"method": "POST", "path": "^/compute/v2.1/servers$", "status": 400,
+                    Fault::rule(
+                        json!({"method": "POST", "path": "^/compute/v2.1/servers$", "status": 400,
                                      "count": 1, "body": format!("\"name\": ?\"kos-demo-{node}\"")}),
-                        what: format!("{node}'s server create refused with 400"),
-                    }
+                        format!("{node}'s server create refused with 400"),
+                    )
                 }
                 // Issue 20: security-group rules created, their answers lost.
-                8 => Fault {
-                    rule: json!({"method": "POST", "path": "^/network/v2.0/security-group-rules$",
+                8 => Fault::rule(
+                    json!({"method": "POST", "path": "^/network/v2.0/security-group-rules$",
                                  "status": 502, "probability": p, "after_side_effect": true}),
-                    what: format!("rule creates lost after the side effect p={p}"),
-                },
+                    format!("rule creates lost after the side effect p={p}"),
+                ),
                 // Issue 20: Nova's late anti-affinity check, a boot that loses the scheduling race.
-                9 => Fault {
-                    rule: json!({"method": "POST", "path": "^/compute/v2.1/servers$", "status": 500,
+                9 => Fault::rule(
+                    json!({"method": "POST", "path": "^/compute/v2.1/servers$", "status": 500,
                                  "count": 1, "build_error": true,
                                  "message": "Exceeded maximum number of retries. Exhausted all hosts \
                                              available for retrying build failures for instance {id}."}),
-                    what: "one boot lost a scheduling race".to_owned(),
-                },
+                    "one boot lost a scheduling race".to_owned(),
+                ),
                 // Issue 20: a single server's GET answering 404 now and then (Nova's cells, a busy API).
-                _ => {
+                10 => {
                     let p = p / 2.0;
-                    Fault {
-                        rule: json!({"method": "GET", "path": "^/compute/v2.1/servers/[0-9a-f-]{36}$",
+                    Fault::rule(
+                        json!({"method": "GET", "path": "^/compute/v2.1/servers/[0-9a-f-]{36}$",
                                      "status": 404, "probability": p}),
-                        what: format!("GET servers/{{id}} 404 p={p}"),
+                        format!("GET servers/{{id}} 404 p={p}"),
+                    )
+                }
+                // Issue 20: Octavia under load, slower than the first control plane's patience with the
+                // API address (about 225 cloud seconds): waited for within the run, even on a busy cloud.
+                11 => {
+                    let create = rng.random_range(300..=900_u32);
+                    let update = rng.random_range(20..=120_u32);
+                    Fault {
+                        rule: json!({"lb_create_secs": create, "lb_update_secs": update}),
+                        what: format!("slow Octavia: create {create}s, update {update}s"),
+                        via: Via::Latency,
+                    }
+                }
+                // Issue 20: the CNI manifest's host unreachable from the servers for a while of the run
+                // (the first control plane keeps retrying its `cni` step by itself).
+                _ => {
+                    let secs = rng.random_range(2..=40_u32);
+                    Fault {
+                        rule: json!({"unreachable": ["^https://raw\\.githubusercontent\\.com/"]}),
+                        what: format!("CNI host unreachable for {secs}s"),
+                        via: Via::Outage(Duration::from_secs(secs.into())),
                     }
                 }
             }
@@ -191,8 +250,10 @@ fn strict_rate_limit(base: &str, on: bool) {
 }
 
 fn healthy_again(base: &str) {
-    let (status, _) = admin(base, Method::DELETE, "/_sim/faults", None);
-    assert_eq!(status, 204);
+    for path in ["/_sim/faults", "/_sim/latency", "/_sim/internet"] {
+        let (status, _) = admin(base, Method::DELETE, path, None);
+        assert_eq!(status, 204, "DELETE {path}");
+    }
     strict_rate_limit(base, false);
 }
 
@@ -240,14 +301,15 @@ fn after_any_fault_mix_and_kill_the_first_plain_rerun_converges_and_down_leaves_
         let busy = rng.random_bool(0.35);
         let faults = mix(&mut rng, busy);
         for f in &faults {
-            let (status, body) = admin(
-                &served.base,
-                Method::POST,
-                "/_sim/faults",
-                Some(f.rule.clone()),
-            );
-            assert_eq!(status, 201, "{}: {body}", f.what);
+            f.via.set(&served.base, f.rule.clone(), &f.what);
         }
+        let mut outage_ends = faults
+            .iter()
+            .filter_map(|f| match f.via {
+                Via::Outage(lasts) => Some(lasts),
+                _ => None,
+            })
+            .max();
         let mut what: Vec<String> = faults.into_iter().map(|f| f.what).collect();
         if rng.random_bool(0.3) {
             strict_rate_limit(&served.base, true);
@@ -276,6 +338,9 @@ fn after_any_fault_mix_and_kill_the_first_plain_rerun_converges_and_down_leaves_
         let mut child = spawn(d, &served.clouds, &["up", "-f", &spec, "--cloud", "sim"]);
         let mut expired = expire_after.is_none();
         let mut next_expiry = expire_after;
+        // A kill lands after an outage's end: an outage cut short by the kill would never meet the
+        // first control plane's `cni` step, and the re-run must meet a node that lived through one.
+        let kill_after = kill_after.map(|k| k + outage_ends.unwrap_or_default());
         let deadline = started + kill_after.unwrap_or(Duration::from_secs(240));
         let faulted = loop {
             if !expired && next_expiry.is_some_and(|t| started.elapsed() >= t) {
@@ -285,6 +350,11 @@ fn after_any_fault_mix_and_kill_the_first_plain_rerun_converges_and_down_leaves_
                 } else {
                     expired = true;
                 }
+            }
+            if outage_ends.is_some_and(|t| started.elapsed() >= t) {
+                let (status, _) = admin(&served.base, Method::DELETE, "/_sim/internet", None);
+                assert_eq!(status, 204);
+                outage_ends = None;
             }
             if let Some(status) = child.try_wait().expect("wait") {
                 break format!("exit {}", status.code().unwrap_or(-1));
