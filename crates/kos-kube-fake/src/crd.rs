@@ -189,6 +189,14 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
         .iter()
         .filter(|v| v.get("served").and_then(Value::as_bool) != Some(false))
         .map(|v| {
+            let schema = v
+                .pointer("/schema/openAPIV3Schema")
+                .cloned()
+                .unwrap_or(Value::Null);
+            // The fake is more lenient than the real server for these: say so.
+            for rule in crate::cel::unsupported(&schema) {
+                tracing::warn!(crd = name, version = s(v, "/name"), %rule, "CEL rule not evaluated by kos-kube-fake");
+            }
             let mut t = ResourceType::new(
                 group,
                 s(v, "/name"),
@@ -203,10 +211,7 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
             t.categories = str_list("/spec/names/categories");
             t.custom = Some(Box::new(Custom {
                 crd: name.to_owned(),
-                schema: v
-                    .pointer("/schema/openAPIV3Schema")
-                    .cloned()
-                    .unwrap_or(Value::Null),
+                schema,
                 columns: crate::table::printer_columns(v),
                 served: true,
             }));

@@ -14,7 +14,10 @@
 //!   ServiceAccount, and `phase: Pending` on create;
 //! - Namespaces: phase `Active`, the `kubernetes` finalizer and the `kubernetes.io/metadata.name`
 //!   label; Secrets: `type: Opaque`; StorageClasses: reclaim policy and binding mode; CRDs:
-//!   conversion strategy `None`.
+//!   conversion strategy `None`;
+//! - PersistentVolumes: reclaim policy `Retain`, `volumeMode: Filesystem`, phase `Pending`;
+//!   PersistentVolumeClaims: `volumeMode: Filesystem`, phase `Pending`; VolumeAttachments:
+//!   `status.attached: false`.
 //!
 //! Defaulting only fills what is missing, so applying it to an already defaulted object changes
 //! nothing.
@@ -65,6 +68,30 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
             if let Some(spec) = map_at(o, "spec") {
                 or_insert(spec, "replicas", json!(1));
                 template(spec);
+            }
+        }
+        ("", "PersistentVolume") => {
+            if let Some(spec) = map_at(o, "spec") {
+                // Retain: a manually made volume is kept; provisioners set Delete themselves.
+                or_insert(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
+                or_insert(spec, "volumeMode", json!("Filesystem"));
+            }
+            if let Some(status) = map_at(o, "status") {
+                or_insert(status, "phase", json!("Pending"));
+            }
+        }
+        ("", "PersistentVolumeClaim") => {
+            if let Some(spec) = map_at(o, "spec") {
+                or_insert(spec, "volumeMode", json!("Filesystem"));
+            }
+            if let Some(status) = map_at(o, "status") {
+                or_insert(status, "phase", json!("Pending"));
+            }
+        }
+        ("storage.k8s.io", "VolumeAttachment") => {
+            if let Some(status) = map_at(o, "status") {
+                // `attached` is not omitempty: a new attachment reads `attached: false`.
+                or_insert(status, "attached", json!(false));
             }
         }
         ("storage.k8s.io", "StorageClass") => {

@@ -222,8 +222,23 @@ pub fn builtin() -> Vec<ResourceType> {
         ResourceType::of::<rbac::v1::ClusterRoleBinding>(false).names(NameRule::PathSegment),
         ResourceType::of::<rbac::v1::Role>(true).names(NameRule::PathSegment),
         ResourceType::of::<rbac::v1::RoleBinding>(true).names(NameRule::PathSegment),
+        // Storage: what a CSI driver's sidecars and the kubelet's volume manager read and write.
+        // Status is the controllers' (the PV binder, external-attacher), cleared on create as
+        // the registry strategies do.
+        ResourceType::of::<core::v1::PersistentVolume>(false)
+            .with_status()
+            .resetting_status()
+            .with_short_names(&["pv"]),
+        ResourceType::of::<core::v1::PersistentVolumeClaim>(true)
+            .with_status()
+            .resetting_status()
+            .with_short_names(&["pvc"]),
         ResourceType::of::<storage::v1::StorageClass>(false).with_short_names(&["sc"]),
         ResourceType::of::<storage::v1::CSIDriver>(false),
+        ResourceType::of::<storage::v1::CSINode>(false),
+        ResourceType::of::<storage::v1::VolumeAttachment>(false)
+            .with_status()
+            .resetting_status(),
         ResourceType::of::<apiextensions::CustomResourceDefinition>(false)
             .with_status()
             .with_short_names(&["crd", "crds"]),

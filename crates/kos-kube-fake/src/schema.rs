@@ -8,8 +8,8 @@
 //! - Custom resources are pruned and checked against their CRD version's structural schema:
 //!   `properties`, `additionalProperties`, `items`, `x-kubernetes-preserve-unknown-fields`,
 //!   `x-kubernetes-embedded-resource`, `x-kubernetes-int-or-string`, and `type`, `nullable`,
-//!   `required` and `enum` (422, as apiextensions' validation answers). Formats, patterns,
-//!   bounds and CEL rules are not checked.
+//!   `required` and `enum` (422, as apiextensions' validation answers). Formats, patterns
+//!   and bounds are not checked; CEL rules are, by [`crate::cel`].
 //!
 //! `fieldValidation`: `Strict` refuses unknown fields (400 on create and update, 422 on a patch),
 //! `Warn` (the server's default) answers with a `Warning` header per field, `Ignore` drops them

@@ -581,7 +581,7 @@ impl Store {
 
     /// What the apiserver does to an object it is about to store: decode it as its type (unknown
     /// fields by `fieldValidation`), default it, allocate a Service's IP and ports, establish a
-    /// CRD.
+    /// CRD, run the storage admission plugins and strategies ([`crate::storage`]).
     fn admit(
         &self,
         res: usize,
@@ -625,6 +625,27 @@ impl Store {
                 alloc::service(obj, old, &mut taken, self.service_cidr)
                     .map_err(|causes| ApiError::invalid(rt, &name, causes))?;
             }
+            ("", kind @ ("PersistentVolume" | "PersistentVolumeClaim")) => match old {
+                None => {
+                    let default_class = if kind == "PersistentVolumeClaim" {
+                        self.types
+                            .iter()
+                            .position(|t| t.group == "storage.k8s.io" && t.kind == "StorageClass")
+                            .and_then(|sc| {
+                                crate::storage::default_class(
+                                    self.objects
+                                        .iter()
+                                        .filter(|(k, _)| k.res == sc)
+                                        .map(|(_, s)| &s.obj),
+                                )
+                            })
+                    } else {
+                        None
+                    };
+                    crate::storage::on_create(kind, obj, default_class, &now());
+                }
+                Some(old) => crate::storage::on_update(kind, obj, old, &now()),
+            },
             _ => {}
         }
         Ok(())

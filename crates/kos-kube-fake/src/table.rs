@@ -4,7 +4,8 @@
 //! Columns and cells follow kube-apiserver's printers (kubernetes `pkg/printers/internalversion/
 //! printers.go`) for the types kubectl users look at: Nodes, Pods, Services, Deployments,
 //! DaemonSets, ReplicaSets, Namespaces, ConfigMaps, Secrets, ServiceAccounts, Leases, core
-//! Events, (Cluster)RoleBindings and StorageClasses. The server always fills the wide
+//! Events, (Cluster)RoleBindings, StorageClasses, PersistentVolumes, PersistentVolumeClaims,
+//! VolumeAttachments and CSINodes. The server always fills the wide
 //! (priority 1) cells; kubectl shows them for `-o wide`. Types without a printer get the
 //! apiserver's default convertor (`NAME`, `CREATED AT`), custom resources their CRD's
 //! `additionalPrinterColumns` or, without any, `AGE` (apiextensions' `serveDefaultColumnsIfEmpty`).
@@ -90,6 +91,10 @@ enum Printer<'a> {
     Event,
     RoleBinding,
     StorageClass,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    VolumeAttachment,
+    CsiNode,
     /// The apiserver's default: name and creation time.
     CreatedAt,
     Custom(&'a [PrinterColumn]),
@@ -114,6 +119,10 @@ fn printer(rt: &ResourceType) -> Printer<'_> {
         ("coordination.k8s.io", "Lease") => Printer::Lease,
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => Printer::RoleBinding,
         ("storage.k8s.io", "StorageClass") => Printer::StorageClass,
+        ("", "PersistentVolume") => Printer::PersistentVolume,
+        ("", "PersistentVolumeClaim") => Printer::PersistentVolumeClaim,
+        ("storage.k8s.io", "VolumeAttachment") => Printer::VolumeAttachment,
+        ("storage.k8s.io", "CSINode") => Printer::CsiNode,
         _ => Printer::CreatedAt,
     }
 }
@@ -324,6 +333,76 @@ fn columns(p: &Printer<'_>) -> Vec<Col> {
             col("AllowVolumeExpansion", "string", 0, "Volumes may grow."),
             age_col(),
         ],
+        Printer::PersistentVolume => vec![
+            name_col(),
+            col("Capacity", "string", 0, "The volume's capacity."),
+            col(
+                "Access Modes",
+                "string",
+                0,
+                "How the volume can be mounted.",
+            ),
+            col(
+                "Reclaim Policy",
+                "string",
+                0,
+                "What happens to the volume when its claim is released.",
+            ),
+            col("Status", "string", 0, "The volume's phase."),
+            col("Claim", "string", 0, "The claim bound to the volume."),
+            col("StorageClass", "string", 0, "StorageClass of the pv"),
+            col(
+                "VolumeAttributesClass",
+                "string",
+                0,
+                "VolumeAttributesClass of the pv",
+            ),
+            col("Reason", "string", 0, "Why the volume is in its phase."),
+            age_col(),
+            col("VolumeMode", "string", 1, "Filesystem or Block."),
+        ],
+        Printer::PersistentVolumeClaim => vec![
+            name_col(),
+            col("Status", "string", 0, "The claim's phase."),
+            col("Volume", "string", 0, "The volume bound to the claim."),
+            col("Capacity", "string", 0, "The bound volume's capacity."),
+            col(
+                "Access Modes",
+                "string",
+                0,
+                "How the bound volume can be mounted.",
+            ),
+            col("StorageClass", "string", 0, "StorageClass of the pvc"),
+            col(
+                "VolumeAttributesClass",
+                "string",
+                0,
+                "VolumeAttributesClass of the pvc",
+            ),
+            age_col(),
+            col("VolumeMode", "string", 1, "Filesystem or Block."),
+        ],
+        Printer::VolumeAttachment => vec![
+            name_col(),
+            Col {
+                format: "name",
+                ..col("Attacher", "string", 0, "The CSI driver that attaches.")
+            },
+            col("PV", "string", 0, "The attached PersistentVolume."),
+            col("Node", "string", 0, "The node attached to."),
+            col("Attached", "boolean", 0, "Whether the volume is attached."),
+            age_col(),
+        ],
+        Printer::CsiNode => vec![
+            name_col(),
+            col(
+                "Drivers",
+                "integer",
+                0,
+                "Drivers indicates the number of CSI drivers registered on the node",
+            ),
+            age_col(),
+        ],
         Printer::CreatedAt => vec![
             name_col(),
             col("Created At", "date", 0, "When the object was created."),
@@ -484,6 +563,40 @@ fn since(t: &str, now: DateTime<Utc>) -> String {
 
 fn age(o: &Value, now: DateTime<Utc>) -> Value {
     json!(since(s(o, "/metadata/creationTimestamp"), now))
+}
+
+fn or_unset(v: &str) -> String {
+    if v.is_empty() {
+        "<unset>".into()
+    } else {
+        v.to_owned()
+    }
+}
+
+/// A volume's or claim's phase, `Terminating` once it is being deleted.
+fn phase_or_terminating(o: &Value) -> String {
+    if o.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+    {
+        "Terminating".into()
+    } else {
+        s(o, "/status/phase").to_owned()
+    }
+}
+
+/// `GetAccessModesAsString`: the modes present, in a fixed order, abbreviated.
+fn access_modes(modes: &[Value]) -> String {
+    [
+        ("ReadWriteOnce", "RWO"),
+        ("ReadOnlyMany", "ROX"),
+        ("ReadWriteMany", "RWX"),
+        ("ReadWriteOncePod", "RWOP"),
+    ]
+    .iter()
+    .filter(|(m, _)| modes.iter().any(|x| x == m))
+    .map(|(_, short)| *short)
+    .collect::<Vec<_>>()
+    .join(",")
 }
 
 fn or_none(v: &str) -> String {
@@ -683,6 +796,68 @@ fn cells(p: &Printer<'_>, o: &Value, now: DateTime<Utc>) -> Vec<Value> {
                 age(o, now),
             ]
         }
+        Printer::PersistentVolume => {
+            let claim = match o.pointer("/spec/claimRef").filter(|c| !c.is_null()) {
+                Some(c) => format!("{}/{}", s(c, "/namespace"), s(c, "/name")),
+                None => String::new(),
+            };
+            vec![
+                name,
+                json!(s(o, "/spec/capacity/storage")),
+                json!(access_modes(arr(o, "/spec/accessModes"))),
+                json!(s(o, "/spec/persistentVolumeReclaimPolicy")),
+                json!(phase_or_terminating(o)),
+                json!(claim),
+                json!(s(o, "/spec/storageClassName")),
+                json!(or_unset(s(o, "/spec/volumeAttributesClassName"))),
+                json!(s(o, "/status/reason")),
+                age(o, now),
+                json!(or_unset(s(o, "/spec/volumeMode"))),
+            ]
+        }
+        Printer::PersistentVolumeClaim => {
+            // Capacity and modes are the bound volume's, shown once the claim names one.
+            let bound = !s(o, "/spec/volumeName").is_empty();
+            let class = match s(
+                o,
+                "/metadata/annotations/volume.beta.kubernetes.io~1storage-class",
+            ) {
+                "" => s(o, "/spec/storageClassName"),
+                beta => beta,
+            };
+            vec![
+                name,
+                json!(phase_or_terminating(o)),
+                json!(s(o, "/spec/volumeName")),
+                json!(if bound {
+                    s(o, "/status/capacity/storage")
+                } else {
+                    ""
+                }),
+                json!(if bound {
+                    access_modes(arr(o, "/status/accessModes"))
+                } else {
+                    String::new()
+                }),
+                json!(class),
+                json!(or_unset(s(o, "/spec/volumeAttributesClassName"))),
+                age(o, now),
+                json!(or_unset(s(o, "/spec/volumeMode"))),
+            ]
+        }
+        Printer::VolumeAttachment => vec![
+            name,
+            json!(s(o, "/spec/attacher")),
+            json!(s(o, "/spec/source/persistentVolumeName")),
+            json!(s(o, "/spec/nodeName")),
+            json!(
+                o.pointer("/status/attached")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            ),
+            age(o, now),
+        ],
+        Printer::CsiNode => vec![name, json!(arr(o, "/spec/drivers").len()), age(o, now)],
         Printer::CreatedAt => vec![
             name,
             json!(

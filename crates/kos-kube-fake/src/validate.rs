@@ -1,8 +1,9 @@
 //! The validation a real API server would refuse a write with (422 Invalid), for what controllers
 //! write: names, label keys and values, annotation keys, finalizer names, Node taints and the
 //! providerID rule, the required fields of `events.k8s.io/v1` Events, the total size of
-//! annotations, CRDs ([`crate::crd::check`]) and custom resources against their schema
-//! ([`crate::schema::validate_custom`]). Everything found is reported, not only the first problem.
+//! annotations, CRDs ([`crate::crd::check`]), the storage types ([`crate::storage::check`]) and
+//! custom resources against their schema ([`crate::schema::validate_custom`]) and its CEL rules
+//! ([`crate::cel::check`]). Everything found is reported, not only the first problem.
 
 use serde_json::Value;
 
@@ -153,9 +154,17 @@ pub fn check(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> 
         ("", "Node") => check_node(obj, old, &mut out),
         ("events.k8s.io", "Event") => check_event(obj, &mut out),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => crate::crd::check(obj, &mut out),
+        (group @ ("" | "storage.k8s.io"), kind) => {
+            crate::storage::check(group, kind, obj, old, &mut out);
+        }
         _ => {}
     }
     out.extend(crate::schema::validate_custom(rt, obj));
+    if let Some(custom) = &rt.custom
+        && !custom.schema.is_null()
+    {
+        out.extend(crate::cel::check(&custom.schema, obj, old));
+    }
     out
 }
 

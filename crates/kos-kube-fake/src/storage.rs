@@ -1,0 +1,1166 @@
+//! The storage API as kube-apiserver serves it: validation of PersistentVolumes,
+//! PersistentVolumeClaims, StorageClasses, VolumeAttachments and CSINodes (kubernetes
+//! `pkg/apis/core/validation` `ValidatePersistentVolume*`, `pkg/apis/storage/validation`), what
+//! their registry strategies do on create and update (`pkg/registry/core/persistentvolume*`,
+//! `pkg/registry/storage/volumeattachment`), and the two admission plugins a kubeadm API server
+//! runs on them by default: `StorageObjectInUseProtection` (the `kubernetes.io/pvc-protection` and
+//! `kubernetes.io/pv-protection` finalizers on create) and `DefaultStorageClass` (a claim without
+//! `storageClassName` gets the default class on create). A claim may name a StorageClass that
+//! does not exist: neither the server nor its admission checks it.
+//!
+//! As of Kubernetes 1.34–1.36, the minors kos supports: `ReadWriteOncePod` is GA,
+//! `RecoverVolumeExpansionFailure` is on (a bound claim's request may go back down, but not to or
+//! below `status.capacity`), `VolumeAttributesClass` is on. Simplified: the `spec is immutable`
+//! message does not carry the Go diff; the beta storage-class annotation's upgrade path is not
+//! modelled (the annotation is left alone); in-tree volume sources other than csi, hostPath,
+//! local, nfs and cinder are counted, not checked field by field; label selectors of claims are
+//! not checked.
+
+use serde_json::{Map, Value, json};
+
+use crate::error::Cause;
+use crate::quantity::{self, Quantity};
+use crate::validate::{is_dns_subdomain, is_label_value, is_qualified_name};
+
+// ------------------------------------------------------------------------------------ causes
+
+fn required(field: impl Into<String>, detail: &str) -> Cause {
+    Cause {
+        reason: "FieldValueRequired",
+        field: field.into(),
+        message: if detail.is_empty() {
+            "Required value".into()
+        } else {
+            format!("Required value: {detail}")
+        },
+    }
+}
+
+fn invalid(field: impl Into<String>, value: &Value, detail: &str) -> Cause {
+    let shown = match value {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    };
+    Cause {
+        reason: "FieldValueInvalid",
+        field: field.into(),
+        message: if detail.is_empty() {
+            format!("Invalid value: {shown}")
+        } else {
+            format!("Invalid value: {shown}: {detail}")
+        },
+    }
+}
+
+fn forbidden(field: impl Into<String>, detail: &str) -> Cause {
+    Cause {
+        reason: "FieldValueForbidden",
+        field: field.into(),
+        message: format!("Forbidden: {detail}"),
+    }
+}
+
+fn not_supported(field: impl Into<String>, value: &Value, supported: &[&str]) -> Cause {
+    let shown = match value {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    };
+    let list = supported
+        .iter()
+        .map(|s| format!("{s:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Cause {
+        reason: "FieldValueNotSupported",
+        field: field.into(),
+        message: format!("Unsupported value: {shown}: supported values: {list}"),
+    }
+}
+
+fn duplicate(field: impl Into<String>, value: &Value) -> Cause {
+    Cause {
+        reason: "FieldValueDuplicate",
+        field: field.into(),
+        message: format!("Duplicate value: {value}"),
+    }
+}
+
+fn too_long(field: impl Into<String>, max: usize) -> Cause {
+    Cause {
+        reason: "FieldValueTooLong",
+        field: field.into(),
+        message: format!("Too long: may not be more than {max} bytes"),
+    }
+}
+
+fn immutable(field: impl Into<String>, value: &Value) -> Cause {
+    invalid(field, value, "field is immutable")
+}
+
+const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+fn s<'a>(v: &'a Value, p: &str) -> &'a str {
+    v.pointer(p).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn present(v: &Value, p: &str) -> bool {
+    v.pointer(p).is_some_and(|x| !x.is_null())
+}
+
+fn arr<'a>(v: &'a Value, p: &str) -> &'a [Value] {
+    v.pointer(p)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+fn map_of<'a>(v: &'a Value, p: &str) -> Option<&'a Map<String, Value>> {
+    v.pointer(p).and_then(Value::as_object)
+}
+
+/// A quantity field: parsed, or the format error.
+fn quantity_at(v: &Value, field: &str, out: &mut Vec<Cause>) -> Option<Quantity> {
+    let text = match v {
+        Value::String(t) => t.clone(),
+        Value::Number(n) => n.to_string(),
+        other => {
+            out.push(invalid(field, other, quantity::FORMAT_ERROR));
+            return None;
+        }
+    };
+    let q = Quantity::parse(&text);
+    if q.is_none() {
+        out.push(invalid(field, v, quantity::FORMAT_ERROR));
+    }
+    q
+}
+
+/// `validateBasicResource` and `ValidatePositiveQuantityValue` together: a negative value is
+/// refused by both.
+fn non_negative(v: &Value, field: &str, out: &mut Vec<Cause>) -> Option<Quantity> {
+    let q = quantity_at(v, field, out)?;
+    if q.is_negative() {
+        out.push(invalid(field, v, "must be a valid resource quantity"));
+        out.push(invalid(field, v, "must be greater than or equal to 0"));
+    }
+    Some(q)
+}
+
+/// `ValidateCSIDriverName`.
+fn csi_driver_name(name: &str, field: &str, out: &mut Vec<Cause>) {
+    if name.is_empty() {
+        out.push(required(field, ""));
+    }
+    if name.len() > 63 {
+        out.push(too_long(field, 63));
+    }
+    if !is_dns_subdomain(&name.to_lowercase()) {
+        out.push(invalid(field, &json!(name), SUBDOMAIN_MSG));
+    }
+}
+
+fn class_name(name: &str, field: &str, out: &mut Vec<Cause>) {
+    if !is_dns_subdomain(name) {
+        out.push(invalid(field, &json!(name), SUBDOMAIN_MSG));
+    }
+}
+
+const ACCESS_MODES: [&str; 4] = [
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOnce",
+    "ReadWriteOncePod",
+];
+const VOLUME_MODES: [&str; 2] = ["Block", "Filesystem"];
+
+fn access_modes(spec: &Value, path: &str, required_detail: &str, out: &mut Vec<Cause>) {
+    let modes = arr(spec, "/accessModes");
+    if modes.is_empty() {
+        out.push(required(format!("{path}.accessModes"), required_detail));
+    }
+    let (mut once_pod, mut other) = (false, false);
+    for m in modes {
+        let m_str = m.as_str().unwrap_or_default();
+        if !ACCESS_MODES.contains(&m_str) {
+            out.push(not_supported(
+                format!("{path}.accessModes"),
+                m,
+                &ACCESS_MODES,
+            ));
+        } else if m_str == "ReadWriteOncePod" {
+            once_pod = true;
+        } else {
+            other = true;
+        }
+    }
+    if once_pod && other {
+        out.push(forbidden(
+            format!("{path}.accessModes"),
+            "may not use ReadWriteOncePod with other access modes",
+        ));
+    }
+}
+
+fn volume_mode(spec: &Value, path: &str, out: &mut Vec<Cause>) {
+    if let Some(m) = spec.get("volumeMode").filter(|m| !m.is_null())
+        && !m.as_str().is_some_and(|m| VOLUME_MODES.contains(&m))
+    {
+        out.push(not_supported(
+            format!("{path}.volumeMode"),
+            m,
+            &VOLUME_MODES,
+        ));
+    }
+}
+
+fn volume_attributes_class(spec: &Value, path: &str, out: &mut Vec<Cause>) {
+    if let Some(v) = spec
+        .get("volumeAttributesClassName")
+        .filter(|v| !v.is_null())
+    {
+        let name = v.as_str().unwrap_or_default();
+        let field = format!("{path}.volumeAttributesClassName");
+        if name.is_empty() {
+            out.push(required(field, "an empty string is disallowed"));
+        } else {
+            class_name(name, &field, out);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------- dispatch
+
+/// Everything wrong with a storage object `obj` of `kind` (`group` its API group); `old` is the
+/// stored version on updates.
+pub fn check(group: &str, kind: &str, obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
+    match (group, kind) {
+        ("", "PersistentVolume") => {
+            let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
+            pv_spec(&spec, "spec", false, out);
+            if let Some(old) = old {
+                pv_update(obj, old, out);
+            }
+        }
+        ("", "PersistentVolumeClaim") => {
+            let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
+            pvc_spec(&spec, "spec", out);
+            pvc_status(obj, out);
+            if let Some(old) = old {
+                pvc_update(obj, old, out);
+            }
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            storage_class(obj, out);
+            if let Some(old) = old {
+                storage_class_update(obj, old, out);
+            }
+        }
+        ("storage.k8s.io", "VolumeAttachment") => {
+            volume_attachment(obj, out);
+            if let Some(old) = old
+                && obj.get("spec") != old.get("spec")
+            {
+                out.push(immutable("spec", obj.get("spec").unwrap_or(&Value::Null)));
+            }
+        }
+        ("storage.k8s.io", "CSINode") => {
+            csi_node(obj, out);
+            if let Some(old) = old {
+                csi_node_update(obj, old, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------- PersistentVolume
+
+/// The volume sources of `PersistentVolumeSource`, in the order upstream's validation counts
+/// them (the second one found is the one reported).
+const PV_SOURCES: [&str; 22] = [
+    "hostPath",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "glusterfs",
+    "flocker",
+    "nfs",
+    "rbd",
+    "quobyte",
+    "cinder",
+    "cephfs",
+    "iscsi",
+    "fc",
+    "flexVolume",
+    "azureFile",
+    "vsphereVolume",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "azureDisk",
+    "scaleIO",
+    "local",
+    "storageos",
+    "csi",
+];
+
+const RECLAIM_POLICIES: [&str; 3] = ["Delete", "Recycle", "Retain"];
+
+/// `ValidatePersistentVolumeSpec`; `inline` for a VolumeAttachment's `inlineVolumeSpec`.
+fn pv_spec(spec: &Value, path: &str, inline: bool, out: &mut Vec<Cause>) {
+    if inline {
+        if present(spec, "/claimRef") {
+            out.push(forbidden(
+                format!("{path}.claimRef"),
+                "may not be specified in the context of inline volumes",
+            ));
+        }
+        if map_of(spec, "/capacity").is_some_and(|c| !c.is_empty()) {
+            out.push(forbidden(
+                format!("{path}.capacity"),
+                "may not be specified in the context of inline volumes",
+            ));
+        }
+        if !present(spec, "/csi") {
+            out.push(required(
+                format!("{path}.csi"),
+                "has to be specified in the context of inline volumes",
+            ));
+        }
+    }
+    access_modes(spec, path, "", out);
+    if !inline {
+        let capacity = map_of(spec, "/capacity");
+        if capacity.is_none_or(Map::is_empty) {
+            out.push(required(format!("{path}.capacity"), ""));
+        }
+        let cap = capacity.cloned().unwrap_or_default();
+        if !cap.contains_key("storage") || cap.len() > 1 {
+            out.push(not_supported(
+                format!("{path}.capacity"),
+                &Value::Object(cap.clone()),
+                &["storage"],
+            ));
+        }
+        for (k, v) in &cap {
+            non_negative(v, &format!("{path}.capacity[{k}]"), out);
+        }
+    }
+    let policy = s(spec, "/persistentVolumeReclaimPolicy");
+    if !policy.is_empty() {
+        if inline {
+            if policy != "Retain" {
+                out.push(forbidden(
+                    format!("{path}.persistentVolumeReclaimPolicy"),
+                    "may only be Retain in the context of inline volumes",
+                ));
+            }
+        } else if !RECLAIM_POLICIES.contains(&policy) {
+            out.push(not_supported(
+                format!("{path}.persistentVolumeReclaimPolicy"),
+                &json!(policy),
+                &RECLAIM_POLICIES,
+            ));
+        }
+    }
+    let mut affinity = false;
+    if let Some(na) = spec.get("nodeAffinity").filter(|v| !v.is_null()) {
+        if inline {
+            out.push(forbidden(
+                format!("{path}.nodeAffinity"),
+                "may not be specified in the context of inline volumes",
+            ));
+        } else {
+            affinity = node_affinity(na, &format!("{path}.nodeAffinity"), out);
+        }
+    }
+    let mut found = 0;
+    for source in PV_SOURCES {
+        let Some(v) = spec.get(source).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let field = format!("{path}.{source}");
+        if found > 0 {
+            out.push(forbidden(field, "may not specify more than 1 volume type"));
+            continue;
+        }
+        found += 1;
+        match source {
+            "csi" => csi_source(v, &field, out),
+            "hostPath" | "local" => {
+                if s(v, "/path").is_empty() {
+                    out.push(required(format!("{field}.path"), ""));
+                } else if s(v, "/path").split('/').any(|seg| seg == "..") {
+                    out.push(invalid(
+                        format!("{field}.path"),
+                        &json!(s(v, "/path")),
+                        "must not contain '..'",
+                    ));
+                }
+                if source == "local" && !affinity {
+                    out.push(required(
+                        format!("{path}.nodeAffinity"),
+                        "Local volume requires node affinity",
+                    ));
+                }
+            }
+            "nfs" => {
+                if s(v, "/server").is_empty() {
+                    out.push(required(format!("{field}.server"), ""));
+                }
+                let p = s(v, "/path");
+                if p.is_empty() {
+                    out.push(required(format!("{field}.path"), ""));
+                } else if !p.starts_with('/') {
+                    out.push(invalid(
+                        format!("{field}.path"),
+                        &json!(p),
+                        "must be an absolute path",
+                    ));
+                }
+            }
+            "cinder" if s(v, "/volumeID").is_empty() => {
+                out.push(required(format!("{field}.volumeID"), ""));
+            }
+            _ => {}
+        }
+    }
+    if found == 0 {
+        out.push(required(path, "must specify a volume type"));
+    }
+    if spec
+        .pointer("/hostPath/path")
+        .and_then(Value::as_str)
+        .is_some_and(|p| p.trim_end_matches('/').is_empty())
+        && policy == "Recycle"
+    {
+        out.push(forbidden(
+            format!("{path}.persistentVolumeReclaimPolicy"),
+            "may not be 'recycle' for a hostPath mount of '/'",
+        ));
+    }
+    let class = s(spec, "/storageClassName");
+    if !class.is_empty() {
+        if inline {
+            out.push(forbidden(
+                format!("{path}.storageClassName"),
+                "may not be specified in the context of inline volumes",
+            ));
+        } else {
+            class_name(class, &format!("{path}.storageClassName"), out);
+        }
+    }
+    if let Some(m) = spec.get("volumeMode").and_then(Value::as_str)
+        && inline
+        && m != "Filesystem"
+    {
+        out.push(forbidden(
+            format!("{path}.volumeMode"),
+            "may not specify volumeMode other than Filesystem in the context of inline volumes",
+        ));
+    } else if !inline {
+        volume_mode(spec, path, out);
+    }
+    if present(spec, "/volumeAttributesClassName") {
+        volume_attributes_class(spec, path, out);
+        if !present(spec, "/csi") {
+            out.push(required(
+                format!("{path}.csi"),
+                "has to be specified when using volumeAttributesClassName",
+            ));
+        }
+    }
+}
+
+fn csi_source(csi: &Value, field: &str, out: &mut Vec<Cause>) {
+    csi_driver_name(s(csi, "/driver"), &format!("{field}.driver"), out);
+    if s(csi, "/volumeHandle").is_empty() {
+        out.push(required(format!("{field}.volumeHandle"), ""));
+    }
+    for secret in [
+        "controllerPublishSecretRef",
+        "controllerExpandSecretRef",
+        "nodePublishSecretRef",
+        "nodeExpandSecretRef",
+    ] {
+        let Some(r) = csi.get(secret).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        for part in ["name", "namespace"] {
+            let f = format!("{field}.{secret}.{part}");
+            let v = s(r, &format!("/{part}"));
+            if v.is_empty() {
+                out.push(required(f, ""));
+            } else if !is_dns_label(v) {
+                out.push(invalid(f, &json!(v), "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"));
+            }
+        }
+    }
+}
+
+fn is_dns_label(v: &str) -> bool {
+    is_dns_subdomain(v) && !v.contains('.') && v.len() <= 63
+}
+
+/// `validateVolumeNodeAffinity`: whether it names any constraint.
+fn node_affinity(na: &Value, path: &str, out: &mut Vec<Cause>) -> bool {
+    let Some(req) = na.get("required").filter(|v| !v.is_null()) else {
+        out.push(required(
+            format!("{path}.required"),
+            "must specify required node constraints",
+        ));
+        return false;
+    };
+    node_selector(req, &format!("{path}.required"), out);
+    true
+}
+
+/// `ValidateNodeSelector`.
+fn node_selector(sel: &Value, path: &str, out: &mut Vec<Cause>) {
+    let terms = arr(sel, "/nodeSelectorTerms");
+    if terms.is_empty() {
+        out.push(required(
+            format!("{path}.nodeSelectorTerms"),
+            "must have at least one node selector term",
+        ));
+    }
+    for (i, t) in terms.iter().enumerate() {
+        for (j, r) in arr(t, "/matchExpressions").iter().enumerate() {
+            let f = format!("{path}.nodeSelectorTerms[{i}].matchExpressions[{j}]");
+            let key = s(r, "/key");
+            if !is_qualified_name(key) {
+                out.push(invalid(
+                    format!("{f}.key"),
+                    &json!(key),
+                    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                ));
+            }
+            let values = arr(r, "/values");
+            match s(r, "/operator") {
+                "In" | "NotIn" => {
+                    if values.is_empty() {
+                        out.push(required(
+                            format!("{f}.values"),
+                            "must be specified when `operator` is 'In' or 'NotIn'",
+                        ));
+                    }
+                }
+                "Exists" | "DoesNotExist" => {
+                    if !values.is_empty() {
+                        out.push(forbidden(
+                            format!("{f}.values"),
+                            "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                        ));
+                    }
+                }
+                "Gt" | "Lt" => {
+                    if values.len() != 1 {
+                        out.push(required(
+                            format!("{f}.values"),
+                            "must be specified single value when `operator` is 'Lt' or 'Gt'",
+                        ));
+                    }
+                }
+                op => out.push(invalid(
+                    format!("{f}.operator"),
+                    &json!(op),
+                    "not a valid selector operator",
+                )),
+            }
+        }
+    }
+}
+
+/// `ValidatePersistentVolumeUpdate`.
+fn pv_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
+    let source = |v: &Value| -> Map<String, Value> {
+        let mut m: Map<String, Value> = PV_SOURCES
+            .iter()
+            .filter_map(|k| {
+                v.pointer(&format!("/spec/{k}"))
+                    .filter(|x| !x.is_null())
+                    .map(|x| ((*k).to_owned(), x.clone()))
+            })
+            .collect();
+        // A controllerExpandSecretRef may be added to a CSI volume that had none.
+        if old.pointer("/spec/csi/controllerExpandSecretRef").is_none()
+            && let Some(csi) = m.get_mut("csi").and_then(Value::as_object_mut)
+        {
+            csi.remove("controllerExpandSecretRef");
+        }
+        m
+    };
+    if source(new) != source(old) {
+        out.push(forbidden(
+            "spec.persistentvolumesource",
+            "spec.persistentvolumesource is immutable after creation",
+        ));
+    }
+    if new.pointer("/spec/volumeMode") != old.pointer("/spec/volumeMode") {
+        out.push(immutable(
+            "volumeMode",
+            new.pointer("/spec/volumeMode").unwrap_or(&Value::Null),
+        ));
+    }
+    if present(old, "/spec/nodeAffinity")
+        && new.pointer("/spec/nodeAffinity") != old.pointer("/spec/nodeAffinity")
+    {
+        out.push(immutable(
+            "nodeAffinity",
+            new.pointer("/spec/nodeAffinity").unwrap_or(&Value::Null),
+        ));
+    }
+}
+
+// ----------------------------------------------------------------- PersistentVolumeClaim
+
+/// `ValidatePersistentVolumeClaimSpec`.
+fn pvc_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
+    access_modes(spec, path, "at least 1 access mode is required", out);
+    let field = format!("{path}.resources[storage]");
+    match spec.pointer("/resources/requests/storage") {
+        None | Some(Value::Null) => out.push(required(field, "")),
+        Some(v) => {
+            if let Some(q) = quantity_at(v, &field, out)
+                && q.is_negative()
+            {
+                out.push(invalid(&field, v, "must be greater than or equal to 0"));
+            }
+        }
+    }
+    if let Some(class) = spec.get("storageClassName").and_then(Value::as_str)
+        && !class.is_empty()
+    {
+        class_name(class, &format!("{path}.storageClassName"), out);
+    }
+    volume_mode(spec, path, out);
+    for ds in ["dataSource", "dataSourceRef"] {
+        let Some(d) = spec.get(ds).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let f = format!("{path}.{ds}");
+        if s(d, "/name").is_empty() {
+            out.push(required(format!("{f}.name"), ""));
+        }
+        if s(d, "/kind").is_empty() {
+            out.push(required(format!("{f}.kind"), ""));
+        }
+        if s(d, "/apiGroup").is_empty() && s(d, "/kind") != "PersistentVolumeClaim" {
+            out.push(invalid(
+                f.clone(),
+                &json!(s(d, "/kind")),
+                "must be 'PersistentVolumeClaim' when referencing the default apiGroup",
+            ));
+        }
+        if ds == "dataSourceRef"
+            && let Some(ns) = d.get("namespace").and_then(Value::as_str)
+            && !ns.is_empty()
+        {
+            // CrossNamespaceVolumeDataSource is alpha, off.
+            out.push(forbidden(
+                format!("{f}.namespace"),
+                "may not be specified when the CrossNamespaceVolumeDataSource feature is disabled",
+            ));
+        }
+    }
+    if let (Some(a), Some(b)) = (
+        spec.get("dataSource").filter(|v| !v.is_null()),
+        spec.get("dataSourceRef").filter(|v| !v.is_null()),
+    ) {
+        let mut b = b.clone();
+        if let Some(m) = b.as_object_mut() {
+            m.remove("namespace");
+        }
+        if *a != b {
+            out.push(invalid(
+                path,
+                &json!(format!("{path}.dataSource")),
+                "must match dataSourceRef",
+            ));
+        }
+    }
+    volume_attributes_class(spec, path, out);
+}
+
+/// What `ValidatePersistentVolumeClaimStatusUpdate` checks of a status.
+fn pvc_status(obj: &Value, out: &mut Vec<Cause>) {
+    if let Some(cap) = map_of(obj, "/status/capacity") {
+        for (k, v) in cap {
+            let f = format!("status.capacity[{k}]");
+            if quantity_at(v, &f, out).is_some_and(Quantity::is_negative) {
+                out.push(invalid(f, v, "must be a valid resource quantity"));
+            }
+        }
+    }
+    if let Some(alloc) = map_of(obj, "/status/allocatedResources") {
+        for (k, v) in alloc {
+            let f = format!("status.allocatedResources[{k}]");
+            if k != "storage" {
+                out.push(not_supported(
+                    "status.allocatedResources",
+                    &json!(k),
+                    &["storage"],
+                ));
+            } else if quantity_at(v, &f, out).is_some_and(Quantity::is_negative) {
+                out.push(invalid(f, v, "must be a valid resource quantity"));
+            }
+        }
+    }
+}
+
+/// `ValidatePersistentVolumeClaimUpdate`: the spec is frozen but for the binding's volumeName
+/// (once, from empty) and, for a bound claim, the storage request and the attributes class.
+fn pvc_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
+    let mut new_spec = new.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let mut old_spec = old.get("spec").cloned().unwrap_or_else(|| json!({}));
+    if s(&old_spec, "/volumeName").is_empty() {
+        set_or_remove(&mut old_spec, "volumeName", new_spec.get("volumeName"));
+    }
+    let bound = s(new, "/status/phase") == "Bound";
+    if bound {
+        let old_storage = old_spec.pointer("/resources/requests/storage").cloned();
+        if let Some(req) = new_spec
+            .pointer_mut("/resources/requests")
+            .and_then(Value::as_object_mut)
+        {
+            match old_storage {
+                Some(v) => {
+                    req.insert("storage".into(), v);
+                }
+                None => {
+                    req.remove("storage");
+                }
+            }
+        }
+        if present(&new_spec, "/volumeAttributesClassName") {
+            let old_vac = old_spec.get("volumeAttributesClassName").cloned();
+            set_or_remove(&mut new_spec, "volumeAttributesClassName", old_vac.as_ref());
+        }
+    }
+    if new_spec != old_spec {
+        out.push(forbidden(
+            "spec",
+            "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
+        ));
+    }
+    let size = |v: &Value, p: &str| {
+        v.pointer(p)
+            .and_then(|q| match q {
+                Value::String(t) => Quantity::parse(t),
+                Value::Number(n) => Quantity::parse(&n.to_string()),
+                _ => None,
+            })
+            .unwrap_or(Quantity::ZERO)
+    };
+    let new_size = size(new, "/spec/resources/requests/storage");
+    let old_size = size(old, "/spec/resources/requests/storage");
+    let status_size = size(old, "/status/capacity/storage");
+    if new_size < old_size && new_size <= status_size {
+        out.push(forbidden(
+            "spec.resources.requests.storage",
+            "field can not be less than status.capacity",
+        ));
+    }
+    if new.pointer("/spec/volumeMode") != old.pointer("/spec/volumeMode") {
+        out.push(immutable(
+            "volumeMode",
+            new.pointer("/spec/volumeMode").unwrap_or(&Value::Null),
+        ));
+    }
+}
+
+fn set_or_remove(v: &mut Value, key: &str, to: Option<&Value>) {
+    if let Some(m) = v.as_object_mut() {
+        match to {
+            Some(x) => {
+                m.insert(key.to_owned(), x.clone());
+            }
+            None => {
+                m.remove(key);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------- StorageClass
+
+const MAX_PARAMETERS: usize = 512;
+const MAX_PARAMETERS_SIZE: usize = 256 * 1024;
+
+/// `ValidateStorageClass`.
+fn storage_class(sc: &Value, out: &mut Vec<Cause>) {
+    let provisioner = s(sc, "/provisioner");
+    if provisioner.is_empty() {
+        out.push(required("provisioner", ""));
+    } else if !is_qualified_name(&provisioner.to_lowercase()) {
+        out.push(invalid(
+            "provisioner",
+            &json!(provisioner),
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+        ));
+    }
+    if let Some(params) = map_of(sc, "/parameters") {
+        if params.len() > MAX_PARAMETERS {
+            out.push(Cause {
+                reason: "FieldValueTooLong",
+                field: "parameters".into(),
+                message: format!("Too long: may not be more than {MAX_PARAMETERS} items"),
+            });
+        } else {
+            let mut total = 0;
+            for (k, v) in params {
+                if k.is_empty() {
+                    out.push(invalid("parameters", &json!(k), "field can not be empty."));
+                }
+                total += k.len() + v.as_str().map_or(0, str::len);
+            }
+            if total > MAX_PARAMETERS_SIZE {
+                out.push(too_long("parameters", MAX_PARAMETERS_SIZE));
+            }
+        }
+    }
+    let policy = sc.get("reclaimPolicy").unwrap_or(&Value::Null);
+    if !policy
+        .as_str()
+        .is_some_and(|p| matches!(p, "Delete" | "Retain"))
+    {
+        out.push(not_supported(
+            "reclaimPolicy",
+            policy,
+            &["Delete", "Retain"],
+        ));
+    }
+    let mode = sc.get("volumeBindingMode").unwrap_or(&Value::Null);
+    if mode.is_null() {
+        out.push(required("volumeBindingMode", ""));
+    } else if !mode
+        .as_str()
+        .is_some_and(|m| matches!(m, "Immediate" | "WaitForFirstConsumer"))
+    {
+        out.push(not_supported(
+            "volumeBindingMode",
+            mode,
+            &["Immediate", "WaitForFirstConsumer"],
+        ));
+    }
+    allowed_topologies(arr(sc, "/allowedTopologies"), out);
+}
+
+/// `validateAllowedTopologies`: every term well formed, no two terms alike. Upstream compares
+/// each term with a list that starts with as many empty terms as there are terms, so an empty
+/// term is always a duplicate; so here.
+fn allowed_topologies(terms: &[Value], out: &mut Vec<Cause>) {
+    let mut seen: Vec<Map<String, Value>> = vec![Map::new(); terms.len()];
+    for (i, t) in terms.iter().enumerate() {
+        let path = format!("allowedTopologies[{i}]");
+        let mut exprs = Map::new();
+        for (j, e) in arr(t, "/matchLabelExpressions").iter().enumerate() {
+            let f = format!("{path}.matchLabelExpressions[{j}]");
+            let key = s(e, "/key");
+            if !is_qualified_name(key) {
+                out.push(invalid(
+                    format!("{f}.key"),
+                    &json!(key),
+                    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                ));
+            }
+            let values = arr(e, "/values");
+            if values.is_empty() {
+                out.push(required(
+                    format!("{f}.values"),
+                    "must specify as least one value",
+                ));
+            }
+            let mut set: Vec<&str> = Vec::new();
+            for (k, v) in values.iter().enumerate() {
+                let v = v.as_str().unwrap_or_default();
+                if !is_label_value(v) {
+                    out.push(invalid(
+                        format!("{f}.values[{k}]"),
+                        &json!(v),
+                        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                    ));
+                }
+                if set.contains(&v) {
+                    out.push(duplicate(format!("{f}.values[{k}]"), &json!(v)));
+                }
+                set.push(v);
+            }
+            if exprs.contains_key(key) {
+                out.push(duplicate(format!("{f}.key"), &json!(key)));
+            }
+            set.sort_unstable();
+            exprs.insert(key.to_owned(), json!(set));
+        }
+        if seen.contains(&exprs) {
+            out.push(duplicate(
+                format!("{path}.matchLabelExpressions"),
+                &json!(""),
+            ));
+        }
+        seen.push(exprs);
+    }
+}
+
+/// `ValidateStorageClassUpdate`.
+fn storage_class_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
+    let params = |v: &Value| map_of(v, "/parameters").cloned().unwrap_or_default();
+    if params(new) != params(old) {
+        out.push(forbidden(
+            "parameters",
+            "updates to parameters are forbidden.",
+        ));
+    }
+    if s(new, "/provisioner") != s(old, "/provisioner") {
+        out.push(forbidden(
+            "provisioner",
+            "updates to provisioner are forbidden.",
+        ));
+    }
+    if s(new, "/reclaimPolicy") != s(old, "/reclaimPolicy") {
+        out.push(forbidden(
+            "reclaimPolicy",
+            "updates to reclaimPolicy are forbidden.",
+        ));
+    }
+    if new.get("volumeBindingMode") != old.get("volumeBindingMode") {
+        out.push(immutable(
+            "volumeBindingMode",
+            new.get("volumeBindingMode").unwrap_or(&Value::Null),
+        ));
+    }
+}
+
+// ------------------------------------------------------------------------ VolumeAttachment
+
+const MAX_ATTACHED_METADATA_SIZE: usize = 256 * 1024;
+const MAX_VOLUME_ERROR_MESSAGE_SIZE: usize = 1024;
+
+/// `ValidateVolumeAttachment` and `ValidateVolumeAttachmentV1`.
+fn volume_attachment(va: &Value, out: &mut Vec<Cause>) {
+    let attacher = s(va, "/spec/attacher");
+    if attacher.is_empty() {
+        out.push(required("spec.attacher", ""));
+    }
+    let node = s(va, "/spec/nodeName");
+    if node.is_empty() {
+        out.push(required("spec.nodeName", ""));
+    } else if !is_dns_subdomain(node) {
+        out.push(invalid("spec.nodeName", &json!(node), SUBDOMAIN_MSG));
+    }
+    let source = va
+        .pointer("/spec/source")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let pv = source.get("persistentVolumeName").filter(|v| !v.is_null());
+    let inline = source.get("inlineVolumeSpec").filter(|v| !v.is_null());
+    match (pv, inline) {
+        (None, None) => out.push(required(
+            "spec.source",
+            "must specify exactly one of inlineVolumeSpec and persistentVolumeName",
+        )),
+        (Some(_), Some(_)) => out.push(forbidden(
+            "spec.source",
+            "must specify exactly one of inlineVolumeSpec and persistentVolumeName",
+        )),
+        (Some(name), None) => {
+            if name.as_str().is_none_or(str::is_empty) {
+                out.push(required(
+                    "spec.source.persistentVolumeName",
+                    "must specify non empty persistentVolumeName",
+                ));
+            }
+        }
+        (None, Some(spec)) => pv_spec(spec, "spec.source.inlineVolumeSpec", true, out),
+    }
+    // The V1 rule: the attacher is a CSI driver's name.
+    if !attacher.is_empty() {
+        csi_driver_name(attacher, "spec.attacher", out);
+    }
+    if let Some(status) = va.get("status").filter(|v| !v.is_null()) {
+        if let Some(meta) = status.get("attachmentMetadata").and_then(Value::as_object) {
+            let size: usize = meta
+                .iter()
+                .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+                .sum();
+            if size > MAX_ATTACHED_METADATA_SIZE {
+                out.push(too_long(
+                    "status.attachmentMetadata",
+                    MAX_ATTACHED_METADATA_SIZE,
+                ));
+            }
+        }
+        for e in ["attachError", "detachError"] {
+            let m = s(status, &format!("/{e}/message"));
+            if m.len() > MAX_VOLUME_ERROR_MESSAGE_SIZE {
+                out.push(too_long(
+                    format!("status.{e}.message"),
+                    MAX_VOLUME_ERROR_MESSAGE_SIZE,
+                ));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------- CSINode
+
+const CSI_NODE_ID_MAX: usize = 192;
+
+/// `ValidateCSINode`.
+fn csi_node(node: &Value, out: &mut Vec<Cause>) {
+    let mut names: Vec<&str> = Vec::new();
+    for (i, d) in arr(node, "/spec/drivers").iter().enumerate() {
+        let path = format!("spec.drivers[{i}]");
+        let name = s(d, "/name");
+        csi_driver_name(name, &format!("{path}.name"), out);
+        if names.contains(&name) {
+            out.push(duplicate(format!("{path}.name"), &json!(name)));
+        }
+        names.push(name);
+        let id = s(d, "/nodeID");
+        if id.is_empty() {
+            out.push(required(format!("{path}.nodeID"), ""));
+        } else if id.len() > CSI_NODE_ID_MAX {
+            out.push(invalid(
+                format!("{path}.nodeID"),
+                &json!(id),
+                &format!("must be {CSI_NODE_ID_MAX} characters or less"),
+            ));
+        }
+        let mut keys: Vec<&str> = Vec::new();
+        for (j, k) in arr(d, "/topologyKeys").iter().enumerate() {
+            let k = k.as_str().unwrap_or_default();
+            let f = format!("{path}.topologyKeys");
+            if k.is_empty() {
+                out.push(required(f.clone(), ""));
+            } else if !is_qualified_name(k) {
+                out.push(invalid(f.clone(), &json!(k), "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+            }
+            if keys.contains(&k) {
+                out.push(duplicate(format!("{f}[{j}]"), &json!(k)));
+            }
+            keys.push(k);
+        }
+        if let Some(count) = d.pointer("/allocatable/count").filter(|v| !v.is_null())
+            && count.as_i64().is_none_or(|c| c < 0)
+        {
+            out.push(invalid(
+                format!("{path}.allocatable.count"),
+                count,
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+}
+
+/// `ValidateCSINodeUpdate`: a driver that stays keeps its node ID, topology keys and allocatable.
+fn csi_node_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
+    for old_d in arr(old, "/spec/drivers") {
+        let Some((i, new_d)) = arr(new, "/spec/drivers")
+            .iter()
+            .enumerate()
+            .find(|(_, d)| s(d, "/name") == s(old_d, "/name"))
+        else {
+            continue;
+        };
+        for (key, ptr) in [
+            ("nodeID", "/nodeID"),
+            ("topologyKeys", "/topologyKeys"),
+            ("allocatable", "/allocatable"),
+        ] {
+            if new_d.pointer(ptr) != old_d.pointer(ptr) {
+                out.push(immutable(
+                    format!("spec.drivers[{i}].{key}"),
+                    new_d.pointer(ptr).unwrap_or(&Value::Null),
+                ));
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------- strategies and admission
+
+/// What the strategies and admission do to a new `kind` object before it is stored:
+/// `default_class` is the class `DefaultStorageClass` would give a claim that names none.
+pub fn on_create(kind: &str, obj: &mut Value, default_class: Option<String>, now: &str) {
+    match kind {
+        "PersistentVolume" => {
+            add_finalizer(obj, "kubernetes.io/pv-protection");
+            if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
+                status.insert("lastPhaseTransitionTime".into(), json!(now));
+            }
+        }
+        "PersistentVolumeClaim" => {
+            add_finalizer(obj, "kubernetes.io/pvc-protection");
+            let beta = obj
+                .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+                .is_some();
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                if spec.get("storageClassName").is_none_or(Value::is_null)
+                    && !beta
+                    && let Some(class) = default_class
+                {
+                    spec.insert("storageClassName".into(), json!(class));
+                }
+                // NormalizeDataSources: either data source field implies the other.
+                match (
+                    spec.get("dataSource").filter(|v| !v.is_null()).cloned(),
+                    spec.get("dataSourceRef").filter(|v| !v.is_null()).cloned(),
+                ) {
+                    (Some(ds), None) => {
+                        spec.insert("dataSourceRef".into(), ds);
+                    }
+                    (None, Some(r)) if r.get("namespace").is_none_or(|n| n == "") => {
+                        spec.insert("dataSource".into(), r);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The PV status strategy: a new phase gets a new `lastPhaseTransitionTime`, unless the writer
+/// set one itself.
+pub fn on_update(kind: &str, obj: &mut Value, old: &Value, now: &str) {
+    if kind != "PersistentVolume" {
+        return;
+    }
+    let phase = |v: &Value| s(v, "/status/phase").to_owned();
+    let time = |v: &Value| v.pointer("/status/lastPhaseTransitionTime").cloned();
+    if phase(obj) != phase(old)
+        && (time(obj).is_none() || time(obj) == time(old))
+        && let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut)
+    {
+        status.insert("lastPhaseTransitionTime".into(), json!(now));
+    }
+}
+
+fn add_finalizer(obj: &mut Value, name: &str) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let fins = meta.entry("finalizers").or_insert_with(|| json!([]));
+    if let Some(list) = fins.as_array_mut()
+        && !list.iter().any(|f| f == name)
+    {
+        list.push(json!(name));
+    }
+}
+
+/// Of the StorageClasses `classes`, the one `DefaultStorageClass` picks: among those marked
+/// default, the newest, then the first by name (what upstream's `GetDefaultClass` sorts by).
+pub fn default_class<'a>(classes: impl Iterator<Item = &'a Value>) -> Option<String> {
+    let mut defaults: Vec<(&str, &str)> = classes
+        .filter(|c| {
+            [
+                "/metadata/annotations/storageclass.kubernetes.io~1is-default-class",
+                "/metadata/annotations/storageclass.beta.kubernetes.io~1is-default-class",
+            ]
+            .iter()
+            .any(|p| s(c, p) == "true")
+        })
+        .map(|c| (s(c, "/metadata/creationTimestamp"), s(c, "/metadata/name")))
+        .collect();
+    defaults.sort_by(|a, b| b.0.cmp(a.0).then(a.1.cmp(b.1)));
+    defaults.first().map(|(_, n)| (*n).to_owned())
+}
