@@ -117,7 +117,13 @@ pub struct Config {
     pub resources: Vec<ResourceType>,
     /// Where Services get their cluster IPs (`--service-cluster-ip-range`; kubeadm's default).
     pub service_cidr: ipnet::Ipv4Net,
+    /// The Kubernetes minor (1.x) modelled where behaviour differs between the supported ones
+    /// (feature gates whose default changed: `MutableCSINodeAllocatableCount` from 35).
+    pub minor: u32,
 }
+
+/// The minor a fake behaves as unless told: the newest kos supports.
+pub const DEFAULT_MINOR: u32 = 36;
 
 impl Default for Config {
     fn default() -> Config {
@@ -127,6 +133,7 @@ impl Default for Config {
             resources: resources::builtin(),
             service_cidr: ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12)
                 .unwrap_or_default(),
+            minor: DEFAULT_MINOR,
         }
     }
 }
@@ -284,6 +291,7 @@ impl FakeKube {
             config.history,
             config.service_cidr,
         );
+        store.minor = config.minor;
         // kube-apiserver's `rbac/bootstrap-roles`: the default roles and bindings exist at start.
         for (plural, obj) in policy::objects() {
             if let Some(res) = store.type_index("rbac.authorization.k8s.io", "v1", plural)

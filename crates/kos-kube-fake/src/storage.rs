@@ -2,11 +2,12 @@
 //! PersistentVolumeClaims, StorageClasses, VolumeAttachments and CSINodes (kubernetes
 //! `pkg/apis/core/validation` `ValidatePersistentVolume*`, `pkg/apis/storage/validation`), what
 //! their registry strategies do on create and update (`pkg/registry/core/persistentvolume*`,
-//! `pkg/registry/storage/volumeattachment`), and the two admission plugins a kubeadm API server
+//! `pkg/registry/storage/volumeattachment`), and the admission plugins a kubeadm API server
 //! runs on them by default: `StorageObjectInUseProtection` (the `kubernetes.io/pvc-protection` and
-//! `kubernetes.io/pv-protection` finalizers on create) and `DefaultStorageClass` (a claim without
-//! `storageClassName` gets the default class on create). A claim may name a StorageClass that
-//! does not exist: neither the server nor its admission checks it.
+//! `kubernetes.io/pv-protection` finalizers on create), `DefaultStorageClass` (a claim without
+//! `storageClassName` gets the default class on create) and `PersistentVolumeClaimResize` (a
+//! claim grows only if its StorageClass has `allowVolumeExpansion`, else 403). A claim may name
+//! a StorageClass that does not exist: neither the server nor its admission checks it.
 //!
 //! As of Kubernetes 1.34–1.36, the minors kos supports: `ReadWriteOncePod` is GA,
 //! `RecoverVolumeExpansionFailure` is on (a bound claim's request may go back down, but not to or
@@ -232,7 +233,14 @@ fn volume_attributes_class(spec: &Value, path: &str, out: &mut Vec<Cause>) {
 
 /// Everything wrong with a storage object `obj` of `kind` (`group` its API group); `old` is the
 /// stored version on updates.
-pub fn check(group: &str, kind: &str, obj: &Value, old: Option<&Value>, out: &mut Vec<Cause>) {
+pub fn check(
+    group: &str,
+    kind: &str,
+    obj: &Value,
+    old: Option<&Value>,
+    gates: Gates,
+    out: &mut Vec<Cause>,
+) {
     match (group, kind) {
         ("", "PersistentVolume") => {
             let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
@@ -256,7 +264,7 @@ pub fn check(group: &str, kind: &str, obj: &Value, old: Option<&Value>, out: &mu
             }
         }
         ("storage.k8s.io", "VolumeAttachment") => {
-            volume_attachment(obj, out);
+            volume_attachment(obj, old.is_none(), out);
             if let Some(old) = old
                 && obj.get("spec") != old.get("spec")
             {
@@ -264,9 +272,14 @@ pub fn check(group: &str, kind: &str, obj: &Value, old: Option<&Value>, out: &mu
             }
         }
         ("storage.k8s.io", "CSINode") => {
-            csi_node(obj, out);
+            let long_ids = old.is_some_and(|o| {
+                arr(o, "/spec/drivers")
+                    .iter()
+                    .any(|d| s(d, "/nodeID").len() > CSI_NODE_ID_MAX)
+            });
+            csi_node(obj, long_ids, out);
             if let Some(old) = old {
-                csi_node_update(obj, old, out);
+                csi_node_update(obj, old, gates, out);
             }
         }
         _ => {}
@@ -934,17 +947,11 @@ fn storage_class_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
 const MAX_ATTACHED_METADATA_SIZE: usize = 256 * 1024;
 const MAX_VOLUME_ERROR_MESSAGE_SIZE: usize = 1024;
 
-/// `ValidateVolumeAttachment` and `ValidateVolumeAttachmentV1`.
-fn volume_attachment(va: &Value, out: &mut Vec<Cause>) {
+/// `ValidateVolumeAttachment` (every write) and, on create, `ValidateVolumeAttachmentV1`.
+fn volume_attachment(va: &Value, create: bool, out: &mut Vec<Cause>) {
     let attacher = s(va, "/spec/attacher");
     if attacher.is_empty() {
         out.push(required("spec.attacher", ""));
-    }
-    let node = s(va, "/spec/nodeName");
-    if node.is_empty() {
-        out.push(required("spec.nodeName", ""));
-    } else if !is_dns_subdomain(node) {
-        out.push(invalid("spec.nodeName", &json!(node), SUBDOMAIN_MSG));
     }
     let source = va
         .pointer("/spec/source")
@@ -971,9 +978,10 @@ fn volume_attachment(va: &Value, out: &mut Vec<Cause>) {
         }
         (None, Some(spec)) => pv_spec(spec, "spec.source.inlineVolumeSpec", true, out),
     }
-    // The V1 rule: the attacher is a CSI driver's name.
-    if !attacher.is_empty() {
-        csi_driver_name(attacher, "spec.attacher", out);
+    // ValidateNodeName: an empty name is not "required", it is not a subdomain.
+    let node = s(va, "/spec/nodeName");
+    if !is_dns_subdomain(node) {
+        out.push(invalid("spec.nodeName", &json!(node), SUBDOMAIN_MSG));
     }
     if let Some(status) = va.get("status").filter(|v| !v.is_null()) {
         if let Some(meta) = status.get("attachmentMetadata").and_then(Value::as_object) {
@@ -989,13 +997,35 @@ fn volume_attachment(va: &Value, out: &mut Vec<Cause>) {
             }
         }
         for e in ["attachError", "detachError"] {
-            let m = s(status, &format!("/{e}/message"));
-            if m.len() > MAX_VOLUME_ERROR_MESSAGE_SIZE {
+            if s(status, &format!("/{e}/message")).len() > MAX_VOLUME_ERROR_MESSAGE_SIZE {
+                // Upstream reports the metadata limit here, not the message's.
                 out.push(too_long(
                     format!("status.{e}.message"),
-                    MAX_VOLUME_ERROR_MESSAGE_SIZE,
+                    MAX_ATTACHED_METADATA_SIZE,
                 ));
             }
+            if let Some(code) = status.pointer(&format!("/{e}/errorCode"))
+                && code.as_i64().is_none_or(|c| c < 0)
+            {
+                out.push(invalid(
+                    format!("status.{e}.errorCode"),
+                    code,
+                    "must be between 0 and 2147483647, inclusive",
+                ));
+            }
+        }
+    }
+    if create {
+        // The V1 rules, tightened for new attachments only.
+        csi_driver_name(attacher, "spec.attacher", out);
+        if let Some(name) = pv.and_then(Value::as_str)
+            && !is_dns_subdomain(name)
+        {
+            out.push(invalid(
+                "spec.source.persistentVolumeName",
+                &json!(name),
+                SUBDOMAIN_MSG,
+            ));
         }
     }
 }
@@ -1003,41 +1033,31 @@ fn volume_attachment(va: &Value, out: &mut Vec<Cause>) {
 // ---------------------------------------------------------------------------------- CSINode
 
 const CSI_NODE_ID_MAX: usize = 192;
+const CSI_NODE_ID_LONGER_MAX: usize = 256;
 
-/// `ValidateCSINode`.
-fn csi_node(node: &Value, out: &mut Vec<Cause>) {
+/// `ValidateCSINode`; `long_ids` allows node IDs up to 256 (only on an update of a CSINode that
+/// already has one longer than 192).
+fn csi_node(node: &Value, long_ids: bool, out: &mut Vec<Cause>) {
     let mut names: Vec<&str> = Vec::new();
     for (i, d) in arr(node, "/spec/drivers").iter().enumerate() {
         let path = format!("spec.drivers[{i}]");
         let name = s(d, "/name");
         csi_driver_name(name, &format!("{path}.name"), out);
-        if names.contains(&name) {
-            out.push(duplicate(format!("{path}.name"), &json!(name)));
-        }
-        names.push(name);
         let id = s(d, "/nodeID");
         if id.is_empty() {
             out.push(required(format!("{path}.nodeID"), ""));
-        } else if id.len() > CSI_NODE_ID_MAX {
+        }
+        let max = if long_ids {
+            CSI_NODE_ID_LONGER_MAX
+        } else {
+            CSI_NODE_ID_MAX
+        };
+        if id.len() > max {
             out.push(invalid(
                 format!("{path}.nodeID"),
                 &json!(id),
-                &format!("must be {CSI_NODE_ID_MAX} characters or less"),
+                &format!("must be {max} characters or less"),
             ));
-        }
-        let mut keys: Vec<&str> = Vec::new();
-        for (j, k) in arr(d, "/topologyKeys").iter().enumerate() {
-            let k = k.as_str().unwrap_or_default();
-            let f = format!("{path}.topologyKeys");
-            if k.is_empty() {
-                out.push(required(f.clone(), ""));
-            } else if !is_qualified_name(k) {
-                out.push(invalid(f.clone(), &json!(k), "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
-            }
-            if keys.contains(&k) {
-                out.push(duplicate(format!("{f}[{j}]"), &json!(k)));
-            }
-            keys.push(k);
         }
         if let Some(count) = d.pointer("/allocatable/count").filter(|v| !v.is_null())
             && count.as_i64().is_none_or(|c| c < 0)
@@ -1048,30 +1068,62 @@ fn csi_node(node: &Value, out: &mut Vec<Cause>) {
                 "must be greater than or equal to 0",
             ));
         }
+        if names.contains(&name) {
+            out.push(duplicate(format!("{path}.name"), &json!(name)));
+        }
+        names.push(name);
+        // Upstream reports the topology keys' problems at the driver's path.
+        let mut keys: Vec<&str> = Vec::new();
+        for k in arr(d, "/topologyKeys") {
+            let k = k.as_str().unwrap_or_default();
+            if k.is_empty() {
+                out.push(required(path.clone(), ""));
+            }
+            if keys.contains(&k) {
+                out.push(duplicate(path.clone(), &json!(k)));
+            }
+            keys.push(k);
+            if !is_qualified_name(k) {
+                out.push(invalid(path.clone(), &json!(k), "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+            }
+        }
     }
 }
 
-/// `ValidateCSINodeUpdate`: a driver that stays keeps its node ID, topology keys and allocatable.
-fn csi_node_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
+/// `ValidateCSINodeUpdate`: a driver that stays is unchanged, but for its allocatable count
+/// where `MutableCSINodeAllocatableCount` is on.
+fn csi_node_update(new: &Value, old: &Value, gates: Gates, out: &mut Vec<Cause>) {
     for old_d in arr(old, "/spec/drivers") {
-        let Some((i, new_d)) = arr(new, "/spec/drivers")
-            .iter()
-            .enumerate()
-            .find(|(_, d)| s(d, "/name") == s(old_d, "/name"))
-        else {
-            continue;
-        };
-        for (key, ptr) in [
-            ("nodeID", "/nodeID"),
-            ("topologyKeys", "/topologyKeys"),
-            ("allocatable", "/allocatable"),
-        ] {
-            if new_d.pointer(ptr) != old_d.pointer(ptr) {
-                out.push(immutable(
-                    format!("spec.drivers[{i}].{key}"),
-                    new_d.pointer(ptr).unwrap_or(&Value::Null),
-                ));
+        for new_d in arr(new, "/spec/drivers") {
+            if s(new_d, "/name") != s(old_d, "/name") {
+                continue;
             }
+            let (mut a, mut b) = (new_d.clone(), old_d.clone());
+            if gates.mutable_csi_node_allocatable_count {
+                for d in [&mut a, &mut b] {
+                    if let Some(m) = d.as_object_mut() {
+                        m.remove("allocatable");
+                    }
+                }
+            }
+            if a != b {
+                out.push(immutable("spec.drivers", &a));
+            }
+        }
+    }
+}
+
+/// The feature gates the storage validation depends on, by the minor modelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gates {
+    /// Beta and on by default from 1.35 (off in 1.34).
+    pub mutable_csi_node_allocatable_count: bool,
+}
+
+impl Gates {
+    pub fn of_minor(minor: u32) -> Gates {
+        Gates {
+            mutable_csi_node_allocatable_count: minor >= 35,
         }
     }
 }
@@ -1145,6 +1197,49 @@ fn add_finalizer(obj: &mut Value, name: &str) {
     {
         list.push(json!(name));
     }
+}
+
+/// The `PersistentVolumeClaimResize` admission plugin on an update of a claim (not its status):
+/// a larger request needs a bound claim whose StorageClass (looked up by `class`) exists and has
+/// `allowVolumeExpansion: true`. The refusal's reason, for a 403.
+pub fn resize_admission(
+    new: &Value,
+    old: &Value,
+    class: impl Fn(&str) -> Option<Value>,
+) -> Option<&'static str> {
+    let size = |v: &Value| {
+        v.pointer("/spec/resources/requests/storage")
+            .and_then(|q| match q {
+                Value::String(t) => Quantity::parse(t),
+                Value::Number(n) => Quantity::parse(&n.to_string()),
+                _ => None,
+            })
+            .unwrap_or(Quantity::ZERO)
+    };
+    if size(new) <= size(old) {
+        return None;
+    }
+    if s(old, "/status/phase") != "Bound" {
+        return Some("Only bound persistent volume claims can be expanded");
+    }
+    let class_of = |v: &Value| -> String {
+        match s(
+            v,
+            "/metadata/annotations/volume.beta.kubernetes.io~1storage-class",
+        ) {
+            "" => s(v, "/spec/storageClassName").to_owned(),
+            beta => beta.to_owned(),
+        }
+    };
+    let (a, b) = (class_of(new), class_of(old));
+    let allowed = !a.is_empty()
+        && a == b
+        && class(&a).is_some_and(|sc| {
+            sc.get("allowVolumeExpansion").and_then(Value::as_bool) == Some(true)
+        });
+    (!allowed).then_some(
+        "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize",
+    )
 }
 
 /// Of the StorageClasses `classes`, the one `DefaultStorageClass` picks: among those marked

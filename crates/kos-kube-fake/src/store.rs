@@ -128,6 +128,8 @@ pub(crate) struct Store {
     at_rest: BTreeMap<Key, (String, Vec<u8>)>,
     /// The writer of in-process and loopback writes (the newest API server's configuration).
     pub encryption: std::sync::Arc<crate::encryption::EncryptionConfig>,
+    /// The Kubernetes minor whose behaviour is modelled where it differs ([`crate::Config::minor`]).
+    pub minor: u32,
 }
 
 /// The etcd key kube-apiserver stores an object under (`/registry/secrets/<ns>/<name>`).
@@ -222,7 +224,13 @@ impl Store {
             service_cidr,
             at_rest: BTreeMap::new(),
             encryption: Default::default(),
+            minor: crate::DEFAULT_MINOR,
         }
+    }
+
+    /// The feature gates of the minor this store behaves as.
+    fn gates(&self) -> crate::storage::Gates {
+        crate::storage::Gates::of_minor(self.minor)
     }
 
     fn secrets(&self) -> Option<usize> {
@@ -666,7 +674,7 @@ impl Store {
             return Err(ApiError::already_exists(rt, &name));
         }
         crate::strategy::prepare(rt, &mut obj);
-        let problems = validate::check(rt, &obj, None);
+        let problems = validate::check(rt, &obj, None, self.gates());
         if !problems.is_empty() {
             return Err(ApiError::invalid(rt, &name, problems));
         }
@@ -927,9 +935,28 @@ impl Store {
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
         crate::strategy::prepare(&rt, &mut new);
-        let problems = validate::check(&rt, &new, Some(&old));
+        let problems = validate::check(&rt, &new, Some(&old), self.gates());
         if !problems.is_empty() {
             return Err(ApiError::invalid(&rt, &key.name, problems));
+        }
+        // Validating admission, after validation as in kube-apiserver: PersistentVolumeClaimResize.
+        if (rt.group.as_str(), rt.kind.as_str()) == ("", "PersistentVolumeClaim")
+            && ctx.scope != Scope::Status
+        {
+            let class = |name: &str| {
+                let sc = self.type_index("storage.k8s.io", "v1", "storageclasses")?;
+                self.objects
+                    .get(&self.key(sc, "", name))
+                    .map(|s| s.obj.clone())
+            };
+            if let Some(why) = crate::storage::resize_admission(&new, &old, class) {
+                return Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!("{} \"{}\" is forbidden: {why}", rt.plural, key.name),
+                )
+                .about(&rt, &rt.plural, &key.name));
+            }
         }
         // An apply brings the ownership it computed; any other write takes what it changed.
         let owners = owners.unwrap_or_else(|| {

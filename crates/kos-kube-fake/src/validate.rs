@@ -67,7 +67,12 @@ pub fn is_qualified_name(s: &str) -> bool {
 
 /// Everything wrong with `obj` (already normalised) as a `rt`; `old` is the stored version for
 /// updates.
-pub fn check(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+pub fn check(
+    rt: &ResourceType,
+    obj: &Value,
+    old: Option<&Value>,
+    gates: crate::storage::Gates,
+) -> Vec<Cause> {
     let mut out = Vec::new();
     let name = obj
         .pointer("/metadata/name")
@@ -155,7 +160,7 @@ pub fn check(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> 
         ("events.k8s.io", "Event") => check_event(obj, &mut out),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => crate::crd::check(obj, &mut out),
         (group @ ("" | "storage.k8s.io"), kind) => {
-            crate::storage::check(group, kind, obj, old, &mut out);
+            crate::storage::check(group, kind, obj, old, gates, &mut out);
         }
         _ => {}
     }
@@ -279,10 +284,15 @@ mod tests {
             "providerID": "openstack:///b",
             "taints": [{"key": "k", "effect": "Sometimes"}, {"key": "k", "effect": "Sometimes"}]
         }});
-        let fields: Vec<String> = check(&rt, &new, Some(&old))
-            .into_iter()
-            .map(|c| c.field)
-            .collect();
+        let fields: Vec<String> = check(
+            &rt,
+            &new,
+            Some(&old),
+            crate::storage::Gates::of_minor(crate::DEFAULT_MINOR),
+        )
+        .into_iter()
+        .map(|c| c.field)
+        .collect();
         assert_eq!(
             fields,
             [
@@ -294,6 +304,14 @@ mod tests {
             ]
         );
         let set_once = json!({"metadata": {"name": "n"}, "spec": {"providerID": "openstack:///a"}});
-        assert!(check(&rt, &set_once, Some(&json!({"metadata": {"name": "n"}}))).is_empty());
+        assert!(
+            check(
+                &rt,
+                &set_once,
+                Some(&json!({"metadata": {"name": "n"}})),
+                crate::storage::Gates::of_minor(crate::DEFAULT_MINOR)
+            )
+            .is_empty()
+        );
     }
 }

@@ -1065,3 +1065,302 @@ async fn create_deployment_expose_watch_the_load_balancer_and_delete() -> R {
     );
     Ok(())
 }
+
+const STORAGE: &str = r#"apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: csi-cinder-sc-delete
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: cinder.csi.openstack.org
+allowVolumeExpansion: true
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+  namespace: default
+spec:
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 1Gi
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: pvc-0c3d7e2a
+spec:
+  accessModes: [ReadWriteOnce]
+  capacity:
+    storage: 1Gi
+  persistentVolumeReclaimPolicy: Delete
+  storageClassName: csi-cinder-sc-delete
+  claimRef:
+    namespace: default
+    name: data
+  csi:
+    driver: cinder.csi.openstack.org
+    volumeHandle: 0c3d7e2a-1b2c-4d5e-8f90-a1b2c3d4e5f6
+---
+apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata:
+  name: demo-w-0
+spec:
+  drivers:
+  - name: cinder.csi.openstack.org
+    nodeID: 6b1f0c3e-2d4a-4b5c-9e8f-7a6b5c4d3e2f
+    topologyKeys: [topology.cinder.csi.openstack.org/zone]
+    allocatable:
+      count: 256
+---
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttachment
+metadata:
+  name: csi-5a1c
+spec:
+  attacher: cinder.csi.openstack.org
+  nodeName: demo-w-0
+  source:
+    persistentVolumeName: pvc-0c3d7e2a
+"#;
+
+#[tokio::test]
+async fn get_pv_pvc_volumeattachments_csinodes_and_the_storage_refusals() -> R {
+    let fake = cluster().await?;
+    let k = Kubectl::new(&fake);
+    let file = k.write("storage.yaml", STORAGE);
+    let out = k.ok(&["apply", "-f", &file]).await;
+    for made in [
+        "storageclass.storage.k8s.io/csi-cinder-sc-delete created",
+        "persistentvolumeclaim/data created",
+        "persistentvolume/pvc-0c3d7e2a created",
+        "csinode.storage.k8s.io/demo-w-0 created",
+        "volumeattachment.storage.k8s.io/csi-5a1c created",
+    ] {
+        assert!(out.contains(made), "{out}");
+    }
+
+    // Pending, with the default class the admission plugin gave it.
+    let pvcs = k.ok(&["get", "pvc"]).await;
+    assert_eq!(
+        header(&pvcs),
+        [
+            "NAME",
+            "STATUS",
+            "VOLUME",
+            "CAPACITY",
+            "ACCESS",
+            "MODES",
+            "STORAGECLASS",
+            "VOLUMEATTRIBUTESCLASS",
+            "AGE"
+        ]
+    );
+    assert_eq!(
+        &row(&pvcs, "data")[..4],
+        ["data", "Pending", "csi-cinder-sc-delete", "<unset>"]
+    );
+    let pvs = k.ok(&["get", "pv", "-o", "wide"]).await;
+    assert_eq!(
+        header(&pvs),
+        [
+            "NAME",
+            "CAPACITY",
+            "ACCESS",
+            "MODES",
+            "RECLAIM",
+            "POLICY",
+            "STATUS",
+            "CLAIM",
+            "STORAGECLASS",
+            "VOLUMEATTRIBUTESCLASS",
+            "REASON",
+            "AGE",
+            "VOLUMEMODE"
+        ]
+    );
+    let pv = row(&pvs, "pvc-0c3d7e2a");
+    assert_eq!(
+        (&pv[..8], pv[9]),
+        (
+            &[
+                "pvc-0c3d7e2a",
+                "1Gi",
+                "RWO",
+                "Delete",
+                "Pending",
+                "default/data",
+                "csi-cinder-sc-delete",
+                "<unset>"
+            ][..],
+            "Filesystem"
+        )
+    );
+
+    // The binder's writes: volumeName once, the phase through /status; then it reads Bound.
+    k.ok(&[
+        "patch",
+        "pvc",
+        "data",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"volumeName":"pvc-0c3d7e2a"}}"#,
+    ])
+    .await;
+    k.ok(&[
+        "patch",
+        "pvc",
+        "data",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Bound","accessModes":["ReadWriteOnce"],"capacity":{"storage":"1Gi"}}}"#,
+    ])
+    .await;
+    assert_eq!(
+        &row(&k.ok(&["get", "pvc", "data"]).await, "data")[..7],
+        [
+            "data",
+            "Bound",
+            "pvc-0c3d7e2a",
+            "1Gi",
+            "RWO",
+            "csi-cinder-sc-delete",
+            "<unset>"
+        ]
+    );
+    // Growth is allowed (the class allows expansion), a new access mode is not.
+    k.ok(&[
+        "patch",
+        "pvc",
+        "data",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#,
+    ])
+    .await;
+    let refused = k
+        .fails(&[
+            "patch",
+            "pvc",
+            "data",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"accessModes":["ReadWriteMany"]}}"#,
+        ])
+        .await;
+    assert!(
+        refused.stderr.contains(
+            r#"The PersistentVolumeClaim "data" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"#
+        ),
+        "{}",
+        refused.stderr
+    );
+
+    let vas = k.ok(&["get", "volumeattachments"]).await;
+    assert_eq!(
+        header(&vas),
+        ["NAME", "ATTACHER", "PV", "NODE", "ATTACHED", "AGE"]
+    );
+    assert_eq!(
+        &row(&vas, "csi-5a1c")[..5],
+        [
+            "csi-5a1c",
+            "cinder.csi.openstack.org",
+            "pvc-0c3d7e2a",
+            "demo-w-0",
+            "false"
+        ]
+    );
+    let nodes = k.ok(&["get", "csinodes"]).await;
+    assert_eq!(header(&nodes), ["NAME", "DRIVERS", "AGE"]);
+    assert_eq!(&row(&nodes, "demo-w-0")[..2], ["demo-w-0", "1"]);
+    let refused = k
+        .fails(&[
+            "patch",
+            "volumeattachment",
+            "csi-5a1c",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"nodeName":"demo-cp-0"}}"#,
+        ])
+        .await;
+    assert!(
+        refused.stderr.contains("spec: Invalid value:")
+            && refused.stderr.contains("field is immutable"),
+        "{}",
+        refused.stderr
+    );
+
+    // A protected claim being deleted reads Terminating until its finalizer goes.
+    k.ok(&["delete", "pvc", "data", "--wait=false"]).await;
+    assert_eq!(
+        row(&k.ok(&["get", "pvc", "data"]).await, "data")[1],
+        "Terminating"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_external_snapshotters_crds_apply_and_their_cel_rules_refuse() -> R {
+    let fake = cluster().await?;
+    let k = Kubectl::new(&fake);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/storage");
+    for crd in [
+        "volumesnapshotclasses",
+        "volumesnapshotcontents",
+        "volumesnapshots",
+    ] {
+        let path = dir.join(format!("snapshot.storage.k8s.io_{crd}.yaml"));
+        let out = k.ok(&["apply", "-f", &path.display().to_string()]).await;
+        assert!(
+            out.contains(&format!(
+                "customresourcedefinition.apiextensions.k8s.io/{crd}.snapshot.storage.k8s.io created"
+            )),
+            "{out}"
+        );
+    }
+    let snap = k.write(
+        "snap.yaml",
+        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: snap\n  namespace: default\n\
+         spec:\n  volumeSnapshotClassName: csi-cinder-snapclass\n  source:\n    persistentVolumeClaimName: data\n    volumeSnapshotContentName: c\n",
+    );
+    let refused = k.fails(&["apply", "-f", &snap]).await;
+    assert!(
+        refused.stderr.contains(
+            r#"spec.source: Invalid value: "object": exactly one of volumeSnapshotContentName and persistentVolumeClaimName must be set"#
+        ),
+        "{}",
+        refused.stderr
+    );
+    k.write(
+        "snap.yaml",
+        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: snap\n  namespace: default\n\
+         spec:\n  volumeSnapshotClassName: csi-cinder-snapclass\n  source:\n    persistentVolumeClaimName: data\n",
+    );
+    k.ok(&["apply", "-f", &snap]).await;
+    // The CRD's printer columns.
+    let table = k.ok(&["get", "volumesnapshot"]).await;
+    assert_eq!(&header(&table)[..3], ["NAME", "READYTOUSE", "SOURCEPVC"]);
+    assert_eq!(&row(&table, "snap")[..2], ["snap", "data"]);
+    let refused = k
+        .fails(&[
+            "patch",
+            "volumesnapshot",
+            "snap",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"source":{"persistentVolumeClaimName":"other"}}}"#,
+        ])
+        .await;
+    assert!(
+        refused
+            .stderr
+            .contains("persistentVolumeClaimName is immutable"),
+        "{}",
+        refused.stderr
+    );
+    Ok(())
+}

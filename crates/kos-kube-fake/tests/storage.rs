@@ -269,7 +269,30 @@ async fn a_claims_spec_is_frozen_but_for_its_binding_and_a_bound_claims_growth()
     )
     .await?;
 
-    // Bound: it may grow (1Gi is 1073741824), and come back down only above what it has.
+    // Bound, but its class (which does not exist) does not allow expansion: the
+    // PersistentVolumeClaimResize admission plugin refuses, after validation passed.
+    match pvcs
+        .patch(
+            "data",
+            &pp,
+            &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": "3Gi"}}}})),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 403 => assert_eq!(
+            s.message,
+            "persistentvolumeclaims \"data\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"
+        ),
+        other => return Err(format!("expected 403, got {other:?}").into()),
+    }
+    Api::<StorageClass>::all(fake.client()?)
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "standard"},
+                "provisioner": "cinder.csi.openstack.org", "allowVolumeExpansion": true}))?,
+        )
+        .await?;
+    // Now it may grow (1Gi is 1073741824), and come back down only above what it has.
     let grown = pvcs
         .patch(
             "data",
@@ -522,13 +545,29 @@ async fn volume_attachments_have_one_source_and_a_frozen_spec() -> R {
             .err()
             .ok_or("accepted")?,
     )?;
+    // Upstream's order and repetition: the common rules, then the V1 ones of a create (the
+    // attacher as a CSI driver name again); an empty node name is not a subdomain.
+    let fields: Vec<&str> = causes
+        .iter()
+        .map(|c| c.split_once(": ").map_or(c.as_str(), |(f, _)| f))
+        .collect();
     assert_eq!(
-        causes,
+        fields,
         [
-            "spec.attacher: Required value",
-            "spec.nodeName: Required value",
-            "spec.source: Required value: must specify exactly one of inlineVolumeSpec and persistentVolumeName",
-        ]
+            "spec.attacher",
+            "spec.source",
+            "spec.nodeName",
+            "spec.attacher",
+            "spec.attacher"
+        ],
+        "{causes:#?}"
+    );
+    assert_eq!(
+        causes[1],
+        "spec.source: Required value: must specify exactly one of inlineVolumeSpec and persistentVolumeName"
+    );
+    assert!(
+        causes[2].starts_with("spec.nodeName: Invalid value: \"\": a lowercase RFC 1123 subdomain")
     );
     Ok(())
 }
@@ -571,7 +610,42 @@ async fn csi_nodes_list_distinct_drivers_with_fixed_ids() -> R {
                     {"op": "replace", "path": "/spec/drivers/0/nodeID", "value": "other"}]))?),
             )
             .await,
-        "spec.drivers[0].nodeID",
+        "spec.drivers",
+        "field is immutable",
+    )?;
+    // MutableCSINodeAllocatableCount is on from 1.35: the kubelet may update the count.
+    nodes
+        .patch(
+            "demo-w-0",
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(json!([
+                {"op": "replace", "path": "/spec/drivers/0/allocatable/count", "value": 200}]))?),
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_1_34_server_keeps_a_csi_nodes_allocatable_count() -> R {
+    let fake = FakeKube::start_with(kos_kube_fake::Config {
+        minor: 34,
+        ..Default::default()
+    })
+    .await?;
+    let nodes: Api<CSINode> = Api::all(fake.client()?);
+    let node: CSINode = typed(json!({"metadata": {"name": "n"}, "spec": {"drivers": [
+        {"name": "cinder.csi.openstack.org", "nodeID": "i-1", "allocatable": {"count": 256}}]}}))?;
+    nodes.create(&PostParams::default(), &node).await?;
+    assert_refused(
+        nodes
+            .patch(
+                "n",
+                &PatchParams::default(),
+                &Patch::Json::<()>(serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/drivers/0/allocatable/count", "value": 200}]))?),
+            )
+            .await,
+        "spec.drivers",
         "field is immutable",
     )?;
     Ok(())
