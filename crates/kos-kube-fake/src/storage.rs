@@ -299,9 +299,9 @@ const PV_SOURCES: [&str; 22] = [
     "nfs",
     "rbd",
     "quobyte",
-    "cinder",
     "cephfs",
     "iscsi",
+    "cinder",
     "fc",
     "flexVolume",
     "azureFile",
@@ -391,8 +391,18 @@ fn pv_spec(spec: &Value, path: &str, inline: bool, out: &mut Vec<Cause>) {
             continue;
         };
         let field = format!("{path}.{source}");
-        if found > 0 {
-            out.push(forbidden(field, "may not specify more than 1 volume type"));
+        // Upstream's quirks: flexVolume is counted without the check, cephfs is reported as
+        // "cephFS".
+        if found > 0 && source != "flexVolume" {
+            let reported = if source == "cephfs" {
+                format!("{path}.cephFS")
+            } else {
+                field
+            };
+            out.push(forbidden(
+                reported,
+                "may not specify more than 1 volume type",
+            ));
             continue;
         }
         found += 1;
@@ -621,6 +631,7 @@ fn pv_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
             new.pointer("/spec/nodeAffinity").unwrap_or(&Value::Null),
         ));
     }
+    vac_update(new, old, out);
 }
 
 // ----------------------------------------------------------------- PersistentVolumeClaim
@@ -656,33 +667,45 @@ fn pvc_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
         if s(d, "/kind").is_empty() {
             out.push(required(format!("{f}.kind"), ""));
         }
-        if s(d, "/apiGroup").is_empty() && s(d, "/kind") != "PersistentVolumeClaim" {
+        let group = s(d, "/apiGroup");
+        if group.is_empty() && s(d, "/kind") != "PersistentVolumeClaim" {
             out.push(invalid(
                 f.clone(),
                 &json!(s(d, "/kind")),
                 "must be 'PersistentVolumeClaim' when referencing the default apiGroup",
             ));
         }
-        if ds == "dataSourceRef"
-            && let Some(ns) = d.get("namespace").and_then(Value::as_str)
-            && !ns.is_empty()
-        {
-            // CrossNamespaceVolumeDataSource is alpha, off.
-            out.push(forbidden(
+        if !group.is_empty() && !is_dns_subdomain(group) {
+            out.push(invalid(
+                format!("{f}.apiGroup"),
+                &json!(group),
+                SUBDOMAIN_MSG,
+            ));
+        }
+        let ns = s(d, "/namespace");
+        if ds == "dataSourceRef" && !ns.is_empty() && !is_dns_label(ns) {
+            out.push(invalid(
                 format!("{f}.namespace"),
-                "may not be specified when the CrossNamespaceVolumeDataSource feature is disabled",
+                &json!(ns),
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
             ));
         }
     }
-    if let (Some(a), Some(b)) = (
-        spec.get("dataSource").filter(|v| !v.is_null()),
-        spec.get("dataSourceRef").filter(|v| !v.is_null()),
-    ) {
-        let mut b = b.clone();
-        if let Some(m) = b.as_object_mut() {
-            m.remove("namespace");
+    let source = spec.get("dataSource").filter(|v| !v.is_null());
+    let reference = spec.get("dataSourceRef").filter(|v| !v.is_null());
+    if let Some(r) = reference
+        && !s(r, "/namespace").is_empty()
+    {
+        if source.is_some() {
+            out.push(invalid(
+                path,
+                &json!(format!("{path}.dataSource")),
+                "may not be specified when dataSourceRef.namespace is specified",
+            ));
         }
-        if *a != b {
+    } else if let (Some(a), Some(b)) = (source, reference) {
+        let same = |k: &str| a.get(k).filter(|v| !v.is_null()) == b.get(k).filter(|v| !v.is_null());
+        if !(same("apiGroup") && same("kind") && same("name")) {
             out.push(invalid(
                 path,
                 &json!(format!("{path}.dataSource")),
@@ -690,7 +713,40 @@ fn pvc_spec(spec: &Value, path: &str, out: &mut Vec<Cause>) {
             ));
         }
     }
-    volume_attributes_class(spec, path, out);
+    // A claim's attributes class may be "" (unlike a volume's).
+    if let Some(vac) = spec
+        .get("volumeAttributesClassName")
+        .and_then(Value::as_str)
+        && !vac.is_empty()
+    {
+        class_name(vac, &format!("{path}.volumeAttributesClassName"), out);
+    }
+}
+
+const RESIZE_STATUSES: [&str; 5] = [
+    "ControllerResizeFailed",
+    "ControllerResizeInProgress",
+    "NodeResizeFailed",
+    "NodeResizeInProgress",
+    "NodeResizePending",
+];
+
+/// `validatePersistentVolumeClaimResourceKey`: a qualified name, and `storage` if it is a
+/// native resource name (unprefixed or `kubernetes.io/`).
+fn claim_resource_key(key: &str, field: &str, out: &mut Vec<Cause>) -> bool {
+    if !is_qualified_name(key) {
+        out.push(invalid(field, &json!(key), "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+        return false;
+    }
+    let native = match key.split_once('/') {
+        None => true,
+        Some((prefix, _)) => prefix == "kubernetes.io" || prefix.ends_with(".kubernetes.io"),
+    };
+    if native && key != "storage" {
+        out.push(not_supported(field, &json!(key), &["storage"]));
+        return false;
+    }
+    true
 }
 
 /// What `ValidatePersistentVolumeClaimStatusUpdate` checks of a status.
@@ -703,32 +759,68 @@ fn pvc_status(obj: &Value, out: &mut Vec<Cause>) {
             }
         }
     }
+    if let Some(statuses) = map_of(obj, "/status/allocatedResourceStatuses") {
+        for (k, v) in statuses {
+            claim_resource_key(k, "status.allocatedResourceStatus", out);
+            if !v.as_str().is_some_and(|v| RESIZE_STATUSES.contains(&v)) {
+                out.push(not_supported(
+                    "status.allocatedResourceStatus",
+                    &json!(k),
+                    &RESIZE_STATUSES,
+                ));
+            }
+        }
+    }
     if let Some(alloc) = map_of(obj, "/status/allocatedResources") {
         for (k, v) in alloc {
+            if !claim_resource_key(k, "status.allocatedResources", out) {
+                continue;
+            }
             let f = format!("status.allocatedResources[{k}]");
-            if k != "storage" {
-                out.push(not_supported(
-                    "status.allocatedResources",
-                    &json!(k),
-                    &["storage"],
-                ));
-            } else if quantity_at(v, &f, out).is_some_and(Quantity::is_negative) {
+            if quantity_at(v, &f, out).is_some_and(Quantity::is_negative) {
                 out.push(invalid(f, v, "must be a valid resource quantity"));
             }
         }
     }
 }
 
+const BETA_CLASS: &str = "/metadata/annotations/volume.beta.kubernetes.io~1storage-class";
+
 /// `ValidatePersistentVolumeClaimUpdate`: the spec is frozen but for the binding's volumeName
-/// (once, from empty) and, for a bound claim, the storage request and the attributes class.
+/// (once, from empty), a class set where there was none (the PV controller's retroactive default
+/// class, or the beta annotation's upgrade), the attributes class, and a bound claim's request.
 fn pvc_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
     let mut new_spec = new.get("spec").cloned().unwrap_or_else(|| json!({}));
     let mut old_spec = old.get("spec").cloned().unwrap_or_else(|| json!({}));
     if s(&old_spec, "/volumeName").is_empty() {
         set_or_remove(&mut old_spec, "volumeName", new_spec.get("volumeName"));
     }
-    let bound = s(new, "/status/phase") == "Bound";
-    if bound {
+    let class = |v: &Value| v.get("storageClassName").filter(|c| !c.is_null()).cloned();
+    let (old_class, new_class) = (class(&old_spec), class(&new_spec));
+    let old_beta = old.pointer(BETA_CLASS).and_then(Value::as_str);
+    let new_beta = new.pointer(BETA_CLASS).and_then(Value::as_str);
+    let from_annotation = old_beta.is_some()
+        && old_class.is_none()
+        && new_class.as_ref().and_then(Value::as_str) == old_beta
+        && (new_beta.is_none() || new_beta == old_beta);
+    if from_annotation {
+        set_or_remove(&mut new_spec, "storageClassName", None);
+    } else {
+        if new_beta != old_beta {
+            out.push(invalid(
+                "metadata.annotations[volume.beta.kubernetes.io/storage-class]",
+                &json!(new_beta.unwrap_or_default()),
+                "field is immutable",
+            ));
+        }
+        let from_nil = new_class.is_some()
+            && old_class.is_none()
+            && (old_beta.is_none() || new_class.as_ref().and_then(Value::as_str) == old_beta);
+        if from_nil {
+            set_or_remove(&mut new_spec, "storageClassName", None);
+        }
+    }
+    if s(new, "/status/phase") == "Bound" {
         let old_storage = old_spec.pointer("/resources/requests/storage").cloned();
         if let Some(req) = new_spec
             .pointer_mut("/resources/requests")
@@ -743,11 +835,9 @@ fn pvc_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
                 }
             }
         }
-        if present(&new_spec, "/volumeAttributesClassName") {
-            let old_vac = old_spec.get("volumeAttributesClassName").cloned();
-            set_or_remove(&mut new_spec, "volumeAttributesClassName", old_vac.as_ref());
-        }
     }
+    let old_vac = old_spec.get("volumeAttributesClassName").cloned();
+    set_or_remove(&mut new_spec, "volumeAttributesClassName", old_vac.as_ref());
     if new_spec != old_spec {
         out.push(forbidden(
             "spec",
@@ -777,6 +867,31 @@ fn pvc_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
             "volumeMode",
             new.pointer("/spec/volumeMode").unwrap_or(&Value::Null),
         ));
+    }
+    vac_update(new, old, out);
+}
+
+/// An attributes class, once set, is not unset (nor, on a claim, emptied).
+fn vac_update(new: &Value, old: &Value, out: &mut Vec<Cause>) {
+    let vac = |v: &Value| {
+        v.pointer("/spec/volumeAttributesClassName")
+            .filter(|x| !x.is_null())
+            .cloned()
+    };
+    let (before, after) = (vac(old), vac(new));
+    if before.is_none() || before == after {
+        return;
+    }
+    match after {
+        None => out.push(forbidden(
+            "spec.volumeAttributesClassName",
+            "update from non-nil value to nil is forbidden",
+        )),
+        Some(v) if v == "" && s(new, "/kind") == "PersistentVolumeClaim" => out.push(forbidden(
+            "spec.volumeAttributesClassName",
+            "update from non-nil value to an empty string is forbidden",
+        )),
+        Some(_) => {}
     }
 }
 
@@ -1145,6 +1260,7 @@ pub fn on_create(kind: &str, obj: &mut Value, default_class: Option<String>, now
             let beta = obj
                 .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
                 .is_some();
+            drop_cross_namespace_source(obj, None);
             if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
                 if spec.get("storageClassName").is_none_or(Value::is_null)
                     && !beta
@@ -1174,6 +1290,9 @@ pub fn on_create(kind: &str, obj: &mut Value, default_class: Option<String>, now
 /// The PV status strategy: a new phase gets a new `lastPhaseTransitionTime`, unless the writer
 /// set one itself.
 pub fn on_update(kind: &str, obj: &mut Value, old: &Value, now: &str) {
+    if kind == "PersistentVolumeClaim" {
+        drop_cross_namespace_source(obj, Some(old));
+    }
     if kind != "PersistentVolume" {
         return;
     }
@@ -1184,6 +1303,20 @@ pub fn on_update(kind: &str, obj: &mut Value, old: &Value, now: &str) {
         && let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut)
     {
         status.insert("lastPhaseTransitionTime".into(), json!(now));
+    }
+}
+
+/// `DropDisabledFields` with `CrossNamespaceVolumeDataSource` (alpha) off: a data source in
+/// another namespace is dropped, not refused, unless the stored claim already had one.
+fn drop_cross_namespace_source(obj: &mut Value, old: Option<&Value>) {
+    if old.is_some_and(|o| !s(o, "/spec/dataSourceRef/namespace").is_empty()) {
+        return;
+    }
+    if let Some(r) = obj
+        .pointer_mut("/spec/dataSourceRef")
+        .and_then(Value::as_object_mut)
+    {
+        r.remove("namespace");
     }
 }
 

@@ -333,6 +333,62 @@ async fn a_claims_spec_is_frozen_but_for_its_binding_and_a_bound_claims_growth()
 }
 
 #[tokio::test]
+async fn a_claim_without_a_class_may_get_one_once_and_keeps_its_attributes_class() -> R {
+    let fake = fake().await?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(fake.client()?, "default");
+    // No default class yet: the claim keeps none (nil, not "").
+    let c = pvcs
+        .create(&PostParams::default(), &claim("late", None, "1Gi")?)
+        .await?;
+    assert_eq!(c.spec.and_then(|s| s.storage_class_name), None);
+    let pp = PatchParams::default();
+    // The PV controller's retroactive default class: nil to a name is allowed, once.
+    pvcs.patch(
+        "late",
+        &pp,
+        &Patch::Merge(json!({"spec": {"storageClassName": "standard"}})),
+    )
+    .await?;
+    assert_refused(
+        pvcs.patch(
+            "late",
+            &pp,
+            &Patch::Merge(json!({"spec": {"storageClassName": "fast"}})),
+        )
+        .await,
+        "spec",
+        "spec is immutable after creation",
+    )?;
+    // The attributes class may change, but once set it is not unset.
+    pvcs.patch(
+        "late",
+        &pp,
+        &Patch::Merge(json!({"spec": {"volumeAttributesClassName": "gold"}})),
+    )
+    .await?;
+    assert_refused(
+        pvcs.patch(
+            "late",
+            &pp,
+            &Patch::Merge(json!({"spec": {"volumeAttributesClassName": null}})),
+        )
+        .await,
+        "spec.volumeAttributesClassName",
+        "update from non-nil value to nil is forbidden",
+    )?;
+    // CrossNamespaceVolumeDataSource is off: another namespace's source is dropped, not refused.
+    let cross: PersistentVolumeClaim = typed(json!({"metadata": {"name": "cross"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+        "dataSourceRef": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
+                          "name": "snap", "namespace": "other"}}}))?;
+    let c = pvcs.create(&PostParams::default(), &cross).await?;
+    let spec = c.spec.ok_or("spec")?;
+    assert_eq!(spec.data_source_ref.and_then(|r| r.namespace), None);
+    assert_eq!(spec.data_source.map(|d| d.name), Some("snap".to_owned()));
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_volume_has_one_source_its_defaults_and_a_pending_phase() -> R {
     let fake = fake().await?;
     let pvs: Api<PersistentVolume> = Api::all(fake.client()?);
