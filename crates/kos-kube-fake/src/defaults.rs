@@ -17,7 +17,8 @@
 //!   conversion strategy `None`;
 //! - PersistentVolumes: reclaim policy `Retain`, `volumeMode: Filesystem`, phase `Pending`;
 //!   PersistentVolumeClaims: `volumeMode: Filesystem`, phase `Pending`; VolumeAttachments:
-//!   `status.attached: false`.
+//!   `status.attached: false`; CSIDrivers: `attachRequired: true`, the other booleans false,
+//!   `fsGroupPolicy: ReadWriteOnceWithFSType`, `volumeLifecycleModes: [Persistent]`.
 //!
 //! Defaulting only fills what is missing, so applying it to an already defaulted object changes
 //! nothing.
@@ -92,6 +93,25 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
             if let Some(status) = map_at(o, "status") {
                 // `attached` is not omitempty: a new attachment reads `attached: false`.
                 or_insert(status, "attached", json!(false));
+            }
+        }
+        ("storage.k8s.io", "CSIDriver") => {
+            if let Some(spec) = map_at(o, "spec") {
+                // SetDefaults_CSIDriver; seLinuxMount as SELinuxMountReadWriteOncePod (beta, on)
+                // has it.
+                or_insert(spec, "attachRequired", json!(true));
+                or_insert(spec, "podInfoOnMount", json!(false));
+                or_insert(spec, "storageCapacity", json!(false));
+                or_insert(spec, "fsGroupPolicy", json!("ReadWriteOnceWithFSType"));
+                if spec
+                    .get("volumeLifecycleModes")
+                    .and_then(Value::as_array)
+                    .is_none_or(Vec::is_empty)
+                {
+                    spec.insert("volumeLifecycleModes".into(), json!(["Persistent"]));
+                }
+                or_insert(spec, "requiresRepublish", json!(false));
+                or_insert(spec, "seLinuxMount", json!(false));
             }
         }
         ("storage.k8s.io", "StorageClass") => {

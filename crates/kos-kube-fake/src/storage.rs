@@ -1,5 +1,5 @@
 //! The storage API as kube-apiserver serves it: validation of PersistentVolumes,
-//! PersistentVolumeClaims, StorageClasses, VolumeAttachments and CSINodes (kubernetes
+//! PersistentVolumeClaims, StorageClasses, VolumeAttachments, CSINodes and CSIDrivers (kubernetes
 //! `pkg/apis/core/validation` `ValidatePersistentVolume*`, `pkg/apis/storage/validation`), what
 //! their registry strategies do on create and update (`pkg/registry/core/persistentvolume*`,
 //! `pkg/registry/storage/volumeattachment`), and the admission plugins a kubeadm API server
@@ -269,6 +269,20 @@ pub fn check(
                 && obj.get("spec") != old.get("spec")
             {
                 out.push(immutable("spec", obj.get("spec").unwrap_or(&Value::Null)));
+            }
+        }
+        ("storage.k8s.io", "CSIDriver") => {
+            csi_driver(obj, out);
+            if let Some(old) = old {
+                for (field, ptr) in [
+                    // Upstream's path has the typo.
+                    ("spec.attachedRequired", "/spec/attachRequired"),
+                    ("spec.volumeLifecycleModes", "/spec/volumeLifecycleModes"),
+                ] {
+                    if obj.pointer(ptr) != old.pointer(ptr) {
+                        out.push(immutable(field, obj.pointer(ptr).unwrap_or(&Value::Null)));
+                    }
+                }
             }
         }
         ("storage.k8s.io", "CSINode") => {
@@ -1142,6 +1156,80 @@ fn volume_attachment(va: &Value, create: bool, out: &mut Vec<Cause>) {
                 SUBDOMAIN_MSG,
             ));
         }
+    }
+}
+
+// -------------------------------------------------------------------------------- CSIDriver
+
+const FS_GROUP_POLICIES: [&str; 3] = ["File", "None", "ReadWriteOnceWithFSType"];
+
+/// `validateCSIDriverSpec`. Defaulting has filled the booleans it requires, as on the real server.
+fn csi_driver(d: &Value, out: &mut Vec<Cause>) {
+    for (field, key) in [
+        ("spec.attachedRequired", "attachRequired"),
+        ("spec.podInfoOnMount", "podInfoOnMount"),
+        ("spec.storageCapacity", "storageCapacity"),
+        ("spec.seLinuxMount", "seLinuxMount"),
+    ] {
+        if d.pointer(&format!("/spec/{key}"))
+            .is_none_or(Value::is_null)
+        {
+            out.push(required(field, ""));
+        }
+    }
+    if let Some(p) = d.pointer("/spec/fsGroupPolicy").filter(|v| !v.is_null())
+        && !p.as_str().is_some_and(|p| FS_GROUP_POLICIES.contains(&p))
+    {
+        out.push(not_supported("spec.fsGroupPolicy", p, &FS_GROUP_POLICIES));
+    }
+    let mut audiences: Vec<&str> = Vec::new();
+    for (i, t) in arr(d, "/spec/tokenRequests").iter().enumerate() {
+        let path = format!("spec.tokenRequests[{i}]");
+        let audience = s(t, "/audience");
+        if audiences.contains(&audience) {
+            out.push(duplicate(format!("{path}.audience"), &json!(audience)));
+            continue;
+        }
+        audiences.push(audience);
+        if let Some(secs) = t.get("expirationSeconds").and_then(Value::as_i64) {
+            if secs < 600 {
+                out.push(invalid(
+                    format!("{path}.expirationSeconds"),
+                    &json!(secs),
+                    "may not specify a duration less than 10 minutes",
+                ));
+            }
+            if secs > 1 << 32 {
+                out.push(invalid(
+                    format!("{path}.expirationSeconds"),
+                    &json!(secs),
+                    "may not specify a duration larger than 2^32 seconds",
+                ));
+            }
+        }
+    }
+    for m in arr(d, "/spec/volumeLifecycleModes") {
+        if !m
+            .as_str()
+            .is_some_and(|m| matches!(m, "Persistent" | "Ephemeral"))
+        {
+            out.push(not_supported(
+                "spec.volumeLifecycleModes",
+                m,
+                &["Persistent", "Ephemeral"],
+            ));
+        }
+    }
+    if let Some(p) = d
+        .pointer("/spec/nodeAllocatableUpdatePeriodSeconds")
+        .and_then(Value::as_i64)
+        && p < 10
+    {
+        out.push(invalid(
+            "spec.nodeAllocatableUpdatePeriodSeconds",
+            &json!(p),
+            "must be greater than or equal to 10 seconds",
+        ));
     }
 }
 

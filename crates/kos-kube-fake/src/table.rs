@@ -5,7 +5,7 @@
 //! printers.go`) for the types kubectl users look at: Nodes, Pods, Services, Deployments,
 //! DaemonSets, ReplicaSets, Namespaces, ConfigMaps, Secrets, ServiceAccounts, Leases, core
 //! Events, (Cluster)RoleBindings, StorageClasses, PersistentVolumes, PersistentVolumeClaims,
-//! VolumeAttachments and CSINodes. The server always fills the wide
+//! VolumeAttachments, CSINodes and CSIDrivers. The server always fills the wide
 //! (priority 1) cells; kubectl shows them for `-o wide`. Types without a printer get the
 //! apiserver's default convertor (`NAME`, `CREATED AT`), custom resources their CRD's
 //! `additionalPrinterColumns` or, without any, `AGE` (apiextensions' `serveDefaultColumnsIfEmpty`).
@@ -95,6 +95,7 @@ enum Printer<'a> {
     PersistentVolumeClaim,
     VolumeAttachment,
     CsiNode,
+    CsiDriver,
     /// The apiserver's default: name and creation time.
     CreatedAt,
     Custom(&'a [PrinterColumn]),
@@ -123,6 +124,7 @@ fn printer(rt: &ResourceType) -> Printer<'_> {
         ("", "PersistentVolumeClaim") => Printer::PersistentVolumeClaim,
         ("storage.k8s.io", "VolumeAttachment") => Printer::VolumeAttachment,
         ("storage.k8s.io", "CSINode") => Printer::CsiNode,
+        ("storage.k8s.io", "CSIDriver") => Printer::CsiDriver,
         _ => Printer::CreatedAt,
     }
 }
@@ -401,6 +403,41 @@ fn columns(p: &Printer<'_>) -> Vec<Col> {
                 0,
                 "Drivers indicates the number of CSI drivers registered on the node",
             ),
+            age_col(),
+        ],
+        Printer::CsiDriver => vec![
+            name_col(),
+            col(
+                "AttachRequired",
+                "boolean",
+                0,
+                "Whether volumes are attached.",
+            ),
+            col(
+                "PodInfoOnMount",
+                "boolean",
+                0,
+                "Whether the driver gets pod information on mount.",
+            ),
+            col(
+                "StorageCapacity",
+                "boolean",
+                0,
+                "Whether the driver reports capacity.",
+            ),
+            col(
+                "TokenRequests",
+                "string",
+                0,
+                "The audiences of the tokens the driver gets.",
+            ),
+            col(
+                "RequiresRepublish",
+                "boolean",
+                0,
+                "Whether NodePublishVolume is called again.",
+            ),
+            col("Modes", "string", 0, "The volume lifecycle modes."),
             age_col(),
         ],
         Printer::CreatedAt => vec![
@@ -858,6 +895,35 @@ fn cells(p: &Printer<'_>, o: &Value, now: DateTime<Utc>) -> Vec<Value> {
             age(o, now),
         ],
         Printer::CsiNode => vec![name, json!(arr(o, "/spec/drivers").len()), age(o, now)],
+        Printer::CsiDriver => {
+            let flag = |p: &str, d: bool| o.pointer(p).and_then(Value::as_bool).unwrap_or(d);
+            let audiences: Vec<&str> = arr(o, "/spec/tokenRequests")
+                .iter()
+                .map(|t| s(t, "/audience"))
+                .collect();
+            let modes: Vec<&str> = arr(o, "/spec/volumeLifecycleModes")
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            vec![
+                name,
+                json!(flag("/spec/attachRequired", true)),
+                json!(flag("/spec/podInfoOnMount", false)),
+                json!(flag("/spec/storageCapacity", false)),
+                json!(if audiences.is_empty() {
+                    "<unset>".to_owned()
+                } else {
+                    audiences.join(",")
+                }),
+                json!(flag("/spec/requiresRepublish", false)),
+                json!(if modes.is_empty() {
+                    "<none>".to_owned()
+                } else {
+                    modes.join(",")
+                }),
+                age(o, now),
+            ]
+        }
         Printer::CreatedAt => vec![
             name,
             json!(

@@ -1104,6 +1104,17 @@ spec:
     volumeHandle: 0c3d7e2a-1b2c-4d5e-8f90-a1b2c3d4e5f6
 ---
 apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata:
+  name: cinder.csi.openstack.org
+spec:
+  attachRequired: true
+  podInfoOnMount: true
+  volumeLifecycleModes:
+  - Persistent
+  - Ephemeral
+---
+apiVersion: storage.k8s.io/v1
 kind: CSINode
 metadata:
   name: demo-w-0
@@ -1272,6 +1283,32 @@ async fn get_pv_pvc_volumeattachments_csinodes_and_the_storage_refusals() -> R {
             "pvc-0c3d7e2a",
             "demo-w-0",
             "false"
+        ]
+    );
+    let drivers = k.ok(&["get", "csidrivers"]).await;
+    assert_eq!(
+        header(&drivers),
+        [
+            "NAME",
+            "ATTACHREQUIRED",
+            "PODINFOONMOUNT",
+            "STORAGECAPACITY",
+            "TOKENREQUESTS",
+            "REQUIRESREPUBLISH",
+            "MODES",
+            "AGE"
+        ]
+    );
+    assert_eq!(
+        &row(&drivers, "cinder.csi.openstack.org")[..7],
+        [
+            "cinder.csi.openstack.org",
+            "true",
+            "true",
+            "false",
+            "<unset>",
+            "false",
+            "Persistent,Ephemeral"
         ]
     );
     let nodes = k.ok(&["get", "csinodes"]).await;

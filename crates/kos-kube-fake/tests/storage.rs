@@ -5,7 +5,7 @@
 //! upstream's cinder-csi controller sidecars. Fixtures: `tests/fixtures/storage/README.md`.
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kos_kube_fake::FakeKube;
 use kube::api::{
@@ -704,6 +704,84 @@ async fn a_1_34_server_keeps_a_csi_nodes_allocatable_count() -> R {
         "spec.drivers",
         "field is immutable",
     )?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_csi_driver_is_defaulted_and_its_attach_rule_frozen() -> R {
+    let fake = fake().await?;
+    let drivers: Api<CSIDriver> = Api::all(fake.client()?);
+    // cinder-csi's CSIDriver, as upstream's manifest has it.
+    let d: CSIDriver = typed(
+        json!({"metadata": {"name": "cinder.csi.openstack.org"}, "spec": {
+        "attachRequired": true, "podInfoOnMount": true,
+        "volumeLifecycleModes": ["Persistent", "Ephemeral"]}}),
+    )?;
+    let made = drivers.create(&PostParams::default(), &d).await?;
+    let spec = made.spec;
+    assert_eq!(
+        (
+            spec.storage_capacity,
+            spec.requires_republish,
+            spec.fs_group_policy.as_deref(),
+            spec.se_linux_mount
+        ),
+        (
+            Some(false),
+            Some(false),
+            Some("ReadWriteOnceWithFSType"),
+            Some(false)
+        )
+    );
+    // An attacher-less driver is what kos-csi is not: attachRequired defaults to true.
+    let bare: CSIDriver = typed(json!({"metadata": {"name": "bare.csi.example.com"}, "spec": {}}))?;
+    let bare = drivers.create(&PostParams::default(), &bare).await?;
+    assert_eq!(bare.spec.attach_required, Some(true));
+    assert_eq!(
+        bare.spec.volume_lifecycle_modes,
+        Some(vec!["Persistent".to_owned()])
+    );
+    let pp = PatchParams::default();
+    assert_refused(
+        drivers
+            .patch(
+                "cinder.csi.openstack.org",
+                &pp,
+                &Patch::Merge(json!({"spec": {"attachRequired": false}})),
+            )
+            .await,
+        "spec.attachedRequired",
+        "field is immutable",
+    )?;
+    // podInfoOnMount may change.
+    drivers
+        .patch(
+            "cinder.csi.openstack.org",
+            &pp,
+            &Patch::Merge(json!({"spec": {"podInfoOnMount": false}})),
+        )
+        .await?;
+    let bad: CSIDriver = typed(
+        json!({"metadata": {"name": "bad.csi.example.com"}, "spec": {
+        "fsGroupPolicy": "Sometimes", "volumeLifecycleModes": ["Forever"],
+        "tokenRequests": [{"audience": "a", "expirationSeconds": 60}, {"audience": "a"}]}}),
+    )?;
+    let causes = invalid(
+        drivers
+            .create(&PostParams::default(), &bad)
+            .await
+            .err()
+            .ok_or("accepted")?,
+    )?;
+    assert_eq!(
+        causes,
+        [
+            "spec.fsGroupPolicy: Unsupported value: \"Sometimes\": supported values: \"File\", \"None\", \"ReadWriteOnceWithFSType\"",
+            "spec.tokenRequests[0].expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes",
+            "spec.tokenRequests[1].audience: Duplicate value: \"a\"",
+            "spec.volumeLifecycleModes: Unsupported value: \"Forever\": supported values: \"Persistent\", \"Ephemeral\"",
+        ]
+    );
     Ok(())
 }
 
