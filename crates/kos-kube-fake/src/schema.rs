@@ -8,8 +8,9 @@
 //! - Custom resources are pruned and checked against their CRD version's structural schema:
 //!   `properties`, `additionalProperties`, `items`, `x-kubernetes-preserve-unknown-fields`,
 //!   `x-kubernetes-embedded-resource`, `x-kubernetes-int-or-string`, and `type`, `nullable`,
-//!   `required` and `enum` (422, as apiextensions' validation answers). Formats, patterns
-//!   and bounds are not checked; CEL rules are, by [`crate::cel`].
+//!   `required` and `enum` (422, as apiextensions' validation answers). Bounds
+//!   (`minimum`, `maxLength`, `pattern`, `maxItems`, …) are checked, formats are not; CEL rules
+//!   are, by [`crate::cel`].
 //!
 //! `fieldValidation`: `Strict` refuses unknown fields (400 on create and update, 422 on a patch),
 //! `Warn` (the server's default) answers with a `Warning` header per field, `Ignore` drops them
@@ -339,6 +340,9 @@ fn check(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>) {
                     shown(v)
                 ),
             });
+        } else {
+            // The bounds of whichever it is (a quantity's `pattern` on its string form).
+            bounds(v, schema, path, out);
         }
         return;
     }
@@ -366,6 +370,7 @@ fn check(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>) {
             message: format!("Unsupported value: {}: supported values: {list}", shown(v)),
         });
     }
+    bounds(v, schema, path, out);
     match v {
         Value::Object(m) => {
             let props = schema.get("properties").and_then(Value::as_object);
@@ -388,12 +393,204 @@ fn check(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>) {
     }
 }
 
+fn invalid(path: &str, v: &Value, detail: String) -> Cause {
+    Cause {
+        reason: "FieldValueInvalid",
+        field: path.to_owned(),
+        message: format!("Invalid value: {}: {detail}", shown(v)),
+    }
+}
+
+/// A schema's `pattern`, compiled once. Go's RE2 and Rust's `regex` share their syntax; a
+/// pattern Rust cannot compile is not checked (apiextensions refuses a CRD whose pattern Go cannot
+/// compile, so such a CRD would not be stored by a real server either way).
+fn pattern_matches(pattern: &str, text: &str) -> Option<bool> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<regex::Regex>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    cache
+        .entry(pattern.to_owned())
+        .or_insert_with(|| regex::Regex::new(pattern).ok())
+        .as_ref()
+        .map(|re| re.is_match(text))
+}
+
+/// The value bounds of kube-openapi's validator: `minimum`/`maximum` (with their `exclusive`
+/// flags), `multipleOf`, `minLength`/`maxLength` (characters), `pattern` (a match anywhere, as
+/// Go's `MatchString`), `minItems`/`maxItems`, `minProperties`/`maxProperties`. `format` is not
+/// checked.
+fn bounds(v: &Value, schema: &Value, path: &str, out: &mut Vec<Cause>) {
+    let num = |k: &str| schema.get(k).and_then(Value::as_f64);
+    let flag = |k: &str| schema.get(k).and_then(Value::as_bool) == Some(true);
+    let count = |k: &str| schema.get(k).and_then(Value::as_u64);
+    match v {
+        Value::Number(n) => {
+            let Some(x) = n.as_f64() else { return };
+            if let Some(min) = num("minimum") {
+                let exclusive = flag("exclusiveMinimum");
+                if x < min || (exclusive && x == min) {
+                    let how = if exclusive {
+                        "greater than"
+                    } else {
+                        "greater than or equal to"
+                    };
+                    out.push(invalid(
+                        path,
+                        v,
+                        format!("{path} in body should be {how} {}", schema["minimum"]),
+                    ));
+                }
+            }
+            if let Some(max) = num("maximum") {
+                let exclusive = flag("exclusiveMaximum");
+                if x > max || (exclusive && x == max) {
+                    let how = if exclusive {
+                        "less than"
+                    } else {
+                        "less than or equal to"
+                    };
+                    out.push(invalid(
+                        path,
+                        v,
+                        format!("{path} in body should be {how} {}", schema["maximum"]),
+                    ));
+                }
+            }
+            if let Some(m) = num("multipleOf")
+                && m > 0.0
+                && (x / m).fract() != 0.0
+            {
+                out.push(invalid(
+                    path,
+                    v,
+                    format!(
+                        "{path} in body should be a multiple of {}",
+                        schema["multipleOf"]
+                    ),
+                ));
+            }
+        }
+        Value::String(text) => {
+            let chars = text.chars().count() as u64;
+            if let Some(max) = count("maxLength")
+                && chars > max
+            {
+                out.push(Cause {
+                    reason: "FieldValueTooLong",
+                    field: path.to_owned(),
+                    message: format!("Too long: may not be more than {max} bytes"),
+                });
+            }
+            if let Some(min) = count("minLength")
+                && chars < min
+            {
+                out.push(invalid(
+                    path,
+                    v,
+                    format!("{path} in body should be at least {min} chars long"),
+                ));
+            }
+            if let Some(p) = schema.get("pattern").and_then(Value::as_str)
+                && pattern_matches(p, text) == Some(false)
+            {
+                out.push(invalid(
+                    path,
+                    v,
+                    format!("{path} in body should match '{p}'"),
+                ));
+            }
+        }
+        Value::Array(items) => {
+            let n = items.len() as u64;
+            if let Some(max) = count("maxItems")
+                && n > max
+            {
+                out.push(Cause {
+                    reason: "FieldValueTooMany",
+                    field: path.to_owned(),
+                    message: format!("Too many: {n}: must have at most {max} items"),
+                });
+            }
+            if let Some(min) = count("minItems")
+                && n < min
+            {
+                out.push(invalid(
+                    path,
+                    v,
+                    format!("{path} in body should have at least {min} items"),
+                ));
+            }
+        }
+        Value::Object(m) => {
+            let n = m.len() as u64;
+            if let Some(max) = count("maxProperties")
+                && n > max
+            {
+                out.push(Cause {
+                    reason: "FieldValueTooMany",
+                    field: path.to_owned(),
+                    message: format!("Too many: {n}: must have at most {max} items"),
+                });
+            }
+            if let Some(min) = count("minProperties")
+                && n < min
+            {
+                out.push(invalid(
+                    path,
+                    v,
+                    format!("{path} in body should have at least {min} properties"),
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::resources::Custom;
     use k8s_openapi::api::apps::v1::Deployment;
     use serde_json::json;
+
+    #[test]
+    fn bounds_of_numbers_strings_lists_and_maps_are_checked() {
+        let schema = json!({"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 0, "maximum": 10, "exclusiveMaximum": true},
+            "s": {"type": "string", "minLength": 1, "maxLength": 3, "pattern": "^[a-z]+$"},
+            "l": {"type": "array", "maxItems": 1, "items": {"type": "string"}},
+            "m": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}}});
+        let fields = |v: Value| {
+            let mut out = Vec::new();
+            check(&v, &schema, "", &mut out);
+            out.into_iter()
+                .map(|c| format!("{}: {}", c.field, c.message))
+                .collect::<Vec<_>>()
+        };
+        assert!(fields(json!({"n": 9, "s": "abc", "l": ["x"], "m": {"a": "b"}})).is_empty());
+        assert_eq!(
+            fields(json!({"n": 10, "s": "ABCD", "l": ["x", "y"], "m": {}})),
+            [
+                "l: Too many: 2: must have at most 1 items",
+                "m: Invalid value: {}: m in body should have at least 1 properties",
+                "n: Invalid value: 10: n in body should be less than 10",
+                "s: Too long: may not be more than 3 bytes",
+                "s: Invalid value: \"ABCD\": s in body should match '^[a-z]+$'",
+            ]
+        );
+        assert_eq!(
+            fields(json!({"n": -1, "s": ""})),
+            [
+                "n: Invalid value: -1: n in body should be greater than or equal to 0",
+                "s: Invalid value: \"\": s in body should be at least 1 chars long",
+                "s: Invalid value: \"\": s in body should match '^[a-z]+$'",
+            ]
+        );
+    }
 
     #[test]
     fn builtin_unknown_fields_are_found_and_dropped() -> ApiResult<()> {

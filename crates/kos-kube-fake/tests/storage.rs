@@ -937,6 +937,18 @@ async fn the_external_snapshotters_crds_are_served_with_their_schemas_and_cel_ru
         )
         .await?;
     assert_eq!(ready.data.pointer("/status/readyToUse"), Some(&json!(true)));
+    // The schema's pattern: restoreSize is a quantity.
+    assert_refused(
+        snaps
+            .patch_status(
+                "snap",
+                &pp,
+                &Patch::Merge(json!({"status": {"restoreSize": "a lot"}})),
+            )
+            .await,
+        "status.restoreSize",
+        "status.restoreSize in body should match",
+    )?;
 
     let contents = snapshot_api(
         &fake,
@@ -971,6 +983,18 @@ async fn the_external_snapshotters_crds_are_served_with_their_schemas_and_cel_ru
             )?,
         )
         .await?;
+    // The schema's minimum.
+    assert_refused(
+        contents
+            .patch_status(
+                "snapcontent-1",
+                &pp,
+                &Patch::Merge(json!({"status": {"restoreSize": -1}})),
+            )
+            .await,
+        "status.restoreSize",
+        "should be greater than or equal to 0",
+    )?;
     assert_refused(
         contents
             .patch(
