@@ -1153,6 +1153,22 @@ async fn get_pv_pvc_volumeattachments_csinodes_and_the_storage_refusals() -> R {
         assert!(out.contains(made), "{out}");
     }
 
+    // Applying the same file again changes nothing: what the server added (the default class,
+    // volumeMode, the protection finalizers) is not the file's to remove.
+    let again = k.ok(&["apply", "-f", &file]).await;
+    assert!(
+        again.contains("persistentvolumeclaim/data unchanged")
+            && again.contains("persistentvolume/pvc-0c3d7e2a unchanged"),
+        "{again}"
+    );
+    let described = k.ok(&["describe", "pvc", "data"]).await;
+    assert!(
+        described.contains("kubernetes.io/pvc-protection")
+            && described.contains("csi-cinder-sc-delete"),
+        "{described}"
+    );
+    k.ok(&["describe", "pv", "pvc-0c3d7e2a"]).await;
+
     // Pending, with the default class the admission plugin gave it.
     let pvcs = k.ok(&["get", "pvc"]).await;
     assert_eq!(
