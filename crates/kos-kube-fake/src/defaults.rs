@@ -15,7 +15,8 @@
 //! - Namespaces: phase `Active`, the `kubernetes` finalizer and the `kubernetes.io/metadata.name`
 //!   label; Secrets: `type: Opaque`; StorageClasses: reclaim policy and binding mode; CRDs:
 //!   conversion strategy `None`;
-//! - PersistentVolumes: reclaim policy `Retain`, `volumeMode: Filesystem`, phase `Pending`;
+//! - PersistentVolumes: reclaim policy `Retain`, `volumeMode: Filesystem`, phase `Pending`, their
+//!   quantities in canonical form (as the real server's serialisation writes them);
 //!   PersistentVolumeClaims: `volumeMode: Filesystem`, phase `Pending`; VolumeAttachments:
 //!   `status.attached: false`; CSIDrivers: `attachRequired: true`, the other booleans false,
 //!   `fsGroupPolicy: ReadWriteOnceWithFSType`, `volumeLifecycleModes: [Persistent]`.
@@ -55,6 +56,9 @@ fn each_in<'a>(
 
 /// Fills the defaults of `obj`, an object of type `rt`.
 pub fn apply(rt: &ResourceType, obj: &mut Value) {
+    if rt.group.is_empty() {
+        crate::storage::canonicalize(&rt.kind, obj);
+    }
     let Some(o) = obj.as_object_mut() else {
         return;
     };
@@ -71,7 +75,14 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
                 template(spec);
             }
         }
-        ("", "PersistentVolume") => {
+        ("", kind @ ("PersistentVolume" | "PersistentVolumeClaim")) => storage_defaults(kind, o),
+        _ => other_defaults(rt, o),
+    }
+}
+
+fn storage_defaults(kind: &str, o: &mut Map<String, Value>) {
+    match kind {
+        "PersistentVolume" => {
             if let Some(spec) = map_at(o, "spec") {
                 // Retain: a manually made volume is kept; provisioners set Delete themselves.
                 or_insert(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
@@ -81,7 +92,7 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
                 or_insert(status, "phase", json!("Pending"));
             }
         }
-        ("", "PersistentVolumeClaim") => {
+        _ => {
             if let Some(spec) = map_at(o, "spec") {
                 or_insert(spec, "volumeMode", json!("Filesystem"));
             }
@@ -89,6 +100,11 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
                 or_insert(status, "phase", json!("Pending"));
             }
         }
+    }
+}
+
+fn other_defaults(rt: &ResourceType, o: &mut Map<String, Value>) {
+    match (rt.group.as_str(), rt.kind.as_str()) {
         ("storage.k8s.io", "VolumeAttachment") => {
             if let Some(status) = map_at(o, "status") {
                 // `attached` is not omitempty: a new attachment reads `attached: false`.

@@ -2,9 +2,9 @@
 //! capacity says, to compare sizes as kube-apiserver's validation does (`1Gi` == `1073741824`).
 //!
 //! Simplified: values are kept in nano-units in an `i128` (exact for every quantity whose
-//! fractional part stops at nano, up to about 10^29), where the real type is arbitrary precision;
-//! stored objects keep the text the client sent, where the real server writes the canonical form
-//! (`1024Mi` becomes `1Gi`).
+//! fractional part stops at nano, up to about 10^29), where the real type is arbitrary precision
+//! and rounds finer fractions up. [`canonical`] is the form the real server stores and answers
+//! (`1024Mi` is `1Gi`, `1.5Gi` is `1536Mi`, `1000M` is `1G`, `0.5` is `500m`).
 
 /// A parsed quantity, in nano-units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -87,6 +87,77 @@ impl Quantity {
     pub const ZERO: Quantity = Quantity(0);
 }
 
+/// How a quantity was written, which its canonical form keeps (apimachinery's `Format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    BinarySi,
+    DecimalSi,
+    DecimalExponent,
+}
+
+fn format_of(text: &str) -> Format {
+    let suffix = text
+        .trim_start_matches(['+', '-'])
+        .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+    if suffix.ends_with('i') {
+        Format::BinarySi
+    } else if suffix.starts_with(['e', 'E']) && suffix.len() > 1 {
+        Format::DecimalExponent
+    } else {
+        Format::DecimalSi
+    }
+}
+
+/// apimachinery's `Quantity.String()` of `text` (`CanonicalizeBytes`), or `None` when `text` is
+/// not a quantity or its canonical form is beyond what the fake represents.
+pub fn canonical(text: &str) -> Option<String> {
+    let Quantity(value) = Quantity::parse(text)?;
+    if value == 0 {
+        return Some("0".to_owned());
+    }
+    let mut format = format_of(text.trim());
+    if format == Format::BinarySi && (value.abs() < 1024 * NANO || value % NANO != 0) {
+        // Small or fractional binary quantities are shown in decimal, not rounded.
+        format = Format::DecimalSi;
+    }
+    if format == Format::BinarySi {
+        let mut n = value / NANO;
+        let mut exp = 0;
+        while exp < 6 && n % 1024 == 0 {
+            n /= 1024;
+            exp += 1;
+        }
+        let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][exp];
+        return Some(format!("{n}{suffix}"));
+    }
+    // Decimal: the mantissa as small as an exponent that is a multiple of 3 allows.
+    let (mut m, mut e) = (value, -9i32);
+    while m % 10 == 0 {
+        m /= 10;
+        e += 1;
+    }
+    let e3 = e.div_euclid(3) * 3;
+    m = m.checked_mul(10i128.checked_pow((e - e3).unsigned_abs())?)?;
+    let suffix = match format {
+        Format::DecimalExponent if e3 == 0 => String::new(),
+        Format::DecimalExponent => format!("e{e3}"),
+        _ => match e3 {
+            -9 => "n".into(),
+            -6 => "u".into(),
+            -3 => "m".into(),
+            0 => String::new(),
+            3 => "k".into(),
+            6 => "M".into(),
+            9 => "G".into(),
+            12 => "T".into(),
+            15 => "P".into(),
+            18 => "E".into(),
+            _ => return None,
+        },
+    };
+    Some(format!("{m}{suffix}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +175,29 @@ mod tests {
         assert!(q("2Gi") > q("2G"));
         assert!(q("-1").is_some_and(Quantity::is_negative));
         assert_eq!(q("+3"), q("3"));
+    }
+
+    #[test]
+    fn canonical_forms_are_apimachinerys() {
+        for (sent, stored) in [
+            ("1Gi", "1Gi"),
+            ("1024Mi", "1Gi"),
+            ("1.5Gi", "1536Mi"),
+            ("1000Mi", "1000Mi"),
+            ("0.5Ki", "512"),
+            ("1073741824", "1073741824"),
+            ("1000M", "1G"),
+            ("1.5G", "1500M"),
+            ("0.5", "500m"),
+            ("1e9", "1e9"),
+            ("12e6", "12e6"),
+            ("0Gi", "0"),
+            ("-2Gi", "-2Gi"),
+            ("+1k", "1k"),
+        ] {
+            assert_eq!(canonical(sent).as_deref(), Some(stored), "{sent}");
+        }
+        assert_eq!(canonical("lots"), None);
     }
 
     #[test]

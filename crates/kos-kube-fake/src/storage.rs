@@ -1463,6 +1463,37 @@ pub fn resize_admission(
     )
 }
 
+/// The quantities of a volume or claim in their canonical form, as the real server stores them
+/// (its decoder keeps the parsed value; what it serialises is `Quantity.String()`). A value that
+/// is not a quantity is left for validation to refuse.
+pub fn canonicalize(kind: &str, obj: &mut Value) {
+    let maps: &[&str] = match kind {
+        "PersistentVolume" => &["/spec/capacity"],
+        "PersistentVolumeClaim" => &[
+            "/spec/resources/requests",
+            "/spec/resources/limits",
+            "/status/capacity",
+            "/status/allocatedResources",
+        ],
+        _ => return,
+    };
+    for ptr in maps {
+        let Some(m) = obj.pointer_mut(ptr).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for v in m.values_mut() {
+            let text = match v {
+                Value::String(t) => t.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => continue,
+            };
+            if let Some(c) = quantity::canonical(&text) {
+                *v = Value::String(c);
+            }
+        }
+    }
+}
+
 /// Of the StorageClasses `classes`, the one `DefaultStorageClass` picks: among those marked
 /// default, the newest, then the first by name (what upstream's `GetDefaultClass` sorts by).
 pub fn default_class<'a>(classes: impl Iterator<Item = &'a Value>) -> Option<String> {

@@ -389,6 +389,43 @@ async fn a_claim_without_a_class_may_get_one_once_and_keeps_its_attributes_class
 }
 
 #[tokio::test]
+async fn quantities_are_stored_in_their_canonical_form() -> R {
+    let fake = fake().await?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(fake.client()?, "default");
+    let c = pvcs
+        .create(&PostParams::default(), &claim("odd", Some("x"), "1.5Gi")?)
+        .await?;
+    let requested = c
+        .spec
+        .and_then(|s| s.resources)
+        .and_then(|r| r.requests)
+        .and_then(|r| r.get("storage").cloned())
+        .ok_or("no request")?;
+    assert_eq!(requested.0, "1536Mi");
+    let pvs: Api<PersistentVolume> = Api::all(fake.client()?);
+    let mut v = csi_volume("pv-q")?;
+    if let Some(spec) = v.spec.as_mut() {
+        spec.capacity = Some(
+            [(
+                "storage".to_owned(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1024Mi".into()),
+            )]
+            .into(),
+        );
+    }
+    let v = pvs.create(&PostParams::default(), &v).await?;
+    assert_eq!(
+        v.spec
+            .and_then(|s| s.capacity)
+            .and_then(|c| c.get("storage").cloned())
+            .map(|q| q.0)
+            .as_deref(),
+        Some("1Gi")
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_volume_has_one_source_its_defaults_and_a_pending_phase() -> R {
     let fake = fake().await?;
     let pvs: Api<PersistentVolume> = Api::all(fake.client()?);
