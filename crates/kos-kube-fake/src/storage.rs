@@ -1467,17 +1467,7 @@ pub fn resize_admission(
 /// (its decoder keeps the parsed value; what it serialises is `Quantity.String()`). A value that
 /// is not a quantity is left for validation to refuse.
 pub fn canonicalize(kind: &str, obj: &mut Value) {
-    let maps: &[&str] = match kind {
-        "PersistentVolume" => &["/spec/capacity"],
-        "PersistentVolumeClaim" => &[
-            "/spec/resources/requests",
-            "/spec/resources/limits",
-            "/status/capacity",
-            "/status/allocatedResources",
-        ],
-        _ => return,
-    };
-    for ptr in maps {
+    for ptr in quantity_maps(kind) {
         let Some(m) = obj.pointer_mut(ptr).and_then(Value::as_object_mut) else {
             continue;
         };
@@ -1492,6 +1482,34 @@ pub fn canonicalize(kind: &str, obj: &mut Value) {
             }
         }
     }
+}
+
+/// Where a volume's or claim's quantities are.
+fn quantity_maps(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "PersistentVolume" => &["/spec/capacity"],
+        "PersistentVolumeClaim" => &[
+            "/spec/resources/requests",
+            "/spec/resources/limits",
+            "/status/capacity",
+            "/status/allocatedResources",
+        ],
+        _ => &[],
+    }
+}
+
+/// Whether every quantity of a volume or claim parses. One that does not is refused before
+/// anything else, by the decoder (a 400, not a 422).
+pub fn quantities_decode(kind: &str, obj: &Value) -> bool {
+    quantity_maps(kind).iter().all(|ptr| {
+        map_of(obj, ptr).is_none_or(|m| {
+            m.values().all(|v| match v {
+                Value::String(t) => Quantity::parse(t).is_some(),
+                Value::Number(_) => true,
+                _ => false,
+            })
+        })
+    })
 }
 
 /// Of the StorageClasses `classes`, the one `DefaultStorageClass` picks: among those marked

@@ -615,6 +615,14 @@ impl Store {
                 }
             }
         }
+        if rt.group.is_empty() && !crate::storage::quantities_decode(&rt.kind, obj) {
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{v}\" cannot be handled as a {kind}: {e}",
+                kind = rt.kind,
+                v = rt.version,
+                e = crate::quantity::FORMAT_ERROR
+            )));
+        }
         defaults::apply(rt, obj);
         match (rt.group.as_str(), rt.kind.as_str()) {
             ("apiextensions.k8s.io", "CustomResourceDefinition") => {

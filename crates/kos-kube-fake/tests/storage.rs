@@ -402,6 +402,20 @@ async fn quantities_are_stored_in_their_canonical_form() -> R {
         .and_then(|r| r.get("storage").cloned())
         .ok_or("no request")?;
     assert_eq!(requested.0, "1536Mi");
+    // Not a quantity: the decoder's 400, before any validation.
+    match pvcs
+        .create(&PostParams::default(), &claim("bad", Some("x"), "1 GB")?)
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 400 => assert!(
+            s.message.starts_with(
+                "PersistentVolumeClaim in version \"v1\" cannot be handled as a PersistentVolumeClaim: quantities must match the regular expression"
+            ),
+            "{}",
+            s.message
+        ),
+        other => return Err(format!("expected 400, got {other:?}").into()),
+    }
     let pvs: Api<PersistentVolume> = Api::all(fake.client()?);
     let mut v = csi_volume("pv-q")?;
     if let Some(spec) = v.spec.as_mut() {
