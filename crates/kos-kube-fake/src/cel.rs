@@ -7,9 +7,10 @@
 //! Semantics as the real server's: a rule runs where it is declared, only when a value is there;
 //! a rule naming `oldSelf` (a transition rule) only on an update whose old object has a value
 //! there; on an update, a value equal to the old one is not checked again (ratcheting, on by
-//! default since 1.30). A failure is a 422 cause at the value's path, `Invalid value: "<type>":
-//! <message>` (or `messageExpression`'s text is not evaluated: the rule's `message`, else
-//! `failed rule: <rule>`). Values are correlated with their old ones through object properties
+//! default since 1.30). A failure is a 422 cause at the value's path (or below it by the rule's
+//! `fieldPath`), `Invalid value: "<type>": <message>` or as the rule's `reason` says (Forbidden,
+//! Required, Duplicate); `messageExpression` is not evaluated: the rule's `message` is used, else
+//! `failed rule: <rule>`. Values are correlated with their old ones through object properties
 //! only, not list items. A rule outside this subset is not evaluated (the fake is then more
 //! lenient than the real server for that rule): [`unsupported`] lists them so a test can assert
 //! a CRD has none.
@@ -87,14 +88,40 @@ fn node(schema: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Ve
                 .get("message")
                 .and_then(Value::as_str)
                 .map_or_else(|| format!("failed rule: {rule}"), str::to_owned);
+            // `fieldPath` (a relative `.a.b`) moves the error below the rule's value.
+            let mut field = path.to_owned();
+            if let Some(rel) = r.get("fieldPath").and_then(Value::as_str) {
+                for part in rel.split('.').filter(|p| !p.is_empty()) {
+                    field = if field.is_empty() {
+                        part.to_owned()
+                    } else {
+                        format!("{field}.{part}")
+                    };
+                }
+            }
+            if field.is_empty() {
+                field = "<nil>".into();
+            }
+            let shown = format!("\"{}\"", type_name(v));
+            let (reason, message) = match r.get("reason").and_then(Value::as_str) {
+                Some("FieldValueForbidden") => {
+                    ("FieldValueForbidden", format!("Forbidden: {message}"))
+                }
+                Some("FieldValueRequired") => {
+                    ("FieldValueRequired", format!("Required value: {message}"))
+                }
+                Some("FieldValueDuplicate") => {
+                    ("FieldValueDuplicate", format!("Duplicate value: {shown}"))
+                }
+                _ => (
+                    "FieldValueInvalid",
+                    format!("Invalid value: {shown}: {message}"),
+                ),
+            };
             out.push(Cause {
-                reason: "FieldValueInvalid",
-                field: if path.is_empty() {
-                    "<nil>".into()
-                } else {
-                    path.to_owned()
-                },
-                message: format!("Invalid value: \"{}\": {message}", type_name(v)),
+                reason,
+                field,
+                message,
             });
         }
     }
@@ -559,6 +586,21 @@ mod tests {
         // An object that was already invalid, unchanged, passes (ratcheting).
         let invalid = json!({"spec": {"className": ""}});
         assert!(check(&schema(), &invalid, Some(&invalid)).is_empty());
+    }
+
+    #[test]
+    fn a_rules_reason_and_field_path_shape_its_error() {
+        let s = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "has(self.a)", "message": "a please", "reason": "FieldValueRequired", "fieldPath": ".a"},
+                {"rule": "!has(self.b)", "message": "no b", "reason": "FieldValueForbidden"}]}}});
+        assert_eq!(
+            fields(&check(&s, &json!({"spec": {"b": 1}}), None)),
+            [
+                ("spec.a".into(), "Required value: a please".into()),
+                ("spec".into(), "Forbidden: no b".into()),
+            ]
+        );
     }
 
     #[test]
