@@ -29,6 +29,10 @@
 //! `portforward`), and the Eviction API with PodDisruptionBudgets (module `eviction`;
 //! [`FakeKube::reconcile_disruption_budgets`] is the disruption controller's pass).
 //!
+//! Storage: PersistentVolumes, PersistentVolumeClaims, VolumeAttachments, CSINodes, CSIDrivers
+//! and StorageClasses with kube-apiserver's validation, strategies and admission (module
+//! `storage`); [`FakeKube::reconcile_storage_protection`] is the protection controllers' pass.
+//!
 //! Authorisation: every request is authorised as kube-apiserver's RBAC authorizer does (module
 //! `authz`; the default roles of module `policy` exist from the start). [`FakeKube::client`] is the
 //! privileged loopback client (`system:masters`); [`FakeKube::service_account_client`] and
@@ -573,6 +577,17 @@ impl FakeKube {
     /// and the counts behind it) computed from the pods as they are now.
     pub fn reconcile_disruption_budgets(&self) -> Result<(), FakeError> {
         let changed = eviction::reconcile_budgets(&mut self.shared.store())?;
+        if changed {
+            self.shared.notify();
+        }
+        Ok(())
+    }
+
+    /// The pvc-protection and pv-protection controllers' pass: a claim or volume being deleted
+    /// loses its protection finalizer (and goes) once nothing uses it: no scheduled pod names the
+    /// claim, the volume is not `Bound`.
+    pub fn reconcile_storage_protection(&self) -> Result<(), FakeError> {
+        let changed = storage::reconcile_protection(&mut self.shared.store())?;
         if changed {
             self.shared.notify();
         }

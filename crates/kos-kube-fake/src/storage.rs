@@ -1529,3 +1529,99 @@ pub fn default_class<'a>(classes: impl Iterator<Item = &'a Value>) -> Option<Str
     defaults.sort_by(|a, b| b.0.cmp(a.0).then(a.1.cmp(b.1)));
     defaults.first().map(|(_, n)| (*n).to_owned())
 }
+
+// ------------------------------------------------------------------- protection controllers
+
+const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
+
+/// One pass of kube-controller-manager's pvc-protection and pv-protection controllers, which
+/// the fake does not run by itself: a claim being deleted loses its finalizer once no scheduled
+/// pod of its namespace names it in a `persistentVolumeClaim` volume (upstream's `podUsesPVC`);
+/// a volume being deleted once it is not `Bound`. The objects then go, as their deletion asked.
+/// Whether anything changed.
+pub(crate) fn reconcile_protection(
+    store: &mut crate::store::Store,
+) -> crate::error::ApiResult<bool> {
+    use crate::error::ApiError;
+    use crate::store::{Scope, WriteCtx};
+    let index = |store: &crate::store::Store, plural: &str| {
+        store
+            .type_index("", "v1", plural)
+            .ok_or_else(|| ApiError::no_route(plural))
+    };
+    let (pods, pvcs, pvs) = (
+        index(store, "pods")?,
+        index(store, "persistentvolumeclaims")?,
+        index(store, "persistentvolumes")?,
+    );
+    let ctx = |manager: &str| WriteCtx {
+        manager: manager.into(),
+        scope: Scope::Main,
+        dry_run: false,
+        keep_status: true,
+        validation: None,
+        warnings: Default::default(),
+    };
+    let deleting = |o: &Value, finalizer: &str| {
+        present(o, "/metadata/deletionTimestamp")
+            && arr(o, "/metadata/finalizers")
+                .iter()
+                .any(|f| f == finalizer)
+    };
+    let without = |o: &Value, finalizer: &str| {
+        let mut o = o.clone();
+        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            if let Some(Value::Array(f)) = m.get_mut("finalizers") {
+                f.retain(|x| x != finalizer);
+            }
+        }
+        o
+    };
+    let mut changed = false;
+    let none = (Default::default(), Default::default());
+    for claim in store.list(pvcs, None, &none.0, &none.1) {
+        if !deleting(&claim, PVC_PROTECTION) {
+            continue;
+        }
+        let (ns, name) = (
+            s(&claim, "/metadata/namespace"),
+            s(&claim, "/metadata/name"),
+        );
+        let used = store
+            .list(pods, Some(ns), &none.0, &none.1)
+            .iter()
+            .any(|p| {
+                !s(p, "/spec/nodeName").is_empty()
+                    && arr(p, "/spec/volumes")
+                        .iter()
+                        .any(|v| s(v, "/persistentVolumeClaim/claimName") == name)
+            });
+        if !used {
+            let (ns, name) = (ns.to_owned(), name.to_owned());
+            store.update(
+                pvcs,
+                &ns,
+                &name,
+                without(&claim, PVC_PROTECTION),
+                &ctx("pvc-protection-controller"),
+            )?;
+            changed = true;
+        }
+    }
+    for volume in store.list(pvs, None, &none.0, &none.1) {
+        if deleting(&volume, PV_PROTECTION) && s(&volume, "/status/phase") != "Bound" {
+            let name = s(&volume, "/metadata/name").to_owned();
+            store.update(
+                pvs,
+                "",
+                &name,
+                without(&volume, PV_PROTECTION),
+                &ctx("pv-protection-controller"),
+            )?;
+            changed = true;
+        }
+    }
+    Ok(changed)
+}

@@ -129,16 +129,24 @@ async fn a_claim_is_defaulted_protected_and_may_name_a_class_that_does_not_exist
         Some("")
     );
 
-    // Deleting a protected claim only marks it: the pvc-protection controller lets it go.
-    pvcs.delete("data", &Default::default()).await?;
-    let marked = pvcs.get("data").await?;
-    assert!(marked.metadata.deletion_timestamp.is_some());
-    pvcs.patch(
-        "data",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    // Deleting a protected claim only marks it: the pvc-protection controller lets it go once
+    // no scheduled pod names it.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(fake.client()?, "default");
+    pods.create(
+        &PostParams::default(),
+        &typed(
+            json!({"metadata": {"name": "app"}, "spec": {"nodeName": "demo-w-0",
+            "containers": [{"name": "c", "image": "busybox"}],
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}),
+        )?,
     )
     .await?;
+    pvcs.delete("data", &Default::default()).await?;
+    fake.reconcile_storage_protection()?;
+    let marked = pvcs.get("data").await?;
+    assert!(marked.metadata.deletion_timestamp.is_some(), "in use: kept");
+    pods.delete("app", &Default::default()).await?;
+    fake.reconcile_storage_protection()?;
     assert!(pvcs.get_opt("data").await?.is_none());
     Ok(())
 }
@@ -529,6 +537,25 @@ async fn a_volume_has_one_source_its_defaults_and_a_pending_phase() -> R {
     let status = available.status.ok_or("status")?;
     assert_eq!(status.phase.as_deref(), Some("Available"));
     assert!(status.last_phase_transition_time.ok_or("no time")? >= first);
+
+    // A bound volume being deleted stays (pv-protection) until it is no longer Bound.
+    pvs.patch_status(
+        "pv-1",
+        &pp,
+        &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+    )
+    .await?;
+    pvs.delete("pv-1", &Default::default()).await?;
+    fake.reconcile_storage_protection()?;
+    assert!(pvs.get_opt("pv-1").await?.is_some(), "bound: kept");
+    pvs.patch_status(
+        "pv-1",
+        &pp,
+        &Patch::Merge(json!({"status": {"phase": "Released"}})),
+    )
+    .await?;
+    fake.reconcile_storage_protection()?;
+    assert!(pvs.get_opt("pv-1").await?.is_none());
     Ok(())
 }
 
