@@ -1376,7 +1376,7 @@ pub fn on_create(kind: &str, obj: &mut Value, default_class: Option<String>, now
 }
 
 /// The PV status strategy: a new phase gets a new `lastPhaseTransitionTime`, unless the writer
-/// set one itself.
+/// set one itself; an unchanged phase keeps the old one when the writer left it out.
 pub fn on_update(kind: &str, obj: &mut Value, old: &Value, now: &str) {
     if kind == "PersistentVolumeClaim" {
         drop_cross_namespace_source(obj, Some(old));
@@ -1385,12 +1385,23 @@ pub fn on_update(kind: &str, obj: &mut Value, old: &Value, now: &str) {
         return;
     }
     let phase = |v: &Value| s(v, "/status/phase").to_owned();
-    let time = |v: &Value| v.pointer("/status/lastPhaseTransitionTime").cloned();
-    if phase(obj) != phase(old)
-        && (time(obj).is_none() || time(obj) == time(old))
+    let time = |v: &Value| {
+        v.pointer("/status/lastPhaseTransitionTime")
+            .filter(|t| !t.is_null())
+            .cloned()
+    };
+    let to = if phase(obj) == phase(old) {
+        // Unchanged phase, time left out: the old one is kept.
+        time(obj).is_none().then(|| time(old)).flatten()
+    } else if time(obj).is_none() || time(obj) == time(old) {
+        Some(json!(now))
+    } else {
+        None
+    };
+    if let Some(t) = to
         && let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut)
     {
-        status.insert("lastPhaseTransitionTime".into(), json!(now));
+        status.insert("lastPhaseTransitionTime".into(), t);
     }
 }
 

@@ -536,7 +536,18 @@ async fn a_volume_has_one_source_its_defaults_and_a_pending_phase() -> R {
         .await?;
     let status = available.status.ok_or("status")?;
     assert_eq!(status.phase.as_deref(), Some("Available"));
-    assert!(status.last_phase_transition_time.ok_or("no time")? >= first);
+    let since = status.last_phase_transition_time.ok_or("no time")?;
+    assert!(since >= first);
+    // A status written whole without the time, same phase: the time is kept.
+    let mut whole = pvs.get_status("pv-1").await?;
+    whole.status = Some(typed(json!({"phase": "Available", "message": "ready"}))?);
+    let kept = pvs
+        .replace_status("pv-1", &PostParams::default(), &whole)
+        .await?;
+    assert_eq!(
+        kept.status.and_then(|s| s.last_phase_transition_time),
+        Some(since)
+    );
 
     // A bound volume being deleted stays (pv-protection) until it is no longer Bound.
     pvs.patch_status(
