@@ -2,8 +2,13 @@
 //! actions), volume types, availability zones, limits and quota sets, plus the interface Nova uses to
 //! create, attach and delete volumes.
 //!
-//! Volumes follow Cinder's state machine on the simulated clock: `creating` → `available` (→ `in-use` while
-//! attached) and `deleting` → gone; quotas answer 413 exactly as Cinder words them.
+//! Volumes follow Cinder's state machine on the simulated clock: `creating` → `available` (→ `attaching`
+//! → `in-use` → `detaching` while Nova attaches and detaches it; → `extending` and back) and `deleting` →
+//! gone; snapshots (`snapshots.rs`) `creating` → `available`, `deleting` → gone; quotas answer 413
+//! exactly as Cinder words them. The rules are Cinder 29's (cinder/volume/api.py,
+//! cinder/volume/flows/api/create_volume.py, cinder/api/v3/).
+
+mod snapshots;
 
 use std::collections::BTreeMap;
 
@@ -40,6 +45,16 @@ const DELETABLE: &[&str] = &[
     "error_extending",
     "error_managing",
 ];
+/// Cinder 29's refusal of a volume delete (cinder/volume/api.py `delete`).
+const DELETE_REFUSED: &str = "Invalid volume: Volume status must be available or error or error_restoring or error_extending or error_managing and must not be migrating, attached, belong to a group, have snapshots, awaiting a transfer, or be disassociated from snapshots after volume transfer.";
+/// The extra spec that makes a type's volumes multi-attachable; no other value does.
+const MULTIATTACH_SPEC: (&str, &str) = ("multiattach", "<is> True");
+/// Extra specs every project member sees (Cinder's `USER_VISIBLE_EXTRA_SPECS`); the rest is admin-only.
+const USER_VISIBLE_SPECS: &[&str] = &[
+    "RESKEY:availability_zones",
+    "multiattach",
+    "replication_enabled",
+];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VolumeType {
@@ -49,12 +64,30 @@ pub struct VolumeType {
     pub extra_specs: BTreeMap<String, String>,
 }
 
+impl VolumeType {
+    fn multiattach(&self) -> bool {
+        self.extra_specs.get(MULTIATTACH_SPEC.0).map(String::as_str) == Some(MULTIATTACH_SPEC.1)
+    }
+    fn backend(&self) -> Option<&str> {
+        self.extra_specs
+            .get("volume_backend_name")
+            .map(String::as_str)
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Attachment {
     pub id: String,
     pub server_id: String,
     pub device: String,
     pub attached_at: String,
+    /// False while Nova is still attaching it: Cinder lists only attached ones on the volume.
+    #[serde(default = "yes")]
+    pub attached: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -72,18 +105,25 @@ pub struct Volume {
     pub multiattach: bool,
     pub image_id: Option<String>,
     pub source_volid: Option<String>,
+    #[serde(default)]
+    pub snapshot_id: Option<String>,
     pub metadata: BTreeMap<String, String>,
     pub attachments: Vec<Attachment>,
     pub created_at: String,
     pub updated_at: Option<String>,
-    /// When the current transitional status (`creating`, `deleting`) began.
+    /// When the current transitional status (`creating`, `deleting`, `extending`) began.
     pub since: SimTime,
+    /// The size an `extending` volume will have (Cinder changes `size` when the backend is done).
+    #[serde(default)]
+    pub extend_to: Option<u64>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct CinderState {
     pub volumes: Vec<Volume>,
     pub types: Vec<VolumeType>,
+    #[serde(default)]
+    pub snapshots: Vec<snapshots::Snapshot>,
 }
 
 impl CinderState {
@@ -105,9 +145,32 @@ impl CinderState {
             .iter()
             .find(|t| t.name == name_or_id || t.id == name_or_id)
     }
+    /// Volumes of a project, and the gigabytes its volumes and snapshots hold (Cinder counts both
+    /// against `gigabytes`).
     fn usage(&self, project_id: &str) -> (u64, u64) {
         let mine = self.volumes.iter().filter(|v| v.project_id == project_id);
-        (mine.clone().count() as u64, mine.map(|v| v.size).sum())
+        let snap_gb: u64 = self
+            .snapshots
+            .iter()
+            .filter(|s| s.project_id == project_id)
+            .map(|s| s.size)
+            .sum();
+        (
+            mine.clone().count() as u64,
+            // An extend holds its new size from the request on (Cinder's reservation).
+            mine.map(|v| v.extend_to.unwrap_or(v.size).max(v.size))
+                .sum::<u64>()
+                + snap_gb,
+        )
+    }
+    fn snapshot_count(&self, project_id: &str) -> u64 {
+        self.snapshots
+            .iter()
+            .filter(|s| s.project_id == project_id)
+            .count() as u64
+    }
+    fn type_of(&self, v: &Volume) -> Option<&VolumeType> {
+        self.types.iter().find(|t| t.name == v.volume_type)
     }
 }
 
@@ -122,40 +185,54 @@ pub struct InternalVolume {
     pub availability_zone: Option<String>,
 }
 
-pub fn seed(cloud: &mut Cloud, _cfg: &SimConfig, _project_id: &str) {
-    for (name, description, specs) in [
-        (DEFAULT_TYPE, "Default Volume Type", vec![]),
-        (
-            "ssd",
-            "Solid-state volumes",
-            vec![("volume_backend_name", "ssd")],
-        ),
-    ] {
+/// Cinder's `__DEFAULT__` type and the types of the config (`volume_types`).
+pub fn seed(cloud: &mut Cloud, cfg: &SimConfig, _project_id: &str) {
+    cloud.cinder.types.push(VolumeType {
+        id: ids::uuid(),
+        name: DEFAULT_TYPE.into(),
+        description: "Default Volume Type".into(),
+        extra_specs: BTreeMap::new(),
+    });
+    for t in cfg.volume_types.iter().filter(|t| t.name != DEFAULT_TYPE) {
         cloud.cinder.types.push(VolumeType {
             id: ids::uuid(),
-            name: name.into(),
-            description: description.into(),
-            extra_specs: specs
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
+            name: t.name.clone(),
+            description: t.description.clone(),
+            extra_specs: t.extra_specs.clone(),
         });
     }
 }
 
-/// `creating` → `available` after volume_create_secs; `deleting` → gone after volume_delete_secs.
+/// `creating` → `available` after volume_create_secs; `deleting` → gone after volume_delete_secs (with
+/// its snapshots, which a cascade delete marked `deleting` too); `extending` → back after
+/// volume_extend_secs, at the new size; snapshots likewise.
 pub fn advance(cloud: &mut Cloud, cfg: &SimConfig) {
     let now = cloud.now;
     let lat = &cfg.latency;
-    let vols = &mut cloud.cinder.volumes;
-    vols.retain(|v| {
+    let st = &mut cloud.cinder;
+    st.volumes.retain(|v| {
         !(v.status == "deleting" && now.reached(v.since.after(lat.volume_delete_secs)))
     });
-    for v in vols.iter_mut() {
+    for v in st.volumes.iter_mut() {
         if v.status == "creating" && now.reached(v.since.after(lat.volume_create_secs)) {
             v.status = "available".into();
             v.updated_at = Some(timestamp());
         }
+        if v.status == "extending" && now.reached(v.since.after(lat.volume_extend_secs)) {
+            v.size = v.extend_to.take().unwrap_or(v.size);
+            v.status = settled_status(v).into();
+            v.updated_at = Some(timestamp());
+        }
+    }
+    snapshots::advance(st, now, lat);
+}
+
+/// What a volume is when nothing is happening to it: `in-use` with an attachment, else `available`.
+fn settled_status(v: &Volume) -> &'static str {
+    if v.attachments.is_empty() {
+        "available"
+    } else {
+        "in-use"
     }
 }
 
@@ -233,12 +310,12 @@ pub fn create_volume_internal(cloud: &mut Cloud, spec: InternalVolume) -> SimRes
             user_id,
             name: Some(spec.name),
             description: None,
-            size: spec.size_gb,
+            size: Some(spec.size_gb),
             volume_type: spec.volume_type,
             availability_zone: spec.availability_zone,
             image_id: spec.image_id,
             source_volid: None,
-            multiattach: false,
+            snapshot_id: None,
             metadata: BTreeMap::new(),
         },
     )?;
@@ -259,7 +336,24 @@ pub fn volume_size(cloud: &Cloud, volume_id: &str) -> Option<u64> {
     cloud.cinder.volume(volume_id).ok().map(|v| v.size)
 }
 
-/// Attaches an `available` volume to a server: `in-use`, with an attachment record. Errors (400 for a
+/// What Nova reads of a volume before it attaches it (`volume_api.get`).
+#[derive(Debug, Clone)]
+pub struct VolumeFacts {
+    pub status: String,
+    pub availability_zone: String,
+    pub multiattach: bool,
+}
+
+pub fn volume_facts(cloud: &Cloud, volume_id: &str) -> Option<VolumeFacts> {
+    cloud.cinder.volume(volume_id).ok().map(|v| VolumeFacts {
+        status: v.status.clone(),
+        availability_zone: v.availability_zone.clone(),
+        multiattach: v.multiattach,
+    })
+}
+
+/// Attaches an `available` volume to a server at once: `in-use`, with an attachment record (a boot's
+/// block device mapping, whose attach Nova finishes before the server is ACTIVE). Errors (400 for a
 /// volume in the wrong state) are Cinder errors.
 pub fn attach(
     cloud: &mut Cloud,
@@ -278,6 +372,7 @@ pub fn attach(
         server_id: server_id.to_owned(),
         device: device.to_owned(),
         attached_at: timestamp(),
+        attached: true,
     };
     let id = att.id.clone();
     v.attachments.push(att);
@@ -286,12 +381,86 @@ pub fn attach(
     Ok(id)
 }
 
-/// Back to `available`.
+/// Cinder's `attachment_create` without a connector, as Nova's attach makes it: the volume must be
+/// `available` (or `in-use` when multiattach) and goes `attaching` (Cinder shows `reserved` until the
+/// compute host sends its connector a moment later; the sim goes straight on) until
+/// [`attach_complete`]. Errors are Cinder's 400s, worded as Cinder words them.
+pub fn reserve(cloud: &mut Cloud, volume_id: &str, server_id: &str) -> SimResult<String> {
+    let v = cloud.cinder.volume_mut(volume_id)?;
+    if v.status.contains("error") {
+        return Err(bad(format!(
+            "Invalid volume: Volume attachments can not be created if the volume is in an error state. The Volume {volume_id} currently has a status of: {} ",
+            v.status
+        )));
+    }
+    let allowed: &[&str] = if v.multiattach {
+        &["available", "in-use", "downloading"]
+    } else {
+        &["available", "downloading"]
+    };
+    if !allowed.contains(&v.status.as_str()) {
+        return Err(bad(format!(
+            "Invalid volume: Volume {volume_id} status must be {} to reserve, but the current status is {}.",
+            allowed.join(" or "),
+            v.status
+        )));
+    }
+    let att = Attachment {
+        id: ids::uuid(),
+        server_id: server_id.to_owned(),
+        device: String::new(),
+        attached_at: String::new(),
+        attached: false,
+    };
+    let id = att.id.clone();
+    v.attachments.push(att);
+    v.status = "attaching".into();
+    v.updated_at = Some(timestamp());
+    Ok(id)
+}
+
+/// The compute host attached the volume (`attachment_complete`): `in-use`, the attachment listed with
+/// its device.
+pub fn attach_complete(cloud: &mut Cloud, volume_id: &str, attachment_id: &str, device: &str) {
+    if let Ok(v) = cloud.cinder.volume_mut(volume_id) {
+        if let Some(a) = v.attachments.iter_mut().find(|a| a.id == attachment_id) {
+            a.attached = true;
+            a.device = device.to_owned();
+            a.attached_at = timestamp();
+        }
+        if v.status == "attaching" {
+            v.status = "in-use".into();
+        }
+        v.updated_at = Some(timestamp());
+    }
+}
+
+/// Cinder's `begin_detaching`, which Nova's detach calls first: only an `in-use` volume goes
+/// `detaching`; otherwise Cinder's 400.
+pub fn begin_detaching(cloud: &mut Cloud, volume_id: &str) -> SimResult<()> {
+    let v = cloud.cinder.volume_mut(volume_id)?;
+    if v.status != "in-use" {
+        return Err(bad(
+            "Invalid volume: Unable to detach volume. Volume status must be 'in-use' and attach_status must be 'attached' to detach.",
+        ));
+    }
+    v.status = "detaching".into();
+    v.updated_at = Some(timestamp());
+    Ok(())
+}
+
+/// Removes the server's attachment: `available`, or `in-use` while other servers keep theirs.
 pub fn detach(cloud: &mut Cloud, volume_id: &str, server_id: &str) {
     if let Ok(v) = cloud.cinder.volume_mut(volume_id) {
         v.attachments.retain(|a| a.server_id != server_id);
-        if v.attachments.is_empty() && v.status == "in-use" {
-            v.status = "available".into();
+        if ["in-use", "attaching", "detaching"].contains(&v.status.as_str()) {
+            // Another server's attach of a multiattach volume may still be under way.
+            v.status = if v.attachments.iter().any(|a| !a.attached) {
+                "attaching"
+            } else {
+                settled_status(v)
+            }
+            .into();
             v.updated_at = Some(timestamp());
         }
     }
@@ -317,78 +486,181 @@ struct NewVolume {
     user_id: String,
     name: Option<String>,
     description: Option<String>,
-    size: u64,
+    /// `None`: the source's size (a snapshot's or a volume's).
+    size: Option<u64>,
     volume_type: Option<String>,
     availability_zone: Option<String>,
     image_id: Option<String>,
     source_volid: Option<String>,
-    multiattach: bool,
+    snapshot_id: Option<String>,
     metadata: BTreeMap<String, String>,
 }
 
-/// Validates and quota-checks a new volume (not yet stored).
+fn type_not_found(name_or_id: &str) -> SimError {
+    // Cinder looks a UUID up as an id first, and names the id when neither matches.
+    let msg = if uuid::Uuid::parse_str(name_or_id).is_ok() {
+        format!("Volume type {name_or_id} could not be found.")
+    } else {
+        format!("Volume type with name {name_or_id} could not be found.")
+    };
+    SimError::not_found(SVC, msg)
+}
+
+/// Whether a volume of type `from` may be copied into type `to` (Cinder's `_retype_is_possible`): always
+/// with one backend, else when both name the same `volume_backend_name`.
+fn retype_possible(st: &CinderState, from: &VolumeType, to: &VolumeType) -> bool {
+    let backends: std::collections::BTreeSet<Option<&str>> =
+        st.types.iter().map(VolumeType::backend).collect();
+    backends.len() <= 1 || from.backend() == to.backend()
+}
+
+/// Validates and quota-checks a new volume (not yet stored), in the order of Cinder's create flow.
 fn new_volume(cloud: &Cloud, n: NewVolume) -> SimResult<Volume> {
-    if n.size < 1 {
+    let st = &cloud.cinder;
+    // The API looks the named objects up first (404s), then the flow checks them.
+    let req_type = n
+        .volume_type
+        .as_deref()
+        .map(|t| st.volume_type(t).ok_or_else(|| type_not_found(t)))
+        .transpose()?;
+    let snapshot = n
+        .snapshot_id
+        .as_deref()
+        .map(|id| st.snapshot(id))
+        .transpose()?;
+    let source = n
+        .source_volid
+        .as_deref()
+        .map(|id| st.volume(id))
+        .transpose()?;
+    let given = [n.image_id.is_some(), snapshot.is_some(), source.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err(bad(
+            "Invalid input received: May specify only one of backup, imageRef, snapshot, source volume",
+        ));
+    }
+    if let Some(s) = snapshot
+        && s.status != "available"
+    {
+        return Err(bad(
+            "Invalid snapshot: Originating snapshot status must be one of 'available' values",
+        ));
+    }
+    if let Some(v) = source
+        && !["available", "in-use"].contains(&v.status.as_str())
+    {
+        return Err(bad(
+            "Invalid volume: Originating source volume status must be one of 'available, in-use' values",
+        ));
+    }
+    let snap_volume = snapshot.and_then(|s| st.volume(&s.volume_id).ok());
+    let size = n
+        .size
+        .or(source.map(|v| v.size))
+        .or(snapshot.map(|s| s.size))
+        .unwrap_or(0);
+    if size < 1 {
         return Err(bad(format!(
-            "Invalid input received: Volume size '{}' must be an integer and greater than 0.",
-            n.size
+            "Invalid input received: Volume size '{size}' must be an integer and greater than 0"
         )));
     }
-    let vtype = n.volume_type.as_deref().unwrap_or(DEFAULT_TYPE);
-    let vtype = cloud
-        .cinder
-        .volume_type(vtype)
-        .ok_or_else(|| {
-            SimError::not_found(
-                SVC,
-                format!("Volume type with name {vtype} could not be found."),
-            )
-        })?
-        .name
-        .clone();
+    if let Some(v) = source
+        && size < v.size
+    {
+        return Err(bad(format!(
+            "Invalid input received: Volume size '{size}'GB cannot be smaller than original volume size  {}GB. They must be >= original volume size.",
+            v.size
+        )));
+    }
+    if let Some(s) = snapshot
+        && size < s.size
+    {
+        return Err(bad(format!(
+            "Invalid input received: Volume size '{size}'GB cannot be smaller than the snapshot size {}GB. They must be >= original snapshot size.",
+            s.size
+        )));
+    }
+    let mut bootable = false;
+    if let Some(img) = &n.image_id {
+        check_image(cloud, img, size)?;
+        bootable = true;
+    }
+    // Without a type: the source's, else `__DEFAULT__`. A type other than the source's must be one
+    // the source could be retyped to.
+    let source_type = source
+        .and_then(|v| st.type_of(v))
+        .or_else(|| snapshot.and_then(|s| st.types.iter().find(|t| t.name == s.volume_type)));
+    let vtype = match (req_type, source_type) {
+        (Some(t), Some(from)) if t.id != from.id && !retype_possible(st, from, t) => {
+            let why = if source.is_some() {
+                "either match source volume, or omit type argument"
+            } else {
+                "recommend omitting the type argument"
+            };
+            return Err(bad(format!(
+                "Invalid input received: Invalid volume_type provided: {} (requested type is not compatible; {why}).",
+                t.id
+            )));
+        }
+        (Some(t), _) | (None, Some(t)) => t,
+        (None, None) => st
+            .volume_type(DEFAULT_TYPE)
+            .ok_or_else(|| type_not_found(DEFAULT_TYPE))?,
+    };
+    let source_zone = source
+        .map(|v| v.availability_zone.clone())
+        .or(snap_volume.map(|v| v.availability_zone.clone()));
     let zone = n
         .availability_zone
+        .clone()
+        .or(source_zone.clone())
         .unwrap_or_else(|| cloud.default_volume_zone());
     // Cinder's own zones, never Nova's (cinder/volume/flows/api/create_volume.py raises
     // InvalidAvailabilityZone, a 400, without allow_availability_zone_fallback).
     if !cloud.volume_zones().contains(&zone) {
         return Err(bad(format!("Availability zone '{zone}' is invalid.")));
     }
-    let mut bootable = false;
-    if let Some(img) = &n.image_id {
-        check_image(cloud, img, n.size)?;
-        bootable = true;
+    // `cloned_volume_same_az` (default True): a copy stays in its source's zone.
+    if let Some(sz) = &source_zone
+        && *sz != zone
+    {
+        let what = if source.is_some() {
+            "source volume"
+        } else {
+            "snapshot"
+        };
+        return Err(bad(format!(
+            "Invalid input received: Volume must be in the same availability zone as the {what}"
+        )));
     }
-    if let Some(src) = &n.source_volid {
-        let s = cloud.cinder.volume(src)?;
-        if n.size < s.size {
-            return Err(bad(format!(
-                "Invalid input received: Volume size {}GB cannot be smaller than original volume size {}GB. They must be >= original volume size.",
-                n.size, s.size
-            )));
-        }
-        bootable = s.bootable;
+    if let Some(v) = source {
+        bootable = v.bootable;
     }
-    check_quota(cloud, &n.project_id, 1, n.size)?;
+    if let Some(v) = snap_volume {
+        bootable = v.bootable;
+    }
+    check_quota(cloud, &n.project_id, 1, size)?;
     Ok(Volume {
         id: ids::uuid(),
         project_id: n.project_id,
         user_id: n.user_id,
         name: n.name,
         description: n.description,
-        size: n.size,
+        size,
         status: "creating".into(),
-        volume_type: vtype,
+        volume_type: vtype.name.clone(),
         availability_zone: zone,
         bootable,
-        multiattach: n.multiattach,
+        multiattach: vtype.multiattach(),
         image_id: n.image_id,
         source_volid: n.source_volid,
+        snapshot_id: n.snapshot_id,
         metadata: n.metadata,
         attachments: Vec::new(),
         created_at: timestamp(),
         updated_at: None,
         since: cloud.now,
+        extend_to: None,
     })
 }
 
@@ -553,7 +825,7 @@ pub fn routes() -> Routes {
             File(concat!("block-storage/", $s))
         };
     }
-    Routes::new(SVC)
+    snapshots::routes(Routes::new(SVC))
         .get(
             p!("/volumes"),
             list_volumes,
@@ -655,6 +927,7 @@ fn render_volume(app: &SharedApp, c: &Caller, st: &CinderState, v: &Volume) -> V
     let attachments: Vec<Value> = v
         .attachments
         .iter()
+        .filter(|a| a.attached)
         .map(|a| {
             json!({
                 "id": v.id, "attachment_id": a.id, "volume_id": v.id, "server_id": a.server_id,
@@ -676,7 +949,7 @@ fn render_volume(app: &SharedApp, c: &Caller, st: &CinderState, v: &Volume) -> V
         "multiattach": v.multiattach,
         "metadata": v.metadata,
         "volume_type": v.volume_type,
-        "snapshot_id": null,
+        "snapshot_id": v.snapshot_id,
         "source_volid": v.source_volid,
         "consistencygroup_id": null,
         "replication_status": null,
@@ -774,27 +1047,45 @@ async fn create_volume(
 ) -> SimResult<Response> {
     let body = parse_body(&body)?;
     let m = element(&body, "volume")?;
+    let snapshot_id = opt_str(m, "snapshot_id")?;
+    let source_volid = opt_str(m, "source_volid")?;
+    // Without a size, a copy takes its source's; with neither, the size is missing.
     let size = match m.get("size") {
-        Some(Value::Number(n)) => n.as_i64(),
-        Some(Value::String(s)) => s.trim().parse().ok(),
-        _ => None,
-    }
-    .filter(|n| *n >= 1)
-    .and_then(|n| u64::try_from(n).ok())
-    .ok_or_else(|| {
-        bad(format!(
-            "Invalid input received: Volume size '{}' must be an integer and greater than 0.",
-            m.get("size").cloned().unwrap_or(Value::Null)
-        ))
-    })?;
-    let mut cloud = app.cloud();
-    // No snapshots or backups exist in the simulator, so any reference to one is unknown.
-    if let Some(s) = opt_str(m, "snapshot_id")? {
-        return Err(SimError::not_found(
-            SVC,
-            format!("Snapshot {s} could not be found."),
+        None | Some(Value::Null) if snapshot_id.is_some() || source_volid.is_some() => None,
+        raw => Some(
+            match raw {
+                Some(Value::Number(n)) => n.as_i64(),
+                Some(Value::String(s)) => s.trim().parse().ok(),
+                _ => None,
+            }
+            .filter(|n| *n >= 1)
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| {
+                bad(format!(
+                    "Invalid input received: Volume size '{}' must be an integer and greater than 0.",
+                    raw.cloned().unwrap_or(Value::Null)
+                ))
+            })?,
+        ),
+    };
+    // Cinder removed the parameter: multiattach comes from the volume type only.
+    let multiattach = match m.get("multiattach") {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => {
+            matches!(
+                s.to_ascii_lowercase().as_str(),
+                "true" | "1" | "yes" | "on" | "y" | "t"
+            )
+        }
+        _ => false,
+    };
+    if multiattach {
+        return Err(bad(
+            "multiattach parameter has been removed. The default behavior is to use multiattach enabled volume types. Contact your administrator to create a multiattach enabled volume type and use it to create multiattach volumes.",
         ));
     }
+    let mut cloud = app.cloud();
+    // No backups exist in the simulator, so any reference to one is unknown.
     if let Some(b) = opt_str(m, "backup_id")? {
         return Err(SimError::not_found(
             SVC,
@@ -816,11 +1107,8 @@ async fn create_volume(
             volume_type: opt_str(m, "volume_type")?,
             availability_zone: opt_str(m, "availability_zone")?,
             image_id: opt_str(m, "imageRef")?,
-            source_volid: opt_str(m, "source_volid")?,
-            multiattach: m
-                .get("multiattach")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            source_volid,
+            snapshot_id,
             metadata,
         },
     )?;
@@ -1018,21 +1306,60 @@ async fn update_volume(
     ))
 }
 
+/// `?cascade=true` deletes the volume's snapshots with it, when each is `available` or `error` (a
+/// non-admin's also only when all are of its project); without it a volume with snapshots stays.
 async fn delete_volume(
     State(app): State<SharedApp>,
     c: Caller,
     Path((_, id)): Path<(String, String)>,
+    q: QueryParams,
 ) -> SimResult<Response> {
+    let cascade = match q.get("cascade") {
+        None => false,
+        Some(raw) => bool_param(raw)
+            .ok_or_else(|| bad(format!("Value '{raw}' for 'cascade' is not a boolean.")))?,
+    };
     let mut cloud = app.cloud();
     let now = cloud.now;
     let v = visible(&c, cloud.cinder.volume(&id)?)?;
-    if !DELETABLE.contains(&v.status.as_str()) || !v.attachments.is_empty() {
-        return Err(bad(
-            "Invalid volume: Volume status must be available or error or error_restoring or error_extending or error_managing and must not be migrating, attached, belong to a group, have snapshots or be disassociated from snapshots after volume transfer.",
-        ));
+    let snaps: Vec<&snapshots::Snapshot> = cloud
+        .cinder
+        .snapshots
+        .iter()
+        .filter(|s| s.volume_id == id)
+        .collect();
+    let snapshots_block = if cascade {
+        snaps.iter().any(|s| {
+            !["available", "error"].contains(&s.status.as_str())
+                || (!c.ctx.is_admin() && s.project_id != c.ctx.project_id)
+        })
+    } else {
+        !snaps.is_empty()
+    };
+    if !DELETABLE.contains(&v.status.as_str()) || !v.attachments.is_empty() || snapshots_block {
+        return Err(bad(DELETE_REFUSED));
     }
     start_delete(cloud.cinder.volume_mut(&id)?, now);
+    for s in cloud
+        .cinder
+        .snapshots
+        .iter_mut()
+        .filter(|s| s.volume_id == id)
+    {
+        s.status = "deleting".into();
+        s.since = now;
+        s.updated_at = Some(timestamp());
+    }
     Ok(c.empty(StatusCode::ACCEPTED))
+}
+
+/// A boolean query or body value as oslo's `bool_from_string(strict=True)` reads it.
+fn bool_param(raw: &str) -> Option<bool> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" | "on" | "y" | "yes" => Some(true),
+        "0" | "f" | "false" | "off" | "n" | "no" => Some(false),
+        _ => None,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1141,6 +1468,53 @@ async fn delete_metadata_key(
 // ---------------------------------------------------------------------------------------------------------
 // Actions
 
+/// `{"new_size": N}` by Cinder's schema: an integer ≥ 1, or a string of digits, and nothing else.
+fn extend_size(args: &Value) -> SimResult<u64> {
+    let obj = args.as_object().ok_or_else(|| {
+        bad(format!(
+            "Invalid input for field/attribute os-extend. Value: {args}. {args} is not of type 'object'"
+        ))
+    })?;
+    if let Some(extra) = obj.keys().find(|k| *k != "new_size") {
+        return Err(bad(format!(
+            "Invalid input for field/attribute os-extend. Value: {args}. Additional properties are not allowed ('{extra}' was unexpected)"
+        )));
+    }
+    let raw = obj.get("new_size").ok_or_else(|| {
+        bad(format!(
+            "Invalid input for field/attribute os-extend. Value: {args}. 'new_size' is a required property"
+        ))
+    })?;
+    let parsed = match raw {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse().ok()
+        }
+        _ => None,
+    };
+    match parsed {
+        Some(n) if n >= 1 => Ok(n.unsigned_abs()),
+        Some(n) => Err(bad(format!(
+            "Invalid input for field/attribute new_size. Value: {n}. {n} is less than the minimum of 1"
+        ))),
+        None => Err(bad(format!(
+            "Invalid input for field/attribute new_size. Value: {raw}. {raw} is not valid under any of the given schemas"
+        ))),
+    }
+}
+
+/// An extend reserves only the added gigabytes (Cinder's `VolumeSizeExceedsAvailableQuota`, 413).
+fn check_extend_quota(cloud: &Cloud, project_id: &str, grow: u64) -> SimResult<()> {
+    let limit = cloud.quotas.gigabytes;
+    let (_, used) = cloud.cinder.usage(project_id);
+    if u64::try_from(limit).is_ok_and(|l| used + grow > l) {
+        return Err(over_limit(format!(
+            "VolumeSizeExceedsAvailableQuota: Requested volume or snapshot exceeds allowed gigabytes quota. Requested {grow}G, quota is {limit}G and {used}G has been consumed."
+        )));
+    }
+    Ok(())
+}
+
 async fn volume_action(
     State(app): State<SharedApp>,
     c: Caller,
@@ -1157,31 +1531,33 @@ async fn volume_action(
     visible(&c, cloud.cinder.volume(&id)?)?;
     match action.as_str() {
         "os-extend" => {
-            let new_size = match args.get("new_size") {
-                Some(Value::Number(n)) => n.as_u64(),
-                Some(Value::String(s)) => s.trim().parse().ok(),
-                _ => None,
-            }
-            .ok_or_else(|| {
-                bad("Invalid input received: New size for extend must be specified as an integer.")
-            })?;
+            let new_size = extend_size(args)?;
+            let now = cloud.now;
             let v = cloud.cinder.volume(&id)?;
-            if v.status != "available" {
-                return Err(bad(format!(
-                    "Invalid volume: Volume status must be 'available' to extend, currently {}.",
-                    v.status
-                )));
-            }
             if new_size <= v.size {
                 return Err(bad(format!(
                     "Invalid input received: New size for extend must be greater than current size. (current: {}, extended: {new_size}).",
                     v.size
                 )));
             }
+            // An attached volume grows only from 3.42 on; before, it must be `available`.
+            let expected = if c.at_least(42) && v.status == "in-use" {
+                "in-use"
+            } else {
+                "available"
+            };
+            if v.status != expected {
+                return Err(bad(format!(
+                    "Invalid volume: Volume {id} status must be '{{'status': '{expected}'}}' to extend, currently {}.",
+                    v.status
+                )));
+            }
             let (project, grow) = (v.project_id.clone(), new_size - v.size);
-            check_quota(&cloud, &project, 0, grow)?;
+            check_extend_quota(&cloud, &project, grow)?;
             let v = cloud.cinder.volume_mut(&id)?;
-            v.size = new_size;
+            v.status = "extending".into();
+            v.extend_to = Some(new_size);
+            v.since = now;
             v.updated_at = Some(timestamp());
             Ok(c.empty(StatusCode::ACCEPTED))
         }
@@ -1225,16 +1601,21 @@ async fn volume_action(
 // Types, zones, limits, quotas
 
 fn render_type(c: &Caller, t: &VolumeType) -> Value {
-    // Extra specs describe the backend; only admins see them (Cinder's default policy).
-    let specs = if c.ctx.is_admin() {
-        json!(t.extra_specs)
-    } else {
-        json!({})
-    };
-    json!({
+    // Cinder's default policy: members see the user-visible extra specs (`multiattach`, …), admins
+    // all of them (the backend name too) and the QoS specs id.
+    let specs: BTreeMap<&String, &String> = t
+        .extra_specs
+        .iter()
+        .filter(|(k, _)| c.ctx.is_admin() || USER_VISIBLE_SPECS.contains(&k.as_str()))
+        .collect();
+    let mut j = json!({
         "id": t.id, "name": t.name, "description": t.description, "is_public": true,
-        "os-volume-type-access:is_public": true, "qos_specs_id": null, "extra_specs": specs,
-    })
+        "os-volume-type-access:is_public": true, "extra_specs": specs,
+    });
+    if c.ctx.is_admin() {
+        j["qos_specs_id"] = Value::Null;
+    }
+    j
 }
 
 async fn list_types(State(app): State<SharedApp>, c: Caller) -> Response {
@@ -1287,7 +1668,8 @@ async fn limits(State(app): State<SharedApp>, c: Caller) -> Response {
         json!({"limits": {"rate": [], "absolute": {
             "maxTotalVolumes": q.volumes, "maxTotalVolumeGigabytes": q.gigabytes,
             "maxTotalSnapshots": q.snapshots, "maxTotalBackups": 10, "maxTotalBackupGigabytes": 1000,
-            "totalVolumesUsed": count, "totalGigabytesUsed": used, "totalSnapshotsUsed": 0,
+            "totalVolumesUsed": count, "totalGigabytesUsed": used,
+            "totalSnapshotsUsed": cloud.cinder.snapshot_count(&c.ctx.project_id),
             "totalBackupsUsed": 0, "totalBackupGigabytesUsed": 0,
         }}}),
     )
@@ -1297,13 +1679,13 @@ async fn limits(State(app): State<SharedApp>, c: Caller) -> Response {
 fn quota_entries(
     q: &Quotas,
     st: &CinderState,
-    usage: Option<(u64, u64)>,
+    usage: Option<(u64, u64, u64)>,
 ) -> Vec<(String, i64, u64)> {
-    let (count, used) = usage.unwrap_or_default();
+    let (count, used, snaps) = usage.unwrap_or_default();
     let mut out = vec![
         ("volumes".to_owned(), q.volumes, count),
         ("gigabytes".to_owned(), q.gigabytes, used),
-        ("snapshots".to_owned(), q.snapshots, 0),
+        ("snapshots".to_owned(), q.snapshots, snaps),
         ("backups".to_owned(), 10, 0),
         ("backup_gigabytes".to_owned(), 1000, 0),
         ("groups".to_owned(), 10, 0),
@@ -1348,7 +1730,9 @@ async fn quota_set(
     let mut set = Map::new();
     set.insert("id".into(), json!(project_id));
     let st = &cloud.cinder;
-    for (k, limit, in_use) in quota_entries(&cloud.quotas, st, Some(st.usage(&project_id))) {
+    let (count, used) = st.usage(&project_id);
+    let counts = (count, used, st.snapshot_count(&project_id));
+    for (k, limit, in_use) in quota_entries(&cloud.quotas, st, Some(counts)) {
         let v = if usage {
             json!({"limit": limit, "in_use": in_use, "reserved": 0, "allocated": 0})
         } else {

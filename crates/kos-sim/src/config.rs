@@ -35,6 +35,14 @@ pub struct SimConfig {
     pub volume_zones: Vec<String>,
     /// Nova's scheduler: its reschedule limit, and the race of boots into one anti-affinity group.
     pub scheduler: SchedulerModel,
+    /// Cinder's volume types besides `__DEFAULT__` (which Cinder always has), as an admin made them.
+    pub volume_types: Vec<VolumeTypeConfig>,
+    /// Nova's `[cinder] cross_az_attach` (default true). False: Nova refuses to attach a volume whose
+    /// Cinder zone is not its server's compute zone.
+    pub cross_az_attach: bool,
+    /// Nova's `[compute] max_disk_devices_to_attach`: disks (the root disk counted) a server may
+    /// have; -1 (the default) is unlimited.
+    pub max_disk_devices_to_attach: i64,
     /// Seed devstack's project network too: `private` (10.10.0.0/24 on `private-subnet`) behind
     /// `router1` on the external network, for specs that bring their own network.
     pub project_network: bool,
@@ -65,6 +73,9 @@ impl Default for SimConfig {
             zones: vec!["nova".into()],
             volume_zones: Vec::new(),
             scheduler: SchedulerModel::default(),
+            volume_types: VolumeTypeConfig::defaults(),
+            cross_az_attach: true,
+            max_disk_devices_to_attach: -1,
             project_network: false,
             quotas: Quotas::default(),
             faults: Vec::new(),
@@ -126,6 +137,42 @@ pub enum ConfigError {
     Parse(String, String),
 }
 
+/// A volume type an admin made (`openstack volume type create --property k=v NAME`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeTypeConfig {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// e.g. `volume_backend_name: ssd`, `multiattach: "<is> True"` (the only value that makes
+    /// Cinder's volumes of the type multi-attachable).
+    #[serde(default)]
+    pub extra_specs: BTreeMap<String, String>,
+}
+
+impl VolumeTypeConfig {
+    /// `ssd` (a backend of its own) and `multiattach`, beside Cinder's `__DEFAULT__`.
+    pub fn defaults() -> Vec<VolumeTypeConfig> {
+        let spec = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        vec![
+            VolumeTypeConfig {
+                name: "ssd".into(),
+                description: "Solid-state volumes".into(),
+                extra_specs: [spec("volume_backend_name", "ssd")].into(),
+            },
+            VolumeTypeConfig {
+                name: "multiattach".into(),
+                description: "Volumes more than one server may attach".into(),
+                extra_specs: [
+                    spec("volume_backend_name", "lvmdriver-1"),
+                    spec("multiattach", "<is> True"),
+                ]
+                .into(),
+            },
+        ]
+    }
+}
+
 /// Durations in cloud seconds. Defaults are what a healthy public cloud shows. `PUT /_sim/latency`
 /// changes them while the simulator runs (a cloud that turns slow under load).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -145,8 +192,16 @@ pub struct LatencyModel {
     pub lb_delete_secs: f64,
     /// Volume creating → available.
     pub volume_create_secs: f64,
-    /// Volume deleting → gone; attaching/detaching.
+    /// Volume deleting → gone.
     pub volume_delete_secs: f64,
+    /// Volume attaching → in-use, and detaching → available (Nova's attach and detach).
+    pub volume_attach_secs: f64,
+    /// Volume extending → available (or back to in-use).
+    pub volume_extend_secs: f64,
+    /// Snapshot creating → available.
+    pub snapshot_create_secs: f64,
+    /// Snapshot deleting → gone.
+    pub snapshot_delete_secs: f64,
 }
 
 impl Default for LatencyModel {
@@ -160,6 +215,10 @@ impl Default for LatencyModel {
             lb_delete_secs: 10.0,
             volume_create_secs: 5.0,
             volume_delete_secs: 3.0,
+            volume_attach_secs: 3.0,
+            volume_extend_secs: 3.0,
+            snapshot_create_secs: 5.0,
+            snapshot_delete_secs: 3.0,
         }
     }
 }

@@ -72,7 +72,7 @@ async fn attached_volume_cannot_be_deleted_until_detached() {
     assert_eq!(r.status, 400);
     assert_eq!(
         r.json["badRequest"]["message"],
-        "Invalid volume: Volume status must be available or error or error_restoring or error_extending or error_managing and must not be migrating, attached, belong to a group, have snapshots or be disassociated from snapshots after volume transfer."
+        "Invalid volume: Volume status must be available or error or error_restoring or error_extending or error_managing and must not be migrating, attached, belong to a group, have snapshots, awaiting a transfer, or be disassociated from snapshots after volume transfer."
     );
     let ext = h
         .call(
@@ -301,7 +301,7 @@ async fn extend_and_other_actions() {
         act(json!({"os-extend": {"new_size": 20}})).await.status,
         202
     );
-    assert_eq!(show(&h, &id).await.json["volume"]["size"], 20);
+    assert_eq!(wait_status(&h, &id, "available").await["size"], 20);
     let r = act(json!({"os-extend": {"new_size": 5}})).await;
     assert_eq!(r.status, 400);
     assert!(

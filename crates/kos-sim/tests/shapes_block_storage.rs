@@ -24,6 +24,9 @@ const ADMIN_ONLY: &[&str] = &[
     "volumes[].os-vol-mig-status-attr:name_id",
 ];
 
+/// A type's QoS specs id is admin-only too (Cinder's `volume_extension:access_types_qos_specs_id`).
+const QOS_ADMIN_ONLY: &[&str] = &["volume_types[].qos_specs_id", "volume_type.qos_specs_id"];
+
 /// The sample's `links` list starts with the `describedby` link, which has a `type`; the checker holds every
 /// link to that first one, but Cinder's `self` link has no `type`.
 const LINK_TYPE: &[&str] = &["versions[].links[].type"];
@@ -75,13 +78,20 @@ async fn block_storage_endpoints_match_samples() {
     let id = created["volume"]["id"].as_str().expect("id").to_owned();
     assert_eq!(created["volume"]["status"], "creating");
     let vp = |s: &str| p(&format!("/volumes/{id}{s}"));
-    for _ in 0..400 {
-        let r = h.call("GET", &vp(""), None, None).await;
-        if r.json["volume"]["status"] == "available" {
-            break;
+    let settle = |path: String, key: &'static str| {
+        let h = &h;
+        async move {
+            for _ in 0..400 {
+                let r = h.call("GET", &path, None, None).await;
+                if r.json[key]["status"] == "available" {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            panic!("{path} never became available");
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    };
+    settle(vp(""), "volume").await;
     let shown = h
         .check_allowing("GET", &t("/volumes/{id}"), &vp(""), None, ADMIN_ONLY)
         .await;
@@ -148,14 +158,93 @@ async fn block_storage_endpoints_match_samples() {
         Some(json!({"os-extend": {"new_size": 20}})),
     )
     .await;
+    settle(vp(""), "volume").await;
 
-    let types = h.check("GET", &t("/types"), &p("/types"), None).await;
-    let type_id = types["volume_types"][0]["id"].as_str().expect("type id");
+    // Snapshots, at the v3.65 samples' microversion.
+    let snap = h
+        .check(
+            "POST",
+            &t("/snapshots"),
+            &p("/snapshots"),
+            Some(
+                json!({"snapshot": {"name": "snap-001", "description": "Daily backup",
+                "volume_id": id, "metadata": {"key": "v3"}}}),
+            ),
+        )
+        .await;
+    let sid = snap["snapshot"]["id"]
+        .as_str()
+        .expect("snapshot id")
+        .to_owned();
+    let sp = |s: &str| p(&format!("/snapshots/{sid}{s}"));
+    settle(sp(""), "snapshot").await;
+    let st = |s: &str| t(&format!("/snapshots{s}"));
+    h.check("GET", &st("/{id}"), &sp(""), None).await;
+    h.check("GET", &st(""), &p("/snapshots"), None).await;
+    h.check("GET", &st("/detail"), &p("/snapshots/detail"), None)
+        .await;
     h.check(
+        "PUT",
+        &st("/{id}"),
+        &sp(""),
+        Some(json!({"snapshot": {"name": "snap-002", "description": "This is yet, another snapshot."}})),
+    )
+    .await;
+    h.check("GET", &st("/{id}/metadata"), &sp("/metadata"), None)
+        .await;
+    h.check(
+        "POST",
+        &st("/{id}/metadata"),
+        &sp("/metadata"),
+        Some(json!({"metadata": {"key": "v3"}})),
+    )
+    .await;
+    h.check(
+        "PUT",
+        &st("/{id}/metadata"),
+        &sp("/metadata"),
+        Some(json!({"metadata": {"key": "v3"}})),
+    )
+    .await;
+    h.check(
+        "GET",
+        &st("/{id}/metadata/{key}"),
+        &sp("/metadata/key"),
+        None,
+    )
+    .await;
+    h.check(
+        "PUT",
+        &st("/{id}/metadata/{key}"),
+        &sp("/metadata/key"),
+        Some(json!({"meta": {"key": "v3"}})),
+    )
+    .await;
+    h.check(
+        "DELETE",
+        &st("/{id}/metadata/{key}"),
+        &sp("/metadata/key"),
+        None,
+    )
+    .await;
+    h.check("DELETE", &st("/{id}"), &sp(""), None).await;
+    for _ in 0..400 {
+        if h.call("GET", &sp(""), None, None).await.status == 404 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let types = h
+        .check_allowing("GET", &t("/types"), &p("/types"), None, QOS_ADMIN_ONLY)
+        .await;
+    let type_id = types["volume_types"][0]["id"].as_str().expect("type id");
+    h.check_allowing(
         "GET",
         &t("/types/{id}"),
         &p(&format!("/types/{type_id}")),
         None,
+        QOS_ADMIN_ONLY,
     )
     .await;
     let az = h

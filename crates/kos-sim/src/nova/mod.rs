@@ -224,6 +224,22 @@ pub struct VolumeAttachment {
     pub boot: bool,
     /// False while a volume Nova created for the server is still `creating`.
     pub attached: bool,
+    /// An attach or detach the compute host has not finished (the volume is `attaching` or
+    /// `detaching` in Cinder until then).
+    #[serde(default)]
+    pub pending: Option<PendingAttach>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AttachPhase {
+    Attaching,
+    Detaching,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct PendingAttach {
+    pub phase: AttachPhase,
+    pub until: SimTime,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -18,9 +18,9 @@ use super::digest::{hex, sha512};
 use super::placement;
 use super::resources::{METADATA_ITEMS, image_ref, usage};
 use super::{
-    Ctx, Fault, MAX_LIMIT, Mv, P, Server, ServerPort, VolumeAttachment, bad, body_object, bookmark,
-    check_limit, conflict, forbidden, invalid, links, not_found, only_known, over, parse_body,
-    reply,
+    AttachPhase, Ctx, Fault, MAX_LIMIT, Mv, P, PendingAttach, Server, ServerPort, VolumeAttachment,
+    bad, body_object, bookmark, check_limit, conflict, forbidden, invalid, links, not_found,
+    only_known, over, parse_body, reply,
 };
 use crate::app::{AuthCtx, SharedApp};
 use crate::clock::SimTime;
@@ -1118,6 +1118,7 @@ fn allocate_volumes(cloud: &mut Cloud, s: &mut Server, bdms: &[BdmReq]) -> Resul
             tag: b.tag.clone(),
             boot,
             attached,
+            pending: None,
         });
     }
     Ok(())
@@ -1166,6 +1167,36 @@ pub(super) fn advance(cloud: &mut Cloud) {
     }
     for s in &mut cloud.nova.servers {
         super::boot::flush(s, now);
+    }
+    settle_attachments(cloud);
+}
+
+/// Finishes the attaches and detaches whose time has come: the volume `in-use` with its attachment
+/// listed, or detached and the block device mapping gone.
+fn settle_attachments(cloud: &mut Cloud) {
+    let now = cloud.now;
+    let mut due = Vec::new();
+    for s in &mut cloud.nova.servers {
+        for a in &mut s.volumes {
+            if let Some(p) = a.pending.filter(|p| now.reached(p.until)) {
+                a.pending = None;
+                due.push((s.id.clone(), a.clone(), p.phase));
+            }
+        }
+    }
+    for (server_id, a, phase) in due {
+        match phase {
+            AttachPhase::Attaching => {
+                cinder::attach_complete(cloud, &a.volume_id, &a.attachment_id, &a.device)
+            }
+            AttachPhase::Detaching => {
+                cinder::detach(cloud, &a.volume_id, &server_id);
+                if let Some(s) = cloud.nova.server_mut(&server_id) {
+                    s.volumes.retain(|v| v.volume_id != a.volume_id);
+                    s.updated = Utc::now();
+                }
+            }
+        }
     }
 }
 
@@ -2270,6 +2301,10 @@ pub async fn show_volume_attachment(
     ))
 }
 
+/// Nova's attach, in its order: the server's state, the device path's form, the volume (404), no
+/// second attachment of a volume that is not multiattach, the disk limit (`max_disk_devices_to_attach`,
+/// 403), the zones (`cross_az_attach`), multiattach only from 2.60, then Cinder's reservation (its 400
+/// wrapped as Nova wraps it). The volume is `attaching` until the compute host is done.
 pub async fn attach_volume(
     State(app): State<SharedApp>,
     Extension(ctx): Ctx,
@@ -2297,31 +2332,70 @@ pub async fn attach_volume(
             )
         })?;
     let tag = opt_str(a, "tag")?;
+    let requested_device = opt_str(a, "device")?;
     let delete_on_termination = a
         .get("delete_on_termination")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    let cfg = &app.cfg;
     let mut guard = app.cloud();
     let cloud = &mut *guard;
     let s = find(cloud, &ctx, &id)?;
     if s.delete_at.is_some() || !["active", "stopped"].contains(&s.vm_state.as_str()) {
         return Err(invalid_state("attach_volume", s));
     }
-    if s.volumes.iter().any(|v| v.volume_id == volume_id) {
+    // The libvirt driver picks the name itself, but a malformed one is refused first.
+    if let Some(d) = &requested_device
+        && !device_path_ok(d)
+    {
+        return Err(bad(format!("The supplied device path ({d}) is invalid.")));
+    }
+    let vol = cinder::volume_facts(cloud, &volume_id)
+        .ok_or_else(|| not_found(format!("Volume {volume_id} could not be found.")))?;
+    let holders: Vec<&str> = cloud
+        .nova
+        .servers
+        .iter()
+        .filter(|o| o.volumes.iter().any(|v| v.volume_id == volume_id))
+        .map(|o| o.id.as_str())
+        .collect();
+    if !holders.is_empty() && !vol.multiattach {
         return Err(bad(format!(
-            "Invalid volume: volume {volume_id} is already attached to instance {id}"
+            "Invalid volume: volume {volume_id} is already attached to instances: {}",
+            holders.join(" ")
         )));
     }
-    if cinder::volume_status(cloud, &volume_id).is_none() {
-        return Err(not_found(format!("Volume {volume_id} could not be found.")));
+    if holders.contains(&id.as_str()) {
+        return Err(bad(format!(
+            "Invalid volume: volume {volume_id} already attached"
+        )));
     }
+    // The root disk counts (`/dev/vda`), then every volume's letter.
     let used: Vec<&str> = s.volumes.iter().map(|v| v.device.as_str()).collect();
+    let letters = used.iter().filter(|d| **d != "/dev/vda").count() + 1;
+    let max = cfg.max_disk_devices_to_attach;
+    if max >= 0 && i64::try_from(letters + 1).unwrap_or(i64::MAX) > max {
+        return Err(forbidden(format!(
+            "The maximum allowed number of disk devices ({max}) to attach to a single instance has been exceeded."
+        )));
+    }
     let device = (b'b'..=b'z')
         .map(|c| format!("/dev/vd{}", c as char))
         .find(|d| !used.contains(&d.as_str()))
         .ok_or_else(|| bad("No free disk device names for prefix 'vd'"))?;
-    let attachment_id = cinder::attach(cloud, &volume_id, &id, &device)
-        .map_err(|e| bad(format!("Invalid volume: {}", e.message)))?;
+    if !cfg.cross_az_attach && s.availability_zone != vol.availability_zone {
+        return Err(bad(format!(
+            "Invalid volume: Instance {id} and volume {volume_id} are not in the same availability_zone. Instance is in {}. Volume is in {}",
+            s.availability_zone, vol.availability_zone
+        )));
+    }
+    if vol.multiattach && !mv.at_least(60) {
+        return Err(bad(
+            "Multiattach volumes are only supported starting with compute API version 2.60.",
+        ));
+    }
+    let attachment_id = cinder::reserve(cloud, &volume_id, &id).map_err(cinder_refusal)?;
+    let until = cloud.now.after(cfg.latency.volume_attach_secs);
     let s = find_mut(cloud, &ctx, &id)?;
     let a = VolumeAttachment {
         volume_id,
@@ -2332,6 +2406,10 @@ pub async fn attach_volume(
         tag,
         boot: false,
         attached: true,
+        pending: Some(PendingAttach {
+            phase: AttachPhase::Attaching,
+            until,
+        }),
     };
     let mut v = attachment_view(s, &a, mv);
     // The POST response keeps `id` at every version (sample at 2.89).
@@ -2347,6 +2425,24 @@ pub async fn attach_volume(
     Ok(reply(StatusCode::OK, json!({"volumeAttachment": v})))
 }
 
+/// Nova's `block_device.match_device`: `/dev/` then an optional `x`, a letter and a `d`, then letters
+/// and digits (`/dev/vdb`, `/dev/sdc1`).
+fn device_path_ok(d: &str) -> bool {
+    regex::Regex::new("^/dev/x?[a-z]?d?[a-z]+[0-9]*$").is_ok_and(|r| r.is_match(d))
+}
+
+/// Cinder's 400 as Nova passes it on: cinderclient's text inside Nova's `InvalidInput`.
+fn cinder_refusal(e: SimError) -> SimError {
+    bad(format!(
+        "Invalid input received: {} (HTTP 400) (Request-ID: req-{})",
+        e.message,
+        ids::uuid()
+    ))
+}
+
+/// Nova's detach: the volume (404), its mapping on this server (404), never the root disk, the server's
+/// state, then Cinder's `begin_detaching` (only an `in-use` volume). The mapping stays listed, and the
+/// volume `detaching`, until the compute host is done.
 pub async fn detach_volume(
     State(app): State<SharedApp>,
     Extension(ctx): Ctx,
@@ -2355,20 +2451,36 @@ pub async fn detach_volume(
     let mut guard = app.cloud();
     let cloud = &mut *guard;
     let s = find(cloud, &ctx, &id)?;
+    if cinder::volume_status(cloud, &volume_id).is_none() {
+        return Err(not_found(format!("Volume {volume_id} could not be found.")));
+    }
     let a = s
         .volumes
         .iter()
         .find(|a| a.attached && a.volume_id == volume_id)
-        .ok_or_else(|| attachment_not_found(&volume_id))?;
+        .ok_or_else(|| {
+            not_found(format!(
+                "Instance {id} is not attached to volume {volume_id}"
+            ))
+        })?;
     if a.boot {
         return Err(bad("Cannot detach a root device volume"));
     }
     if s.delete_at.is_some() || !["active", "stopped"].contains(&s.vm_state.as_str()) {
         return Err(invalid_state("detach_volume", s));
     }
-    cinder::detach(cloud, &volume_id, &id);
+    cinder::begin_detaching(cloud, &volume_id).map_err(|e| {
+        let wrapped = cinder_refusal(e);
+        bad(format!("Invalid volume: {}", wrapped.message))
+    })?;
+    let until = cloud.now.after(app.cfg.latency.volume_attach_secs);
     let s = find_mut(cloud, &ctx, &id)?;
-    s.volumes.retain(|a| a.volume_id != volume_id);
+    if let Some(a) = s.volumes.iter_mut().find(|a| a.volume_id == volume_id) {
+        a.pending = Some(PendingAttach {
+            phase: AttachPhase::Detaching,
+            until,
+        });
+    }
     s.updated = Utc::now();
     Ok(StatusCode::ACCEPTED)
 }
