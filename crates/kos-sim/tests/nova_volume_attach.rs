@@ -332,3 +332,109 @@ async fn max_disk_devices_counts_the_root_disk() {
         "a refused attach leaves the volume alone"
     );
 }
+
+#[tokio::test]
+async fn cross_az_attach_false_applies_to_a_servers_boot_volumes() {
+    let h = Harness::with_config(SimConfig {
+        zones: vec!["az1".into(), "az2".into()],
+        volume_zones: vec!["az1".into(), "az2".into(), "nova".into()],
+        cross_az_attach: false,
+        ..SimConfig::fast()
+    })
+    .await;
+    let img = h
+        .call("GET", "/image/v2/images?name=cirros-0.6.2", None, None)
+        .await
+        .json["images"][0]["id"]
+        .as_str()
+        .expect("image")
+        .to_owned();
+    let vol = volume(
+        &h,
+        json!({"size": 1, "availability_zone": "az2", "imageRef": img}),
+    )
+    .await;
+    let boot = |zone: Option<&str>| {
+        let mut s = json!({"name": "bfv", "flavorRef": "1", "networks": "none",
+            "block_device_mapping_v2": [{"boot_index": 0, "uuid": vol, "source_type": "volume",
+                "destination_type": "volume"}]});
+        if let Some(z) = zone {
+            s["availability_zone"] = json!(z);
+        }
+        json!({ "server": s })
+    };
+    let r = h
+        .call(
+            "POST",
+            &format!("{P}/servers"),
+            Some(boot(Some("az1"))),
+            LATEST,
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        message(&r),
+        "The availability zone between the server and its attached volumes do not match: Server and volumes are not in the same availability zone. Server is in: az1. Volumes are in: az2."
+    );
+    // No zone asked: the server goes to its volume's.
+    let r = h
+        .call("POST", &format!("{P}/servers"), Some(boot(None)), LATEST)
+        .await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    let id = r.json["server"]["id"].as_str().expect("id").to_owned();
+    let mut zone = Value::Null;
+    for _ in 0..2000 {
+        let s = h
+            .call("GET", &format!("{P}/servers/{id}"), None, LATEST)
+            .await
+            .json;
+        if s["server"]["status"] == "ACTIVE" {
+            zone = s["server"]["OS-EXT-AZ:availability_zone"].clone();
+            break;
+        }
+        assert_ne!(s["server"]["status"], "ERROR", "{s}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(zone, "az2", "ACTIVE in its volume's zone");
+
+    // A volume Nova makes is asked for in the server's zone, which Cinder may lack.
+    let h = Harness::with_config(SimConfig {
+        zones: vec!["az1".into()],
+        volume_zones: vec!["nova".into()],
+        cross_az_attach: false,
+        ..SimConfig::fast()
+    })
+    .await;
+    let img = h
+        .call("GET", "/image/v2/images?name=cirros-0.6.2", None, None)
+        .await
+        .json["images"][0]["id"]
+        .as_str()
+        .expect("image")
+        .to_owned();
+    let r = h
+        .call(
+            "POST",
+            &format!("{P}/servers"),
+            Some(
+                json!({"server": {"name": "bfv", "flavorRef": "1", "networks": "none",
+                "block_device_mapping_v2": [{"boot_index": 0, "uuid": img, "source_type": "image",
+                    "destination_type": "volume", "volume_size": 1}]}}),
+            ),
+            LATEST,
+        )
+        .await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    let id = r.json["server"]["id"].as_str().expect("id").to_owned();
+    let s = h
+        .call("GET", &format!("{P}/servers/{id}"), None, LATEST)
+        .await
+        .json;
+    assert_eq!(s["server"]["status"], "ERROR");
+    assert!(
+        s["server"]["fault"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Availability zone 'az1' is invalid.")),
+        "{s}"
+    );
+}

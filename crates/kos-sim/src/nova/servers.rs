@@ -718,7 +718,7 @@ pub async fn create(
     body: Bytes,
 ) -> SimResult<Response> {
     let body = parse_body(&body)?;
-    let req = parse_create(&body, mv)?;
+    let mut req = parse_create(&body, mv)?;
     let mut guard = app.cloud();
     let cloud = &mut *guard;
     let project = ctx.project_id.clone();
@@ -895,6 +895,10 @@ pub async fn create(
         }
     }
 
+    if !app.cfg.cross_az_attach {
+        req.availability_zone = volume_zone_for_create(cloud, &req)?;
+    }
+
     // Validation done: from here on the server exists.
     let id = ids::uuid();
     let now = cloud.now;
@@ -999,7 +1003,9 @@ pub async fn create(
                 }
                 return Err(e);
             }
-            if let Err(msg) = allocate_volumes(cloud, &mut server, &req.bdms) {
+            if let Err(msg) =
+                allocate_volumes(cloud, &mut server, &req.bdms, app.cfg.cross_az_attach)
+            {
                 // Nova creates volumes on the compute host: a failure aborts the build, not the request.
                 release_ports(cloud, &server);
                 server.ports.clear();
@@ -1083,9 +1089,50 @@ pub(super) fn release_ports(cloud: &mut Cloud, s: &Server) {
     }
 }
 
+/// With `cross_az_attach` False, Nova's `_validate_vol_az_for_create`: the existing volumes a server
+/// boots with share one zone, the server's; a server asking for no zone goes to theirs (unless it is
+/// Nova's default `nova`). Returns the zone the server is to be scheduled in.
+fn volume_zone_for_create(cloud: &Cloud, req: &CreateReq) -> SimResult<Option<String>> {
+    let zones: Vec<String> = req
+        .bdms
+        .iter()
+        .filter(|b| b.source == "volume" && b.dest == "volume")
+        .filter_map(|b| b.uuid.as_deref())
+        .filter_map(|id| cinder::volume_facts(cloud, id))
+        .map(|v| v.availability_zone)
+        .collect();
+    let mismatch = |reason: String| {
+        bad(format!(
+            "The availability zone between the server and its attached volumes do not match: {reason}."
+        ))
+    };
+    let Some(volume_az) = zones.first() else {
+        return Ok(req.availability_zone.clone());
+    };
+    if zones.iter().any(|z| z != volume_az) {
+        return Err(mismatch(format!(
+            "Volumes are in different availability zones: {}",
+            zones.join(",")
+        )));
+    }
+    match &req.availability_zone {
+        None if volume_az != "nova" => Ok(Some(volume_az.clone())),
+        None => Ok(None),
+        Some(az) if az != volume_az => Err(mismatch(format!(
+            "Server and volumes are not in the same availability zone. Server is in: {az}. Volumes are in: {volume_az}"
+        ))),
+        Some(az) => Ok(Some(az.clone())),
+    }
+}
+
 /// Volumes of `destination_type: volume`: existing ones attach now; new ones (from an image or blank) are
 /// created and attach once available (the server stays BUILD until then).
-fn allocate_volumes(cloud: &mut Cloud, s: &mut Server, bdms: &[BdmReq]) -> Result<(), String> {
+fn allocate_volumes(
+    cloud: &mut Cloud,
+    s: &mut Server,
+    bdms: &[BdmReq],
+    cross_az_attach: bool,
+) -> Result<(), String> {
     let mut order: Vec<&BdmReq> = bdms.iter().filter(|b| b.dest == "volume").collect();
     order.sort_by_key(|b| b.boot_index.unwrap_or(i64::MAX));
     for (i, b) in order.into_iter().enumerate() {
@@ -1103,8 +1150,9 @@ fn allocate_volumes(cloud: &mut Cloud, s: &mut Server, bdms: &[BdmReq]) -> Resul
                 image_id: (b.source == "image").then(|| b.uuid.clone()).flatten(),
                 volume_type: b.volume_type.clone(),
                 // Nova's `[cinder] cross_az_attach` is True by default: it then names no zone and
-                // Cinder uses its default (nova/virt/block_device.py `_get_volume_create_az_value`).
-                availability_zone: None,
+                // Cinder uses its default; False names the server's zone, which Cinder may lack
+                // (nova/virt/block_device.py `_get_volume_create_az_value`).
+                availability_zone: (!cross_az_attach).then(|| s.availability_zone.clone()),
             };
             let vid = cinder::create_volume_internal(cloud, spec).map_err(|e| e.message)?;
             (vid, false, String::new())
