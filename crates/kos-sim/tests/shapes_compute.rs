@@ -485,6 +485,21 @@ async fn compute_endpoints_match_samples() {
         None,
     )
     .await;
+    // Nova detaches only what is attached: the volume `in-use`, no longer `attaching`.
+    for _ in 0..300 {
+        let v = h
+            .call(
+                "GET",
+                &format!("/volume/v3/{}/volumes/{vid}", h.project_id),
+                None,
+                None,
+            )
+            .await;
+        if v.json["volume"]["status"] == "in-use" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     h.check(
         "DELETE",
         "/compute/v2.1/servers/{id}/os-volume_attachments/{volume_id}",
