@@ -382,9 +382,9 @@ pub fn attach(
 }
 
 /// Cinder's `attachment_create` without a connector, as Nova's attach makes it: the volume must be
-/// `available` (or `in-use` when multiattach) and goes `attaching` (Cinder shows `reserved` until the
-/// compute host sends its connector a moment later; the sim goes straight on) until
-/// [`attach_complete`]. Errors are Cinder's 400s, worded as Cinder words them.
+/// `available` (or `in-use` when multiattach) and goes `reserved`, then `attaching` when the compute
+/// host sends its connector ([`attach_connecting`]), until [`attach_complete`]. Errors are Cinder's
+/// 400s, worded as Cinder words them.
 pub fn reserve(cloud: &mut Cloud, volume_id: &str, server_id: &str) -> SimResult<String> {
     let v = cloud.cinder.volume_mut(volume_id)?;
     if v.status.contains("error") {
@@ -414,9 +414,19 @@ pub fn reserve(cloud: &mut Cloud, volume_id: &str, server_id: &str) -> SimResult
     };
     let id = att.id.clone();
     v.attachments.push(att);
-    v.status = "attaching".into();
+    v.status = "reserved".into();
     v.updated_at = Some(timestamp());
     Ok(id)
+}
+
+/// The compute host's `attachment_update` with its connector: `reserved` → `attaching`.
+pub fn attach_connecting(cloud: &mut Cloud, volume_id: &str) {
+    if let Ok(v) = cloud.cinder.volume_mut(volume_id)
+        && v.status == "reserved"
+    {
+        v.status = "attaching".into();
+        v.updated_at = Some(timestamp());
+    }
 }
 
 /// The compute host attached the volume (`attachment_complete`): `in-use`, the attachment listed with
@@ -428,7 +438,7 @@ pub fn attach_complete(cloud: &mut Cloud, volume_id: &str, attachment_id: &str, 
             a.device = device.to_owned();
             a.attached_at = timestamp();
         }
-        if v.status == "attaching" {
+        if ["reserved", "attaching"].contains(&v.status.as_str()) {
             v.status = "in-use".into();
         }
         v.updated_at = Some(timestamp());
@@ -453,7 +463,7 @@ pub fn begin_detaching(cloud: &mut Cloud, volume_id: &str) -> SimResult<()> {
 pub fn detach(cloud: &mut Cloud, volume_id: &str, server_id: &str) {
     if let Ok(v) = cloud.cinder.volume_mut(volume_id) {
         v.attachments.retain(|a| a.server_id != server_id);
-        if ["in-use", "attaching", "detaching"].contains(&v.status.as_str()) {
+        if ["in-use", "reserved", "attaching", "detaching"].contains(&v.status.as_str()) {
             // Another server's attach of a multiattach volume may still be under way.
             v.status = if v.attachments.iter().any(|a| !a.attached) {
                 "attaching"
@@ -994,6 +1004,72 @@ fn render_volume(app: &SharedApp, c: &Caller, st: &CinderState, v: &Volume) -> V
     j
 }
 
+/// A JSON value as Python's `repr` shows it, as Cinder's schema errors quote values (`{'size': 9}`).
+fn py_repr(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("'{s}'"),
+        Value::Array(a) => format!("[{}]", a.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, v)| format!("'{k}': {}", py_repr(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Cinder's schema error: `Invalid input for field/attribute F. Value: V. <detail>` (the value as
+/// Python's `str`: a string bare, anything else as its `repr`).
+fn schema_error(field: &str, v: &Value, detail: &str) -> SimError {
+    let shown = match v {
+        Value::String(s) => s.clone(),
+        other => py_repr(other),
+    };
+    bad(format!(
+        "Invalid input for field/attribute {field}. Value: {shown}. {detail}"
+    ))
+}
+
+/// A size by Cinder's `volume_size` schema: an integer ≥ 1 or a string of digits.
+fn schema_size(field: &str, raw: &Value) -> SimResult<u64> {
+    let r = py_repr(raw);
+    match raw {
+        Value::Number(n) => match n.as_i64() {
+            Some(i) if i >= 1 => Ok(i.unsigned_abs()),
+            Some(_) => Err(schema_error(
+                field,
+                raw,
+                &format!("{r} is less than the minimum of 1"),
+            )),
+            None => Err(schema_error(
+                field,
+                raw,
+                &format!("{r} is not of type 'integer', 'string'"),
+            )),
+        },
+        Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse::<u64>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                schema_error(field, raw, &format!("{r} is less than the minimum of 1"))
+            })
+        }
+        Value::String(_) => Err(schema_error(
+            field,
+            raw,
+            &format!("{r} does not match '^[0-9]+$'"),
+        )),
+        _ => Err(schema_error(
+            field,
+            raw,
+            &format!("{r} is not of type 'integer', 'string'"),
+        )),
+    }
+}
+
 fn parse_body(bytes: &[u8]) -> SimResult<Value> {
     serde_json::from_slice(bytes).map_err(|_| bad("Malformed request body"))
 }
@@ -1052,21 +1128,12 @@ async fn create_volume(
     // Without a size, a copy takes its source's; with neither, the size is missing.
     let size = match m.get("size") {
         None | Some(Value::Null) if snapshot_id.is_some() || source_volid.is_some() => None,
-        raw => Some(
-            match raw {
-                Some(Value::Number(n)) => n.as_i64(),
-                Some(Value::String(s)) => s.trim().parse().ok(),
-                _ => None,
-            }
-            .filter(|n| *n >= 1)
-            .and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| {
-                bad(format!(
-                    "Invalid input received: Volume size '{}' must be an integer and greater than 0.",
-                    raw.cloned().unwrap_or(Value::Null)
-                ))
-            })?,
-        ),
+        None | Some(Value::Null) => {
+            return Err(bad(
+                "Invalid input received: Volume size 'None' must be an integer and greater than 0",
+            ));
+        }
+        Some(raw) => Some(schema_size("size", raw)?),
     };
     // Cinder removed the parameter: multiattach comes from the volume type only.
     let multiattach = match m.get("multiattach") {
@@ -1471,36 +1538,23 @@ async fn delete_metadata_key(
 /// `{"new_size": N}` by Cinder's schema: an integer ≥ 1, or a string of digits, and nothing else.
 fn extend_size(args: &Value) -> SimResult<u64> {
     let obj = args.as_object().ok_or_else(|| {
-        bad(format!(
-            "Invalid input for field/attribute os-extend. Value: {args}. {args} is not of type 'object'"
-        ))
+        schema_error(
+            "os-extend",
+            args,
+            &format!("{} is not of type 'object'", py_repr(args)),
+        )
     })?;
     if let Some(extra) = obj.keys().find(|k| *k != "new_size") {
-        return Err(bad(format!(
-            "Invalid input for field/attribute os-extend. Value: {args}. Additional properties are not allowed ('{extra}' was unexpected)"
-        )));
+        return Err(schema_error(
+            "os-extend",
+            args,
+            &format!("Additional properties are not allowed ('{extra}' was unexpected)"),
+        ));
     }
-    let raw = obj.get("new_size").ok_or_else(|| {
-        bad(format!(
-            "Invalid input for field/attribute os-extend. Value: {args}. 'new_size' is a required property"
-        ))
-    })?;
-    let parsed = match raw {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
-            s.parse().ok()
-        }
-        _ => None,
-    };
-    match parsed {
-        Some(n) if n >= 1 => Ok(n.unsigned_abs()),
-        Some(n) => Err(bad(format!(
-            "Invalid input for field/attribute new_size. Value: {n}. {n} is less than the minimum of 1"
-        ))),
-        None => Err(bad(format!(
-            "Invalid input for field/attribute new_size. Value: {raw}. {raw} is not valid under any of the given schemas"
-        ))),
-    }
+    let raw = obj
+        .get("new_size")
+        .ok_or_else(|| schema_error("os-extend", args, "'new_size' is a required property"))?;
+    schema_size("new_size", raw)
 }
 
 /// An extend reserves only the added gigabytes (Cinder's `VolumeSizeExceedsAvailableQuota`, 413).

@@ -328,7 +328,13 @@ async fn extend_and_other_actions() {
     assert_eq!(show(&h, &id).await.json["volume"]["bootable"], "true");
     assert_eq!(act(json!({"os-frobnicate": {}})).await.status, 400);
 
-    assert_eq!(create(&h, json!({"size": 0})).await.status, 400);
+    let r = create(&h, json!({"size": 0})).await;
+    assert_eq!(r.status, 400);
+    // Cinder 29's schema words, as minicloud answered them.
+    assert_eq!(
+        r.json["badRequest"]["message"],
+        "Invalid input for field/attribute size. Value: 0. 0 is less than the minimum of 1"
+    );
     assert_eq!(
         create(&h, json!({"size": 1, "volume_type": "gold"}))
             .await

@@ -232,6 +232,7 @@ async fn snapshots_follow_cinders_states_and_rules() {
         .call("GET", &url(&h, "/snapshots?marker=nope"), None, None)
         .await;
     assert_eq!(r.status, 404);
+    assert_eq!(message(&r), "Snapshot nope could not be found.");
 
     // Update: name and description only.
     let r = h
@@ -243,6 +244,10 @@ async fn snapshots_follow_cinders_states_and_rules() {
         )
         .await;
     assert_eq!(r.status, 400);
+    assert_eq!(
+        message(&r),
+        "Invalid input for field/attribute snapshot. Value: {'size': 9}. Additional properties are not allowed ('size' was unexpected)"
+    );
     let r = h
         .call(
             "PUT",
@@ -456,9 +461,36 @@ async fn extend_goes_through_extending_and_needs_3_42_when_attached() {
     }
     assert_eq!(wait(&h, "volume", &vid, "available").await["size"], 2);
 
-    for bad in [json!(0), json!("x"), json!(-1)] {
-        assert_eq!(extend(bad, None).await.status, 400);
+    // Cinder 29's schema words, as minicloud answered them.
+    for (bad, words) in [
+        (
+            json!(0),
+            "Invalid input for field/attribute new_size. Value: 0. 0 is less than the minimum of 1",
+        ),
+        (
+            json!("x"),
+            "Invalid input for field/attribute new_size. Value: x. 'x' does not match '^[0-9]+$'",
+        ),
+        (
+            json!(-1),
+            "Invalid input for field/attribute new_size. Value: -1. -1 is less than the minimum of 1",
+        ),
+    ] {
+        let r = extend(bad, None).await;
+        assert_eq!((r.status, message(&r).as_str()), (400, words));
     }
+    let r = h
+        .call(
+            "POST",
+            &url(&h, &format!("/volumes/{vid}/action")),
+            Some(json!({"os-extend": {}})),
+            None,
+        )
+        .await;
+    assert_eq!(
+        message(&r),
+        "Invalid input for field/attribute os-extend. Value: {}. 'new_size' is a required property"
+    );
     let r = extend(json!(2), None).await;
     assert_eq!(
         message(&r),

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     Caller, CinderState, SVC, bad, element, meta_not_found, metadata_filter, metadata_of,
-    over_limit, parse_body, timestamp, visible,
+    over_limit, parse_body, py_repr, schema_error, timestamp, visible,
 };
 use crate::app::SharedApp;
 use crate::clock::SimTime;
@@ -134,17 +134,21 @@ fn text(m: &Map<String, Value>, key: &str) -> SimResult<Option<Option<String>>> 
         None => Ok(None),
         Some(Value::Null) => Ok(Some(None)),
         Some(Value::String(s)) if s.chars().count() <= 255 => Ok(Some(Some(s.trim().to_owned()))),
-        Some(v) => Err(bad(format!(
-            "Invalid input for field/attribute {key}. Value: {v}. {v} is not valid under any of the given schemas"
-        ))),
+        Some(v) => Err(schema_error(
+            key,
+            v,
+            &format!("{} is not of type 'string', 'null'", py_repr(v)),
+        )),
     }
 }
 
 fn only_keys(m: &Map<String, Value>, allowed: &[&str]) -> SimResult<()> {
     match m.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(bad(format!(
-            "Additional properties are not allowed ('{k}' was unexpected)"
-        ))),
+        Some(k) => Err(schema_error(
+            "snapshot",
+            &Value::Object(m.clone()),
+            &format!("Additional properties are not allowed ('{k}' was unexpected)"),
+        )),
         None => Ok(()),
     }
 }
@@ -156,9 +160,11 @@ fn force_flag(raw: &Value) -> SimResult<bool> {
         _ => None,
     };
     parsed.ok_or_else(|| {
-        bad(format!(
-            "Invalid input for field/attribute force. Value: {raw}. {raw} is not one of ['True', 'TRUE', 'true', '1', 'ON', 'On', 'on', 'YES', 'Yes', 'yes', 'y', 't', 'False', 'FALSE', 'false', '0', 'OFF', 'Off', 'off', 'NO', 'No', 'no', 'n', 'f', True, False]"
-        ))
+        schema_error(
+            "force",
+            raw,
+            &format!("{} is not one of [True, 'True', 'TRUE', 'true', '1', 'ON', 'On', 'on', 'YES', 'Yes', 'yes', 'y', 't', False, 'False', 'FALSE', 'false', '0', 'OFF', 'Off', 'off', 'NO', 'No', 'no', 'n', 'f']", py_repr(raw)),
+        )
     })
 }
 
@@ -199,13 +205,17 @@ async fn create(State(app): State<SharedApp>, c: Caller, body: Bytes) -> SimResu
     let volume_id = match m.get("volume_id") {
         Some(Value::String(s)) if uuid::Uuid::parse_str(s).is_ok() => s.clone(),
         Some(v) => {
-            return Err(bad(format!(
-                "Invalid input for field/attribute volume_id. Value: {v}. {v} is not valid under any of the given schemas"
-            )));
+            return Err(schema_error(
+                "volume_id",
+                v,
+                &format!("{} is not valid under any of the given schemas", py_repr(v)),
+            ));
         }
         None => {
-            return Err(bad(
-                "Invalid input for field/attribute snapshot. Value: {}. 'volume_id' is a required property",
+            return Err(schema_error(
+                "snapshot",
+                &Value::Object(m.clone()),
+                "'volume_id' is a required property",
             ));
         }
     };
@@ -408,11 +418,15 @@ async fn update(
     const FIELDS: [&str; 4] = ["name", "description", "display_name", "display_description"];
     only_keys(m, &FIELDS)?;
     if !FIELDS.iter().any(|k| m.contains_key(*k)) {
-        return Err(bad(format!(
-            "Invalid input for field/attribute snapshot. Value: {}. {} is not valid under any of the given schemas",
-            Value::Object(m.clone()),
-            Value::Object(m.clone())
-        )));
+        let v = Value::Object(m.clone());
+        return Err(schema_error(
+            "snapshot",
+            &v,
+            &format!(
+                "{} is not valid under any of the given schemas",
+                py_repr(&v)
+            ),
+        ));
     }
     let name = match text(m, "name")? {
         Some(n) => Some(n),

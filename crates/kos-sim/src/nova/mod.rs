@@ -240,6 +240,9 @@ pub enum AttachPhase {
 pub struct PendingAttach {
     pub phase: AttachPhase,
     pub until: SimTime,
+    /// When the compute host sends its connector (Cinder's `reserved` → `attaching`).
+    #[serde(default)]
+    pub connect_at: Option<SimTime>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1224,13 +1224,22 @@ pub(super) fn advance(cloud: &mut Cloud) {
 fn settle_attachments(cloud: &mut Cloud) {
     let now = cloud.now;
     let mut due = Vec::new();
+    let mut connecting = Vec::new();
     for s in &mut cloud.nova.servers {
         for a in &mut s.volumes {
             if let Some(p) = a.pending.filter(|p| now.reached(p.until)) {
                 a.pending = None;
                 due.push((s.id.clone(), a.clone(), p.phase));
+            } else if let Some(p) = &mut a.pending
+                && p.connect_at.is_some_and(|t| now.reached(t))
+            {
+                p.connect_at = None;
+                connecting.push(a.volume_id.clone());
             }
         }
+    }
+    for vid in connecting {
+        cinder::attach_connecting(cloud, &vid);
     }
     for (server_id, a, phase) in due {
         match phase {
@@ -2380,7 +2389,15 @@ pub async fn attach_volume(
             )
         })?;
     let tag = opt_str(a, "tag")?;
-    let requested_device = opt_str(a, "device")?;
+    // The libvirt driver picks the name itself, but the schema refuses a malformed one (as
+    // minicloud's Nova 34 answers).
+    if let Some(d) = opt_str(a, "device")?
+        && !device_path_ok(&d)
+    {
+        return Err(bad(format!(
+            "Invalid input for field/attribute device. Value: {d}. '{d}' does not match '(^/dev/x{{0,1}}[a-z]{{0,1}}d{{0,1}})([a-z]+)[0-9]*$'"
+        )));
+    }
     let delete_on_termination = a
         .get("delete_on_termination")
         .and_then(Value::as_bool)
@@ -2391,12 +2408,6 @@ pub async fn attach_volume(
     let s = find(cloud, &ctx, &id)?;
     if s.delete_at.is_some() || !["active", "stopped"].contains(&s.vm_state.as_str()) {
         return Err(invalid_state("attach_volume", s));
-    }
-    // The libvirt driver picks the name itself, but a malformed one is refused first.
-    if let Some(d) = &requested_device
-        && !device_path_ok(d)
-    {
-        return Err(bad(format!("The supplied device path ({d}) is invalid.")));
     }
     let vol = cinder::volume_facts(cloud, &volume_id)
         .ok_or_else(|| not_found(format!("Volume {volume_id} could not be found.")))?;
@@ -2444,6 +2455,7 @@ pub async fn attach_volume(
     }
     let attachment_id = cinder::reserve(cloud, &volume_id, &id).map_err(cinder_refusal)?;
     let until = cloud.now.after(cfg.latency.volume_attach_secs);
+    let connect_at = Some(cloud.now.after(cfg.latency.volume_attach_secs / 2.0));
     let s = find_mut(cloud, &ctx, &id)?;
     let a = VolumeAttachment {
         volume_id,
@@ -2457,6 +2469,7 @@ pub async fn attach_volume(
         pending: Some(PendingAttach {
             phase: AttachPhase::Attaching,
             until,
+            connect_at,
         }),
     };
     let mut v = attachment_view(s, &a, mv);
@@ -2527,6 +2540,7 @@ pub async fn detach_volume(
         a.pending = Some(PendingAttach {
             phase: AttachPhase::Detaching,
             until,
+            connect_at: None,
         });
     }
     s.updated = Utc::now();
