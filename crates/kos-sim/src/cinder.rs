@@ -1662,8 +1662,10 @@ fn render_type(c: &Caller, t: &VolumeType) -> Value {
         .iter()
         .filter(|(k, _)| c.ctx.is_admin() || USER_VISIBLE_SPECS.contains(&k.as_str()))
         .collect();
+    // A type made without a description has none (null), as minicloud shows.
+    let description = Some(&t.description).filter(|d| !d.is_empty());
     let mut j = json!({
-        "id": t.id, "name": t.name, "description": t.description, "is_public": true,
+        "id": t.id, "name": t.name, "description": description, "is_public": true,
         "os-volume-type-access:is_public": true, "extra_specs": specs,
     });
     if c.ctx.is_admin() {

@@ -89,6 +89,11 @@ async fn volume_types_come_from_the_config_and_decide_multiattach() {
         description: "fast".into(),
         extra_specs: [("volume_backend_name".to_owned(), "gold".to_owned())].into(),
     });
+    cfg.volume_types.push(kos_sim::config::VolumeTypeConfig {
+        name: "plain".into(),
+        description: String::new(),
+        extra_specs: Default::default(),
+    });
     let h = Harness::with_config(cfg).await;
     let types = h.call("GET", &url(&h, "/types"), None, None).await.json;
     let names: Vec<&str> = types["volume_types"]
@@ -97,11 +102,22 @@ async fn volume_types_come_from_the_config_and_decide_multiattach() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert_eq!(names, ["__DEFAULT__", "ssd", "multiattach", "gold"]);
+    assert_eq!(
+        names,
+        ["__DEFAULT__", "ssd", "multiattach", "gold", "plain"]
+    );
+    assert_eq!(types["volume_types"][4]["description"], Value::Null);
     let multi = &types["volume_types"][2];
     // A member sees the user-visible specs only, not the backend name (Cinder's default policy).
     assert_eq!(multi["extra_specs"], json!({"multiattach": "<is> True"}));
     assert!(multi.get("qos_specs_id").is_none());
+    let gold = &types["volume_types"][3];
+    assert_eq!(gold["description"], "fast");
+    assert_eq!(
+        gold["extra_specs"],
+        json!({}),
+        "the backend name is admin-only"
+    );
 
     // By name or by id; the multiattach type makes multiattach volumes.
     let by_id = create_volume(&h, json!({"size": 1, "volume_type": multi["id"]})).await;
