@@ -443,3 +443,63 @@ async fn cross_az_attach_false_applies_to_a_servers_boot_volumes() {
         "{s}"
     );
 }
+
+#[tokio::test]
+async fn max_disk_devices_holds_at_boot_too() {
+    let h = Harness::with_config(SimConfig {
+        max_disk_devices_to_attach: 2,
+        ..SimConfig::fast()
+    })
+    .await;
+    let img = h
+        .call("GET", "/image/v2/images?name=cirros-0.6.2", None, None)
+        .await
+        .json["images"][0]["id"]
+        .as_str()
+        .expect("image")
+        .to_owned();
+    let boot = |blanks: usize| {
+        let bdms: Vec<Value> = (0..blanks)
+            .map(
+                |_| json!({"source_type": "blank", "destination_type": "volume", "volume_size": 1}),
+            )
+            .collect();
+        json!({"server": {"name": "disks", "imageRef": img, "flavorRef": "1", "networks": "none",
+            "block_device_mapping_v2": bdms}})
+    };
+    // The root disk and two volumes: three disks, over the limit; the build aborts.
+    let r = h
+        .call("POST", &format!("{P}/servers"), Some(boot(2)), LATEST)
+        .await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    let id = r.json["server"]["id"].as_str().expect("id");
+    let s = h
+        .call("GET", &format!("{P}/servers/{id}"), None, LATEST)
+        .await
+        .json;
+    assert_eq!(s["server"]["status"], "ERROR");
+    assert_eq!(
+        s["server"]["fault"]["message"],
+        format!(
+            "Build of instance {id} aborted: The maximum allowed number of disk devices (2) to attach to a single instance has been exceeded."
+        )
+    );
+    // The root disk and one volume fit.
+    let r = h
+        .call("POST", &format!("{P}/servers"), Some(boot(1)), LATEST)
+        .await;
+    let id = r.json["server"]["id"].as_str().expect("id").to_owned();
+    let mut status = Value::Null;
+    for _ in 0..2000 {
+        status = h
+            .call("GET", &format!("{P}/servers/{id}"), None, LATEST)
+            .await
+            .json["server"]["status"]
+            .clone();
+        if status != "BUILD" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(status, "ACTIVE");
+}

@@ -1003,9 +1003,7 @@ pub async fn create(
                 }
                 return Err(e);
             }
-            if let Err(msg) =
-                allocate_volumes(cloud, &mut server, &req.bdms, app.cfg.cross_az_attach)
-            {
+            if let Err(msg) = allocate_volumes(cloud, &mut server, &req.bdms, &app.cfg) {
                 // Nova creates volumes on the compute host: a failure aborts the build, not the request.
                 release_ports(cloud, &server);
                 server.ports.clear();
@@ -1131,8 +1129,23 @@ fn allocate_volumes(
     cloud: &mut Cloud,
     s: &mut Server,
     bdms: &[BdmReq],
-    cross_az_attach: bool,
+    cfg: &crate::config::SimConfig,
 ) -> Result<(), String> {
+    // The compute host names every disk before it makes a volume; more than
+    // `max_disk_devices_to_attach` (the image's root disk counted) aborts the build.
+    let image_root = usize::from(s.image_id.is_some());
+    let disks = image_root
+        + bdms
+            .iter()
+            .filter(|b| b.source != "image" || b.dest == "volume")
+            .count();
+    let max = cfg.max_disk_devices_to_attach;
+    if max >= 0 && i64::try_from(disks).unwrap_or(i64::MAX) > max {
+        return Err(format!(
+            "The maximum allowed number of disk devices ({max}) to attach to a single instance has been exceeded."
+        ));
+    }
+    let cross_az_attach = cfg.cross_az_attach;
     let mut order: Vec<&BdmReq> = bdms.iter().filter(|b| b.dest == "volume").collect();
     order.sort_by_key(|b| b.boot_index.unwrap_or(i64::MAX));
     for (i, b) in order.into_iter().enumerate() {
