@@ -1749,17 +1749,20 @@ fn quota_entries(
     ];
     for t in &st.types {
         let of_type = st.volumes.iter().filter(|v| v.volume_type == t.name);
-        let (n, gb) = if usage.is_some() {
+        let snaps = st.snapshots.iter().filter(|s| s.volume_type == t.name);
+        // A snapshot holds its gigabytes against its volume type's quota too.
+        let (n, gb, sn) = if usage.is_some() {
             (
                 of_type.clone().count() as u64,
-                of_type.map(|v| v.size).sum(),
+                of_type.map(|v| v.size).sum::<u64>() + snaps.clone().map(|s| s.size).sum::<u64>(),
+                snaps.count() as u64,
             )
         } else {
-            (0, 0)
+            (0, 0, 0)
         };
         out.push((format!("volumes_{}", t.name), -1, n));
         out.push((format!("gigabytes_{}", t.name), -1, gb));
-        out.push((format!("snapshots_{}", t.name), -1, 0));
+        out.push((format!("snapshots_{}", t.name), -1, sn));
     }
     out
 }

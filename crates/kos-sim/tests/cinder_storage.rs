@@ -205,6 +205,18 @@ async fn snapshots_follow_cinders_states_and_rules() {
     let limits = h.call("GET", &url(&h, "/limits"), None, None).await.json;
     assert_eq!(limits["limits"]["absolute"]["totalSnapshotsUsed"], 1);
     assert_eq!(limits["limits"]["absolute"]["totalGigabytesUsed"], 4);
+    let q = h
+        .call(
+            "GET",
+            &url(&h, &format!("/os-quota-sets/{}?usage=true", h.project_id)),
+            None,
+            None,
+        )
+        .await
+        .json;
+    assert_eq!(q["quota_set"]["snapshots"]["in_use"], 1);
+    assert_eq!(q["quota_set"]["snapshots___DEFAULT__"]["in_use"], 1);
+    assert_eq!(q["quota_set"]["gigabytes___DEFAULT__"]["in_use"], 4);
 
     // Filters, summary vs detail, paging.
     snapshot(&h, json!({"volume_id": vid, "name": "s2"}), None).await;
