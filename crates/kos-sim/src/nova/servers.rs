@@ -2416,6 +2416,7 @@ pub async fn attach_volume(
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let cfg = &app.cfg;
+    let attach_secs = app.latency().volume_attach_secs;
     let mut guard = app.cloud();
     let cloud = &mut *guard;
     let s = find(cloud, &ctx, &id)?;
@@ -2467,8 +2468,8 @@ pub async fn attach_volume(
         ));
     }
     let attachment_id = cinder::reserve(cloud, &volume_id, &id).map_err(cinder_refusal)?;
-    let until = cloud.now.after(cfg.latency.volume_attach_secs);
-    let connect_at = Some(cloud.now.after(cfg.latency.volume_attach_secs / 2.0));
+    let until = cloud.now.after(attach_secs);
+    let connect_at = Some(cloud.now.after(attach_secs / 2.0));
     let s = find_mut(cloud, &ctx, &id)?;
     let a = VolumeAttachment {
         volume_id,
@@ -2547,7 +2548,7 @@ pub async fn detach_volume(
         let wrapped = cinder_refusal(e);
         bad(format!("Invalid volume: {}", wrapped.message))
     })?;
-    let until = cloud.now.after(app.cfg.latency.volume_attach_secs);
+    let until = cloud.now.after(app.latency().volume_attach_secs);
     let s = find_mut(cloud, &ctx, &id)?;
     if let Some(a) = s.volumes.iter_mut().find(|a| a.volume_id == volume_id) {
         a.pending = Some(PendingAttach {
