@@ -84,6 +84,50 @@ impl Session {
     }
 }
 
+impl Session {
+    /// One page of the collection `key`: at most `limit` items after `marker`, and the marker of
+    /// the next page as the service's next link names it (`None`: this was the last page).
+    pub async fn list_page<T: DeserializeOwned>(
+        &self,
+        req: ApiRequest,
+        key: &str,
+        limit: Option<u32>,
+        marker: Option<&str>,
+    ) -> Result<(Vec<T>, Option<String>), CloudError> {
+        let mut req = req;
+        if let Some(n) = limit {
+            req = req.query("limit", n.to_string());
+        }
+        if let Some(m) = marker {
+            req = req.query("marker", m);
+        }
+        let (service, operation) = (req.service, req.operation);
+        let body: Value = self.send(req).await?.json()?;
+        let (items, next) = split_page(&body, key).map_err(|detail| CloudError::Decode {
+            service,
+            operation,
+            detail,
+        })?;
+        let n = items.len();
+        let items = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                serde_json::from_value(item).map_err(|e| CloudError::Decode {
+                    service,
+                    operation,
+                    detail: format!("{key}[{i}]: {e}"),
+                })
+            })
+            .collect::<Result<Vec<T>, _>>()?;
+        let short_page = limit.is_some_and(|p| n < p as usize);
+        let next = next
+            .filter(|_| n > 0 && !short_page)
+            .and_then(|q| q.into_iter().find(|(k, _)| k == "marker").map(|(_, v)| v));
+        Ok((items, next))
+    }
+}
+
 /// A page's items and, if there is a next page, the query of its link.
 type Page = (Vec<Value>, Option<Vec<(String, String)>>);
 

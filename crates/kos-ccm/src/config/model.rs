@@ -257,6 +257,8 @@ pub struct BlockStorage {
     pub ignore_volume_az: bool,
     pub node_volume_attach_limit: Option<u32>,
     pub rescan_on_resize: bool,
+    /// Send Cinder no microversion (old clouds); online extend is then refused.
+    pub ignore_volume_microversion: bool,
 }
 
 /// A parsed cloud.conf and the warnings about it.
@@ -930,6 +932,10 @@ impl CloudConfig {
                         bs.node_volume_attach_limit.map(|n| n.to_string()),
                     ),
                     ("rescan-on-resize", b(bs.rescan_on_resize)),
+                    (
+                        "ignore-volume-microversion",
+                        b(bs.ignore_volume_microversion),
+                    ),
                 ],
             );
         }
@@ -1410,5 +1416,6 @@ fn read_block_storage(r: &mut SectionReader, d: &mut Diags) -> BlockStorage {
             .int("node-volume-attach-limit", 1, 256, d)
             .map(|n| n as u32),
         rescan_on_resize: r.bool("rescan-on-resize", d).unwrap_or(false),
+        ignore_volume_microversion: r.bool("ignore-volume-microversion", d).unwrap_or(false),
     }
 }

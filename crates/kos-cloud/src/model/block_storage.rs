@@ -1,4 +1,4 @@
-//! Cinder: volumes, metadata, availability zones, quotas with usage, limits.
+//! Cinder: volumes, snapshots, metadata, availability zones, quotas with usage, limits.
 
 use std::collections::BTreeMap;
 
@@ -118,6 +118,110 @@ pub struct VolumeCreate {
     /// kos's tags live here (Cinder volumes have no tags).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+}
+
+/// What a new volume is made from, besides nothing or an image: one source at most, as Cinder
+/// takes one (`snapshot_id` or `source_volid`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeSource {
+    Snapshot(String),
+    Volume(String),
+}
+
+impl VolumeSource {
+    /// The create request's key and value.
+    pub fn key_value(&self) -> (&'static str, &str) {
+        match self {
+            VolumeSource::Snapshot(id) => ("snapshot_id", id),
+            VolumeSource::Volume(id) => ("source_volid", id),
+        }
+    }
+}
+
+string_enum!(
+    /// Cinder snapshot status.
+    SnapshotStatus {
+        Creating = "creating",
+        Available = "available",
+        BackingUp = "backing-up",
+        Deleting = "deleting",
+        Deleted = "deleted",
+        Error = "error",
+        ErrorDeleting = "error_deleting",
+        Unmanaging = "unmanaging",
+        Restoring = "restoring",
+    }
+);
+
+impl SnapshotStatus {
+    pub fn is_error(&self) -> bool {
+        self.as_str().starts_with("error")
+    }
+}
+
+/// A Cinder volume snapshot (`GET /snapshots/{id}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Snapshot {
+    pub id: String,
+    #[serde(deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(deserialize_with = "nullable")]
+    pub description: String,
+    pub status: SnapshotStatus,
+    /// GiB: the source volume's size when the snapshot was taken.
+    pub size: u64,
+    pub volume_id: String,
+    #[serde(deserialize_with = "nullable")]
+    pub metadata: BTreeMap<String, String>,
+    pub created_at: Option<String>,
+    pub updated_at: Option<String>,
+}
+
+/// `POST /snapshots`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SnapshotCreate {
+    pub volume_id: String,
+    /// Snapshot an `in-use` volume too (Cinder refuses one without it).
+    pub force: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SnapshotFilter {
+    pub name: Option<String>,
+    pub status: Option<SnapshotStatus>,
+    pub volume_id: Option<String>,
+}
+
+impl SnapshotFilter {
+    pub fn to_query(&self) -> Vec<(String, String)> {
+        let mut q = Vec::new();
+        if let Some(n) = &self.name {
+            q.push(("name".into(), n.clone()));
+        }
+        if let Some(s) = &self.status {
+            q.push(("status".into(), s.as_str().to_owned()));
+        }
+        if let Some(v) = &self.volume_id {
+            q.push(("volume_id".into(), v.clone()));
+        }
+        q
+    }
+}
+
+/// One page of a list and the marker of the next, for callers that hand pages on (a CSI
+/// `ListVolumes` token).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// `None` on the last page.
+    pub next_marker: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -283,6 +387,50 @@ mod tests {
             f.to_query(),
             vec![("metadata".into(), r#"{"kos-cluster":"a"}"#.into())]
         );
+        Ok(())
+    }
+
+    #[test]
+    fn snapshots_parse_and_create_uses_the_api_reference_keys() -> R {
+        let s: Snapshot = parse_sample(
+            "block-storage/snapshots/snapshot-show-response.json",
+            "snapshot",
+        )?;
+        assert_eq!(
+            (s.status, s.size, s.volume_id.as_str(), s.name.as_str()),
+            (
+                SnapshotStatus::Creating,
+                10,
+                "b72c48f1-64b7-4cd8-9745-b12e0be82d37",
+                "snap-001"
+            )
+        );
+        let l: Vec<Snapshot> = parse_sample(
+            "block-storage/snapshots/snapshots-list-detailed-response.json",
+            "snapshots",
+        )?;
+        assert!(!l.is_empty() && l.iter().all(|s| !s.id.is_empty()));
+        let c = SnapshotCreate {
+            volume_id: "v".into(),
+            force: true,
+            name: Some("n".into()),
+            description: Some("d".into()),
+            metadata: BTreeMap::from([("k".into(), "v".into())]),
+        };
+        assert_eq!(
+            keys(&serde_json::to_value(&c)?),
+            sample_keys(
+                "block-storage/snapshots/snapshot-create-request.json",
+                "snapshot"
+            )?
+        );
+        let want = sample_keys("block-storage/volumes/volume-create-request.json", "volume")?;
+        for src in [
+            VolumeSource::Snapshot("s".into()),
+            VolumeSource::Volume("v".into()),
+        ] {
+            assert!(want.contains(&src.key_value().0.to_owned()), "{src:?}");
+        }
         Ok(())
     }
 
