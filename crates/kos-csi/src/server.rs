@@ -1,0 +1,97 @@
+//! Serving the CSI services over a unix socket (`--endpoint unix:///csi/csi.sock`).
+
+use std::path::{Path, PathBuf};
+
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::controller::Controller;
+use crate::csi::controller_server::ControllerServer;
+use crate::csi::identity_server::IdentityServer;
+use crate::csi::node_server::NodeServer;
+use crate::identity::Identity;
+use crate::node::NodeService;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("--endpoint {0:?}: only unix:// sockets are served (unix:///csi/csi.sock)")]
+    Endpoint(String),
+    #[error("socket {}: {source}", path.display())]
+    Socket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// The socket path of a `unix://` endpoint (`unix:///a/b` and `unix:/a/b`, as gRPC-Go reads them).
+pub fn socket_path(endpoint: &str) -> Result<PathBuf, ServeError> {
+    let rest = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .ok_or_else(|| ServeError::Endpoint(endpoint.to_owned()))?;
+    if !rest.starts_with('/') {
+        return Err(ServeError::Endpoint(endpoint.to_owned()));
+    }
+    Ok(PathBuf::from(rest))
+}
+
+/// Binds the socket, replacing a stale one (a previous run's), as upstream does.
+pub fn bind(path: &Path) -> Result<UnixListener, ServeError> {
+    let err = |source| ServeError::Socket {
+        path: path.to_owned(),
+        source,
+    };
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(err(e)),
+        _ => {}
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    UnixListener::bind(path).map_err(err)
+}
+
+/// The services one process provides (upstream's `--provide-controller-service`,
+/// `--provide-node-service`).
+pub struct Services {
+    pub identity: Identity,
+    pub controller: Option<Controller>,
+    pub node: Option<NodeService>,
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    listener: UnixListener,
+    s: Services,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    tonic::transport::Server::builder()
+        .add_service(IdentityServer::new(s.identity))
+        .add_optional_service(s.controller.map(ControllerServer::new))
+        .add_optional_service(s.node.map(NodeServer::new))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_unix_sockets() {
+        assert_eq!(
+            socket_path("unix:///csi/csi.sock").ok(),
+            Some(PathBuf::from("/csi/csi.sock"))
+        );
+        assert_eq!(
+            socket_path("unix:/csi/csi.sock").ok(),
+            Some(PathBuf::from("/csi/csi.sock"))
+        );
+        assert!(socket_path("tcp://127.0.0.1:10000").is_err());
+        assert!(socket_path("unix://csi.sock").is_err());
+    }
+}
