@@ -332,3 +332,68 @@ async fn a_claim_walks_from_create_to_delete_through_the_socket() -> R {
     );
     d.stop().await
 }
+
+/// A Python with grpcio-tools: `KOS_CSI_PYTHON`, else the venv scripts/test installs it into.
+fn sanity_python() -> PathBuf {
+    if let Some(p) = std::env::var_os("KOS_CSI_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = std::env::var_os("KOS_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/kos/venv")
+        });
+    venv.join("bin/python")
+}
+
+/// The sanity cases, by a client that grpcio-tools generated from the spec's csi.proto: no code
+/// of kos's on the client side.
+#[tokio::test]
+async fn a_client_generated_by_grpcio_tools_passes_the_sanity_cases() -> R {
+    let python = sanity_python();
+    let has_tools = std::process::Command::new(&python)
+        .args(["-c", "import grpc_tools, grpc"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        has_tools,
+        "{} has no grpcio-tools. Install it as scripts/test does:\n  python3 -m venv ~/.cache/kos/venv && \
+         ~/.cache/kos/venv/bin/pip install grpcio==1.85.3 grpcio-tools==1.85.1\n\
+         or point KOS_CSI_PYTHON at a python that has it",
+        python.display()
+    );
+    let c = cloud("").await?;
+    let server = c.server("node-s", "10.60.0.0/24").await?;
+    let d = start(&c.conf, &server).await?;
+    let work = tempfile::tempdir()?;
+    let proto = concat!(env!("CARGO_MANIFEST_DIR"), "/proto");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/csi_sanity.py");
+    let out = tokio::process::Command::new(&python)
+        .arg(script)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["--proto-dir", proto])
+        .arg("--work")
+        .arg(work.path())
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sanity failed:\n{stdout}\n{stderr}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with(" passed, 0 failed") && !last.starts_with("0 "),
+        "{stdout}"
+    );
+    // What the sanity run made, it deleted.
+    let left = c
+        .session
+        .block_storage()
+        .list_volumes(&Default::default())
+        .await?;
+    assert!(
+        left.iter().all(|v| v.status == VolumeStatus::Deleting),
+        "{left:?}"
+    );
+    d.stop().await
+}
