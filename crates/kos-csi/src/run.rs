@@ -272,3 +272,80 @@ fn http_addr(s: &str) -> Result<SocketAddr, RunError> {
     full.parse()
         .map_err(|e| RunError::Usage(format!("--http-endpoint {s:?}: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        opts: Options,
+    }
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Flags::try_parse_from(std::iter::once("kos-csi").chain(args.iter().copied()))
+            .map(|f| f.opts)
+    }
+
+    #[test]
+    fn upstreams_flags_parse_as_go_writes_them() -> Result<(), Box<dyn std::error::Error>> {
+        // The upstream controller plugin's args (manifests/cinder-csi-plugin).
+        let o = parse(&[
+            "--endpoint=unix://csi/csi.sock",
+            "--cloud-config=/etc/config/cloud.conf",
+            "--cluster=kubernetes",
+            "--http-endpoint=:8080",
+            "--v=1",
+        ])?;
+        assert_eq!(o.cluster, "kubernetes");
+        assert!(o.with_topology && o.provide_controller_service && o.provide_node_service);
+        o.check()?;
+        let o = parse(&[
+            "--endpoint=unix:///csi/csi.sock",
+            "--provide-controller-service=false",
+            "--with-topology=false",
+            "--additional-topology=topology.kubernetes.io/region=r1,topology.kubernetes.io/zone=z",
+            "--nodeid=ignored",
+        ])?;
+        o.check()?;
+        assert!(!o.with_topology && !o.provide_controller_service);
+        assert_eq!(o.additional_topology.len(), 2);
+        assert_eq!(o.additional_topology[0].1, "r1");
+        assert_eq!(http_addr(":8080")?.port(), 8080);
+        // The controller needs a cloud.conf; a second cloud is not served.
+        let o = parse(&["--endpoint=unix:///csi/csi.sock"])?;
+        assert!(matches!(o.check(), Err(RunError::Usage(_))));
+        let o = parse(&[
+            "--endpoint=unix:///csi/csi.sock",
+            "--cloud-config=/c",
+            "--cloud-name=other",
+        ])?;
+        assert!(matches!(o.check(), Err(RunError::Usage(_))));
+        Ok(())
+    }
+
+    #[test]
+    fn cloud_conf_files_are_read_as_one_and_a_node_may_have_none()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let a = dir.path().join("a.conf");
+        let b = dir.path().join("b.conf");
+        std::fs::write(
+            &a,
+            "[Global]\nauth-url = https://k:5000/v3\nusername = u\npassword = p\ntenant-name = t\nregion = r\n",
+        )?;
+        std::fs::write(
+            &b,
+            "[BlockStorage]\nnode-volume-attach-limit = 25\nrescan-on-resize = true\nignore-volume-az = true\nignore-volume-microversion = true\n",
+        )?;
+        let l = load_config(&[a, b])?.ok_or("nothing read")?;
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        let bs = &l.config.block_storage;
+        assert_eq!(bs.node_volume_attach_limit, Some(25));
+        assert!(bs.rescan_on_resize && bs.ignore_volume_az && bs.ignore_volume_microversion);
+        assert!(load_config(&[dir.path().join("none.conf")])?.is_none());
+        Ok(())
+    }
+}

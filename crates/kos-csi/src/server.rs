@@ -26,15 +26,16 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// The socket path of a `unix://` endpoint (`unix:///a/b` and `unix:/a/b`, as gRPC-Go reads them).
+/// The socket path of a `unix://` endpoint, read as upstream's `ParseEndpoint` does: what follows
+/// `unix://` is the path, so the upstream manifests' `unix://csi/csi.sock` is `csi/csi.sock`
+/// relative to the working directory (`/` in the image: `/csi/csi.sock`).
 pub fn socket_path(endpoint: &str) -> Result<PathBuf, ServeError> {
     let rest = endpoint
-        .strip_prefix("unix://")
-        .or_else(|| endpoint.strip_prefix("unix:"))
+        .get(..7)
+        .filter(|p| p.eq_ignore_ascii_case("unix://"))
+        .and_then(|_| endpoint.get(7..))
+        .filter(|r| !r.is_empty())
         .ok_or_else(|| ServeError::Endpoint(endpoint.to_owned()))?;
-    if !rest.starts_with('/') {
-        return Err(ServeError::Endpoint(endpoint.to_owned()));
-    }
     Ok(PathBuf::from(rest))
 }
 
@@ -87,11 +88,17 @@ mod tests {
             socket_path("unix:///csi/csi.sock").ok(),
             Some(PathBuf::from("/csi/csi.sock"))
         );
+        // The upstream manifests' spelling: a path relative to the working directory.
         assert_eq!(
-            socket_path("unix:/csi/csi.sock").ok(),
-            Some(PathBuf::from("/csi/csi.sock"))
+            socket_path("unix://csi/csi.sock").ok(),
+            Some(PathBuf::from("csi/csi.sock"))
+        );
+        assert_eq!(
+            socket_path("UNIX:///x.sock").ok(),
+            Some(PathBuf::from("/x.sock"))
         );
         assert!(socket_path("tcp://127.0.0.1:10000").is_err());
-        assert!(socket_path("unix://csi.sock").is_err());
+        assert!(socket_path("unix://").is_err());
+        assert!(socket_path("/csi/csi.sock").is_err());
     }
 }
