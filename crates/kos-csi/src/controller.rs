@@ -23,6 +23,7 @@ use crate::csi;
 use crate::csi::controller_service_capability::rpc::Type as Rpc;
 use crate::csi::volume_capability::access_mode::Mode;
 use crate::error::{CsiError, required};
+use crate::metrics::Metrics;
 use crate::{CLUSTER_KEY, GIB, RESIZE_REQUIRED_KEY, TOPOLOGY_KEY};
 
 /// Upstream's description of every volume and snapshot it makes.
@@ -63,13 +64,25 @@ pub const ACCESS_MODE: Mode = Mode::SingleNodeWriter;
 pub struct Controller {
     session: Session,
     cfg: Arc<DriverConfig>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 type R<T> = Result<T, CsiError>;
 
 impl Controller {
     pub fn new(session: Session, cfg: Arc<DriverConfig>) -> Self {
-        Controller { session, cfg }
+        Controller {
+            session,
+            cfg,
+            metrics: None,
+        }
+    }
+
+    /// Counts every call in `m`.
+    #[must_use]
+    pub fn with_metrics(mut self, m: Arc<Metrics>) -> Self {
+        self.metrics = Some(m);
+        self
     }
 
     fn cinder(&self) -> kos_cloud::block_storage::BlockStorageApi<'_> {
@@ -948,8 +961,19 @@ fn parse_go_bool(s: &str) -> Option<bool> {
 
 // ------------------------------------------------------------ the gRPC service
 
-/// Logs the call and its outcome, and turns the error into a gRPC status.
-pub(crate) fn answer<T>(rpc: &'static str, r: R<T>) -> Result<Response<T>, Status> {
+/// Runs one call: logs it and its outcome, counts it in `metrics`, and turns the error into a
+/// gRPC status.
+pub(crate) async fn observed<T>(
+    metrics: Option<&Metrics>,
+    rpc: &'static str,
+    call: impl std::future::Future<Output = R<T>>,
+) -> Result<Response<T>, Status> {
+    let started = std::time::Instant::now();
+    let r = call.await;
+    if let Some(m) = metrics {
+        let code = r.as_ref().map_or_else(CsiError::label, |_| "ok");
+        m.rpc(rpc, code, started.elapsed());
+    }
     match r {
         Ok(v) => {
             debug!(rpc, "ok");
@@ -968,46 +992,67 @@ impl csi::controller_server::Controller for Controller {
         &self,
         r: Request<csi::CreateVolumeRequest>,
     ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
-        answer("CreateVolume", self.create_volume(r.into_inner()).await)
+        observed(
+            self.metrics.as_deref(),
+            "CreateVolume",
+            self.create_volume(r.into_inner()),
+        )
+        .await
     }
     async fn delete_volume(
         &self,
         r: Request<csi::DeleteVolumeRequest>,
     ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
-        answer("DeleteVolume", self.delete_volume(r.into_inner()).await)
+        observed(
+            self.metrics.as_deref(),
+            "DeleteVolume",
+            self.delete_volume(r.into_inner()),
+        )
+        .await
     }
     async fn controller_publish_volume(
         &self,
         r: Request<csi::ControllerPublishVolumeRequest>,
     ) -> Result<Response<csi::ControllerPublishVolumeResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "ControllerPublishVolume",
-            self.controller_publish_volume(r.into_inner()).await,
+            self.controller_publish_volume(r.into_inner()),
         )
+        .await
     }
     async fn controller_unpublish_volume(
         &self,
         r: Request<csi::ControllerUnpublishVolumeRequest>,
     ) -> Result<Response<csi::ControllerUnpublishVolumeResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "ControllerUnpublishVolume",
-            self.controller_unpublish_volume(r.into_inner()).await,
+            self.controller_unpublish_volume(r.into_inner()),
         )
+        .await
     }
     async fn validate_volume_capabilities(
         &self,
         r: Request<csi::ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<csi::ValidateVolumeCapabilitiesResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "ValidateVolumeCapabilities",
-            self.validate_volume_capabilities(r.into_inner()).await,
+            self.validate_volume_capabilities(r.into_inner()),
         )
+        .await
     }
     async fn list_volumes(
         &self,
         r: Request<csi::ListVolumesRequest>,
     ) -> Result<Response<csi::ListVolumesResponse>, Status> {
-        answer("ListVolumes", self.list_volumes(r.into_inner()).await)
+        observed(
+            self.metrics.as_deref(),
+            "ListVolumes",
+            self.list_volumes(r.into_inner()),
+        )
+        .await
     }
     async fn get_capacity(
         &self,
@@ -1035,19 +1080,34 @@ impl csi::controller_server::Controller for Controller {
         &self,
         r: Request<csi::CreateSnapshotRequest>,
     ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
-        answer("CreateSnapshot", self.create_snapshot(r.into_inner()).await)
+        observed(
+            self.metrics.as_deref(),
+            "CreateSnapshot",
+            self.create_snapshot(r.into_inner()),
+        )
+        .await
     }
     async fn delete_snapshot(
         &self,
         r: Request<csi::DeleteSnapshotRequest>,
     ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
-        answer("DeleteSnapshot", self.delete_snapshot(r.into_inner()).await)
+        observed(
+            self.metrics.as_deref(),
+            "DeleteSnapshot",
+            self.delete_snapshot(r.into_inner()),
+        )
+        .await
     }
     async fn list_snapshots(
         &self,
         r: Request<csi::ListSnapshotsRequest>,
     ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
-        answer("ListSnapshots", self.list_snapshots(r.into_inner()).await)
+        observed(
+            self.metrics.as_deref(),
+            "ListSnapshots",
+            self.list_snapshots(r.into_inner()),
+        )
+        .await
     }
     async fn get_snapshot(
         &self,
@@ -1061,19 +1121,23 @@ impl csi::controller_server::Controller for Controller {
         &self,
         r: Request<csi::ControllerExpandVolumeRequest>,
     ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "ControllerExpandVolume",
-            self.controller_expand_volume(r.into_inner()).await,
+            self.controller_expand_volume(r.into_inner()),
         )
+        .await
     }
     async fn controller_get_volume(
         &self,
         r: Request<csi::ControllerGetVolumeRequest>,
     ) -> Result<Response<csi::ControllerGetVolumeResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "ControllerGetVolume",
-            self.controller_get_volume(r.into_inner()).await,
+            self.controller_get_volume(r.into_inner()),
         )
+        .await
     }
     async fn controller_modify_volume(
         &self,

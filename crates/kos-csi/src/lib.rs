@@ -8,6 +8,7 @@ pub mod controller;
 pub mod error;
 pub mod identity;
 pub mod metadata;
+pub mod metrics;
 pub mod node;
 pub mod run;
 pub mod server;

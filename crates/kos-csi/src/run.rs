@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use clap::{ArgAction, Args};
 use kos_ccm::config::{CloudConfig, ConfigError, Loaded};
-use kos_ccm::metrics::Metrics;
 use kos_cloud::{CloudError, Env, Session};
 
 use crate::config::{DriverConfig, NodeConfig};
 use crate::controller::Controller;
 use crate::identity::Identity;
 use crate::metadata::{NodeMetadata, Sources};
+use crate::metrics::Metrics;
 use crate::node::{Kernel, NodeService, SystemKernel};
 use crate::server::{self, ServeError, Services};
 
@@ -192,7 +192,7 @@ pub async fn run_with(
                 .await?
                 .with_observer(metrics.clone());
             tracing::info!(cloud = %profile.name, region = ?session.region(), "connected to OpenStack");
-            Some(Controller::new(session, cfg.clone()))
+            Some(Controller::new(session, cfg.clone()).with_metrics(metrics.clone()))
         }
         (None, true) => {
             return Err(RunError::Usage(
@@ -210,6 +210,7 @@ pub async fn run_with(
                 kubelet_dir: opts.kubelet_dir.clone(),
             },
         )
+        .with_metrics(metrics.clone())
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -229,7 +230,7 @@ pub async fn run_with(
                 addr: opts.http_endpoint.clone(),
                 source,
             })?;
-        Some(tokio::spawn(kos_ccm::serve::serve_on(
+        Some(tokio::spawn(crate::metrics::serve(
             listener,
             metrics.clone(),
             stopped(),

@@ -607,3 +607,79 @@ async fn snapshots_are_idempotent_by_name_and_restore_into_a_volume() -> R {
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn novas_refusal_of_an_attach_is_surfaced_with_its_message() -> R {
+    let c = cloud("").await?;
+    let ctl = c.controller("k1");
+    let node = c.server("node-r", "10.42.0.0/24").await?;
+    let vol = ctl
+        .create_volume(create_req("refused", 1))
+        .await?
+        .volume
+        .ok_or("none")?;
+    c.sim.app().fault_engine().add(FaultRule {
+        id: None,
+        method: Some("POST".into()),
+        path: "/os-volume_attachments$".into(),
+        body: None,
+        status: 403,
+        probability: 1.0,
+        count: Some(1),
+        skip: 0,
+        retry_after: None,
+        after_side_effect: false,
+        build_error: false,
+        message: Some(
+            "The maximum allowed number of disk devices (2) to attach to a single instance has been exceeded."
+                .into(),
+        ),
+    })?;
+    let e = ctl
+        .controller_publish_volume(csi::ControllerPublishVolumeRequest {
+            volume_id: vol.volume_id.clone(),
+            node_id: node.clone(),
+            volume_capability: Some(mount_cap()),
+            ..Default::default()
+        })
+        .await;
+    match e {
+        Err(CsiError::ResourceExhausted(m)) => assert!(m.contains("maximum allowed"), "{m}"),
+        other => return Err(format!("want RESOURCE_EXHAUSTED, got {other:?}").into()),
+    }
+    let v = c
+        .session
+        .block_storage()
+        .get_volume(&vol.volume_id)
+        .await?
+        .ok_or("gone")?;
+    assert_eq!(
+        (v.status, v.attachments.len()),
+        (VolumeStatus::Available, 0)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn calls_and_the_cloud_calls_behind_them_are_counted() -> R {
+    use kos_csi::csi::controller_server::Controller as Grpc;
+    let c = cloud("").await?;
+    let m = Arc::new(kos_csi::metrics::Metrics::new());
+    let ctl = Controller::new(
+        c.session.clone().with_observer(m.clone()),
+        Arc::new(DriverConfig::new("k1", Default::default())),
+    )
+    .with_metrics(m.clone());
+    Grpc::create_volume(&ctl, tonic::Request::new(create_req("m", 1))).await?;
+    let e = Grpc::create_volume(&ctl, tonic::Request::new(create_req("m", 2))).await;
+    assert_eq!(e.err().map(|s| s.code()), Some(tonic::Code::AlreadyExists));
+    let text = m.encode();
+    for want in [
+        r#"csi_rpc_total{rpc="CreateVolume",code="ok"} 1"#,
+        r#"csi_rpc_total{rpc="CreateVolume",code="already_exists"} 1"#,
+        r#"openstack_api_requests_total{request="volume_create"} 1"#,
+    ] {
+        assert!(text.contains(want), "{want} not in\n{text}");
+    }
+    Ok(())
+}

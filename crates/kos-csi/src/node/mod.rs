@@ -15,12 +15,13 @@ use tonic::{Request, Response, Status};
 use tracing::{debug, info};
 
 use crate::config::{DriverConfig, NodeConfig};
-use crate::controller::answer;
+use crate::controller::observed;
 use crate::csi;
 use crate::csi::node_service_capability::rpc::Type as Rpc;
 use crate::csi::volume_capability::AccessType;
 use crate::error::{CsiError, required};
 use crate::metadata::NodeMetadata;
+use crate::metrics::Metrics;
 use crate::{RESIZE_REQUIRED_KEY, TOPOLOGY_KEY};
 
 pub use kernel::{FsStats, Kernel, KernelError, SystemKernel};
@@ -61,6 +62,7 @@ pub struct NodeService {
     /// How many times the disk is looked for before giving up, with udev probed between.
     device_tries: u32,
     device_pause: Duration,
+    metrics: Option<Arc<Metrics>>,
 }
 
 type R<T> = Result<T, CsiError>;
@@ -79,7 +81,15 @@ impl NodeService {
             node,
             device_tries: 10,
             device_pause: Duration::from_secs(1),
+            metrics: None,
         }
+    }
+
+    /// Counts every call in `m`.
+    #[must_use]
+    pub fn with_metrics(mut self, m: Arc<Metrics>) -> Self {
+        self.metrics = Some(m);
+        self
     }
 
     /// Looks for a missing disk `tries` times, `pause` apart.
@@ -471,55 +481,67 @@ impl csi::node_server::Node for NodeService {
         &self,
         r: Request<csi::NodeStageVolumeRequest>,
     ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "NodeStageVolume",
-            self.node_stage_volume(r.into_inner()).await,
+            self.node_stage_volume(r.into_inner()),
         )
+        .await
     }
     async fn node_unstage_volume(
         &self,
         r: Request<csi::NodeUnstageVolumeRequest>,
     ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "NodeUnstageVolume",
-            self.node_unstage_volume(r.into_inner()).await,
+            self.node_unstage_volume(r.into_inner()),
         )
+        .await
     }
     async fn node_publish_volume(
         &self,
         r: Request<csi::NodePublishVolumeRequest>,
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "NodePublishVolume",
-            self.node_publish_volume(r.into_inner()).await,
+            self.node_publish_volume(r.into_inner()),
         )
+        .await
     }
     async fn node_unpublish_volume(
         &self,
         r: Request<csi::NodeUnpublishVolumeRequest>,
     ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "NodeUnpublishVolume",
-            self.node_unpublish_volume(r.into_inner()).await,
+            self.node_unpublish_volume(r.into_inner()),
         )
+        .await
     }
     async fn node_get_volume_stats(
         &self,
         r: Request<csi::NodeGetVolumeStatsRequest>,
     ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "NodeGetVolumeStats",
-            self.node_get_volume_stats(r.into_inner()).await,
+            self.node_get_volume_stats(r.into_inner()),
         )
+        .await
     }
     async fn node_expand_volume(
         &self,
         r: Request<csi::NodeExpandVolumeRequest>,
     ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
-        answer(
+        observed(
+            self.metrics.as_deref(),
             "NodeExpandVolume",
-            self.node_expand_volume(r.into_inner()).await,
+            self.node_expand_volume(r.into_inner()),
         )
+        .await
     }
     async fn node_get_capabilities(
         &self,
@@ -539,6 +561,6 @@ impl csi::node_server::Node for NodeService {
         &self,
         _: Request<csi::NodeGetInfoRequest>,
     ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
-        answer("NodeGetInfo", self.node_get_info().await)
+        observed(self.metrics.as_deref(), "NodeGetInfo", self.node_get_info()).await
     }
 }
