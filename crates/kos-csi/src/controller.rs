@@ -117,14 +117,17 @@ impl Controller {
         let size = size_gib(req.capacity_range.as_ref())?;
         let params = &req.parameters;
         let volume_type = params.get("type").filter(|t| !t.is_empty()).cloned();
-        let zone = match params.get("availability").filter(|z| !z.is_empty()) {
-            Some(z) => Some(z.clone()),
-            None if self.cfg.with_topology => req
-                .accessibility_requirements
-                .as_ref()
-                .and_then(zone_from_topology),
-            None => None,
-        };
+        let (zone, zone_from_topology_req) =
+            match params.get("availability").filter(|z| !z.is_empty()) {
+                Some(z) => (Some(z.clone()), false),
+                None if self.cfg.with_topology => (
+                    req.accessibility_requirements
+                        .as_ref()
+                        .and_then(zone_from_topology),
+                    true,
+                ),
+                None => (None, false),
+            };
         let source = content_source(req.volume_content_source.as_ref())?;
 
         let existing = self
@@ -155,8 +158,15 @@ impl Controller {
                 v.clone()
             }
             [] => {
-                self.make_volume(name, size, volume_type, zone, source, params)
-                    .await?
+                let asked = Asked {
+                    name,
+                    size,
+                    volume_type,
+                    zone,
+                    zone_from_topology: zone_from_topology_req,
+                    source,
+                };
+                self.make_volume(asked, params).await?
             }
             many => {
                 return Err(CsiError::Internal(format!(
@@ -176,15 +186,15 @@ impl Controller {
         })
     }
 
-    async fn make_volume(
-        &self,
-        name: &str,
-        size: u64,
-        volume_type: Option<String>,
-        zone: Option<String>,
-        source: Option<VolumeSource>,
-        params: &HashMap<String, String>,
-    ) -> R<Volume> {
+    async fn make_volume(&self, a: Asked<'_>, params: &HashMap<String, String>) -> R<Volume> {
+        let Asked {
+            name,
+            size,
+            volume_type,
+            zone,
+            zone_from_topology,
+            source,
+        } = a;
         match &source {
             Some(VolumeSource::Snapshot(id)) => {
                 let snap = self
@@ -236,8 +246,8 @@ impl Controller {
             size,
             name: Some(name.to_owned()),
             description: Some(DESCRIPTION.to_owned()),
-            volume_type,
-            availability_zone: zone,
+            volume_type: volume_type.clone(),
+            availability_zone: zone.clone(),
             metadata,
             ..VolumeCreate::default()
         };
@@ -267,6 +277,28 @@ impl Controller {
                     Err(_) => Err(CsiError::cloud(format!("creating volume {name}"))(e)),
                 }
             }
+            // Cinder's refusals of what the class or the topology asked, as the spec's codes: an
+            // unknown type (404) or zone (400) from the class is the request's fault; a zone from
+            // the topology Cinder lacks is "cannot provision there" (the provisioner reschedules).
+            Err(e) if e.status() == Some(404) && volume_type.is_some() => {
+                Err(CsiError::InvalidArgument(format!(
+                    "creating volume {name}: parameter type {:?}: {e}",
+                    volume_type.unwrap_or_default()
+                )))
+            }
+            // The source was there a moment ago.
+            Err(e) if e.status() == Some(404) && source.is_some() => Err(CsiError::NotFound(
+                format!("creating volume {name}: content source: {e}"),
+            )),
+            Err(e) if e.status() == Some(400) && zone.is_some() && zone_from_topology => {
+                Err(CsiError::ResourceExhausted(format!(
+                    "creating volume {name} in zone {:?} of the topology: {e}",
+                    zone.unwrap_or_default()
+                )))
+            }
+            Err(e) if e.status() == Some(400) => Err(CsiError::InvalidArgument(format!(
+                "creating volume {name}: {e}"
+            ))),
             Err(e) => Err(CsiError::cloud(format!("creating volume {name}"))(e)),
         }
     }
@@ -780,6 +812,17 @@ impl Controller {
 }
 
 // ------------------------------------------------------------ pure helpers
+
+/// What CreateVolume asks Cinder for.
+struct Asked<'a> {
+    name: &'a str,
+    size: u64,
+    volume_type: Option<String>,
+    zone: Option<String>,
+    /// The zone came from the request's topology, not the class's `availability`.
+    zone_from_topology: bool,
+    source: Option<VolumeSource>,
+}
 
 /// A capability must name its access type and mode (the spec's required fields).
 fn check_capability(c: &csi::VolumeCapability) -> R<()> {

@@ -138,7 +138,26 @@ async fn zones_come_from_the_class_then_topology_and_ignore_volume_az_keeps_the_
     bad.parameters = params(&[("availability", "no-such-zone")]);
     let e = ctl.create_volume(bad).await;
     assert!(
-        matches!(&e, Err(CsiError::Cloud { source, .. }) if source.status() == Some(400)),
+        matches!(&e, Err(CsiError::InvalidArgument(m)) if m.contains("no-such-zone")),
+        "{e:?}"
+    );
+    // From the topology: RESOURCE_EXHAUSTED, so the provisioner tries another node's zone.
+    let mut far = create_req("far", 1);
+    far.accessibility_requirements = Some(csi::TopologyRequirement {
+        requisite: vec![topo("compute-only-az")],
+        preferred: vec![topo("compute-only-az")],
+    });
+    let e = ctl.create_volume(far).await;
+    assert!(
+        matches!(&e, Err(CsiError::ResourceExhausted(m)) if m.contains("compute-only-az")),
+        "{e:?}"
+    );
+    // An unknown volume type: the class is wrong.
+    let mut typed = create_req("typed", 1);
+    typed.parameters = params(&[("type", "no-such-type")]);
+    let e = ctl.create_volume(typed).await;
+    assert!(
+        matches!(&e, Err(CsiError::InvalidArgument(m)) if m.contains("no-such-type")),
         "{e:?}"
     );
 
