@@ -3,8 +3,8 @@
 //! the CSI spec names an error code and upstream answers INTERNAL, this follows the spec
 //! (docs/storage.md lists each place).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kos_cloud::CloudError;
@@ -65,6 +65,47 @@ pub struct Controller {
     session: Session,
     cfg: Arc<DriverConfig>,
     metrics: Option<Arc<Metrics>>,
+    busy: BusySet,
+}
+
+/// The volumes and snapshots calls are working on (by name or id): a second call on one of them
+/// meanwhile is ABORTED, the spec's "operation pending", never a race between two.
+#[derive(Clone, Default)]
+struct BusySet(Arc<Mutex<HashSet<String>>>);
+
+impl BusySet {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Claims `kind/key` for one call, or ABORTED when another call holds it.
+    fn claim(&self, kind: &str, key: &str) -> R<Busy> {
+        let key = format!("{kind}/{key}");
+        if !self.lock().insert(key.clone()) {
+            return Err(CsiError::Aborted(format!(
+                "an operation on {key} is already in progress"
+            )));
+        }
+        Ok(Busy {
+            set: self.clone(),
+            key,
+        })
+    }
+}
+
+/// Holds one key of a [`BusySet`] until dropped, also when the CO cancels the call and its
+/// future is dropped.
+struct Busy {
+    set: BusySet,
+    key: String,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.set.lock().remove(&self.key);
+    }
 }
 
 type R<T> = Result<T, CsiError>;
@@ -75,6 +116,7 @@ impl Controller {
             session,
             cfg,
             metrics: None,
+            busy: BusySet::default(),
         }
     }
 
@@ -106,6 +148,7 @@ impl Controller {
         req: csi::CreateVolumeRequest,
     ) -> R<csi::CreateVolumeResponse> {
         let name = required(&req.name, "CreateVolume: the volume name")?;
+        let _busy = self.busy.claim("volume-name", name)?;
         if req.volume_capabilities.is_empty() {
             return Err(CsiError::InvalidArgument(
                 "CreateVolume: volume capabilities must be provided".into(),
@@ -346,6 +389,7 @@ impl Controller {
         req: csi::DeleteVolumeRequest,
     ) -> R<csi::DeleteVolumeResponse> {
         let id = required(&req.volume_id, "DeleteVolume: the volume id")?;
+        let _busy = self.busy.claim("volume", id)?;
         let cinder = self.cinder();
         let Some(v) = cinder
             .get_volume(id)
@@ -384,6 +428,7 @@ impl Controller {
             )
         })?;
         check_capability(cap)?;
+        let _busy = self.busy.claim("volume", id)?;
         let cinder = self.cinder();
         let v = cinder
             .get_volume(id)
@@ -441,6 +486,7 @@ impl Controller {
         req: csi::ControllerUnpublishVolumeRequest,
     ) -> R<csi::ControllerUnpublishVolumeResponse> {
         let id = required(&req.volume_id, "ControllerUnpublishVolume: the volume id")?;
+        let _busy = self.busy.claim("volume", id)?;
         let cinder = self.cinder();
         let Some(v) = cinder
             .get_volume(id)
@@ -573,6 +619,7 @@ impl Controller {
             CsiError::InvalidArgument("ControllerExpandVolume: capacity range not provided".into())
         })?;
         let size = size_gib(Some(range))?;
+        let _busy = self.busy.claim("volume", id)?;
         let cinder = self.cinder();
         let v = cinder
             .get_volume(id)
@@ -629,6 +676,7 @@ impl Controller {
             &req.source_volume_id,
             "CreateSnapshot: the source volume id",
         )?;
+        let _busy = self.busy.claim("snapshot-name", name)?;
         match req.parameters.get("type").map(String::as_str) {
             None | Some("" | "snapshot") => {}
             Some("backup") => {
@@ -752,6 +800,7 @@ impl Controller {
         req: csi::DeleteSnapshotRequest,
     ) -> R<csi::DeleteSnapshotResponse> {
         let id = required(&req.snapshot_id, "DeleteSnapshot: the snapshot id")?;
+        let _busy = self.busy.claim("snapshot", id)?;
         self.cinder()
             .delete_snapshot(id)
             .await
@@ -1255,6 +1304,21 @@ mod tests {
         assert_eq!(a, Some(1_552_365_720));
         assert_eq!((a, a), (b, c));
         assert_eq!(timestamp("yesterday"), None);
+    }
+
+    #[test]
+    fn a_second_call_on_a_busy_volume_is_aborted_until_the_first_ends() -> Result<(), CsiError> {
+        let busy = BusySet::default();
+        let first = busy.claim("volume", "a")?;
+        assert!(matches!(
+            busy.claim("volume", "a"),
+            Err(CsiError::Aborted(_))
+        ));
+        let _other = busy.claim("volume", "b")?;
+        let _by_name = busy.claim("volume-name", "a")?;
+        drop(first);
+        let _again = busy.claim("volume", "a")?;
+        Ok(())
     }
 
     #[test]

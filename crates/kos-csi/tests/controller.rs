@@ -702,3 +702,29 @@ async fn calls_and_the_cloud_calls_behind_them_are_counted() -> R {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_call_on_a_volume_already_being_worked_on_is_aborted() -> R {
+    let c = cloud("").await?;
+    let ctl = c.controller("k1");
+    // Both start before either reaches the cloud: the second finds the name taken.
+    let (a, b) = tokio::join!(
+        ctl.create_volume(create_req("twice", 1)),
+        ctl.create_volume(create_req("twice", 1))
+    );
+    assert!(a.is_ok(), "{a:?}");
+    assert!(matches!(b, Err(CsiError::Aborted(_))), "{b:?}");
+    // Once the first ended, the name is free again: the same volume.
+    let again = ctl.create_volume(create_req("twice", 1)).await?;
+    assert_eq!(
+        again.volume.map(|v| v.volume_id),
+        a?.volume.map(|v| v.volume_id)
+    );
+    let all = c
+        .session
+        .block_storage()
+        .list_volumes(&VolumeFilter::default())
+        .await?;
+    assert_eq!(all.len(), 1);
+    Ok(())
+}

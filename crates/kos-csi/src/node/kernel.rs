@@ -237,7 +237,21 @@ impl Kernel for SystemKernel {
             args.extend(["-o", opts.as_str()]);
         }
         args.extend([s(source), s(target)]);
-        run("mount", &args).await.map(drop)
+        // Mount flags may carry secrets (the spec says so): the error names how many, not which.
+        run("mount", &args).await.map(drop).map_err(|e| match e {
+            KernelError::Command { status, stderr, .. } => KernelError::Command {
+                command: format!(
+                    "mount {}-o <{} options> {} {}",
+                    fs_type.map(|t| format!("-t {t} ")).unwrap_or_default(),
+                    options.len(),
+                    source.display(),
+                    target.display()
+                ),
+                status,
+                stderr,
+            },
+            e => e,
+        })
     }
 
     async fn unmount(&self, target: &Path) -> Result<(), KernelError> {
