@@ -496,6 +496,14 @@ impl Controller {
             debug!(volume = %id, "ControllerUnpublishVolume: volume gone, so detached");
             return Ok(csi::ControllerUnpublishVolumeResponse {});
         };
+        // An attach still under way may not list its server yet: answering "detached" now would
+        // leave it attached once it lands (upstream refuses any state but in-use/available too).
+        if matches!(v.status, VolumeStatus::Attaching | VolumeStatus::Reserved) {
+            return Err(CsiError::Unavailable(format!(
+                "volume {id} is {}: detach once the attach settled",
+                v.status
+            )));
+        }
         // An empty node id means every node (the spec).
         let servers: Vec<String> = v
             .attachments

@@ -728,3 +728,54 @@ async fn a_call_on_a_volume_already_being_worked_on_is_aborted() -> R {
     assert_eq!(all.len(), 1);
     Ok(())
 }
+
+#[tokio::test]
+async fn without_microversions_volumes_are_still_made_and_attached() -> R {
+    let c = cloud("[BlockStorage]\nignore-volume-microversion = true\n").await?;
+    let ctl = c.controller("k1");
+    let node = c.server("node-old", "10.43.0.0/24").await?;
+    let v = ctl
+        .create_volume(create_req("old-cloud", 1))
+        .await?
+        .volume
+        .ok_or("none")?;
+    let again = ctl
+        .create_volume(create_req("old-cloud", 1))
+        .await?
+        .volume
+        .ok_or("none")?;
+    assert_eq!(v.volume_id, again.volume_id);
+    ctl.controller_publish_volume(csi::ControllerPublishVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        node_id: node,
+        volume_capability: Some(mount_cap()),
+        ..Default::default()
+    })
+    .await?;
+    // Growing it attached needs 3.42: refused, and the volume keeps its size.
+    let e = ctl
+        .controller_expand_volume(csi::ControllerExpandVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            capacity_range: support::gib(2),
+            ..Default::default()
+        })
+        .await;
+    assert!(
+        matches!(
+            &e,
+            Err(CsiError::Cloud {
+                source: kos_cloud::CloudError::Invalid { .. },
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    let now = c
+        .session
+        .block_storage()
+        .get_volume(&v.volume_id)
+        .await?
+        .ok_or("gone")?;
+    assert_eq!(now.size, 1);
+    Ok(())
+}
