@@ -170,6 +170,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_metadata_service_answers_when_there_is_no_config_drive()
+    -> Result<(), Box<dyn std::error::Error>> {
+        use axum::routing::get;
+        let app = axum::Router::new().route(
+            "/openstack/latest/meta_data.json",
+            get(|| async { r#"{"uuid": "i-2", "availability_zone": "az3", "hostname": "h"}"# }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let k = Arc::new(FakeKernel::new());
+        let mut s = Sources::new(
+            vec![MetadataSource::ConfigDrive, MetadataSource::MetadataService],
+            k,
+        );
+        s.service_url = format!("http://{addr}");
+        let m = s.get().await?;
+        assert_eq!(
+            (m.uuid.as_str(), m.availability_zone.as_str()),
+            ("i-2", "az3")
+        );
+        // Kept: the server is not asked again.
+        server.abort();
+        assert_eq!(s.get().await?.uuid, "i-2");
+        Ok(())
+    }
+
+    #[tokio::test]
     async fn without_any_source_the_error_names_each() {
         let k = Arc::new(FakeKernel::new());
         let mut s = Sources::new(
