@@ -18,6 +18,9 @@ use crate::metrics::Metrics;
 use crate::node::{Kernel, NodeService, SystemKernel};
 use crate::server::{self, ServeError, Services};
 
+/// How long calls in flight may finish after SIGTERM (a pod's default grace is 30 s).
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// cinder-csi-plugin's flags (cmd/cinder-csi-plugin/main.go), and kos's `--kubelet-dir`.
 #[derive(Debug, Clone, Args)]
 pub struct Options {
@@ -244,7 +247,7 @@ pub async fn run_with(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let served = server::serve(
+    let serving = server::serve(
         listener,
         Services {
             identity: Identity {
@@ -254,8 +257,20 @@ pub async fn run_with(
             node,
         },
         stopped(),
-    )
-    .await;
+    );
+    // Stopping lets calls in flight finish, for a while: a client that never answers HTTP/2's
+    // goodbye must not keep the process past its grace period.
+    let grace = async {
+        stopped().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let served = tokio::select! {
+        r = serving => r,
+        () = grace => {
+            tracing::warn!("calls still open {SHUTDOWN_GRACE:?} after the stop; exiting");
+            Ok(())
+        }
+    };
     if let Some(h) = http {
         let _ = h.await;
     }
