@@ -316,6 +316,12 @@ async fn volumes_attach_and_detach() -> R {
     );
     let l = nova.list_volume_attachments(&server.id).await?;
     assert_eq!(l.len(), 1);
+    // An attach takes time, and Cinder refuses a detach until the volume is in-use (as minicloud's
+    // real Cinder does).
+    c.session
+        .block_storage()
+        .wait_for_attachment(&vol.id, &server.id, true, deadline())
+        .await?;
     nova.detach_volume(&server.id, &vol.id).await?;
     let detached = facades_support::poll(|| async {
         Ok(nova.list_volume_attachments(&server.id).await?.is_empty())

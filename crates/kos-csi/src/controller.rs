@@ -809,6 +809,19 @@ impl Controller {
     ) -> R<csi::DeleteSnapshotResponse> {
         let id = required(&req.snapshot_id, "DeleteSnapshot: the snapshot id")?;
         let _busy = self.busy.claim("snapshot", id)?;
+        // A retried call finds it gone or `deleting`, which Cinder would refuse to delete again.
+        match self
+            .cinder()
+            .get_snapshot(id)
+            .await
+            .map_err(CsiError::cloud(format!("reading snapshot {id}")))?
+        {
+            None => return Ok(csi::DeleteSnapshotResponse {}),
+            Some(s) if s.status == SnapshotStatus::Deleting => {
+                return Ok(csi::DeleteSnapshotResponse {});
+            }
+            Some(_) => {}
+        }
         self.cinder()
             .delete_snapshot(id)
             .await
