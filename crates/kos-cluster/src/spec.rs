@@ -86,6 +86,10 @@ pub struct ClusterSpec {
     pub service_load_balancers: ServiceLoadBalancers,
     /// `spec.sshPublicKey`: put on every server if given; kos itself never uses SSH.
     pub ssh_public_key: Option<SshPublicKey>,
+    /// `spec.mirrors`: where nodes fetch what they would otherwise fetch from the internet.
+    pub mirrors: Mirrors,
+    /// `spec.proxy`: the HTTP(S) proxy nodes reach the internet (or the mirrors) through.
+    pub proxy: Option<Proxy>,
 }
 
 impl ClusterSpec {
@@ -782,4 +786,170 @@ mod tests {
             Err(SshKeyError::Pem)
         );
     }
+}
+
+/// An `http://` or `https://` URL as the spec gives it: `scheme://[user:password@]host[:port][/path]`.
+/// Its `Debug` and [`HttpUrl::redacted`] hide a password (a proxy's credentials are secrets).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct HttpUrl {
+    text: String,
+    /// Byte range of `host[:port]` in `text`.
+    authority: std::ops::Range<usize>,
+    /// Byte range of `user[:password]` (without the `@`), if any.
+    userinfo: Option<std::ops::Range<usize>>,
+}
+
+/// Why a string is not an [`HttpUrl`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("does not start with http:// or https://")]
+    Scheme,
+    #[error("has no host")]
+    NoHost,
+    #[error("has a space, a quote or a control character")]
+    Character,
+    #[error("has a port that is not a number from 1 to 65535")]
+    Port,
+    #[error("has a query or fragment")]
+    Query,
+}
+
+impl HttpUrl {
+    /// Parses and checks the URL (no DNS, no IO).
+    pub fn parse(s: &str) -> Result<Self, UrlError> {
+        let rest = s
+            .strip_prefix("https://")
+            .or_else(|| s.strip_prefix("http://"))
+            .ok_or(UrlError::Scheme)?;
+        let start = s.len() - rest.len();
+        // Characters that would break out of a quoted shell value, a TOML string or a unit file.
+        if s.chars().any(|c| {
+            c.is_control() || c.is_whitespace() || matches!(c, '"' | '\'' | '\\' | '`' | '$')
+        }) {
+            return Err(UrlError::Character);
+        }
+        if s.contains(['?', '#']) {
+            return Err(UrlError::Query);
+        }
+        let end = rest.find('/').map_or(s.len(), |i| start + i);
+        let (userinfo, host_start) = match s[start..end].rfind('@') {
+            Some(at) => (Some(start..start + at), start + at + 1),
+            None => (None, start),
+        };
+        let authority = &s[host_start..end];
+        let (host, port) = split_port(authority);
+        if host.is_empty() || host == "[]" {
+            return Err(UrlError::NoHost);
+        }
+        if let Some(p) = port
+            && !p.parse::<u16>().is_ok_and(|n| n > 0)
+        {
+            return Err(UrlError::Port);
+        }
+        Ok(Self {
+            text: s.to_owned(),
+            authority: host_start..end,
+            userinfo,
+        })
+    }
+
+    /// The whole URL, password included: only for the node's files.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// `host[:port]`.
+    #[must_use]
+    pub fn authority(&self) -> &str {
+        &self.text[self.authority.clone()]
+    }
+
+    /// The host alone (brackets kept for IPv6).
+    #[must_use]
+    pub fn host(&self) -> &str {
+        split_port(self.authority()).0
+    }
+
+    /// `https` or `http`.
+    #[must_use]
+    pub fn scheme(&self) -> &str {
+        if self.text.starts_with("https://") {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The path after the authority (`""` or starting with `/`).
+    #[must_use]
+    pub fn path(&self) -> &str {
+        &self.text[self.authority.end..]
+    }
+
+    /// Whether the URL carries `user[:password]@`.
+    #[must_use]
+    pub fn has_userinfo(&self) -> bool {
+        self.userinfo.is_some()
+    }
+
+    /// The URL with its credentials replaced by `***`, for output.
+    #[must_use]
+    pub fn redacted(&self) -> String {
+        match &self.userinfo {
+            Some(r) => format!("{}***{}", &self.text[..r.start], &self.text[r.end..]),
+            None => self.text.clone(),
+        }
+    }
+}
+
+/// `host[:port]` → host and port; an IPv6 host keeps its brackets.
+fn split_port(authority: &str) -> (&str, Option<&str>) {
+    match authority.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') => (h, Some(p)),
+        _ => (authority, None),
+    }
+}
+
+impl fmt::Debug for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HttpUrl({})", self.redacted())
+    }
+}
+
+/// `spec.mirrors`: the places an air-gapped cloud's nodes fetch from instead of the internet.
+/// Everything not mirrored is fetched from its public location (through `spec.proxy` if given).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Mirrors {
+    /// `registries`: a public registry's host (`registry.k8s.io`, `docker.io`, …) → the mirror that
+    /// serves its repositories under the same names (containerd's `hosts.toml`).
+    pub registries: BTreeMap<String, HttpUrl>,
+    /// `caBundle`: PEM certificates the nodes trust for the registry mirrors.
+    pub ca_bundle: Option<String>,
+    /// `packages.kubernetes`: serves what `https://pkgs.k8s.io` serves, at the same paths.
+    pub kubernetes_packages: Option<HttpUrl>,
+    /// `manifests`: serves each manifest kos downloads at `<manifests>/<host>/<path>` of its public
+    /// URL; the pinned sha256 is checked as before.
+    pub manifests: Option<HttpUrl>,
+}
+
+impl Mirrors {
+    /// Whether anything is mirrored.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.registries.is_empty() && self.kubernetes_packages.is_none() && self.manifests.is_none()
+    }
+}
+
+/// `spec.proxy`: what the nodes' bootstrap, containerd and the kubelet reach the internet through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proxy {
+    /// `http`: for `http://` URLs.
+    pub http: Option<HttpUrl>,
+    /// `https`: for `https://` URLs.
+    pub https: Option<HttpUrl>,
+    /// `noProxy`: hosts, domains (`.example.com`) and CIDRs reached directly, besides the cluster's
+    /// own (kos adds the node subnet, pod and service ranges, the API endpoint, `.svc`,
+    /// `.cluster.local`, `localhost` and the metadata address).
+    pub no_proxy: Vec<String>,
 }

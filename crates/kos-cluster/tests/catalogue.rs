@@ -191,6 +191,24 @@ const CASES: &[Case] = &[
         code: Code::InvalidValue, message: "spec.addons.credentialLifetimeDays: 3 is out of range; it must be 7–365", line: 16, help: "rotates it once a third is left" },
     Case { name: "public not a boolean", edits: &[("type: loadBalancer", "type: loadBalancer\n    public: yes")],
         code: Code::WrongType, message: "expected `true` or `false`, found a string", line: 12, help: "" },
+    Case { name: "registry mirror without a scheme", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    registries: {registry.k8s.io: \"mirror.example:5000\"}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.mirrors.registries.registry.k8s.io: `mirror.example:5000` does not start with http:// or https://", line: 17, help: "https://host[:port]" },
+    Case { name: "registry mirror with a path", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    registries: {docker.io: \"https://mirror.example/v2/docker\"}\n  nodePools")],
+        code: Code::InvalidValue, message: "has a path", line: 17, help: "same names" },
+    Case { name: "registry key is a URL", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    registries: {\"https://quay.io\": \"https://mirror.example\"}\n  nodePools")],
+        code: Code::InvalidValue, message: "`https://quay.io` is not a registry host", line: 17, help: "registry.k8s.io, docker.io, quay.io, ghcr.io" },
+    Case { name: "mirror with credentials", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    manifests: \"https://u:secret@mirror.example/files\"\n  nodePools")],
+        code: Code::InvalidValue, message: "`https://***@mirror.example/files` carries credentials", line: 17, help: "without credentials" },
+    Case { name: "CA bundle not PEM", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    caBundle: mirror-ca.crt\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.mirrors.caBundle: not a PEM certificate bundle", line: 17, help: "caBundle: |" },
+    Case { name: "unknown mirror field", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    registry: {}\n  nodePools")],
+        code: Code::UnknownField, message: "spec.mirrors.registry: unknown field", line: 17, help: "did you mean `registries`?" },
+    Case { name: "proxy without a URL", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy:\n    noProxy: [mirror.example]\n  nodePools")],
+        code: Code::MissingField, message: "spec.proxy: a proxy needs `http` or `https`", line: 16, help: "https: http://proxy.example:3128" },
+    Case { name: "proxy port out of range", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy: {https: \"http://proxy.example:99999\"}\n  nodePools")],
+        code: Code::InvalidValue, message: "has a port that is not a number", line: 16, help: "" },
+    Case { name: "noProxy entry with a wildcard", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy: {https: \"http://proxy.example:3128\", noProxy: [\"*.example.com\"]}\n  nodePools")],
+        code: Code::InvalidValue, message: "`*.example.com` is not a host, domain or CIDR", line: 16, help: ".example.com" },
 ];
 
 #[test]
@@ -431,4 +449,43 @@ fn the_credential_lifetime_is_read_and_defaults_to_90_days() {
     )]);
     let spec = load("cluster.yaml", &text).expect("valid").spec;
     assert_eq!(spec.addons.credential_lifetime_days(), 30);
+}
+
+#[test]
+fn mirrors_and_a_proxy_are_read() {
+    let text = edit(&[(
+        CP_IMAGE,
+        "    image: ubuntu-24.04\n  mirrors:\n    registries:\n      registry.k8s.io: https://mirror.example:5000\n      docker.io: http://10.0.0.9:5000/\n    caBundle: |\n      -----BEGIN CERTIFICATE-----\n      MIIB\n      -----END CERTIFICATE-----\n    packages: {kubernetes: \"https://mirror.example/pkgs.k8s.io\"}\n    manifests: https://mirror.example/files/\n  proxy:\n    https: http://user:pw@proxy.example:3128\n    noProxy: [.corp.example, 192.168.0.0/16]\n  nodePools",
+    )]);
+    let spec = load("cluster.yaml", &text).expect("valid").spec;
+    let m = &spec.mirrors;
+    assert_eq!(m.registries.len(), 2);
+    let k8s = &m.registries["registry.k8s.io"];
+    assert_eq!(
+        (k8s.scheme(), k8s.authority(), k8s.host()),
+        ("https", "mirror.example:5000", "mirror.example")
+    );
+    assert_eq!(m.registries["docker.io"].authority(), "10.0.0.9:5000");
+    assert!(
+        m.ca_bundle
+            .as_deref()
+            .is_some_and(|c| c.starts_with("-----BEGIN CERTIFICATE-----\n"))
+    );
+    assert_eq!(
+        m.kubernetes_packages.as_ref().map(|u| u.as_str()),
+        Some("https://mirror.example/pkgs.k8s.io")
+    );
+    assert_eq!(m.manifests.as_ref().map(|u| u.path()), Some("/files/"));
+    let p = spec.proxy.expect("proxy");
+    assert!(p.http.is_none());
+    let https = p.https.expect("https proxy");
+    assert_eq!(https.redacted(), "http://***@proxy.example:3128");
+    assert!(
+        !format!("{https:?}").contains("pw"),
+        "Debug shows the password"
+    );
+    assert_eq!(p.no_proxy, vec![".corp.example", "192.168.0.0/16"]);
+    // Without the fields: nothing mirrored, no proxy.
+    let plain = load("cluster.yaml", BASE).expect("valid").spec;
+    assert!(plain.mirrors.is_empty() && plain.proxy.is_none());
 }

@@ -4,6 +4,7 @@
 //! rules across fields run on whatever parts were readable, so one broken section does not hide the problems
 //! of another. What needs the cloud (does the flavor exist, does the existing subnet collide) is preflight's.
 
+mod airgap;
 mod network;
 mod read;
 
@@ -71,6 +72,8 @@ fn document(cx: &mut Cx<'_>, root: &Node) -> Option<ClusterSpec> {
         addons: spec.addons,
         service_load_balancers: spec.service_load_balancers,
         ssh_public_key: spec.ssh_public_key,
+        mirrors: spec.mirrors,
+        proxy: spec.proxy,
     })
 }
 
@@ -163,6 +166,8 @@ struct SpecParts {
     addons: Addons,
     service_load_balancers: ServiceLoadBalancers,
     ssh_public_key: Option<SshPublicKey>,
+    mirrors: crate::spec::Mirrors,
+    proxy: Option<crate::spec::Proxy>,
 }
 
 fn spec(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SpecParts> {
@@ -178,6 +183,8 @@ fn spec(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SpecParts> {
             "addons",
             "serviceLoadBalancers",
             "sshPublicKey",
+            "mirrors",
+            "proxy",
         ],
     )?;
     let kubernetes_version = match m.opt(cx, "kubernetesVersion", version) {
@@ -209,6 +216,13 @@ fn spec(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SpecParts> {
         service_load_balancers,
     );
     let ssh_public_key = m.opt(cx, "sshPublicKey", ssh_key);
+    let mirrors = m.or(
+        cx,
+        "mirrors",
+        crate::spec::Mirrors::default(),
+        airgap::mirrors,
+    );
+    let proxy = m.opt(cx, "proxy", airgap::proxy);
 
     if let (Some(cp), Some(ep)) = (&control_plane, &api_endpoint) {
         check_endpoint_fits_count(cx, cp, ep);
@@ -229,6 +243,8 @@ fn spec(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SpecParts> {
         addons: addons?,
         service_load_balancers: service_load_balancers?,
         ssh_public_key: ssh_public_key?,
+        mirrors: mirrors?,
+        proxy: proxy?,
     })
 }
 

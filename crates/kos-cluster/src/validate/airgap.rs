@@ -1,0 +1,177 @@
+//! `spec.mirrors` and `spec.proxy`: where the nodes of an air-gapped or proxied cloud fetch what they
+//! would fetch from the internet. Read as strictly as the rest: a URL kos cannot put into containerd's
+//! `hosts.toml`, an apt source or a systemd unit is refused here, before anything is created.
+
+use crate::diagnostics::{Code, Diagnostic};
+use crate::spec::{HttpUrl, Mirrors, Proxy};
+use crate::tree::Value;
+
+use super::read::{Cx, Field, Obj, key_text, list, string};
+
+/// The public registries kos's nodes pull from: kubeadm's and the cloud provider's images
+/// (registry.k8s.io), the CNIs' (docker.io, quay.io, ghcr.io).
+const KNOWN_REGISTRIES: &[&str] = &["registry.k8s.io", "docker.io", "quay.io", "ghcr.io"];
+
+fn url(cx: &mut Cx<'_>, f: &Field<'_>, what: &str, credentials: bool) -> Option<HttpUrl> {
+    let s = string(cx, f)?;
+    let u = f.check(
+        cx,
+        HttpUrl::parse(s.value.trim()),
+        Code::InvalidValue,
+        "not an http(s) URL",
+        format!("give {what} as `https://host[:port][/path]`"),
+        |e| format!("`{}` {e}", s.value),
+    )?;
+    if u.has_userinfo() && !credentials {
+        return f.invalid(
+            cx,
+            Code::InvalidValue,
+            format!("`{}` carries credentials", u.redacted()),
+            "credentials in the URL",
+            format!(
+                "{what} is read without credentials: allow the nodes' subnet on the mirror instead"
+            ),
+        );
+    }
+    Some(u)
+}
+
+/// A registry mirror: `scheme://host[:port]`; containerd appends `/v2/…` itself.
+fn registry_mirror(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<HttpUrl> {
+    let u = url(cx, f, "a registry mirror", false)?;
+    if !matches!(u.path(), "" | "/") {
+        return f.invalid(
+            cx,
+            Code::InvalidValue,
+            format!("the registry mirror `{}` has a path", u.as_str()),
+            "path",
+            "a registry mirror is `https://host[:port]`: it serves the public registry's repositories under \
+             the same names (`/v2/<name>/…`)",
+        );
+    }
+    Some(u)
+}
+
+fn registries(
+    cx: &mut Cx<'_>,
+    f: &Field<'_>,
+) -> Option<std::collections::BTreeMap<String, HttpUrl>> {
+    let Value::Map(entries) = &f.node.value else {
+        return f.wrong_type(cx, "a mapping of registry hosts to mirror URLs");
+    };
+    let mut out = Some(std::collections::BTreeMap::new());
+    for (k, v) in entries {
+        let host = key_text(cx, k);
+        let path = format!("{}.{host}", f.path);
+        let host_ok = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'))
+            && !host.contains("://");
+        if !host_ok {
+            cx.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    &path,
+                    format!("`{host}` is not a registry host"),
+                )
+                .label(k.span, "not a host")
+                .help(format!(
+                    "name the public registry as images name it, e.g. {}",
+                    KNOWN_REGISTRIES.join(", ")
+                )),
+            );
+            out = None;
+            continue;
+        }
+        let field = Field {
+            path,
+            node: v,
+            at: k.span,
+        };
+        match (registry_mirror(cx, &field), &mut out) {
+            (Some(u), Some(map)) => {
+                map.insert(host, u);
+            }
+            _ => out = None,
+        }
+    }
+    out
+}
+
+fn ca_bundle(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<String> {
+    let s = string(cx, f)?;
+    if !s.value.contains("-----BEGIN CERTIFICATE-----") || s.value.contains("PRIVATE KEY") {
+        return f.invalid(
+            cx,
+            Code::InvalidValue,
+            "not a PEM certificate bundle",
+            "not PEM certificates",
+            "paste the mirror's CA certificates (`-----BEGIN CERTIFICATE-----` …) as a literal block (`caBundle: |`)",
+        );
+    }
+    Some(s.value)
+}
+
+pub(super) fn mirrors(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Mirrors> {
+    let m = Obj::new(cx, f, &["registries", "caBundle", "packages", "manifests"])?;
+    let registries = m.or(cx, "registries", Default::default(), registries);
+    let ca_bundle = m.opt(cx, "caBundle", ca_bundle);
+    let packages = m.opt(cx, "packages", |cx, f| {
+        let p = Obj::new(cx, f, &["kubernetes"])?;
+        p.opt(cx, "kubernetes", |cx, f| {
+            url(cx, f, "the Kubernetes package mirror", false)
+        })
+    });
+    let manifests = m.opt(cx, "manifests", |cx, f| {
+        url(cx, f, "the manifest mirror", false)
+    });
+    Some(Mirrors {
+        registries: registries?,
+        ca_bundle: ca_bundle?,
+        kubernetes_packages: packages?.flatten(),
+        manifests: manifests?,
+    })
+}
+
+/// A `noProxy` entry: a host, `.domain`, `*`-free, or a CIDR / address.
+fn no_proxy_entry(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<String> {
+    let s = string(cx, f)?;
+    let v = s.value.trim();
+    let ok = v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'/' | b'[' | b']'));
+    if !ok {
+        return f.invalid(
+            cx,
+            Code::InvalidValue,
+            format!("`{v}` is not a host, domain or CIDR"),
+            "not a host, domain or CIDR",
+            "list hosts (`mirror.example`), domains (`.example.com`) or CIDRs (`10.0.0.0/8`), one per item",
+        );
+    }
+    Some(v.to_owned())
+}
+
+pub(super) fn proxy(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Proxy> {
+    let m = Obj::new(cx, f, &["http", "https", "noProxy"])?;
+    let http = m.opt(cx, "http", |cx, f| url(cx, f, "the proxy", true));
+    let https = m.opt(cx, "https", |cx, f| url(cx, f, "the proxy", true));
+    let no_proxy = m.or(cx, "noProxy", Vec::new(), |cx, f| {
+        list(cx, f, no_proxy_entry)
+    });
+    let (http, https, no_proxy) = (http?, https?, no_proxy?);
+    if http.is_none() && https.is_none() {
+        cx.push(
+            Diagnostic::error(Code::MissingField, m.path(), "a proxy needs `http` or `https`")
+                .label(m.at(), "no proxy URL")
+                .help("give `https: http://proxy.example:3128` (and `http:` for plain-HTTP downloads), or remove `proxy`"),
+        );
+        return None;
+    }
+    Some(Proxy {
+        http,
+        https,
+        no_proxy,
+    })
+}
