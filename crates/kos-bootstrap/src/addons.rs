@@ -57,6 +57,9 @@ pub struct CniPin {
     /// An image the manifest names without a tag, and the tag the script gives it.
     #[serde(default)]
     pub pin_image: Option<ImagePin>,
+    /// The tagged images the manifest names, for `kos artefacts` (a mirror must hold them).
+    #[serde(default)]
+    pub images: Vec<String>,
 }
 
 /// An untagged image reference of a manifest and the release tag it gets.
@@ -132,6 +135,8 @@ impl Pins {
                 verified: true,
                 pod_cidr_default: entry.pod_cidr_default.clone(),
                 pin_image: None,
+                // The user's manifest names images kos does not know.
+                images: Vec::new(),
             },
             None => entry.clone(),
         })

@@ -142,10 +142,18 @@ pub fn bootstrap_env(
     let v = &cluster.kubernetes_version;
     let ttl = secrets.token.ttl.as_secs().to_string();
     let (image, image_tag) = pin.pin_image.map(|i| (i.name, i.tag)).unwrap_or_default();
-    let vars: [(&str, String); 21] = [
+    let a = &cluster.airgap;
+    let proxy = a.proxy.as_ref();
+    let no_proxy = if proxy.is_some() {
+        a.no_proxy(cluster)
+    } else {
+        String::new()
+    };
+    let vars: Vec<(&str, String)> = vec![
         ("KOS_ROLE", node.role.key().into()),
         ("KOS_K8S_VERSION", v.to_string()),
         ("KOS_K8S_CHANNEL", v.channel()),
+        ("KOS_K8S_PACKAGES", a.packages_base()),
         ("KOS_ENDPOINT", cluster.endpoint.to_string()),
         ("KOS_POD_CIDR", cluster.pod_cidr.to_string()),
         ("KOS_IPTABLES", iptables.into()),
@@ -155,7 +163,8 @@ pub fn bootstrap_env(
         ("KOS_JOIN_ATTEMPTS", JOIN_ATTEMPTS.to_string()),
         ("KOS_CNI_NAME", cluster.cni.key().into()),
         ("KOS_CNI_VERSION", pin.version),
-        ("KOS_CNI_URL", pin.url),
+        // The mirror's copy when there is one: the same bytes, checked against the same sha256.
+        ("KOS_CNI_URL", a.manifest_url(&pin.url)),
         ("KOS_CNI_SHA256", pin.sha256),
         ("KOS_CNI_VERIFIED", pin.verified.to_string()),
         ("KOS_CNI_POD_CIDR_DEFAULT", pin.pod_cidr_default),
@@ -164,6 +173,15 @@ pub fn bootstrap_env(
         ("KOS_EXPECTED_NODES", cluster.expected_nodes.to_string()),
         ("KOS_TOKEN_ID", secrets.token.id.clone()),
         ("KOS_TOKEN_TTL_SECONDS", ttl),
+        (
+            "KOS_HTTP_PROXY",
+            proxy.and_then(|p| p.http.clone()).unwrap_or_default(),
+        ),
+        (
+            "KOS_HTTPS_PROXY",
+            proxy.and_then(|p| p.https.clone()).unwrap_or_default(),
+        ),
+        ("KOS_NO_PROXY", no_proxy),
     ];
     let mut s = String::from(
         "# kos bootstrap parameters, sourced by /usr/local/sbin/kos-bootstrap\n# shellcheck shell=bash disable=SC2034\n",
@@ -207,6 +225,7 @@ pub fn files(
             content: render_kubeadm(cluster, node, secrets)?,
         },
     ];
+    out.extend(airgap_files(cluster));
     let carries_pki = match node.role {
         Role::InitControlPlane => true,
         Role::JoinControlPlane => cluster.pki_delivery == PkiDelivery::AllControlPlanes,
@@ -263,6 +282,34 @@ pub fn files(
     }
     out.push(file(SCRIPT_PATH, "0700", BOOTSTRAP_SCRIPT));
     Ok(out)
+}
+
+/// What containerd, the kubelet and the trust store need for the mirrors and the proxy: written
+/// before the script runs, so the packages' own units start with them.
+fn airgap_files(cluster: &ClusterInput) -> Vec<File> {
+    let a = &cluster.airgap;
+    let mut out = Vec::new();
+    if let Some(ca) = &a.ca_bundle {
+        let mut pem = ca.clone();
+        if !pem.ends_with('\n') {
+            pem.push('\n');
+        }
+        out.push(file(crate::airgap::MIRROR_CA, "0644", pem));
+    }
+    for (path, toml) in a.containerd_hosts() {
+        out.push(file(path, "0644", toml));
+    }
+    // The proxy URL may hold credentials: readable by root only.
+    if let Some(unit) = a.proxy_drop_in(&a.no_proxy(cluster)) {
+        for service in ["containerd", "kubelet"] {
+            out.push(file(
+                format!("/etc/systemd/system/{service}.service.d/http-proxy.conf"),
+                "0600",
+                unit.clone(),
+            ));
+        }
+    }
+    out
 }
 
 fn check_jinja(f: &File) -> Result<()> {

@@ -207,6 +207,8 @@ pub struct ClusterInput {
     /// Encryption at rest for Secrets: every control plane gets the configuration file, the first
     /// one's ClusterConfiguration the flag and the volume; workers nothing. `None`: no encryption.
     pub encryption: Option<crate::Encryption>,
+    /// Mirrors and proxy (`Default`: the public internet, directly).
+    pub airgap: crate::Airgap,
 }
 
 /// A node's role in the bootstrap.

@@ -128,6 +128,19 @@ pub struct ClusterConfiguration {
     pub networking: Networking,
     pub api_server: ApiServer,
     pub controller_manager: Component,
+    /// Where kubeadm's images come from: the registry.k8s.io mirror, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_repository: Option<String>,
+    /// CoreDNS's repository: with a custom `imageRepository` kubeadm drops registry.k8s.io's
+    /// `coredns/` level, so it is named here to keep the mirror's layout registry.k8s.io's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<Dns>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Dns {
+    pub image_repository: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -295,6 +308,10 @@ pub fn documents(
                     controller_manager: Component {
                         extra_args: args(vec![("cloud-provider", "external".into())]),
                     },
+                    image_repository: cluster.airgap.image_repository(),
+                    dns: cluster.airgap.image_repository().map(|r| Dns {
+                        image_repository: format!("{r}/coredns"),
+                    }),
                 },
                 kubelet: KubeletConfiguration {
                     api_version: "kubelet.config.k8s.io/v1beta1".into(),

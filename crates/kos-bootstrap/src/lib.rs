@@ -7,6 +7,8 @@
 
 /// Cluster addons (CNI pin, cloud-config Secret, CCM, cinder-csi, StorageClass) and how they are delivered.
 pub mod addons;
+/// Mirrors and a proxy for air-gapped clouds; the list of what nodes fetch.
+pub mod airgap;
 /// cloud-init user-data per node.
 pub mod cloud_init;
 /// kubeadm's upload-certs, made by kos for control planes that join a running cluster.
@@ -35,6 +37,7 @@ pub mod token;
 pub mod yaml;
 
 pub use addons::{Manifest, bootstrap_token_secret, render_addons};
+pub use airgap::{Airgap, Artefact, Proxy, artefacts, artefacts_for};
 pub use cloud_init::{UserData, render_user_data};
 pub use encryption::{Encryption, EncryptionKey};
 pub use error::{Error, Result};

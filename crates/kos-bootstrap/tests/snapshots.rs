@@ -77,6 +77,63 @@ fn user_data_upload_certs_join_carries_no_pki() {
 }
 
 #[test]
+fn user_data_air_gapped() {
+    let s = secrets();
+    let c = airgapped("1.36.4", 1, 2);
+    let (text, n) = user_data_snapshot(&c, &node(Role::InitControlPlane), &s);
+    assert_eq!(n, 7);
+    insta::assert_snapshot!("user_data_airgapped_init", text);
+    let (text, n) = user_data_snapshot(&c, &node(Role::Worker), &s);
+    assert_eq!(n, 1);
+    insta::assert_snapshot!("user_data_airgapped_worker", text);
+    // kubeadm names the mirror; CoreDNS keeps registry.k8s.io's layout.
+    let kubeadm = render_kubeadm(&c, &node(Role::InitControlPlane), &s).unwrap();
+    let k = kubeadm.expose();
+    assert!(k.contains("imageRepository: mirror.example:5000\n"), "{k}");
+    assert!(
+        k.contains("imageRepository: mirror.example:5000/coredns\n"),
+        "{k}"
+    );
+}
+
+#[test]
+fn artefacts_name_the_mirror_and_the_origin() {
+    let plain = artefacts(&cluster("1.36.4", 1, 0)).unwrap();
+    // Without mirrors, everything is fetched where it is published.
+    assert!(plain.iter().all(|a| a.fetched == a.origin), "{plain:#?}");
+    let a = artefacts(&airgapped("1.36.4", 1, 0)).unwrap();
+    let repo = &a[0];
+    assert_eq!(
+        repo.fetched,
+        "https://mirror.example/pkgs.k8s.io/core:/stable:/v1.36/deb/"
+    );
+    assert_eq!(repo.origin, "https://pkgs.k8s.io/core:/stable:/v1.36/deb/");
+    let cni = a.iter().find(|x| x.step == "cni").unwrap();
+    assert_eq!(
+        cni.fetched,
+        "https://mirror.example/files/raw.githubusercontent.com/projectcalico/calico/v3.32.1/manifests/calico.yaml"
+    );
+    assert_eq!(
+        cni.sha256.as_deref(),
+        Some("a1df919d9721cf667accdc3e72848911b0cb25cfab7d2478ad0c996302c95744")
+    );
+    let fetched: Vec<&str> = a.iter().map(|x| x.fetched.as_str()).collect();
+    for want in [
+        "mirror.example:5000/kube-apiserver:v1.36.4",
+        "mirror.example:5000/calico/node:v3.32.1",
+        "mirror.example:5000/provider-os/openstack-cloud-controller-manager:v1.36.0",
+        "mirror.example:5000/sig-storage/csi-attacher:v4.10.0",
+    ] {
+        assert!(fetched.contains(&want), "{want} not in {fetched:#?}");
+    }
+    // Every URL and image is the mirror's.
+    assert!(
+        a.iter().all(|x| x.fetched.contains("mirror.example")),
+        "{fetched:#?}"
+    );
+}
+
+#[test]
 fn kubeadm_configs() {
     let s = secrets();
     for (version, tag) in [("1.36.4", "v1beta4")] {

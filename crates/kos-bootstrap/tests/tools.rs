@@ -97,6 +97,13 @@ fn scenarios() -> Vec<(String, ClusterInput, NodeInput)> {
     v6.pod_cidr = "fd00:10:244::/56".parse().unwrap();
     v6.service_cidr = "fd00:10:96::/112".parse().unwrap();
     out.push(("ipv6-init".into(), v6, node(Role::InitControlPlane)));
+    for role in [Role::InitControlPlane, Role::Worker] {
+        out.push((
+            format!("airgapped-{}", role.key()),
+            airgapped("1.36.4", 1, 2),
+            node(role),
+        ));
+    }
     out
 }
 
@@ -622,5 +629,96 @@ fn a_kubeadm_failure_is_reported_with_kubeadms_own_error() {
     assert_eq!(
         run("older", older),
         "kos-bootstrap: kubeadm-join failed: kubeadm join failed after 1 attempts: error execution phase kubelet-start: a Node with name \"kos-demo-w-0\" and status \"Ready\" already exists in the cluster. You must delete the existing Node or change the name of this new joining Node\n"
+    );
+}
+
+/// With a manifest mirror the cni step downloads the mirror's copy (`<mirror>/<host>/<path>` of the
+/// published URL) and still checks the pinned sha256; the proxy's variables reach curl.
+#[test]
+fn cni_step_downloads_from_the_manifest_mirror_and_checks_the_same_sha256() {
+    let s = secrets();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let _ = tool("curl", "curl");
+    let script = write(d, "kos-bootstrap", BOOTSTRAP_SCRIPT.as_bytes());
+    let bin = d.join("bin");
+    write(
+        &bin,
+        "kubectl",
+        b"#!/bin/sh\nfor f; do :; done\ncp \"$f\" \"$KOS_TEST_APPLIED\"\nenv | grep '^https_proxy=' >\"$KOS_TEST_APPLIED.env\"\n",
+    );
+    let apiserver_manifest = write(
+        d,
+        "kube-apiserver.yaml",
+        b"metadata:\n  annotations:\n    kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 10.0.0.5:6443\n",
+    );
+    sh(&format!(
+        "chmod +x {} {}",
+        bin.join("kubectl").display(),
+        script.display()
+    ));
+    let manifest = "kind: DaemonSet # mirrored\n";
+    let mirrored = write(
+        &d.join("mirror/example.com/cni"),
+        "manifest.yaml",
+        manifest.as_bytes(),
+    );
+    let sha = sh(&format!("sha256sum {} | cut -d' ' -f1", mirrored.display()));
+    let mut c = airgapped("1.36.4", 1, 0);
+    c.cni_manifest = Some(ManifestPin {
+        url: "https://example.com/cni/manifest.yaml".into(),
+        sha256: sha.trim().into(),
+    });
+    c.airgap.manifests = Some(format!("file://{}/mirror/", d.display()));
+    let env = bootstrap_env(&c, &node(Role::InitControlPlane), &s).unwrap();
+    let want = format!(
+        "KOS_CNI_URL='file://{}/mirror/example.com/cni/manifest.yaml'",
+        d.display()
+    );
+    assert!(env.contains(&want), "{env}");
+    assert!(
+        env.contains("KOS_HTTPS_PROXY='http://proxy.example:3128'"),
+        "{env}"
+    );
+    let run = |name: &str, env: &str| -> (bool, String) {
+        let env_file = write(d, &format!("{name}.env"), env.as_bytes());
+        let console = d.join(format!("{name}.console"));
+        std::fs::write(&console, "").unwrap();
+        let ok = Command::new("bash")
+            .arg(&script)
+            .args(["__step", "step", "cni", "cni"])
+            .env("KOS_ENV_FILE", &env_file)
+            .env("KOS_LOG", d.join(format!("{name}.log")))
+            .env("KOS_CONSOLE", &console)
+            .env("KOS_CNI_FILE", d.join(format!("{name}.cni.yaml")))
+            .env("KOS_TEST_APPLIED", d.join(format!("{name}.applied")))
+            .env("KOS_APISERVER_MANIFEST", &apiserver_manifest)
+            .env("KOS_STATE_DIR", d.join(format!("{name}.state")))
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .status()
+            .unwrap()
+            .success();
+        (ok, std::fs::read_to_string(console).unwrap())
+    };
+    let (ok, console) = run("mirror", &env);
+    assert!(ok, "{console}");
+    assert_eq!(
+        std::fs::read_to_string(d.join("mirror.applied")).unwrap(),
+        manifest
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("mirror.applied.env")).unwrap(),
+        "https_proxy=http://proxy.example:3128\n"
+    );
+    // A mirror serving other bytes is refused by the same pin.
+    std::fs::write(&mirrored, "kind: DaemonSet # tampered\n").unwrap();
+    let (ok, console) = run("tampered", &env);
+    assert!(!ok);
+    assert!(
+        console.starts_with("kos-bootstrap: cni failed: sha256 mismatch for file://"),
+        "{console}"
     );
 }

@@ -391,6 +391,7 @@ fn kos_addons() -> Vec<kos_bootstrap::Manifest> {
         expected_nodes: 2,
         server_tls_bootstrap: false,
         encryption: None,
+        airgap: Default::default(),
     };
     render_addons(&cluster).expect("addons render")
 }

@@ -421,6 +421,8 @@ pub struct KubeadmBootstrap {
     ccm_path: PathBuf,
     /// The providers every control plane made now runs with (`None`: no encryption at rest).
     encryption: Option<kos_bootstrap::Encryption>,
+    /// Mirrors and proxy (spec.mirrors, spec.proxy).
+    airgap: kos_bootstrap::Airgap,
     /// Told once, before the first user_data leaves this machine, that the secrets are in use.
     place: Option<Place>,
     delivered: std::sync::Mutex<bool>,
@@ -493,6 +495,7 @@ impl KubeadmBootstrap {
             stored_ccm: local.ccm_credential()?,
             ccm_path: local.ccm(),
             encryption,
+            airgap: airgap_input(spec, Some(node_cidr(resolved))),
             place: local.place().cloned(),
             delivered: std::sync::Mutex::new(false),
         })
@@ -554,7 +557,48 @@ impl KubeadmBootstrap {
             expected_nodes: self.expected_nodes,
             server_tls_bootstrap: false,
             encryption: self.encryption.clone(),
+            airgap: self.airgap.clone(),
         })
+    }
+}
+
+/// The node subnet, made or existing.
+fn node_cidr(resolved: &Resolved) -> ipnet::Ipv4Net {
+    match &resolved.network {
+        kos_cluster::resolved::ResolvedNetwork::Create { cidr, .. } => *cidr,
+        kos_cluster::resolved::ResolvedNetwork::Existing { subnet_cidr, .. } => *subnet_cidr,
+    }
+}
+
+/// The spec's mirrors and proxy as kos-bootstrap takes them; the node subnet (when known) joins
+/// the proxy's exemptions, with the rest of the cluster's own ranges that kos-bootstrap adds.
+pub fn airgap_input(
+    spec: &ClusterSpec,
+    node_cidr: Option<ipnet::Ipv4Net>,
+) -> kos_bootstrap::Airgap {
+    let m = &spec.mirrors;
+    kos_bootstrap::Airgap {
+        registries: m
+            .registries
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().trim_end_matches('/').to_owned()))
+            .collect(),
+        ca_bundle: m.ca_bundle.clone(),
+        kubernetes_packages: m
+            .kubernetes_packages
+            .as_ref()
+            .map(|u| u.as_str().to_owned()),
+        manifests: m.manifests.as_ref().map(|u| u.as_str().to_owned()),
+        proxy: spec.proxy.as_ref().map(|p| kos_bootstrap::Proxy {
+            http: p.http.as_ref().map(|u| u.as_str().to_owned()),
+            https: p.https.as_ref().map(|u| u.as_str().to_owned()),
+            no_proxy: p
+                .no_proxy
+                .iter()
+                .cloned()
+                .chain(node_cidr.map(|c| c.to_string()))
+                .collect(),
+        }),
     }
 }
 

@@ -34,6 +34,16 @@ readonly SELF
 # shellcheck source=/dev/null
 . "$ENV_FILE"
 
+# The cluster's proxy (spec.proxy), for apt, curl and kubectl here; containerd and the kubelet have
+# theirs in systemd drop-ins. KOS_NO_PROXY holds the cluster's own ranges.
+if [ -n "${KOS_HTTP_PROXY:-}${KOS_HTTPS_PROXY:-}" ]; then
+  export http_proxy=$KOS_HTTP_PROXY HTTP_PROXY=$KOS_HTTP_PROXY
+  export https_proxy=$KOS_HTTPS_PROXY HTTPS_PROXY=$KOS_HTTPS_PROXY
+  export no_proxy=$KOS_NO_PROXY NO_PROXY=$KOS_NO_PROXY
+fi
+# The mirrors' CA bundle (spec.mirrors.caBundle), when given.
+readonly MIRROR_CA=/usr/local/share/ca-certificates/kos-mirror.crt
+
 marker() {
   local line="kos-bootstrap: $*"
   printf '%s\n' "$line" >>"$LOG"
@@ -101,6 +111,13 @@ preflight() {
   echo "role $KOS_ROLE, kubernetes $KOS_K8S_VERSION"
 }
 
+# apt and curl trust the mirrors' CA once it is in the system's bundle.
+trust_mirror_ca() {
+  if [ -s "$MIRROR_CA" ] && command -v update-ca-certificates >/dev/null 2>&1; then
+    update-ca-certificates >/dev/null
+  fi
+}
+
 restore_pki() {
   if [ -d "$PKI_BACKUP" ]; then
     install -d -m 0700 "$PKI_DIR"
@@ -132,9 +149,11 @@ packages() {
       ;;
   esac
   export DEBIAN_FRONTEND=noninteractive
-  repo="https://pkgs.k8s.io/core:/stable:/$KOS_K8S_CHANNEL/deb/"
+  repo="$KOS_K8S_PACKAGES/core:/stable:/$KOS_K8S_CHANNEL/deb/"
+  trust_mirror_ca
   retry 5 apt-get update -q
   retry 5 apt-get install -y -q apt-transport-https ca-certificates curl gpg containerd conntrack socat ethtool iptables
+  trust_mirror_ca
   install -d -m 0755 /etc/apt/keyrings
   curl -fsSL --retry 5 "${repo}Release.key" | gpg --dearmor --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
   chmod 0644 /etc/apt/keyrings/kubernetes-apt-keyring.gpg
@@ -162,6 +181,15 @@ containerd_config() {
     sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' "$conf"
     grep -q 'SystemdCgroup = true' "$conf" || { echo "could not enable SystemdCgroup in $conf"; return 1; }
   fi
+  # Registry mirrors are hosts.toml files under certs.d: containerd 1.x reads them only when told to
+  # (its default config_path is empty); 2.x does by default.
+  if [ -n "$(ls -A /etc/containerd/certs.d 2>/dev/null)" ]; then
+    sed -i 's#config_path = ""#config_path = "/etc/containerd/certs.d"#' "$conf"
+    grep -Eq "config_path = [\"'][^\"']*/etc/containerd/certs\.d" "$conf" ||
+      { echo "containerd's $conf does not read the registry mirrors in /etc/containerd/certs.d"; return 1; }
+  fi
+  # The proxy drop-ins were written before the packages came: load them.
+  systemctl daemon-reload
   systemctl enable containerd
   systemctl restart containerd
   systemctl enable kubelet

@@ -60,6 +60,7 @@ pub fn cluster(version: &str, control_planes: u32, workers: u32) -> ClusterInput
         expected_nodes: control_planes + workers,
         server_tls_bootstrap: false,
         encryption: None,
+        airgap: Default::default(),
     }
 }
 
@@ -174,4 +175,28 @@ pub fn write(dir: &Path, name: &str, content: &[u8]) -> std::path::PathBuf {
     }
     std::fs::write(&p, content).unwrap();
     p
+}
+
+/// A cluster on an air-gapped cloud: every registry and the packages and manifests mirrored, a CA
+/// for the mirror, and a proxy with the user's own exemptions.
+pub fn airgapped(version: &str, control_planes: u32, workers: u32) -> ClusterInput {
+    let mut c = cluster(version, control_planes, workers);
+    let mirror = "https://mirror.example:5000";
+    c.airgap = Airgap {
+        registries: ["registry.k8s.io", "docker.io", "quay.io", "ghcr.io"]
+            .into_iter()
+            .map(|r| (r.to_owned(), mirror.to_owned()))
+            .collect(),
+        ca_bundle: Some(
+            "-----BEGIN CERTIFICATE-----\nMIIBmirror\n-----END CERTIFICATE-----".into(),
+        ),
+        kubernetes_packages: Some("https://mirror.example/pkgs.k8s.io/".into()),
+        manifests: Some("https://mirror.example/files".into()),
+        proxy: Some(Proxy {
+            http: Some("http://proxy.example:3128".into()),
+            https: Some("http://proxy.example:3128".into()),
+            no_proxy: vec!["mirror.example".into(), "10.0.0.0/24".into()],
+        }),
+    };
+    c
 }

@@ -67,6 +67,7 @@ pub fn cluster(version: &str, control_planes: u32, workers: u32) -> ClusterInput
         expected_nodes: control_planes + workers,
         server_tls_bootstrap: false,
         encryption: None,
+        airgap: Default::default(),
     }
 }
 
