@@ -129,6 +129,10 @@ pub(crate) struct Server {
     pub metadata_unit: Option<Vec<String>>,
     #[serde(default)]
     pub config_drive: bool,
+    /// Every URL its bootstrap downloaded and every image it pulled from (registry URL), in order:
+    /// what a test asserts an air-gapped node fetched.
+    #[serde(default)]
+    pub fetched: Vec<String>,
 }
 
 /// What the enabled metadata unit sets at boot (`kos-bootstrap metadata-block`, the function the
@@ -434,6 +438,7 @@ impl Guest {
             firewall: Vec::new(),
             metadata_unit: None,
             config_drive: boot.config_drive,
+            fetched: Vec::new(),
         };
         let outcome = cloud_init::run(
             boot.user_data.as_deref(),

@@ -5,6 +5,13 @@
 //! stand-in of what applying it makes (the CNI's DaemonSet in kube-system). Any other URL fails as an
 //! unreachable download does (curl's exit 22, "The requested URL returned error: 404"); while the
 //! host reports an outage for a URL (kos-sim's `/_sim/internet`), its host does not resolve.
+//!
+//! **Mirrors.** An air-gapped cloud's operator fills a mirror with what the nodes fetch. The guest
+//! models a mirror filled completely, at the layout kos documents: a file published at
+//! `https://HOST/PATH` is served at `<base>/HOST/PATH` by any host (reachable or not is the
+//! internet's call, `/_sim/internet`), the Kubernetes package repositories below any base at
+//! pkgs.k8s.io's paths, and images by any registry host containerd is pointed at. What the guest
+//! cannot tell is whether a real mirror holds every file: a mirror missing one fails on a real node.
 
 /// A CNI manifest the internet serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,10 +75,75 @@ pub fn unreachable(url: &str) -> String {
     format!("curl: (6) Could not resolve host: {host}")
 }
 
-/// What `curl -fsSL URL` gets.
+/// The host of a URL (`host[:port]` without the port).
+pub fn host_of(url: &str) -> &str {
+    url.split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or_default()
+}
+
+/// What `curl -fsSL URL` gets: a published manifest, at its own URL or a mirror's copy of it.
 pub fn download(url: &str) -> Result<&'static CniManifest, String> {
     MANIFESTS
         .iter()
-        .find(|m| m.url == url)
+        .find(|m| {
+            let published = m.url.split_once("://").map_or(m.url, |(_, r)| r);
+            m.url == url
+                || (url.starts_with("http") && url.ends_with(&format!("/{published}")))
+        })
         .ok_or_else(|| format!("curl: (22) The requested URL returned error: 404 ({url} is not on kos-guest's internet)"))
+}
+
+/// pkgs.k8s.io's Kubernetes repository of a minor, `core:/stable:/v1.N/deb/`, at its base
+/// (pkgs.k8s.io or a mirror of it): what `apt-get` reads. `Err`: what the script's
+/// `curl …Release.key` prints.
+pub fn package_repository(repo: &str) -> Result<(), String> {
+    let ok = repo.starts_with("https://") || repo.starts_with("http://");
+    let tail = repo.split_once("/core:/stable:/").map(|(_, t)| t);
+    let minor_ok = tail.is_some_and(|t| {
+        t.strip_prefix("v1.")
+            .and_then(|r| r.strip_suffix("/deb/"))
+            .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if ok && minor_ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "curl: (22) The requested URL returned error: 404 ({repo}Release.key is not a Kubernetes package repository)"
+        ))
+    }
+}
+
+/// Where containerd pulls an image of `registry` (`host[:port]`) from, in its order: the `[host]`
+/// entries of `/etc/containerd/certs.d/<registry>/hosts.toml`, then the registry itself (its
+/// `server`, or Docker Hub's API host). The node's `hosts_toml` is that file's text, if any.
+pub fn pull_hosts(registry: &str, hosts_toml: Option<&str>) -> Vec<String> {
+    let mut out: Vec<String> = hosts_toml
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("[host.\"")
+                .and_then(|r| r.strip_suffix("\"]"))
+                .map(str::to_owned)
+        })
+        .collect();
+    let server = hosts_toml.and_then(|t| {
+        t.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix("server = \"")
+                .and_then(|r| r.strip_suffix('"'))
+                .map(str::to_owned)
+        })
+    });
+    out.push(server.unwrap_or_else(|| {
+        if registry == "docker.io" {
+            "https://registry-1.docker.io".to_owned()
+        } else {
+            format!("https://{registry}")
+        }
+    }));
+    out
 }

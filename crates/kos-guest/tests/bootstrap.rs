@@ -314,3 +314,73 @@ async fn the_metadata_service_is_closed_after_bootstrap_and_after_every_boot() {
         .unwrap();
     assert_eq!(broken.host_network, Some(true));
 }
+
+/// The public hosts a bootstrap fetches from, as an air-gapped cloud refuses them.
+const PUBLIC: &[&str] = &[
+    "https://pkgs.k8s.io/",
+    "https://raw.githubusercontent.com/",
+    "https://registry.k8s.io/",
+    "https://registry-1.docker.io/",
+    "https://quay.io/",
+    "https://ghcr.io/",
+];
+
+fn mirrored(c: &mut kos_bootstrap::ClusterInput) {
+    c.airgap = kos_bootstrap::Airgap {
+        registries: ["registry.k8s.io", "docker.io", "quay.io", "ghcr.io"]
+            .into_iter()
+            .map(|r| (r.to_owned(), "https://mirror.example:5000".to_owned()))
+            .collect(),
+        kubernetes_packages: Some("https://mirror.example/pkgs.k8s.io".into()),
+        manifests: Some("https://mirror.example/files".into()),
+        ..Default::default()
+    };
+}
+
+/// On a cloud that reaches none of the public hosts, a node whose user_data names mirrors comes up
+/// from them; without the mirrors it stops at the first download with curl's or kubeadm's reason;
+/// with the packages mirrored but not the images, at kubeadm's image pull.
+#[tokio::test]
+async fn an_air_gapped_node_bootstraps_from_its_mirrors_and_fails_clearly_without() {
+    let s = secrets();
+    let offline = |w: &World| {
+        for p in PUBLIC {
+            w.host.set_offline(p, true);
+        }
+    };
+    let mut c = cluster("1.36.4", 1, 0);
+    mirrored(&mut c);
+    let mut w = World::new();
+    offline(&w);
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    let want = init_markers();
+    assert_eq!(w.markers(&id)[..want.len()], want[..]);
+
+    let plain = cluster("1.36.4", 1, 0);
+    let mut w = World::new();
+    offline(&w);
+    let id = w.boot("cp-0", true, user_data(&plain, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    assert_eq!(
+        w.markers(&id).last().map(String::as_str),
+        Some("kos-bootstrap: packages failed: curl: (6) Could not resolve host: pkgs.k8s.io")
+    );
+
+    let mut packages_only = cluster("1.36.4", 1, 0);
+    packages_only.airgap.kubernetes_packages = Some("https://mirror.example/pkgs.k8s.io".into());
+    let mut w = World::new();
+    offline(&w);
+    let id = w.boot(
+        "cp-0",
+        true,
+        user_data(&packages_only, Role::InitControlPlane, &s),
+    );
+    w.settle_hours(1);
+    let last = w.markers(&id).last().cloned().unwrap_or_default();
+    assert!(
+        last.starts_with("kos-bootstrap: kubeadm-init failed: kubeadm init failed after 3 attempts: [ERROR ImagePull]: failed to pull image registry.k8s.io/kube-apiserver:v1.36.4")
+            && last.ends_with("lookup registry.k8s.io: no such host"),
+        "{last}"
+    );
+}

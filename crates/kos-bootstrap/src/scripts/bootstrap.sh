@@ -155,7 +155,9 @@ packages() {
   retry 5 apt-get install -y -q apt-transport-https ca-certificates curl gpg containerd conntrack socat ethtool iptables
   trust_mirror_ca
   install -d -m 0755 /etc/apt/keyrings
-  curl -fsSL --retry 5 "${repo}Release.key" | gpg --dearmor --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
+  # To a file first: a download that fails is the step's reason, not gpg's complaint about no input.
+  curl -fsSL --retry 5 -o /etc/apt/keyrings/kubernetes-apt-keyring.asc "${repo}Release.key"
+  gpg --dearmor --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg /etc/apt/keyrings/kubernetes-apt-keyring.asc
   chmod 0644 /etc/apt/keyrings/kubernetes-apt-keyring.gpg
   echo "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] $repo /" >/etc/apt/sources.list.d/kubernetes.list
   retry 5 apt-get update -q

@@ -302,7 +302,7 @@ impl Guest {
         }
         let r = match step.function.as_str() {
             "preflight" => preflight(srv, env),
-            "packages" => packages(srv, env),
+            "packages" => packages(id, srv, env, host),
             "kernel" => kernel(srv),
             "containerd_config" => containerd(srv),
             "metadata_block_step" => metadata_block(srv, env, script_text, &step.function),
@@ -533,6 +533,7 @@ impl Guest {
             Ok(m) => m,
             Err(e) => return Ok(fail(e)),
         };
+        srv.fetched.push(url.clone());
         srv.vfs.write(
             CNI_FILE,
             manifest.sha256.as_bytes(),
@@ -860,7 +861,7 @@ pub(crate) fn restore_pki(srv: &mut Server) {
     }
 }
 
-fn packages(srv: &mut Server, env: &Env) -> StepResult {
+fn packages(id: &ServerId, srv: &mut Server, env: &Env, host: &dyn Host) -> StepResult {
     let (version, channel) = match (env.get("KOS_K8S_VERSION"), env.get("KOS_K8S_CHANNEL")) {
         (Ok(v), Ok(c)) => (v.to_owned(), c.to_owned()),
         (Err(e), _) | (_, Err(e)) => return fail(e),
@@ -881,6 +882,22 @@ fn packages(srv: &mut Server, env: &Env) -> StepResult {
             "cannot install on {os}: use an image with kubeadm v{version}"
         ));
     }
+    // The script's `repo=…` and its `curl … "${repo}Release.key"`: the repository's host must be
+    // reachable and serve a Kubernetes repository.
+    let base = match env.get("KOS_K8S_PACKAGES") {
+        Ok(b) => b.to_owned(),
+        Err(e) => return fail(e),
+    };
+    let repo = format!("{base}/core:/stable:/{channel}/deb/");
+    let key = format!("{repo}Release.key");
+    if !host.internet_reaches(id, &key) {
+        return fail(internet::unreachable(&key));
+    }
+    if let Err(e) = internet::package_repository(&repo) {
+        return fail(e);
+    }
+    srv.fetched.push(key);
+    srv.fetched.push(repo);
     // pkgs.k8s.io has one repository per minor: the version must be in the channel's.
     let in_channel =
         want.is_some_and(|w| channel == format!("v{}.{}", w.major, w.minor) && w.minor >= 24);

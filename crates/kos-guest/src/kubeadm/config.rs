@@ -111,6 +111,8 @@ pub struct ClusterDoc {
     pub certificates_dir: String,
     pub cert_sans: Vec<String>,
     pub dns_domain: String,
+    /// `imageRepository`: where kubeadm's images are pulled from (default `registry.k8s.io`).
+    pub image_repository: String,
     /// `featureGates.ControlPlaneKubeletLocalMode` as written (see [`kubelet_local_mode`]).
     pub kubelet_local_mode_gate: Option<bool>,
     /// `apiServer.extraArgs`, in order: kubeadm turns them into `--name=value` flags of the API
@@ -542,6 +544,9 @@ fn cluster_doc(v: Option<&Value>) -> Result<ClusterDoc, String> {
             .and_then(Value::as_bool),
         api_server_args: api_server_args(v),
         api_server_volumes: api_server_volumes(v)?,
+        image_repository: s(v, "/imageRepository")
+            .unwrap_or("registry.k8s.io")
+            .to_owned(),
     })
 }
 

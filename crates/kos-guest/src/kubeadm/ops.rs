@@ -116,6 +116,54 @@ fn supported_control_plane(kubeadm: Version, v: Version) -> Result<(), String> {
     Ok(())
 }
 
+/// kubeadm init's `ImagePull` preflight check: containerd pulls the control plane's images from
+/// `imageRepository`, through the mirrors the node's `hosts.toml` names (the first host it reaches
+/// serves it). An image no host serves is kubeadm's `[ERROR ImagePull]` with containerd's reason.
+fn pull_images(
+    id: &ServerId,
+    srv: &mut Server,
+    cluster: &config::ClusterDoc,
+    host: &dyn Host,
+    errors: &mut Vec<String>,
+) {
+    let repo = cluster.image_repository.trim_end_matches('/');
+    let (registry, prefix) = repo.split_once('/').unwrap_or((repo, ""));
+    let hosts_toml = srv
+        .vfs
+        .text(&format!("/etc/containerd/certs.d/{registry}/hosts.toml"))
+        .map(str::to_owned);
+    let candidates = crate::internet::pull_hosts(registry, hosts_toml.as_deref());
+    let tag = cluster.kubernetes_version.to_string();
+    for name in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-proxy",
+    ] {
+        let path = if prefix.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let served = candidates.iter().find_map(|h| {
+            let url = format!("{}/v2/{path}/manifests/{tag}", h.trim_end_matches('/'));
+            host.internet_reaches(id, &url).then_some(url)
+        });
+        match served {
+            Some(url) => srv.fetched.push(url),
+            None => {
+                let last = candidates
+                    .last()
+                    .map_or(registry, |h| crate::internet::host_of(h));
+                errors.push(format!(
+                    "ImagePull]: failed to pull image {repo}/{name}:{tag}: failed to resolve reference \"{repo}/{name}:{tag}\": dial tcp: lookup {last}: no such host"
+                ));
+                return;
+            }
+        }
+    }
+}
+
 /// kubeadm's `KubernetesVersionCheck` (init, and a control-plane join's init checks): a control
 /// plane newer than kubeadm is a warning, not an error.
 fn kubernetes_version_warning(kubeadm: Version, v: Version) -> Option<String> {
@@ -224,6 +272,7 @@ impl Guest {
         if srv.api_of.is_some() {
             errors.push("Port-6443]: Port 6443 is in use".into());
         }
+        pull_images(id, srv, &docs.cluster, host, &mut errors);
         if !errors.is_empty() {
             return Ok(Err(preflight_errors(&errors)));
         }

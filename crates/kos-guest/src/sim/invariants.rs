@@ -120,6 +120,11 @@ impl Invariants {
                                 .and_then(|id| guest.api_server_version(id))
                                 .map(|v| v.to_string()),
                             "ready": kubelet::ready_status(n) == Some("True"),
+                            // What its bootstrap downloaded and pulled (URLs).
+                            "fetched": server
+                                .and_then(|id| guest.servers.get(id))
+                                .map(|s| s.fetched.clone())
+                                .unwrap_or_default(),
                         })
                     })
                     .collect();
