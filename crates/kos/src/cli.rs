@@ -48,6 +48,9 @@ pub enum Command {
     /// Check, by Neutron's and Octavia's rules, that every flow the cluster needs gets through, and
     /// say which rule lets each in or what is missing (exit 2 when one is blocked).
     Doctor(DoctorArgs),
+    /// Everything the nodes fetch (packages, manifests, images): as fetched after the spec's
+    /// mirrors, as published, with pinned checksums; to fill a mirror from (no cloud contacted).
+    Artefacts(ArtefactsArgs),
     /// Write an admin kubeconfig for a cluster, signed offline with its CA (or merge it into yours).
     Kubeconfig(KubeconfigArgs),
     /// Replace a running cluster's credentials without interrupting it.
@@ -109,6 +112,14 @@ pub struct PlanArgs {
     /// Plan as `kos up --renew-certificates` would: every control plane replaced.
     #[arg(long)]
     pub renew_certificates: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ArtefactsArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 #[derive(Debug, Args)]

@@ -300,6 +300,7 @@ where
 
 pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
     let spec = load_spec(&args.spec.file)?;
+    let fetch = fetch_summary(&spec.loaded.spec);
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
             let renew_before = args
@@ -316,7 +317,11 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
                 .map_err(|e| Failure::from(RunError::from(e)))?;
             let plan = kos_lifecycle::roll::annotated(&p.decided.plan);
             match args.output {
-                Output::Text => print!("{}", crate::term::escape(&plan.diff(args.all))),
+                Output::Text => print!(
+                    "{}{}",
+                    crate::term::escape(&plan.diff(args.all)),
+                    crate::term::escape(&fetch)
+                ),
                 Output::Json => println!(
                     "{}",
                     serde_json::to_string_pretty(&plan)
@@ -334,6 +339,47 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
         (c, r)
     })
     .await
+}
+
+/// What `kos plan` says of the spec's mirrors and proxy (empty without): where the nodes fetch from,
+/// the proxy with its credentials hidden, and where the full list is.
+fn fetch_summary(spec: &kos_cluster::ClusterSpec) -> String {
+    use std::fmt::Write as _;
+    let m = &spec.mirrors;
+    if m.is_empty() && spec.proxy.is_none() {
+        return String::new();
+    }
+    let mut out = String::from("\nNodes fetch:\n");
+    for (registry, mirror) in &m.registries {
+        let _ = writeln!(out, "  images of {registry} from {}", mirror.as_str());
+    }
+    if let Some(p) = &m.kubernetes_packages {
+        let _ = writeln!(out, "  Kubernetes packages from {}", p.as_str());
+    }
+    if let Some(b) = &m.manifests {
+        let _ = writeln!(out, "  manifests from {} (same sha256)", b.as_str());
+    }
+    if m.ca_bundle.is_some() {
+        out.push_str("  trusting the mirrors' CA bundle\n");
+    }
+    if let Some(p) = &spec.proxy {
+        let urls: Vec<String> = [("http", &p.http), ("https", &p.https)]
+            .into_iter()
+            .filter_map(|(k, u)| u.as_ref().map(|u| format!("{k} {}", u.redacted())))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  through the proxy ({}), except the cluster's own ranges{}",
+            urls.join(", "),
+            if p.no_proxy.is_empty() {
+                String::new()
+            } else {
+                format!(" and {}", p.no_proxy.join(", "))
+            }
+        );
+    }
+    out.push_str("  every artefact: `kos artefacts -f <spec>`\n");
+    out
 }
 
 pub async fn up(args: UpArgs) -> Result<Exit, Failure> {

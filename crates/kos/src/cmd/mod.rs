@@ -7,6 +7,7 @@
 //! | 2 | changes pending (`plan --detailed-exitcode`, `status -f` of a cluster not converged); `doctor`: a needed flow is blocked |
 //! | 3 | invalid input: usage, the spec, the cloud configuration or preflight; nothing was changed; `status`: no such cluster |
 
+mod artefacts;
 pub mod bench;
 mod bench_ccm;
 mod cluster;
@@ -93,6 +94,7 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Status(a) => cluster::status(a).await,
         Command::Gc(a) => cluster::gc(a).await,
         Command::Doctor(a) => doctor::doctor(a).await,
+        Command::Artefacts(a) => artefacts::artefacts(a).await,
         Command::Kubeconfig(a) => kubeconfig::kubeconfig(a).await,
         Command::Rotate {
             command: RotateCommand::Credential(a),

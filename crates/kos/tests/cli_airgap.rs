@@ -1,0 +1,160 @@
+//! Issue 24 (4): a cluster on an air-gapped cloud. The simulated internet refuses every public host
+//! the bootstrap uses (as a cloud without internet access does); with the spec's mirrors the cluster
+//! comes up and every URL its nodes fetched is the mirror's; without them the same cloud fails at the
+//! step that could not download, saying what. `kos artefacts` lists what to put on the mirror and
+//! `kos plan` says where nodes fetch from.
+
+mod support;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{admin, code, example, kos, serve, sim_admin, text};
+
+/// Every public host a node's bootstrap fetches from (packages, manifests, the four registries).
+const PUBLIC_HOSTS: &str = r"^https?://(pkgs\.k8s\.io|raw\.githubusercontent\.com|github\.com|registry\.k8s\.io|registry-1\.docker\.io|docker\.io|quay\.io|ghcr\.io)([/:]|$)";
+
+#[test]
+fn artefacts_list_what_the_mirror_must_hold_without_a_cloud() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = example("air-gapped.yaml");
+    let o = kos(
+        dir.path(),
+        None,
+        &[
+            "artefacts",
+            "-f",
+            spec.to_str().expect("utf8"),
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let list: Vec<Value> = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert!(list.len() > 10, "{list:?}");
+    for a in &list {
+        let fetched = a["fetched"].as_str().expect("fetched");
+        assert!(fetched.contains("mirror.example"), "{a}");
+        assert_ne!(a["fetched"], a["origin"], "{a}");
+    }
+    let cni = list
+        .iter()
+        .find(|a| a["kind"] == "manifest")
+        .expect("the CNI manifest");
+    assert_eq!(
+        cni["sha256"],
+        "a1df919d9721cf667accdc3e72848911b0cb25cfab7d2478ad0c996302c95744"
+    );
+    // The table says the same for a person.
+    let o = kos(
+        dir.path(),
+        None,
+        &["artefacts", "-f", spec.to_str().expect("utf8")],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("mirror.example:5000/kube-apiserver:v1.36.4")
+            && t.contains("from registry.k8s.io/kube-apiserver:v1.36.4"),
+        "{t}"
+    );
+}
+
+#[test]
+fn an_air_gapped_cloud_makes_a_cluster_from_the_mirror_and_fails_clearly_without() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let served = serve(d);
+    let (status, body) = admin(
+        &served.base,
+        Method::PUT,
+        "/_sim/internet",
+        Some(json!({"unreachable": [PUBLIC_HOSTS]})),
+    );
+    assert_eq!(status, 200, "{body}");
+
+    let spec = example("air-gapped.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let plan = kos(
+        d,
+        Some(&served.clouds),
+        &["plan", "-f", spec, "--cloud", "sim"],
+    );
+    let p = text(&plan);
+    assert_eq!(code(&plan), 0, "{p}");
+    assert!(
+        p.contains("images of registry.k8s.io from https://mirror.example:5000"),
+        "{p}"
+    );
+    assert!(
+        p.contains("manifests from https://mirror.example/files (same sha256)"),
+        "{p}"
+    );
+    assert!(
+        p.contains("through the proxy (http http://proxy.example:3128"),
+        "{p}"
+    );
+
+    let up = kos(
+        d,
+        Some(&served.clouds),
+        &["up", "-f", spec, "--cloud", "sim"],
+    );
+    let out = text(&up);
+    assert_eq!(code(&up), 0, "{out}");
+    assert!(out.contains("cp-0: bootstrap ok"), "{out}");
+
+    // Every node fetched, and only from the mirror.
+    let clusters = sim_admin(&served.base, "/_sim/clusters");
+    let nodes: Vec<&Value> = clusters
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["nodes"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(nodes.len(), 2, "{clusters}");
+    let mut all = Vec::new();
+    for n in &nodes {
+        let fetched = n["fetched"].as_array().expect("fetched");
+        assert!(!fetched.is_empty(), "{n}");
+        all.extend(fetched.iter().filter_map(Value::as_str).map(str::to_owned));
+    }
+    assert!(
+        all.iter().all(|u| u.starts_with("https://mirror.example")),
+        "{all:#?}"
+    );
+    for want in [
+        "https://mirror.example/pkgs.k8s.io/core:/stable:/v1.36/deb/Release.key",
+        "https://mirror.example/files/raw.githubusercontent.com/projectcalico/calico/v3.32.1/manifests/calico.yaml",
+        "https://mirror.example:5000/v2/kube-apiserver/manifests/v1.36.4",
+    ] {
+        assert!(
+            all.iter().any(|u| u == want),
+            "{want} not fetched: {all:#?}"
+        );
+    }
+
+    // The same cloud, a spec without mirrors: the first download fails, named.
+    let plain = std::fs::read_to_string(example("minimal.yaml"))
+        .expect("example")
+        .replace("name: demo", "name: plain")
+        .replace("cidr: 10.0.0.0/24", "cidr: 10.1.0.0/24");
+    let plain_path = d.join("plain.yaml");
+    std::fs::write(&plain_path, plain).expect("write");
+    let up = kos(
+        d,
+        Some(&served.clouds),
+        &[
+            "up",
+            "-f",
+            plain_path.to_str().expect("utf8"),
+            "--cloud",
+            "sim",
+        ],
+    );
+    let out = text(&up);
+    assert_eq!(code(&up), 1, "{out}");
+    assert!(
+        out.contains("packages failed: curl: (6) Could not resolve host: pkgs.k8s.io"),
+        "{out}"
+    );
+}
