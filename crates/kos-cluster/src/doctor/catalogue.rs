@@ -65,9 +65,66 @@ pub fn analyse(snap: &Snapshot, intent: Option<&Intent>) -> Report {
     for lb in &snap.service_lbs {
         sections.push(service(&n, &nodes, lb));
     }
+    if let Some(i) = intent
+        && !i.fetch_from.is_empty()
+    {
+        sections.push(fetching(&n, &nodes, i));
+    }
     Report {
         cluster: snap.cluster.clone(),
         sections,
+    }
+}
+
+/// The mirrors and proxy the spec names, from every node: the nodes' security groups must let
+/// them out to each on its port. What this cannot see is said: a name is resolved on the nodes (kos
+/// checks egress to any address then), and the path beyond the node's port (the router's gateway,
+/// the cloud's firewalls, the mirror's own) is not modelled.
+fn fetching(n: &Neutron<'_>, nodes: &[(&Node, &Port)], intent: &Intent) -> Section {
+    let flows = intent
+        .fetch_from
+        .iter()
+        .map(|t| {
+            let traffic = Traffic::tcp(t.port);
+            let addr: Option<IpAddr> = t.host.parse().ok();
+            let dst = match addr {
+                Some(a) => Peer::host(a, t.host.clone()),
+                None => Peer::new(super::intent::anywhere(), format!("any address ({} is resolved on the nodes)", t.host)),
+            };
+            let results: Vec<Finding> = nodes
+                .iter()
+                .filter_map(|(_, p)| {
+                    let own = p.address()?;
+                    Some(n.egress(p, super::ranges::host(own), &dst, traffic))
+                })
+                .collect();
+            let mut f = if results.is_empty() {
+                Finding::unknown("no node port with an address to check from")
+            } else {
+                aggregate(results)
+            };
+            if addr.is_none() && matches!(f.verdict, super::report::Verdict::Blocked) {
+                f = Finding::unknown(format!(
+                    "the nodes may not send {} to any address; {} is a name kos cannot resolve as the nodes do, so whether a rule admits its address is not known",
+                    traffic.show(),
+                    t.host
+                ));
+            }
+            f.evidence.push(
+                "not checked: the route beyond the node's port (router gateway, the cloud's and the mirror's firewalls) and DNS".into(),
+            );
+            Flow::new(
+                t.what.clone(),
+                format!("every node ({})", nodes.len()),
+                format!("{}:{}", t.host, t.port),
+                traffic.show(),
+                f,
+            )
+        })
+        .collect();
+    Section {
+        title: "Mirrors and proxy".into(),
+        flows,
     }
 }
 
@@ -641,7 +698,7 @@ fn service(n: &Neutron<'_>, nodes: &[(&Node, &Port)], lb: &LoadBalancer) -> Sect
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::model::{Api, FloatingIp, Port, PortSecurity, Provider};
+    use crate::doctor::model::{Api, Direction, FloatingIp, Port, PortSecurity, Provider};
     use crate::doctor::report::Verdict;
     use crate::doctor::testutil::*;
 
@@ -664,7 +721,77 @@ mod tests {
             api_clients: clients.iter().map(|c| net(c)).collect(),
             public,
             pod_cidr: net("10.244.0.0/16"),
+            fetch_from: Vec::new(),
         }
+    }
+
+    /// With mirrors and a proxy, every node's egress to each is checked, and what is not is said;
+    /// a node group whose egress lets only the API out blocks an addressed mirror, while a named
+    /// proxy is then unknown (its address is not known here).
+    #[test]
+    fn the_nodes_must_be_let_out_to_the_mirrors_and_the_proxy() {
+        use crate::doctor::intent::FetchTarget;
+        let mut s = minimal(&["0.0.0.0/0"]);
+        let mut i = intent(Cni::Calico, &["0.0.0.0/0"], true);
+        i.fetch_from = vec![
+            FetchTarget {
+                what: "mirror of registry.k8s.io".into(),
+                host: "192.0.2.10".into(),
+                port: 5000,
+            },
+            FetchTarget {
+                what: "proxy".into(),
+                host: "proxy.example".into(),
+                port: 3128,
+            },
+        ];
+        let r = analyse(&s, Some(&i));
+        let mirror = one(&r, "mirror of registry.k8s.io", "192.0.2.10:5000");
+        assert_eq!(mirror.verdict, Verdict::Allowed, "{}", r.text());
+        assert!(
+            mirror
+                .evidence
+                .iter()
+                .any(|e| e.starts_with("not checked: the route"))
+        );
+        assert_eq!(
+            one(&r, "proxy", "proxy.example:3128").verdict,
+            Verdict::Allowed
+        );
+        assert!(
+            r.sections
+                .iter()
+                .any(|sec| sec.title == "Mirrors and proxy")
+        );
+
+        // Egress narrowed to the API's port only: the mirror is blocked, the named proxy unknown.
+        for g in &mut s.groups {
+            g.rules.retain(|r| r.direction != Direction::Egress);
+            g.rules.push(rule(
+                "api-only",
+                Direction::Egress,
+                Some("tcp"),
+                Some((6443, 6443)),
+                prefix("0.0.0.0/0"),
+            ));
+        }
+        let r = analyse(&s, Some(&i));
+        let mirror = one(&r, "mirror of registry.k8s.io", "192.0.2.10:5000");
+        assert_eq!(mirror.verdict, Verdict::Blocked, "{}", r.text());
+        assert!(r.blocked());
+        let proxy = one(&r, "proxy", "proxy.example:3128");
+        assert!(
+            matches!(proxy.verdict, Verdict::Unknown { .. }),
+            "{}",
+            r.text()
+        );
+        // Without mirrors in the spec, no such section.
+        let r = analyse(&s, Some(&intent(Cni::Calico, &["0.0.0.0/0"], true)));
+        assert!(
+            !r.sections
+                .iter()
+                .any(|sec| sec.title == "Mirrors and proxy")
+        );
     }
 
     /// kos's minimal cluster: one control plane behind a floating IP, two workers.
