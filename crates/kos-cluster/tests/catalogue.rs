@@ -207,6 +207,8 @@ const CASES: &[Case] = &[
         code: Code::MissingField, message: "spec.proxy: a proxy needs `http` or `https`", line: 16, help: "https: http://proxy.example:3128" },
     Case { name: "proxy port out of range", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy: {https: \"http://proxy.example:99999\"}\n  nodePools")],
         code: Code::InvalidValue, message: "has a port that is not a number", line: 16, help: "" },
+    Case { name: "partly mirrored without a proxy (warning)", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    registries: {registry.k8s.io: \"https://mirror.example:5000\"}\n  nodePools")],
+        code: Code::Risky, message: "spec.mirrors: not mirrored, and no proxy: the nodes fetch docker.io's images, quay.io's images, ghcr.io's images, the Kubernetes packages (pkgs.k8s.io), the CNI manifest", line: 16, help: "kos artefacts" },
     Case { name: "noProxy entry with a wildcard", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy: {https: \"http://proxy.example:3128\", noProxy: [\"*.example.com\"]}\n  nodePools")],
         code: Code::InvalidValue, message: "`*.example.com` is not a host, domain or CIDR", line: 16, help: ".example.com" },
 ];

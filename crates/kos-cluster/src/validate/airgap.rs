@@ -175,3 +175,36 @@ pub(super) fn proxy(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Proxy> {
         no_proxy,
     })
 }
+
+/// Mirrors without a proxy for what they leave out: the nodes still fetch that from the internet,
+/// which a cloud that needs mirrors usually cannot reach. A warning (a cloud may reach some public
+/// hosts), naming what is left out.
+pub(super) fn check_unmirrored(cx: &mut Cx<'_>, m: &Obj<'_>, mirrors: &Mirrors, proxy: bool) {
+    if mirrors.is_empty() || proxy {
+        return;
+    }
+    let mut left: Vec<String> = KNOWN_REGISTRIES
+        .iter()
+        .filter(|r| !mirrors.registries.contains_key(**r))
+        .map(|r| format!("{r}'s images"))
+        .collect();
+    if mirrors.kubernetes_packages.is_none() {
+        left.push("the Kubernetes packages (pkgs.k8s.io)".into());
+    }
+    if mirrors.manifests.is_none() {
+        left.push("the CNI manifest (raw.githubusercontent.com)".into());
+    }
+    if left.is_empty() {
+        return;
+    }
+    let span = m.key_span(cx, "mirrors").unwrap_or(m.at());
+    cx.push(
+        Diagnostic::warning(
+            Code::Risky,
+            &format!("{}.mirrors", m.path()),
+            format!("not mirrored, and no proxy: the nodes fetch {} from the internet", left.join(", ")),
+        )
+        .label(span, "partly mirrored")
+        .help("mirror them too (`kos artefacts -f <spec>` lists everything), or give `proxy` for the rest"),
+    );
+}

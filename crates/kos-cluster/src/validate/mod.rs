@@ -223,6 +223,9 @@ fn spec(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SpecParts> {
         airgap::mirrors,
     );
     let proxy = m.opt(cx, "proxy", airgap::proxy);
+    if let (Some(mirrors), Some(proxy)) = (&mirrors, &proxy) {
+        airgap::check_unmirrored(cx, &m, mirrors, proxy.is_some());
+    }
 
     if let (Some(cp), Some(ep)) = (&control_plane, &api_endpoint) {
         check_endpoint_fits_count(cx, cp, ep);
