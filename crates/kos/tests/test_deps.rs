@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/test-deps");
-const ALL: &str = "cloud-init shellcheck kubernetes-client openssl curl python3-venv";
+const ALL: &str = "cloud-init shellcheck kubernetes-client openssl curl skopeo umoci e2fsprogs xfsprogs udev python3-venv";
 
 fn stub(bin: &Path, name: &str, body: &str) {
     let p = bin.join(name);
