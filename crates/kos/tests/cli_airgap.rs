@@ -8,10 +8,31 @@ mod support;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{admin, code, example, kos, serve, sim_admin, text};
+use support::{admin, code, example, isolated, kos, serve, sim_admin, text};
 
 /// Every public host a node's bootstrap fetches from (packages, manifests, the four registries).
 const PUBLIC_HOSTS: &str = r"^https?://(pkgs\.k8s\.io|raw\.githubusercontent\.com|github\.com|registry\.k8s\.io|registry-1\.docker\.io|docker\.io|quay\.io|ghcr\.io)([/:]|$)";
+
+/// `kos artefacts | head`: the reader has gone before kos writes; kos ends as a program killed by
+/// SIGPIPE would (141), with no panic on stderr (it printed "failed printing to stdout: Broken pipe").
+#[test]
+fn a_closed_stdout_ends_kos_quietly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = example("air-gapped.yaml");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let o = isolated(
+        dir.path(),
+        None,
+        &["artefacts", "-f", spec.to_str().expect("utf8")],
+    )
+    .stdout(writer)
+    .output()
+    .expect("kos runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
 
 #[test]
 fn artefacts_list_what_the_mirror_must_hold_without_a_cloud() {
