@@ -24,6 +24,7 @@ on_sim!(
     floating_ip,
     server_on_port,
     volume,
+    csi_controller,
     load_balancer,
     ccm_load_balancer,
     quotas

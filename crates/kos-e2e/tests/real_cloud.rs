@@ -26,6 +26,7 @@ on_cloud!(
     floating_ip,
     server_on_port,
     volume,
+    csi_controller,
     load_balancer,
     ccm_load_balancer,
     quotas

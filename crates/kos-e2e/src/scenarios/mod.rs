@@ -10,6 +10,7 @@
 mod ccm;
 mod cluster;
 mod compute;
+mod csi;
 mod floating_ip;
 mod identity;
 mod load_balancer;
@@ -21,6 +22,7 @@ pub use ccm::ccm_load_balancer;
 pub use cluster::{cluster_byo_network, cluster_gc, cluster_ha, cluster_minimal};
 pub(crate) use compute::PUBLIC_KEY;
 pub use compute::server_on_port;
+pub use csi::csi_controller;
 pub use floating_ip::floating_ip;
 pub use identity::identity;
 pub use load_balancer::load_balancer;
