@@ -1,8 +1,8 @@
 //! kos-csi's controller on the target's Cinder (issue 21, item 4): CreateVolume idempotent by name
 //! (the same answer twice, another size refused), a snapshot and a volume restored from it, an
-//! expansion, and deletes that succeed again when repeated, as the provisioner's retries need. On
-//! minicloud this is real Cinder; on kos-sim, its model. Not here: publish (a server is needed;
-//! kos-csi's own tests attach through kos-sim's Nova).
+//! expansion, publish to a server and unpublish through Nova (each asked twice), and deletes that
+//! succeed again when repeated, as the sidecars' retries need. On minicloud this is real Cinder and
+//! Nova; on kos-sim, their model.
 
 use std::sync::Arc;
 
@@ -11,6 +11,9 @@ use kos_csi::config::DriverConfig;
 use kos_csi::controller::Controller;
 use kos_csi::{CsiError, GIB, csi};
 
+use kos_cloud::model::compute::{Boot, Nic, ServerCreate};
+
+use super::network_with_subnet;
 use crate::{Ctx, Made};
 
 fn create(name: &str, gib: i64) -> csi::CreateVolumeRequest {
@@ -73,6 +76,81 @@ pub async fn csi_controller(ctx: &Ctx) -> Result<()> {
             v.metadata
         );
 
+        // Published to a node (a server), twice with one answer, then unpublished twice.
+        let sub = network_with_subnet(ctx, made, "csinet", "10.252.0.0/24").await?;
+        let (flavor, image) = (ctx.flavor().await?, ctx.image().await?);
+        let mut req = ServerCreate::new(
+            ctx.run.name("node"),
+            &flavor.id,
+            Boot::Image(image.id.clone()),
+        );
+        req.nics = vec![Nic::Network {
+            id: sub.network_id.clone(),
+            fixed_ip: None,
+        }];
+        req.tags = ctx.run.tags();
+        let node = ctx.session.compute().create_server(&req).await?;
+        made.push(Made::Server(node.id.clone()));
+        ctx.session
+            .compute()
+            .wait_for_server_active(&node.id, ctx.deadline())
+            .await?;
+        let publish = || {
+            use csi::volume_capability::{AccessMode, AccessType, MountVolume, access_mode::Mode};
+            csi::ControllerPublishVolumeRequest {
+                volume_id: a.volume_id.clone(),
+                node_id: node.id.clone(),
+                volume_capability: Some(csi::VolumeCapability {
+                    access_type: Some(AccessType::Mount(MountVolume::default())),
+                    access_mode: Some(AccessMode {
+                        mode: Mode::SingleNodeWriter as i32,
+                    }),
+                }),
+                ..Default::default()
+            }
+        };
+        let first = ctl.controller_publish_volume(publish()).await?;
+        let device = first.publish_context.get("DevicePath").cloned();
+        ensure!(
+            device.as_deref().is_some_and(|d| d.starts_with("/dev/")),
+            "publish context: {:?}",
+            first.publish_context
+        );
+        let again = ctl.controller_publish_volume(publish()).await?;
+        ensure!(
+            again.publish_context == first.publish_context,
+            "a second publish answered {:?}",
+            again.publish_context
+        );
+        let bs = ctx.session.block_storage();
+        let attached = bs
+            .get_volume(&a.volume_id)
+            .await?
+            .ok_or_else(|| anyhow!("volume gone"))?;
+        ensure!(
+            attached.status.as_str() == "in-use"
+                && attached.attachments.iter().any(|x| x.server_id == node.id),
+            "after publish: {} {:?}",
+            attached.status.as_str(),
+            attached.attachments
+        );
+        for _ in 0..2 {
+            ctl.controller_unpublish_volume(csi::ControllerUnpublishVolumeRequest {
+                volume_id: a.volume_id.clone(),
+                node_id: node.id.clone(),
+                ..Default::default()
+            })
+            .await?;
+        }
+        ctx.poll("the volume to be available again", || async {
+            Ok(bs
+                .get_volume(&a.volume_id)
+                .await?
+                .filter(|v| v.status.as_str() == "available" && v.attachments.is_empty())
+                .map(|_| ()))
+        })
+        .await?;
+
         // A snapshot, ready once Cinder says so, and a larger volume restored from it.
         let snap = ctl
             .create_snapshot(csi::CreateSnapshotRequest {
@@ -134,7 +212,6 @@ pub async fn csi_controller(ctx: &Ctx) -> Result<()> {
             "expanded to {}",
             grown.capacity_bytes
         );
-        let bs = ctx.session.block_storage();
         ctx.poll("the volume to be 3 GiB and available", || async {
             Ok(bs
                 .get_volume(&a.volume_id)
