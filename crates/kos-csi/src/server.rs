@@ -1,5 +1,6 @@
 //! Serving the CSI services over a unix socket (`--endpoint unix:///csi/csi.sock`).
 
+use std::os::unix::fs::FileTypeExt as _;
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
@@ -16,6 +17,11 @@ use crate::node::NodeService;
 pub enum ServeError {
     #[error("--endpoint {0:?}: only unix:// sockets are served (unix:///csi/csi.sock)")]
     Endpoint(String),
+    #[error(
+        "--endpoint {}: something that is not a socket is there; kos-csi replaces only a stale socket",
+        .0.display()
+    )]
+    NotASocket(PathBuf),
     #[error("socket {}: {source}", path.display())]
     Socket {
         path: PathBuf,
@@ -45,9 +51,12 @@ pub fn bind(path: &Path) -> Result<UnixListener, ServeError> {
         path: path.to_owned(),
         source,
     };
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(err(e)),
-        _ => {}
+    // Only a socket is replaced: the path comes from a flag, and a mistyped one must not delete a file.
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path).map_err(err)?,
+        Ok(_) => return Err(ServeError::NotASocket(path.to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
     }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(err)?;
@@ -100,5 +109,20 @@ mod tests {
         assert!(socket_path("tcp://127.0.0.1:10000").is_err());
         assert!(socket_path("unix://").is_err());
         assert!(socket_path("/csi/csi.sock").is_err());
+    }
+
+    /// A stale socket is replaced; a file at the endpoint is refused and left as it was (a tempdir
+    /// only: nothing outside it is ever named).
+    #[tokio::test]
+    async fn only_a_stale_socket_is_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("csi.sock");
+        drop(bind(&sock).expect("first bind"));
+        assert!(sock.exists(), "the stale socket stays after its listener");
+        drop(bind(&sock).expect("a stale socket is replaced"));
+        let file = dir.path().join("data");
+        std::fs::write(&file, "keep").expect("write");
+        assert!(matches!(bind(&file), Err(ServeError::NotASocket(_))));
+        assert_eq!(std::fs::read_to_string(&file).expect("read"), "keep");
     }
 }
