@@ -35,9 +35,19 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-/// RFC 1123 subdomain.
+/// RFC 1123 subdomain as apimachinery's `IsDNS1123Subdomain` checks it: the whole name at most
+/// 253, each dot-separated part of label characters but of any length (the attach-detach
+/// controller's VolumeAttachment names, `csi-` and a sha256, are one 68-character part).
 pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !p.starts_with('-')
+                && !p.ends_with('-')
+        })
 }
 
 /// RFC 1035 label: a DNS label that starts with a letter.
@@ -267,6 +277,10 @@ mod tests {
     fn names_labels_and_qualified_names() {
         assert!(is_dns_subdomain("kos-a-cp-0.example"));
         assert!(!is_dns_subdomain("Upper"));
+        // Parts are not limited to a label's 63 characters; the whole name is, to 253.
+        assert!(is_dns_subdomain(&format!("csi-{}", "a".repeat(64))));
+        assert!(!is_dns_subdomain(&"a".repeat(254)));
+        assert!(!is_dns_subdomain("a..b"));
         assert!(is_qualified_name("node.kubernetes.io/instance-type"));
         assert!(is_qualified_name("kubernetes"));
         assert!(!is_qualified_name("a/b/c"));
