@@ -75,7 +75,7 @@ mod patch;
 mod policy;
 pub mod portforward;
 mod proto;
-mod quantity;
+pub mod quantity;
 pub mod resources;
 mod schema;
 mod selectors;

@@ -83,6 +83,12 @@ impl Quantity {
         self.0 < 0
     }
 
+    /// The value in whole units, rounded up (apimachinery's `Value()`); `None` beyond `i64`.
+    pub fn value(self) -> Option<i64> {
+        let whole = self.0.div_euclid(NANO) + i128::from(self.0.rem_euclid(NANO) != 0);
+        i64::try_from(whole).ok()
+    }
+
     /// Zero, what an absent quantity compares as (Go's zero `Quantity`).
     pub const ZERO: Quantity = Quantity(0);
 }
