@@ -77,6 +77,30 @@ impl FakeKernel {
         });
     }
 
+    /// Attaches a disk that already holds what an earlier node wrote to it (a volume moving between
+    /// nodes keeps its filesystem).
+    pub fn attach_disk(&self, volume_id: &str, device: &str, disk: FakeDisk) {
+        self.attach(volume_id, device, disk.size);
+        self.with(|s| {
+            s.disks.insert(PathBuf::from(device), disk);
+        });
+    }
+
+    /// Detaches a disk (Nova detached the volume): its by-id names go, mounts of it stay (as the
+    /// kernel's do, broken). What it held.
+    pub fn detach(&self, device: &str) -> Option<FakeDisk> {
+        self.with(|s| {
+            let dev = Path::new(device);
+            s.by_id.retain(|_, d| d != dev);
+            s.disks.remove(dev)
+        })
+    }
+
+    /// The attached disks, by device.
+    pub fn disks(&self) -> BTreeMap<PathBuf, FakeDisk> {
+        self.with(|s| s.disks.clone())
+    }
+
     /// Grows an attached disk (Cinder extended it).
     pub fn grow(&self, device: &str, size: i64) {
         self.with(|s| {
