@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::pod::{self, Container, argv, container_env, expand};
 use crate::cluster::{Cluster, ClusterId, KUBE_SYSTEM};
 use crate::guest::{Guest, Power};
 
@@ -242,6 +243,16 @@ struct Spec {
     container: Value,
 }
 
+impl Spec {
+    fn view(&self) -> Container<'_> {
+        Container {
+            namespace: KUBE_SYSTEM,
+            pod: &self.pod,
+            container: &self.container,
+        }
+    }
+}
+
 /// The CCM's DaemonSet in `cluster`, (namespace, name), if the addons made one.
 pub(crate) fn daemonset(cluster: &Cluster) -> Option<(String, String)> {
     find(cluster).map(|s| (KUBE_SYSTEM.to_owned(), s.daemonset))
@@ -277,136 +288,13 @@ fn find(cluster: &Cluster) -> Option<Spec> {
     })
 }
 
-fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `command` then `args` (without `command`, the image's entrypoint runs `args`; the CCM images'
-/// entrypoints take the binary path as the first argument, as their manifests pass it).
-fn argv(container: &Value) -> Vec<String> {
-    let mut v = strings(container.get("command"));
-    v.extend(strings(container.get("args")));
-    v
-}
-
-/// The kubelet's `$(VAR)` expansion: a defined variable is replaced, `$$` is a literal `$`, and
-/// anything else stays as written.
-fn expand(s: &str, env: &BTreeMap<String, String>) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(inner) = after.strip_prefix('(')
-            && let Some(end) = inner.find(')')
-            && let Some(val) = env.get(&inner[..end])
-        {
-            out.push_str(val);
-            rest = &inner[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-fn container_env(container: &Value) -> Result<BTreeMap<String, String>, String> {
-    let mut env = BTreeMap::new();
-    for e in container
-        .get("env")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let name = e.get("name").and_then(Value::as_str).unwrap_or_default();
-        match e.get("value").and_then(Value::as_str) {
-            Some(v) => {
-                // Later variables may refer to earlier ones.
-                let v = expand(v, &env);
-                env.insert(name.to_owned(), v);
-            }
-            None if e.get("valueFrom").is_some() => {
-                return Err(format!(
-                    "env {name} uses valueFrom, which the simulated pod does not resolve"
-                ));
-            }
-            None => {
-                env.insert(name.to_owned(), String::new());
-            }
-        }
-    }
-    Ok(env)
-}
-
-/// The file `path` as the container sees it through its Secret volumes.
-fn mounted_file(cluster: &Cluster, spec: &Spec, path: &str) -> Result<String, String> {
-    let mounts = spec
-        .container
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let (mount, rel) = mounts
-        .iter()
-        .filter_map(|m| {
-            let at = m.get("mountPath")?.as_str()?.trim_end_matches('/');
-            let rel = path.strip_prefix(at)?.strip_prefix('/')?;
-            Some((m, rel))
-        })
-        .max_by_key(|(m, _)| {
-            m.get("mountPath")
-                .and_then(Value::as_str)
-                .map_or(0, str::len)
-        })
-        .ok_or_else(|| format!("{path}: no volume is mounted there"))?;
-    let volume_name = mount
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let secret_name = spec
-        .pod
-        .get("volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|v| v.get("name").and_then(Value::as_str) == Some(volume_name))
-        .and_then(|v| v.pointer("/secret/secretName"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            format!("{path}: volume {volume_name} is not a Secret volume (not simulated)")
-        })?;
-    let secret = cluster
-        .secret(secret_name)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| {
-            format!("MountVolume.SetUp failed for volume \"{volume_name}\": secret \"{secret_name}\" not found")
-        })?;
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(rel))
-        .map(|b| b.0.clone())
-        .ok_or_else(|| format!("{path}: secret {secret_name} has no key {rel}"))?;
-    String::from_utf8(bytes).map_err(|_| format!("{path} is not text"))
-}
-
 fn start(
     guest: &Guest,
     cluster: &Cluster,
     spec: &Spec,
     service: SocketAddr,
 ) -> Result<Pod, String> {
+    let view = spec.view();
     let env = container_env(&spec.container)?;
     let mut args: Vec<String> = argv(&spec.container)
         .iter()
@@ -427,12 +315,12 @@ fn start(
         .map_err(|e| format!("kos-ccm refuses its arguments: {e}"))?;
     opts.serve_on = None;
     let path = opts.cloud_config.display().to_string();
-    let text = mounted_file(cluster, spec, &path)?;
+    let text = pod::mounted_file(cluster, &view, &path)?;
     let loaded = kos_ccm::CloudConfig::parse(&path, &text).map_err(|e| e.to_string())?;
     let (ca, _) = super::apiserver::cluster_ca(guest, cluster.id)
         .ok_or("no control plane of the cluster holds its CA")?;
-    let token = service_account_token(cluster, spec)?;
-    let client = client(service, &ca, token)?;
+    let token = pod::service_account_token(cluster, &view)?;
+    let client = pod::client(service, &ca, token)?;
     let os_env = kos_cloud::Env::from_vars(env);
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -447,29 +335,6 @@ fn start(
         task,
         template: spec.template.clone(),
     })
-}
-
-/// The token the kubelet mounts for the pod: its `serviceAccountName`'s (`default` when unnamed).
-fn service_account_token(cluster: &Cluster, spec: &Spec) -> Result<String, String> {
-    let name = spec
-        .pod
-        .get("serviceAccountName")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .unwrap_or("default");
-    if spec.pod.get("automountServiceAccountToken") == Some(&Value::Bool(false)) {
-        return Err(format!(
-            "automountServiceAccountToken is false: no token of {KUBE_SYSTEM}/{name} to reach the API with"
-        ));
-    }
-    cluster
-        .kube
-        .service_account_token(KUBE_SYSTEM, name)
-        .map_err(|_| {
-            format!(
-                "error looking up service account {KUBE_SYSTEM}/{name}: serviceaccount \"{name}\" not found"
-            )
-        })
 }
 
 /// The DaemonSet's status as its controller reports it, with the one in-process CCM standing for
@@ -508,49 +373,9 @@ fn rollout_status(cluster: &Cluster, spec: &Spec, running: bool) {
     }
 }
 
-/// A client of the cluster's `kubernetes` Service with the pod's token, verifying the API servers'
-/// certificates for the Service's name as a pod does.
-fn client(service: SocketAddr, ca: &str, token: String) -> Result<kube::Client, String> {
-    let uri: http::Uri = format!("https://{service}")
-        .parse()
-        .map_err(|e| format!("{e}"))?;
-    let ca_der = x509_parser::pem::parse_x509_pem(ca.as_bytes())
-        .map_err(|e| format!("cluster CA: {e}"))?
-        .1
-        .contents;
-    let mut config = kube::Config::new(uri);
-    config.root_cert = Some(vec![ca_der]);
-    config.tls_server_name = Some("kubernetes.default.svc".into());
-    config.auth_info.token = Some(secrecy::SecretString::from(token));
-    config.default_namespace = KUBE_SYSTEM.into();
-    kube::Client::try_from(config).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn expansion_is_the_kubelets() {
-        let env = BTreeMap::from([
-            ("CLUSTER_NAME".to_owned(), "demo".to_owned()),
-            (
-                "CLOUD_CONFIG".to_owned(),
-                "/etc/config/cloud.conf".to_owned(),
-            ),
-        ]);
-        assert_eq!(
-            expand("--cluster-name=$(CLUSTER_NAME)", &env),
-            "--cluster-name=demo"
-        );
-        assert_eq!(expand("--x=$(UNSET)", &env), "--x=$(UNSET)");
-        assert_eq!(expand("--x=$$(CLUSTER_NAME)", &env), "--x=$(CLUSTER_NAME)");
-        assert_eq!(
-            expand("$(CLOUD_CONFIG)$(CLUSTER_NAME)", &env),
-            "/etc/config/cloud.confdemo"
-        );
-        assert_eq!(expand("cost: $5", &env), "cost: $5");
-    }
 
     /// A task its runtime cancelled is no failure: no restart is scheduled and nothing warns. A
     /// kos-ccm that returned or panicked is restarted after the back-off.

@@ -22,6 +22,7 @@ pub mod ccm;
 pub mod etcd;
 pub mod forward;
 pub mod invariants;
+mod pod;
 mod workloads;
 
 use std::collections::BTreeMap;
