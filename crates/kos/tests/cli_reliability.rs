@@ -9,7 +9,7 @@ use std::process::Output;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{Watched, admin, code, example, kos, serve_scaled, serve_with, text};
+use support::{Watched, admin, code, example, kos, serve_scaled, serve_with, sim_config, text};
 
 /// `s` with miette's wrapping undone: its frame characters gone, all whitespace one space.
 fn flat(s: &str) -> String {
@@ -43,12 +43,6 @@ fn fault(base: &str, rule: Value) {
 fn clear_faults(base: &str) {
     let (status, _) = admin(base, Method::DELETE, "/_sim/faults", None);
     assert_eq!(status, 204);
-}
-
-fn sim_config(d: &Path, yaml: &str) -> std::path::PathBuf {
-    let p = d.join("sim.yaml");
-    std::fs::write(&p, yaml).expect("write sim config");
-    p
 }
 
 /// (3) Tokens that expire every 0.3 s while the cloud answers 503 now and then: every 401 is a token

@@ -23,6 +23,7 @@ pub mod etcd;
 pub mod forward;
 pub mod invariants;
 mod pod;
+mod storage;
 mod workloads;
 
 use std::collections::BTreeMap;
@@ -83,6 +84,7 @@ pub(crate) struct Inner {
     wired: std::collections::BTreeSet<ClusterId>,
     forwards: forward::Forwards,
     ccms: ccm::Ccms,
+    storage: storage::Storage,
     invariants: invariants::Invariants,
 }
 
@@ -139,6 +141,7 @@ impl SimGuests {
                 wired: Default::default(),
                 forwards: forward::Forwards::default(),
                 ccms: ccm::Ccms::default(),
+                storage: storage::Storage::default(),
                 invariants: invariants::Invariants::default(),
             })),
             handle,
@@ -153,6 +156,11 @@ impl SimGuests {
     /// What the cloud controller of each cluster is doing, by cluster (for diagnostics and tests).
     pub fn ccm_status(&self) -> BTreeMap<ClusterId, String> {
         lock(&self.inner).ccms.status()
+    }
+
+    /// What the CSI driver of each cluster is doing, by cluster (for diagnostics and tests).
+    pub fn csi_status(&self) -> BTreeMap<ClusterId, String> {
+        lock(&self.inner).storage.status()
     }
 }
 
@@ -292,8 +300,14 @@ impl Inner {
             })
             .collect();
         self.ccms.reconcile(&self.guest, &services);
+        self.storage.reconcile(&self.guest, &services, host.cloud());
         for c in self.guest.clusters.values() {
             workloads::report_rolled_out(c, ccm::daemonset(c).as_ref());
+            // Claims whose pods are gone lose their protection, as kube-controller-manager's
+            // pvc-protection and pv-protection controllers do.
+            if let Err(e) = c.kube.reconcile_storage_protection() {
+                tracing::debug!(cluster = %c.id, "storage protection: {e}");
+            }
         }
     }
 }
@@ -383,9 +397,13 @@ impl GuestRuntime for SimGuests {
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
-        let stopping = lock(&self.inner).ccms.stop_all();
+        let (stopping, drivers) = {
+            let mut inner = lock(&self.inner);
+            (inner.ccms.stop_all(), inner.storage.stop_all())
+        };
         Box::pin(async move {
             ccm::wait_stopped(stopping).await;
+            storage::wait_stopped(drivers).await;
         })
     }
 }

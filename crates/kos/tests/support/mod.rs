@@ -162,6 +162,13 @@ pub fn serve_with(dir: &Path, time_scale: &str, config: Option<&Path>) -> Served
     }
 }
 
+/// A simulator config file (`kos sim serve --config`) in `d` holding `yaml`.
+pub fn sim_config(d: &Path, yaml: &str) -> PathBuf {
+    let p = d.join("sim.yaml");
+    std::fs::write(&p, yaml).expect("write sim config");
+    p
+}
+
 /// Calls the simulator's admin API (`/_sim/...`): `method` `path` with an optional JSON body; the
 /// answer's status and JSON body (null when it has none).
 pub fn admin(

@@ -1,0 +1,325 @@
+//! What drives a CSI driver in a real cluster, as one loop per cluster, read from upstream's code:
+//! - the PV binder (kube-controller-manager's `persistentvolume` controller): hands a claim of a
+//!   class with an external provisioner to it (`volume.kubernetes.io/storage-provisioner`), binds
+//!   a claim and the volume made for it both ways, marks a volume whose claim is gone `Released`;
+//! - the scheduler's volume binding: a pod using claims goes to a Ready node that tolerates its
+//!   taints, matches its node selector and every bound volume's node affinity; a claim of a
+//!   `WaitForFirstConsumer` class gets `volume.kubernetes.io/selected-node` first;
+//! - external-provisioner: CreateVolume for a claim handed to the driver (name `pvc-<uid>`, the
+//!   class's parameters, `--extra-create-metadata`, topology from the nodes' CSINode keys, a claim
+//!   as the source), a PersistentVolume for it; DeleteVolume for a `Released` volume whose policy
+//!   is `Delete`;
+//! - the attach-detach controller and external-attacher: a VolumeAttachment per (volume, node) a
+//!   scheduled pod needs, ControllerPublish/Unpublish behind its finalizer;
+//! - the kubelet's volume manager: NodeStage once per node, NodePublish per pod, the pod Running
+//!   once mounted; unpublish and unstage when the pod is gone; `volumesInUse` on the Node;
+//! - external-resizer, and the kubelet's NodeExpandVolume when the driver asks for it.
+//!
+//! The sidecars act with the controller pod's ServiceAccount token (RBAC decides); the binder,
+//! scheduler, attach-detach controller and kubelet with the API server's own client. Simplified: no
+//! watches (each pass lists), one pass every [`PASS`]; pods are bound by setting `nodeName` (no
+//! `pods/binding`); only pods that use claims are scheduled and started.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::{Event, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kos_csi::csi::controller_client::ControllerClient;
+use kube::Api;
+use kube::api::PostParams;
+use tokio::net::UnixStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::world::*;
+use super::{Nodes, Spec};
+use crate::cluster::Cluster;
+use crate::guest::Guest;
+
+/// How often the loop runs.
+pub(super) const PASS: Duration = Duration::from_millis(500);
+pub(super) const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+pub(super) const STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+pub(super) const BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
+pub(super) const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+pub(super) const PROVISIONER_FINALIZER: &str =
+    "external-provisioner.volume.kubernetes.io/finalizer";
+pub(super) const KUBELET_DIR: &str = "/var/lib/kubelet";
+
+pub(super) type Error = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type Res<T> = Result<T, Error>;
+
+/// What starts a cluster's loop.
+pub(super) struct Setup<'a> {
+    pub guest: &'a Guest,
+    pub cluster: &'a Cluster,
+    pub spec: &'a Spec,
+    pub service: SocketAddr,
+    pub socket: PathBuf,
+    pub nodes: Nodes,
+}
+
+/// The provisioner sidecar's flags that change what it asks.
+#[derive(Debug, Clone)]
+pub(super) struct Provisioner {
+    pub(super) default_fstype: String,
+    pub(super) extra_create_metadata: bool,
+    pub(super) topology: bool,
+}
+
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter().find_map(|a| {
+        let rest = a.strip_prefix("--")?.trim_start_matches('-');
+        let rest = rest.strip_prefix(name)?;
+        if rest.is_empty() {
+            Some("true")
+        } else {
+            rest.strip_prefix('=')
+        }
+    })
+}
+
+/// Starts the loop; stop it with the sender (or abort the task).
+pub(super) fn start(s: Setup<'_>) -> Result<(oneshot::Sender<()>, JoinHandle<()>), String> {
+    let sidecars = s.spec.sidecars();
+    let has = |n: &str| sidecars.iter().any(|c| c == n);
+    let provisioner = has("csi-provisioner").then(|| {
+        let args = s.spec.sidecar_args("csi-provisioner");
+        Provisioner {
+            default_fstype: flag(&args, "default-fstype").unwrap_or("").to_owned(),
+            extra_create_metadata: flag(&args, "extra-create-metadata")
+                .is_some_and(|v| v == "true"),
+            topology: flag(&args, "feature-gates").is_some_and(|g| g.contains("Topology=true")),
+        }
+    });
+    let admin = s.cluster.kube.client().map_err(|e| e.to_string())?;
+    let (ca, _) = crate::sim::apiserver::cluster_ca(s.guest, s.cluster.id)
+        .ok_or("no control plane of the cluster holds its CA")?;
+    let token = super::pod::service_account_token(s.cluster, &s.spec.view())?;
+    let sidecar = super::pod::client(s.service, &ca, token)?;
+    let lp = Loop {
+        admin,
+        sidecar,
+        socket: s.socket,
+        nodes: s.nodes,
+        driver: kos_csi::DRIVER_NAME.to_owned(),
+        provisioner,
+        attacher: has("csi-attacher"),
+        resizer: has("csi-resizer"),
+        controller: None,
+        staged: BTreeMap::new(),
+        published: BTreeMap::new(),
+        registered: BTreeMap::new(),
+        retry: BTreeMap::new(),
+        said: BTreeMap::new(),
+    };
+    let (tx, rx) = oneshot::channel();
+    Ok((tx, tokio::spawn(run(lp, rx))))
+}
+
+async fn run(mut lp: Loop, mut stop: oneshot::Receiver<()>) {
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            () = tokio::time::sleep(PASS) => {}
+        }
+        if let Err(e) = lp.pass().await {
+            tracing::debug!("storage controllers: {e}");
+        }
+    }
+}
+
+/// A volume mounted for a pod on a node.
+#[derive(Debug, Clone)]
+pub(super) struct Published {
+    pub(super) pod_uid: String,
+    pub(super) handle: String,
+}
+
+pub(super) struct Loop {
+    pub(super) admin: kube::Client,
+    pub(super) sidecar: kube::Client,
+    pub(super) socket: PathBuf,
+    pub(super) nodes: Nodes,
+    pub(super) driver: String,
+    pub(super) provisioner: Option<Provisioner>,
+    pub(super) attacher: bool,
+    pub(super) resizer: bool,
+    pub(super) controller: Option<ControllerClient<Channel>>,
+    /// (node, volume handle) → staging path.
+    pub(super) staged: BTreeMap<(String, String), String>,
+    /// (node, target path) → what is published there.
+    pub(super) published: BTreeMap<(String, String), Published>,
+    /// Node plugins registered, by node: the socket registered.
+    pub(super) registered: BTreeMap<String, PathBuf>,
+    /// Backoff of failing work, by key: (not before, failures).
+    pub(super) retry: BTreeMap<String, (tokio::time::Instant, u32)>,
+    /// The last message of each reason said about an object, to say it once.
+    pub(super) said: BTreeMap<String, String>,
+}
+
+pub(super) async fn channel(path: PathBuf) -> Res<Channel> {
+    Ok(Endpoint::try_from("http://[::]:50051")?
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let p = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
+        }))
+        .await?)
+}
+
+pub(super) fn status_text(s: &tonic::Status) -> String {
+    format!("rpc error: code = {:?} desc = {}", s.code(), s.message())
+}
+
+impl Loop {
+    pub(super) async fn pass(&mut self) -> Res<()> {
+        if self.controller.is_none() {
+            if !self.socket.exists() {
+                return Ok(());
+            }
+            self.controller = Some(ControllerClient::new(channel(self.socket.clone()).await?));
+        }
+        self.register_nodes().await;
+        let w = World::read(&self.admin).await?;
+        self.binder(&w).await;
+        let w = World::read(&self.admin).await?;
+        self.schedule(&w).await;
+        if self.provisioner.is_some() {
+            self.provision(&w).await;
+            self.delete_released(&w).await;
+        }
+        let w = World::read(&self.admin).await?;
+        self.attach_detach(&w).await;
+        if self.attacher {
+            let w = World::read(&self.admin).await?;
+            self.attach(&w).await;
+        }
+        let w = World::read(&self.admin).await?;
+        self.kubelet(&w).await;
+        if self.resizer {
+            self.resize(&w).await;
+        }
+        Ok(())
+    }
+
+    pub(super) fn due(&self, key: &str) -> bool {
+        self.retry
+            .get(key)
+            .is_none_or(|(at, _)| *at <= tokio::time::Instant::now())
+    }
+
+    pub(super) fn failed(&mut self, key: &str) {
+        let e = self
+            .retry
+            .entry(key.to_owned())
+            .or_insert((tokio::time::Instant::now(), 0));
+        let wait = Duration::from_secs(1)
+            .saturating_mul(1u32 << e.1.min(8))
+            .min(Duration::from_secs(300));
+        e.0 = tokio::time::Instant::now() + wait;
+        e.1 += 1;
+    }
+
+    pub(super) fn succeeded(&mut self, key: &str) {
+        self.retry.remove(key);
+    }
+
+    /// Records an event about `obj` (once per message), as `client` (its RBAC decides).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn event(
+        &mut self,
+        sidecar: bool,
+        kind: &str,
+        meta: &ObjectMeta,
+        warning: bool,
+        reason: &str,
+        message: String,
+        component: &str,
+    ) {
+        let key = format!(
+            "{kind}/{reason}/{}/{}/{}",
+            ns_of(meta),
+            name_of(meta),
+            meta.uid.clone().unwrap_or_default()
+        );
+        if self.said.get(&key) == Some(&message) {
+            return;
+        }
+        self.said.insert(key, message.clone());
+        let ns = meta
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let api_version = match kind {
+            "VolumeAttachment" => "storage.k8s.io/v1",
+            _ => "v1",
+        };
+        let now = now_time();
+        let ev = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{}.{:x}", name_of(meta), rand::random::<u64>())),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some(api_version.into()),
+                kind: Some(kind.into()),
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                uid: meta.uid.clone(),
+                resource_version: meta.resource_version.clone(),
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message),
+            type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+            source: Some(k8s_openapi::api::core::v1::EventSource {
+                component: Some(component.into()),
+                host: None,
+            }),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            event_time: None::<MicroTime>,
+            count: Some(1),
+            reporting_component: Some(component.into()),
+            reporting_instance: Some(component.into()),
+            ..Event::default()
+        };
+        let client = if sidecar { &self.sidecar } else { &self.admin };
+        if let Err(e) = Api::<Event>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &ev)
+            .await
+        {
+            tracing::debug!("event {reason}: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sidecars' flags as the manifests write them (`--x`, `--x=v`, `--x=true`).
+    #[test]
+    fn flags_read_as_the_sidecars_parse_them() {
+        let args: Vec<String> = [
+            "--csi-address=$(ADDRESS)",
+            "--default-fstype=ext4",
+            "--feature-gates=Topology=true",
+            "--extra-create-metadata",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        assert_eq!(flag(&args, "default-fstype"), Some("ext4"));
+        assert_eq!(flag(&args, "extra-create-metadata"), Some("true"));
+        assert_eq!(flag(&args, "feature-gates"), Some("Topology=true"));
+        assert_eq!(flag(&args, "extra"), None);
+        assert_eq!(flag(&args, "timeout"), None);
+    }
+}

@@ -1,0 +1,613 @@
+//! Storage in a simulated cluster: the CSI driver the addons deploy runs in-process, and what drives
+//! a CSI driver in a real cluster is modelled from upstream's code ([`controllers`]).
+//!
+//! When the addons put a CSI driver into the cluster (a Deployment and a DaemonSet whose driver
+//! container runs `/bin/cinder-csi-plugin`, upstream's, or `/bin/kos-csi`; kos-csi is the drop-in
+//! for both), and a control plane is up:
+//! - the controller plugin runs kos-csi in-process with the pod's arguments and cloud.conf (as
+//!   [`super::ccm`] runs kos-ccm), serving CSI on a unix socket of its own as the pod's `socket-dir`
+//!   would hold it;
+//! - every node whose kubelet runs gets the node plugin, kos-csi's Node service with the node's
+//!   identity (instance id, availability zone) and an in-memory kernel whose disks are the Cinder
+//!   volumes Nova attached to that server (a disk keeps its filesystem between nodes);
+//! - the sidecars the controller pod runs (external-provisioner, external-attacher,
+//!   external-resizer) and the parts of Kubernetes that act on storage (the PV binder, the scheduler's
+//!   volume binding, the attach-detach controller, the kubelet's volume manager) run as one loop
+//!   per cluster, the sidecars with the pod's ServiceAccount so RBAC decides what they may do.
+//!
+//! Not simulated: the snapshotter sidecar and snapshot-controller, the node plugin's registration
+//! socket (the node plugin is registered when it answers `NodeGetInfo`), `/healthz` and metrics.
+
+mod attacher;
+mod binder;
+mod controllers;
+mod kubelet;
+mod provisioner;
+mod resizer;
+mod scheduler;
+mod world;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use clap::Parser;
+use kos_csi::node::fake::{FakeDisk, FakeKernel};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::pod::{self, Container, argv, container_env, expand};
+use crate::cluster::{Cluster, ClusterId};
+use crate::guest::{Guest, Power};
+use crate::seam::ServerId;
+
+/// The binaries whose container is the CSI driver.
+const BINARIES: &[&str] = &["/cinder-csi-plugin", "/kos-csi"];
+const BACKOFF_START: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+type Exit = Result<(), String>;
+
+/// The kos-csi command line.
+#[derive(Parser)]
+#[command(name = "kos-csi")]
+struct Cli {
+    #[command(flatten)]
+    opts: kos_csi::run::Options,
+}
+
+/// A driver process: kos-csi serving on `socket` until told to stop.
+struct Plugin {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Exit>,
+    template: Value,
+    socket: PathBuf,
+}
+
+impl Plugin {
+    fn stop(mut self) -> JoinHandle<Exit> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.task
+    }
+}
+
+/// A node's plugin and the machine it runs on.
+struct NodePlugin {
+    plugin: Plugin,
+    node: String,
+    kernel: Arc<FakeKernel>,
+}
+
+/// What the loop of a cluster sees of its nodes' plugins.
+#[derive(Clone)]
+pub(crate) struct NodeHandle {
+    pub socket: PathBuf,
+    pub kernel: Arc<FakeKernel>,
+}
+
+pub(crate) type Nodes = Arc<Mutex<BTreeMap<String, NodeHandle>>>;
+
+#[derive(Default)]
+struct ClusterStorage {
+    controller: Option<Plugin>,
+    nodes: BTreeMap<ServerId, NodePlugin>,
+    shared: Nodes,
+    controllers: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    restarts: u32,
+    retry_at: Option<Instant>,
+    status: String,
+}
+
+/// The CSI drivers and storage controllers, by cluster.
+#[derive(Default)]
+pub(crate) struct Storage {
+    by_cluster: BTreeMap<ClusterId, ClusterStorage>,
+    /// Where the sockets live (made on first use, removed with the runtime).
+    dir: Option<tempfile::TempDir>,
+    /// What each Cinder volume holds while no node has it attached.
+    disks: BTreeMap<String, FakeDisk>,
+    /// Which volume each node's device is.
+    devices: BTreeMap<(ServerId, String), String>,
+    stopping: Vec<JoinHandle<Exit>>,
+}
+
+/// A driver container of a Deployment or DaemonSet.
+struct Spec {
+    namespace: String,
+    name: String,
+    template: Value,
+    pod: Value,
+    container: Value,
+}
+
+impl Spec {
+    fn view(&self) -> Container<'_> {
+        Container {
+            namespace: &self.namespace,
+            pod: &self.pod,
+            container: &self.container,
+        }
+    }
+
+    /// The images of the pod's other containers: which sidecars run beside the driver.
+    fn sidecars(&self) -> Vec<String> {
+        self.pod
+            .get("containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                let image = c.get("image")?.as_str()?;
+                let last = image.rsplit('/').next()?;
+                Some(last.split([':', '@']).next()?.to_owned())
+            })
+            .collect()
+    }
+
+    /// A sidecar container's arguments, by its image name.
+    fn sidecar_args(&self, image: &str) -> Vec<String> {
+        self.pod
+            .get("containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| {
+                c.get("image")
+                    .and_then(Value::as_str)
+                    .and_then(|i| i.rsplit('/').next())
+                    .and_then(|l| l.split([':', '@']).next())
+                    == Some(image)
+            })
+            .map(argv)
+            .unwrap_or_default()
+    }
+}
+
+fn find(cluster: &Cluster, kind: &str) -> Option<Spec> {
+    let sets = cluster.kube.list_json("apps/v1", kind, None).ok()?;
+    sets.into_iter().find_map(|o| {
+        let pod = o.pointer("/spec/template/spec")?.clone();
+        let container = pod
+            .get("containers")?
+            .as_array()?
+            .iter()
+            .find(|c| {
+                argv(c)
+                    .first()
+                    .is_some_and(|a| BINARIES.iter().any(|b| a.ends_with(b)))
+            })?
+            .clone();
+        Some(Spec {
+            namespace: o.pointer("/metadata/namespace")?.as_str()?.to_owned(),
+            name: o.pointer("/metadata/name")?.as_str()?.to_owned(),
+            template: o.pointer("/spec/template")?.clone(),
+            pod,
+            container,
+        })
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Storage {
+    /// Starts and stops the drivers and loops, and gives each node's kernel the disks Nova attached
+    /// to its server. `services`: each cluster's `kubernetes` Service address.
+    pub fn reconcile(
+        &mut self,
+        guest: &Guest,
+        services: &BTreeMap<ClusterId, SocketAddr>,
+        cloud: &kos_sim::state::Cloud,
+    ) {
+        self.stopping.retain(|t| !t.is_finished());
+        for id in self.by_cluster.keys().copied().collect::<Vec<_>>() {
+            if !guest.clusters.contains_key(&id)
+                && let Some(st) = self.by_cluster.remove(&id)
+            {
+                self.stop_cluster(st);
+            }
+        }
+        if self.dir.is_none() {
+            match tempfile::Builder::new().prefix("kos-csi-").tempdir() {
+                Ok(d) => self.dir = Some(d),
+                Err(e) => {
+                    tracing::warn!("no directory for the CSI sockets: {e}");
+                    return;
+                }
+            }
+        }
+        let Some(dir) = self.dir.as_ref().map(|d| d.path().to_owned()) else {
+            return;
+        };
+        let now = Instant::now();
+        for (id, cluster) in &guest.clusters {
+            let control_plane_up = guest
+                .servers
+                .values()
+                .any(|s| s.power == Power::On && s.api_of == Some(*id));
+            let controller = find(cluster, "Deployment");
+            let node = find(cluster, "DaemonSet");
+            let service = services.get(id).copied();
+            let mut st = self.by_cluster.remove(id).unwrap_or_default();
+            let wanted = control_plane_up && service.is_some() && controller.is_some();
+            if !wanted {
+                if st.controller.is_some() {
+                    st.status = "stopped: no control plane is up".into();
+                }
+                self.stop_cluster_parts(&mut st);
+            } else if let (Some(spec), Some(service)) = (controller, service) {
+                self.controller(&mut st, guest, cluster, &spec, service, &dir, now);
+            }
+            self.node_plugins(&mut st, guest, cluster, node.as_ref(), &dir, cloud);
+            self.by_cluster.insert(*id, st);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn controller(
+        &mut self,
+        st: &mut ClusterStorage,
+        guest: &Guest,
+        cluster: &Cluster,
+        spec: &Spec,
+        service: SocketAddr,
+        dir: &Path,
+        now: Instant,
+    ) {
+        if st.controller.as_ref().is_some_and(|p| p.task.is_finished())
+            && let Some(p) = st.controller.take()
+        {
+            let exit = ended(p.task);
+            self.stop_loop(st);
+            let wait = BACKOFF_START
+                .saturating_mul(1u32 << st.restarts.min(5))
+                .min(BACKOFF_MAX);
+            st.restarts += 1;
+            st.retry_at = Some(now + wait);
+            st.status = format!("exited: {exit}; restarting in {}s", wait.as_secs());
+            tracing::warn!(cluster = %cluster.id, "CSI controller {}", st.status);
+        }
+        if st
+            .controller
+            .as_ref()
+            .is_some_and(|p| p.template != spec.template)
+        {
+            self.stop_cluster_parts(st);
+            st.restarts = 0;
+            st.retry_at = None;
+        }
+        if st.controller.is_some() || st.retry_at.is_some_and(|t| t > now) {
+            return;
+        }
+        let socket = dir.join(format!("{}-controller.sock", cluster.id.0));
+        let started = start(cluster, spec, &socket, None).and_then(|plugin| {
+            let lp = controllers::start(controllers::Setup {
+                guest,
+                cluster,
+                spec,
+                service,
+                socket: socket.clone(),
+                nodes: st.shared.clone(),
+            });
+            match lp {
+                Ok(lp) => Ok((plugin, lp)),
+                Err(e) => {
+                    self.stopping.push(plugin.stop());
+                    Err(e)
+                }
+            }
+        });
+        match started {
+            Ok((plugin, lp)) => {
+                tracing::debug!(cluster = %cluster.id, deployment = %spec.name, "CSI controller started");
+                st.controller = Some(plugin);
+                st.controllers = Some(lp);
+                st.retry_at = None;
+                st.status = format!("running ({}/{})", spec.namespace, spec.name);
+            }
+            Err(why) => {
+                if st.status != why {
+                    tracing::warn!(cluster = %cluster.id, "CSI controller cannot start: {why}");
+                }
+                st.retry_at = Some(now + BACKOFF_START);
+                st.status = why;
+            }
+        }
+    }
+
+    /// One node plugin per running kubelet of the cluster, each with the disks Nova attached.
+    fn node_plugins(
+        &mut self,
+        st: &mut ClusterStorage,
+        guest: &Guest,
+        cluster: &Cluster,
+        spec: Option<&Spec>,
+        dir: &Path,
+        cloud: &kos_sim::state::Cloud,
+    ) {
+        let wanted: BTreeMap<ServerId, (String, String)> = guest
+            .servers
+            .iter()
+            .filter(|(_, s)| s.power == Power::On)
+            .filter_map(|(id, s)| {
+                let k = s.kubelet.as_ref().filter(|k| k.cluster == cluster.id)?;
+                Some((
+                    id.clone(),
+                    (k.node.clone(), s.meta.availability_zone.clone()),
+                ))
+            })
+            .collect();
+        for sid in st.nodes.keys().cloned().collect::<Vec<_>>() {
+            let keep = spec.is_some_and(|sp| {
+                wanted.contains_key(&sid)
+                    && st.nodes.get(&sid).is_some_and(|n| {
+                        n.plugin.template == sp.template && !n.plugin.task.is_finished()
+                    })
+            });
+            if !keep && let Some(n) = st.nodes.remove(&sid) {
+                self.save_disks(&sid, &n.kernel);
+                self.stopping.push(n.plugin.stop());
+            }
+        }
+        if let Some(spec) = spec {
+            for (sid, (node, zone)) in &wanted {
+                if st.nodes.contains_key(sid) {
+                    continue;
+                }
+                let kernel = Arc::new(FakeKernel::new());
+                let socket = dir.join(format!("{}-{}.sock", cluster.id.0, short(&sid.0)));
+                let meta = kos_csi::metadata::MetaData {
+                    uuid: sid.0.clone(),
+                    availability_zone: zone.clone(),
+                };
+                match start(cluster, spec, &socket, Some((kernel.clone(), meta))) {
+                    Ok(plugin) => {
+                        st.nodes.insert(
+                            sid.clone(),
+                            NodePlugin {
+                                plugin,
+                                node: node.clone(),
+                                kernel,
+                            },
+                        );
+                    }
+                    Err(why) => {
+                        tracing::debug!(cluster = %cluster.id, node, "CSI node plugin cannot start: {why}");
+                    }
+                }
+            }
+        }
+        for (sid, n) in &st.nodes {
+            self.sync_disks(sid, &n.kernel, cloud);
+        }
+        let mut shared = lock(&st.shared);
+        shared.clear();
+        for n in st.nodes.values() {
+            shared.insert(
+                n.node.clone(),
+                NodeHandle {
+                    socket: n.plugin.socket.clone(),
+                    kernel: n.kernel.clone(),
+                },
+            );
+        }
+    }
+
+    /// The node's disks are the volumes Nova attached to its server: new ones appear (with what
+    /// the volume held), detached ones go, extended ones grow.
+    fn sync_disks(
+        &mut self,
+        server: &ServerId,
+        kernel: &FakeKernel,
+        cloud: &kos_sim::state::Cloud,
+    ) {
+        let attached: BTreeMap<String, (String, i64)> = cloud
+            .cinder
+            .volumes
+            .iter()
+            .flat_map(|v| {
+                v.attachments
+                    .iter()
+                    .filter(|a| a.attached && a.server_id == server.0)
+                    .map(|a| {
+                        let size = i64::try_from(v.size).unwrap_or(i64::MAX / kos_csi::GIB);
+                        (a.device.clone(), (v.id.clone(), size * kos_csi::GIB))
+                    })
+            })
+            .collect();
+        let have = kernel.disks();
+        for (device, disk) in &have {
+            let dev = device.display().to_string();
+            match attached.get(&dev) {
+                None => {
+                    if let Some(d) = kernel.detach(&dev)
+                        && let Some(vol) = self.devices.remove(&(server.clone(), dev))
+                    {
+                        self.disks.insert(vol, d);
+                    }
+                }
+                Some((_, size)) if *size > disk.size => kernel.grow(&dev, *size),
+                Some(_) => {}
+            }
+        }
+        for (device, (volume, size)) in &attached {
+            if have.contains_key(Path::new(device)) {
+                continue;
+            }
+            match self.disks.remove(volume) {
+                Some(mut d) => {
+                    d.size = d.size.max(*size);
+                    kernel.attach_disk(volume, device, d);
+                }
+                None => kernel.attach(volume, device, *size),
+            }
+        }
+        // Remember which volume each device is, for when it goes.
+        for (device, (volume, _)) in attached {
+            self.devices.insert((server.clone(), device), volume);
+        }
+    }
+
+    /// Keeps what a stopped node's disks hold.
+    fn save_disks(&mut self, server: &ServerId, kernel: &FakeKernel) {
+        for (device, disk) in kernel.disks() {
+            if let Some(vol) = self
+                .devices
+                .remove(&(server.clone(), device.display().to_string()))
+            {
+                self.disks.insert(vol, disk);
+            }
+        }
+    }
+
+    fn stop_loop(&mut self, st: &mut ClusterStorage) {
+        if let Some((tx, task)) = st.controllers.take() {
+            let _ = tx.send(());
+            task.abort();
+        }
+    }
+
+    fn stop_cluster_parts(&mut self, st: &mut ClusterStorage) {
+        self.stop_loop(st);
+        if let Some(p) = st.controller.take() {
+            self.stopping.push(p.stop());
+        }
+    }
+
+    fn stop_cluster(&mut self, mut st: ClusterStorage) {
+        self.stop_cluster_parts(&mut st);
+        for (_, n) in std::mem::take(&mut st.nodes) {
+            self.stopping.push(n.plugin.stop());
+        }
+    }
+
+    /// Asks every driver to stop; the tasks to wait for.
+    pub fn stop_all(&mut self) -> Vec<JoinHandle<Exit>> {
+        for st in std::mem::take(&mut self.by_cluster).into_values() {
+            self.stop_cluster(st);
+        }
+        std::mem::take(&mut self.stopping)
+    }
+
+    pub fn status(&self) -> BTreeMap<ClusterId, String> {
+        self.by_cluster
+            .iter()
+            .map(|(id, st)| (*id, st.status.clone()))
+            .collect()
+    }
+}
+
+fn short(id: &str) -> String {
+    id.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(12)
+        .collect()
+}
+
+fn ended(task: JoinHandle<Exit>) -> String {
+    use futures::FutureExt as _;
+    match task.now_or_never() {
+        Some(Ok(Ok(()))) => "returned".into(),
+        Some(Ok(Err(e))) => e,
+        Some(Err(e)) if e.is_cancelled() => "cancelled".into(),
+        Some(Err(e)) => format!("panicked: {e}"),
+        None => "gone".into(),
+    }
+}
+
+/// Starts kos-csi as the container would run: its arguments, environment and cloud.conf, the
+/// socket moved to `socket`. `node`: the node's kernel and identity (the node plugin).
+fn start(
+    cluster: &Cluster,
+    spec: &Spec,
+    socket: &Path,
+    node: Option<(Arc<FakeKernel>, kos_csi::metadata::MetaData)>,
+) -> Result<Plugin, String> {
+    let view = spec.view();
+    let env = container_env(&spec.container)?;
+    let mut args: Vec<String> = argv(&spec.container)
+        .iter()
+        .map(|a| expand(a, &env))
+        .collect();
+    if args
+        .first()
+        .is_some_and(|a| !a.starts_with('-') && BINARIES.iter().any(|b| a.ends_with(b)))
+    {
+        args.remove(0);
+    }
+    let cli = Cli::try_parse_from(std::iter::once("kos-csi".to_owned()).chain(args))
+        .map_err(|e| format!("kos-csi refuses its arguments: {}", e.to_string().trim()))?;
+    let mut opts = cli.opts;
+    opts.check()
+        .map_err(|e| format!("kos-csi refuses its arguments: {e}"))?;
+    // The pod's socket-dir is this runtime's; its metrics port is the node's, which this machine
+    // does not have.
+    opts.endpoint = format!("unix://{}", socket.display());
+    opts.http_endpoint = String::new();
+    let loaded = match opts.cloud_config.as_slice() {
+        [] => None,
+        [one] => {
+            let path = one.display().to_string();
+            match pod::mounted_file(cluster, &view, &path) {
+                Ok(text) => {
+                    Some(kos_ccm::CloudConfig::parse(&path, &text).map_err(|e| e.to_string())?)
+                }
+                // A node plugin without its cloud.conf runs with the defaults, as upstream's does.
+                Err(_) if node.is_some() => None,
+                Err(e) => return Err(e),
+            }
+        }
+        _ => return Err("several --cloud-config files are not simulated".into()),
+    };
+    let os_env = kos_cloud::Env::from_vars(env);
+    let (kernel, metadata): (
+        Arc<dyn kos_csi::node::Kernel>,
+        Arc<dyn kos_csi::metadata::NodeMetadata>,
+    ) = match node {
+        Some((k, m)) => (k, Arc::new(kos_csi::metadata::Fixed(m))),
+        None => {
+            // The controller pod has no node service to offer (upstream's controller plugin
+            // serves both; the sidecars never call the node service there).
+            (
+                Arc::new(FakeKernel::new()),
+                Arc::new(kos_csi::metadata::Fixed(kos_csi::metadata::MetaData {
+                    uuid: String::new(),
+                    availability_zone: String::new(),
+                })),
+            )
+        }
+    };
+    let _ = std::fs::remove_file(socket);
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        kos_csi::run::run_with(opts, &os_env, loaded, kernel, metadata, async {
+            let _ = rx.await;
+        })
+        .await
+        .map_err(|e| e.to_string())
+    });
+    Ok(Plugin {
+        stop: Some(tx),
+        task,
+        template: spec.template.clone(),
+        socket: socket.to_owned(),
+    })
+}
+
+/// Waits (bounded) for stopping drivers to finish.
+pub(crate) async fn wait_stopped(tasks: Vec<JoinHandle<Exit>>) {
+    for t in tasks {
+        let abort = t.abort_handle();
+        if tokio::time::timeout(STOP_GRACE, t).await.is_err() {
+            abort.abort();
+        }
+    }
+}
