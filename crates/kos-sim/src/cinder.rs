@@ -11,6 +11,7 @@
 mod snapshots;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -1121,7 +1122,13 @@ async fn create_volume(
     c: Caller,
     body: Bytes,
 ) -> SimResult<Response> {
-    let body = parse_body(&body)?;
+    let answer = create_volume_now(&app, &c, &body)?;
+    hold_answer(&app).await;
+    Ok(answer)
+}
+
+fn create_volume_now(app: &SharedApp, c: &Caller, body: &Bytes) -> SimResult<Response> {
+    let body = parse_body(body)?;
     let m = element(&body, "volume")?;
     let snapshot_id = opt_str(m, "snapshot_id")?;
     let source_volid = opt_str(m, "source_volid")?;
@@ -1179,13 +1186,27 @@ async fn create_volume(
             metadata,
         },
     )?;
-    let mut out = render_volume(&app, &c, &cloud.cinder, &v);
+    let mut out = render_volume(app, c, &cloud.cinder, &v);
     // The tenant attribute extends show and detail only, not the create's answer.
     if let Some(o) = out.as_object_mut() {
         o.remove("os-vol-tenant-attr:tenant_id");
     }
     cloud.cinder.volumes.push(v);
     Ok(c.reply(StatusCode::ACCEPTED, json!({"volume": out})))
+}
+
+/// Waits `volume_create_answer_secs` of cloud time from now, reading the model as it goes (so a
+/// test that lowers it releases an answer already held).
+async fn hold_answer(app: &SharedApp) {
+    let made = app.now();
+    loop {
+        let hold = app.latency().volume_create_answer_secs;
+        let left = made.0 + hold - app.now().0;
+        if hold <= 0.0 || left <= 0.0 {
+            return;
+        }
+        tokio::time::sleep(app.clock.real(left).min(Duration::from_millis(20))).await;
+    }
 }
 
 /// `sort=name:asc,size` or `sort_key`/`sort_dir`; Cinder's default is newest first.

@@ -192,6 +192,12 @@ pub struct LatencyModel {
     pub lb_delete_secs: f64,
     /// Volume creating → available.
     pub volume_create_secs: f64,
+    /// A volume create's answer comes this long after the volume exists (listed, `creating`): real
+    /// Cinder commits the volume's row, then casts to the scheduler and commits quota before it
+    /// answers, and a slow message bus or proxy stretches that. A client killed meanwhile never
+    /// learns the id of the volume it made. Read while the answer waits, so lowering it releases
+    /// answers already held. 0 (the default): at once.
+    pub volume_create_answer_secs: f64,
     /// Volume deleting → gone.
     pub volume_delete_secs: f64,
     /// Volume attaching → in-use, and detaching → available (Nova's attach and detach).
@@ -214,6 +220,7 @@ impl Default for LatencyModel {
             lb_update_secs: 5.0,
             lb_delete_secs: 10.0,
             volume_create_secs: 5.0,
+            volume_create_answer_secs: 0.0,
             volume_delete_secs: 3.0,
             volume_attach_secs: 3.0,
             volume_extend_secs: 3.0,

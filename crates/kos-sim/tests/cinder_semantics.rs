@@ -415,3 +415,49 @@ async fn volume_zones_are_cinders_own_and_others_are_refused() {
         "nova"
     );
 }
+
+/// `volume_create_answer_secs`: the volume is listed while its create's answer is still
+/// held, the window in which a client killed mid-call leaves a volume it never heard of; lowering the
+/// model releases the held answer, which names that volume.
+#[tokio::test]
+async fn a_volume_exists_before_its_slow_create_answers() {
+    let h = std::sync::Arc::new(Harness::new().await);
+    let r = h
+        .call(
+            "PUT",
+            "/_sim/latency",
+            Some(json!({"volume_create_answer_secs": 1e9})),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let post = tokio::spawn({
+        let h = h.clone();
+        async move { create(&h, json!({"size": 1, "name": "held"})).await }
+    });
+    let mut listed = None;
+    for _ in 0..2000 {
+        let r = h
+            .call("GET", &vols(&h, "/detail?name=held"), None, None)
+            .await;
+        if let Some(v) = r.json["volumes"].as_array().and_then(|a| a.first()) {
+            listed = Some(v.clone());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let listed = listed.expect("the volume is listed while its create is unanswered");
+    assert!(!post.is_finished(), "the answer is still held");
+    let r = h
+        .call(
+            "PUT",
+            "/_sim/latency",
+            Some(json!({"volume_create_answer_secs": 0})),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let answer = post.await.expect("the create's task");
+    assert_eq!(answer.status, 202, "{}", answer.json);
+    assert_eq!(answer.json["volume"]["id"], listed["id"]);
+}
