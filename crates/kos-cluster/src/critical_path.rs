@@ -68,7 +68,7 @@ pub fn service(kind: Kind) -> ServiceKind {
         Kind::LoadBalancer | Kind::Listener | Kind::Pool | Kind::HealthMonitor | Kind::Members => {
             ServiceKind::LoadBalancer
         }
-        Kind::Volume => ServiceKind::BlockStorage,
+        Kind::Volume | Kind::Snapshot => ServiceKind::BlockStorage,
         Kind::AppCredential => ServiceKind::Identity,
         Kind::Network
         | Kind::Subnet

@@ -4,11 +4,15 @@
 //! exactly: never an object of a cluster whose name extends this one's), plus what the cluster made at run
 //! time through kos-ccm (or the upstream CCM) and CSI: load balancers named `kube_service_<cluster>_…`,
 //! floating IPs described "… from cluster <cluster>", the CCM's `lb-sg-…` security groups, Cinder volumes
-//! with `cinder.csi.openstack.org/cluster=<cluster>`, ports left on kos's network and interfaces of kos's
-//! router. kos-ccm tags its objects `kos-ccm-cluster=<cluster>` (older releases: `kos-cluster=<cluster>`,
+//! and snapshots with `cinder.csi.openstack.org/cluster=<cluster>` (the CSI driver writes it on both),
+//! ports left on kos's network and interfaces of kos's router. A snapshot without that metadata (a user's,
+//! taken by hand of a CSI volume) is never deleted: Cinder then refuses the volume, and teardown names
+//! the snapshot instead of deleting data kos did not make. kos-ccm tags its objects `kos-ccm-cluster=<cluster>` (older releases: `kos-cluster=<cluster>`,
 //! kos's own key); a tag alone never dooms a load balancer, since kos-ccm also tags a user's load balancer
 //! that Services share, and that one is the user's.
-//! Order: [`Kind::delete_rank`], waiting for absence of servers, LBs and volumes. It works on half-made
+//! Order: [`Kind::delete_rank`], waiting for absence of servers, LBs, snapshots (with the servers: a
+//! volume with a snapshot, even one being deleted, is refused) and volumes; a delete refused because an
+//! earlier one took effect (its answer lost) waits for absence like an accepted one. It works on half-made
 //! clusters, is idempotent, and never touches a bring-your-own network, subnet or router (they carry no kos
 //! tag and no kos name). [`teardown_with_events`] reports progress as apply does.
 
@@ -332,6 +336,12 @@ fn run_time(inv: &Inventory, cluster: &str) -> Vec<Resource> {
             .filter(|v| v.metadata.get(CSI_CLUSTER_KEY).map(String::as_str) == Some(cluster))
             .map(|v| extra(Kind::Volume, "csi-volume", &v.id, &v.name)),
     );
+    out.extend(
+        inv.snapshots
+            .iter()
+            .filter(|s| s.metadata.get(CSI_CLUSTER_KEY).map(String::as_str) == Some(cluster))
+            .map(|s| extra(Kind::Snapshot, "csi-snapshot", &s.id, &s.name)),
+    );
     out
 }
 
@@ -346,12 +356,13 @@ pub struct Orphan {
 }
 
 /// Resources tagged `kos-cluster=*` whose cluster has neither a server nor a network any more, and the
-/// run-time LBs, FIPs and volumes of clusters of which nothing kos-made is left.
+/// run-time LBs, FIPs, volumes and snapshots of clusters of which nothing kos-made is left.
 ///
 /// A cluster with a network but no server yet is being made, not gone. Untagged objects in use are never
 /// orphans (kos cannot tell a gone kos cluster's from those of a live cluster made by another tool that
 /// shares the CCM's naming): a load balancer on a network servers run on, an attached volume, a floating
-/// IP pointing at a port other than the VIP of a load balancer that is an orphan too.
+/// IP pointing at a port other than the VIP of a load balancer that is an orphan too, a volume with a
+/// snapshot that does not go with it, a snapshot of a volume that stays.
 ///
 /// # Errors
 /// A list call failed.
@@ -427,9 +438,9 @@ fn find_orphans(inv: &Inventory) -> Vec<(String, Resource, &'static str)> {
             .map(|(_, c)| c)
     }));
     runtime_clusters.extend(
-        inv.volumes
-            .iter()
-            .filter_map(|v| v.metadata.get(CSI_CLUSTER_KEY).map(String::as_str)),
+        (inv.volumes.iter().map(|v| &v.metadata))
+            .chain(inv.snapshots.iter().map(|s| &s.metadata))
+            .filter_map(|m| m.get(CSI_CLUSTER_KEY).map(String::as_str)),
     );
     let mut found = Vec::new();
     for c in kos_clusters.iter().filter(|c| !alive.contains(*c)) {
@@ -494,11 +505,40 @@ fn find_orphans(inv: &Inventory) -> Vec<(String, Resource, &'static str)> {
                 _ => true,
             }
     });
+    // A snapshot and its volume go together or stay together: a volume kept by a snapshot that is not
+    // an orphan (a user's, or a live cluster's) stays, and so does a snapshot of a volume that stays.
+    // Snapshots hold no snapshots, so one pass settles both.
+    let snapshot = |id: &str| inv.snapshots.iter().find(|s| s.id == id);
+    let going_snapshots: BTreeSet<String> = found
+        .iter()
+        .filter(|(_, r, _)| r.kind == Kind::Snapshot)
+        .map(|(_, r, _)| r.id.clone())
+        .collect();
+    let held: BTreeSet<&str> = inv
+        .snapshots
+        .iter()
+        .filter(|s| !going_snapshots.contains(s.id.as_str()))
+        .map(|s| s.volume_id.as_str())
+        .collect();
+    found.retain(|(_, r, _)| r.tagged || r.kind != Kind::Volume || !held.contains(r.id.as_str()));
+    let going_volumes: BTreeSet<String> = found
+        .iter()
+        .filter(|(_, r, _)| r.kind == Kind::Volume)
+        .map(|(_, r, _)| r.id.clone())
+        .collect();
+    let volumes: BTreeSet<&str> = inv.volumes.iter().map(|v| v.id.as_str()).collect();
+    found.retain(|(_, r, _)| {
+        r.kind != Kind::Snapshot
+            || snapshot(&r.id).is_some_and(|s| {
+                !volumes.contains(s.volume_id.as_str()) || going_volumes.contains(&s.volume_id)
+            })
+    });
     found
 }
 
 #[cfg(test)]
 mod tests {
+    use kos_cloud::model::block_storage::{Snapshot, Volume, VolumeAttachmentInfo};
     use kos_cloud::model::compute::Server;
     use kos_cloud::model::load_balancer::LoadBalancer;
     use kos_cloud::model::network::{FloatingIp, Port, SecurityGroup};
@@ -621,5 +661,105 @@ mod tests {
         let mut ids: Vec<String> = doomed(&inv, "demo").into_iter().map(|r| r.id).collect();
         ids.sort();
         assert_eq!(ids, ["fip", "new", "old", "sg-new", "sg-old"]);
+    }
+
+    fn csi_volume(id: &str, cluster: &str, attached: bool) -> Volume {
+        Volume {
+            id: id.into(),
+            name: format!("pvc-{id}"),
+            metadata: BTreeMap::from([(CSI_CLUSTER_KEY.to_owned(), cluster.to_owned())]),
+            attachments: if attached {
+                vec![VolumeAttachmentInfo {
+                    server_id: "srv".into(),
+                    ..VolumeAttachmentInfo::default()
+                }]
+            } else {
+                Vec::new()
+            },
+            ..Volume::default()
+        }
+    }
+
+    /// A snapshot of `volume`: the CSI driver's of `cluster`, or (`None`) one a user took by hand.
+    fn snapshot(id: &str, volume: &str, cluster: Option<&str>) -> Snapshot {
+        Snapshot {
+            id: id.into(),
+            name: format!("snapshot-{id}"),
+            volume_id: volume.into(),
+            metadata: cluster
+                .map(|c| BTreeMap::from([(CSI_CLUSTER_KEY.to_owned(), c.to_owned())]))
+                .unwrap_or_default(),
+            ..Snapshot::default()
+        }
+    }
+
+    /// The CSI driver writes its cluster on its snapshots as on its volumes: both go with `kos down`,
+    /// the snapshots first (Cinder refuses a volume with one). A snapshot a user took of a CSI volume
+    /// is not kos's to delete, and another cluster's never.
+    #[test]
+    fn teardown_finds_the_csi_drivers_snapshots_first_and_never_a_users() {
+        let inv = Inventory {
+            volumes: vec![
+                csi_volume("v1", "demo", false),
+                csi_volume("v2", "demo", true),
+                csi_volume("vb", "demo-b", false),
+            ],
+            snapshots: vec![
+                snapshot("s1", "v1", Some("demo")),
+                snapshot("s2", "v2", Some("demo")),
+                snapshot("mine", "v1", None),
+                snapshot("sb", "vb", Some("demo-b")),
+            ],
+            ..Inventory::default()
+        };
+        let mut doomed = doomed(&inv, "demo");
+        doomed.sort_by_key(|r| (r.kind.delete_rank(), r.name.clone()));
+        let order: Vec<(Kind, &str)> = doomed.iter().map(|r| (r.kind, r.id.as_str())).collect();
+        assert_eq!(
+            order,
+            [
+                (Kind::Snapshot, "s1"),
+                (Kind::Snapshot, "s2"),
+                (Kind::Volume, "v1"),
+                (Kind::Volume, "v2"),
+            ]
+        );
+        assert!(
+            doomed
+                .iter()
+                .all(|r| r.kind != Kind::Snapshot || r.logical_id == "csi-snapshot")
+        );
+        assert!(Kind::Snapshot.delete_rank() < Kind::Volume.delete_rank());
+    }
+
+    /// gc: a CSI snapshot goes with its volume when that is an orphan, or alone when its volume is gone;
+    /// a volume a user's snapshot holds stays (Cinder would refuse it, and the snapshot is the user's),
+    /// and so do the snapshots of a volume that stays (held, or attached).
+    #[test]
+    fn gc_takes_a_snapshot_only_with_its_volume_and_never_a_held_volume() {
+        let inv = Inventory {
+            volumes: vec![
+                csi_volume("free", "ghost", false),
+                csi_volume("held", "ghost", false),
+                csi_volume("used", "ghost", true),
+            ],
+            snapshots: vec![
+                snapshot("s-free", "free", Some("ghost")),
+                snapshot("s-held", "held", Some("ghost")),
+                snapshot("users", "held", None),
+                snapshot("s-used", "used", Some("ghost")),
+                snapshot("s-lost", "gone-volume", Some("ghost")),
+            ],
+            ..Inventory::default()
+        };
+        let mut found: Vec<String> = find_orphans(&inv)
+            .into_iter()
+            .map(|(c, r, _)| {
+                assert_eq!(c, "ghost");
+                r.id
+            })
+            .collect();
+        found.sort();
+        assert_eq!(found, ["free", "s-free", "s-lost"]);
     }
 }

@@ -9,10 +9,11 @@ mod engine_support;
 mod user;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use engine_support::*;
 use kos_cloud::Session;
-use kos_cloud::model::block_storage::VolumeCreate;
+use kos_cloud::model::block_storage::{SnapshotCreate, SnapshotFilter, VolumeCreate};
 use kos_cloud::model::load_balancer::{LoadBalancerCreate, Vip};
 use kos_cloud::model::network::{
     FloatingIpCreate, NetworkCreate, PortCreate, PortFilter, SecurityGroupCreate, TaggedKind,
@@ -24,6 +25,7 @@ use kos_cluster::plan::Op;
 use kos_cluster::teardown::{
     Orphan, TeardownOptions, delete_orphans, orphans, teardown_with, teardown_with_events,
 };
+use kos_sim::FaultRule;
 use user::*;
 
 const CSI: &str = "cinder.csi.openstack.org/cluster";
@@ -366,5 +368,220 @@ async fn teardown_reports_progress_and_removes_an_untagged_router_interface() ->
     );
     assert!(!events.iter().any(|e| matches!(e, Event::Failed { .. })));
     assert!(leftovers(s, "ev").await?.is_empty());
+    Ok(())
+}
+
+/// A CSI volume of `cluster` with `snapshots` CSI snapshots of it (available), and their ids.
+async fn csi_volume_with_snapshots(
+    s: &Session,
+    cluster: &str,
+    name: &str,
+    snapshots: usize,
+) -> Result<(String, Vec<String>), E> {
+    let cinder = s.block_storage();
+    let csi = BTreeMap::from([(CSI.to_owned(), cluster.to_owned())]);
+    let vol = cinder
+        .create_volume(&VolumeCreate {
+            size: 1,
+            name: Some(name.into()),
+            metadata: csi.clone(),
+            ..VolumeCreate::default()
+        })
+        .await?;
+    cinder.wait_for_available(&vol.id, deadline()).await?;
+    let mut snaps = Vec::new();
+    for i in 0..snapshots {
+        let snap = cinder
+            .create_snapshot(&SnapshotCreate {
+                volume_id: vol.id.clone(),
+                name: Some(format!("snapshot-{name}-{i}")),
+                metadata: csi.clone(),
+                ..SnapshotCreate::default()
+            })
+            .await?;
+        cinder
+            .wait_for_snapshot_available(&snap.id, deadline())
+            .await?;
+        snaps.push(snap.id);
+    }
+    Ok((vol.id, snaps))
+}
+
+fn deadline() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(60)
+}
+
+/// A fault that lets the DELETE take effect and loses its answer (a 502 kos-cloud retries: DELETE is
+/// idempotent), `count` times.
+fn lost_delete(path: &str, count: u64) -> FaultRule {
+    FaultRule {
+        id: None,
+        method: Some("DELETE".into()),
+        path: path.into(),
+        body: None,
+        status: 502,
+        probability: 1.0,
+        count: Some(count),
+        skip: 0,
+        retry_after: None,
+        after_side_effect: true,
+        build_error: false,
+        message: None,
+    }
+}
+
+/// Issue 21: `kos down` finds the CSI driver's snapshots (their cluster metadata), lists them in a dry
+/// run, deletes them before their volumes (Cinder refuses a volume with snapshots) and waits for their
+/// absence. The first DELETE of every snapshot and volume takes effect and its answer is lost: the
+/// retried DELETE is refused (Cinder refuses a second delete of what is `deleting`), and teardown waits
+/// for the object to go instead of failing or asking again.
+#[tokio::test]
+async fn teardown_deletes_csi_snapshots_first_and_a_lost_delete_answer_is_progress() -> R {
+    let c = start().await?;
+    let s = &c.session;
+    let (v1, s1) = csi_volume_with_snapshots(s, "snap", "pvc-1", 2).await?;
+    let (v2, s2) = csi_volume_with_snapshots(s, "snap", "pvc-2", 1).await?;
+    let (other, other_snaps) = csi_volume_with_snapshots(s, "snap-b", "pvc-b", 1).await?;
+
+    let left = leftovers(s, "snap").await?;
+    for id in s1.iter().chain(&s2) {
+        assert!(
+            left.iter()
+                .any(|l| l.starts_with("snapshot ") && l.ends_with(id.as_str())),
+            "{id} not in the dry run: {left:#?}"
+        );
+    }
+    assert!(!left.iter().any(|l| l.contains("pvc-b")), "{left:#?}");
+
+    // Deletes take a while, so the retried DELETE finds them `deleting`.
+    let app = c.sim.app();
+    let mut slow = app.latency();
+    (slow.volume_delete_secs, slow.snapshot_delete_secs) = (1000.0, 1000.0);
+    app.set_latency(slow);
+    {
+        let mut f = app.fault_engine();
+        f.add(lost_delete("/snapshots/[^/]+$", 3))?;
+        f.add(lost_delete("/volumes/[^/]+$", 2))?;
+    }
+    app.observations().reset();
+    teardown_with(s, "snap", &TeardownOptions::fast()).await?;
+
+    let log = app.observations().log.clone();
+    let deletes = |id: &str| {
+        log.iter()
+            .filter(|e| e.method == "DELETE" && e.path.ends_with(id))
+            .collect::<Vec<_>>()
+    };
+    for id in s1.iter().chain(&s2).chain([&v1, &v2]) {
+        let d = deletes(id);
+        assert_eq!(
+            d.len(),
+            2,
+            "{id}: the lost DELETE and one retry, no more: {d:#?}"
+        );
+        assert!(d[0].fault_rule.is_some(), "{id}: the first answer was lost");
+        assert_eq!(d[1].status, 400, "{id}: Cinder refuses the retry");
+    }
+    // Every snapshot was gone before its volume's DELETE.
+    let pos = |id: &str| {
+        log.iter()
+            .position(|e| e.method == "DELETE" && e.path.ends_with(id))
+    };
+    for (v, snaps) in [(&v1, &s1), (&v2, &s2)] {
+        for sid in snaps {
+            assert!(
+                pos(sid).is_some() && pos(sid) < pos(v),
+                "{sid} deleted after its volume {v}"
+            );
+        }
+        assert!(pos(v).is_some(), "{v} was deleted");
+    }
+    assert!(leftovers(s, "snap").await?.is_empty());
+    let cinder = s.block_storage();
+    let snaps: Vec<String> = cinder
+        .list_snapshots(&SnapshotFilter::default())
+        .await?
+        .into_iter()
+        .map(|x| x.id)
+        .collect();
+    assert_eq!(snaps, other_snaps, "another cluster's snapshot stays");
+    assert!(cinder.get_volume(&other).await?.is_some());
+    Ok(())
+}
+
+/// A snapshot a user took by hand of a CSI volume is not kos's: `kos down` deletes the CSI driver's
+/// snapshot of that volume, keeps the user's, and fails at once naming it (not at the deadline,
+/// Cinder refusing the volume all the while); once the user deletes it, `kos down` finishes.
+#[tokio::test]
+async fn teardown_never_deletes_a_users_snapshot_and_names_it() -> R {
+    let c = start().await?;
+    let s = &c.session;
+    let cinder = s.block_storage();
+    let (vol, csi_snaps) = csi_volume_with_snapshots(s, "hand", "pvc-h", 1).await?;
+    let users = cinder
+        .create_snapshot(&SnapshotCreate {
+            volume_id: vol.clone(),
+            name: Some("before-upgrade".into()),
+            ..SnapshotCreate::default()
+        })
+        .await?;
+    cinder
+        .wait_for_snapshot_available(&users.id, deadline())
+        .await?;
+    assert!(
+        !leftovers(s, "hand")
+            .await?
+            .iter()
+            .any(|l| l.contains(&users.id)),
+        "the user's snapshot is not listed"
+    );
+
+    // The deadline is far: only the refusal's cause, read at once, ends the run.
+    let patient = TeardownOptions {
+        deadline: Duration::from_secs(3600),
+        ..TeardownOptions::fast()
+    };
+    let err = tokio::time::timeout(Duration::from_secs(300), teardown_with(s, "hand", &patient))
+        .await?
+        .expect_err("the volume is held by the user's snapshot");
+    let text = err.to_string();
+    assert!(
+        text.contains("before-upgrade") && text.contains(&users.id) && text.contains("pvc-h"),
+        "{text}"
+    );
+    assert!(cinder.get_snapshot(&csi_snaps[0]).await?.is_none());
+    assert!(cinder.get_snapshot(&users.id).await?.is_some());
+    assert!(cinder.get_volume(&vol).await?.is_some());
+
+    cinder.delete_snapshot(&users.id).await?;
+    down(s, "hand").await
+}
+
+/// `kos gc`: the CSI snapshots of a cluster of which nothing is left are orphans with their volume,
+/// and go before it.
+#[tokio::test]
+async fn gc_removes_an_orphan_csi_volume_with_its_snapshots() -> R {
+    let c = start().await?;
+    let s = &c.session;
+    let (vol, snaps) = csi_volume_with_snapshots(s, "ghost", "pvc-g", 2).await?;
+    let found = orphans(s).await?;
+    let mut want: BTreeSet<&str> = snaps.iter().map(String::as_str).collect();
+    want.insert(&vol);
+    assert_eq!(ids_of(&found, "ghost"), want, "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .filter(|o| snaps.contains(&o.id))
+            .all(|o| o.kind == Kind::Snapshot)
+    );
+    delete_orphans(s, &found, &TeardownOptions::fast()).await?;
+    assert!(orphans(s).await?.is_empty());
+    assert!(
+        s.block_storage()
+            .list_snapshots(&SnapshotFilter::default())
+            .await?
+            .is_empty()
+    );
+    assert!(s.block_storage().get_volume(&vol).await?.is_none());
     Ok(())
 }

@@ -1,10 +1,18 @@
 //! Deleting observed objects in a safe order, waiting for absence where the cloud deletes asynchronously.
 //! Shared by apply (scale-down, duplicates, failed objects) and teardown.
+//!
+//! Cinder refuses (400) a DELETE of a volume or snapshot that is not in a deletable state, `deleting`
+//! included. A refused delete is therefore followed by a look at the object: already `deleting` (an
+//! earlier DELETE took effect, its answer lost and the request retried) or gone is progress, waited
+//! for like an accepted delete; held by something that goes by itself (an attachment, a snapshot still
+//! being made) is asked again; held by what kos will not delete (a snapshot a user took) fails at once,
+//! naming it, instead of after the deadline.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::future::join_all;
+use kos_cloud::model::block_storage::{SnapshotFilter, SnapshotStatus, VolumeStatus};
 use kos_cloud::model::network::TaggedKind;
 use kos_cloud::{ApiErrorKind, CloudError, Session};
 use tokio::sync::mpsc::Sender;
@@ -90,8 +98,20 @@ impl Deleter<'_> {
             }
             Kind::Port => self.retry_busy(|| net.delete_port(&r.id)).await,
             Kind::Volume => {
-                self.retry_busy(|| volumes.delete_volume(&r.id)).await?;
+                self.delete_settling(
+                    || volumes.delete_volume(&r.id),
+                    || self.volume_refusal(&r.id),
+                )
+                .await?;
                 self.gone(WaitKind::Volume, &r.id, &what).await
+            }
+            Kind::Snapshot => {
+                self.delete_settling(
+                    || volumes.delete_snapshot(&r.id),
+                    || self.snapshot_refusal(&r.id),
+                )
+                .await?;
+                self.gone(WaitKind::Snapshot, &r.id, &what).await
             }
             Kind::RouterInterface => {
                 let (Some(router), Some(subnet)) = (&r.facts.device_id, &r.facts.subnet_id) else {
@@ -132,6 +152,103 @@ impl Deleter<'_> {
             .map(drop)
     }
 
+    /// Sends `delete` until it is accepted; a refusal (400, 409) is explained by `why`: the object is
+    /// already going (done here; the caller waits for absence), held for a while (asked again, with
+    /// backoff, until the deadline), or held by what will not go by itself (that error, at once).
+    async fn delete_settling<D, DF, W, WF>(&self, delete: D, why: W) -> Result<(), CloudError>
+    where
+        D: Fn() -> DF,
+        DF: Future<Output = Result<(), CloudError>>,
+        W: Fn() -> WF,
+        WF: Future<Output = Result<Refusal, CloudError>>,
+    {
+        let end = tokio::time::Instant::now() + self.waiter.local_deadline(self.deadline);
+        let mut pause = self.waiter.local_span(self.poll);
+        loop {
+            let refused = match delete().await {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        Some(ApiErrorKind::Conflict | ApiErrorKind::BadRequest)
+                    ) =>
+                {
+                    e
+                }
+                other => return other,
+            };
+            match why().await? {
+                Refusal::Going => {
+                    tracing::debug!("already being deleted: {refused}");
+                    return Ok(());
+                }
+                Refusal::Held(e) => return Err(e),
+                Refusal::Busy if tokio::time::Instant::now() < end => {
+                    tracing::debug!("busy, retrying: {refused}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.waiter.local_span(Duration::from_secs(10)));
+                }
+                Refusal::Busy => return Err(refused),
+            }
+        }
+    }
+
+    /// Why Cinder refused to delete volume `id`.
+    async fn volume_refusal(&self, id: &str) -> Result<Refusal, CloudError> {
+        let cinder = self.session.block_storage();
+        let Some(v) = cinder.get_volume(id).await? else {
+            return Ok(Refusal::Going);
+        };
+        match v.status {
+            VolumeStatus::Deleting => return Ok(Refusal::Going),
+            // Only an administrator's reset-state gets it out of there.
+            VolumeStatus::ErrorDeleting => {
+                return Ok(Refusal::Held(CloudError::Failed {
+                    what: "Cinder keeps it".into(),
+                    detail: "error_deleting: Cinder failed to delete it; an administrator must reset its state".into(),
+                }));
+            }
+            _ => {}
+        }
+        // Snapshots block a delete whatever their state; those being deleted go by themselves.
+        let kept: Vec<String> = cinder
+            .list_snapshots(&SnapshotFilter {
+                volume_id: Some(id.to_owned()),
+                ..SnapshotFilter::default()
+            })
+            .await?
+            .into_iter()
+            .filter(|s| s.status != SnapshotStatus::Deleting)
+            .map(|s| format!("{} ({})", s.name, s.id))
+            .collect();
+        if kept.is_empty() || !v.attachments.is_empty() {
+            // Attached, detaching, being made or extended: it settles by itself.
+            return Ok(Refusal::Busy);
+        }
+        Ok(Refusal::Held(CloudError::Failed {
+            what: "Cinder keeps it".into(),
+            detail: format!(
+                "it has snapshots: {}; kos deletes a snapshot only when the cluster's CSI driver made it (its `cinder.csi.openstack.org/cluster` metadata): delete these, then run again",
+                kept.join(", ")
+            ),
+        }))
+    }
+
+    /// Why Cinder refused to delete snapshot `id`.
+    async fn snapshot_refusal(&self, id: &str) -> Result<Refusal, CloudError> {
+        let Some(s) = self.session.block_storage().get_snapshot(id).await? else {
+            return Ok(Refusal::Going);
+        };
+        Ok(match s.status {
+            SnapshotStatus::Deleting => Refusal::Going,
+            SnapshotStatus::ErrorDeleting => Refusal::Held(CloudError::Failed {
+                what: "Cinder keeps it".into(),
+                detail: "error_deleting: Cinder failed to delete it; an administrator must reset its state".into(),
+            }),
+            // Being made (or restored from): it becomes available, then deletable.
+            _ => Refusal::Busy,
+        })
+    }
+
     /// Retries "in use" answers (409, or Cinder's 400 for an attached volume) until the deadline: what
     /// holds the object (a deleted server's port, a detaching volume) goes away on its own.
     async fn retry_busy<F, Fut>(&self, op: F) -> Result<(), CloudError>
@@ -157,6 +274,16 @@ impl Deleter<'_> {
             }
         }
     }
+}
+
+/// Why a delete was refused, as the object's state shows.
+enum Refusal {
+    /// Gone or being deleted already: an earlier delete took effect.
+    Going,
+    /// Held by something that goes by itself: ask again.
+    Busy,
+    /// Held by what will not go by itself: this error, now.
+    Held(CloudError),
 }
 
 /// The Neutron tag collection of a kind, for kinds tagged after create.

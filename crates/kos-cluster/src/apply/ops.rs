@@ -104,7 +104,7 @@ async fn settled(ctx: &Ctx, node: &Node, r: &Resource) -> R<Option<Output>> {
     let within = match kind {
         WaitKind::Server => ctx.opts.deadlines.server,
         WaitKind::LoadBalancer => ctx.opts.deadlines.load_balancer,
-        WaitKind::Volume => ctx.opts.deadlines.volume,
+        WaitKind::Volume | WaitKind::Snapshot => ctx.opts.deadlines.volume,
     };
     tracing::info!(node = %node.id, state = %r.state, "left in progress by an earlier run: waiting for it");
     let seen = wait(ctx, node, kind, &r.id, within).await?;

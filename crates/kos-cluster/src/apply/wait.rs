@@ -1,4 +1,4 @@
-//! Waits by list-polling: one list call per resource type (servers, load balancers, volumes) answers all
+//! Waits by list-polling: one list call per resource type (servers, load balancers, volumes, snapshots) answers all
 //! pending waits of that type at once, instead of one GET per resource per poll.
 //!
 //! Each wait is looked at soon after it starts and then less often: a tenth of the time waited so far,
@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::future::join_all;
 
 use kos_cloud::model::TagQuery;
-use kos_cloud::model::block_storage::{VolumeFilter, VolumeStatus};
+use kos_cloud::model::block_storage::{SnapshotFilter, SnapshotStatus, VolumeFilter, VolumeStatus};
 use kos_cloud::model::compute::ServerStatus;
 use kos_cloud::model::load_balancer::{LoadBalancerFilter, ProvisioningStatus};
 use kos_cloud::{CloudError, Session};
@@ -33,6 +33,8 @@ pub(crate) enum WaitKind {
     Server,
     LoadBalancer,
     Volume,
+    /// Only ever waited for to be gone (teardown).
+    Snapshot,
 }
 
 /// Ready (ACTIVE / available) or gone.
@@ -256,6 +258,12 @@ impl Waiter {
                 .get_volume(id)
                 .await?
                 .map(volume_status),
+            WaitKind::Snapshot => self
+                .session
+                .block_storage()
+                .get_snapshot(id)
+                .await?
+                .map(snapshot_status),
         })
     }
 
@@ -279,6 +287,14 @@ impl Waiter {
                     .list_volumes(&f.volumes)
                     .await?;
                 all.into_iter().map(volume_status).collect()
+            }
+            WaitKind::Snapshot => {
+                let all = self
+                    .session
+                    .block_storage()
+                    .list_snapshots(&SnapshotFilter::default())
+                    .await?;
+                all.into_iter().map(snapshot_status).collect()
             }
         })
     }
@@ -415,6 +431,19 @@ fn volume_status(v: kos_cloud::model::block_storage::Volume) -> Status {
         ready: matches!(v.status, VolumeStatus::Available | VolumeStatus::InUse),
         state: v.status.to_string(),
         id: v.id,
+        seen: Seen::default(),
+    }
+}
+
+fn snapshot_status(s: kos_cloud::model::block_storage::Snapshot) -> Status {
+    Status {
+        failure: s
+            .status
+            .is_error()
+            .then(|| format!("snapshot {} went to {}", s.name, s.status)),
+        ready: s.status == SnapshotStatus::Available,
+        state: s.status.to_string(),
+        id: s.id,
         seen: Seen::default(),
     }
 }
