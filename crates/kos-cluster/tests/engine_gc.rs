@@ -453,15 +453,20 @@ async fn teardown_deletes_csi_snapshots_first_and_a_lost_delete_answer_is_progre
     }
     assert!(!left.iter().any(|l| l.contains("pvc-b")), "{left:#?}");
 
-    // Deletes take a while, so the retried DELETE finds them `deleting`.
+    // Deletes take a while (5 s here), so the retried DELETE finds them `deleting`.
     let app = c.sim.app();
     let mut slow = app.latency();
-    (slow.volume_delete_secs, slow.snapshot_delete_secs) = (1000.0, 1000.0);
+    (slow.volume_delete_secs, slow.snapshot_delete_secs) = (5000.0, 5000.0);
     app.set_latency(slow);
     {
+        // One rule per object: a retry never takes another object's lost answer.
         let mut f = app.fault_engine();
-        f.add(lost_delete("/snapshots/[^/]+$", 3))?;
-        f.add(lost_delete("/volumes/[^/]+$", 2))?;
+        for id in s1.iter().chain(&s2) {
+            f.add(lost_delete(&format!("/snapshots/{id}$"), 1))?;
+        }
+        for id in [&v1, &v2] {
+            f.add(lost_delete(&format!("/volumes/{id}$"), 1))?;
+        }
     }
     app.observations().reset();
     teardown_with(s, "snap", &TeardownOptions::fast()).await?;
