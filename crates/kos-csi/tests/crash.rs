@@ -34,7 +34,7 @@ fn spawn(conf: &Path, socket: &Path, home: &Path) -> Result<Child, E> {
         .env_clear()
         .env("HOME", home)
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()?)
 }
