@@ -1,5 +1,5 @@
-//! Cluster addons: the CNI pin, the `cloud-config` Secret, the OpenStack CCM, cinder-csi and a default
-//! StorageClass.
+//! Cluster addons: the CNI pin, the `cloud-config` Secret, the OpenStack CCM (upstream's or kos-ccm),
+//! the CSI driver (cinder-csi or kos-csi) and a default StorageClass.
 //!
 //! # Delivery
 //! The first control plane applies them itself once its API answers, so clusters whose API is not reachable
@@ -304,7 +304,7 @@ fn fill(template: &str, vars: &[(&str, &str)]) -> Result<String> {
     Ok(out)
 }
 
-/// Every addon manifest, in apply order: Secret, CCM, cinder-csi, StorageClass.
+/// Every addon manifest, in apply order: Secret, CCM, CSI driver, StorageClass.
 pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
     cluster.validate()?;
     let pins = Pins::builtin()?;
@@ -323,10 +323,16 @@ pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
         Ccm::Upstream => m.openstack_cloud_controller_manager.as_str(),
         Ccm::Kos { image } => image.as_str(),
     };
+    // Only the kos-csi template names it.
+    let kos_csi_image = match &cluster.csi {
+        Csi::Kos { image } => image.as_str(),
+        Csi::Cinder | Csi::None => "",
+    };
     let vars = [
         ("CLUSTER_NAME", cluster.name.as_str()),
         ("CCM_IMAGE", ccm_image),
         ("CINDER_CSI_IMAGE", m.cinder_csi_plugin.as_str()),
+        ("KOS_CSI_IMAGE", kos_csi_image),
         ("CSI_ATTACHER_IMAGE", i.csi_attacher.as_str()),
         ("CSI_PROVISIONER_IMAGE", i.csi_provisioner.as_str()),
         ("CSI_RESIZER_IMAGE", i.csi_resizer.as_str()),
@@ -352,18 +358,24 @@ pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
             Ccm::Kos { .. } => file("10-kos-ccm.yaml", include_str!("addons/kos-ccm.yaml"))?,
         },
     ];
-    match cluster.csi {
-        Csi::Cinder => {
-            manifests.push(file(
-                "20-cinder-csi.yaml",
-                include_str!("addons/cinder-csi.yaml"),
-            )?);
-            manifests.push(file(
-                "30-storageclass.yaml",
-                include_str!("addons/storageclass.yaml"),
-            )?);
-        }
-        Csi::None => {}
+    // kos-csi is the same driver (`cinder.csi.openstack.org`): the same StorageClass serves it.
+    let driver = match cluster.csi {
+        Csi::Cinder => Some(file(
+            "20-cinder-csi.yaml",
+            include_str!("addons/cinder-csi.yaml"),
+        )?),
+        Csi::Kos { .. } => Some(file(
+            "20-kos-csi.yaml",
+            include_str!("addons/kos-csi.yaml"),
+        )?),
+        Csi::None => None,
+    };
+    if let Some(driver) = driver {
+        manifests.push(driver);
+        manifests.push(file(
+            "30-storageclass.yaml",
+            include_str!("addons/storageclass.yaml"),
+        )?);
     }
     Ok(manifests)
 }

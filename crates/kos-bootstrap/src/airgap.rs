@@ -262,7 +262,7 @@ pub fn artefacts(cluster: &ClusterInput) -> Result<Vec<Artefact>> {
         cluster.cni,
         cluster.cni_manifest.as_ref(),
         &cluster.ccm,
-        cluster.csi,
+        &cluster.csi,
         &cluster.airgap,
     )
 }
@@ -273,7 +273,7 @@ pub fn artefacts_for(
     cni: Cni,
     cni_manifest: Option<&ManifestPin>,
     ccm: &Ccm,
-    csi: Csi,
+    csi: &Csi,
     a: &Airgap,
 ) -> Result<Vec<Artefact>> {
     let v = &version;
@@ -357,10 +357,16 @@ pub fn artefacts_for(
         Ccm::Kos { image } => image.clone(),
     };
     out.push(image("addons", ccm, None));
-    if csi == Csi::Cinder {
+    let driver = match csi {
+        Csi::Cinder => Some(&m.cinder_csi_plugin),
+        Csi::Kos { image } => Some(image),
+        Csi::None => None,
+    };
+    if let Some(driver) = driver {
+        // kos-csi runs with cinder-csi's sidecars.
         let i = &pins.images;
         for img in [
-            &m.cinder_csi_plugin,
+            driver,
             &i.csi_attacher,
             &i.csi_provisioner,
             &i.csi_resizer,

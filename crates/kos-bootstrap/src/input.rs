@@ -145,10 +145,13 @@ pub enum Ccm {
 }
 
 /// Which storage driver the first control plane installs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Csi {
     /// cinder-csi at the pinned images, and a default StorageClass.
     Cinder,
+    /// kos-csi at the given image reference (the same driver name, cloud.conf, sidecars and
+    /// StorageClass as cinder-csi).
+    Kos { image: String },
     /// None: the user brings their own (or needs no volumes).
     None,
 }
@@ -314,6 +317,9 @@ impl ClusterInput {
         if let Ccm::Kos { image } = &self.ccm {
             image_ref("ccm image", image)?;
         }
+        if let Csi::Kos { image } = &self.csi {
+            image_ref("csi image", image)?;
+        }
         let c = &self.cloud;
         for (field, v) in [
             ("auth_url", c.auth_url.as_str()),
@@ -404,8 +410,12 @@ fn validate_pin(field: &str, pin: &ManifestPin) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn image_ref(field: &str, image: &str) -> Result<()> {
-    let ok = !image.is_empty()
+/// Whether `image` can stand as a container image reference in a manifest: 1–255 characters of
+/// `[A-Za-z0-9./:_@-]`, starting with a letter or digit. The spec's validation asks the same, so a
+/// reference the bootstrap would refuse is refused before anything is made.
+#[must_use]
+pub fn is_image_ref(image: &str) -> bool {
+    !image.is_empty()
         && image.len() <= 255
         && image
             .bytes()
@@ -413,8 +423,11 @@ pub(crate) fn image_ref(field: &str, image: &str) -> Result<()> {
         && image
             .bytes()
             .next()
-            .is_some_and(|b| b.is_ascii_alphanumeric());
-    if ok {
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+}
+
+pub(crate) fn image_ref(field: &str, image: &str) -> Result<()> {
+    if is_image_ref(image) {
         Ok(())
     } else {
         Err(Error::invalid(

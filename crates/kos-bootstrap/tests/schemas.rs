@@ -1,6 +1,6 @@
-//! Every manifest kos renders for a cluster (the addons: the cloud-config Secret, the CCM, cinder-csi, the
-//! StorageClass; and the bootstrap-token Secret), validated against Kubernetes' own API schemas of each
-//! supported minor by `kubernetes-validate` (PyPI), a validator kos did not write, in strict mode: an
+//! Every manifest kos renders for a cluster (the addons: the cloud-config Secret, the CCM, cinder-csi or
+//! kos-csi, the StorageClass; and the bootstrap-token Secret), validated against Kubernetes' own API
+//! schemas of each supported minor by `kubernetes-validate` (PyPI), a validator kos did not write, in strict mode: an
 //! unknown or misspelled field fails, as `kubectl apply --validate=strict` would refuse it. The tool is
 //! installed by scripts/test; a missing tool fails the test with how to install it.
 #![allow(clippy::unwrap_used)]
@@ -59,7 +59,16 @@ fn variants(version: &str) -> Vec<(String, ClusterInput)> {
             },
         ),
     ] {
-        for (csi_name, csi) in [("cinder", Csi::Cinder), ("none", Csi::None)] {
+        for (csi_name, csi) in [
+            ("cinder", Csi::Cinder),
+            (
+                "kos",
+                Csi::Kos {
+                    image: "registry.example.com/kos/kos-csi:0.1.0".into(),
+                },
+            ),
+            ("none", Csi::None),
+        ] {
             let mut c = cluster(version, 3, 2);
             c.ccm = ccm.clone();
             c.csi = csi;
@@ -104,7 +113,12 @@ fn every_rendered_manifest_validates_against_each_supported_minor() {
             }
         }
     }
-    assert!(checked >= 3 * 4 * 3, "only {checked} manifests checked");
+    // Per minor: 2 CCMs × (cinder-csi, kos-csi: Secret, CCM, driver, StorageClass; none: Secret,
+    // CCM), and the token Secret.
+    assert!(
+        checked >= 3 * (2 * (4 + 4 + 2) + 1),
+        "only {checked} manifests checked"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

@@ -23,6 +23,10 @@ fn five_control_planes_with_the_largest_options_fit() {
         c.ccm = Ccm::Kos {
             image: format!("registry.example.com/{}/kos-ccm:v1.0.0", "x".repeat(100)),
         };
+        // kos-csi's manifest is cinder-csi's and a little more.
+        c.csi = Csi::Kos {
+            image: format!("registry.example.com/{}/kos-csi:v1.0.0", "x".repeat(100)),
+        };
         c.cni_manifest = Some(ManifestPin {
             url: format!("https://example.com/{}/cni.yaml", "p".repeat(150)),
             sha256: "a".repeat(64),

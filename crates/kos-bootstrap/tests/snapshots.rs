@@ -131,6 +131,33 @@ fn artefacts_name_the_mirror_and_the_origin() {
         a.iter().all(|x| x.fetched.contains("mirror.example")),
         "{fetched:#?}"
     );
+
+    // kos-csi: its image instead of cinder-csi's, with the same sidecars, from the mirror of its
+    // registry.
+    let mut c = airgapped("1.36.4", 1, 0);
+    c.csi = Csi::Kos {
+        image: "ghcr.io/example/kos-csi:v0.1.0".into(),
+    };
+    let a = artefacts(&c).unwrap();
+    let csi = a
+        .iter()
+        .find(|x| x.origin == "ghcr.io/example/kos-csi:v0.1.0")
+        .expect("kos-csi's image is listed");
+    assert_eq!(csi.fetched, "mirror.example:5000/example/kos-csi:v0.1.0");
+    assert_eq!(csi.step, "addons");
+    let origins: Vec<&str> = a.iter().map(|x| x.origin.as_str()).collect();
+    assert!(
+        origins.contains(&"registry.k8s.io/sig-storage/csi-attacher:v4.10.0")
+            && !origins.iter().any(|o| o.contains("cinder-csi-plugin")),
+        "{origins:#?}"
+    );
+    // `csi: none`: no driver and no sidecar.
+    c.csi = Csi::None;
+    let a = artefacts(&c).unwrap();
+    assert!(
+        !a.iter().any(|x| x.origin.contains("/sig-storage/")),
+        "{a:#?}"
+    );
 }
 
 #[test]
@@ -180,6 +207,26 @@ fn addons() {
     assert!(text.contains("- /bin/kos-ccm"));
     assert!(text.contains("path: /healthz"));
     assert!(!text.contains("openstack-cloud-controller-manager"));
+
+    // `csi: kos`: kos-csi's manifest in cinder-csi's place, the same StorageClass after it
+    // (tests/kos_csi.rs checks its flags and wiring).
+    kos.csi = Csi::Kos {
+        image: "ghcr.io/example/kos-csi:v0.1.0".into(),
+    };
+    let manifests = render_addons(&kos).unwrap();
+    let names: Vec<_> = manifests.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "00-cloud-config-secret.yaml",
+            "10-kos-ccm.yaml",
+            "20-kos-csi.yaml",
+            "30-storageclass.yaml"
+        ]
+    );
+    let (text, n) = redact(manifests[2].yaml.expose(), &s);
+    assert_eq!(n, 0);
+    insta::assert_snapshot!("addons_20-kos-csi", text);
 }
 
 /// The CCM's cloud.conf as a careful operator writes it: Service load balancers open their NodePorts

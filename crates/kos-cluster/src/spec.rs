@@ -558,7 +558,7 @@ pub struct Addons {
     pub cni: Cni,
     /// `ccm`, default the upstream OpenStack cloud controller manager.
     pub ccm: Ccm,
-    /// `csi`, default Cinder.
+    /// `csi`, default Cinder (`cinder`, `{kos: {image}}` or `none`).
     pub csi: Csi,
     /// `cniManifest`: the CNI's manifest from this URL, checked against this sha256, instead of the
     /// pinned one (which kos applies only once its checksum is verified).
@@ -628,13 +628,31 @@ pub enum Ccm {
 }
 
 /// Storage driver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Csi {
     /// `cinder`: Cinder CSI plugin and a default StorageClass.
     #[default]
     Cinder,
+    /// `{kos: {image}}`: kos-csi, kos's own drop-in for the Cinder CSI plugin (same driver name,
+    /// flags and cloud.conf), from this image, and the same default StorageClass.
+    Kos {
+        /// Container image reference.
+        image: String,
+    },
     /// `none`.
     None,
+}
+
+impl Csi {
+    /// The spelling in the spec and in a control plane's record (`kos-csi=…`).
+    #[must_use]
+    pub fn key(&self) -> &'static str {
+        match self {
+            Self::Cinder => "cinder",
+            Self::Kos { .. } => "kos",
+            Self::None => "none",
+        }
+    }
 }
 
 /// An OpenSSH public key line (`<algorithm> <base64 blob> [comment]`) whose blob names the same algorithm.

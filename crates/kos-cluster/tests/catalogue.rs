@@ -189,6 +189,18 @@ const CASES: &[Case] = &[
         code: Code::Name, message: "`api_prod.example.com` contains `_`", line: 12, help: "API certificate" },
     Case { name: "credential lifetime under a week", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons: {credentialLifetimeDays: 3}\n  nodePools")],
         code: Code::InvalidValue, message: "spec.addons.credentialLifetimeDays: 3 is out of range; it must be 7–365", line: 16, help: "rotates it once a third is left" },
+    Case { name: "bare csi: kos, without its image", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons: {csi: kos}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.addons.csi: `csi: kos` needs the image kos-csi runs from", line: 16, help: "`csi: {kos: {image: <reference>}}`" },
+    Case { name: "bare ccm: kos, without its image", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons: {ccm: kos}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.addons.ccm: `ccm: kos` needs the image kos-ccm runs from", line: 16, help: "scripts/image kos-ccm" },
+    Case { name: "unknown CSI with suggestion", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons: {csi: cindr}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.addons.csi: `cindr` is not one of `cinder`, `none`", line: 16, help: "did you mean `cinder`?" },
+    Case { name: "kos-csi image not an image reference", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons:\n    csi:\n      kos: {image: \"kos csi:latest\"}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.addons.csi.kos.image: `kos csi:latest` is not a container image reference", line: 18, help: "registry.example.com/kos/kos-csi:0.1.0" },
+    Case { name: "kos-ccm image not an image reference", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons: {ccm: {kos: {image: \"-ccm\"}}}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.addons.ccm.kos.image: `-ccm` is not a container image reference", line: 16, help: "registry.example.com/kos/kos-ccm:0.1.0" },
+    Case { name: "kos-csi without an image", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  addons: {csi: {kos: {}}}\n  nodePools")],
+        code: Code::MissingField, message: "spec.addons.csi.kos.image: missing in `spec.addons.csi.kos`", line: 16, help: "add `image:`" },
     Case { name: "public not a boolean", edits: &[("type: loadBalancer", "type: loadBalancer\n    public: yes")],
         code: Code::WrongType, message: "expected `true` or `false`, found a string", line: 12, help: "" },
     Case { name: "registry mirror without a scheme", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    registries: {registry.k8s.io: \"mirror.example:5000\"}\n  nodePools")],
@@ -439,6 +451,48 @@ fn a_cni_manifest_pin_is_read() {
             sha256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
         })
     );
+}
+
+/// `csi: {kos: {image}}` is kos-csi from that image, with either CCM: the two are independent (kos-csi
+/// reads cloud.conf's `[Global]` itself and needs nothing of the CCM).
+#[test]
+fn kos_csi_is_read_with_its_image_and_with_either_ccm() {
+    use kos_cluster::spec::{Ccm, Csi};
+    let kos_csi = Csi::Kos {
+        image: "registry.example.com/kos/kos-csi:0.1.0".into(),
+    };
+    let text = edit(&[(
+        CP_IMAGE,
+        "    image: ubuntu-24.04\n  addons:\n    csi:\n      kos: {image: registry.example.com/kos/kos-csi:0.1.0}\n  nodePools",
+    )]);
+    let spec = load("cluster.yaml", &text).expect("valid").spec;
+    assert_eq!(spec.addons.csi, kos_csi);
+    // What a control plane records (`kos-csi=kos`): a later change of driver is refused against it.
+    assert_eq!(spec.addons.csi.key(), "kos");
+    assert_eq!(spec.addons.ccm, Ccm::Upstream);
+    let text = edit(&[(
+        CP_IMAGE,
+        "    image: ubuntu-24.04\n  addons:\n    ccm: {kos: {image: registry.example.com/kos/kos-ccm:0.1.0}}\n    csi: {kos: {image: \"registry.example.com/kos/kos-csi:0.1.0\"}}\n  nodePools",
+    )]);
+    let spec = load("cluster.yaml", &text).expect("valid").spec;
+    assert_eq!(spec.addons.csi, kos_csi);
+    assert_eq!(
+        spec.addons.ccm,
+        Ccm::Kos {
+            image: "registry.example.com/kos/kos-ccm:0.1.0".into()
+        }
+    );
+    // The other spellings are as before.
+    for (given, want) in [("cinder", Csi::Cinder), ("none", Csi::None)] {
+        let text = edit(&[(
+            CP_IMAGE,
+            &format!("    image: ubuntu-24.04\n  addons: {{csi: {given}}}\n  nodePools"),
+        )]);
+        assert_eq!(
+            load("cluster.yaml", &text).expect("valid").spec.addons.csi,
+            want
+        );
+    }
 }
 
 #[test]

@@ -476,10 +476,7 @@ impl KubeadmBootstrap {
                 url: m.url.clone(),
                 sha256: m.sha256.clone(),
             }),
-            csi: match spec.addons.csi {
-                spec::Csi::Cinder => Csi::Cinder,
-                spec::Csi::None => Csi::None,
-            },
+            csi: csi_input(&spec.addons.csi),
             dns_name: spec
                 .api_endpoint
                 .dns_name
@@ -542,7 +539,7 @@ impl KubeadmBootstrap {
             cni: self.cni,
             cni_manifest: self.cni_manifest.clone(),
             ccm: self.ccm.clone(),
-            csi: self.csi,
+            csi: self.csi.clone(),
             cloud: CloudConf {
                 auth_url: self.auth_url.clone(),
                 region: self.region.clone(),
@@ -567,6 +564,17 @@ fn node_cidr(resolved: &Resolved) -> ipnet::Ipv4Net {
     match &resolved.network {
         kos_cluster::resolved::ResolvedNetwork::Create { cidr, .. } => *cidr,
         kos_cluster::resolved::ResolvedNetwork::Existing { subnet_cidr, .. } => *subnet_cidr,
+    }
+}
+
+/// The spec's storage driver as kos-bootstrap takes it.
+pub fn csi_input(csi: &spec::Csi) -> Csi {
+    match csi {
+        spec::Csi::Cinder => Csi::Cinder,
+        spec::Csi::Kos { image } => Csi::Kos {
+            image: image.clone(),
+        },
+        spec::Csi::None => Csi::None,
     }
 }
 

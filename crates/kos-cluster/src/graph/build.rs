@@ -142,11 +142,7 @@ pub fn desired_in(
                 crate::spec::Ccm::Kos { .. } => "kos",
             }
             .to_owned(),
-            csi: match spec.addons.csi {
-                crate::spec::Csi::Cinder => "cinder",
-                crate::spec::Csi::None => "none",
-            }
-            .to_owned(),
+            csi: spec.addons.csi.key().to_owned(),
             api_dns_name: spec
                 .api_endpoint
                 .dns_name

@@ -308,7 +308,7 @@ pub struct ClusterRecord {
     pub cni: String,
     /// `addons.ccm`: `upstream` or `kos`.
     pub ccm: String,
-    /// `addons.csi`: `cinder` or `none`.
+    /// `addons.csi`: `cinder`, `kos` or `none` (as for `ccm`, kos-csi's image is not recorded).
     pub csi: String,
     /// `apiEndpoint.dnsName`, a name in the API server's certificates: `-` for none.
     pub api_dns_name: String,

@@ -929,18 +929,19 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
         .map(|c| c.value)
     });
     let ccm = m.or(cx, "ccm", Ccm::default(), |cx, f| match &f.node.value {
-        Value::Map(_) => {
-            let m = Obj::new(cx, f, &["kos"])?;
-            m.req(cx, "kos", |cx, f| {
-                let k = Obj::new(cx, f, &["image"])?;
-                k.req(cx, "image", string)
-            })
-            .map(|image| Ccm::Kos { image: image.value })
+        Value::Map(_) => kos_image(cx, f, "kos-ccm").map(|image| Ccm::Kos { image }),
+        _ => {
+            no_bare_kos(cx, f, "ccm", "kos-ccm")?;
+            choice(cx, f, &[("upstream", ())]).map(|_| Ccm::Upstream)
         }
-        _ => choice(cx, f, &[("upstream", ())]).map(|_| Ccm::Upstream),
     });
-    let csi = m.or(cx, "csi", Csi::default(), |cx, f| {
-        choice(cx, f, &[("cinder", Csi::Cinder), ("none", Csi::None)]).map(|c| c.value)
+    let csi = m.or(cx, "csi", Csi::default(), |cx, f| match &f.node.value {
+        Value::Map(_) => kos_image(cx, f, "kos-csi").map(|image| Csi::Kos { image }),
+        _ => {
+            no_bare_kos(cx, f, "csi", "kos-csi")?;
+            choice(cx, f, &[("cinder", true), ("none", false)])
+                .map(|c| if c.value { Csi::Cinder } else { Csi::None })
+        }
     });
     let cni_manifest = m.opt(cx, "cniManifest", cni_manifest);
     let credential_lifetime_days = m.opt(cx, "credentialLifetimeDays", |cx, f| {
@@ -963,6 +964,51 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
         cni_manifest: cni_manifest?,
         credential_lifetime_days: credential_lifetime_days?,
     })
+}
+
+/// `{kos: {image: <reference>}}`: one of kos's own components (kos-ccm, kos-csi) from an image the
+/// user built and hosts (kos publishes none), checked as the bootstrap checks it before it renders a
+/// manifest with it.
+fn kos_image(cx: &mut Cx<'_>, f: &Field<'_>, component: &str) -> Option<String> {
+    let m = Obj::new(cx, f, &["kos"])?;
+    m.req(cx, "kos", |cx, f| {
+        let k = Obj::new(cx, f, &["image"])?;
+        k.req(cx, "image", |cx, f| {
+            let image = string(cx, f)?;
+            if kos_bootstrap::input::is_image_ref(&image.value) {
+                return Some(image.value);
+            }
+            f.invalid(
+                cx,
+                Code::InvalidValue,
+                format!("`{}` is not a container image reference", image.value),
+                "not an image reference",
+                format!(
+                    "write `registry/path/name:tag` (letters, digits and `./:_@-`), \
+                     e.g. `registry.example.com/kos/{component}:0.1.0`"
+                ),
+            )
+        })
+    })
+}
+
+/// A bare `kos` where the component's image must be given: refused saying how to give it, rather
+/// than as an unknown value.
+fn no_bare_kos(cx: &mut Cx<'_>, f: &Field<'_>, field: &str, component: &str) -> Option<()> {
+    if !matches!(&f.node.value, Value::Str(s) if s == "kos") {
+        return Some(());
+    }
+    f.invalid(
+        cx,
+        Code::InvalidValue,
+        format!("`{field}: kos` needs the image {component} runs from: kos publishes none"),
+        "no image",
+        format!(
+            "build and push it (`scripts/image {component} out/{component}`, \
+             `scripts/image-push out/{component} {component} <reference>`), then write \
+             `{field}: {{kos: {{image: <reference>}}}}`"
+        ),
+    )
 }
 
 /// A CNI whose manifest kos cannot vouch for (no verified checksum in its pins table) is refused here,

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use kos_bootstrap::airgap::{Artefact, Kind};
-use kos_bootstrap::{Ccm, Cni, Csi, KubeVersion, ManifestPin};
+use kos_bootstrap::{Ccm, Cni, KubeVersion, ManifestPin};
 use kos_cluster::spec;
 use miette::IntoDiagnostic;
 
@@ -47,16 +47,13 @@ pub fn of_spec(spec: &kos_cluster::ClusterSpec) -> miette::Result<Vec<Artefact>>
             image: image.clone(),
         },
     };
-    let csi = match spec.addons.csi {
-        spec::Csi::Cinder => Csi::Cinder,
-        spec::Csi::None => Csi::None,
-    };
+    let csi = crate::bootstrap::csi_input(&spec.addons.csi);
     let pin = spec.addons.cni_manifest.as_ref().map(|m| ManifestPin {
         url: m.url.clone(),
         sha256: m.sha256.clone(),
     });
     let airgap = crate::bootstrap::airgap_input(spec, None);
-    kos_bootstrap::artefacts_for(version, cni, pin.as_ref(), &ccm, csi, &airgap)
+    kos_bootstrap::artefacts_for(version, cni, pin.as_ref(), &ccm, &csi, &airgap)
         .map_err(|e| miette::miette!("{e}"))
 }
 
