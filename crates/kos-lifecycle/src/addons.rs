@@ -1,7 +1,8 @@
 //! Addons whose release follows the cluster's minor: cloud-provider-openstack's cloud controller
 //! and Cinder CSI (its release N.M goes with Kubernetes N.M). The first control plane installs them
 //! at the release of its minor; after an upgrade their images move to the new minor's, the
-//! workloads' controllers rolling their pods.
+//! workloads' controllers rolling their pods. kos's own kos-ccm and kos-csi run from the image the
+//! spec names (`addons.ccm.kos.image`, `addons.csi.kos.image`): they are the user's and never move.
 
 /// `registry/path/name` and the tag of an image reference (a digest is kept with the name).
 fn split(image: &str) -> (&str, Option<&str>) {
@@ -55,5 +56,20 @@ mod tests {
             None,
             "another registry is the operator's"
         );
+    }
+
+    /// `ccm: kos` and `csi: kos` run from the user's image, whatever its repository is called (a
+    /// drop-in may well be pushed as `…/cinder-csi-plugin`): an upgrade leaves it as it is.
+    #[test]
+    fn kos_ccm_and_kos_csi_keep_the_users_image() {
+        for own in [
+            "registry.example.com/kos/kos-ccm:0.1.0",
+            "registry.example.com/kos/kos-csi:0.1.0",
+            "ghcr.io/example/kos-csi:v1.35.0",
+            "registry.example.com/kos/cinder-csi-plugin:v1.35.0",
+            "registry.example.com/provider-os/openstack-cloud-controller-manager:kos-0.1.0",
+        ] {
+            assert_eq!(retag(own, &PINS), None, "{own}");
+        }
     }
 }
