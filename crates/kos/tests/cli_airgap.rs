@@ -80,6 +80,52 @@ fn artefacts_list_what_the_mirror_must_hold_without_a_cloud() {
     );
 }
 
+/// `csi: {kos: {image}}`: the mirror must hold kos-csi's image (pulled through the mirror of its
+/// registry) and cinder-csi's sidecars, and no cinder-csi-plugin.
+#[test]
+fn artefacts_of_a_kos_csi_cluster_list_its_image_from_the_mirror() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let example = std::fs::read_to_string(example("air-gapped.yaml")).expect("example");
+    assert_eq!(example.matches("  nodePools:").count(), 1);
+    let spec = dir.path().join("kos-csi.yaml");
+    std::fs::write(
+        &spec,
+        example.replace(
+            "  nodePools:",
+            "  addons:\n    csi: {kos: {image: ghcr.io/example/kos-csi:0.1.0}}\n  nodePools:",
+        ),
+    )
+    .expect("spec");
+    let o = kos(
+        dir.path(),
+        None,
+        &[
+            "artefacts",
+            "-f",
+            spec.to_str().expect("utf8"),
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let list: Vec<Value> = serde_json::from_slice(&o.stdout).expect("JSON");
+    let csi = list
+        .iter()
+        .find(|a| a["origin"] == "ghcr.io/example/kos-csi:0.1.0")
+        .unwrap_or_else(|| panic!("no kos-csi image in {list:#?}"));
+    assert_eq!(csi["fetched"], "mirror.example:5000/example/kos-csi:0.1.0");
+    assert_eq!(csi["kind"], "image");
+    let origins: Vec<&str> = list.iter().filter_map(|a| a["origin"].as_str()).collect();
+    assert!(
+        origins.contains(&"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0"),
+        "{origins:#?}"
+    );
+    assert!(
+        !origins.iter().any(|o| o.contains("cinder-csi-plugin")),
+        "{origins:#?}"
+    );
+}
+
 #[test]
 fn an_air_gapped_cloud_makes_a_cluster_from_the_mirror_and_fails_clearly_without() {
     let dir = tempfile::tempdir().expect("tempdir");
