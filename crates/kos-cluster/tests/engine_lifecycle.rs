@@ -577,6 +577,23 @@ async fn every_change_to_a_running_cluster_is_planned_with_its_reason() -> R {
         "{:?}",
         p.refused
     );
+
+    // kos-csi in place of cinder-csi: the same driver name, but another addon under running
+    // workloads, refused as the others; the image is not part of the record.
+    let kos_csi = shape.yaml().replace(
+        "  nodePools:",
+        "  addons:\n    csi: {kos: {image: registry.example.com/kos/kos-csi:0.1.0}}\n  nodePools:",
+    );
+    let g6 = graph_of(&c.session, &kos_csi).await?;
+    let p = plan_for(&c.session, &g6).await?;
+    assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+    assert!(
+        p.refused[0].starts_with(
+            "addons.csi: the running cluster was made with cinder; it cannot become kos under it"
+        ),
+        "{:?}",
+        p.refused
+    );
     Ok(())
 }
 
