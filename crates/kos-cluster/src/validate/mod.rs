@@ -939,8 +939,18 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
         Value::Map(_) => kos_image(cx, f, "kos-csi").map(|image| Csi::Kos { image }),
         _ => {
             no_bare_kos(cx, f, "csi", "kos-csi")?;
-            choice(cx, f, &[("cinder", true), ("none", false)])
-                .map(|c| if c.value { Csi::Cinder } else { Csi::None })
+            // `choice` takes values that are Copy; `Csi` carries kos-csi's image.
+            #[derive(Clone, Copy)]
+            enum Named {
+                Cinder,
+                None,
+            }
+            choice(cx, f, &[("cinder", Named::Cinder), ("none", Named::None)]).map(|c| {
+                match c.value {
+                    Named::Cinder => Csi::Cinder,
+                    Named::None => Csi::None,
+                }
+            })
         }
     });
     let cni_manifest = m.opt(cx, "cniManifest", cni_manifest);
