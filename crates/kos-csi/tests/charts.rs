@@ -1164,3 +1164,37 @@ fn storage_classes_carry_cinder_type_and_zone() {
     assert_eq!(ssd["parameters"]["csi.storage.k8s.io/fstype"], "xfs");
     assert_eq!(ssd["allowVolumeExpansion"], false);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The documentation's examples
+
+/// The ```yaml blocks of a Markdown file.
+fn yaml_blocks(markdown: &str) -> Vec<String> {
+    markdown
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(y, _)| y.to_owned()))
+        .collect()
+}
+
+#[test]
+fn the_values_the_docs_show_render() {
+    for (doc, chart) in [
+        ("docs/install-helm.md", "kos-ccm"),
+        ("charts/kos-ccm/README.md", "kos-ccm"),
+        ("charts/kos-csi/README.md", "kos-csi"),
+    ] {
+        let text = std::fs::read_to_string(Path::new(ROOT).join(doc)).expect("doc");
+        let blocks = yaml_blocks(&text);
+        assert_eq!(blocks.len(), 1, "{doc}: one values example");
+        let r = render(chart, &blocks[0]);
+        if let Some(e) = r.error {
+            panic!("{doc}'s example does not render: {e}");
+        }
+        assert!(
+            r.lint_problems().is_empty(),
+            "{doc}: {:?}",
+            r.lint_problems()
+        );
+    }
+}
