@@ -314,9 +314,179 @@ storageClass:
     )
 }
 
+/// A values file shaped as one for upstream's openstack-cloud-controller-manager chart (its keys,
+/// their usual values; nulls where its defaults are empty), with only the image changed.
+const CCM_UPSTREAM_SHAPED: &str = r#"commonAnnotations: {}
+imagePullSecrets: []
+image:
+  repository: registry.example.com/kos/kos-ccm
+  tag: ""
+extraInitContainers: []
+extraEnv: []
+resources: {}
+livenessProbe: {}
+readinessProbe: {}
+dnsPolicy: ClusterFirst
+nodeSelector:
+  node-role.kubernetes.io/control-plane: ""
+tolerations:
+  - key: node.cloudprovider.kubernetes.io/uninitialized
+    value: "true"
+    effect: NoSchedule
+  - key: node-role.kubernetes.io/control-plane
+    effect: NoSchedule
+podAnnotations: {}
+podLabels: {}
+podSecurityContext:
+  runAsUser: 1001
+securityContext: {}
+enabledControllers: [cloud-node, cloud-node-lifecycle, route, service]
+controllerExtraArgs: {}
+serviceMonitor: {}
+secret:
+  enabled: true
+  create: true
+  name: cloud-config
+logVerbosityLevel: 2
+cloudConfig:
+  global:
+    auth-url: https://keystone.example.com:5000/v3
+    username: ccm
+    password: CANARY-upstream-shaped
+    tenant-name: prod
+    domain-name: Default
+  networking:
+  loadBalancer:
+    floating-network-id: 7c9e2f5a-1b3d-4e6f-8a0b-2c4d6e8f0a1b
+  blockStorage:
+  metadata:
+  route:
+priorityClassName:
+extraVolumes:
+  - name: flexvolume-dir
+    hostPath:
+      path: /usr/libexec/kubernetes/kubelet-plugins/volume/exec
+  - name: k8s-certs
+    hostPath:
+      path: /etc/kubernetes/pki
+extraVolumeMounts:
+  - name: flexvolume-dir
+    mountPath: /usr/libexec/kubernetes/kubelet-plugins/volume/exec
+    readOnly: true
+  - name: k8s-certs
+    mountPath: /etc/kubernetes/pki
+    readOnly: true
+cluster:
+  name: kubernetes
+clusterRoleName: system:cloud-controller-manager
+serviceAccountName: cloud-controller-manager
+"#;
+
+/// The same for upstream's openstack-cinder-csi chart: the node's /etc/config (its default), a
+/// snapshotter block (ignored), upstream's map-shaped empty extraArgs, a custom StorageClass, and
+/// nameOverride giving kos's own workload names.
+const CSI_UPSTREAM_SHAPED: &str = r#"nameOverride: csi-cinder
+timeout: 3m
+csi:
+  attacher:
+    image: {repository: registry.k8s.io/sig-storage/csi-attacher, tag: v4.10.0, pullPolicy: IfNotPresent}
+    resources: {}
+    extraArgs: {}
+    extraEnv: []
+  snapshotter:
+    image: {repository: registry.k8s.io/sig-storage/csi-snapshotter, tag: v8.4.0, pullPolicy: IfNotPresent}
+    extraRbac: {}
+  plugin:
+    image:
+      repository: registry.example.com/kos/kos-csi
+      pullPolicy: IfNotPresent
+      tag:
+    volumes:
+      - name: cacert
+        hostPath:
+          path: /etc/cacert
+    volumeMounts:
+      - name: cacert
+        mountPath: /etc/cacert
+        readOnly: true
+      - name: cloud-config
+        mountPath: /etc/config
+        readOnly: true
+    nodePlugin:
+      dnsPolicy: ClusterFirstWithHostNet
+      podAnnotations: {}
+      podLabels: {}
+      podSecurityContext: {}
+      securityContext: {}
+      affinity: {}
+      nodeSelector: {}
+      tolerations:
+        - operator: Exists
+      kubeletDir: /var/lib/kubelet
+      extraArgs: {}
+    controllerPlugin:
+      replicas: 1
+      podSecurityContext: {}
+      securityContext: {}
+      affinity: {}
+      nodeSelector: {}
+      tolerations: []
+      extraArgs: {}
+    resources: {}
+    httpEndpoint:
+      enabled: false
+      port: 8080
+    podMonitor:
+      enabled: false
+    extraArgs: {}
+    extraEnv: []
+logVerbosityLevel: 2
+secret:
+  enabled: false
+  hostMount: true
+  create: false
+  filename: cloud.conf
+storageClass:
+  enabled: true
+  delete:
+    isDefault: false
+    allowVolumeExpansion: true
+  retain:
+    isDefault: false
+    allowVolumeExpansion: true
+  custom: |-
+    ---
+    apiVersion: storage.k8s.io/v1
+    kind: StorageClass
+    metadata:
+      name: sas
+    provisioner: cinder.csi.openstack.org
+    volumeBindingMode: WaitForFirstConsumer
+    allowVolumeExpansion: true
+    parameters:
+      type: SAS
+clusterID: "kubernetes"
+pvcAnnotations: false
+priorityClassName: ""
+imagePullSecrets: []
+commonAnnotations: {}
+"#;
+
 /// (name, chart, values, namespace) of every render that must succeed.
 fn renders() -> Vec<(&'static str, &'static str, String, &'static str)> {
     vec![
+        (
+            "ccm-upstream-shaped",
+            "kos-ccm",
+            CCM_UPSTREAM_SHAPED.to_owned(),
+            "kube-system",
+        ),
+        (
+            "csi-upstream-shaped",
+            "kos-csi",
+            CSI_UPSTREAM_SHAPED.to_owned(),
+            "kube-system",
+        ),
         (
             "ccm-minimal",
             "kos-ccm",
@@ -937,7 +1107,10 @@ struct CsiCli {
 }
 
 fn ccm_options(objects: &[Value]) -> kos_ccm::options::Options {
-    let ds = find(objects, "DaemonSet", "kos-ccm");
+    let ds = objects
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet")
+        .expect("the DaemonSet");
     let argv = argv(container(ds, "kos-ccm"));
     assert_eq!(argv[0], "/bin/kos-ccm", "{argv:?}");
     let cli = CcmCli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
@@ -986,6 +1159,26 @@ fn kos_ccm_accepts_the_arguments_the_chart_gives_it() {
         other.leader_election.expect("elects").namespace,
         "kos-system"
     );
+}
+
+#[test]
+fn every_render_gives_the_binaries_arguments_they_accept() {
+    for (name, chart, values, ns) in renders() {
+        let objects = render_in(chart, &values, ns).ok().objects();
+        let workloads: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == "DaemonSet" || o["kind"] == "Deployment")
+            .collect();
+        if chart == "kos-ccm" {
+            assert_eq!(workloads.len(), 1, "{name}");
+            ccm_options(&objects);
+        } else {
+            assert_eq!(workloads.len(), 2, "{name}");
+            workloads.iter().for_each(|w| {
+                csi_options(w);
+            });
+        }
+    }
 }
 
 #[test]
