@@ -116,6 +116,8 @@ pub struct Cluster {
     pub cni: Option<CniState>,
     /// What kubeadm puts into every API server's serving certificate.
     pub serving: Serving,
+    /// The minor its API server behaved as when the cluster was made (the fake's feature gates).
+    pub minor: u32,
     pub kube: FakeKube,
 }
 
@@ -215,7 +217,12 @@ impl Cluster {
             serving,
             first,
         } = new;
-        let kube = FakeKube::start_sync(kos_kube_fake::Config::default())?;
+        // The API server serves as the minor kubeadm init ran (feature gates differ by minor).
+        let minor = configuration.kubernetes_version.minor;
+        let kube = FakeKube::start_sync(kos_kube_fake::Config {
+            minor,
+            ..kos_kube_fake::Config::default()
+        })?;
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             kube.insert(&Namespace {
                 metadata: meta(None, ns),
@@ -266,6 +273,7 @@ impl Cluster {
             etcd_raft: EtcdRaft::default(),
             cni: None,
             serving,
+            minor,
             kube,
         })
     }

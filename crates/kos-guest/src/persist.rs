@@ -36,7 +36,14 @@ struct ClusterState {
     removed_members: std::collections::BTreeSet<ServerId>,
     cni: Option<CniState>,
     serving: Serving,
+    /// Saved before minors were kept: the fake's default.
+    #[serde(default = "default_minor")]
+    minor: u32,
     kube: kos_kube_fake::Snapshot,
+}
+
+fn default_minor() -> u32 {
+    kos_kube_fake::DEFAULT_MINOR
 }
 
 impl Guest {
@@ -61,6 +68,7 @@ impl Guest {
                     removed_members: c.removed_members.clone(),
                     cni: c.cni.clone(),
                     serving: c.serving.clone(),
+                    minor: c.minor,
                     kube: c.kube.snapshot(),
                 })
                 .collect(),
@@ -78,7 +86,10 @@ impl Guest {
         let mut clusters = BTreeMap::new();
         for c in state.clusters {
             let kube = kos_kube_fake::FakeKube::start_sync_from(
-                kos_kube_fake::Config::default(),
+                kos_kube_fake::Config {
+                    minor: c.minor,
+                    ..kos_kube_fake::Config::default()
+                },
                 &c.kube,
             )?;
             clusters.insert(
@@ -94,6 +105,7 @@ impl Guest {
                     etcd_raft: crate::cluster::EtcdRaft::default(),
                     cni: c.cni,
                     serving: c.serving,
+                    minor: c.minor,
                     kube,
                 },
             );

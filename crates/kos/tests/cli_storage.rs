@@ -293,3 +293,61 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
     let left = csi_volumes(&sim.base);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// `csi: {kos: {image}}`: kos's own manifests (the non-root controller, its flags, its RBAC) run
+/// the same walk: the claim is Bound, the pod runs on the volume's node, and the claim's deletion
+/// takes the volume.
+#[test]
+fn kos_csi_manifests_bind_and_release_a_claim() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve_scaled(d, "0.02");
+    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("example");
+    let spec = format!(
+        "{minimal}  addons:\n    csi:\n      kos:\n        image: registry.example.com/kos/kos-csi:0.1.0\n"
+    );
+    std::fs::write(d.join("kos-csi.yaml"), spec).expect("write");
+    let up = kos(
+        d,
+        Some(&sim.clouds),
+        &["up", "-f", "kos-csi.yaml", "--cloud", "sim"],
+    );
+    assert_eq!(code(&up), 0, "{}", text(&up));
+    let kc = kos(
+        d,
+        Some(&sim.clouds),
+        &["kubeconfig", "demo", "--cloud", "sim"],
+    );
+    assert_eq!(code(&kc), 0, "{}", text(&kc));
+    let deploy = get(d, &["deployment", "-n", "kube-system"]).expect("deployments");
+    assert!(
+        deploy["items"].as_array().is_some_and(|i| i
+            .iter()
+            .any(|x| x["metadata"]["name"] == "kos-csi-controllerplugin")),
+        "{deploy}"
+    );
+
+    apply(d, "claim.yaml", CLAIM);
+    apply(d, "pod.yaml", &pod("app", "data"));
+    eventually(180, "the pod to run", || {
+        (get(d, &["pod", "app"])?["status"]["phase"] == "Running").then_some(())
+    });
+    let claim = get(d, &["pvc", "data"]).expect("claim");
+    assert_eq!(claim["status"]["phase"], "Bound", "{claim}");
+    assert!(
+        csi_volumes(&sim.base)
+            .iter()
+            .any(|v| v["status"] == "in-use"
+                && v["metadata"]["cinder.csi.openstack.org/cluster"] == "demo"),
+        "the volume is attached"
+    );
+    for what in [["pod", "app"], ["pvc", "data"]] {
+        let o = kubectl(d, &["delete", what[0], what[1]]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    eventually(180, "the volume to be deleted", || {
+        csi_volumes(&sim.base).is_empty().then_some(())
+    });
+    let down = kos(d, Some(&sim.clouds), &["down", "demo", "--cloud", "sim"]);
+    assert_eq!(code(&down), 0, "{}", text(&down));
+}

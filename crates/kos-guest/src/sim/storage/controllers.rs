@@ -20,7 +20,7 @@
 //! watches (each pass lists), one pass every [`PASS`]; pods are bound by setting `nodeName` (no
 //! `pods/binding`); only pods that use claims are scheduled and started.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -102,6 +102,7 @@ pub(super) fn start(s: Setup<'_>) -> Result<(oneshot::Sender<()>, JoinHandle<()>
         .ok_or("no control plane of the cluster holds its CA")?;
     let token = super::pod::service_account_token(s.cluster, &s.spec.view())?;
     let sidecar = super::pod::client(s.service, &ca, token)?;
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let lp = Loop {
         admin,
         sidecar,
@@ -117,9 +118,22 @@ pub(super) fn start(s: Setup<'_>) -> Result<(oneshot::Sender<()>, JoinHandle<()>
         registered: BTreeMap::new(),
         retry: BTreeMap::new(),
         said: BTreeMap::new(),
+        provisioning: BTreeSet::new(),
+        done: done_tx,
+        done_rx,
     };
     let (tx, rx) = oneshot::channel();
     Ok((tx, tokio::spawn(run(lp, rx))))
+}
+
+/// What a background worker finished, handled by the next pass.
+pub(super) enum Done {
+    /// A claim's CreateVolume and PersistentVolume: the volume's name, or why not.
+    Provisioned {
+        meta: ObjectMeta,
+        class: String,
+        result: Result<String, String>,
+    },
 }
 
 async fn run(mut lp: Loop, mut stop: oneshot::Receiver<()>) {
@@ -161,6 +175,10 @@ pub(super) struct Loop {
     pub(super) retry: BTreeMap<String, (tokio::time::Instant, u32)>,
     /// The last message of each reason said about an object, to say it once.
     pub(super) said: BTreeMap<String, String>,
+    /// Claims a worker is provisioning, by uid.
+    pub(super) provisioning: BTreeSet<String>,
+    pub(super) done: tokio::sync::mpsc::UnboundedSender<Done>,
+    pub(super) done_rx: tokio::sync::mpsc::UnboundedReceiver<Done>,
 }
 
 pub(super) async fn channel(path: PathBuf) -> Res<Channel> {
@@ -183,6 +201,15 @@ impl Loop {
                 return Ok(());
             }
             self.controller = Some(ControllerClient::new(channel(self.socket.clone()).await?));
+        }
+        while let Ok(done) = self.done_rx.try_recv() {
+            match done {
+                Done::Provisioned {
+                    meta,
+                    class,
+                    result,
+                } => self.provisioned(meta, class, result).await,
+            }
         }
         self.register_nodes().await;
         let w = World::read(&self.admin).await?;

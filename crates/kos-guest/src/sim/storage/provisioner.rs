@@ -29,8 +29,11 @@ impl Loop {
             }
             let uid = m.uid.clone().unwrap_or_default();
             let pv_name = format!("pvc-{uid}");
-            if w.pv(&pv_name).is_some() {
+            if w.pv(&pv_name).is_some() || self.provisioning.contains(&uid) {
                 continue;
+            }
+            if self.provisioning.len() >= WORKERS {
+                return;
             }
             let key = format!("provision/{uid}");
             if !self.due(&key) {
@@ -59,63 +62,96 @@ impl Loop {
                 &format!("{}_csi-provisioner", self.driver),
             )
             .await;
-            let made = self
-                .create_volume(w, pvc, class, &flags, &pv_name, selected.as_deref())
-                .await;
-            match made {
-                Ok(pv) => {
-                    let created = Api::<PersistentVolume>::all(self.sidecar.clone())
-                        .create(&PostParams::default(), &pv)
-                        .await;
-                    match created {
-                        Ok(_) => {
-                            self.succeeded(&key);
-                            self.event(
-                                true,
-                                "PersistentVolumeClaim",
-                                m,
-                                false,
-                                "ProvisioningSucceeded",
-                                format!("Successfully provisioned volume {pv_name}"),
-                                &format!("{}_csi-provisioner", self.driver),
-                            )
-                            .await;
-                        }
-                        Err(e) => {
-                            self.failed(&key);
-                            tracing::debug!(pv = pv_name, "creating the PersistentVolume: {e}");
-                        }
+            let request =
+                match self.volume_request(w, pvc, class, &flags, &pv_name, selected.as_deref()) {
+                    Ok(r) => r,
+                    Err(why) => {
+                        self.failed(&key);
+                        self.provisioning_failed(m, &class_name, why).await;
+                        continue;
                     }
-                }
-                Err(why) => {
-                    self.failed(&key);
-                    self.event(
-                        true,
-                        "PersistentVolumeClaim",
-                        m,
-                        true,
-                        "ProvisioningFailed",
-                        format!(
-                            "failed to provision volume with StorageClass \"{class_name}\": {why}"
-                        ),
-                        &format!("{}_csi-provisioner", self.driver),
-                    )
-                    .await;
-                }
+                };
+            let Some(controller) = self.controller.clone() else {
+                return;
+            };
+            // A worker per claim, as the sidecar's --worker-threads: a slow create holds no one.
+            self.provisioning.insert(uid.clone());
+            let (sidecar, tx, meta, class_name) = (
+                self.sidecar.clone(),
+                self.done.clone(),
+                m.clone(),
+                class_name.clone(),
+            );
+            tokio::spawn(async move {
+                let result = provision_one(controller, sidecar, request).await;
+                let _ = tx.send(Done::Provisioned {
+                    meta,
+                    class: class_name,
+                    result,
+                });
+            });
+        }
+    }
+
+    /// A claim's worker answered.
+    pub(super) async fn provisioned(
+        &mut self,
+        meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        class: String,
+        result: Result<String, String>,
+    ) {
+        let uid = meta.uid.clone().unwrap_or_default();
+        self.provisioning.remove(&uid);
+        let key = format!("provision/{uid}");
+        match result {
+            Ok(pv_name) => {
+                self.succeeded(&key);
+                self.event(
+                    true,
+                    "PersistentVolumeClaim",
+                    &meta,
+                    false,
+                    "ProvisioningSucceeded",
+                    format!("Successfully provisioned volume {pv_name}"),
+                    &format!("{}_csi-provisioner", self.driver),
+                )
+                .await;
+            }
+            Err(why) => {
+                self.failed(&key);
+                self.provisioning_failed(&meta, &class, why).await;
             }
         }
     }
 
-    /// CreateVolume for a claim; the PersistentVolume to make for its answer.
-    pub(super) async fn create_volume(
+    async fn provisioning_failed(
         &mut self,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        class: &str,
+        why: String,
+    ) {
+        self.event(
+            true,
+            "PersistentVolumeClaim",
+            meta,
+            true,
+            "ProvisioningFailed",
+            format!("failed to provision volume with StorageClass \"{class}\": {why}"),
+            &format!("{}_csi-provisioner", self.driver),
+        )
+        .await;
+    }
+
+    /// The CreateVolume request for a claim, and what its PersistentVolume will say.
+    pub(super) fn volume_request(
+        &self,
         w: &World,
         pvc: &PersistentVolumeClaim,
         class: &StorageClass,
         flags: &Provisioner,
         pv_name: &str,
         selected: Option<&str>,
-    ) -> Result<PersistentVolume, String> {
+    ) -> Result<VolumeRequest, String> {
         let m = &pvc.metadata;
         let spec = pvc.spec.clone().unwrap_or_default();
         let requested = storage_of(spec.resources.as_ref().and_then(|r| r.requests.as_ref()))
@@ -163,35 +199,6 @@ impl Loop {
             volume_content_source: content,
             ..csi::CreateVolumeRequest::default()
         };
-        let controller = self.controller.as_mut().ok_or("driver not connected")?;
-        let resp = controller
-            .create_volume(req)
-            .await
-            .map_err(|s| status_text(&s))?
-            .into_inner();
-        let vol = resp.volume.ok_or("CreateVolume answered no volume")?;
-        let capacity = if vol.capacity_bytes > 0 {
-            vol.capacity_bytes
-        } else {
-            requested
-        };
-        let mut attributes: BTreeMap<String, String> = vol.volume_context.into_iter().collect();
-        attributes.insert(
-            "storage.kubernetes.io/csiProvisionerIdentity".into(),
-            format!("0-0-{}", self.driver),
-        );
-        let terms: Vec<Value> = vol
-            .accessible_topology
-            .iter()
-            .map(|t| {
-                let exprs: Vec<Value> = t
-                    .segments
-                    .iter()
-                    .map(|(k, v)| json!({"key": k, "operator": "In", "values": [v]}))
-                    .collect();
-                json!({"matchExpressions": exprs})
-            })
-            .collect();
         let mut pv = json!({
             "metadata": {
                 "name": pv_name,
@@ -200,7 +207,6 @@ impl Loop {
             },
             "spec": {
                 "accessModes": modes,
-                "capacity": {"storage": quantity(capacity)},
                 "claimRef": {
                     "apiVersion": "v1", "kind": "PersistentVolumeClaim",
                     "namespace": ns_of(m), "name": name_of(m), "uid": m.uid,
@@ -209,11 +215,7 @@ impl Loop {
                 "persistentVolumeReclaimPolicy": class.reclaim_policy.clone().unwrap_or_else(|| "Delete".into()),
                 "storageClassName": name_of(&class.metadata),
                 "volumeMode": if block { "Block" } else { "Filesystem" },
-                "csi": {
-                    "driver": self.driver,
-                    "volumeHandle": vol.volume_id,
-                    "volumeAttributes": attributes,
-                },
+                "csi": {"driver": self.driver},
             },
         });
         if !block && !fs_type.is_empty() {
@@ -222,10 +224,12 @@ impl Loop {
         if !mount_flags.is_empty() {
             pv["spec"]["mountOptions"] = json!(mount_flags);
         }
-        if !terms.is_empty() {
-            pv["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": terms}});
-        }
-        serde_json::from_value(pv).map_err(|e| e.to_string())
+        Ok(VolumeRequest {
+            request: req,
+            requested,
+            pv,
+            driver: self.driver.clone(),
+        })
     }
 
     /// external-provisioner's topology (not strict): every node's segment of the driver's keys
@@ -390,4 +394,67 @@ impl Loop {
             }
         }
     }
+}
+
+/// A CreateVolume to make, and the PersistentVolume its answer completes.
+pub(super) struct VolumeRequest {
+    request: csi::CreateVolumeRequest,
+    requested: i64,
+    /// The PersistentVolume but for what the answer says (size, handle, context, topology).
+    pv: Value,
+    driver: String,
+}
+
+/// At most this many claims are provisioned at once (external-provisioner's `--worker-threads`).
+const WORKERS: usize = 100;
+
+/// One claim's worker: CreateVolume, then its PersistentVolume (as the sidecar's identity). The
+/// volume's name on success.
+async fn provision_one(
+    mut controller: kos_csi::csi::controller_client::ControllerClient<tonic::transport::Channel>,
+    sidecar: kube::Client,
+    v: VolumeRequest,
+) -> Result<String, String> {
+    let resp = controller
+        .create_volume(v.request)
+        .await
+        .map_err(|s| status_text(&s))?
+        .into_inner();
+    let vol = resp.volume.ok_or("CreateVolume answered no volume")?;
+    let capacity = if vol.capacity_bytes > 0 {
+        vol.capacity_bytes
+    } else {
+        v.requested
+    };
+    let mut attributes: BTreeMap<String, String> = vol.volume_context.into_iter().collect();
+    attributes.insert(
+        "storage.kubernetes.io/csiProvisionerIdentity".into(),
+        format!("0-0-{}", v.driver),
+    );
+    let terms: Vec<Value> = vol
+        .accessible_topology
+        .iter()
+        .map(|t| {
+            let exprs: Vec<Value> = t
+                .segments
+                .iter()
+                .map(|(k, v)| json!({"key": k, "operator": "In", "values": [v]}))
+                .collect();
+            json!({"matchExpressions": exprs})
+        })
+        .collect();
+    let mut pv = v.pv;
+    pv["spec"]["capacity"] = json!({"storage": quantity(capacity)});
+    pv["spec"]["csi"]["volumeHandle"] = json!(vol.volume_id);
+    pv["spec"]["csi"]["volumeAttributes"] = json!(attributes);
+    if !terms.is_empty() {
+        pv["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": terms}});
+    }
+    let pv: PersistentVolume = serde_json::from_value(pv).map_err(|e| e.to_string())?;
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    Api::<PersistentVolume>::all(sidecar)
+        .create(&PostParams::default(), &pv)
+        .await
+        .map_err(|e| format!("creating PersistentVolume {name}: {e}"))?;
+    Ok(name)
 }
