@@ -327,8 +327,11 @@ fn kos_csi_manifests_bind_and_release_a_claim() {
         "{deploy}"
     );
 
-    apply(d, "claim.yaml", CLAIM);
-    apply(d, "pod.yaml", &pod("app", "data"));
+    // README's walk, with its file.
+    let walk = example("kubectl/storage.yaml");
+    let walk = walk.to_str().expect("utf8");
+    let o = kubectl(d, &["apply", "-f", walk]);
+    assert!(o.status.success(), "{}", text(&o));
     eventually(180, "the pod to run", || {
         (get(d, &["pod", "app"])?["status"]["phase"] == "Running").then_some(())
     });
@@ -341,10 +344,8 @@ fn kos_csi_manifests_bind_and_release_a_claim() {
                 && v["metadata"]["cinder.csi.openstack.org/cluster"] == "demo"),
         "the volume is attached"
     );
-    for what in [["pod", "app"], ["pvc", "data"]] {
-        let o = kubectl(d, &["delete", what[0], what[1]]);
-        assert!(o.status.success(), "{}", text(&o));
-    }
+    let o = kubectl(d, &["delete", "-f", walk]);
+    assert!(o.status.success(), "{}", text(&o));
     eventually(180, "the volume to be deleted", || {
         csi_volumes(&sim.base).is_empty().then_some(())
     });
