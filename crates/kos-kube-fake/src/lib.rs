@@ -61,6 +61,7 @@
 mod alloc;
 mod authn;
 mod authz;
+mod binding;
 mod cel;
 mod crd;
 mod defaults;

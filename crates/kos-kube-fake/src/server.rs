@@ -682,6 +682,12 @@ async fn serve(
                 shared.notify();
                 return Ok(json_response(StatusCode::CREATED, &status));
             }
+            if sub.as_deref() == Some("binding") && Some(res) == pods && verb == Verb::Create {
+                let binding = parse_json(body)?;
+                let status = crate::binding::bind(&mut shared.store(), ns, name, &binding)?;
+                shared.notify();
+                return Ok(json_response(StatusCode::CREATED, &status));
+            }
             let accounts = shared.store().type_index("", "v1", "serviceaccounts");
             if sub.as_deref() == Some("token") && Some(res) == accounts && verb == Verb::Create {
                 let request = parse_json(body)?;

@@ -291,3 +291,72 @@ async fn an_eviction_without_the_pods_name_is_refused() {
     }
     assert!(fake.get::<Pod>(Some("default"), "web-0").unwrap().is_some());
 }
+
+/// The scheduler's `pods/binding` (`BindingREST`): the pod gets the node and `PodScheduled=True`
+/// once; a second binding is a conflict naming the node, a mismatched name 400, a target without a
+/// name 422.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_assigns_a_pod_once() {
+    let fake = FakeKube::start().await.unwrap();
+    fake.insert(&pod("web-0", "", json!({}))).unwrap();
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods/web-0/binding",
+        fake.url()
+    );
+    let http = reqwest::Client::new();
+    let binding = |name: &str, node: &str| {
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+    };
+    let r = http
+        .post(&url)
+        .json(&binding("web-1", "n1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let r = http
+        .post(&url)
+        .json(&binding("web-0", ""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    let status: Value = r.json().await.unwrap();
+    assert_eq!(
+        status["details"]["causes"][0]["field"], "target.name",
+        "{status}"
+    );
+
+    let r = http
+        .post(&url)
+        .json(&binding("web-0", "n1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let bound = fake.get::<Pod>(Some("default"), "web-0").unwrap().unwrap();
+    assert_eq!(bound.spec.unwrap().node_name.as_deref(), Some("n1"));
+    let conditions = bound.status.unwrap().conditions.unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "True"),
+        "{conditions:?}"
+    );
+
+    let r = http
+        .post(&url)
+        .json(&binding("web-0", "n2"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    let status: Value = r.json().await.unwrap();
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("pod web-0 is already assigned to node \"n1\"")),
+        "{status}"
+    );
+}
