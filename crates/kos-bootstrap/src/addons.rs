@@ -10,8 +10,13 @@
 //! and checks its sha256 before `kubectl apply`. [`render_addons`] returns the same manifests so the CLI
 //! can (re-)apply them through the API, e.g. to roll a new credential; applying twice is harmless.
 //!
-//! The cinder-csi snapshotter sidecar is left out: it needs the VolumeSnapshot CRDs, which nothing
-//! installs yet, and would crash-loop without them.
+//! # Snapshots
+//! With a CSI driver come external-snapshotter's VolumeSnapshot CRDs (upstream's files, unchanged),
+//! its snapshot-controller, the driver's csi-snapshotter sidecar and a default VolumeSnapshotClass.
+//! A custom resource cannot go in the same `kubectl apply` as its definition (kubectl finds no such
+//! kind until the CRD is established), so the manifests come in three stages the script applies in
+//! order: the top directory, then [`CRDS_DIR`] (waited for until established), then [`CRS_DIR`].
+//! `kubectl apply -f DIR` does not descend into subdirectories.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -97,6 +102,9 @@ pub struct Images {
     pub csi_resizer: String,
     pub csi_node_driver_registrar: String,
     pub livenessprobe: String,
+    pub csi_snapshotter: String,
+    /// external-snapshotter's controller, installed with either CSI driver.
+    pub snapshot_controller: String,
 }
 
 /// The pins table (`src/pins.yaml`).
@@ -304,7 +312,8 @@ fn fill(template: &str, vars: &[(&str, &str)]) -> Result<String> {
     Ok(out)
 }
 
-/// Every addon manifest, in apply order: Secret, CCM, CSI driver, StorageClass.
+/// Every addon manifest, in apply order: Secret, CCM, CSI driver, StorageClass, snapshot-controller,
+/// then (in their subdirectories) the VolumeSnapshot CRDs and the default VolumeSnapshotClass.
 pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
     cluster.validate()?;
     let pins = Pins::builtin()?;
@@ -341,6 +350,8 @@ pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
             i.csi_node_driver_registrar.as_str(),
         ),
         ("LIVENESSPROBE_IMAGE", i.livenessprobe.as_str()),
+        ("CSI_SNAPSHOTTER_IMAGE", i.csi_snapshotter.as_str()),
+        ("SNAPSHOT_CONTROLLER_IMAGE", i.snapshot_controller.as_str()),
     ];
     let file = |name: &str, template: &str| -> Result<Manifest> {
         Ok(Manifest {
@@ -376,9 +387,46 @@ pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
             "30-storageclass.yaml",
             include_str!("addons/storageclass.yaml"),
         )?);
+        manifests.push(file(
+            "40-snapshot-controller.yaml",
+            include_str!("addons/snapshot-controller.yaml"),
+        )?);
+        // Upstream's generated files, byte for byte: no template, nothing to fill.
+        for (name, yaml) in SNAPSHOT_CRDS {
+            manifests.push(Manifest {
+                name: format!("{CRDS_DIR}/{name}"),
+                yaml: Sensitive::new(yaml.to_string()),
+            });
+        }
+        manifests.push(file(
+            &format!("{CRS_DIR}/50-volumesnapshotclass.yaml"),
+            include_str!("addons/volumesnapshotclass.yaml"),
+        )?);
     }
     Ok(manifests)
 }
+
+/// The subdirectory of the addons whose CustomResourceDefinitions are applied after the top
+/// directory's manifests and waited for until established.
+pub const CRDS_DIR: &str = "crds";
+/// The subdirectory of the addons whose custom resources are applied once [`CRDS_DIR`]'s are served.
+pub const CRS_DIR: &str = "crs";
+
+/// external-snapshotter's v1 CRDs at the release of the pinned snapshot-controller (`pins.yaml`).
+pub const SNAPSHOT_CRDS: [(&str, &str); 3] = [
+    (
+        "snapshot.storage.k8s.io_volumesnapshotclasses.yaml",
+        include_str!("addons/snapshot/snapshot.storage.k8s.io_volumesnapshotclasses.yaml"),
+    ),
+    (
+        "snapshot.storage.k8s.io_volumesnapshotcontents.yaml",
+        include_str!("addons/snapshot/snapshot.storage.k8s.io_volumesnapshotcontents.yaml"),
+    ),
+    (
+        "snapshot.storage.k8s.io_volumesnapshots.yaml",
+        include_str!("addons/snapshot/snapshot.storage.k8s.io_volumesnapshots.yaml"),
+    ),
+];
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

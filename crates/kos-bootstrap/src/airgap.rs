@@ -363,7 +363,7 @@ pub fn artefacts_for(
         Csi::None => None,
     };
     if let Some(driver) = driver {
-        // kos-csi runs with cinder-csi's sidecars.
+        // kos-csi runs with cinder-csi's sidecars; either comes with the snapshot-controller.
         let i = &pins.images;
         for img in [
             driver,
@@ -372,6 +372,8 @@ pub fn artefacts_for(
             &i.csi_resizer,
             &i.csi_node_driver_registrar,
             &i.livenessprobe,
+            &i.csi_snapshotter,
+            &i.snapshot_controller,
         ] {
             out.push(image("addons", img.clone(), None));
         }

@@ -198,6 +198,7 @@ fn check_wiring(docs: &[Value], cluster: &str) -> (Options, Options) {
     for sidecar in [
         "csi-attacher",
         "csi-provisioner",
+        "csi-snapshotter",
         "csi-resizer",
         "liveness-probe",
     ] {
@@ -341,4 +342,42 @@ fn a_flag_kos_csi_lacks_is_refused() {
         expand("a=$(CSI_ENDPOINT) $$(X) $(NOPE)", driver(d)),
         "a=unix:///csi/csi.sock $(X) $(NOPE)"
     );
+}
+
+/// Both drivers' controllers run the csi-snapshotter at its pin, with the args upstream cinder-csi's
+/// manifest gives it (cloud-provider-openstack v1.34.1 to v1.36.0 alike), dialing the driver.
+#[test]
+fn both_controllers_run_the_pinned_csi_snapshotter_as_upstream_does() {
+    let pin = &kos_bootstrap::addons::Pins::builtin()
+        .unwrap()
+        .images
+        .csi_snapshotter;
+    let mut k = cluster("1.36.4", 1, 0);
+    kos(&mut k);
+    for c in [cluster("1.34.1", 1, 0), k] {
+        let (name, docs) = driver_docs(&c);
+        let s = container(workload(&docs, "Deployment"), "csi-snapshotter");
+        assert_eq!(s["image"], pin.as_str(), "{name}");
+        assert_eq!(
+            s["args"],
+            serde_json::json!([
+                "--csi-address=$(ADDRESS)",
+                "--timeout=3m",
+                "--extra-create-metadata",
+                "--leader-election=true"
+            ]),
+            "{name}"
+        );
+        assert_eq!(
+            expand(s["args"][0].as_str().unwrap(), s),
+            "--csi-address=/var/lib/csi/sockets/pluginproxy/csi.sock"
+        );
+        // Never on the node: snapshots are the controller service's.
+        let node = workload(&docs, "DaemonSet");
+        assert!(
+            containers(node)
+                .iter()
+                .all(|c| c["name"] != "csi-snapshotter")
+        );
+    }
 }

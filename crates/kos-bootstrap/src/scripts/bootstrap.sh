@@ -337,8 +337,18 @@ cni() {
   retry 10 local_kubectl apply -f "$CNI_FILE"
 }
 
+# `apply -f DIR` does not descend into subdirectories: the CRDs and then their custom resources are
+# applied after, the resources once the definitions are established (applied together, kubectl
+# finds no such kind).
 addons() {
   retry 10 local_kubectl apply -f "$ADDONS_DIR"
+  if [ -d "$ADDONS_DIR/crds" ]; then
+    retry 10 local_kubectl apply -f "$ADDONS_DIR/crds"
+    retry 10 local_kubectl wait --for condition=established --timeout=60s -f "$ADDONS_DIR/crds"
+  fi
+  if [ -d "$ADDONS_DIR/crs" ]; then
+    retry 10 local_kubectl apply -f "$ADDONS_DIR/crs"
+  fi
 }
 
 # Once every expected node registered (or the token's lifetime is over), remove what a pod could still
