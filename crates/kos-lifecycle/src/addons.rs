@@ -43,11 +43,18 @@ mod tests {
             Some(PINS[0])
         );
         assert_eq!(retag(PINS[1], &PINS), None, "already there");
-        assert_eq!(
-            retag("registry.k8s.io/sig-storage/csi-attacher:v4.8.0", &PINS),
-            None,
-            "sidecars do not follow the minor"
-        );
+        for sidecar in [
+            "registry.k8s.io/sig-storage/csi-attacher:v4.8.0",
+            // The snapshot sidecar and external-snapshotter's controller are kept like the others.
+            "registry.k8s.io/sig-storage/csi-snapshotter:v8.3.0",
+            "registry.k8s.io/sig-storage/snapshot-controller:v8.3.0",
+        ] {
+            assert_eq!(
+                retag(sidecar, &PINS),
+                None,
+                "sidecars do not follow the minor"
+            );
+        }
         assert_eq!(
             retag(
                 "localhost:5000/provider-os/cinder-csi-plugin:v1.35.0",

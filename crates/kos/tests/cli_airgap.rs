@@ -73,6 +73,13 @@ fn artefacts_list_what_the_mirror_must_hold_without_a_cloud() {
     );
     assert_eq!(code(&o), 0, "{}", text(&o));
     let t = text(&o);
+    // cinder-csi's snapshot sidecar and external-snapshotter's controller, from the mirror.
+    for image in ["csi-snapshotter:v8.4.0", "snapshot-controller:v8.4.0"] {
+        assert!(
+            t.contains(&format!("from registry.k8s.io/sig-storage/{image}")),
+            "{t}"
+        );
+    }
     assert!(
         t.contains("mirror.example:5000/kube-apiserver:v1.36.4")
             && t.contains("from registry.k8s.io/kube-apiserver:v1.36.4"),
@@ -120,6 +127,23 @@ fn artefacts_of_a_kos_csi_cluster_list_its_image_from_the_mirror() {
         origins.contains(&"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0"),
         "{origins:#?}"
     );
+    // Volume snapshots come with either driver: the sidecar and the controller are mirrored too.
+    for image in [
+        "registry.k8s.io/sig-storage/csi-snapshotter:v8.4.0",
+        "registry.k8s.io/sig-storage/snapshot-controller:v8.4.0",
+    ] {
+        let a = list
+            .iter()
+            .find(|a| a["origin"] == image)
+            .unwrap_or_else(|| panic!("no {image} in {origins:#?}"));
+        assert_eq!(a["step"], "addons");
+        assert!(
+            a["fetched"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("mirror.example") && f.ends_with(&image[15..])),
+            "{a}"
+        );
+    }
     assert!(
         !origins.iter().any(|o| o.contains("cinder-csi-plugin")),
         "{origins:#?}"
