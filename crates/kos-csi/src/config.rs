@@ -18,6 +18,8 @@ pub struct DriverConfig {
     pub additional_topologies: BTreeMap<String, String>,
     pub block_storage: BlockStorage,
     pub waits: Waits,
+    /// How waits on volumes look at Cinder (one shared poller, or upstream's one per volume).
+    pub wait_mode: crate::waits::WaitMode,
 }
 
 impl DriverConfig {
@@ -28,6 +30,7 @@ impl DriverConfig {
             additional_topologies: BTreeMap::new(),
             block_storage,
             waits: Waits::default(),
+            wait_mode: crate::waits::WaitMode::default(),
         }
     }
 

@@ -24,6 +24,7 @@ use crate::csi::controller_service_capability::rpc::Type as Rpc;
 use crate::csi::volume_capability::access_mode::Mode;
 use crate::error::{CsiError, required};
 use crate::metrics::Metrics;
+use crate::waits::VolumeWaits;
 use crate::{CLUSTER_KEY, GIB, RESIZE_REQUIRED_KEY, TOPOLOGY_KEY};
 
 /// Upstream's description of every volume and snapshot it makes.
@@ -66,6 +67,7 @@ pub struct Controller {
     cfg: Arc<DriverConfig>,
     metrics: Option<Arc<Metrics>>,
     busy: BusySet,
+    waits: VolumeWaits,
 }
 
 /// The volumes and snapshots calls are working on (by name or id): a second call on one of them
@@ -112,11 +114,18 @@ type R<T> = Result<T, CsiError>;
 
 impl Controller {
     pub fn new(session: Session, cfg: Arc<DriverConfig>) -> Self {
+        let waits = VolumeWaits::new(
+            session.clone(),
+            cfg.block_storage.ignore_volume_microversion,
+            &cfg.cluster,
+            cfg.wait_mode,
+        );
         Controller {
             session,
             cfg,
             metrics: None,
             busy: BusySet::default(),
+            waits,
         }
     }
 
@@ -134,6 +143,11 @@ impl Controller {
         } else {
             api
         }
+    }
+
+    /// The volume waits of this controller (and its clones).
+    pub fn waits(&self) -> &VolumeWaits {
+        &self.waits
     }
 
     /// A deadline `cloud` away in the cloud's time.
@@ -351,8 +365,8 @@ impl Controller {
         match &v.status {
             VolumeStatus::Creating | VolumeStatus::Downloading => {
                 let deadline = self.deadline(self.cfg.waits.create);
-                self.cinder()
-                    .wait_for_available(&v.id, deadline)
+                self.waits
+                    .wait_for_status(&v.id, &[VolumeStatus::Available], deadline)
                     .await
                     .map_err(CsiError::cloud(format!("creating volume {}", v.name)))
             }
@@ -657,7 +671,8 @@ impl Controller {
             )))?;
         info!(volume = %id, size, "ControllerExpandVolume: extending");
         let deadline = self.deadline(self.cfg.waits.extend);
-        let v = cinder
+        let v = self
+            .waits
             .wait_for_status(
                 id,
                 &[VolumeStatus::Available, VolumeStatus::InUse],

@@ -2,6 +2,12 @@
 //! cinder-csi-plugin: the same driver name, cloud.conf, StorageClass parameters, topology key and
 //! volume metadata. Every OpenStack call goes through kos-cloud; the node side reaches the kernel
 //! only through [`node::Kernel`], so tests stand in for it.
+//!
+//! Waits on volumes differ from upstream's on purpose: upstream polls `GET /volumes/{id}` once
+//! per waiting call, so 200 claims created at once are 200 pollers. Here the calls of one
+//! controller share one poller ([`waits`]), which lists the cluster's volumes once per tick and
+//! wakes each call whose volume settled; each call keeps its own deadline and error. `kos bench
+//! csi` measures both ways (docs/benchmarks.md).
 
 pub mod config;
 pub mod controller;
@@ -12,6 +18,7 @@ pub mod metrics;
 pub mod node;
 pub mod run;
 pub mod server;
+pub mod waits;
 
 /// The generated CSI v1 messages and services (proto/csi.proto, spec v1.12.0).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
