@@ -315,6 +315,30 @@ pub enum BenchCommand {
     /// provisioning times: time until every Service has an address against a one-at-a-time,
     /// blocking baseline (the upstream's), calls per resync and per node join, peak RSS.
     Ccm(BenchCcmArgs),
+    /// kos-csi's controller when many claims are created at once, on a simulated cloud with
+    /// Cinder's realistic create time: time until every claim is Bound against one volume's create,
+    /// Cinder calls meanwhile and per resync, against a poller-per-volume baseline (upstream's).
+    Csi(BenchCsiArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchCsiArgs {
+    /// Claims (PersistentVolumeClaims) created at once.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    pub claims: u32,
+    /// CreateVolume calls in flight at most (the external-provisioner's --worker-threads).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    pub workers: u32,
+    /// Real seconds per cloud second. At most 0.025: the driver learns the cloud's pace from
+    /// whole-second `Date` headers, which slower clocks do not show within its windows (see
+    /// docs/benchmarks.md).
+    #[arg(long, default_value_t = 0.02)]
+    pub time_scale: f64,
+    /// Skip the poller-per-volume baseline.
+    #[arg(long)]
+    pub no_baseline: bool,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 #[derive(Debug, Args)]

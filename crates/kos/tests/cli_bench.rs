@@ -1,4 +1,4 @@
-//! `kos bench apply` and `kos bench ccm` run end to end and report in JSON. Figures are a benchmark's,
+//! `kos bench apply`, `kos bench ccm` and `kos bench csi` run end to end and report in JSON. Figures are a benchmark's,
 //! never asserted (the clock runs 500x fast here, so they are noisy anyway).
 
 use std::process::Command;
@@ -89,4 +89,38 @@ fn bench_ccm_reports_addresses_resync_and_node_join() {
         .sum();
     assert_eq!(puts, 3, "one member PUT per pool: {r}");
     assert_eq!(r["node_join_writes"], 3, "{r}");
+}
+
+/// `kos bench csi` end to end: the real CSI controller on a unix socket over kos-sim. Behaviour is
+/// asserted (every claim answered, the shared poller makes no per-volume GET while the baseline
+/// does, nothing polls when idle, a resync is one list), never a time.
+#[test]
+fn bench_csi_binds_every_claim_with_shared_lists() {
+    let out = Command::new(KOS)
+        .args(["bench", "csi", "--claims", "5", "--workers", "3"])
+        .args(["--output", "json"])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("kos runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(r["claims"], 5, "{r}");
+    for run in [&r["kos"], &r["baseline"]] {
+        assert_eq!(run["failed"], 0, "{r}");
+        assert!(run["bound_secs"].as_f64().is_some_and(|s| s > 0.0), "{r}");
+        assert_eq!(
+            run["create_calls"]["POST /volume/v3/{id}/volumes"], 5,
+            "{r}"
+        );
+        assert_eq!(run["idle_calls"], 0, "{r}");
+        assert_eq!(run["resync_calls_empty"], 1, "{r}");
+        assert_eq!(run["resync_calls_full"], 1, "{r}");
+    }
+    // The shared poller lists; each of the baseline's waits GETs its own volume.
+    assert_eq!(r["kos"]["gets"], 0, "{r}");
+    assert!(
+        r["baseline"]["gets"].as_u64().is_some_and(|n| n >= 5),
+        "{r}"
+    );
 }

@@ -384,7 +384,10 @@ impl World {
     }
 }
 
-fn since(now: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+pub(super) fn since(
+    now: &BTreeMap<String, u64>,
+    before: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
     now.iter()
         .map(|(op, n)| (op.clone(), n - before.get(op).copied().unwrap_or(0).min(*n)))
         .filter(|(_, n)| *n > 0)
@@ -427,7 +430,7 @@ fn node(i: u32) -> Node {
 }
 
 /// VmHWM of this process (Linux), in MiB.
-fn peak_rss_mib() -> Option<f64> {
+pub(super) fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kb: f64 = status
         .lines()

@@ -10,6 +10,7 @@
 mod artefacts;
 pub mod bench;
 mod bench_ccm;
+mod bench_csi;
 mod cluster;
 mod doctor;
 mod drain;
@@ -108,6 +109,9 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Bench {
             command: BenchCommand::Ccm(args),
         } => bench_ccm::ccm(args).await,
+        Command::Bench {
+            command: BenchCommand::Csi(args),
+        } => bench_csi::csi(args).await,
         Command::Sim {
             command: SimCommand::Serve(args),
         } => sim::serve(args)

@@ -1,0 +1,402 @@
+//! `kos bench csi`: kos-csi's controller when many claims are created at once. A benchmark, not a
+//! test: it measures and reports, it never fails on a time.
+//!
+//! One in-process kos-sim with the realistic latency model (5 s to create a volume, 50 ms per
+//! call) on a scaled clock, and the kos-csi controller serving CSI on a unix socket in a temporary
+//! directory. A driver does what the external-provisioner does for `--claims` claims created at
+//! once: one CreateVolume per claim, at most `--workers` in flight (its `--worker-threads`), each
+//! claim Bound when its call answers. Reported: the cloud seconds until every call answered,
+//! against the latency model's time for one volume; Cinder's calls meanwhile; the calls of an idle
+//! spell and of one resync (a full ListVolumes walk) before and after the volumes exist; and the
+//! process's peak RSS. The baseline, in the same run on a fresh cloud, is upstream's way of
+//! waiting: one poller per volume (`GET /volumes/{id}` with backoff).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use kos_cloud::Session;
+use kos_cloud::model::block_storage::VolumeFilter;
+use kos_csi::config::DriverConfig;
+use kos_csi::controller::Controller;
+use kos_csi::csi;
+use kos_csi::csi::controller_client::ControllerClient;
+use kos_csi::identity::Identity;
+use kos_csi::server::{self, Services};
+use kos_csi::waits::WaitMode;
+use kos_sim::{LatencyModel, Sim, SimConfig};
+use miette::{IntoDiagnostic, WrapErr};
+use serde::Serialize;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::bench_ccm::{peak_rss_mib, since};
+use super::{Exit, Failure};
+use crate::cli::{BenchCsiArgs, Output};
+
+/// What the run is held against: every claim Bound within this many times one volume's create.
+const TARGET_RATIO: f64 = 1.2;
+/// An idle spell, in cloud seconds: long enough for any poller to show.
+const IDLE_CLOUD_SECS: f64 = 30.0;
+
+#[derive(Debug, Serialize)]
+struct Report {
+    claims: u32,
+    workers: u32,
+    time_scale: f64,
+    /// The latency model's time for one volume's create, in cloud seconds.
+    one_volume_secs: f64,
+    /// The batched run (kos-csi's default).
+    kos: Run,
+    /// One poller per volume, as upstream cinder-csi waits (`None`: not run).
+    baseline: Option<Run>,
+    /// The whole process's peak resident set (kos-sim included), in MiB.
+    peak_rss_mib: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Run {
+    /// Cloud seconds from the first CreateVolume until every one answered.
+    bound_secs: f64,
+    /// `bound_secs` over one volume's create time.
+    ratio: f64,
+    /// Whether `ratio` is within [`TARGET_RATIO`].
+    within_target: bool,
+    /// CreateVolume calls that failed (0 in a sound run).
+    failed: u32,
+    /// Cinder calls until every claim was Bound, by operation.
+    create_calls: BTreeMap<String, u64>,
+    /// Cinder reads until every claim was Bound: volume lists, single-volume GETs.
+    lists: u64,
+    gets: u64,
+    /// Cinder calls during an idle spell of 30 cloud seconds after the run.
+    idle_calls: u64,
+    /// Cinder calls of one resync before any volume existed, and after the run.
+    resync_calls_empty: u64,
+    resync_calls_full: u64,
+}
+
+pub async fn csi(args: BenchCsiArgs) -> Result<Exit, Failure> {
+    let report = measure(&args).await.map_err(Failure::cloud_diagnostic)?;
+    match args.output {
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report)
+                .into_diagnostic()
+                .map_err(Failure::cloud_diagnostic)?
+        ),
+        Output::Text => print!("{}", render(&report)),
+    }
+    Ok(Exit::Ok)
+}
+
+async fn measure(args: &BenchCsiArgs) -> miette::Result<Report> {
+    let scale = args.time_scale;
+    eprintln!(
+        "kos bench csi: {} claims at once, {} in flight, 1 cloud s = {scale} real s",
+        args.claims, args.workers
+    );
+    let one_volume_secs = LatencyModel::default().volume_create_secs;
+    let kos = run(args, WaitMode::Batched, one_volume_secs).await?;
+    eprintln!(
+        "kos-csi: every claim Bound after {:.1} cloud s",
+        kos.bound_secs
+    );
+    let baseline = if args.no_baseline {
+        None
+    } else {
+        let b = run(args, WaitMode::PerVolume, one_volume_secs).await?;
+        eprintln!(
+            "baseline (a poller per volume): every claim Bound after {:.1} cloud s",
+            b.bound_secs
+        );
+        Some(b)
+    };
+    Ok(Report {
+        claims: args.claims,
+        workers: args.workers,
+        time_scale: scale,
+        one_volume_secs,
+        kos,
+        baseline,
+        peak_rss_mib: peak_rss_mib(),
+    })
+}
+
+/// One run on a fresh cloud and a fresh driver.
+async fn run(args: &BenchCsiArgs, mode: WaitMode, one_volume_secs: f64) -> miette::Result<Run> {
+    let scale = args.time_scale;
+    let sim = Sim::start(SimConfig {
+        time_scale: scale,
+        latency: LatencyModel::default(),
+        token_lifetime_secs: 1e9,
+        ..SimConfig::default()
+    })
+    .await
+    .into_diagnostic()
+    .wrap_err("cannot start the simulated cloud")?;
+    {
+        let q = &mut sim.app().cloud().quotas;
+        q.volumes = i64::from(args.claims) * 2 + 10;
+        q.gigabytes = q.volumes;
+    }
+    let session = super::bench::connect(&sim, scale).await?;
+    learn_pace(&session).await;
+
+    let mut cfg = DriverConfig::new("bench", Default::default());
+    cfg.wait_mode = mode;
+    let controller = Controller::new(session.clone(), Arc::new(cfg));
+    let dir = tempfile::tempdir().into_diagnostic()?;
+    let socket = dir.path().join("csi.sock");
+    let listener = server::bind(&socket).into_diagnostic()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(server::serve(
+        listener,
+        Services {
+            identity: Identity {
+                with_topology: true,
+            },
+            controller: Some(controller),
+            node: None,
+        },
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let client = ControllerClient::new(channel(&socket).await?);
+
+    let resync_calls_empty = resync(&sim, &client).await?;
+
+    let before = cloud_calls(&sim);
+    let t0 = Instant::now();
+    let failed = provision(&client, args.claims, args.workers).await?;
+    let bound_secs = t0.elapsed().as_secs_f64() / scale;
+    let create_calls = since(&cloud_calls(&sim), &before);
+
+    let before = cloud_calls(&sim);
+    tokio::time::sleep(Duration::from_secs_f64(IDLE_CLOUD_SECS * scale)).await;
+    let idle_calls = since(&cloud_calls(&sim), &before).values().sum();
+    let resync_calls_full = resync(&sim, &client).await?;
+
+    let _ = stop.send(());
+    let _ = served.await;
+    let reads = |suffix: &str| -> u64 {
+        create_calls
+            .iter()
+            .filter(|(op, _)| op.starts_with("GET ") && op.ends_with(suffix))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let ratio = bound_secs / one_volume_secs;
+    Ok(Run {
+        bound_secs,
+        ratio,
+        within_target: ratio <= TARGET_RATIO,
+        failed,
+        lists: reads("/volumes/detail"),
+        gets: reads("/volumes/{id}"),
+        create_calls,
+        idle_calls,
+        resync_calls_empty,
+        resync_calls_full,
+    })
+}
+
+/// Answers over a few windows of half a second, so that the session knows the cloud's pace before
+/// the run (its waits and the shared poller's tick are in cloud time, and the `Date` header has
+/// whole seconds: shorter windows tell nothing); at most 5 real seconds (a real-time clock stays 1).
+async fn learn_pace(session: &Session) {
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while session.pace().rate() <= 1.0 && Instant::now() < give_up {
+        let _ = session
+            .block_storage()
+            .list_volumes(&VolumeFilter::default())
+            .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tracing::debug!(rate = session.pace().rate(), "the cloud's pace");
+}
+
+async fn channel(socket: &Path) -> miette::Result<Channel> {
+    let socket = socket.to_owned();
+    Endpoint::try_from("http://[::]:50051")
+        .into_diagnostic()?
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let socket = socket.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(socket).await?)) }
+        }))
+        .await
+        .into_diagnostic()
+        .wrap_err("cannot connect to the driver's socket")
+}
+
+/// What the external-provisioner sends for `n` claims created at once, `workers` at a time:
+/// returns how many calls failed.
+async fn provision(
+    client: &ControllerClient<Channel>,
+    n: u32,
+    workers: u32,
+) -> miette::Result<u32> {
+    let gate = Arc::new(tokio::sync::Semaphore::new(
+        usize::try_from(workers).unwrap_or(1).max(1),
+    ));
+    let mut calls = Vec::new();
+    for i in 0..n {
+        let gate = gate.clone();
+        let mut client = client.clone();
+        calls.push(tokio::spawn(async move {
+            let _slot = gate.acquire_owned().await.ok()?;
+            client.create_volume(claim(i)).await.err()
+        }));
+    }
+    let mut failed = 0;
+    let mut first = None;
+    for c in calls {
+        if let Some(e) = c.await.into_diagnostic()? {
+            failed += 1;
+            first.get_or_insert(e);
+        }
+    }
+    if let Some(e) = first {
+        eprintln!("{failed} CreateVolume calls failed; the first: {e}");
+    }
+    Ok(failed)
+}
+
+/// A claim's CreateVolume as the external-provisioner makes it (`pvc-<uid>`, 1 GiB, mount, the
+/// `--extra-create-metadata` parameters).
+fn claim(i: u32) -> csi::CreateVolumeRequest {
+    use csi::volume_capability::{AccessMode, AccessType, MountVolume, access_mode::Mode};
+    let pv = format!("pvc-{i:08}-bench");
+    csi::CreateVolumeRequest {
+        name: pv.clone(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: kos_csi::GIB,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![csi::VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume {
+                fs_type: "ext4".into(),
+                ..Default::default()
+            })),
+            access_mode: Some(AccessMode {
+                mode: Mode::SingleNodeWriter as i32,
+            }),
+        }],
+        parameters: [
+            ("csi.storage.k8s.io/pvc/name", format!("data-{i}")),
+            ("csi.storage.k8s.io/pvc/namespace", "default".to_owned()),
+            ("csi.storage.k8s.io/pv/name", pv),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect(),
+        ..Default::default()
+    }
+}
+
+/// One resync: a full ListVolumes walk, following `next_token` until it is empty, with the
+/// driver's page size (`max_entries` 0), as a sidecar's periodic resync does. Returns the Cinder
+/// calls it made.
+async fn resync(sim: &Sim, client: &ControllerClient<Channel>) -> miette::Result<u64> {
+    let before = cloud_calls(sim);
+    let mut client = client.clone();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list_volumes(csi::ListVolumesRequest {
+                max_entries: 0,
+                starting_token: token,
+            })
+            .await
+            .into_diagnostic()
+            .wrap_err("ListVolumes")?
+            .into_inner();
+        if page.next_token.is_empty() {
+            break;
+        }
+        token = page.next_token;
+    }
+    Ok(since(&cloud_calls(sim), &before).values().sum())
+}
+
+/// Every call the cloud received, by `METHOD /path-template`, Keystone's left out (a token now and
+/// then is not the driver's doing).
+fn cloud_calls(sim: &Sim) -> BTreeMap<String, u64> {
+    let obs = sim.app().observations();
+    obs.counters
+        .values()
+        .flat_map(|c| c.by_operation.iter())
+        .filter(|(op, _)| !op.contains("/identity/"))
+        .map(|(op, n)| (op.clone(), *n))
+        .collect()
+}
+
+fn render(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "kos bench csi: {} claims created at once, {} CreateVolume calls in flight (cloud seconds; 1 cloud s = {} real s)",
+        r.claims, r.workers, r.time_scale
+    );
+    let _ = writeln!(
+        out,
+        "  one volume's create in the latency model: {:.1} s; target: every claim Bound within {TARGET_RATIO}x\n",
+        r.one_volume_secs
+    );
+    let mut row = |name: &str, run: &Run| {
+        let _ = writeln!(
+            out,
+            "  {name:<34} every claim Bound after {:>7.1} s ({:.2}x{}){}",
+            run.bound_secs,
+            run.ratio,
+            if run.within_target {
+                ", within target"
+            } else {
+                ""
+            },
+            if run.failed > 0 {
+                format!(", {} calls FAILED", run.failed)
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(
+            out,
+            "  {:<34} Cinder reads meanwhile: {} lists, {} single-volume GETs; idle {IDLE_CLOUD_SECS:.0} s: {} calls; resync: {} calls empty, {} calls with the volumes",
+            "", run.lists, run.gets, run.idle_calls, run.resync_calls_empty, run.resync_calls_full
+        );
+    };
+    row("kos-csi (one shared poller)", &r.kos);
+    if let Some(b) = &r.baseline {
+        row("baseline (a poller per volume)", b);
+    }
+    let _ = writeln!(
+        out,
+        "\n  Cinder calls until every claim was Bound (kos-csi):"
+    );
+    for (op, n) in &r.kos.create_calls {
+        let _ = writeln!(out, "    {n:>6}  {op}");
+    }
+    if r.claims > r.workers {
+        let _ = writeln!(
+            out,
+            "\n  note: {} claims with {} in flight need {} rounds of creates: no driver beats {} x {:.1} s",
+            r.claims,
+            r.workers,
+            r.claims.div_ceil(r.workers),
+            r.claims.div_ceil(r.workers),
+            r.one_volume_secs
+        );
+    }
+    if let Some(m) = r.peak_rss_mib {
+        let _ = writeln!(
+            out,
+            "\n  peak RSS of the whole process (kos-sim included): {m:.0} MiB"
+        );
+    }
+    out
+}
