@@ -208,9 +208,34 @@ pub fn cloud_conf(cluster: &ClusterInput) -> Sensitive {
             lb.push_str("lb-method = \"SOURCE_IP_PORT\"\n");
         }
     }
-    Sensitive::new(format!(
-        "{global}\n{lb}\n[BlockStorage]\n# upstream's documented default; unset, cinder-csi reports no attach limit at all\nnode-volume-attach-limit = 256\n"
-    ))
+    let mut bs = String::from(
+        "[BlockStorage]\n# upstream's documented default; unset, cinder-csi reports no attach limit at all\nnode-volume-attach-limit = 256\n",
+    );
+    if c.csi_volume_zone.is_some() {
+        // Cinder's zones are not the nodes': a volume is made in the StorageClass's `availability`
+        // zone and is reachable from the node that asked for it (its topology is the node's).
+        bs.push_str("ignore-volume-az = true\n");
+    }
+    Sensitive::new(format!("{global}\n{lb}\n{bs}"))
+}
+
+/// The default StorageClass, naming the Cinder zone its volumes are made in when the nodes' zones
+/// are not Cinder's (`parameters.availability`, read with cloud.conf's `ignore-volume-az`). The
+/// parameters go right after the class's `provisioner` line, whatever else the file holds.
+fn storage_class(template: &str, zone: Option<&str>) -> Result<String> {
+    let Some(z) = zone else {
+        return Ok(template.to_owned());
+    };
+    let at = template
+        .find("\nprovisioner:")
+        .and_then(|i| template[i + 1..].find('\n').map(|j| i + 1 + j + 1))
+        .ok_or_else(|| Error::Pins("the StorageClass template has no provisioner line".into()))?;
+    // A JSON string is a YAML scalar: the zone is quoted whatever it holds.
+    let params = format!(
+        "parameters:\n  availability: {}\n",
+        serde_json::Value::from(z)
+    );
+    Ok(format!("{}{params}{}", &template[..at], &template[at..]))
 }
 
 #[derive(Serialize)]
@@ -383,10 +408,14 @@ pub fn render_addons(cluster: &ClusterInput) -> Result<Vec<Manifest>> {
     };
     if let Some(driver) = driver {
         manifests.push(driver);
-        manifests.push(file(
-            "30-storageclass.yaml",
-            include_str!("addons/storageclass.yaml"),
-        )?);
+        let class = fill(include_str!("addons/storageclass.yaml"), &vars)?;
+        manifests.push(Manifest {
+            name: "30-storageclass.yaml".into(),
+            yaml: Sensitive::new(storage_class(
+                &class,
+                cluster.cloud.csi_volume_zone.as_deref(),
+            )?),
+        });
         manifests.push(file(
             "40-snapshot-controller.yaml",
             include_str!("addons/snapshot-controller.yaml"),

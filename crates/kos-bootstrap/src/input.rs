@@ -170,6 +170,11 @@ pub struct CloudConf {
     pub lb_provider: Option<String>,
     /// The PEM bundle that verifies the cloud's endpoints (clouds.yaml `cacert`), for `ca-file`.
     pub ca_cert: Option<String>,
+    /// The Cinder zone CSI volumes are made in when the nodes' compute zones are not Cinder's:
+    /// `[BlockStorage] ignore-volume-az` and the default StorageClass's `availability`, so a volume
+    /// is made there and is reachable from the node that asked (Nova attaches across zones).
+    /// `None`: a volume goes to its node's zone, as upstream does by default.
+    pub csi_volume_zone: Option<String>,
 }
 
 /// How joining control planes get the shared CA and service-account keys.
@@ -332,6 +337,12 @@ impl ClusterInput {
             ("subnet_id", c.subnet_id.as_str()),
         ] {
             single_line(field, v)?;
+        }
+        if let Some(z) = &c.csi_volume_zone {
+            single_line("csi_volume_zone", z)?;
+            if z.is_empty() {
+                return Err(Error::invalid("csi_volume_zone", "must not be empty"));
+            }
         }
         if !(c.auth_url.starts_with("https://") || c.auth_url.starts_with("http://")) {
             return Err(Error::invalid("auth_url", "must be an http(s) URL"));

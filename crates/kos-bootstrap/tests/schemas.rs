@@ -139,6 +139,10 @@ fn variants(version: &str) -> Vec<(String, ClusterInput)> {
             out.push((format!("ccm-{ccm_name}-csi-{csi_name}"), c));
         }
     }
+    // Cinder's zones apart from Nova's: the StorageClass names the one its volumes go to.
+    let mut zoned = cluster(version, 3, 2);
+    zoned.cloud.csi_volume_zone = Some("nova".into());
+    out.push(("ccm-upstream-csi-cinder-zoned".into(), zoned));
     out
 }
 

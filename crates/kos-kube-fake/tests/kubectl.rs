@@ -386,6 +386,7 @@ fn kos_addons() -> Vec<kos_bootstrap::Manifest> {
             subnet_id: "c2d9e1f4-3a5b-4c6d-8e7f-9a0b1c2d3e4f".into(),
             lb_provider: None,
             ca_cert: None,
+            csi_volume_zone: None,
         },
         pki_delivery: PkiDelivery::AllControlPlanes,
         expected_nodes: 2,

@@ -62,6 +62,7 @@ pub fn cluster(version: &str, control_planes: u32, workers: u32) -> ClusterInput
             subnet_id: "c2d9e1f4-3a5b-4c6d-8e7f-9a0b1c2d3e4f".into(),
             lb_provider: None,
             ca_cert: None,
+            csi_volume_zone: None,
         },
         pki_delivery: PkiDelivery::AllControlPlanes,
         expected_nodes: control_planes + workers,
