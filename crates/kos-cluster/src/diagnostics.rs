@@ -103,6 +103,9 @@ pub enum Code {
     AzNotFound,
     /// The cloud has no availability-zone API: zones were not checked.
     AzUnchecked,
+    /// The nodes' compute zones are not all Cinder's and Cinder has several zones: the spec must name
+    /// the one CSI volumes are made in (`addons.csiAvailabilityZone`).
+    CsiZoneUnknown,
     /// The Octavia provider is not enabled.
     ProviderNotFound,
     /// The boot volume type does not exist.
@@ -163,6 +166,7 @@ impl Code {
             Self::ExternalNetworkAmbiguous => "kos::preflight::external_network_ambiguous",
             Self::AzNotFound => "kos::preflight::az_not_found",
             Self::AzUnchecked => "kos::preflight::az_unchecked",
+            Self::CsiZoneUnknown => "kos::preflight::csi_zone_unknown",
             Self::ProviderNotFound => "kos::preflight::provider_not_found",
             Self::VolumeTypeNotFound => "kos::preflight::volume_type_not_found",
             Self::ExistingNetwork => "kos::preflight::existing_network",

@@ -24,6 +24,10 @@ pub struct Resolved {
     pub service_lb_provider: Option<String>,
     /// The roles of the CCM's application credential ([`crate::credential::ccm_roles`]).
     pub ccm_roles: Vec<String>,
+    /// The Cinder zone the CSI driver makes volumes in when the nodes' compute zones are not all
+    /// Cinder's (`addons.csiAvailabilityZone`, else Cinder's only zone); `None`: a volume goes to its
+    /// node's zone.
+    pub csi_volume_zone: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

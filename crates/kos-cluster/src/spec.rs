@@ -567,6 +567,10 @@ pub struct Addons {
     /// rotates it once a third of that is left. `None`:
     /// [`crate::credential::DEFAULT_LIFETIME_DAYS`].
     pub credential_lifetime_days: Option<Spanned<u32>>,
+    /// `csiAvailabilityZone`: the Cinder zone the CSI driver makes volumes in when the nodes'
+    /// compute zones are not Cinder's (preflight checks it is one of Cinder's). `None`: preflight
+    /// decides (no change when every node zone is Cinder's, else Cinder's only zone).
+    pub csi_availability_zone: Option<Spanned<String>>,
 }
 
 impl Addons {

@@ -239,6 +239,7 @@ async fn minimal_example_resolves() -> R {
         service_lb_provider: None,
         // The simulated user's roles: member (implying reader), load-balancer_member, creator.
         ccm_roles: vec!["member".into(), "load-balancer_member".into()],
+        csi_volume_zone: None,
     };
     assert_eq!(p.resolved, want);
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
@@ -1108,5 +1109,169 @@ async fn a_user_without_a_member_role_is_refused_before_anything_is_made() -> R 
             .is_some_and(|h| h.contains("openstack role add")),
         "{d:?}"
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- CSI volumes' Cinder zone
+
+/// A cloud whose Nova has `zones` and whose Cinder has `volume_zones`.
+async fn start_zoned(zones: &[&str], volume_zones: &[&str]) -> Result<Cloud, E> {
+    let names = |z: &[&str]| z.iter().map(|s| (*s).to_owned()).collect();
+    start_with(SimConfig {
+        token_lifetime_secs: 1e9,
+        zones: names(zones),
+        volume_zones: names(volume_zones),
+        ..SimConfig::fast()
+    })
+    .await
+}
+
+/// The minimal example with `addons:` lines added to its spec.
+fn minimal_with_addons(addons: &str) -> Result<String, E> {
+    minimal_with(&[(
+        "  apiEndpoint:\n",
+        &format!("  addons:\n{addons}  apiEndpoint:\n"),
+    )])
+}
+
+/// The CSI volumes' zone preflight decided for `text`.
+async fn csi_zone(c: &Cloud, text: &str) -> Result<Option<String>, E> {
+    let p = c.run(text).await?.map_err(|e| format!("{}", e.report))?;
+    Ok(p.resolved.csi_volume_zone)
+}
+
+#[tokio::test]
+async fn csi_volumes_keep_their_nodes_zone_when_every_compute_zone_is_cinders() -> R {
+    let c = start_zoned(&["az1", "az2"], &["az1", "az2", "archive"]).await?;
+    assert_eq!(csi_zone(&c, &example("minimal.yaml")?).await?, None);
+    // A CSI-less cluster decides nothing either.
+    let none = minimal_with_addons("    csi: none\n")?;
+    assert_eq!(csi_zone(&c, &none).await?, None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn csi_volumes_go_to_cinders_only_zone_when_it_lacks_the_compute_zones() -> R {
+    let c = start_zoned(&["az1", "az2", "az3"], &["nova"]).await?;
+    assert_eq!(
+        csi_zone(&c, &example("minimal.yaml")?).await?.as_deref(),
+        Some("nova")
+    );
+    // kos-csi is the same driver, decided the same way.
+    let kos =
+        minimal_with_addons("    csi: {kos: {image: registry.example.com/kos/kos-csi:0.1.0}}\n")?;
+    assert_eq!(csi_zone(&c, &kos).await?.as_deref(), Some("nova"));
+    Ok(())
+}
+
+/// The zones the nodes may land in are the machines' `availabilityZones` when given: a compute
+/// zone no machine uses does not count.
+#[tokio::test]
+async fn only_the_zones_the_machines_may_use_count() -> R {
+    let c = start_zoned(&["az1", "az2"], &["az1", "nova"]).await?;
+    let pinned = minimal_with(&[
+        (
+            "    image: ubuntu-24.04\n  nodePools",
+            "    image: ubuntu-24.04\n    availabilityZones: [az1]\n  nodePools",
+        ),
+        (
+            "      image: ubuntu-24.04\n",
+            "      image: ubuntu-24.04\n      availabilityZones: [az1]\n",
+        ),
+    ])?;
+    assert_eq!(csi_zone(&c, &pinned).await?, None);
+    // Unpinned, the workers may land in az2, which Cinder lacks; Cinder has two zones: an error.
+    let e = c.fails(&example("minimal.yaml")?).await?;
+    expect(&e, Code::CsiZoneUnknown, "`az2`");
+    Ok(())
+}
+
+#[tokio::test]
+async fn several_cinder_zones_and_none_named_is_an_error_naming_the_field() -> R {
+    let c = start_zoned(&["az1", "az2"], &["nova", "archive"]).await?;
+    let e = c.fails(&example("minimal.yaml")?).await?;
+    expect(
+        &e,
+        Code::CsiZoneUnknown,
+        "spec.addons.csiAvailabilityZone: Cinder has no zone named as the compute zones `az1`, `az2`",
+    );
+    let d = e
+        .report
+        .errors()
+        .find(|d| d.code == Code::CsiZoneUnknown)
+        .ok_or("no error")?;
+    assert!(d.message.contains("(nova, archive)"), "{d:?}");
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.contains("set `addons.csiAvailabilityZone`")
+                && h.contains("one of: nova, archive")),
+        "{d:?}"
+    );
+    assert!(
+        e.report.to_string().contains("cluster.yaml"),
+        "{}",
+        e.report
+    );
+
+    // Naming one of Cinder's zones settles it.
+    let named = minimal_with_addons("    csiAvailabilityZone: archive\n")?;
+    assert_eq!(csi_zone(&c, &named).await?.as_deref(), Some("archive"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_csi_zone_cinder_lacks_is_an_error_naming_cinders_zones() -> R {
+    let c = start_zoned(&["az1", "az2"], &["nova", "archive"]).await?;
+    let text = minimal_with_addons("    csiAvailabilityZone: az1\n")?;
+    let e = c.fails(&text).await?;
+    expect(
+        &e,
+        Code::AzNotFound,
+        "spec.addons.csiAvailabilityZone: Cinder has no availability zone named `az1`",
+    );
+    let d = e
+        .report
+        .errors()
+        .find(|d| d.code == Code::AzNotFound)
+        .ok_or("no error")?;
+    assert!(
+        d.help
+            .as_deref()
+            .is_some_and(|h| h.contains("one of Cinder's zones: nova, archive")),
+        "{d:?}"
+    );
+    let mut out = String::new();
+    miette::GraphicalReportHandler::new_themed(miette::GraphicalTheme::unicode_nocolor())
+        .render_report(&mut out, &e)?;
+    assert!(
+        out.contains("cluster.yaml") && out.contains("csiAvailabilityZone: az1"),
+        "the report names the file and shows the line:\n{out}"
+    );
+    Ok(())
+}
+
+/// Only a cluster with a CSI driver asks for the zones (the example names none of its own).
+#[tokio::test]
+async fn a_spec_without_csi_asks_for_no_zones() -> R {
+    let c = start_zoned(&["az1", "az2", "az3"], &["nova"]).await?;
+    let zone_calls = |c: &Cloud, before: &kos_cloud::CallCounts| -> Vec<ServiceKind> {
+        c.session
+            .counters()
+            .since(before)
+            .by_operation
+            .keys()
+            .filter(|(_, op)| *op == "availability_zone.list")
+            .map(|(s, _)| *s)
+            .collect()
+    };
+    let before = c.session.counters();
+    let none = minimal_with_addons("    csi: none\n")?;
+    assert_eq!(csi_zone(&c, &none).await?, None);
+    assert_eq!(zone_calls(&c, &before), Vec::new());
+
+    let before = c.session.counters();
+    csi_zone(&c, &example("minimal.yaml")?).await?;
+    assert_eq!(zone_calls(&c, &before).len(), 2, "Nova's and Cinder's");
     Ok(())
 }

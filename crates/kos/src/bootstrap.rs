@@ -416,6 +416,8 @@ pub struct KubeadmBootstrap {
     service_lb_provider: Option<String>,
     /// The PEM of clouds.yaml's `cacert`, for cloud.conf's `ca-file`.
     ca_cert: Option<String>,
+    /// The Cinder zone of CSI volumes, when the nodes' zones are not Cinder's (preflight decided).
+    csi_volume_zone: Option<String>,
     secrets: ClusterSecrets,
     stored_ccm: Option<StoredCcm>,
     ccm_path: PathBuf,
@@ -487,6 +489,7 @@ impl KubeadmBootstrap {
             region: session.region().unwrap_or(DEFAULT_REGION).to_owned(),
             floating_network_id: resolved.external_network.id.clone(),
             service_lb_provider: resolved.service_lb_provider.clone(),
+            csi_volume_zone: resolved.csi_volume_zone.clone(),
             ca_cert,
             secrets,
             stored_ccm: local.ccm_credential()?,
@@ -549,6 +552,7 @@ impl KubeadmBootstrap {
                 subnet_id: node.subnet_id.clone().unwrap_or_else(|| "unused".into()),
                 lb_provider: self.service_lb_provider.clone(),
                 ca_cert: self.ca_cert.clone(),
+                csi_volume_zone: self.csi_volume_zone.clone(),
             },
             pki_delivery: PkiDelivery::UploadCerts,
             expected_nodes: self.expected_nodes,

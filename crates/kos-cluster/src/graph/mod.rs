@@ -531,6 +531,7 @@ mod tests {
             lb_provider: Some("amphora".into()),
             service_lb_provider: Some("amphora".into()),
             ccm_roles: vec!["member".into()],
+            csi_volume_zone: None,
         };
         let g = desired(&spec, &resolved, Formation::Fresh).expect("no duplicate id");
         for n in g.nodes.values() {
@@ -632,6 +633,7 @@ mod tests {
             },
             service_lb_provider: None,
             ccm_roles: vec!["member".into()],
+            csi_volume_zone: None,
         };
         desired(&spec, &resolved, formation).expect("graph")
     }

@@ -15,7 +15,7 @@ use kos_cloud::model::network::{
 use kos_cloud::{CloudError, Session};
 
 use crate::names::{TAG_CLUSTER, cluster_tag};
-use crate::spec::{ClusterSpec, EndpointKind, ImageRef, Machine, ResourceRef};
+use crate::spec::{ClusterSpec, Csi, EndpointKind, ImageRef, Machine, ResourceRef};
 
 type Fetched<T> = Result<T, CloudError>;
 
@@ -31,8 +31,11 @@ pub(crate) struct Facts {
     pub routers: Fetched<Vec<Router>>,
     /// All the project's ports: router interfaces, addresses used on a subnet, this cluster's ports.
     pub ports: Fetched<Vec<Port>>,
+    /// Nova's zones, asked when a machine names zones or a CSI driver is installed (its volumes'
+    /// zone is decided from the zones the nodes may land in).
     pub zones: Option<Fetched<Vec<AvailabilityZone>>>,
-    /// Cinder's own zones, asked whenever a machine boots from a volume (they need not be Nova's).
+    /// Cinder's own zones, asked whenever a machine boots from a volume or a CSI driver is installed
+    /// (they need not be Nova's).
     pub volume_zones: Option<Fetched<Vec<VolumeZone>>>,
     pub providers: Option<Fetched<Vec<Provider>>>,
     pub volume_types: Option<Fetched<Vec<VolumeType>>>,
@@ -58,6 +61,11 @@ pub(crate) fn machines(spec: &ClusterSpec) -> impl Iterator<Item = &Machine> {
     std::iter::once(&spec.control_plane.machine).chain(spec.node_pools.iter().map(|p| &p.machine))
 }
 
+/// Whether the spec installs a CSI driver (cinder-csi or kos-csi), whose volumes Cinder makes.
+pub(crate) fn uses_csi(spec: &ClusterSpec) -> bool {
+    !matches!(spec.addons.csi, Csi::None)
+}
+
 /// Runs `f` only when `wanted`, so a service the spec does not use is never called.
 async fn when<T, F: Future<Output = T>>(wanted: bool, f: impl FnOnce() -> F) -> Option<T> {
     if wanted { Some(f().await) } else { None }
@@ -79,7 +87,10 @@ impl Facts {
             EndpointKind::LoadBalancer { .. }
         ) || spec.service_load_balancers.provider.is_some();
         let uses_volumes = machines(spec).any(|m| m.boot_volume.is_some());
-        let uses_zones = machines(spec).any(|m| !m.availability_zones.is_empty());
+        // A CSI driver makes volumes in Cinder for pods on nodes in Nova's zones: both lists decide
+        // which Cinder zone they go to.
+        let uses_csi = uses_csi(spec);
+        let uses_zones = uses_csi || machines(spec).any(|m| !m.availability_zones.is_empty());
         let uses_types = machines(spec).any(|m| {
             m.boot_volume
                 .as_ref()
@@ -157,7 +168,7 @@ impl Facts {
                 futures::join!(
                     when(uses_lb, || lb.list_providers()),
                     when(uses_types, || storage.list_volume_types()),
-                    when(uses_volumes, || storage.availability_zones()),
+                    when(uses_volumes || uses_csi, || storage.availability_zones()),
                     compute.limits(),
                     network.quotas(),
                     when(uses_volumes, || storage.quotas()),

@@ -112,6 +112,14 @@ pub(crate) fn resolve(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<
     let lb_provider = provider(cx, spec, facts);
     let service_lb_provider = service_provider(cx, spec, facts);
     let ccm_roles = ccm_roles(cx, facts);
+    let csi_volume_zone = csi_volume_zone(
+        cx,
+        spec,
+        Zones {
+            compute: zones.as_deref(),
+            volume: volume_zones.as_deref(),
+        },
+    );
 
     let mut machines = machines.into_iter();
     let control_plane = machines.next().flatten();
@@ -129,6 +137,7 @@ pub(crate) fn resolve(cx: &mut Cx, spec: &ClusterSpec, facts: &Facts) -> Option<
         lb_provider: lb_provider?,
         service_lb_provider: service_lb_provider?,
         ccm_roles: ccm_roles?,
+        csi_volume_zone: csi_volume_zone?,
     })
 }
 
@@ -311,7 +320,8 @@ fn zones(cx: &mut Cx, facts: &Facts) -> Option<Vec<AvailabilityZone>> {
         cx,
         facts.zones.as_ref()?,
         "list availability zones",
-        "this cloud does not list its availability zones: the spec's zones were not checked",
+        "this cloud does not list its availability zones: the spec's zones (and whether CSI \
+         volumes' zones are Cinder's) were not checked",
         "if a zone is wrong, servers in it fail to schedule; check the names with the operator",
     )
 }
@@ -323,10 +333,11 @@ fn volume_zones(cx: &mut Cx, facts: &Facts) -> Option<Vec<VolumeZone>> {
         cx,
         facts.volume_zones.as_ref()?,
         "list Cinder's availability zones",
-        "Cinder does not list its availability zones: boot volumes go to their server's \
-         compute zone (or the spec's `bootVolume.availabilityZone`), unchecked",
+        "Cinder does not list its availability zones: boot and CSI volumes go to their server's \
+         compute zone (or the spec's `bootVolume.availabilityZone`, `addons.csiAvailabilityZone`), \
+         unchecked",
         "if Cinder's zones differ from the compute zones, ask the operator for them and set \
-         `bootVolume.availabilityZone`",
+         `bootVolume.availabilityZone` and `addons.csiAvailabilityZone`",
     )
 }
 
@@ -396,6 +407,106 @@ fn volume_zone(cx: &mut Cx, path: &str, m: &Machine, cinder: Option<&[VolumeZone
         )),
     );
     false
+}
+
+/// The Cinder zone the CSI driver makes volumes in, or `None` when a volume can go to its node's
+/// compute zone; the outer `None` is an error (reported here).
+///
+/// External-provisioner asks for a volume in the zone of the node a pod landed on, and Cinder
+/// refuses a zone it lacks (400 "Availability zone 'az1' is invalid"): the claim never binds. So
+/// when a zone the nodes may land in (the machines' `availabilityZones`, else all of Nova's) is not
+/// Cinder's, the volumes go to the spec's `addons.csiAvailabilityZone`, else to Cinder's only zone.
+/// The spec's zone, when given, is always used (checked against Cinder's).
+fn csi_volume_zone(cx: &mut Cx, spec: &ClusterSpec, clouds: Zones<'_>) -> Option<Option<String>> {
+    if !super::facts::uses_csi(spec) {
+        return Some(None);
+    }
+    let available = |all: &[VolumeZone]| -> Vec<String> {
+        all.iter()
+            .filter(|k| k.state.available)
+            .map(|k| k.name.clone())
+            .collect()
+    };
+    let field = "spec.addons.csiAvailabilityZone";
+    if let Some(z) = &spec.addons.csi_availability_zone {
+        let Some(cinder) = clouds.volume else {
+            // Cinder does not list its zones (warned where they were read): taken as written.
+            return Some(Some(z.value.clone()));
+        };
+        let problem = match cinder.iter().find(|k| k.name == z.value) {
+            None => format!("Cinder has no availability zone named `{}`", z.value),
+            Some(k) if !k.state.available => {
+                format!("Cinder's availability zone `{}` is not available", k.name)
+            }
+            Some(_) => return Some(Some(z.value.clone())),
+        };
+        cx.push(
+            Diagnostic::error(Code::AzNotFound, field, problem)
+                .label(z.span, "not one of Cinder's zones")
+                .help(format!(
+                    "set `addons.csiAvailabilityZone` to one of Cinder's zones: {} (`openstack \
+                     availability zone list --volume`), or leave it out when every compute zone \
+                     the nodes use is also Cinder's",
+                    some_of(available(cinder), 12)
+                )),
+        );
+        return None;
+    }
+    let (Some(cinder), Some(nova)) = (clouds.volume, clouds.compute) else {
+        // A list is missing (warned where it was read): volumes go to their node's zone, as upstream.
+        return Some(None);
+    };
+    let cinder = available(cinder);
+    let mut lacking: Vec<String> = Vec::new();
+    for m in super::facts::machines(spec) {
+        let node_zones: Vec<&str> = if m.availability_zones.is_empty() {
+            nova.iter()
+                .filter(|k| k.state.available)
+                .map(|k| k.name.as_str())
+                .collect()
+        } else {
+            m.availability_zones
+                .iter()
+                .map(|z| z.value.as_str())
+                .collect()
+        };
+        for z in node_zones {
+            if !cinder.iter().any(|c| c == z) && !lacking.iter().any(|l| l == z) {
+                lacking.push(z.to_owned());
+            }
+        }
+    }
+    if lacking.is_empty() {
+        return Some(None);
+    }
+    if let [only] = cinder.as_slice() {
+        tracing::info!(
+            zone = %only,
+            compute_zones = %lacking.join(", "),
+            "the nodes' compute zones are not Cinder's: CSI volumes go to Cinder's only zone"
+        );
+        return Some(Some(only.clone()));
+    }
+    cx.push(
+        Diagnostic::error(
+            Code::CsiZoneUnknown,
+            field,
+            format!(
+                "Cinder has no zone named as the compute zones {} the nodes may land in, and \
+                 several zones of its own ({}): the CSI driver's volumes would be refused (\
+                 \"Availability zone '…' is invalid\") and claims would never bind",
+                some_of(lacking.iter().map(|z| format!("`{z}`")), 12),
+                some_of(cinder.iter().cloned(), 12),
+            ),
+        )
+        .help(format!(
+            "set `addons.csiAvailabilityZone` to the Cinder zone the cluster's volumes go to (one \
+             of: {}); Nova attaches them across zones where the cloud allows it (`[cinder] \
+             cross_az_attach`, its default)",
+            some_of(cinder.iter().cloned(), 12)
+        )),
+    );
+    None
 }
 
 // ---------------------------------------------------------------- machines

@@ -913,7 +913,14 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
     let m = Obj::new(
         cx,
         f,
-        &["cni", "ccm", "csi", "cniManifest", "credentialLifetimeDays"],
+        &[
+            "cni",
+            "ccm",
+            "csi",
+            "cniManifest",
+            "credentialLifetimeDays",
+            "csiAvailabilityZone",
+        ],
     )?;
     let cni = m.or(cx, "cni", Cni::default(), |cx, f| {
         choice(
@@ -964,6 +971,10 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
              `kos up` rotates it once a third is left, so it must run at least that often",
         )
     });
+    // One of Cinder's zones (not Nova's): preflight checks it against Cinder's list.
+    let csi_availability_zone = m.opt(cx, "csiAvailabilityZone", |cx, f| {
+        string(cx, f).map(|s| s.map(|s| s.trim().to_owned()))
+    });
     if let (Some(cni), Some(None)) = (&cni, &cni_manifest) {
         check_cni_pinned(cx, &m, *cni);
     }
@@ -973,6 +984,7 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
         csi: csi?,
         cni_manifest: cni_manifest?,
         credential_lifetime_days: credential_lifetime_days?,
+        csi_availability_zone: csi_availability_zone?,
     })
 }
 

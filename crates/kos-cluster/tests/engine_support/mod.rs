@@ -180,6 +180,7 @@ pub async fn resolve(s: &Session, spec: &ClusterSpec) -> Result<Resolved, E> {
         },
         service_lb_provider: spec.service_lb_provider().map(|p| p.as_str().to_owned()),
         ccm_roles: kos_cluster::credential::ccm_roles(&s.token_roles())?,
+        csi_volume_zone: None,
     })
 }
 
