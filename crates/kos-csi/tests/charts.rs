@@ -1,7 +1,8 @@
 //! The Helm charts `charts/kos-ccm` and `charts/kos-csi`, checked with tools kos did not write:
 //! Helm 4's own Go code (helm-python-sdk, through `scripts/helm-render.py`) lints and renders them
 //! offline, and `kubernetes-validate` validates every rendered object strictly against Kubernetes' API
-//! schemas of each minor kos supports. Then, against kos's own manifests
+//! schemas of each minor kos supports (the VolumeSnapshotClass, a custom resource, by `jsonschema`
+//! against its CRD's schema, which kos embeds). Then, against kos's own manifests
 //! (`crates/kos-bootstrap/src/addons/`): the charts grant exactly the RBAC kos grants (a verb, resource
 //! or name more fails), make the same objects, run the images kos pins, and give kos-ccm and kos-csi
 //! arguments their own flag parsers accept; the cloud.conf with its secret is in a Secret only and
@@ -20,6 +21,12 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 const KOS_CCM: &str = include_str!("../../kos-bootstrap/src/addons/kos-ccm.yaml");
 const CINDER_CSI: &str = include_str!("../../kos-bootstrap/src/addons/cinder-csi.yaml");
 const STORAGE_CLASS: &str = include_str!("../../kos-bootstrap/src/addons/storageclass.yaml");
+const SNAPSHOT_CLASS: &str =
+    include_str!("../../kos-bootstrap/src/addons/volumesnapshotclass.yaml");
+/// external-snapshotter's CRD of VolumeSnapshotClass, as kos installs it (the chart does not).
+const SNAPSHOT_CLASS_CRD: &str = include_str!(
+    "../../kos-bootstrap/src/addons/snapshot/snapshot.storage.k8s.io_volumesnapshotclasses.yaml"
+);
 const PINS: &str = include_str!("../../kos-bootstrap/src/pins.yaml");
 
 /// The application-credential secret of the realistic values: gcfg's special characters included
@@ -274,8 +281,16 @@ fn csi_realistic() -> String {
   provisioner:
     extraArgs: |-
       - --worker-threads=20
+  snapshotter:
+    extraArgs: |-
+      - --worker-threads=4
 logVerbosityLevel: 2
 clusterID: prod-eu
+volumeSnapshotClass:
+  isDefault: false
+  deletionPolicy: Retain
+  parameters:
+    force-create: true
 commonAnnotations:
   team: platform
 secret:
@@ -383,7 +398,7 @@ serviceAccountName: cloud-controller-manager
 "#;
 
 /// The same for upstream's openstack-cinder-csi chart: the node's /etc/config (its default), a
-/// snapshotter block (ignored), upstream's map-shaped empty extraArgs, a custom StorageClass, and
+/// snapshotter block (its extraRbac not read), upstream's map-shaped empty extraArgs, a custom StorageClass, and
 /// nameOverride giving kos's own workload names.
 const CSI_UPSTREAM_SHAPED: &str = r#"nameOverride: csi-cinder
 timeout: 3m
@@ -564,6 +579,16 @@ fn default_values_are_refused_naming_what_kos_cannot_default() {
     .error
     .expect("refused");
     assert!(e.contains("secret.data must hold cloud.conf"), "{e}");
+    let e = render(
+        "kos-csi",
+        &format!("{CSI_MINIMAL}volumeSnapshotClass:\n  deletionPolicy: Recycle\n"),
+    )
+    .error
+    .expect("refused");
+    assert!(
+        e.contains("volumeSnapshotClass.deletionPolicy must be Delete or Retain"),
+        "{e}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -602,17 +627,81 @@ fn write_objects(dir: &Path, name: &str, objects: &[Value]) -> PathBuf {
     p
 }
 
+/// Validates a VolumeSnapshotClass against the `openAPIV3Schema` of v1 in its CRD with `jsonschema`
+/// (kubernetes-validate's dependency, in its venv), strictly: an object schema listing properties
+/// refuses others unless it preserves unknown fields, as strict field validation does. CEL rules are
+/// not evaluated; `metadata` is the API server's to check.
+const SNAPSHOT_CLASS_CHECK: &str = r#"
+import json, sys, yaml, jsonschema
+cr = json.load(open(sys.argv[1]))
+crd = yaml.safe_load(open(sys.argv[2]))
+def strict(s):
+    if isinstance(s, dict):
+        if s.get("type") == "object" and "properties" in s and "additionalProperties" not in s \
+                and not s.get("x-kubernetes-preserve-unknown-fields"):
+            s["additionalProperties"] = False
+        for v in s.values():
+            strict(v)
+    elif isinstance(s, list):
+        for v in s:
+            strict(v)
+if cr["apiVersion"] != crd["spec"]["group"] + "/v1" or cr["kind"] != crd["spec"]["names"]["kind"]:
+    sys.exit(f"not a {crd['spec']['names']['kind']}: {cr['apiVersion']} {cr['kind']}")
+v1 = [v for v in crd["spec"]["versions"] if v["name"] == "v1" and v["served"]]
+schema = v1[0]["schema"]["openAPIV3Schema"]
+strict(schema)
+try:
+    jsonschema.validate(cr, schema)
+except jsonschema.ValidationError as e:
+    sys.exit(f"{e.message} at {list(e.absolute_path)}")
+"#;
+
+fn validate_snapshot_class(class: &Value) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cr, crd) = (dir.path().join("cr.json"), dir.path().join("crd.yaml"));
+    std::fs::write(&cr, class.to_string()).expect("write");
+    std::fs::write(&crd, SNAPSHOT_CLASS_CRD).expect("write");
+    let out = Command::new(validator().with_file_name("python3"))
+        .arg("-c")
+        .arg(SNAPSHOT_CLASS_CHECK)
+        .arg(&cr)
+        .arg(&crd)
+        .output()
+        .expect("the venv's python runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
 #[test]
 fn every_rendered_object_validates_strictly_for_each_supported_minor() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut files = Vec::new();
     let mut count = 0;
+    let mut classes = 0;
     for (name, chart, values, ns) in renders() {
-        let objects = render_in(chart, &values, ns).ok().objects();
+        let (custom, objects): (Vec<Value>, Vec<Value>) = render_in(chart, &values, ns)
+            .ok()
+            .objects()
+            .into_iter()
+            .partition(|o| o["kind"] == "VolumeSnapshotClass");
+        // A custom resource: kubernetes-validate has no schema for it.
+        for class in &custom {
+            let (ok, said) = validate_snapshot_class(class);
+            assert!(ok, "{name}: {said}");
+        }
+        classes += custom.len();
         count += objects.len();
         files.push(write_objects(dir.path(), name, &objects));
     }
     assert!(count >= 40, "only {count} objects rendered");
+    assert!(
+        classes >= 3,
+        "only {classes} VolumeSnapshotClasses rendered"
+    );
     let minors = supported_minors();
     assert_eq!(minors.len(), 3, "{minors:?}");
     for minor in minors {
@@ -637,6 +726,23 @@ fn a_misspelled_field_in_a_rendered_object_is_refused() {
     let (ok, said) = validate(&[bad], 36);
     assert!(!ok, "a misspelled field passed: {said}");
     assert!(said.contains("mountPropagaton"), "{said}");
+}
+
+/// The class check can fail: a misspelled field, or a deletionPolicy the CRD does not allow.
+#[test]
+fn a_volume_snapshot_class_the_crd_refuses_is_refused() {
+    let objects = render("kos-csi", CSI_MINIMAL).ok().objects();
+    let class = find(&objects, "VolumeSnapshotClass", "csi-cinder-snapclass");
+    let (ok, said) = validate_snapshot_class(class);
+    assert!(ok, "{said}");
+    let mut misspelled = class.clone();
+    misspelled["deletionPolicyy"] = "Delete".into();
+    let (ok, said) = validate_snapshot_class(&misspelled);
+    assert!(!ok && said.contains("deletionPolicyy"), "{said}");
+    let mut policy = class.clone();
+    policy["deletionPolicy"] = "Recycle".into();
+    let (ok, said) = validate_snapshot_class(&policy);
+    assert!(!ok && said.contains("Recycle"), "{said}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -933,6 +1039,7 @@ fn the_kos_csi_chart_makes_what_kos_renders_for_csi_cinder() {
     let chart = render("kos-csi", CSI_MINIMAL).ok().objects();
     let mut kos = kos_manifest(CINDER_CSI);
     kos.extend(kos_manifest(STORAGE_CLASS));
+    kos.extend(kos_manifest(SNAPSHOT_CLASS));
     let plugin = "registry.example.com/kos/kos-csi:0.1.0";
     for o in kos
         .iter_mut()
@@ -1041,6 +1148,10 @@ fn default_images_are_the_versions_kos_pins() {
             pin("csi_provisioner"),
         ),
         ("kos-csi-controllerplugin/csi-resizer", pin("csi_resizer")),
+        (
+            "kos-csi-controllerplugin/csi-snapshotter",
+            pin("csi_snapshotter"),
+        ),
         (
             "kos-csi-controllerplugin/liveness-probe",
             pin("livenessprobe"),
@@ -1356,6 +1467,43 @@ fn storage_classes_carry_cinder_type_and_zone() {
     assert_eq!(ssd["parameters"]["availability"], "az1");
     assert_eq!(ssd["parameters"]["csi.storage.k8s.io/fstype"], "xfs");
     assert_eq!(ssd["allowVolumeExpansion"], false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots
+
+#[test]
+fn the_snapshot_class_follows_its_values_and_the_crds_stay_the_clusters() {
+    let objects = render("kos-csi", &csi_realistic()).ok().objects();
+    let class = find(&objects, "VolumeSnapshotClass", "csi-cinder-snapclass");
+    assert_eq!(class["driver"], "cinder.csi.openstack.org");
+    assert_eq!(class["deletionPolicy"], "Retain");
+    assert_eq!(class["parameters"]["force-create"], "true");
+    assert!(
+        class["metadata"]["annotations"].is_null(),
+        "not the default class: {class}"
+    );
+    // Switched off: no class, the sidecar and its RBAC stay (as kos runs them).
+    let off = render(
+        "kos-csi",
+        &format!("{CSI_MINIMAL}volumeSnapshotClass:\n  enabled: false\n"),
+    )
+    .ok()
+    .objects();
+    assert!(!off.iter().any(|o| o["kind"] == "VolumeSnapshotClass"));
+    container(
+        find(&off, "Deployment", "kos-csi-controllerplugin"),
+        "csi-snapshotter",
+    );
+    find(&off, "ClusterRoleBinding", "csi-snapshotter-binding");
+    // The CRDs and the snapshot-controller are the cluster's, as with upstream's chart: in no render.
+    for (name, chart, values, ns) in renders() {
+        for o in render_in(chart, &values, ns).ok().objects() {
+            assert_ne!(o["kind"], "CustomResourceDefinition", "{name}");
+            let n = o["metadata"]["name"].as_str().unwrap_or_default();
+            assert!(!n.contains("snapshot-controller"), "{name}: {o}");
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
