@@ -3,8 +3,9 @@
 //! runs in the cluster with the sidecars and the kubelet's volume manager modelled. The seed's walk:
 //! the default StorageClass, a 1 Gi claim → `Bound` once a pod names it, the Cinder volume attached
 //! to that pod's node and `in-use`; the pod deleted → detached; the claim deleted → the volume gone.
-//! Then an expansion, a clone, a class whose zone no compute host has, and `kos down` removing what
-//! the driver made. kubectl as in cli_kubectl.rs (never skipped).
+//! Then an expansion, a clone, a snapshot and a claim restored from it, a class whose zone no
+//! compute host has, and `kos down` removing what the driver made. kubectl as in cli_kubectl.rs
+//! (never skipped).
 
 mod support;
 
@@ -244,6 +245,79 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
             .any(|v| v["source_volid"] == handle.as_str()),
         "the clone is made from the volume"
     );
+
+    // A snapshot of the claim (the default snapshot class), then a claim restored from it.
+    apply(
+        d,
+        "snap.yaml",
+        "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: data-snap\n  namespace: default\nspec:\n  source:\n    persistentVolumeClaimName: data\n",
+    );
+    let snap = eventually(240, "the snapshot to be ready", || {
+        let v = get(d, &["volumesnapshot", "data-snap"])?;
+        (v["status"]["readyToUse"] == true).then_some(v)
+    });
+    assert_eq!(snap["status"]["restoreSize"], "2Gi", "{snap}");
+    let content = get(
+        d,
+        &[
+            "volumesnapshotcontent",
+            snap["status"]["boundVolumeSnapshotContentName"]
+                .as_str()
+                .expect("bound content"),
+        ],
+    )
+    .expect("content");
+    let snapshot_id = content["status"]["snapshotHandle"]
+        .as_str()
+        .expect("handle")
+        .to_owned();
+    let snapshots = || -> Vec<Value> {
+        sim_state(&sim.base)["cinder"]["snapshots"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert!(
+        snapshots()
+            .iter()
+            .any(|x| x["id"] == snapshot_id.as_str() && x["volume_id"] == handle.as_str()),
+        "a Cinder snapshot of the claim's volume"
+    );
+    apply(
+        d,
+        "restored.yaml",
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: restored\n  namespace: default\nspec:\n  accessModes: [ReadWriteOnce]\n  dataSource:\n    apiGroup: snapshot.storage.k8s.io\n    kind: VolumeSnapshot\n    name: data-snap\n  resources:\n    requests:\n      storage: 2Gi\n",
+    );
+    apply(
+        d,
+        "restorer.yaml",
+        &pod_on("restorer", "restored", Some(&host)),
+    );
+    eventually(240, "the restored claim to be Bound", || {
+        (get(d, &["pvc", "restored"])?["status"]["phase"] == "Bound").then_some(())
+    });
+    assert!(
+        csi_volumes(&sim.base)
+            .iter()
+            .any(|v| v["snapshot_id"] == snapshot_id.as_str()),
+        "the restored volume is made from the snapshot"
+    );
+    // The restored volume goes first (Cinder keeps a snapshot a volume was made from on some
+    // backends), then the snapshot and its Cinder snapshot.
+    for what in [
+        ["pod", "restorer"],
+        ["pvc", "restored"],
+        ["volumesnapshot", "data-snap"],
+    ] {
+        let o = kubectl(d, &["delete", what[0], what[1]]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    eventually(240, "the Cinder snapshot to be deleted", || {
+        snapshots()
+            .iter()
+            .all(|x| x["id"] != snapshot_id.as_str())
+            .then_some(())
+    });
 
     // A class whose volumes land in a zone no compute host is in: the volume is made there, and
     // the pod that names it is refused, saying why.

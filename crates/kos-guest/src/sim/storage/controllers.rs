@@ -17,8 +17,8 @@
 //!
 //! The sidecars act with the controller pod's ServiceAccount token (RBAC decides); the binder,
 //! scheduler, attach-detach controller and kubelet with the API server's own client. Simplified: no
-//! watches (each pass lists), one pass every [`PASS`]; pods are bound by setting `nodeName` (no
-//! `pods/binding`); only pods that use claims are scheduled and started.
+//! watches (each pass lists), one pass every [`PASS`]; pods are bound through `pods/binding`;
+//! only pods that use claims are scheduled and started.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -37,7 +37,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::world::*;
-use super::{Nodes, Spec};
+use super::{Nodes, Spec, lock};
 use crate::cluster::Cluster;
 use crate::guest::Guest;
 
@@ -62,7 +62,13 @@ pub(super) struct Setup<'a> {
     pub service: SocketAddr,
     pub socket: PathBuf,
     pub nodes: Nodes,
+    /// snapshot-controller's client, when it is deployed (it may come after the driver).
+    pub snapshot_controller: SnapshotController,
 }
+
+/// snapshot-controller's Deployment template and a client with its ServiceAccount's token.
+pub(super) type SnapshotController =
+    std::sync::Arc<std::sync::Mutex<Option<(serde_json::Value, kube::Client)>>>;
 
 /// The provisioner sidecar's flags that change what it asks.
 #[derive(Debug, Clone)]
@@ -111,6 +117,11 @@ pub(super) fn start(s: Setup<'_>) -> Result<(oneshot::Sender<()>, JoinHandle<()>
         driver: kos_csi::DRIVER_NAME.to_owned(),
         provisioner,
         attacher: has("csi-attacher"),
+        snapshotter: has("csi-snapshotter").then(|| {
+            let args = s.spec.sidecar_args("csi-snapshotter");
+            flag(&args, "extra-create-metadata").is_some_and(|v| v == "true")
+        }),
+        snapshot_controller: s.snapshot_controller,
         resizer: has("csi-resizer"),
         controller: None,
         staged: BTreeMap::new(),
@@ -163,6 +174,9 @@ pub(super) struct Loop {
     pub(super) driver: String,
     pub(super) provisioner: Option<Provisioner>,
     pub(super) attacher: bool,
+    /// The csi-snapshotter sidecar runs (with `--extra-create-metadata`?).
+    pub(super) snapshotter: Option<bool>,
+    pub(super) snapshot_controller: SnapshotController,
     pub(super) resizer: bool,
     pub(super) controller: Option<ControllerClient<Channel>>,
     /// (node, volume handle) → staging path.
@@ -225,6 +239,16 @@ impl Loop {
         if self.attacher {
             let w = World::read(&self.admin).await?;
             self.attach(&w).await;
+        }
+        if let Some(extra) = self.snapshotter {
+            self.snapshotter(extra).await;
+        }
+        let controller = lock(&self.snapshot_controller)
+            .as_ref()
+            .map(|(_, c)| c.clone());
+        if let Some(client) = controller {
+            let w = World::read(&self.admin).await?;
+            self.snapshot_controller(&w, &client).await;
         }
         let w = World::read(&self.admin).await?;
         self.kubelet(&w).await;

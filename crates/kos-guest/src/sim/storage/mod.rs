@@ -25,6 +25,7 @@ mod kubelet;
 mod provisioner;
 mod resizer;
 mod scheduler;
+mod snapshotter;
 mod world;
 
 use std::collections::BTreeMap;
@@ -100,6 +101,7 @@ struct ClusterStorage {
     nodes: BTreeMap<ServerId, NodePlugin>,
     shared: Nodes,
     controllers: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    snapshot_controller: controllers::SnapshotController,
     restarts: u32,
     retry_at: Option<Instant>,
     status: String,
@@ -247,6 +249,9 @@ impl Storage {
                 self.controller(&mut st, guest, cluster, &spec, service, &dir, now);
             }
             self.node_plugins(&mut st, guest, cluster, node.as_ref(), &dir, cloud);
+            if let Some(service) = service {
+                snapshot_controller(&st.snapshot_controller, guest, cluster, service);
+            }
             self.by_cluster.insert(*id, st);
         }
     }
@@ -296,6 +301,7 @@ impl Storage {
                 service,
                 socket: socket.clone(),
                 nodes: st.shared.clone(),
+                snapshot_controller: st.snapshot_controller.clone(),
             });
             match lp {
                 Ok(lp) => Ok((plugin, lp)),
@@ -502,6 +508,62 @@ impl Storage {
             .iter()
             .map(|(id, st)| (*id, st.status.clone()))
             .collect()
+    }
+}
+
+/// Keeps the client of snapshot-controller's ServiceAccount while its Deployment (found by its
+/// image) is there.
+fn snapshot_controller(
+    slot: &controllers::SnapshotController,
+    guest: &Guest,
+    cluster: &Cluster,
+    service: SocketAddr,
+) {
+    let spec = cluster
+        .kube
+        .list_json("apps/v1", "Deployment", None)
+        .ok()
+        .into_iter()
+        .flatten()
+        .find_map(|o| {
+            let pod = o.pointer("/spec/template/spec")?.clone();
+            let container = pod
+                .get("containers")?
+                .as_array()?
+                .iter()
+                .find(|c| {
+                    c.get("image")
+                        .and_then(Value::as_str)
+                        .and_then(|i| i.rsplit('/').next())
+                        .and_then(|l| l.split([':', '@']).next())
+                        == Some("snapshot-controller")
+                })?
+                .clone();
+            Some(Spec {
+                namespace: o.pointer("/metadata/namespace")?.as_str()?.to_owned(),
+                name: o.pointer("/metadata/name")?.as_str()?.to_owned(),
+                template: o.pointer("/spec/template")?.clone(),
+                pod,
+                container,
+            })
+        });
+    let mut slot = lock(slot);
+    let Some(spec) = spec else {
+        *slot = None;
+        return;
+    };
+    if slot.as_ref().is_some_and(|(t, _)| *t == spec.template) {
+        return;
+    }
+    let client = (|| {
+        let (ca, _) = crate::sim::apiserver::cluster_ca(guest, cluster.id)
+            .ok_or("no control plane of the cluster holds its CA")?;
+        let token = pod::service_account_token(cluster, &spec.view())?;
+        pod::client(service, &ca, token)
+    })();
+    match client {
+        Ok(c) => *slot = Some((spec.template.clone(), c)),
+        Err(e) => tracing::debug!(cluster = %cluster.id, "snapshot-controller cannot start: {e}"),
     }
 }
 

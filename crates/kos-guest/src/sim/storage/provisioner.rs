@@ -322,9 +322,15 @@ impl Loop {
                     r#type: Some(Type::Volume(VolumeSource { volume_id: handle })),
                 }))
             }
-            (kind, group) => Err(format!(
-                "data source {group}/{kind} is not simulated (no snapshot controller runs)"
-            )),
+            ("VolumeSnapshot", "snapshot.storage.k8s.io") => {
+                let handle = w.snapshot_handle(&ns_of(&pvc.metadata), &src.1)?;
+                Ok(Some(csi::VolumeContentSource {
+                    r#type: Some(Type::Snapshot(csi::volume_content_source::SnapshotSource {
+                        snapshot_id: handle,
+                    })),
+                }))
+            }
+            (kind, group) => Err(format!("data source {group}/{kind} is not supported")),
         }
     }
 

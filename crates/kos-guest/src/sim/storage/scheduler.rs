@@ -166,20 +166,24 @@ impl Loop {
                 continue;
             }
             let pods = Api::<Pod>::namespaced(self.admin.clone(), &ns);
-            let bind = json!({"spec": {"nodeName": node_name}});
+            // The scheduler's Binding: the API server sets nodeName and PodScheduled.
+            let bind = json!({
+                "apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name_of(m), "namespace": ns},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+            });
             if let Err(e) = pods
-                .patch(&name_of(m), &PatchParams::default(), &Patch::Merge(bind))
+                .create_subresource::<serde_json::Value, serde_json::Value>(
+                    "binding",
+                    &name_of(m),
+                    &kube::api::PostParams::default(),
+                    &bind,
+                )
                 .await
             {
                 tracing::debug!("binding pod: {e}");
                 continue;
             }
-            let cond = json!({"status": {"conditions": [{
-                "type": "PodScheduled", "status": "True", "lastTransitionTime": now_time(),
-            }]}});
-            let _ = pods
-                .patch_status(&name_of(m), &PatchParams::default(), &Patch::Merge(cond))
-                .await;
             self.event(
                 false,
                 "Pod",

@@ -230,6 +230,9 @@ pub(super) struct World {
     pub(super) csinodes: Vec<CSINode>,
     pub(super) attachments: Vec<VolumeAttachment>,
     pub(super) drivers: Vec<CSIDriver>,
+    /// VolumeSnapshots and their contents (none without the CRDs).
+    pub(super) snapshots: Vec<kube::api::DynamicObject>,
+    pub(super) contents: Vec<kube::api::DynamicObject>,
 }
 
 impl World {
@@ -253,7 +256,41 @@ impl World {
                 .await?
                 .items,
             drivers: Api::<CSIDriver>::all(c.clone()).list(&lp).await?.items,
+            snapshots: dynamic(c, "VolumeSnapshot", "volumesnapshots").await,
+            contents: dynamic(c, "VolumeSnapshotContent", "volumesnapshotcontents").await,
         })
+    }
+
+    /// A VolumeSnapshot's snapshot id, once it is ready to restore from.
+    pub(super) fn snapshot_handle(&self, ns: &str, name: &str) -> Result<String, String> {
+        let vs = self
+            .snapshots
+            .iter()
+            .find(|v| {
+                v.metadata.namespace.as_deref() == Some(ns)
+                    && v.metadata.name.as_deref() == Some(name)
+            })
+            .ok_or_else(|| {
+                format!("volumesnapshots.snapshot.storage.k8s.io \"{name}\" not found")
+            })?;
+        if vs.data.pointer("/status/readyToUse") != Some(&serde_json::Value::Bool(true)) {
+            return Err(format!("snapshot {name} is not Ready"));
+        }
+        let content = vs
+            .data
+            .pointer("/status/boundVolumeSnapshotContentName")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        self.contents
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(content))
+            .and_then(|c| {
+                c.data
+                    .pointer("/status/snapshotHandle")?
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .ok_or_else(|| format!("snapshot {name} has no snapshot handle yet"))
     }
 
     pub(super) fn class(&self, name: &str) -> Option<&StorageClass> {
@@ -304,6 +341,16 @@ impl World {
             d.topology_keys.clone().unwrap_or_default(),
         ))
     }
+}
+
+/// Every object of a snapshot type, none when its CRD is not served.
+async fn dynamic(c: &kube::Client, kind: &str, plural: &str) -> Vec<kube::api::DynamicObject> {
+    let ar = super::snapshotter::resource(kind, plural);
+    Api::<kube::api::DynamicObject>::all_with(c.clone(), &ar)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
