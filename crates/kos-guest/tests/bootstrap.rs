@@ -384,3 +384,77 @@ async fn an_air_gapped_node_bootstraps_from_its_mirrors_and_fails_clearly_withou
         "{last}"
     );
 }
+
+/// The addons step applies as kubectl does: a directory's own files only, and every kind mapped
+/// before any object is created. The snapshot class sent in the same apply as its CRD finds no
+/// kind (the CRD is created; the step is retried and then succeeds), which kos's subdirectories
+/// (CRDs applied and waited for, then the class) avoid; a class left in a subdirectory no command
+/// names is never applied.
+#[tokio::test]
+async fn addons_apply_as_kubectl_maps_kinds_before_creating_any() {
+    let c = cluster("1.34.2", 1, 0);
+    let s = secrets();
+    // As rendered: no retry, the class applied after its CRDs.
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    let markers = w.markers(&id);
+    assert!(
+        markers.contains(&"kos-bootstrap: addons ok".to_owned()),
+        "{markers:?}"
+    );
+    let log = w
+        .guest
+        .vfs(&id)
+        .and_then(|v| v.text("/var/log/kos-bootstrap.log").map(str::to_owned))
+        .unwrap_or_default();
+    assert!(!log.contains("no matches for kind"), "{log}");
+    let classes = w
+        .only_cluster()
+        .kube
+        .list_json("snapshot.storage.k8s.io/v1", "VolumeSnapshotClass", None)
+        .unwrap();
+    assert_eq!(classes.len(), 1);
+
+    // Everything in one directory: the first apply cannot map the class.
+    let text = user_data_text(&c, Role::InitControlPlane, &s)
+        .replace("path: /etc/kos/addons/crds/", "path: /etc/kos/addons/")
+        .replace("path: /etc/kos/addons/crs/", "path: /etc/kos/addons/");
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, text.into_bytes());
+    w.settle_hours(1);
+    // The script's `retry` runs the apply again; the first one's error is in the bootstrap log.
+    let log = w
+        .guest
+        .vfs(&id)
+        .and_then(|v| v.text("/var/log/kos-bootstrap.log").map(str::to_owned))
+        .unwrap_or_default();
+    assert!(
+        log.contains("no matches for kind \"VolumeSnapshotClass\""),
+        "{log}"
+    );
+    let markers = w.markers(&id);
+    assert!(
+        markers.contains(&"kos-bootstrap: addons ok".to_owned()),
+        "{markers:?}"
+    );
+
+    // A directory no command applies: kubectl does not descend into it.
+    let text = user_data_text(&c, Role::InitControlPlane, &s).replace(
+        "path: /etc/kos/addons/crs/",
+        "path: /etc/kos/addons/more/crs/",
+    );
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, text.into_bytes());
+    w.settle_hours(1);
+    assert!(
+        w.markers(&id)
+            .contains(&"kos-bootstrap: addons ok".to_owned())
+    );
+    let classes = w
+        .only_cluster()
+        .kube
+        .list_json("snapshot.storage.k8s.io/v1", "VolumeSnapshotClass", None)
+        .unwrap();
+    assert!(classes.is_empty(), "{classes:?}");
+}

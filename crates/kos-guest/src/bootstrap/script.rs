@@ -199,6 +199,21 @@ pub fn retried_command(script: &str, function: &str) -> Option<Vec<String>> {
         .map(|l| l.split_whitespace().skip(2).map(str::to_owned).collect())
 }
 
+/// Every command a function runs through `retry N`, in order (e.g. the addons step's applies and
+/// its wait), with the retry count dropped.
+pub fn retried_commands(script: &str, function: &str) -> Vec<Vec<String>> {
+    let header = format!("{function}() {{");
+    script
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| *l != header)
+        .skip(1)
+        .take_while(|l| *l != "}")
+        .filter(|l| l.starts_with("retry "))
+        .map(|l| l.split_whitespace().skip(2).map(str::to_owned).collect())
+        .collect()
+}
+
 /// The arguments a function passes to `kubeadm_retry` after its attempt count (e.g. `init
 /// --upload-certs ...`), so the guest runs kubeadm with the flags the script really gives it.
 pub fn kubeadm_args(script: &str, function: &str) -> Option<Vec<String>> {

@@ -590,6 +590,11 @@ impl Guest {
         )]))
     }
 
+    /// The addons step: each `kubectl apply -f DIR` and `kubectl wait` of the script's `addons()`,
+    /// in order, as kubectl does them: a directory's own `.yaml`/`.yml`/`.json` files only (no
+    /// descent without `-R`), every object's kind mapped before any is created (a custom resource
+    /// sent with its CRD finds no kind; the others are applied and the command fails), and a wait
+    /// for `condition=established` on the CRDs of a directory.
     fn addons(
         &mut self,
         id: &ServerId,
@@ -599,71 +604,159 @@ impl Guest {
         host: &dyn Host,
     ) -> Result<StepResult, GuestError> {
         let now = host.now();
-        let command = retried(
-            script_text,
-            "addons",
-            &format!("kubectl apply -f {ADDONS_DIR}"),
-        );
-        let gave_up = |detail: String| kubectl_retry(attempt, now, &command, detail);
+        let mut commands: Vec<Vec<String>> = script::retried_commands(script_text, "addons")
+            .into_iter()
+            .map(|words| {
+                words
+                    .into_iter()
+                    .map(|w| w.trim_matches('"').replace("$ADDONS_DIR", ADDONS_DIR))
+                    .collect()
+            })
+            .collect();
+        if commands.is_empty() {
+            commands.push(
+                ["local_kubectl", "apply", "-f", ADDONS_DIR]
+                    .map(str::to_owned)
+                    .to_vec(),
+            );
+        }
         let cid = match self.step_kubectl_cluster(id, srv, script_text, "addons", host) {
             Ok(c) => c,
-            Err(e) => return Ok(gave_up(e)),
+            Err(e) => {
+                let first = commands[0].join(" ");
+                return Ok(kubectl_retry(attempt, now, &first, e));
+            }
         };
-        let mut docs: Vec<(String, Value)> = Vec::new();
-        for path in srv.vfs.list(ADDONS_DIR) {
-            let Some(text) = srv.vfs.text(path) else {
-                return Ok(gave_up(format!("error: {path} is not text")));
-            };
-            for part in text.split("\n---\n") {
-                if part.trim().is_empty() {
-                    continue;
-                }
-                match serde_saphyr::from_str::<Value>(part) {
-                    Ok(Value::Null) => {}
-                    Ok(v) => docs.push((path.to_owned(), v)),
-                    Err(e) => {
-                        return Ok(gave_up(format!(
-                            "error: error parsing {path}: {}",
-                            e.to_string().lines().next().unwrap_or_default()
-                        )));
+        let mut out = Vec::new();
+        for words in &commands {
+            let command = words.join(" ");
+            let gave_up = |detail: String| kubectl_retry(attempt, now, &command, detail);
+            let dir = words
+                .iter()
+                .position(|w| w == "-f")
+                .and_then(|i| words.get(i + 1))
+                .cloned()
+                .unwrap_or_default();
+            // The script guards each subdirectory with `[ -d … ]`: an absent one is skipped.
+            let files: Vec<String> = srv
+                .vfs
+                .list(&dir)
+                .into_iter()
+                .filter(|p| {
+                    let rest = &p[dir.trim_end_matches('/').len() + 1..];
+                    !rest.contains('/')
+                        && [".yaml", ".yml", ".json"].iter().any(|x| rest.ends_with(x))
+                })
+                .map(str::to_owned)
+                .collect();
+            if files.is_empty() && dir != ADDONS_DIR {
+                continue;
+            }
+            let mut docs: Vec<(String, Value)> = Vec::new();
+            for path in &files {
+                let Some(text) = srv.vfs.text(path) else {
+                    return Ok(gave_up(format!("error: {path} is not text")));
+                };
+                for part in text.split("\n---\n") {
+                    if part.trim().is_empty() {
+                        continue;
+                    }
+                    match serde_saphyr::from_str::<Value>(part) {
+                        Ok(Value::Null) => {}
+                        Ok(v) => docs.push((path.clone(), v)),
+                        Err(e) => {
+                            return Ok(gave_up(format!(
+                                "error: error parsing {path}: {}",
+                                e.to_string().lines().next().unwrap_or_default()
+                            )));
+                        }
                     }
                 }
             }
-        }
-        let Some(c) = self.clusters.get(&cid) else {
-            return Ok(fail("the cluster vanished"));
-        };
-        let mut out = Vec::new();
-        for (path, mut doc) in docs {
+            let Some(c) = self.clusters.get(&cid) else {
+                return Ok(fail("the cluster vanished"));
+            };
             let field = |d: &Value, p: &str| {
                 d.pointer(p)
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned()
             };
-            let (api, kind, name) = (
-                field(&doc, "/apiVersion"),
-                field(&doc, "/kind"),
-                field(&doc, "/metadata/name"),
-            );
-            if api.is_empty() || kind.is_empty() {
-                return Ok(gave_up(format!(
-                    "error: error validating {path}: apiVersion or kind not set"
-                )));
+            if words.iter().any(|w| w == "wait") {
+                for (path, doc) in &docs {
+                    let name = field(doc, "/metadata/name");
+                    let established = c
+                        .kube
+                        .list_json("apiextensions.k8s.io/v1", "CustomResourceDefinition", None)
+                        .unwrap_or_default()
+                        .iter()
+                        .find(|d| field(d, "/metadata/name") == name)
+                        .is_some_and(|d| {
+                            d.pointer("/status/conditions")
+                                .and_then(Value::as_array)
+                                .is_some_and(|cs| {
+                                    cs.iter().any(|x| {
+                                        field(x, "/type") == "Established"
+                                            && field(x, "/status") == "True"
+                                    })
+                                })
+                        });
+                    if !established {
+                        return Ok(gave_up(format!(
+                            "error: timed out waiting for the condition on {name} from {path}"
+                        )));
+                    }
+                }
+                out.push(format!("{} condition met", docs.len()));
+                continue;
             }
-            string_data_to_data(&mut doc);
-            if !CLUSTER_SCOPED.contains(&kind.as_str())
-                && field(&doc, "/metadata/namespace").is_empty()
-            {
-                doc["metadata"]["namespace"] = Value::from("default");
-            }
-            match c.kube.apply_json(&doc, "kubectl") {
-                Ok(_) => out.push(format!("{}/{name} configured", kind.to_ascii_lowercase())),
-                Err(e) => {
+            // kubectl maps every object's kind before it creates any.
+            let served = |doc: &Value| {
+                c.kube
+                    .list_json(&field(doc, "/apiVersion"), &field(doc, "/kind"), None)
+                    .is_ok()
+            };
+            let unmapped: Vec<String> = docs
+                .iter()
+                .filter(|(_, d)| !served(d))
+                .map(|(path, d)| {
+                    format!(
+                        "error: resource mapping not found for name: {:?} namespace: {:?} from {path:?}: no matches for kind {:?} in version {:?}\nensure CRDs are installed first",
+                        field(d, "/metadata/name"),
+                        field(d, "/metadata/namespace"),
+                        field(d, "/kind"),
+                        field(d, "/apiVersion"),
+                    )
+                })
+                .collect();
+            for (path, mut doc) in docs.into_iter().filter(|(_, d)| served(d)) {
+                let (api, kind, name) = (
+                    field(&doc, "/apiVersion"),
+                    field(&doc, "/kind"),
+                    field(&doc, "/metadata/name"),
+                );
+                if api.is_empty() || kind.is_empty() {
                     return Ok(gave_up(format!(
-                        "error: resource mapping not found for name: {name:?} from {path}: {e}"
+                        "error: error validating {path}: apiVersion or kind not set"
                     )));
                 }
+                string_data_to_data(&mut doc);
+                if !CLUSTER_SCOPED.contains(&kind.as_str())
+                    && field(&doc, "/metadata/namespace").is_empty()
+                {
+                    doc["metadata"]["namespace"] = Value::from("default");
+                }
+                match c.kube.apply_json(&doc, "kubectl") {
+                    Ok(_) => out.push(format!("{}/{name} configured", kind.to_ascii_lowercase())),
+                    Err(e) => {
+                        return Ok(gave_up(format!(
+                            "error: error when applying {name:?} from {path}: {e}"
+                        )));
+                    }
+                }
+            }
+            if !unmapped.is_empty() {
+                return Ok(gave_up(unmapped.join("\n")));
             }
         }
         Ok(StepResult::Ok(out))
