@@ -21,7 +21,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use clap::Parser;
 use serde_json::Value;
@@ -29,19 +28,13 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::pod::{self, Container, argv, container_env, expand};
+pub(crate) use super::pod::wait_stopped;
+use super::pod::{self, BACKOFF_START, Container, Ended, Exit, argv, backoff, ended};
 use crate::cluster::{Cluster, ClusterId, KUBE_SYSTEM};
 use crate::guest::{Guest, Power};
 
 /// The binaries whose container is a cloud controller.
 const BINARIES: &[&str] = &["/openstack-cloud-controller-manager", "/kos-ccm"];
-/// The kubelet's restart back-off.
-const BACKOFF_START: Duration = Duration::from_secs(10);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
-/// How long a stopping CCM gets to release its Lease.
-const STOP_GRACE: Duration = Duration::from_secs(30);
-
-type Exit = Result<(), String>;
 
 struct Pod {
     stop: Option<oneshot::Sender<()>>,
@@ -164,49 +157,11 @@ impl Ccms {
     }
 }
 
-/// Waits (bounded) for stopping CCMs to finish.
-pub(crate) async fn wait_stopped(tasks: Vec<JoinHandle<Exit>>) {
-    for t in tasks {
-        let abort = t.abort_handle();
-        if tokio::time::timeout(STOP_GRACE, t).await.is_err() {
-            abort.abort();
-        }
-    }
-}
-
 fn stop(mut pod: Pod) -> JoinHandle<Exit> {
     if let Some(tx) = pod.stop.take() {
         let _ = tx.send(());
     }
     pod.task
-}
-
-fn backoff(restarts: u32) -> Duration {
-    BACKOFF_START
-        .saturating_mul(1u32 << restarts.min(5))
-        .min(BACKOFF_MAX)
-}
-
-/// What became of a CCM pod whose task finished.
-#[derive(Debug, PartialEq)]
-enum Ended {
-    /// kos-ccm returned, or panicked (an `Err` naming the panic).
-    Exited(Exit),
-    /// The runtime dropped the task: the simulator is shutting down, which is no failure of the
-    /// CCM's (it once printed "panicked: task … was cancelled; restarting" at the end of every
-    /// `kos up --cloud sim`).
-    Cancelled,
-}
-
-/// The end of a finished task, without waiting.
-fn ended(task: JoinHandle<Exit>) -> Ended {
-    use futures::FutureExt as _;
-    match task.now_or_never() {
-        Some(Ok(exit)) => Ended::Exited(exit),
-        Some(Err(e)) if e.is_cancelled() => Ended::Cancelled,
-        Some(Err(e)) => Ended::Exited(Err(format!("panicked: {e}"))),
-        None => Ended::Exited(Err("gone".into())),
-    }
 }
 
 impl State {
@@ -295,18 +250,7 @@ fn start(
     service: SocketAddr,
 ) -> Result<Pod, String> {
     let view = spec.view();
-    let env = container_env(&spec.container)?;
-    let mut args: Vec<String> = argv(&spec.container)
-        .iter()
-        .map(|a| expand(a, &env))
-        .collect();
-    // kos-ccm's entrypoint drops the binary path the manifests pass first.
-    if args
-        .first()
-        .is_some_and(|a| !a.starts_with('-') && BINARIES.iter().any(|b| a.ends_with(b)))
-    {
-        args.remove(0);
-    }
+    let (args, env) = pod::command_line(&spec.container, BINARIES)?;
     let cli = Cli::try_parse_from(std::iter::once("kos-ccm".to_owned()).chain(args))
         .map_err(|e| format!("kos-ccm refuses its arguments: {}", e.to_string().trim()))?;
     let mut opts = cli
@@ -375,6 +319,8 @@ fn rollout_status(cluster: &Cluster, spec: &Spec, running: bool) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// A task its runtime cancelled is no failure: no restart is scheduled and nothing warns. A

@@ -5,10 +5,85 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use serde_json::Value;
 
+use tokio::task::JoinHandle;
+
 use crate::cluster::{Cluster, KUBE_SYSTEM};
+
+/// How an in-process container's task ends: returned, or failed with a reason.
+pub(crate) type Exit = Result<(), String>;
+
+/// The kubelet's restart back-off.
+pub(crate) const BACKOFF_START: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How long a stopping container gets (a pod's default grace).
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// The kubelet's back-off after `restarts` restarts: 10 s doubling to 5 min.
+pub(crate) fn backoff(restarts: u32) -> Duration {
+    BACKOFF_START
+        .saturating_mul(1u32 << restarts.min(5))
+        .min(BACKOFF_MAX)
+}
+
+/// What became of a container whose task finished.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Ended {
+    /// It returned, or panicked (an `Err` naming the panic).
+    Exited(Exit),
+    /// The runtime dropped the task: the simulator is shutting down, which is no failure of the
+    /// container's (the CCM once printed "panicked: task … was cancelled; restarting" at the end
+    /// of every `kos up --cloud sim`).
+    Cancelled,
+}
+
+/// The end of a finished task, without waiting.
+pub(crate) fn ended(task: JoinHandle<Exit>) -> Ended {
+    use futures::FutureExt as _;
+    match task.now_or_never() {
+        Some(Ok(exit)) => Ended::Exited(exit),
+        Some(Err(e)) if e.is_cancelled() => Ended::Cancelled,
+        Some(Err(e)) => Ended::Exited(Err(format!("panicked: {e}"))),
+        None => Ended::Exited(Err("gone".into())),
+    }
+}
+
+/// Waits (bounded by the grace period) for stopping containers to finish, then aborts them.
+pub(crate) async fn wait_stopped(tasks: Vec<JoinHandle<Exit>>) {
+    for t in tasks {
+        let abort = t.abort_handle();
+        if tokio::time::timeout(STOP_GRACE, t).await.is_err() {
+            abort.abort();
+        }
+    }
+}
+
+/// A container's command line as its binary sees it: `command` then `args` with `$(VAR)` expanded
+/// from its `env`, and the binary path the manifests pass first dropped (the images' entrypoints
+/// drop it), when it ends in one of `binaries`; and the environment.
+pub(crate) fn command_line(
+    container: &Value,
+    binaries: &[&str],
+) -> Result<(Vec<String>, BTreeMap<String, String>), String> {
+    let env = container_env(container)?;
+    let mut args: Vec<String> = argv(container).iter().map(|a| expand(a, &env)).collect();
+    if args
+        .first()
+        .is_some_and(|a| !a.starts_with('-') && binaries.iter().any(|b| a.ends_with(b)))
+    {
+        args.remove(0);
+    }
+    Ok((args, env))
+}
+
+/// The image's name without registry, path and tag (`csi-provisioner`).
+pub(crate) fn image_name(container: &Value) -> Option<&str> {
+    let image = container.get("image")?.as_str()?;
+    image.rsplit('/').next()?.split([':', '@']).next()
+}
 
 /// One container of a pod template, with the pod spec it belongs to.
 #[derive(Debug, Clone, Copy)]

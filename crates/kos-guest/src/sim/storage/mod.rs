@@ -32,7 +32,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use clap::Parser;
 use kos_csi::node::fake::{FakeDisk, FakeKernel};
@@ -41,18 +40,14 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::pod::{self, Container, argv, container_env, expand};
+pub(crate) use super::pod::wait_stopped;
+use super::pod::{self, BACKOFF_START, Container, Ended, Exit, argv, backoff, ended};
 use crate::cluster::{Cluster, ClusterId};
 use crate::guest::{Guest, Power};
 use crate::seam::ServerId;
 
 /// The binaries whose container is the CSI driver.
 const BINARIES: &[&str] = &["/cinder-csi-plugin", "/kos-csi"];
-const BACKOFF_START: Duration = Duration::from_secs(10);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
-const STOP_GRACE: Duration = Duration::from_secs(30);
-
-type Exit = Result<(), String>;
 
 /// The kos-csi command line.
 #[derive(Parser)]
@@ -138,41 +133,33 @@ impl Spec {
         }
     }
 
-    /// The images of the pod's other containers: which sidecars run beside the driver.
-    fn sidecars(&self) -> Vec<String> {
+    /// The containers of the pod.
+    fn containers(&self) -> impl Iterator<Item = &Value> {
         self.pod
             .get("containers")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter_map(|c| {
-                let image = c.get("image")?.as_str()?;
-                let last = image.rsplit('/').next()?;
-                Some(last.split([':', '@']).next()?.to_owned())
-            })
+    }
+
+    /// The image names of the pod's containers: which sidecars run beside the driver.
+    fn sidecars(&self) -> Vec<String> {
+        self.containers()
+            .filter_map(|c| pod::image_name(c).map(str::to_owned))
             .collect()
     }
 
     /// A sidecar container's arguments, by its image name.
     fn sidecar_args(&self, image: &str) -> Vec<String> {
-        self.pod
-            .get("containers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find(|c| {
-                c.get("image")
-                    .and_then(Value::as_str)
-                    .and_then(|i| i.rsplit('/').next())
-                    .and_then(|l| l.split([':', '@']).next())
-                    == Some(image)
-            })
+        self.containers()
+            .find(|c| pod::image_name(c) == Some(image))
             .map(argv)
             .unwrap_or_default()
     }
 }
 
-fn find(cluster: &Cluster, kind: &str) -> Option<Spec> {
+/// The first workload of `kind` with a container `is` picks, and that container.
+fn find(cluster: &Cluster, kind: &str, is: impl Fn(&Value) -> bool) -> Option<Spec> {
     let sets = cluster.kube.list_json("apps/v1", kind, None).ok()?;
     sets.into_iter().find_map(|o| {
         let pod = o.pointer("/spec/template/spec")?.clone();
@@ -180,11 +167,7 @@ fn find(cluster: &Cluster, kind: &str) -> Option<Spec> {
             .get("containers")?
             .as_array()?
             .iter()
-            .find(|c| {
-                argv(c)
-                    .first()
-                    .is_some_and(|a| BINARIES.iter().any(|b| a.ends_with(b)))
-            })?
+            .find(|c| is(c))?
             .clone();
         Some(Spec {
             namespace: o.pointer("/metadata/namespace")?.as_str()?.to_owned(),
@@ -193,6 +176,15 @@ fn find(cluster: &Cluster, kind: &str) -> Option<Spec> {
             pod,
             container,
         })
+    })
+}
+
+/// The CSI driver's container of a workload of `kind`: it runs one of [`BINARIES`].
+fn find_driver(cluster: &Cluster, kind: &str) -> Option<Spec> {
+    find(cluster, kind, |c| {
+        argv(c)
+            .first()
+            .is_some_and(|a| BINARIES.iter().any(|b| a.ends_with(b)))
     })
 }
 
@@ -235,8 +227,8 @@ impl Storage {
                 .servers
                 .values()
                 .any(|s| s.power == Power::On && s.api_of == Some(*id));
-            let controller = find(cluster, "Deployment");
-            let node = find(cluster, "DaemonSet");
+            let controller = find_driver(cluster, "Deployment");
+            let node = find_driver(cluster, "DaemonSet");
             let service = services.get(id).copied();
             let mut st = self.by_cluster.remove(id).unwrap_or_default();
             let wanted = control_plane_up && service.is_some() && controller.is_some();
@@ -270,15 +262,21 @@ impl Storage {
         if st.controller.as_ref().is_some_and(|p| p.task.is_finished())
             && let Some(p) = st.controller.take()
         {
-            let exit = ended(p.task);
             self.stop_loop(st);
-            let wait = BACKOFF_START
-                .saturating_mul(1u32 << st.restarts.min(5))
-                .min(BACKOFF_MAX);
-            st.restarts += 1;
-            st.retry_at = Some(now + wait);
-            st.status = format!("exited: {exit}; restarting in {}s", wait.as_secs());
-            tracing::warn!(cluster = %cluster.id, "CSI controller {}", st.status);
+            match ended(p.task) {
+                Ended::Cancelled => {
+                    st.status = "stopped: the simulator is shutting down".into();
+                    return;
+                }
+                Ended::Exited(exit) => {
+                    let wait = backoff(st.restarts);
+                    st.restarts += 1;
+                    st.retry_at = Some(now + wait);
+                    let why = exit.err().unwrap_or_else(|| "returned".into());
+                    st.status = format!("exited: {why}; restarting in {}s", wait.as_secs());
+                    tracing::warn!(cluster = %cluster.id, "CSI controller {}", st.status);
+                }
+            }
         }
         if st
             .controller
@@ -519,34 +517,9 @@ fn snapshot_controller(
     cluster: &Cluster,
     service: SocketAddr,
 ) {
-    let spec = cluster
-        .kube
-        .list_json("apps/v1", "Deployment", None)
-        .ok()
-        .into_iter()
-        .flatten()
-        .find_map(|o| {
-            let pod = o.pointer("/spec/template/spec")?.clone();
-            let container = pod
-                .get("containers")?
-                .as_array()?
-                .iter()
-                .find(|c| {
-                    c.get("image")
-                        .and_then(Value::as_str)
-                        .and_then(|i| i.rsplit('/').next())
-                        .and_then(|l| l.split([':', '@']).next())
-                        == Some("snapshot-controller")
-                })?
-                .clone();
-            Some(Spec {
-                namespace: o.pointer("/metadata/namespace")?.as_str()?.to_owned(),
-                name: o.pointer("/metadata/name")?.as_str()?.to_owned(),
-                template: o.pointer("/spec/template")?.clone(),
-                pod,
-                container,
-            })
-        });
+    let spec = find(cluster, "Deployment", |c| {
+        pod::image_name(c) == Some("snapshot-controller")
+    });
     let mut slot = lock(slot);
     let Some(spec) = spec else {
         *slot = None;
@@ -574,17 +547,6 @@ fn short(id: &str) -> String {
         .collect()
 }
 
-fn ended(task: JoinHandle<Exit>) -> String {
-    use futures::FutureExt as _;
-    match task.now_or_never() {
-        Some(Ok(Ok(()))) => "returned".into(),
-        Some(Ok(Err(e))) => e,
-        Some(Err(e)) if e.is_cancelled() => "cancelled".into(),
-        Some(Err(e)) => format!("panicked: {e}"),
-        None => "gone".into(),
-    }
-}
-
 /// Starts kos-csi as the container would run: its arguments, environment and cloud.conf, the
 /// socket moved to `socket`. `node`: the node's kernel and identity (the node plugin).
 fn start(
@@ -594,17 +556,7 @@ fn start(
     node: Option<(Arc<FakeKernel>, kos_csi::metadata::MetaData)>,
 ) -> Result<Plugin, String> {
     let view = spec.view();
-    let env = container_env(&spec.container)?;
-    let mut args: Vec<String> = argv(&spec.container)
-        .iter()
-        .map(|a| expand(a, &env))
-        .collect();
-    if args
-        .first()
-        .is_some_and(|a| !a.starts_with('-') && BINARIES.iter().any(|b| a.ends_with(b)))
-    {
-        args.remove(0);
-    }
+    let (args, env) = pod::command_line(&spec.container, BINARIES)?;
     let cli = Cli::try_parse_from(std::iter::once("kos-csi".to_owned()).chain(args))
         .map_err(|e| format!("kos-csi refuses its arguments: {}", e.to_string().trim()))?;
     let mut opts = cli.opts;
@@ -647,7 +599,7 @@ fn start(
             )
         }
     };
-    let _ = std::fs::remove_file(socket);
+    // kos-csi's bind replaces a stale socket there (and refuses anything else).
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         kos_csi::run::run_with(opts, &os_env, loaded, kernel, metadata, async {
@@ -662,14 +614,4 @@ fn start(
         template: spec.template.clone(),
         socket: socket.to_owned(),
     })
-}
-
-/// Waits (bounded) for stopping drivers to finish.
-pub(crate) async fn wait_stopped(tasks: Vec<JoinHandle<Exit>>) {
-    for t in tasks {
-        let abort = t.abort_handle();
-        if tokio::time::timeout(STOP_GRACE, t).await.is_err() {
-            abort.abort();
-        }
-    }
 }
