@@ -12,41 +12,10 @@ mod support;
 use serde_json::Value;
 use support::*;
 
-/// Cinder volumes the CSI driver made (its cluster metadata).
-fn csi_volumes(base: &str) -> Vec<Value> {
-    sim_state(base)["cinder"]["volumes"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|v| v["metadata"]["cinder.csi.openstack.org/cluster"].is_string())
-        .collect()
-}
-
-fn get(d: &std::path::Path, what: &[&str]) -> Option<Value> {
-    let mut args = vec!["get"];
-    args.extend_from_slice(what);
-    args.extend_from_slice(&["-o", "json"]);
-    let o = kubectl(d, &args);
-    if !o.status.success() {
-        return None;
-    }
-    serde_json::from_slice(&o.stdout).ok()
-}
-
 fn apply(d: &std::path::Path, file: &str, yaml: &str) {
     std::fs::write(d.join(file), yaml).expect("write");
     let o = kubectl(d, &["apply", "-f", file]);
     assert!(o.status.success(), "{}", text(&o));
-}
-
-/// The server a Node is (its provider ID).
-fn server_of(node: &Value) -> String {
-    node["spec"]["providerID"]
-        .as_str()
-        .and_then(|p| p.strip_prefix("openstack:///"))
-        .unwrap_or_default()
-        .to_owned()
 }
 
 const CLAIM: &str = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\n  namespace: default\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n";
@@ -87,7 +56,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
     assert_eq!(code(&kc), 0, "{}", text(&kc));
 
     // The default class waits for the first consumer: the claim stays Pending without a pod.
-    let sc = get(d, &["storageclass"]).expect("storage classes");
+    let sc = kube_get(d, &["storageclass"]).expect("storage classes");
     assert!(
         sc["items"].as_array().is_some_and(|i| i.iter().any(|c| {
             c["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
@@ -95,7 +64,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
         "{sc}"
     );
     apply(d, "claim.yaml", CLAIM);
-    let claim = get(d, &["pvc", "data"]).expect("claim");
+    let claim = kube_get(d, &["pvc", "data"]).expect("claim");
     assert_eq!(claim["status"]["phase"], "Pending", "{claim}");
     assert!(
         csi_volumes(&sim.base).is_empty(),
@@ -104,7 +73,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
 
     apply(d, "pod.yaml", &pod("app", "data"));
     let claim = eventually(180, "the claim to be Bound", || {
-        let c = get(d, &["pvc", "data"])?;
+        let c = kube_get(d, &["pvc", "data"])?;
         (c["status"]["phase"] == "Bound").then_some(c)
     });
     assert_eq!(claim["status"]["capacity"]["storage"], "1Gi", "{claim}");
@@ -112,7 +81,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
         .as_str()
         .expect("volumeName")
         .to_owned();
-    let pv = get(d, &["pv", &pv_name]).expect("volume");
+    let pv = kube_get(d, &["pv", &pv_name]).expect("volume");
     assert_eq!(
         pv["spec"]["csi"]["driver"], "cinder.csi.openstack.org",
         "{pv}"
@@ -123,14 +92,14 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
         .to_owned();
 
     let pod_obj = eventually(180, "the pod to run", || {
-        let p = get(d, &["pod", "app"])?;
+        let p = kube_get(d, &["pod", "app"])?;
         (p["status"]["phase"] == "Running").then_some(p)
     });
     let node_name = pod_obj["spec"]["nodeName"]
         .as_str()
         .expect("scheduled")
         .to_owned();
-    let node = get(d, &["node", &node_name]).expect("node");
+    let node = kube_get(d, &["node", &node_name]).expect("node");
     let server = server_of(&node);
     let volume = eventually(60, "the volume in-use on the pod's node", || {
         csi_volumes(&sim.base).into_iter().find(|v| {
@@ -146,7 +115,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
         volume["metadata"]["csi.storage.k8s.io/pvc/name"], "data",
         "{volume}"
     );
-    let va = get(d, &["volumeattachments"]).expect("attachments");
+    let va = kube_get(d, &["volumeattachments"]).expect("attachments");
     assert!(
         va["items"].as_array().is_some_and(|i| i.iter().any(|a| {
             a["spec"]["nodeName"] == node_name.as_str() && a["status"]["attached"] == true
@@ -173,7 +142,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
             .then_some(())
     });
     eventually(60, "the PersistentVolume to go", || {
-        get(d, &["pv"])?["items"]
+        kube_get(d, &["pv"])?["items"]
             .as_array()
             .is_some_and(|i| i.is_empty())
             .then_some(())
@@ -184,11 +153,11 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
     apply(d, "claim.yaml", CLAIM);
     apply(d, "pod.yaml", &pod("app", "data"));
     let claim = eventually(180, "the second claim to be Bound", || {
-        let c = get(d, &["pvc", "data"])?;
+        let c = kube_get(d, &["pvc", "data"])?;
         (c["status"]["phase"] == "Bound").then_some(c)
     });
     let handle = {
-        let pv = get(
+        let pv = kube_get(
             d,
             &[
                 "pv",
@@ -202,7 +171,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
             .to_owned()
     };
     let host = eventually(180, "the pod to run", || {
-        let p = get(d, &["pod", "app"])?;
+        let p = kube_get(d, &["pod", "app"])?;
         (p["status"]["phase"] == "Running")
             .then(|| p["spec"]["nodeName"].as_str().map(str::to_owned))
             .flatten()
@@ -219,7 +188,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
     );
     assert!(grow.status.success(), "{}", text(&grow));
     eventually(240, "the claim to say 2Gi", || {
-        let c = get(d, &["pvc", "data"])?;
+        let c = kube_get(d, &["pvc", "data"])?;
         (c["status"]["capacity"]["storage"] == "2Gi").then_some(())
     });
     let volume = csi_volumes(&sim.base)
@@ -237,7 +206,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
     );
     apply(d, "reader.yaml", &pod_on("reader", "copy", Some(&host)));
     eventually(240, "the clone to be Bound", || {
-        (get(d, &["pvc", "copy"])?["status"]["phase"] == "Bound").then_some(())
+        (kube_get(d, &["pvc", "copy"])?["status"]["phase"] == "Bound").then_some(())
     });
     assert!(
         csi_volumes(&sim.base)
@@ -253,11 +222,11 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
         "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: data-snap\n  namespace: default\nspec:\n  source:\n    persistentVolumeClaimName: data\n",
     );
     let snap = eventually(240, "the snapshot to be ready", || {
-        let v = get(d, &["volumesnapshot", "data-snap"])?;
+        let v = kube_get(d, &["volumesnapshot", "data-snap"])?;
         (v["status"]["readyToUse"] == true).then_some(v)
     });
     assert_eq!(snap["status"]["restoreSize"], "2Gi", "{snap}");
-    let content = get(
+    let content = kube_get(
         d,
         &[
             "volumesnapshotcontent",
@@ -294,7 +263,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
         &pod_on("restorer", "restored", Some(&host)),
     );
     eventually(240, "the restored claim to be Bound", || {
-        (get(d, &["pvc", "restored"])?["status"]["phase"] == "Bound").then_some(())
+        (kube_get(d, &["pvc", "restored"])?["status"]["phase"] == "Bound").then_some(())
     });
     assert!(
         csi_volumes(&sim.base)
@@ -330,7 +299,7 @@ fn a_claim_is_bound_attached_to_its_pods_node_and_gone_with_the_claim() {
     // (First "unbound immediate PersistentVolumeClaims" while the volume is made, as the real
     // scheduler says.)
     let message = eventually(240, "the pod to be refused for its volume's zone", || {
-        let p = get(d, &["pod", "cold"])?;
+        let p = kube_get(d, &["pod", "cold"])?;
         p["status"]["conditions"]
             .as_array()?
             .iter()
@@ -393,7 +362,7 @@ fn kos_csi_manifests_bind_and_release_a_claim() {
         &["kubeconfig", "demo", "--cloud", "sim"],
     );
     assert_eq!(code(&kc), 0, "{}", text(&kc));
-    let deploy = get(d, &["deployment", "-n", "kube-system"]).expect("deployments");
+    let deploy = kube_get(d, &["deployment", "-n", "kube-system"]).expect("deployments");
     assert!(
         deploy["items"].as_array().is_some_and(|i| i
             .iter()
@@ -407,9 +376,9 @@ fn kos_csi_manifests_bind_and_release_a_claim() {
     let o = kubectl(d, &["apply", "-f", walk]);
     assert!(o.status.success(), "{}", text(&o));
     eventually(180, "the pod to run", || {
-        (get(d, &["pod", "app"])?["status"]["phase"] == "Running").then_some(())
+        (kube_get(d, &["pod", "app"])?["status"]["phase"] == "Running").then_some(())
     });
-    let claim = get(d, &["pvc", "data"]).expect("claim");
+    let claim = kube_get(d, &["pvc", "data"]).expect("claim");
     assert_eq!(claim["status"]["phase"], "Bound", "{claim}");
     assert!(
         csi_volumes(&sim.base)

@@ -7,39 +7,7 @@
 
 mod support;
 
-use serde_json::Value;
 use support::*;
-
-/// Cinder volumes the CSI driver made (its cluster metadata).
-fn csi_volumes(base: &str) -> Vec<Value> {
-    sim_state(base)["cinder"]["volumes"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|v| v["metadata"]["cinder.csi.openstack.org/cluster"].is_string())
-        .collect()
-}
-
-fn get(d: &std::path::Path, what: &[&str]) -> Option<Value> {
-    let mut args = vec!["get"];
-    args.extend_from_slice(what);
-    args.extend_from_slice(&["-o", "json"]);
-    let o = kubectl(d, &args);
-    if !o.status.success() {
-        return None;
-    }
-    serde_json::from_slice(&o.stdout).ok()
-}
-
-/// The server a Node is (its provider ID).
-fn server_of(node: &Value) -> String {
-    node["spec"]["providerID"]
-        .as_str()
-        .and_then(|p| p.strip_prefix("openstack:///"))
-        .unwrap_or_default()
-        .to_owned()
-}
 
 #[test]
 fn a_claim_binds_in_cinders_only_zone_under_other_compute_zones() {
@@ -59,7 +27,7 @@ fn a_claim_binds_in_cinders_only_zone_under_other_compute_zones() {
     assert_eq!(code(&kc), 0, "{}", text(&kc));
 
     // The default class names Cinder's zone; its binding still waits for the pod's node.
-    let classes = get(d, &["storageclass"]).expect("storage classes");
+    let classes = kube_get(d, &["storageclass"]).expect("storage classes");
     let default = classes["items"]
         .as_array()
         .and_then(|i| {
@@ -79,15 +47,15 @@ fn a_claim_binds_in_cinders_only_zone_under_other_compute_zones() {
     let o = kubectl(d, &["apply", "-f", walk]);
     assert!(o.status.success(), "{}", text(&o));
     let claim = eventually(180, "the claim to be Bound", || {
-        let c = get(d, &["pvc", "data"])?;
+        let c = kube_get(d, &["pvc", "data"])?;
         (c["status"]["phase"] == "Bound").then_some(c)
     });
     let pod = eventually(180, "the pod to run", || {
-        let p = get(d, &["pod", "app"])?;
+        let p = kube_get(d, &["pod", "app"])?;
         (p["status"]["phase"] == "Running").then_some(p)
     });
     let node_name = pod["spec"]["nodeName"].as_str().expect("scheduled");
-    let node = get(d, &["node", node_name]).expect("node");
+    let node = kube_get(d, &["node", node_name]).expect("node");
     let node_zone = node["metadata"]["labels"]["topology.cinder.csi.openstack.org/zone"]
         .as_str()
         .expect("the node plugin's zone label")
@@ -98,7 +66,7 @@ fn a_claim_binds_in_cinders_only_zone_under_other_compute_zones() {
     );
 
     // The PV may be used where the pod runs: its topology is the node's compute zone.
-    let pv = get(
+    let pv = kube_get(
         d,
         &[
             "pv",

@@ -537,3 +537,35 @@ impl Watched {
         (status, self.seen.join("\n"))
     }
 }
+
+/// Cinder volumes a cluster's CSI driver made (its cluster metadata), from the simulator's state.
+pub fn csi_volumes(base: &str) -> Vec<Value> {
+    sim_state(base)["cinder"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| v["metadata"]["cinder.csi.openstack.org/cluster"].is_string())
+        .collect()
+}
+
+/// `kubectl get WHAT -o json` with `dir`'s `kubeconfig-demo`, or `None` when it fails.
+pub fn kube_get(dir: &Path, what: &[&str]) -> Option<Value> {
+    let mut args = vec!["get"];
+    args.extend_from_slice(what);
+    args.extend_from_slice(&["-o", "json"]);
+    let o = kubectl(dir, &args);
+    if !o.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&o.stdout).ok()
+}
+
+/// The server a Node is (its `openstack:///` provider ID).
+pub fn server_of(node: &Value) -> String {
+    node["spec"]["providerID"]
+        .as_str()
+        .and_then(|p| p.strip_prefix("openstack:///"))
+        .unwrap_or_default()
+        .to_owned()
+}
