@@ -5,13 +5,18 @@
 //! goes through: written with the first provider (its first key), read with whichever provider's
 //! prefix matches, `identity` matching a value without a `k8s:enc:` prefix.
 //!
+//! The stored bytes are those kube-apiserver writes (`storage/value/encrypt/{secretbox,aes}`):
+//! `k8s:enc:<provider>:v1:<key name>:` then
+//! - `secretbox`: a random 24-byte nonce and NaCl's `secretbox` (XSalsa20-Poly1305, tag first) of
+//!   the value, no authenticated data;
+//! - `aesgcm`: a random 12-byte nonce and AES-GCM (ciphertext, then tag) with the etcd key as the
+//!   authenticated data, so a value copied to another key does not open;
+//! - `aescbc`: a random 16-byte IV and AES-CBC of the PKCS#7-padded value.
+//!
+//! So a value sealed here opens with kube-apiserver's code and the other way round (the tests
+//! check NaCl's own test vector and the layouts).
+//!
 //! Simplified, and said so:
-//! - the ciphers are real AEADs from aws-lc-rs, not the apiserver's: `secretbox` (XSalsa20-Poly1305
-//!   upstream, which no crate here provides) seals with ChaCha20-Poly1305 under the same 32-byte
-//!   key and a 12-byte random nonce; `aescbc` and `aesgcm` seal with AES-GCM of the key's length.
-//!   The stored bytes are `k8s:enc:<provider>:v1:<key name>:` then nonce and ciphertext, as the
-//!   real prefixes are, so what a test can see (the key name, no plaintext, a key that opens it or
-//!   not) is what etcd shows of a real cluster; the bytes after the prefix are not byte-compatible;
 //! - `kms` providers parse but cannot run (no plugin): a config whose write provider is `kms` is
 //!   refused at start, naming the simplification;
 //! - only rules for `secrets` transform anything: the store keeps its at-rest view of Secrets only
@@ -20,8 +25,15 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use aws_lc_rs::aead::{self, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::cipher::{
+    AES_128, AES_192, AES_256, DecryptionContext, EncryptionContext, PaddedBlockDecryptingKey,
+    PaddedBlockEncryptingKey, UnboundCipherKey,
+};
+use aws_lc_rs::iv::FixedLength;
 use base64::Engine as _;
+use crypto_secretbox::XSalsa20Poly1305;
+use crypto_secretbox::aead::{Aead as _, KeyInit as _};
 use serde_json::Value;
 
 /// The only version kube-apiserver decodes the file as.
@@ -191,25 +203,15 @@ impl EncryptionConfig {
             // identity (kms was refused at parse)
             return plain.to_vec();
         };
-        let mut nonce = [0u8; NONCE_LEN];
-        rand::fill(&mut nonce);
         let mut out = format!("{PREFIX}{}:v1:{}:", p.tag(), k.name).into_bytes();
-        let mut body = plain.to_vec();
-        let sealed = aead_key(p, k).and_then(|key| {
-            key.seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(storage_key.as_bytes()),
-                &mut body,
-            )
-            .ok()
-        });
-        if sealed.is_none() {
+        match transform_to_storage(p, &k.secret, storage_key, plain) {
+            Some(body) => {
+                out.extend_from_slice(&body);
+                out
+            }
             // A key that parsed has a valid length for its cipher; nothing else fails here.
-            return plain.to_vec();
+            None => plain.to_vec(),
         }
-        out.extend_from_slice(&nonce);
-        out.extend_from_slice(&body);
-        out
     }
 
     /// The plaintext of a stored value, as the apiserver's prefix transformer finds it.
@@ -230,14 +232,8 @@ impl EncryptionConfig {
                 let Some(rest) = stored.strip_prefix(prefix.as_bytes()) else {
                     continue;
                 };
-                let (nonce, body) = rest.split_at_checked(NONCE_LEN).ok_or("invalid data")?;
-                let key = aead_key(p, k).ok_or("invalid key")?;
-                let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| "invalid nonce")?;
-                let mut body = body.to_vec();
-                let plain = key
-                    .open_in_place(nonce, Aad::from(storage_key.as_bytes()), &mut body)
-                    .map_err(|_| format!("{}: failed to decrypt data", p.tag()))?;
-                return Ok(plain.to_vec());
+                return transform_from_storage(p, &k.secret, storage_key, rest)
+                    .map_err(|e| format!("{}: {e}", p.tag()));
             }
         }
         let encrypted = stored.starts_with(PREFIX.as_bytes());
@@ -251,15 +247,127 @@ impl EncryptionConfig {
     }
 }
 
-fn aead_key(p: &Provider, k: &Key) -> Option<LessSafeKey> {
-    let alg = match (p, k.secret.len()) {
-        (Provider::Secretbox(_), 32) => &aead::CHACHA20_POLY1305,
-        (Provider::Aescbc(_) | Provider::Aesgcm(_), 16) => &aead::AES_128_GCM,
-        (Provider::Aescbc(_) | Provider::Aesgcm(_), 24) => &aead::AES_192_GCM,
-        (Provider::Aescbc(_) | Provider::Aesgcm(_), 32) => &aead::AES_256_GCM,
+const SECRETBOX_NONCE: usize = 24;
+const SECRETBOX_OVERHEAD: usize = 16;
+const GCM_NONCE: usize = 12;
+const CBC_BLOCK: usize = 16;
+
+/// What follows the prefix: the provider's transformer applied to `plain` (`None` for a key
+/// length the provider does not take, which parsing has already refused).
+fn transform_to_storage(
+    p: &Provider,
+    secret: &[u8],
+    storage_key: &str,
+    plain: &[u8],
+) -> Option<Vec<u8>> {
+    match p {
+        Provider::Secretbox(_) => {
+            let cipher = XSalsa20Poly1305::new_from_slice(secret).ok()?;
+            let mut nonce = [0u8; SECRETBOX_NONCE];
+            rand::fill(&mut nonce);
+            let sealed = cipher.encrypt(&nonce.into(), plain).ok()?;
+            Some([nonce.as_slice(), &sealed].concat())
+        }
+        Provider::Aesgcm(_) => {
+            let key = gcm_key(secret)?;
+            let mut nonce = [0u8; GCM_NONCE];
+            rand::fill(&mut nonce);
+            let mut body = plain.to_vec();
+            key.seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(storage_key.as_bytes()),
+                &mut body,
+            )
+            .ok()?;
+            Some([nonce.as_slice(), &body].concat())
+        }
+        Provider::Aescbc(_) => {
+            let key = PaddedBlockEncryptingKey::cbc_pkcs7(cbc_key(secret)?).ok()?;
+            let mut iv = [0u8; CBC_BLOCK];
+            rand::fill(&mut iv);
+            let mut body = plain.to_vec();
+            key.less_safe_encrypt(&mut body, EncryptionContext::Iv128(FixedLength::from(iv)))
+                .ok()?;
+            Some([iv.as_slice(), &body].concat())
+        }
+        Provider::Identity | Provider::Kms(_) => None,
+    }
+}
+
+/// The value a provider's transformer reads from what follows its prefix; the errors are
+/// kube-apiserver's words.
+fn transform_from_storage(
+    p: &Provider,
+    secret: &[u8],
+    storage_key: &str,
+    data: &[u8],
+) -> Result<Vec<u8>, &'static str> {
+    const SHORT: &str = "the stored data was shorter than the required size";
+    match p {
+        Provider::Secretbox(_) => {
+            if data.len() < SECRETBOX_NONCE + SECRETBOX_OVERHEAD {
+                return Err(SHORT);
+            }
+            let (nonce, body) = data.split_at(SECRETBOX_NONCE);
+            let cipher = XSalsa20Poly1305::new_from_slice(secret).map_err(|_| "invalid key")?;
+            let nonce: [u8; SECRETBOX_NONCE] = nonce.try_into().map_err(|_| SHORT)?;
+            // secretbox.Open's failure, as the transformer words it.
+            cipher
+                .decrypt(&nonce.into(), body)
+                .map_err(|_| "output array was not large enough for encryption")
+        }
+        Provider::Aesgcm(_) => {
+            if data.len() < GCM_NONCE {
+                return Err(SHORT);
+            }
+            let (nonce, body) = data.split_at(GCM_NONCE);
+            let key = gcm_key(secret).ok_or("invalid key")?;
+            let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| SHORT)?;
+            let mut body = body.to_vec();
+            let plain = key
+                .open_in_place(nonce, Aad::from(storage_key.as_bytes()), &mut body)
+                .map_err(|_| "cipher: message authentication failed")?;
+            Ok(plain.to_vec())
+        }
+        Provider::Aescbc(_) => {
+            if data.len() < CBC_BLOCK {
+                return Err(SHORT);
+            }
+            let (iv, body) = data.split_at(CBC_BLOCK);
+            if body.len() % CBC_BLOCK != 0 {
+                return Err("the stored data is not a multiple of the block size");
+            }
+            let key = PaddedBlockDecryptingKey::cbc_pkcs7(cbc_key(secret).ok_or("invalid key")?)
+                .map_err(|_| "invalid key")?;
+            let iv: [u8; CBC_BLOCK] = iv.try_into().map_err(|_| SHORT)?;
+            let mut body = body.to_vec();
+            let plain = key
+                .decrypt(&mut body, DecryptionContext::Iv128(FixedLength::from(iv)))
+                .map_err(|_| "invalid padding on input")?;
+            Ok(plain.to_vec())
+        }
+        Provider::Identity | Provider::Kms(_) => Err("no matching prefix found"),
+    }
+}
+
+fn gcm_key(secret: &[u8]) -> Option<LessSafeKey> {
+    let alg = match secret.len() {
+        16 => &aead::AES_128_GCM,
+        24 => &aead::AES_192_GCM,
+        32 => &aead::AES_256_GCM,
         _ => return None,
     };
-    UnboundKey::new(alg, &k.secret).ok().map(LessSafeKey::new)
+    UnboundKey::new(alg, secret).ok().map(LessSafeKey::new)
+}
+
+fn cbc_key(secret: &[u8]) -> Option<UnboundCipherKey> {
+    let alg = match secret.len() {
+        16 => &AES_128,
+        24 => &AES_192,
+        32 => &AES_256,
+        _ => return None,
+    };
+    UnboundCipherKey::new(alg, secret).ok()
 }
 
 /// Strict decoding: a field the Go type lacks.
@@ -503,6 +611,95 @@ mod tests {
             "  - secretbox:\n      keys:\n      - name: k\n        secret: \"!!notbase64\"\n",
         );
         assert!(refused(&bad64).contains("base64"));
+    }
+
+    /// NaCl's own vector (golang.org/x/crypto/nacl/secretbox `TestSecretBox`, made with the C
+    /// implementation): what kube-apiserver's `secretbox` writes after the prefix and nonce.
+    #[test]
+    fn secretbox_is_nacl_secretbox() {
+        let key = [1u8; 32];
+        let nonce = [2u8; 24];
+        let sealed = XSalsa20Poly1305::new_from_slice(&key)
+            .unwrap()
+            .encrypt(&nonce.into(), [3u8; 64].as_slice())
+            .unwrap();
+        let expected = "8442bc313f4626f1359e3b50122b6ce6fe66ddfe7d39d14e637eb4fd5b45beadab55198df6ab5368439792a23c87db70acb6156dc5ef957ac04f6276cf6093b84be77ff0849cc33e34b7254d5a8f65ad";
+        let hex: String = sealed.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, expected);
+        // And the transformer reads a value laid out as the apiserver lays it out.
+        let stored = [nonce.as_slice(), &sealed].concat();
+        let p = Provider::Secretbox(vec![]);
+        assert_eq!(
+            transform_from_storage(&p, &key, "any", &stored).unwrap(),
+            vec![3u8; 64]
+        );
+        assert_eq!(
+            transform_from_storage(&p, &key, "any", &stored[..39]).unwrap_err(),
+            "the stored data was shorter than the required size"
+        );
+    }
+
+    /// The layouts after the prefix: secretbox 24 + 16 + n, aesgcm 12 + n + 16 bound to the etcd
+    /// key, aescbc 16 + n padded to the block (a full block of padding when n is a multiple).
+    #[test]
+    fn each_provider_lays_out_its_bytes_as_the_apiserver() {
+        let plain = [7u8; 32];
+        let sb = Provider::Secretbox(vec![]);
+        let gcm = Provider::Aesgcm(vec![]);
+        let cbc = Provider::Aescbc(vec![]);
+        let k32 = [9u8; 32];
+        let k16 = [5u8; 16];
+        let at = "/registry/secrets/default/s";
+
+        let s = transform_to_storage(&sb, &k32, at, &plain).unwrap();
+        assert_eq!(s.len(), 24 + 16 + 32);
+        assert_eq!(
+            transform_from_storage(&sb, &k32, "other", &s).unwrap(),
+            plain
+        );
+
+        for key in [&k16[..], &[5u8; 24][..], &k32[..]] {
+            let g = transform_to_storage(&gcm, key, at, &plain).unwrap();
+            assert_eq!(g.len(), 12 + 32 + 16);
+            assert_eq!(transform_from_storage(&gcm, key, at, &g).unwrap(), plain);
+            // Copied under another etcd key, it does not open.
+            assert_eq!(
+                transform_from_storage(&gcm, key, "/registry/secrets/default/t", &g).unwrap_err(),
+                "cipher: message authentication failed"
+            );
+
+            let c = transform_to_storage(&cbc, key, at, &plain).unwrap();
+            assert_eq!(c.len(), 16 + 32 + 16);
+            assert_eq!(
+                transform_from_storage(&cbc, key, "other", &c).unwrap(),
+                plain
+            );
+            let c = transform_to_storage(&cbc, key, at, &plain[..5]).unwrap();
+            assert_eq!(c.len(), 16 + 16);
+            assert_eq!(
+                transform_from_storage(&cbc, key, at, &c[..20]).unwrap_err(),
+                "the stored data is not a multiple of the block size"
+            );
+        }
+        // AES-CBC as Go's crypto/cipher computes it: FIPS-197's AES-128 vector is the first
+        // block of CBC with a zero IV (C.1: key 000102..0f, plaintext 00112233..ff).
+        let key: Vec<u8> = (0u8..16).collect();
+        let block: Vec<u8> = (0u8..16).map(|i| i * 0x11).collect();
+        let stored = [&[0u8; 16][..], &cbc_encrypt_raw(&key, &block)].concat();
+        let hex: String = stored[16..32].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "69c4e0d86a7b0430d8cdb78070b4c55a");
+    }
+
+    /// One PKCS#7-padded CBC encryption under a zero IV, through the transformer's key type.
+    fn cbc_encrypt_raw(key: &[u8], plain: &[u8]) -> Vec<u8> {
+        let k = PaddedBlockEncryptingKey::cbc_pkcs7(cbc_key(key).unwrap()).unwrap();
+        let mut body = plain.to_vec();
+        k.less_safe_encrypt(
+            &mut body,
+            EncryptionContext::Iv128(FixedLength::from([0u8; 16])),
+        )
+        .unwrap();
+        body
     }
 
     #[test]
