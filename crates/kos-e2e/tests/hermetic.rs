@@ -20,6 +20,7 @@ on_sim!(
     cluster_byo_network,
     cluster_gc,
     identity,
+    credential_rotation,
     network,
     floating_ip,
     server_on_port,

@@ -22,6 +22,7 @@ on_cloud!(
     cluster_byo_network,
     cluster_gc,
     identity,
+    credential_rotation,
     network,
     floating_ip,
     server_on_port,

@@ -16,6 +16,7 @@ mod identity;
 mod load_balancer;
 mod network;
 mod quotas;
+mod rotation;
 mod volume;
 
 pub use ccm::ccm_load_balancer;
@@ -28,6 +29,7 @@ pub use identity::identity;
 pub use load_balancer::load_balancer;
 pub use network::network;
 pub use quotas::quotas;
+pub use rotation::credential_rotation;
 pub use volume::volume;
 
 use anyhow::Result;
