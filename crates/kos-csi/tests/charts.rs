@@ -1539,3 +1539,170 @@ fn the_values_the_docs_show_render() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The standalone manifests (manifests/, for `kubectl apply -f`)
+
+/// What scripts/manifests writes, and the tests read as committed.
+const STANDALONE: [&str; 3] = ["kos-ccm.yaml", "kos-csi-snapshotclass.yaml", "kos-csi.yaml"];
+/// The registry the manifests name, which the user replaces.
+const PLACEHOLDER: &str = "your-registry.invalid/";
+
+fn committed(name: &str) -> String {
+    std::fs::read_to_string(Path::new(ROOT).join("manifests").join(name))
+        .unwrap_or_else(|e| panic!("manifests/{name}: {e}"))
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .expect("YAML")
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// The first line where two texts differ, for a message that says where.
+fn first_difference(a: &str, b: &str) -> Option<(usize, String, String)> {
+    let (mut la, mut lb) = (a.lines(), b.lines());
+    for n in 1.. {
+        match (la.next(), lb.next()) {
+            (None, None) => return None,
+            (x, y) if x != y => {
+                return Some((
+                    n,
+                    x.unwrap_or("<end>").to_owned(),
+                    y.unwrap_or("<end>").to_owned(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+#[test]
+fn the_committed_manifests_are_a_fresh_render_of_the_charts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(python())
+        .arg(Path::new(ROOT).join("scripts/manifests.py"))
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "scripts/manifests: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut written: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(written, STANDALONE);
+    // A difference in any byte, comments included, fails: the files say they are generated.
+    for name in STANDALONE {
+        let fresh = std::fs::read_to_string(dir.path().join(name)).expect("read");
+        let old = committed(name);
+        assert!(
+            old == fresh,
+            "manifests/{name} is not what scripts/manifests renders from the charts now (run it and \
+             commit the result); first difference, line {:?}",
+            first_difference(&old, &fresh)
+        );
+    }
+}
+
+#[test]
+fn the_standalone_manifests_validate_strictly_for_each_supported_minor() {
+    let files: Vec<PathBuf> = ["kos-ccm.yaml", "kos-csi.yaml"]
+        .iter()
+        .map(|n| Path::new(ROOT).join("manifests").join(n))
+        .collect();
+    for minor in supported_minors() {
+        let (ok, said) = validate(&files, minor);
+        assert!(ok, "1.{minor}: {said}");
+    }
+    // The custom resource, apart: its kind exists only once the CRDs are installed.
+    let classes = documents(&committed("kos-csi-snapshotclass.yaml"));
+    assert_eq!(classes.len(), 1);
+    assert_eq!(classes[0]["kind"], "VolumeSnapshotClass");
+    let (ok, said) = validate_snapshot_class(&classes[0]);
+    assert!(ok, "{said}");
+    for name in ["kos-ccm.yaml", "kos-csi.yaml"] {
+        assert!(
+            !documents(&committed(name))
+                .iter()
+                .any(|o| o["kind"] == "VolumeSnapshotClass"
+                    || o["kind"] == "CustomResourceDefinition"),
+            "{name}"
+        );
+    }
+}
+
+/// Every container image of a set of objects (init containers included).
+fn container_images(objects: &[Value]) -> BTreeSet<String> {
+    objects
+        .iter()
+        .flat_map(|o| {
+            let spec = &o["spec"]["template"]["spec"];
+            ["containers", "initContainers"]
+                .into_iter()
+                .flat_map(move |k| spec[k].as_array().into_iter().flatten())
+        })
+        .filter_map(|c| c["image"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn the_standalone_manifests_hold_no_secret_and_name_the_image_to_set() {
+    let chart: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(Path::new(ROOT).join("charts/kos-ccm/Chart.yaml"))
+            .expect("Chart.yaml"),
+    )
+    .expect("YAML");
+    let version = chart["appVersion"].as_str().expect("appVersion");
+    let pins: Value = serde_saphyr::from_str(PINS).expect("pins.yaml");
+    let pinned: BTreeSet<String> = pins["images"]
+        .as_object()
+        .expect("images")
+        .values()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    let ccm = documents(&committed("kos-ccm.yaml"));
+    let csi = documents(&committed("kos-csi.yaml"));
+    for (name, objects, own) in [("kos-ccm", &ccm, "kos-ccm"), ("kos-csi", &csi, "kos-csi")] {
+        // The credentials are the user's Secret, made beside the manifests, never in them.
+        assert!(
+            !objects.iter().any(|o| o["kind"] == "Secret"),
+            "{name} makes a Secret"
+        );
+        let (placeholders, others): (BTreeSet<String>, BTreeSet<String>) =
+            container_images(objects)
+                .into_iter()
+                .partition(|i| i.starts_with(PLACEHOLDER));
+        assert_eq!(
+            placeholders,
+            BTreeSet::from([format!("{PLACEHOLDER}{own}:{version}")]),
+            "{name}"
+        );
+        let unpinned: Vec<&String> = others.difference(&pinned).collect();
+        assert!(unpinned.is_empty(), "{name}: not kos's pins: {unpinned:?}");
+    }
+    // The binaries accept what the manifests run (kos-ccm reads kube-system/cloud-config).
+    let ccm_opts = ccm_options(&ccm);
+    assert_eq!(ccm_opts.cloud_config, Path::new("/etc/config/cloud.conf"));
+    let ds = find(&ccm, "DaemonSet", "kos-ccm");
+    assert!(
+        ds["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|v| v["secret"]["secretName"] == "cloud-config"),
+        "{ds}"
+    );
+    let ctl = csi_options(find(&csi, "Deployment", "kos-csi-controllerplugin"));
+    assert!(ctl.provide_controller_service);
+    let node = csi_options(find(&csi, "DaemonSet", "kos-csi-nodeplugin"));
+    assert!(node.provide_node_service);
+}
