@@ -69,6 +69,10 @@ pub struct Airgap {
     pub ca_bundle: Option<String>,
     /// Serves what `https://pkgs.k8s.io` serves, at the same paths.
     pub kubernetes_packages: Option<String>,
+    /// The image distribution's apt archive (cloud-init's `apt.primary`).
+    pub os_packages: Option<String>,
+    /// Its security archive (cloud-init's `apt.security`); `os_packages` when `None`.
+    pub os_security_packages: Option<String>,
     /// A manifest's public URL `https://HOST/PATH` is fetched as `<manifests>/HOST/PATH`.
     pub manifests: Option<String>,
     pub proxy: Option<Proxy>,
@@ -85,6 +89,8 @@ impl Airgap {
     pub fn is_set(&self) -> bool {
         !self.registries.is_empty()
             || self.kubernetes_packages.is_some()
+            || self.os_packages.is_some()
+            || self.os_security_packages.is_some()
             || self.manifests.is_some()
             || self.proxy.is_some()
     }
@@ -280,6 +286,39 @@ pub fn artefacts_for(
     let pins = Pins::builtin()?;
     let cni = pins.cni_for(cni, cni_manifest)?;
     let mut out = Vec::new();
+    // The OS packages come from the image's distribution archive (its apt sources, or the mirror
+    // cloud-init's `apt` module puts in their place): the script's first `apt-get install`.
+    const OS_PACKAGES: &str = "apt-transport-https, ca-certificates, curl, gpg, containerd, conntrack, socat, ethtool, iptables and their dependencies";
+    const OS_ORIGIN: &str = "the image's distribution archive (http://archive.ubuntu.com/ubuntu, http://deb.debian.org/debian)";
+    let security = a.os_security_packages.as_ref().or(a.os_packages.as_ref());
+    out.push(Artefact {
+        kind: Kind::PackageRepository,
+        step: "packages",
+        fetched: a
+            .os_packages
+            .clone()
+            .unwrap_or_else(|| OS_ORIGIN.to_owned()),
+        origin: OS_ORIGIN.to_owned(),
+        sha256: None,
+        note: Some(format!(
+            "{OS_PACKAGES}, from the suites <release> and <release>-updates of the image's release{}",
+            if security.is_some() && a.os_security_packages.is_none() {
+                " (and <release>-security)"
+            } else {
+                ""
+            }
+        )),
+    });
+    if let Some(s) = &a.os_security_packages {
+        out.push(Artefact {
+            kind: Kind::PackageRepository,
+            step: "packages",
+            fetched: s.clone(),
+            origin: "the distribution's security archive (http://security.ubuntu.com/ubuntu, http://security.debian.org/debian-security)".to_owned(),
+            sha256: None,
+            note: Some("the suite <release>-security".to_owned()),
+        });
+    }
     let path = format!("/core:/stable:/{}/deb/", v.channel());
     out.push(Artefact {
         kind: Kind::PackageRepository,

@@ -100,8 +100,45 @@ struct WriteFile<'a> {
 
 #[derive(Serialize)]
 struct CloudConfig<'a> {
+    /// cloud-init's apt module (`cc_apt_configure`, before runcmd): the OS package mirror.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    apt: Option<Apt<'a>>,
     write_files: Vec<WriteFile<'a>>,
     runcmd: Vec<Vec<&'static str>>,
+}
+
+/// `apt.primary` and `apt.security`: cloud-init writes the distribution's sources from its own
+/// template with these archives instead of the image's.
+#[derive(Serialize)]
+struct Apt<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    primary: Option<[AptArchive<'a>; 1]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    security: Option<[AptArchive<'a>; 1]>,
+}
+
+#[derive(Serialize)]
+struct AptArchive<'a> {
+    arches: [&'static str; 1],
+    uri: &'a str,
+}
+
+impl<'a> Apt<'a> {
+    fn of(a: &'a crate::Airgap) -> Option<Apt<'a>> {
+        let archive = |uri: &'a String| {
+            [AptArchive {
+                arches: ["default"],
+                uri: uri.as_str(),
+            }]
+        };
+        let primary = a.os_packages.as_ref().map(archive);
+        let security = a
+            .os_security_packages
+            .as_ref()
+            .or(a.os_packages.as_ref())
+            .map(archive);
+        (primary.is_some() || security.is_some()).then_some(Apt { primary, security })
+    }
 }
 
 fn file(path: impl Into<String>, permissions: &'static str, content: impl Into<String>) -> File {
@@ -341,6 +378,7 @@ pub fn render_user_data(
         check_jinja(f)?;
     }
     let cc = CloudConfig {
+        apt: Apt::of(&cluster.airgap),
         write_files: files
             .iter()
             .map(|f| WriteFile {

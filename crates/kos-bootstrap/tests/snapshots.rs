@@ -83,6 +83,11 @@ fn user_data_air_gapped() {
     let (text, n) = user_data_snapshot(&c, &node(Role::InitControlPlane), &s);
     assert_eq!(n, 7);
     insta::assert_snapshot!("user_data_airgapped_init", text);
+    // cloud-init's apt module gets the OS mirror for both archives.
+    assert!(
+        text.contains("apt:\n  primary:\n  - arches:\n    - default\n    uri: https://mirror.example/ubuntu\n  security:\n  - arches:\n    - default\n    uri: https://mirror.example/ubuntu\n"),
+        "{text}"
+    );
     let (text, n) = user_data_snapshot(&c, &node(Role::Worker), &s);
     assert_eq!(n, 1);
     insta::assert_snapshot!("user_data_airgapped_worker", text);
@@ -102,7 +107,15 @@ fn artefacts_name_the_mirror_and_the_origin() {
     // Without mirrors, everything is fetched where it is published.
     assert!(plain.iter().all(|a| a.fetched == a.origin), "{plain:#?}");
     let a = artefacts(&airgapped("1.36.4", 1, 0)).unwrap();
-    let repo = &a[0];
+    // The OS packages first (the script's first install), from the OS mirror.
+    assert_eq!(a[0].fetched, "https://mirror.example/ubuntu");
+    assert!(
+        a[0].note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("containerd")
+    );
+    let repo = &a[1];
     assert_eq!(
         repo.fetched,
         "https://mirror.example/pkgs.k8s.io/core:/stable:/v1.36/deb/"

@@ -950,6 +950,14 @@ pub struct Mirrors {
     pub ca_bundle: Option<String>,
     /// `packages.kubernetes`: serves what `https://pkgs.k8s.io` serves, at the same paths.
     pub kubernetes_packages: Option<HttpUrl>,
+    /// `packages.os`: an apt mirror of the image's distribution archive (what
+    /// `http://archive.ubuntu.com/ubuntu` or `http://deb.debian.org/debian` serves): cloud-init's
+    /// `apt.primary`, where containerd, conntrack and the other OS packages come from.
+    pub os_packages: Option<HttpUrl>,
+    /// `packages.osSecurity`: the security archive's mirror (cloud-init's `apt.security`); `os`
+    /// when not given (Ubuntu's mirrors carry `-security`; Debian's security archive is usually a
+    /// mirror of its own, `…/debian-security`).
+    pub os_security_packages: Option<HttpUrl>,
     /// `manifests`: serves each manifest kos downloads at `<manifests>/<host>/<path>` of its public
     /// URL; the pinned sha256 is checked as before.
     pub manifests: Option<HttpUrl>,
@@ -959,7 +967,11 @@ impl Mirrors {
     /// Whether anything is mirrored.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.registries.is_empty() && self.kubernetes_packages.is_none() && self.manifests.is_none()
+        self.registries.is_empty()
+            && self.kubernetes_packages.is_none()
+            && self.os_packages.is_none()
+            && self.os_security_packages.is_none()
+            && self.manifests.is_none()
     }
 }
 

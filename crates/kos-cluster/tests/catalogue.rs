@@ -211,6 +211,10 @@ const CASES: &[Case] = &[
         code: Code::InvalidValue, message: "`https://quay.io` is not a registry host", line: 17, help: "registry.k8s.io, docker.io, quay.io, ghcr.io" },
     Case { name: "mirror with credentials", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    manifests: \"https://u:secret@mirror.example/files\"\n  nodePools")],
         code: Code::InvalidValue, message: "`https://***@mirror.example/files` carries credentials", line: 17, help: "without credentials" },
+    Case { name: "OS package mirror without a scheme", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    packages: {os: \"mirror.example/ubuntu\"}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.mirrors.packages.os: `mirror.example/ubuntu` does not start with http:// or https://", line: 17, help: "" },
+    Case { name: "unknown package mirror", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    packages: {debian: \"http://mirror.example/debian\"}\n  nodePools")],
+        code: Code::UnknownField, message: "debian", line: 17, help: "os" },
     Case { name: "CA bundle not PEM", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    caBundle: mirror-ca.crt\n  nodePools")],
         code: Code::InvalidValue, message: "spec.mirrors.caBundle: not a PEM certificate bundle", line: 17, help: "caBundle: |" },
     Case { name: "unknown mirror field", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    registry: {}\n  nodePools")],
@@ -220,7 +224,7 @@ const CASES: &[Case] = &[
     Case { name: "proxy port out of range", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy: {https: \"http://proxy.example:99999\"}\n  nodePools")],
         code: Code::InvalidValue, message: "has a port that is not a number", line: 16, help: "" },
     Case { name: "partly mirrored without a proxy (warning)", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    registries: {registry.k8s.io: \"https://mirror.example:5000\"}\n  nodePools")],
-        code: Code::Risky, message: "spec.mirrors: not mirrored, and no proxy: the nodes fetch docker.io's images, quay.io's images, ghcr.io's images, the Kubernetes packages (pkgs.k8s.io), the CNI manifest", line: 16, help: "kos artefacts" },
+        code: Code::Risky, message: "spec.mirrors: not mirrored, and no proxy: the nodes fetch docker.io's images, quay.io's images, ghcr.io's images, the Kubernetes packages (pkgs.k8s.io), the OS packages (the image's apt sources), the CNI manifest", line: 16, help: "kos artefacts" },
     Case { name: "noProxy entry with a wildcard", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy: {https: \"http://proxy.example:3128\", noProxy: [\"*.example.com\"]}\n  nodePools")],
         code: Code::InvalidValue, message: "`*.example.com` is not a host, domain or CIDR", line: 16, help: ".example.com" },
 ];
@@ -511,7 +515,7 @@ fn the_credential_lifetime_is_read_and_defaults_to_90_days() {
 fn mirrors_and_a_proxy_are_read() {
     let text = edit(&[(
         CP_IMAGE,
-        "    image: ubuntu-24.04\n  mirrors:\n    registries:\n      registry.k8s.io: https://mirror.example:5000\n      docker.io: http://10.0.0.9:5000/\n    caBundle: |\n      -----BEGIN CERTIFICATE-----\n      MIIB\n      -----END CERTIFICATE-----\n    packages: {kubernetes: \"https://mirror.example/pkgs.k8s.io\"}\n    manifests: https://mirror.example/files/\n  proxy:\n    https: http://user:pw@proxy.example:3128\n    noProxy: [.corp.example, 192.168.0.0/16]\n  nodePools",
+        "    image: ubuntu-24.04\n  mirrors:\n    registries:\n      registry.k8s.io: https://mirror.example:5000\n      docker.io: http://10.0.0.9:5000/\n    caBundle: |\n      -----BEGIN CERTIFICATE-----\n      MIIB\n      -----END CERTIFICATE-----\n    packages: {kubernetes: \"https://mirror.example/pkgs.k8s.io\", os: \"http://mirror.example/ubuntu\", osSecurity: \"http://sec.example/ubuntu\"}\n    manifests: https://mirror.example/files/\n  proxy:\n    https: http://user:pw@proxy.example:3128\n    noProxy: [.corp.example, 192.168.0.0/16]\n  nodePools",
     )]);
     let spec = load("cluster.yaml", &text).expect("valid").spec;
     let m = &spec.mirrors;
@@ -530,6 +534,14 @@ fn mirrors_and_a_proxy_are_read() {
     assert_eq!(
         m.kubernetes_packages.as_ref().map(|u| u.as_str()),
         Some("https://mirror.example/pkgs.k8s.io")
+    );
+    assert_eq!(
+        m.os_packages.as_ref().map(|u| u.as_str()),
+        Some("http://mirror.example/ubuntu")
+    );
+    assert_eq!(
+        m.os_security_packages.as_ref().map(|u| u.as_str()),
+        Some("http://sec.example/ubuntu")
     );
     assert_eq!(m.manifests.as_ref().map(|u| u.path()), Some("/files/"));
     let p = spec.proxy.expect("proxy");

@@ -368,7 +368,7 @@ impl Guest {
         host: &dyn Host,
     ) -> Result<(), GuestError> {
         match event {
-            ServerEvent::Boot(boot) => self.boot(server, boot, host)?,
+            ServerEvent::Boot(boot) => self.boot(server, *boot, host)?,
             ServerEvent::Reboot | ServerEvent::Start => {
                 let s = self.server_mut(server)?;
                 if s.power != Power::Deleted {

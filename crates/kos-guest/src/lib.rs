@@ -58,7 +58,7 @@
 //!     addresses: vec![std::net::IpAddr::from([10, 0, 0, 5])],
 //!     config_drive: true,
 //! };
-//! guest.handle(&id, ServerEvent::Boot(boot), host)?;
+//! guest.handle(&id, ServerEvent::Boot(Box::new(boot)), host)?;
 //! // Later, whenever the host's clock moved:
 //! guest.tick(host)?;
 //! println!("{:?}", guest.markers(&id));

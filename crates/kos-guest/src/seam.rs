@@ -58,15 +58,47 @@ pub struct Metadata {
 pub struct Image {
     /// `ID` of `/etc/os-release` (`ubuntu`, `debian`, `cirros`, ...).
     pub os_id: String,
+    /// `VERSION_CODENAME` of `/etc/os-release` (`noble`, `bookworm`; empty when unknown): the
+    /// release whose suites apt fetches.
+    #[serde(default)]
+    pub release: String,
     /// `kubeadm version -o short` of a prebuilt image (`v1.31.4`), `None` when it has none.
     pub kubernetes: Option<String>,
 }
 
 impl Image {
+    /// `VERSION_CODENAME` of a Debian or Ubuntu release, from Glance's `os_version` (`24.04`, `12`).
+    pub fn codename(os_id: &str, version: &str) -> &'static str {
+        match (os_id, version.trim()) {
+            ("ubuntu", "22.04") => "jammy",
+            ("ubuntu", "24.04") => "noble",
+            ("debian", "11") => "bullseye",
+            ("debian", "12") => "bookworm",
+            ("debian", "13") => "trixie",
+            _ => "",
+        }
+    }
+
+    /// The archives the image's own apt sources name: (`primary`, `security`), as the
+    /// distributions' cloud images ship them.
+    pub fn apt_archives(&self) -> (&'static str, &'static str) {
+        match self.os_id.as_str() {
+            "debian" => (
+                "http://deb.debian.org/debian",
+                "http://deb.debian.org/debian-security",
+            ),
+            _ => (
+                "http://archive.ubuntu.com/ubuntu",
+                "http://security.ubuntu.com/ubuntu",
+            ),
+        }
+    }
+
     /// A plain Ubuntu cloud image (no Kubernetes packages).
     pub fn ubuntu() -> Image {
         Image {
             os_id: "ubuntu".into(),
+            release: "noble".into(),
             kubernetes: None,
         }
     }
@@ -103,7 +135,7 @@ impl fmt::Debug for Boot {
 #[derive(Debug, Clone)]
 pub enum ServerEvent {
     /// Created and powered on for the first time.
-    Boot(Boot),
+    Boot(Box<Boot>),
     /// Soft or hard reboot: services come back, cloud-init's per-instance modules do not run again.
     Reboot,
     /// Powered off (`SHUTOFF`): its kubelet stops posting status, its API server and etcd member stop.

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use kos_bootstrap::{Cni, ManifestPin, Role};
 use kos_guest::bootstrap::{script, steps::KNOWN_STEPS};
 use kos_guest::kubelet::ready_status;
-use kos_guest::{Logged, ProgramState, ServerEvent};
+use kos_guest::{Logged, ProgramState, ServerEvent, ServerId};
 
 #[test]
 fn the_guest_knows_exactly_the_steps_the_script_declares() {
@@ -315,8 +315,18 @@ async fn the_metadata_service_is_closed_after_bootstrap_and_after_every_boot() {
     assert_eq!(broken.host_network, Some(true));
 }
 
+/// The bootstrap's log on a node.
+fn log(w: &World, id: &ServerId) -> String {
+    w.guest
+        .vfs(id)
+        .and_then(|v| v.text("/var/log/kos-bootstrap.log").map(str::to_owned))
+        .unwrap_or_default()
+}
+
 /// The public hosts a bootstrap fetches from, as an air-gapped cloud refuses them.
 const PUBLIC: &[&str] = &[
+    "http://archive.ubuntu.com/",
+    "http://security.ubuntu.com/",
     "https://pkgs.k8s.io/",
     "https://raw.githubusercontent.com/",
     "https://registry.k8s.io/",
@@ -332,6 +342,7 @@ fn mirrored(c: &mut kos_bootstrap::ClusterInput) {
             .map(|r| (r.to_owned(), "https://mirror.example:5000".to_owned()))
             .collect(),
         kubernetes_packages: Some("https://mirror.example/pkgs.k8s.io".into()),
+        os_packages: Some("https://mirror.example/ubuntu".into()),
         manifests: Some("https://mirror.example/files".into()),
         ..Default::default()
     };
@@ -362,13 +373,60 @@ async fn an_air_gapped_node_bootstraps_from_its_mirrors_and_fails_clearly_withou
     offline(&w);
     let id = w.boot("cp-0", true, user_data(&plain, Role::InitControlPlane, &s));
     w.settle_hours(1);
+    // The script's reason is retry's last line; apt's own words are in the log before it.
     assert_eq!(
         w.markers(&id).last().map(String::as_str),
-        Some("kos-bootstrap: packages failed: curl: (6) Could not resolve host: pkgs.k8s.io")
+        Some(
+            "kos-bootstrap: packages failed: gave up after 5 attempts: apt-get install -y -q apt-transport-https ca-certificates curl gpg containerd conntrack socat ethtool iptables"
+        )
+    );
+    assert!(
+        log(&w, &id).contains("W: Failed to fetch http://archive.ubuntu.com/ubuntu/dists/noble/InRelease  Could not resolve 'archive.ubuntu.com'"),
+        "{}",
+        log(&w, &id)
+    );
+
+    // The Kubernetes packages mirrored, the OS packages not: the image's archive is unreachable.
+    let mut k8s_only = cluster("1.36.4", 1, 0);
+    k8s_only.airgap.kubernetes_packages = Some("https://mirror.example/pkgs.k8s.io".into());
+    let mut w = World::new();
+    offline(&w);
+    let id = w.boot(
+        "cp-0",
+        true,
+        user_data(&k8s_only, Role::InitControlPlane, &s),
+    );
+    w.settle_hours(1);
+    assert!(
+        log(&w, &id).contains("Could not resolve 'archive.ubuntu.com'"),
+        "{}",
+        log(&w, &id)
+    );
+
+    // A separate security mirror that is down: apt reaches the archive but not -security.
+    let mut no_security = cluster("1.36.4", 1, 0);
+    mirrored(&mut no_security);
+    no_security.airgap.os_security_packages = Some("http://security-mirror.example/ubuntu".into());
+    let mut w = World::new();
+    offline(&w);
+    w.host.set_offline("http://security-mirror.example/", true);
+    let id = w.boot(
+        "cp-0",
+        true,
+        user_data(&no_security, Role::InitControlPlane, &s),
+    );
+    w.settle_hours(1);
+    let l = log(&w, &id);
+    assert!(
+        l.contains(
+            "Failed to fetch http://security-mirror.example/ubuntu/dists/noble-security/InRelease"
+        ) && !l.contains("Failed to fetch https://mirror.example"),
+        "{l}"
     );
 
     let mut packages_only = cluster("1.36.4", 1, 0);
     packages_only.airgap.kubernetes_packages = Some("https://mirror.example/pkgs.k8s.io".into());
+    packages_only.airgap.os_packages = Some("https://mirror.example/ubuntu".into());
     let mut w = World::new();
     offline(&w);
     let id = w.boot(

@@ -600,6 +600,11 @@ pub fn airgap_input(
             .kubernetes_packages
             .as_ref()
             .map(|u| u.as_str().to_owned()),
+        os_packages: m.os_packages.as_ref().map(|u| u.as_str().to_owned()),
+        os_security_packages: m
+            .os_security_packages
+            .as_ref()
+            .map(|u| u.as_str().to_owned()),
         manifests: m.manifests.as_ref().map(|u| u.as_str().to_owned()),
         proxy: spec.proxy.as_ref().map(|p| kos_bootstrap::Proxy {
             http: p.http.as_ref().map(|u| u.as_str().to_owned()),

@@ -10,8 +10,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use support::{admin, code, example, isolated, kos, serve, sim_admin, text};
 
-/// Every public host a node's bootstrap fetches from (packages, manifests, the four registries).
-const PUBLIC_HOSTS: &str = r"^https?://(pkgs\.k8s\.io|raw\.githubusercontent\.com|github\.com|registry\.k8s\.io|registry-1\.docker\.io|docker\.io|quay\.io|ghcr\.io)([/:]|$)";
+/// Every public host a node's bootstrap fetches from (the distributions' archives, packages,
+/// manifests, the four registries).
+const PUBLIC_HOSTS: &str = r"^https?://(archive\.ubuntu\.com|security\.ubuntu\.com|deb\.debian\.org|security\.debian\.org|pkgs\.k8s\.io|raw\.githubusercontent\.com|github\.com|registry\.k8s\.io|registry-1\.docker\.io|docker\.io|quay\.io|ghcr\.io)([/:]|$)";
 
 /// `kos artefacts | head`: the reader has gone before kos writes; kos ends as a program killed by
 /// SIGPIPE would (141), with no panic on stderr (it printed "failed printing to stdout: Broken pipe").
@@ -181,6 +182,10 @@ fn an_air_gapped_cloud_makes_a_cluster_from_the_mirror_and_fails_clearly_without
         "{p}"
     );
     assert!(
+        p.contains("OS packages from https://mirror.example/ubuntu"),
+        "{p}"
+    );
+    assert!(
         p.contains("through the proxy (http http://proxy.example:3128"),
         "{p}"
     );
@@ -214,6 +219,8 @@ fn an_air_gapped_cloud_makes_a_cluster_from_the_mirror_and_fails_clearly_without
         "{all:#?}"
     );
     for want in [
+        "https://mirror.example/ubuntu/dists/noble/InRelease",
+        "https://mirror.example/ubuntu/dists/noble-security/InRelease",
         "https://mirror.example/pkgs.k8s.io/core:/stable:/v1.36/deb/Release.key",
         "https://mirror.example/files/raw.githubusercontent.com/projectcalico/calico/v3.32.1/manifests/calico.yaml",
         "https://mirror.example:5000/v2/kube-apiserver/manifests/v1.36.4",
@@ -224,7 +231,8 @@ fn an_air_gapped_cloud_makes_a_cluster_from_the_mirror_and_fails_clearly_without
         );
     }
 
-    // The same cloud, a spec without mirrors: the first download fails, named.
+    // The same cloud, a spec without mirrors: the first download fails, named: the image's own
+    // archive, which apt cannot reach, so its install finds no package.
     let plain = std::fs::read_to_string(example("minimal.yaml"))
         .expect("example")
         .replace("name: demo", "name: plain")
@@ -245,7 +253,11 @@ fn an_air_gapped_cloud_makes_a_cluster_from_the_mirror_and_fails_clearly_without
     let out = text(&up);
     assert_eq!(code(&up), 1, "{out}");
     assert!(
-        out.contains("packages failed: curl: (6) Could not resolve host: pkgs.k8s.io"),
+        out.contains(
+            "packages failed: gave up after 5 attempts: apt-get install -y -q apt-transport-https"
+        ),
         "{out}"
     );
+    // Before the Kubernetes packages: the OS install is the first thing a node fetches.
+    assert!(!out.contains("pkgs.k8s.io"), "{out}");
 }

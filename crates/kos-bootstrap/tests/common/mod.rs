@@ -192,6 +192,8 @@ pub fn airgapped(version: &str, control_planes: u32, workers: u32) -> ClusterInp
             "-----BEGIN CERTIFICATE-----\nMIIBmirror\n-----END CERTIFICATE-----".into(),
         ),
         kubernetes_packages: Some("https://mirror.example/pkgs.k8s.io/".into()),
+        os_packages: Some("https://mirror.example/ubuntu".into()),
+        os_security_packages: None,
         manifests: Some("https://mirror.example/files".into()),
         proxy: Some(Proxy {
             http: Some("http://proxy.example:3128".into()),

@@ -54,6 +54,12 @@ fn fetch_from(spec: &ClusterSpec) -> Vec<FetchTarget> {
     if let Some(u) = &m.kubernetes_packages {
         add("package mirror".into(), u);
     }
+    if let Some(u) = &m.os_packages {
+        add("OS package mirror".into(), u);
+    }
+    if let Some(u) = &m.os_security_packages {
+        add("OS security package mirror".into(), u);
+    }
     if let Some(u) = &m.manifests {
         add("manifest mirror".into(), u);
     }

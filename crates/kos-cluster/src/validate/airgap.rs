@@ -118,18 +118,27 @@ pub(super) fn mirrors(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Mirrors> {
     let registries = m.or(cx, "registries", Default::default(), registries);
     let ca_bundle = m.opt(cx, "caBundle", ca_bundle);
     let packages = m.opt(cx, "packages", |cx, f| {
-        let p = Obj::new(cx, f, &["kubernetes"])?;
-        p.opt(cx, "kubernetes", |cx, f| {
+        let p = Obj::new(cx, f, &["kubernetes", "os", "osSecurity"])?;
+        let kubernetes = p.opt(cx, "kubernetes", |cx, f| {
             url(cx, f, "the Kubernetes package mirror", false)
-        })
+        });
+        let os = p.opt(cx, "os", |cx, f| url(cx, f, "the OS package mirror", false));
+        let security = p.opt(cx, "osSecurity", |cx, f| {
+            url(cx, f, "the OS security package mirror", false)
+        });
+        Some((kubernetes?, os?, security?))
     });
     let manifests = m.opt(cx, "manifests", |cx, f| {
         url(cx, f, "the manifest mirror", false)
     });
+    let (kubernetes_packages, os_packages, os_security_packages) =
+        packages?.unwrap_or((None, None, None));
     Some(Mirrors {
         registries: registries?,
         ca_bundle: ca_bundle?,
-        kubernetes_packages: packages?.flatten(),
+        kubernetes_packages,
+        os_packages,
+        os_security_packages,
         manifests: manifests?,
     })
 }
@@ -190,6 +199,9 @@ pub(super) fn check_unmirrored(cx: &mut Cx<'_>, m: &Obj<'_>, mirrors: &Mirrors, 
         .collect();
     if mirrors.kubernetes_packages.is_none() {
         left.push("the Kubernetes packages (pkgs.k8s.io)".into());
+    }
+    if mirrors.os_packages.is_none() {
+        left.push("the OS packages (the image's apt sources)".into());
     }
     if mirrors.manifests.is_none() {
         left.push("the CNI manifest (raw.githubusercontent.com)".into());

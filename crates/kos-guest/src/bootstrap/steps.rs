@@ -954,6 +954,10 @@ pub(crate) fn restore_pki(srv: &mut Server) {
     }
 }
 
+/// The script's first `apt-get install`: what the image's distribution archive must serve.
+const OS_PACKAGES: &str =
+    "apt-transport-https ca-certificates curl gpg containerd conntrack socat ethtool iptables";
+
 fn packages(id: &ServerId, srv: &mut Server, env: &Env, host: &dyn Host) -> StepResult {
     let (version, channel) = match (env.get("KOS_K8S_VERSION"), env.get("KOS_K8S_CHANNEL")) {
         (Ok(v), Ok(c)) => (v.to_owned(), c.to_owned()),
@@ -974,6 +978,28 @@ fn packages(id: &ServerId, srv: &mut Server, env: &Env, host: &dyn Host) -> Step
         return fail(format!(
             "cannot install on {os}: use an image with kubeadm v{version}"
         ));
+    }
+    // `apt-get update` then `apt-get install … containerd conntrack …` from the image's sources
+    // (or the archives cloud-init's apt module put there): an archive apt cannot reach is only a
+    // warning to `update` (`W: Failed to fetch …`), so the install is what fails, finding no
+    // package, and `retry` gives up on it.
+    for (archive, suite) in crate::cloud_init::apt_suites(&srv.image, &srv.vfs) {
+        let index = format!("{archive}/dists/{suite}/InRelease");
+        if !host.internet_reaches(id, &index) {
+            let fetch = format!(
+                "W: Failed to fetch {index}  Could not resolve '{}'",
+                internet::host_of(&index)
+            );
+            return StepResult::Fail {
+                output: vec![
+                    fetch.clone(),
+                    "E: Unable to locate package containerd".to_owned(),
+                    format!("gave up after 5 attempts: apt-get install -y -q {OS_PACKAGES}"),
+                ],
+                detail: Some(fetch),
+            };
+        }
+        srv.fetched.push(index);
     }
     // The script's `repo=…` and its `curl … "${repo}Release.key"`: the repository's host must be
     // reachable and serve a Kubernetes repository.

@@ -201,7 +201,7 @@ impl CloudConfig {
     pub fn unsimulated_keys(&self) -> Vec<String> {
         self.keys
             .keys()
-            .filter(|k| !matches!(k.as_str(), "write_files" | "runcmd"))
+            .filter(|k| !matches!(k.as_str(), "write_files" | "runcmd" | "apt"))
             .map(|k| {
                 if KNOWN_KEYS.contains(&k.as_str()) {
                     format!("cloud-config key {k:?} is not simulated by kos-guest")
@@ -212,6 +212,62 @@ impl CloudConfig {
                 }
             })
             .collect()
+    }
+
+    /// `apt.primary` and `apt.security` (cc_apt_configure): the archive each names for this
+    /// machine's architecture (an entry whose `arches` has `amd64` or `default`, the first that
+    /// matches); reports for the rest of `apt`, which the guest does not simulate.
+    pub fn apt(&self, warnings: &mut Vec<String>) -> Result<AptArchives, String> {
+        let Some(v) = self.keys.get("apt") else {
+            return Ok(AptArchives::default());
+        };
+        let Some(apt) = v.as_object() else {
+            return Err("apt is not a mapping".into());
+        };
+        let mut out = AptArchives::default();
+        for (k, v) in apt {
+            let slot = match k.as_str() {
+                "primary" => &mut out.primary,
+                "security" => &mut out.security,
+                other => {
+                    warnings.push(format!("apt.{other} is not simulated by kos-guest"));
+                    continue;
+                }
+            };
+            let Some(list) = v.as_array() else {
+                return Err(format!("apt.{k} is not a list"));
+            };
+            for (i, entry) in list.iter().enumerate() {
+                let Some(e) = entry.as_object() else {
+                    return Err(format!("apt.{k} entry {} is not a mapping", i + 1));
+                };
+                let Some(arches) = e.get("arches").and_then(Value::as_array) else {
+                    return Err(format!(
+                        "apt.{k} entry {}: 'arches' is a required property",
+                        i + 1
+                    ));
+                };
+                let ours = arches
+                    .iter()
+                    .any(|a| matches!(a.as_str(), Some("default" | "amd64")));
+                if !ours {
+                    continue;
+                }
+                for key in e.keys() {
+                    if !matches!(key.as_str(), "arches" | "uri") {
+                        warnings.push(format!(
+                            "apt.{k} entry {}: {key} is not simulated by kos-guest",
+                            i + 1
+                        ));
+                    }
+                }
+                if let Some(uri) = e.get("uri").and_then(Value::as_str) {
+                    *slot = Some(uri.trim_end_matches('/').to_owned());
+                }
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// The `write_files` entries, decoded; warnings for what cloud-init skips or defaults.
@@ -399,6 +455,13 @@ fn decode_perms(v: Option<&Value>, n: usize, warnings: &mut Vec<String>) -> u32 
 }
 
 /// cloud-init's `get_cfg_option_bool`: true for `true`, and for the strings `true`, `1`, `on`, `yes`.
+/// The archives `apt` names in place of the image's (`None`: the image's own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AptArchives {
+    pub primary: Option<String>,
+    pub security: Option<String>,
+}
+
 fn cfg_bool(v: Option<&Value>) -> bool {
     match v {
         Some(Value::Bool(b)) => *b,
@@ -440,6 +503,39 @@ mod tests {
         );
         assert_eq!((files[2].mode, files[2].append), (0o644, true));
         assert_eq!(w.len(), 3, "{w:?}");
+    }
+
+    /// cloud-init's apt module: the entry for this machine's architecture, the first that matches;
+    /// the rest of `apt` reported, `arches` required.
+    #[test]
+    fn apt_primary_and_security_for_this_architecture() {
+        let cc = parse(
+            "#cloud-config\napt:\n  primary:\n  - arches: [arm64]\n    uri: http://ports.example/ubuntu\n  - arches: [default]\n    uri: http://mirror.example/ubuntu/\n  security:\n  - arches: [amd64]\n    uri: http://sec.example/ubuntu\n    search: [x]\n  conf: x\n",
+        )
+        .unwrap();
+        let mut warnings = Vec::new();
+        let apt = cc.apt(&mut warnings).unwrap();
+        assert_eq!(apt.primary.as_deref(), Some("http://mirror.example/ubuntu"));
+        assert_eq!(apt.security.as_deref(), Some("http://sec.example/ubuntu"));
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w == "apt.conf is not simulated by kos-guest")
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("search is not simulated"))
+        );
+        assert!(!cc.unsimulated_keys().iter().any(|k| k.contains("\"apt\"")));
+        let bad = parse("#cloud-config\napt:\n  primary:\n  - uri: http://m/ubuntu\n").unwrap();
+        assert!(
+            bad.apt(&mut Vec::new())
+                .unwrap_err()
+                .contains("'arches' is a required property")
+        );
+        let none = parse("#cloud-config\nruncmd: []\n").unwrap();
+        assert_eq!(none.apt(&mut Vec::new()).unwrap(), AptArchives::default());
     }
 
     #[test]

@@ -211,14 +211,13 @@ fn guest_time(epoch: OffsetDateTime, t: SimTime) -> OffsetDateTime {
 }
 
 /// What the image says about itself: `os_distro` is the OS cloud-init reports (`/etc/os-release`'s
-/// `ID`).
+/// `ID`), `os_version` its release.
 fn image_of(info: &BootInfo) -> Image {
+    let prop = |k: &str| info.image_properties.get(k).cloned().unwrap_or_default();
+    let os_id = prop("os_distro");
     Image {
-        os_id: info
-            .image_properties
-            .get("os_distro")
-            .cloned()
-            .unwrap_or_default(),
+        release: Image::codename(&os_id, &prop("os_version")).to_owned(),
+        os_id,
         kubernetes: None,
     }
 }
@@ -333,7 +332,7 @@ impl GuestRuntime for SimGuests {
                         addresses: info.addresses,
                         config_drive: info.config_drive,
                     };
-                    guest.handle(&id, ServerEvent::Boot(boot), view)
+                    guest.handle(&id, ServerEvent::Boot(Box::new(boot)), view)
                 }
                 // A server that booted before the runtime was attached runs nothing of ours.
                 _ if !known => Ok(()),

@@ -156,7 +156,7 @@ impl World {
             config_drive: true,
         };
         self.guest
-            .handle(&id, ServerEvent::Boot(boot), &self.host)
+            .handle(&id, ServerEvent::Boot(Box::new(boot)), &self.host)
             .unwrap();
         id
     }

@@ -356,6 +356,12 @@ fn fetch_summary(spec: &kos_cluster::ClusterSpec) -> String {
     if let Some(p) = &m.kubernetes_packages {
         let _ = writeln!(out, "  Kubernetes packages from {}", p.as_str());
     }
+    if let Some(p) = &m.os_packages {
+        let _ = writeln!(out, "  OS packages from {}", p.as_str());
+    }
+    if let Some(p) = m.os_security_packages.as_ref().or(m.os_packages.as_ref()) {
+        let _ = writeln!(out, "  OS security updates from {}", p.as_str());
+    }
     if let Some(b) = &m.manifests {
         let _ = writeln!(out, "  manifests from {} (same sha256)", b.as_str());
     }
