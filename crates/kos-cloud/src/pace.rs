@@ -7,17 +7,28 @@
 //! session learns that from the answers themselves, never by asking whether the cloud is simulated.
 //!
 //! The header has whole seconds, and a real cloud's API servers may disagree by seconds (or a clock
-//! may be stepped). So one window between two answers gives only a lower bound, (Δdate − 1 s) / Δlocal,
-//! and the pace believed is the smallest of the last [`WINDOWS`] windows' bounds: a step, or an answer
-//! from a server that is ahead, makes one window look fast but not all of them. Until two windows
-//! are seen, and whenever the bound is below [`BELIEVED`], the pace is 1: deadlines then stay
-//! as long as a real cloud's, the safe side.
+//! may be stepped). So a window between two answers gives only a lower bound of the pace,
+//! (Δdate − 1 s) / Δlocal, and that bound is only close to the truth when Δdate is many seconds:
+//! a window closes once its dates are [`SPAN`] cloud seconds apart (and [`WINDOW`] apart here),
+//! however long that takes on this machine. A window whose date goes back closes at once with a
+//! bound of 0. The pace believed is the smallest lower bound of the last [`WINDOWS`] windows, if
+//! they agree (one clock's windows all hold its pace between their lower and upper bounds): a
+//! step, an answer from a server that is ahead, or an answer this machine read late (a busy or
+//! stalled process) makes one window look fast but not all of them, and the window before a late
+//! answer looks slow. Until [`FIRST_WINDOWS`] windows are seen, whenever they disagree, and
+//! whenever the bound is below [`BELIEVED`], the pace is 1: deadlines then stay as long as a real
+//! cloud's, the safe side.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-/// The shortest local span one estimate is made over.
+/// The fewest cloud seconds (by the whole seconds of `Date`) one window spans: the truncation then
+/// costs at most 2 s in 10, and the bound is between 0.82 and 1 times the pace. Shorter windows,
+/// on a fast clock, say nothing (half a cloud second reads as 0 or 1 whole seconds).
+pub const SPAN: i64 = 10;
+/// The fewest local time one window spans: on a very fast clock, [`SPAN`] would be a few
+/// milliseconds here, shorter than the jitter of when this machine reads an answer.
 const WINDOW: Duration = Duration::from_millis(50);
 /// How many of the latest windows must agree (at most): with up to four API servers whose clocks
 /// are seconds apart, some window among four goes from a later clock to an earlier one.
@@ -27,6 +38,10 @@ pub const WINDOWS: usize = 4;
 const FIRST_WINDOWS: usize = 2;
 /// A bound below this is a real cloud's clock read through whole seconds and skew.
 const BELIEVED: f64 = 4.0;
+/// One clock's windows agree: each one's range (its lower and upper bound) holds the pace, so no
+/// lower bound exceeds another window's upper bound by more than this (when this machine reads
+/// an answer adds a little). Windows between API servers whose clocks disagree do not agree.
+const AGREE: f64 = 1.25;
 /// However fast the cloud's clock runs, a wait never ends sooner than this on this machine: what
 /// kos and the cloud's own processes do takes this machine's time.
 pub const LOCAL_FLOOR: Duration = Duration::from_secs(120);
@@ -41,8 +56,18 @@ pub struct Pace {
 struct State {
     /// The answer the current window started with: when it came, and its `Date` (Unix seconds).
     anchor: Option<(Instant, i64)>,
-    /// The lower bounds of the last windows, newest last.
-    bounds: VecDeque<f64>,
+    /// The last windows' bounds of the pace (lower, upper), newest last.
+    bounds: VecDeque<(f64, f64)>,
+}
+
+impl State {
+    fn close(&mut self, bounds: (f64, f64), at: Instant, secs: i64) {
+        self.bounds.push_back(bounds);
+        while self.bounds.len() > WINDOWS {
+            self.bounds.pop_front();
+        }
+        self.anchor = Some((at, secs));
+    }
 }
 
 impl Pace {
@@ -56,17 +81,24 @@ impl Pace {
             s.anchor = Some((at, secs));
             return;
         };
-        let local = at.saturating_duration_since(since);
-        if local < WINDOW {
+        let cloud = secs - from;
+        if cloud < 0 {
+            // A clock stepped back, or a server behind the last one: nothing can be read from
+            // this window, and the pace must not stay fast on older windows alone.
+            s.close((0.0, 0.0), at, secs);
             return;
         }
-        // The true difference is more than the difference of the whole seconds, less one.
-        let bound = ((secs - from - 1).max(0) as f64) / local.as_secs_f64();
-        s.bounds.push_back(bound);
-        while s.bounds.len() > WINDOWS {
-            s.bounds.pop_front();
+        let local = at.saturating_duration_since(since);
+        if cloud < SPAN || local < WINDOW {
+            return;
         }
-        s.anchor = Some((at, secs));
+        // The true difference is within one second of the difference of the whole seconds.
+        let local = local.as_secs_f64();
+        s.close(
+            ((cloud - 1) as f64 / local, (cloud + 1) as f64 / local),
+            at,
+            secs,
+        );
     }
 
     /// Records the `Date` header `value` of an answer that came at `at`; an unreadable one is
@@ -83,8 +115,14 @@ impl Pace {
         if s.bounds.len() < FIRST_WINDOWS {
             return 1.0;
         }
-        let least = s.bounds.iter().copied().fold(f64::INFINITY, f64::min);
-        if least >= BELIEVED { least } else { 1.0 }
+        let least = s.bounds.iter().map(|b| b.0).fold(f64::INFINITY, f64::min);
+        let most = s.bounds.iter().map(|b| b.0).fold(0.0, f64::max);
+        let ceiling = s.bounds.iter().map(|b| b.1).fold(f64::INFINITY, f64::min);
+        if least >= BELIEVED && most <= ceiling * AGREE {
+            least
+        } else {
+            1.0
+        }
     }
 
     /// How long `cloud` (a span of the cloud's time) lasts on this machine.
@@ -108,29 +146,68 @@ fn unix_secs(t: SystemTime) -> Option<i64> {
 mod tests {
     use super::*;
 
-    /// Answers every `step` of local time from a cloud whose clock runs `rate` times as fast, with
-    /// `skew(i)` seconds added to the i-th answer's date.
-    fn feed(p: &Pace, rate: f64, step: Duration, n: u32, skew: impl Fn(u32) -> i64) {
+    /// One answer: stamped by the cloud `at` (local time since the start) and read by this
+    /// machine `late` after that, its date shifted by `skew` whole seconds.
+    #[derive(Clone, Copy)]
+    struct Answer {
+        at: Duration,
+        late: Duration,
+        skew: i64,
+    }
+
+    /// A cloud whose clock runs `rate` times as fast as this machine's and starts `phase` cloud
+    /// seconds past a whole second. Returns the rate believed after each answer.
+    fn feed(
+        p: &Pace,
+        rate: f64,
+        phase: f64,
+        answers: impl IntoIterator<Item = Answer>,
+    ) -> Vec<f64> {
         let t0 = Instant::now();
-        let d0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        for i in 0..n {
-            let local = step * i;
-            let cloud = local.mul_f64(rate);
-            let shown = d0 + Duration::from_secs(cloud.as_secs());
-            let shown = if skew(i) >= 0 {
-                shown + Duration::from_secs(skew(i).unsigned_abs())
-            } else {
-                shown - Duration::from_secs(skew(i).unsigned_abs())
-            };
-            p.observe(t0 + local, shown);
+        let d0 = 1_800_000_000.0 + phase;
+        answers
+            .into_iter()
+            .map(|a| {
+                let cloud = d0 + a.at.as_secs_f64() * rate;
+                let shown = SystemTime::UNIX_EPOCH
+                    + Duration::from_secs((cloud.floor() as i64 + a.skew).unsigned_abs());
+                p.observe(t0 + a.at + a.late, shown);
+                p.rate()
+            })
+            .collect()
+    }
+
+    /// `n` answers `step` apart, read at once, from one clock.
+    fn steady(step: Duration, n: u32) -> impl Iterator<Item = Answer> {
+        (0..n).map(move |i| Answer {
+            at: step * i,
+            late: Duration::ZERO,
+            skew: 0,
+        })
+    }
+
+    /// A small deterministic generator (xorshift) for jitter.
+    fn jitter(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut x = seed.max(1);
+        move |bound| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % bound.max(1)
         }
     }
 
     #[test]
     fn a_real_cloud_runs_at_one() {
         let p = Pace::default();
-        feed(&p, 1.0, Duration::from_millis(60), 200, |_| 0);
-        assert_eq!(p.rate(), 1.0);
+        // A minute of answers every 60 ms, each read up to 40 ms late.
+        let mut j = jitter(7);
+        let answers = steady(Duration::from_millis(60), 1000).map(|a| Answer {
+            late: Duration::from_millis(j(40)),
+            ..a
+        });
+        let seen = feed(&p, 1.0, 0.3, answers);
+        assert!(seen.iter().all(|r| *r == 1.0), "{seen:?}");
         assert_eq!(
             p.local_deadline(Duration::from_secs(1800)),
             Duration::from_secs(1800)
@@ -138,9 +215,17 @@ mod tests {
     }
 
     #[test]
+    fn a_clock_twice_as_fast_is_not_believed() {
+        // Below BELIEVED a real cloud's skew could look the same: the safe side is 1.
+        let p = Pace::default();
+        feed(&p, 2.0, 0.0, steady(Duration::from_millis(60), 1000));
+        assert_eq!(p.rate(), 1.0);
+    }
+
+    #[test]
     fn a_scaled_simulator_is_read_within_its_resolution() {
         let p = Pace::default();
-        feed(&p, 100.0, Duration::from_millis(60), 10, |_| 0);
+        feed(&p, 100.0, 0.0, steady(Duration::from_millis(60), 10));
         let r = p.rate();
         assert!((80.0..=100.0).contains(&r), "{r}");
         assert!(p.local(Duration::from_secs(180)) < Duration::from_secs(3));
@@ -154,50 +239,174 @@ mod tests {
     }
 
     #[test]
+    fn whole_seconds_never_make_the_clock_look_faster_than_it_is() {
+        // Whatever the phase of the cloud's seconds against the answers, and however often
+        // they come, the bound is at most the pace and at least (SPAN - 1) / (SPAN + 1) of it.
+        for rate in [10.0, 50.0] {
+            for phase in [0.0, 0.25, 0.5, 0.75, 0.99] {
+                for step_ms in [1u32, 7, 33, 90] {
+                    // A hundred cloud seconds of answers.
+                    let n = (100_000.0 / (rate * f64::from(step_ms))) as u32 + 1;
+                    let p = Pace::default();
+                    let seen = feed(
+                        &p,
+                        rate,
+                        phase,
+                        steady(Duration::from_millis(u64::from(step_ms)), n),
+                    );
+                    let top = seen.iter().copied().fold(0.0, f64::max);
+                    assert!(top <= rate, "{rate} {phase} {step_ms}: {top}");
+                    let r = p.rate();
+                    assert!(r >= rate * 0.8, "{rate} {phase} {step_ms}: {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tenth_of_real_time_on_a_busy_client_is_read() {
+        // --time-scale 0.1: the cloud's clock runs 10x. A busy client reads its answers up to
+        // 50 ms late (gRPC, other tasks): 50 ms windows would span half a cloud second.
+        let p = Pace::default();
+        let mut j = jitter(11);
+        let answers = steady(Duration::from_millis(3), 2000).map(|a| Answer {
+            late: Duration::from_millis(j(50)),
+            ..a
+        });
+        let seen = feed(&p, 10.0, 0.5, answers);
+        let r = p.rate();
+        assert!((8.0..=10.5).contains(&r), "{r}");
+        // Believed within the first two windows' worth of answers (20 cloud s = 2 s here) and
+        // never far above the truth.
+        assert!(seen[1000] >= 8.0, "{}", seen[1000]);
+        let top = seen.iter().copied().fold(0.0, f64::max);
+        assert!(top <= 10.5, "{top}");
+    }
+
+    #[test]
+    fn a_fiftieth_of_real_time_is_read() {
+        // --time-scale 0.02: 50x. Answers every 5 ms, read up to 20 ms late.
+        let p = Pace::default();
+        let mut j = jitter(5);
+        let answers = steady(Duration::from_millis(5), 1000).map(|a| Answer {
+            late: Duration::from_millis(j(20)),
+            ..a
+        });
+        feed(&p, 50.0, 0.0, answers);
+        let r = p.rate();
+        assert!((40.0..=52.0).contains(&r), "{r}");
+    }
+
+    #[test]
+    fn a_stalled_client_does_not_look_faster() {
+        // 10x; this process stalls for two seconds (20 cloud s): the answers stamped meanwhile
+        // are all read when it wakes. The windows around the stall look slow or fast; the pace
+        // believed never goes above the truth's resolution, and comes back after.
+        let p = Pace::default();
+        let stall = Duration::from_secs(3)..Duration::from_secs(5);
+        let answers = steady(Duration::from_millis(10), 1000).map(|a| Answer {
+            late: if stall.contains(&a.at) {
+                stall.end - a.at
+            } else {
+                Duration::ZERO
+            },
+            ..a
+        });
+        let seen = feed(&p, 10.0, 0.0, answers);
+        let top = seen.iter().copied().fold(0.0, f64::max);
+        assert!(top <= 10.5, "{top}");
+        assert!(seen[290] >= 8.0, "before the stall: {}", seen[290]);
+        let r = p.rate();
+        assert!((8.0..=10.0).contains(&r), "after: {r}");
+    }
+
+    #[test]
+    fn answers_read_a_little_late_make_one_window_look_fast_not_the_pace() {
+        // 10x; a short hitch (150 ms, within what agreeing windows allow): the window that
+        // starts on a late answer is short here and looks 15% fast; the one before looks slow,
+        // and the least of them stays at or below the truth.
+        for hitch_at in [3000u64, 3330, 3670] {
+            let p = Pace::default();
+            let hitch = Duration::from_millis(hitch_at)..Duration::from_millis(hitch_at + 150);
+            let answers = steady(Duration::from_millis(10), 1000).map(|a| Answer {
+                late: if hitch.contains(&a.at) {
+                    hitch.end - a.at
+                } else {
+                    Duration::ZERO
+                },
+                ..a
+            });
+            let seen = feed(&p, 10.0, 0.0, answers);
+            let top = seen.iter().copied().fold(0.0, f64::max);
+            assert!(top <= 10.0, "hitch at {hitch_at} ms: {top}");
+        }
+    }
+
+    #[test]
     fn too_few_answers_leave_the_real_pace() {
+        // 100x, answers 60 ms (6 cloud s) apart: a window takes two of them.
         let p = Pace::default();
-        feed(&p, 100.0, Duration::from_millis(60), 2, |_| 0);
-        assert_eq!(p.rate(), 1.0, "two answers make one window");
+        feed(&p, 100.0, 0.0, steady(Duration::from_millis(60), 4));
+        assert_eq!(p.rate(), 1.0, "four answers make one window");
         let p = Pace::default();
-        feed(&p, 100.0, Duration::from_millis(60), 3, |_| 0);
-        assert!(p.rate() > 50.0, "three answers make two windows");
+        feed(&p, 100.0, 0.0, steady(Duration::from_millis(60), 5));
+        assert!(p.rate() > 50.0, "five answers make two windows");
     }
 
     #[test]
     fn servers_whose_clocks_disagree_do_not_look_fast() {
-        // Three API servers behind one address, 0, 90 and 400 s apart, answering in turn: a window
-        // from a late clock to an early one is negative, so the least of four is not fast.
-        let p = Pace::default();
+        // API servers behind one address, seconds to minutes apart, answering in turn or at
+        // random: a window from a late clock to an early one goes back, so the least of four is
+        // not fast.
         let skews = [0, 90, 400];
-        feed(&p, 1.0, Duration::from_millis(60), 300, |i| {
-            skews[(i % 3) as usize]
-        });
-        assert_eq!(p.rate(), 1.0);
+        let p = Pace::default();
+        let answers = steady(Duration::from_millis(60), 1000)
+            .zip(0..)
+            .map(|(a, i)| Answer {
+                skew: skews[i % 3],
+                ..a
+            });
+        let seen = feed(&p, 1.0, 0.0, answers);
+        assert!(seen.iter().all(|r| *r == 1.0), "{seen:?}");
+        let mut j = jitter(3);
+        for skews in [[0, 9, 30, 600], [0, 3, 5, 8]] {
+            let p = Pace::default();
+            let answers = steady(Duration::from_millis(20), 5000).map(|a| Answer {
+                skew: skews[j(4) as usize],
+                ..a
+            });
+            let seen = feed(&p, 1.0, 0.0, answers);
+            assert!(seen.iter().all(|r| *r == 1.0), "{skews:?}");
+        }
     }
 
     #[test]
     fn a_stepped_clock_does_not_look_fast() {
+        // An NTP step of an hour forward on a real cloud, early and late in a run.
+        for at in [20, 600] {
+            let p = Pace::default();
+            let answers = steady(Duration::from_millis(60), 1000)
+                .zip(0..)
+                .map(|(a, i)| Answer {
+                    skew: if i >= at { 3600 } else { 0 },
+                    ..a
+                });
+            let seen = feed(&p, 1.0, 0.0, answers);
+            assert!(seen.iter().all(|r| *r == 1.0), "step at {at}");
+        }
+        // A simulator's clock stepped back an hour: the pace is 1 at once (safe), and comes
+        // back once the windows after the step are all that is left.
         let p = Pace::default();
-        // An NTP step of an hour on the 20th answer.
-        feed(&p, 1.0, Duration::from_millis(60), 40, |i| {
-            if i >= 20 { 3600 } else { 0 }
-        });
-        assert_eq!(p.rate(), 1.0);
-        // Right after the step too.
-        let p = Pace::default();
-        feed(&p, 1.0, Duration::from_millis(60), 21, |i| {
-            if i >= 20 { 3600 } else { 0 }
-        });
-        assert_eq!(p.rate(), 1.0);
-    }
-
-    #[test]
-    fn answers_closer_than_a_window_are_one_window() {
-        let p = Pace::default();
-        feed(&p, 100.0, Duration::from_millis(1), 500, |_| 0);
-        // 500 ms of answers every millisecond: windows of at least 50 ms each.
-        let r = p.rate();
-        assert!((80.0..=100.0).contains(&r), "{r}");
+        let answers = steady(Duration::from_millis(10), 600)
+            .zip(0..)
+            .map(|(a, i)| Answer {
+                skew: if i >= 300 { -3600 } else { 0 },
+                ..a
+            });
+        let seen = feed(&p, 50.0, 0.0, answers);
+        assert!(seen[299] >= 40.0, "{}", seen[299]);
+        assert_eq!(seen[300], 1.0);
+        assert!(seen[599] >= 40.0, "{}", seen[599]);
     }
 
     #[test]
