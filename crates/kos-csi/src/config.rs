@@ -48,7 +48,8 @@ impl DriverConfig {
 /// sidecars call again anyway and a call that gives up early only repeats the work.
 #[derive(Debug, Clone, Copy)]
 pub struct Waits {
-    /// A new volume becoming `available`.
+    /// A new volume becoming `available` (ControllerPublishVolume waits for it; CreateVolume
+    /// answers at once, as upstream).
     pub create: Duration,
     /// Nova's attach reaching Cinder's `in-use`.
     pub attach: Duration,

@@ -236,7 +236,8 @@ impl Controller {
                 )));
             }
         };
-        let vol = self.settled(vol).await?;
+        // Answered as Cinder shows it, most often still `creating`, as upstream answers: the
+        // claim is Bound now, and ControllerPublishVolume waits until the volume is usable.
         let topology = self.topology_of(&vol, req.accessibility_requirements.as_ref());
         Ok(csi::CreateVolumeResponse {
             volume: Some(csi_volume(&vol, topology)),
@@ -360,18 +361,23 @@ impl Controller {
         }
     }
 
-    /// Waits for a volume still being made; a volume in an error state is an error naming it.
-    async fn settled(&self, v: Volume) -> R<Volume> {
+    /// Waits for a volume still being made (CreateVolume answered without waiting) until it can
+    /// be attached; a volume in an error state, now or meanwhile, is an error naming the state.
+    async fn usable(&self, v: Volume) -> R<Volume> {
         match &v.status {
             VolumeStatus::Creating | VolumeStatus::Downloading => {
                 let deadline = self.deadline(self.cfg.waits.create);
                 self.waits
-                    .wait_for_status(&v.id, &[VolumeStatus::Available], deadline)
+                    .wait_for_status(
+                        &v.id,
+                        &[VolumeStatus::Available, VolumeStatus::InUse],
+                        deadline,
+                    )
                     .await
-                    .map_err(CsiError::cloud(format!("creating volume {}", v.name)))
+                    .map_err(CsiError::cloud(format!("volume {} to be created", v.id)))
             }
             s if s.is_error() => Err(CsiError::Internal(format!(
-                "volume {} ({}) is in state {s}",
+                "volume {} ({}) is in Cinder's state {s}: it cannot be attached",
                 v.name, v.id
             ))),
             _ => Ok(v),
@@ -455,6 +461,9 @@ impl Controller {
             .await
             .map_err(CsiError::cloud(format!("reading server {node}")))?
             .ok_or_else(|| CsiError::NotFound(format!("node {node} (a Nova server) not found")))?;
+        // Nova refuses to attach a volume Cinder is still making (upstream asks anyway and the
+        // attacher retries): wait for it here, through the shared poller.
+        let v = self.usable(v).await?;
         let here = v.attachments.iter().any(|a| a.server_id == node);
         if !here {
             if let Some(a) = v.attachments.first().filter(|_| !v.multiattach) {

@@ -3,11 +3,13 @@
 //! volume metadata. Every OpenStack call goes through kos-cloud; the node side reaches the kernel
 //! only through [`node::Kernel`], so tests stand in for it.
 //!
-//! Waits on volumes differ from upstream's on purpose: upstream polls `GET /volumes/{id}` once
-//! per waiting call, so 200 claims created at once are 200 pollers. Here the calls of one
-//! controller share one poller ([`waits`]), which lists the cluster's volumes once per tick and
-//! wakes each call whose volume settled; each call keeps its own deadline and error. `kos bench
-//! csi` measures both ways (docs/benchmarks.md).
+//! CreateVolume answers as upstream's does, with the volume still `creating`; ControllerPublish
+//! waits for it to be usable before asking Nova (upstream asks at once, Nova refuses, the attacher
+//! retries). Waits on volumes differ from upstream's on purpose: upstream polls
+//! `GET /volumes/{id}` once per waiting call, so 200 volumes attached at once are 200 pollers.
+//! Here the calls of one controller share one poller ([`waits`]), which lists the cluster's
+//! volumes once per tick and wakes each call whose volume settled; each call keeps its own
+//! deadline and error. `kos bench csi` measures many claims at once (docs/benchmarks.md).
 
 pub mod config;
 pub mod controller;

@@ -1,5 +1,5 @@
 //! Volume waits shared by concurrent calls. Upstream cinder-csi polls `GET /volumes/{id}` for
-//! each volume it waits on, so N claims created at once are N pollers. Here every wait of one
+//! each volume it waits on, so N volumes attached at once are N pollers. Here every wait of one
 //! controller registers with one poller, which lists the cluster's volumes once per tick
 //! (`GET /volumes/detail?metadata={"cinder.csi.openstack.org/cluster": <cluster>}`) and wakes each
 //! waiter whose volume reached a wanted state or an error state. A volume the list does not show
@@ -35,8 +35,8 @@ pub enum WaitMode {
     /// One poller for all concurrent waits, one list per tick.
     #[default]
     Batched,
-    /// Each wait polls its own volume (`GET /volumes/{id}` with backoff), as upstream does: the
-    /// baseline `kos bench csi` compares with.
+    /// Each wait polls its own volume (`GET /volumes/{id}` with backoff), as upstream does: a
+    /// baseline to compare the shared poller with.
     PerVolume,
 }
 

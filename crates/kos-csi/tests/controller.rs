@@ -60,7 +60,13 @@ async fn create_is_idempotent_by_name_and_tags_the_volume_as_upstream() -> R {
         .await?;
     assert_eq!(vols.len(), 1, "one volume, whatever the number of calls");
     let v = &vols[0];
-    assert_eq!((v.size, &v.status), (1, &VolumeStatus::Available));
+    // Answered at once, as upstream: Cinder may still be making it.
+    assert_eq!(v.size, 1);
+    assert!(
+        matches!(v.status, VolumeStatus::Creating | VolumeStatus::Available),
+        "{}",
+        v.status
+    );
     assert_eq!(v.metadata.get(CLUSTER_KEY).map(String::as_str), Some("k1"));
     assert_eq!(
         v.metadata
@@ -410,6 +416,7 @@ async fn expand_grows_an_available_volume_and_reports_node_expansion() -> R {
         .await?
         .volume
         .ok_or("none")?;
+    c.available(&vol.volume_id).await?;
     let req = csi::ControllerExpandVolumeRequest {
         volume_id: vol.volume_id.clone(),
         capacity_range: support::gib(3),
@@ -534,6 +541,7 @@ async fn snapshots_are_idempotent_by_name_and_restore_into_a_volume() -> R {
         .await?
         .volume
         .ok_or("none")?;
+    c.available(&vol.volume_id).await?;
     let snap_req = csi::CreateSnapshotRequest {
         source_volume_id: vol.volume_id.clone(),
         name: "snap-1".into(),

@@ -1,6 +1,8 @@
 //! The shared volume waits against kos-sim: concurrent waits cost one Cinder list per tick, each
 //! waiter keeps its own outcome and deadline, and the poller runs only while someone waits.
-//! Volumes are held in `creating` (a create latency far past the test) and moved by the test.
+//! CreateVolume answers without waiting (as upstream); ControllerPublishVolume waits for a volume
+//! still `creating`. Volumes are held in `creating` (a create latency far past the test) and
+//! moved by the test.
 
 mod support;
 
@@ -10,35 +12,12 @@ use std::time::Duration;
 use kos_cloud::CloudError;
 use kos_cloud::model::block_storage::{VolumeCreate, VolumeStatus};
 use kos_csi::CsiError;
+use kos_csi::controller::Controller;
+use kos_csi::csi;
 use kos_csi::waits::WaitMode;
-use kos_sim::LatencyModel;
-use support::{Cloud, E, R, cloud, create_req};
+use support::{Cloud, E, R, cloud, create_req, mount_cap};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-/// Volumes stay `creating` until the test moves them; a project with room for them.
-fn hold_creates(c: &Cloud) {
-    {
-        let mut cloud = c.sim.app().cloud();
-        cloud.quotas.volumes = 1000;
-        cloud.quotas.gigabytes = 10_000;
-    }
-    c.sim.app().set_latency(LatencyModel {
-        volume_create_secs: 1e9,
-        ..LatencyModel::instant()
-    });
-}
-
-fn set_status(c: &Cloud, id: &str, status: &str) -> R {
-    let mut cloud = c.sim.app().cloud();
-    let v = cloud
-        .cinder
-        .volumes
-        .iter_mut()
-        .find(|v| v.id == id)
-        .ok_or("no such volume in the sim")?;
-    v.status = status.into();
-    Ok(())
-}
 
 /// Cinder calls so far: (volume lists, single-volume GETs).
 fn cinder_reads(c: &Cloud) -> (u64, u64) {
@@ -88,40 +67,225 @@ fn far() -> Instant {
     Instant::now() + Duration::from_secs(600)
 }
 
-#[tokio::test]
-async fn concurrent_creates_share_one_list_per_tick() -> R {
-    const N: usize = 20;
-    let c = cloud("").await?;
-    hold_creates(&c);
-    let ctl = c.controller("k1");
-    let calls: Vec<_> = (0..N)
-        .map(|i| {
-            let ctl = ctl.clone();
-            tokio::spawn(async move { ctl.create_volume(create_req(&format!("pvc-{i}"), 1)).await })
-        })
-        .collect();
-    eventually("every create waits", || ctl.waits().waiting() == N).await?;
-    let (lists0, gets0) = cinder_reads(&c);
-    let ticks0 = ctl.waits().ticks();
-    let t = ticks0 + 5;
-    eventually("five ticks", || ctl.waits().ticks() >= t).await?;
-    let ids: Vec<String> = c
-        .sim
+/// The volume ids the sim holds, by name.
+fn ids_by_name(c: &Cloud) -> BTreeMap<String, String> {
+    c.sim
         .app()
         .cloud()
         .cinder
         .volumes
         .iter()
-        .map(|v| v.id.clone())
-        .collect();
-    assert_eq!(ids.len(), N);
-    for id in &ids {
-        set_status(&c, id, "available")?;
+        .map(|v| (v.name.clone().unwrap_or_default(), v.id.clone()))
+        .collect()
+}
+
+/// CreateVolume for each name (answered at once), then a ControllerPublishVolume of each to
+/// `node`, spawned: they wait while the volumes are `creating`.
+async fn create_and_publish(
+    ctl: &Controller,
+    node: &str,
+    names: &[String],
+) -> Result<Vec<JoinHandle<Result<csi::ControllerPublishVolumeResponse, CsiError>>>, E> {
+    let mut calls = Vec::new();
+    for name in names {
+        let v = ctl
+            .create_volume(create_req(name, 1))
+            .await?
+            .volume
+            .ok_or("no volume")?;
+        let ctl = ctl.clone();
+        let req = csi::ControllerPublishVolumeRequest {
+            volume_id: v.volume_id,
+            node_id: node.to_owned(),
+            volume_capability: Some(mount_cap()),
+            ..Default::default()
+        };
+        calls.push(tokio::spawn(async move {
+            ctl.controller_publish_volume(req).await
+        }));
     }
+    Ok(calls)
+}
+
+#[tokio::test]
+async fn create_answers_while_the_volume_is_creating_from_any_source() -> R {
+    let c = cloud("").await?;
+    c.hold_creates();
+    let ctl = c.controller("k1");
+    let a = ctl
+        .create_volume(create_req("pvc-a", 1))
+        .await?
+        .volume
+        .ok_or("no volume")?;
+    let cinder = c.session.block_storage();
+    let v = cinder.get_volume(&a.volume_id).await?.ok_or("gone")?;
+    assert_eq!(
+        v.status,
+        VolumeStatus::Creating,
+        "answered before Cinder made it"
+    );
+    assert_eq!(a.capacity_bytes, kos_csi::GIB);
+    // Nothing waited, and nothing polls.
+    assert_eq!((ctl.waits().ticks(), ctl.waits().polling()), (0, false));
+    // Asked again while it is still `creating`: the same volume, at once.
+    let again = ctl
+        .create_volume(create_req("pvc-a", 1))
+        .await?
+        .volume
+        .ok_or("no volume")?;
+    assert_eq!(again.volume_id, a.volume_id);
+
+    // From a snapshot and from a volume: the sources must be usable, the new volume need not.
+    c.set_status(&a.volume_id, "available")?;
+    let snap = cinder
+        .create_snapshot(&kos_cloud::model::block_storage::SnapshotCreate {
+            volume_id: a.volume_id.clone(),
+            force: false,
+            name: Some("snap".into()),
+            description: None,
+            metadata: BTreeMap::new(),
+        })
+        .await?;
+    cinder
+        .wait_for_snapshot_available(&snap.id, support::deadline())
+        .await?;
+    let from = |name: &str, source: csi::volume_content_source::Type| {
+        let mut r = create_req(name, 1);
+        r.volume_content_source = Some(csi::VolumeContentSource {
+            r#type: Some(source),
+        });
+        r
+    };
+    use csi::volume_content_source::{SnapshotSource, Type, VolumeSource};
+    for req in [
+        from(
+            "pvc-from-snap",
+            Type::Snapshot(SnapshotSource {
+                snapshot_id: snap.id.clone(),
+            }),
+        ),
+        from(
+            "pvc-from-vol",
+            Type::Volume(VolumeSource {
+                volume_id: a.volume_id.clone(),
+            }),
+        ),
+    ] {
+        let name = req.name.clone();
+        let made = ctl.create_volume(req).await?.volume.ok_or("no volume")?;
+        let v = cinder.get_volume(&made.volume_id).await?.ok_or("gone")?;
+        assert_eq!(v.status, VolumeStatus::Creating, "{name}");
+        assert!(made.content_source.is_some(), "{name}");
+    }
+    assert_eq!(ctl.waits().ticks(), 0);
+
+    // A volume of that name Cinder failed to make is answered as it is (upstream checks only
+    // its size): the claim is Bound, and publishing it fails (below).
+    let b = ctl
+        .create_volume(create_req("pvc-b", 1))
+        .await?
+        .volume
+        .ok_or("no volume")?;
+    c.set_status(&b.volume_id, "error")?;
+    let again = ctl
+        .create_volume(create_req("pvc-b", 1))
+        .await?
+        .volume
+        .ok_or("no volume")?;
+    assert_eq!(again.volume_id, b.volume_id);
+    Ok(())
+}
+
+#[tokio::test]
+async fn publish_waits_for_a_creating_volume_before_asking_nova() -> R {
+    let c = cloud("").await?;
+    let node = c.server("node-w", "10.50.0.0/24").await?;
+    c.hold_creates();
+    let ctl = c.controller("k1");
+    let calls = create_and_publish(&ctl, &node, &["pvc-w".to_owned()]).await?;
+    eventually("the publish waits", || ctl.waits().waiting() == 1).await?;
+    let t = ctl.waits().ticks() + 3;
+    eventually("three ticks", || ctl.waits().ticks() >= t).await?;
+    // Nova was not asked meanwhile.
+    assert!(
+        c.session
+            .compute()
+            .list_volume_attachments(&node)
+            .await?
+            .is_empty()
+    );
+    let id = ids_by_name(&c)["pvc-w"].clone();
+    c.set_status(&id, "available")?;
+    let mut answers = Vec::new();
     for call in calls {
-        let v = call.await??.volume.ok_or("no volume")?;
-        assert!(ids.contains(&v.volume_id));
+        answers.push(call.await??);
     }
+    assert!(answers[0].publish_context.contains_key("DevicePath"));
+    let v = c
+        .session
+        .block_storage()
+        .get_volume(&id)
+        .await?
+        .ok_or("gone")?;
+    assert_eq!(v.status, VolumeStatus::InUse);
+    assert_eq!(
+        v.attachments.first().map(|a| a.server_id.as_str()),
+        Some(node.as_str())
+    );
+    eventually("the poller stops", || !ctl.waits().polling()).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn publish_of_a_volume_in_error_fails_naming_the_state() -> R {
+    let c = cloud("").await?;
+    let node = c.server("node-e", "10.51.0.0/24").await?;
+    c.hold_creates();
+    let ctl = c.controller("k1");
+    let v = ctl
+        .create_volume(create_req("pvc-broken", 1))
+        .await?
+        .volume
+        .ok_or("no volume")?;
+    c.set_status(&v.volume_id, "error")?;
+    let e = ctl
+        .controller_publish_volume(csi::ControllerPublishVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            node_id: node.clone(),
+            volume_capability: Some(mount_cap()),
+            ..Default::default()
+        })
+        .await;
+    let Err(e) = e else {
+        return Err(format!("published a volume in error: {e:?}").into());
+    };
+    assert_eq!(e.code(), tonic::Code::Internal);
+    assert!(e.to_string().contains("state error"), "{e}");
+    assert_eq!(ctl.waits().ticks(), 0, "nothing to wait for");
+    assert!(
+        c.session
+            .compute()
+            .list_volume_attachments(&node)
+            .await?
+            .is_empty()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn concurrent_publishes_share_one_list_per_tick() -> R {
+    const N: usize = 20;
+    let c = cloud("").await?;
+    let node = c.server("node-n", "10.52.0.0/24").await?;
+    c.hold_creates();
+    let ctl = c.controller("k1");
+    let names: Vec<String> = (0..N).map(|i| format!("pvc-{i}")).collect();
+    let calls = create_and_publish(&ctl, &node, &names).await?;
+    eventually("every publish waits", || ctl.waits().waiting() == N).await?;
+    let (lists0, gets0) = cinder_reads(&c);
+    let ticks0 = ctl.waits().ticks();
+    let t = ticks0 + 5;
+    eventually("five ticks", || ctl.waits().ticks() >= t).await?;
     let (lists, gets) = cinder_reads(&c);
     let ticks = ctl.waits().ticks() - ticks0;
     // One list per tick (give or take the tick in flight at each end), whatever N; the cluster's
@@ -132,6 +296,14 @@ async fn concurrent_creates_share_one_list_per_tick() -> R {
         "{lists} lists in {ticks} ticks"
     );
     assert_eq!(gets - gets0, 0, "single-volume GETs");
+    let ids = ids_by_name(&c);
+    assert_eq!(ids.len(), N);
+    for id in ids.values() {
+        c.set_status(id, "available")?;
+    }
+    for call in calls {
+        call.await??;
+    }
     eventually("the poller stops", || !ctl.waits().polling()).await?;
     Ok(())
 }
@@ -140,28 +312,20 @@ async fn concurrent_creates_share_one_list_per_tick() -> R {
 async fn the_per_volume_baseline_gets_each_volume() -> R {
     const N: usize = 5;
     let c = cloud("").await?;
-    hold_creates(&c);
+    let node = c.server("node-p", "10.53.0.0/24").await?;
+    c.hold_creates();
     let ctl = c.controller_with(|cfg| cfg.wait_mode = WaitMode::PerVolume, "k1");
     assert_eq!(ctl.waits().mode(), WaitMode::PerVolume);
-    let calls: Vec<_> = (0..N)
-        .map(|i| {
-            let ctl = ctl.clone();
-            tokio::spawn(async move { ctl.create_volume(create_req(&format!("pvc-{i}"), 1)).await })
-        })
-        .collect();
-    // Each wait GETs its own volume.
-    eventually("a GET of every volume", || cinder_reads(&c).1 >= N as u64).await?;
-    let ids: Vec<String> = c
-        .sim
-        .app()
-        .cloud()
-        .cinder
-        .volumes
-        .iter()
-        .map(|v| v.id.clone())
-        .collect();
-    for id in &ids {
-        set_status(&c, id, "available")?;
+    let names: Vec<String> = (0..N).map(|i| format!("pvc-{i}")).collect();
+    let gets0 = cinder_reads(&c).1;
+    let calls = create_and_publish(&ctl, &node, &names).await?;
+    // Each publish GETs its volume once, then its wait GETs it again.
+    eventually("a wait's GET of every volume", || {
+        cinder_reads(&c).1 >= gets0 + 2 * N as u64
+    })
+    .await?;
+    for id in ids_by_name(&c).values() {
+        c.set_status(id, "available")?;
     }
     for call in calls {
         call.await??;
@@ -173,29 +337,17 @@ async fn the_per_volume_baseline_gets_each_volume() -> R {
 #[tokio::test]
 async fn a_volume_in_error_fails_only_its_own_waiter() -> R {
     let c = cloud("").await?;
-    hold_creates(&c);
+    let node = c.server("node-x", "10.54.0.0/24").await?;
+    c.hold_creates();
     let ctl = c.controller("k1");
-    let calls: Vec<_> = ["good-1", "bad", "good-2"]
-        .into_iter()
-        .map(|n| {
-            let ctl = ctl.clone();
-            tokio::spawn(async move { ctl.create_volume(create_req(n, 1)).await })
-        })
-        .collect();
-    eventually("every create waits", || ctl.waits().waiting() == 3).await?;
-    let by_name: BTreeMap<String, String> = c
-        .sim
-        .app()
-        .cloud()
-        .cinder
-        .volumes
-        .iter()
-        .map(|v| (v.name.clone().unwrap_or_default(), v.id.clone()))
-        .collect();
-    set_status(&c, &by_name["bad"], "error")?;
+    let names: Vec<String> = ["good-1", "bad", "good-2"].map(String::from).to_vec();
+    let calls = create_and_publish(&ctl, &node, &names).await?;
+    eventually("every publish waits", || ctl.waits().waiting() == 3).await?;
+    let by_name = ids_by_name(&c);
+    c.set_status(&by_name["bad"], "error")?;
     eventually("the failed one is answered", || ctl.waits().waiting() == 2).await?;
-    set_status(&c, &by_name["good-1"], "available")?;
-    set_status(&c, &by_name["good-2"], "available")?;
+    c.set_status(&by_name["good-1"], "available")?;
+    c.set_status(&by_name["good-2"], "available")?;
     let mut out = Vec::new();
     for call in calls {
         out.push(call.await?);
@@ -214,7 +366,7 @@ async fn a_volume_in_error_fails_only_its_own_waiter() -> R {
 #[tokio::test]
 async fn each_waiter_keeps_its_own_deadline() -> R {
     let c = cloud("").await?;
-    hold_creates(&c);
+    c.hold_creates();
     let ctl = c.controller("k1");
     let waits = ctl.waits().clone();
     let short = volume(&c, "short", Some("k1")).await?;
@@ -239,7 +391,7 @@ async fn each_waiter_keeps_its_own_deadline() -> R {
     // The other waits on, and the poller with it.
     assert_eq!(waits.waiting(), 1);
     assert!(waits.polling());
-    set_status(&c, &long, "available")?;
+    c.set_status(&long, "available")?;
     let v = patient.await??;
     assert_eq!(v.id, long);
     Ok(())
@@ -248,7 +400,7 @@ async fn each_waiter_keeps_its_own_deadline() -> R {
 #[tokio::test]
 async fn a_dropped_call_leaves_the_poller_to_the_others_and_the_last_stops_it() -> R {
     let c = cloud("").await?;
-    hold_creates(&c);
+    c.hold_creates();
     let ctl = c.controller("k1");
     let waits = ctl.waits().clone();
     let a = volume(&c, "a", Some("k1")).await?;
@@ -267,7 +419,7 @@ async fn a_dropped_call_leaves_the_poller_to_the_others_and_the_last_stops_it() 
     eventually("the dropped one is gone", || waits.waiting() == 1).await?;
     let t = waits.ticks() + 2;
     eventually("the poller ticks on", || waits.ticks() >= t).await?;
-    set_status(&c, &b, "available")?;
+    c.set_status(&b, "available")?;
     assert_eq!(wb.await??.id, b);
     eventually("the poller stops", || !waits.polling()).await?;
 
@@ -287,7 +439,7 @@ async fn a_dropped_call_leaves_the_poller_to_the_others_and_the_last_stops_it() 
 #[tokio::test]
 async fn a_volume_the_list_does_not_show_is_looked_up_by_itself() -> R {
     let c = cloud("").await?;
-    hold_creates(&c);
+    c.hold_creates();
     let ctl = c.controller("k1");
     let waits = ctl.waits().clone();
     // Another cluster's volume (extended by this driver, say): not in this cluster's list.
@@ -300,7 +452,7 @@ async fn a_volume_the_list_does_not_show_is_looked_up_by_itself() -> R {
             .await
     });
     eventually("it is looked up", || cinder_reads(&c).1 >= 1).await?;
-    set_status(&c, &other, "available")?;
+    c.set_status(&other, "available")?;
     assert_eq!(waiter.await??.id, other);
 
     // A volume gone while waited on ends its wait.

@@ -12,7 +12,7 @@ use kos_cloud::{Env, RetryPolicy, Session};
 use kos_csi::config::DriverConfig;
 use kos_csi::controller::Controller;
 use kos_csi::csi;
-use kos_sim::{Sim, SimConfig};
+use kos_sim::{LatencyModel, Sim, SimConfig};
 
 pub type R = Result<(), Box<dyn std::error::Error>>;
 pub type E = Box<dyn std::error::Error>;
@@ -60,6 +60,46 @@ impl Cloud {
         let mut cfg = DriverConfig::new(cluster, loaded.config.block_storage);
         f(&mut cfg);
         Controller::new(self.session.clone(), Arc::new(cfg))
+    }
+
+    /// Volumes stay `creating` until the test moves them ([`Cloud::set_status`]); a project
+    /// with room for many.
+    pub fn hold_creates(&self) {
+        {
+            let mut cloud = self.sim.app().cloud();
+            cloud.quotas.volumes = 1000;
+            cloud.quotas.gigabytes = 10_000;
+        }
+        self.sim.app().set_latency(LatencyModel {
+            volume_create_secs: 1e9,
+            ..LatencyModel::instant()
+        });
+    }
+
+    /// Sets a volume's status in the sim, as Cinder's own work would.
+    pub fn set_status(&self, id: &str, status: &str) -> R {
+        let mut cloud = self.sim.app().cloud();
+        let v = cloud
+            .cinder
+            .volumes
+            .iter_mut()
+            .find(|v| v.id == id)
+            .ok_or("no such volume in the sim")?;
+        v.status = status.into();
+        Ok(())
+    }
+
+    /// Waits until Cinder shows the volume `available` (CreateVolume answers before).
+    pub async fn available(&self, id: &str) -> R {
+        self.session
+            .block_storage()
+            .wait_for_status(
+                id,
+                &[kos_cloud::model::block_storage::VolumeStatus::Available],
+                deadline(),
+            )
+            .await?;
+        Ok(())
     }
 
     /// An ACTIVE server (a node) on a fresh network.
