@@ -316,8 +316,8 @@ pub enum BenchCommand {
     /// blocking baseline (the upstream's), calls per resync and per node join, peak RSS.
     Ccm(BenchCcmArgs),
     /// kos-csi's controller when many claims are created at once, on a simulated cloud with
-    /// Cinder's realistic create time: time until every claim is Bound against one volume's create,
-    /// Cinder calls meanwhile and per resync, against a poller-per-volume baseline (upstream's).
+    /// Cinder's realistic create time: time until every claim is Bound and until every volume is
+    /// available, against one volume's create; Cinder calls meanwhile and per resync.
     Csi(BenchCsiArgs),
 }
 
@@ -329,14 +329,10 @@ pub struct BenchCsiArgs {
     /// CreateVolume calls in flight at most (the external-provisioner's --worker-threads).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=5000))]
     pub workers: u32,
-    /// Real seconds per cloud second. At most 0.025: the driver learns the cloud's pace from
-    /// whole-second `Date` headers, which slower clocks do not show within its windows (see
-    /// docs/benchmarks.md).
+    /// Real seconds per cloud second. Faster clocks inflate the figures: the CPU time of the
+    /// calls is real time (see docs/benchmarks.md).
     #[arg(long, default_value_t = 0.02)]
     pub time_scale: f64,
-    /// Skip the poller-per-volume baseline.
-    #[arg(long)]
-    pub no_baseline: bool,
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
 }
