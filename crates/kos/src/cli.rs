@@ -329,9 +329,9 @@ pub struct BenchCsiArgs {
     /// CreateVolume calls in flight at most (the external-provisioner's --worker-threads).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=5000))]
     pub workers: u32,
-    /// Real seconds per cloud second. Faster clocks inflate the figures: the CPU time of the
-    /// calls is real time (see docs/benchmarks.md).
-    #[arg(long, default_value_t = 0.02)]
+    /// Real seconds per cloud second, as the other benches. Faster clocks inflate the figures:
+    /// the CPU time of the calls is real time (see docs/benchmarks.md).
+    #[arg(long, default_value_t = crate::cmd::bench::DEFAULT_TIME_SCALE)]
     pub time_scale: f64,
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
