@@ -1,7 +1,10 @@
 //! Authorisation as kube-apiserver does it with kubeadm's `--authorization-mode=Node,RBAC`:
 //! a request becomes attributes as `RequestInfoFactory` reads a URL (verb, API group, resource,
-//! subresource, name, namespace; a non-resource path otherwise), members of `system:masters` are
-//! allowed (the apiserver's privileged-group authorizer), then the RBAC authorizer's rules decide:
+//! subresource, name, namespace, the field selector; a non-resource path otherwise), members of
+//! `system:masters` are allowed (the apiserver's privileged-group authorizer), then the Node
+//! authorizer decides for kubelets (module `nodeauth`; its reason ends the 403 it leaves to RBAC,
+//! `... : no relationship found between node 'n1' and this object`), then the RBAC authorizer's
+//! rules decide:
 //! ClusterRoleBindings to ClusterRoles, RoleBindings to a Role or a ClusterRole in their namespace,
 //! subjects by User, Group and ServiceAccount, rules with `*` verbs, groups and resources,
 //! `resource/subresource` and `*/subresource`, resourceNames (a request without a name, a create
@@ -12,8 +15,10 @@
 //! ClusterRole's `rules` are the union of the rules of the ClusterRoles its
 //! `aggregationRule.clusterRoleSelectors` select, rewritten after every write.
 //!
-//! Not modelled: the Node authorizer (no simulated kubelet talks to the API over HTTP, so a
-//! `system:nodes` user gets only what RBAC grants: never more than the real one), webhooks, ABAC,
+//! What a kubelet may then write is narrowed by the NodeRestriction admission plugin (module
+//! `noderestriction`, run with the store's admission).
+//!
+//! Not modelled: webhooks, ABAC,
 //! escalation checks on writes of roles and bindings (the real server refuses to let a user grant
 //! what it does not hold unless it may `escalate`/`bind`), and the `create` check kube-apiserver
 //! adds to WebSocket upgrades of `pods/portforward`.
@@ -93,6 +98,40 @@ pub struct RequestInfo {
     pub resource: String,
     pub subresource: String,
     pub name: String,
+    /// The `fieldSelector` of a list or watch, as `GetFieldSelector` parses it for the
+    /// authorizers that look at it (the Node authorizer's `spec.nodeName`).
+    pub field_selector: Vec<FieldRequirement>,
+}
+
+/// One term of a field selector: `field=value`, `field==value` (equals) or `field!=value`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldRequirement {
+    pub field: String,
+    pub equals: bool,
+    pub value: String,
+}
+
+impl FieldRequirement {
+    fn parse_all(sel: &str) -> Vec<FieldRequirement> {
+        sel.split(',')
+            .filter_map(|t| {
+                let t = t.trim();
+                let (field, equals, value) = if let Some((f, v)) = t.split_once("!=") {
+                    (f, false, v)
+                } else if let Some((f, v)) = t.split_once("==") {
+                    (f, true, v)
+                } else {
+                    let (f, v) = t.split_once('=')?;
+                    (f, true, v)
+                };
+                Some(FieldRequirement {
+                    field: field.trim().to_owned(),
+                    equals,
+                    value: value.trim().to_owned(),
+                })
+            })
+            .collect()
+    }
 }
 
 impl RequestInfo {
@@ -170,6 +209,9 @@ impl RequestInfo {
         }
         if info.name.is_empty() && info.verb == "delete" {
             info.verb = "deletecollection".to_owned();
+        }
+        if let Some(sel) = first("fieldSelector") {
+            info.field_selector = FieldRequirement::parse_all(sel);
         }
         // A list or watch of one object by `metadata.name=` is that object's, for resourceNames.
         if info.name.is_empty()
@@ -282,11 +324,25 @@ fn role_rules(store: &Store, kind: &str, binding_ns: &str, name: &str) -> Vec<Po
     }
 }
 
-/// The decision of the chain: `system:masters`, then RBAC. `Ok` is allowed, with the reason.
+/// The decision of the chain kubeadm configures: `system:masters` (the privileged-group
+/// authorizer kube-apiserver puts first), then `Node`, then `RBAC`. `Ok` is allowed, with the
+/// reason; a denial carries the authorizers' reasons as the apiserver's 403 does.
 pub fn authorize(store: &Store, user: &User, info: &RequestInfo) -> Result<String, ApiError> {
     if user.groups.iter().any(|g| g == MASTERS) {
         return Ok(format!("member of {MASTERS}"));
     }
+    let node_reason = match crate::nodeauth::authorize(store, user, info) {
+        crate::nodeauth::Decision::Allow => return Ok("allowed by the Node authorizer".into()),
+        crate::nodeauth::Decision::NoOpinion(why) => why,
+    };
+    if let Some(why) = rbac(store, user, info) {
+        return Ok(why);
+    }
+    Err(forbidden_because(user, info, &node_reason))
+}
+
+/// The RBAC authorizer: why it allows, or `None`.
+fn rbac(store: &Store, user: &User, info: &RequestInfo) -> Option<String> {
     for b in all::<ClusterRoleBinding>(store, "clusterrolebindings", None) {
         let subjects = b.subjects.as_deref().unwrap_or_default();
         if b.role_ref.kind != "ClusterRole" || !subjects.iter().any(|s| applies_to(s, user, "")) {
@@ -294,7 +350,7 @@ pub fn authorize(store: &Store, user: &User, info: &RequestInfo) -> Result<Strin
         }
         let rules = role_rules(store, "ClusterRole", "", &b.role_ref.name);
         if rules.iter().any(|r| rule_allows(info, r)) {
-            return Ok(format!(
+            return Some(format!(
                 "RBAC: allowed by ClusterRoleBinding \"{}\" of ClusterRole \"{}\"",
                 b.metadata.name.unwrap_or_default(),
                 b.role_ref.name
@@ -312,7 +368,7 @@ pub fn authorize(store: &Store, user: &User, info: &RequestInfo) -> Result<Strin
             }
             let rules = role_rules(store, &b.role_ref.kind, &info.namespace, &b.role_ref.name);
             if rules.iter().any(|r| rule_allows(info, r)) {
-                return Ok(format!(
+                return Some(format!(
                     "RBAC: allowed by RoleBinding \"{}/{}\" of {} \"{}\"",
                     info.namespace,
                     b.metadata.name.unwrap_or_default(),
@@ -322,19 +378,24 @@ pub fn authorize(store: &Store, user: &User, info: &RequestInfo) -> Result<Strin
             }
         }
     }
-    Err(forbidden(user, info))
+    None
 }
 
 /// `responsewriters.ForbiddenStatusError`: `errors.NewForbidden` of the group-resource and name,
-/// with `forbiddenMessage` as the reason.
-pub fn forbidden(user: &User, info: &RequestInfo) -> ApiError {
+/// with `forbiddenMessage` and the authorizers' reason (when there is one) as the reason.
+pub fn forbidden_because(user: &User, info: &RequestInfo, reason: &str) -> ApiError {
     let who = &user.name;
+    let because = if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {reason}")
+    };
     if !info.resource_request {
         return ApiError::new(
             403,
             "Forbidden",
             format!(
-                "forbidden: User \"{who}\" cannot {} path \"{}\"",
+                "forbidden: User \"{who}\" cannot {} path \"{}\"{because}",
                 info.verb, info.path
             ),
         );
@@ -363,7 +424,7 @@ pub fn forbidden(user: &User, info: &RequestInfo) -> ApiError {
     } else {
         format!("{qualified} \"{}\" is forbidden", info.name)
     };
-    let mut e = ApiError::new(403, "Forbidden", format!("{what}: {why}"));
+    let mut e = ApiError::new(403, "Forbidden", format!("{what}: {why}{because}"));
     e.details = Some(Box::new(Details {
         name: (!info.name.is_empty()).then(|| info.name.clone()),
         group: (!info.api_group.is_empty()).then(|| info.api_group.clone()),
@@ -472,6 +533,7 @@ pub(crate) fn aggregate(store: &mut Store) -> bool {
             keep_status: true,
             validation: None,
             warnings: Default::default(),
+            user: None,
         };
         match store.update(res, "", name, updated, &ctx) {
             Ok(_) => wrote = true,

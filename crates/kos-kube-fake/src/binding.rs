@@ -92,6 +92,7 @@ pub(crate) fn bind(store: &mut Store, ns: &str, name: &str, body: &Value) -> Api
         keep_status: true,
         validation: None,
         warnings: Default::default(),
+        user: None,
     };
     // The registry writes both at once; here the spec, then the status.
     let mut pod = store.update(pods, ns, name, pod, &ctx(Scope::Main))?;

@@ -243,18 +243,23 @@ fn template(spec: &mut Map<String, Value>) {
 }
 
 fn pod(o: &mut Map<String, Value>) {
+    let mirror = o
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
     if let Some(spec) = map_at(o, "spec") {
         pod_spec_defaults(spec);
         or_insert(spec, "enableServiceLinks", json!(true));
         or_insert(spec, "priority", json!(0));
         or_insert(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-        // The ServiceAccount admission plugin.
-        or_insert(spec, "serviceAccountName", json!("default"));
-        let sa = spec
-            .get("serviceAccountName")
-            .cloned()
-            .unwrap_or(Value::Null);
-        or_insert(spec, "serviceAccount", sa);
+        // The ServiceAccount admission plugin, which leaves mirror pods without one.
+        if !mirror {
+            or_insert(spec, "serviceAccountName", json!("default"));
+        }
+        if let Some(sa) = spec.get("serviceAccountName").cloned() {
+            or_insert(spec, "serviceAccount", sa);
+        }
     }
     if let Some(status) = map_at(o, "status") {
         or_insert(status, "phase", json!("Pending"));

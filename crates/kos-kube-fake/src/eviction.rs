@@ -196,6 +196,7 @@ fn status_ctx() -> WriteCtx {
         keep_status: true,
         validation: None,
         warnings: Default::default(),
+        user: None,
     }
 }
 

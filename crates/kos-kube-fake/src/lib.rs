@@ -33,11 +33,13 @@
 //! and StorageClasses with kube-apiserver's validation, strategies and admission (module
 //! `storage`); [`FakeKube::reconcile_storage_protection`] is the protection controllers' pass.
 //!
-//! Authorisation: every request is authorised as kube-apiserver's RBAC authorizer does (module
-//! `authz`; the default roles of module `policy` exist from the start). [`FakeKube::client`] is the
-//! privileged loopback client (`system:masters`); [`FakeKube::service_account_client`] and
-//! [`FakeKube::service_account_token`] act as a ServiceAccount, and the TLS front
-//! ([`FakeKube::serve_tls`]) as the user its client certificate or token names.
+//! Authorisation: every request is authorised as kube-apiserver's `Node,RBAC` chain does
+//! (modules `authz` and `nodeauth`; the default roles of module `policy` exist from the start),
+//! and a kubelet's writes pass the NodeRestriction admission plugin (module `noderestriction`).
+//! [`FakeKube::client`] is the privileged loopback client (`system:masters`);
+//! [`FakeKube::service_account_client`] and [`FakeKube::service_account_token`] act as a
+//! ServiceAccount, and the TLS front ([`FakeKube::serve_tls`]) as the user its client
+//! certificate or token names.
 //!
 //! For tests: [`FakeKube::insert`], [`FakeKube::get`], [`FakeKube::modify`], [`FakeKube::events`]
 //! (what controllers recorded), [`FakeKube::requests`] / [`FakeKube::writes`] (the request log) and
@@ -71,6 +73,8 @@ pub mod error;
 mod eviction;
 mod fields;
 pub mod log;
+mod nodeauth;
+mod noderestriction;
 mod openapi;
 mod patch;
 mod policy;
@@ -257,6 +261,7 @@ fn test_ctx(scope: Scope) -> WriteCtx {
         keep_status: true,
         validation: None,
         warnings: Default::default(),
+        user: None,
     }
 }
 
@@ -502,6 +507,7 @@ impl FakeKube {
             keep_status: false,
             validation: None,
             warnings: Default::default(),
+            user: None,
         };
         // Forced, as `kubectl apply --server-side --force-conflicts`: the applier takes over fields.
         let applied = store.patch(res, &ns, &name, PatchType::Apply, obj, true, &ctx);

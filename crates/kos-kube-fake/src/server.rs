@@ -389,9 +389,10 @@ pub(crate) async fn handle(
         subresource: None,
         patch: None,
         field_manager: query.get("fieldManager").map(str::to_owned),
-        user: admitted.map(|a| a.0.0.name.clone()),
+        user: admitted.as_ref().map(|a| a.0.0.name.clone()),
         status: 0,
     };
+    let user = admitted.map(|a| a.0.0);
     let response = match &target {
         None => ApiError::no_route(uri.path()).into_response(),
         Some(t) => {
@@ -418,6 +419,7 @@ pub(crate) async fn handle(
                     &body,
                     rec.verb,
                     encrypting.as_ref().map(|e| &e.0),
+                    user.as_ref(),
                 )
                 .await
                 .unwrap_or_else(IntoResponse::into_response),
@@ -477,7 +479,12 @@ fn describe(
     }
 }
 
-fn write_ctx(query: &Query, headers: &HeaderMap, sub: Option<&str>) -> ApiResult<WriteCtx> {
+fn write_ctx(
+    query: &Query,
+    headers: &HeaderMap,
+    sub: Option<&str>,
+    user: Option<&User>,
+) -> ApiResult<WriteCtx> {
     let scope = match sub {
         None => Scope::Main,
         Some("status") => Scope::Status,
@@ -504,6 +511,7 @@ fn write_ctx(query: &Query, headers: &HeaderMap, sub: Option<&str>) -> ApiResult
         keep_status: false,
         validation: Some(FieldValidation::from_query(query.get("fieldValidation"))?),
         warnings: Default::default(),
+        user: user.cloned(),
     })
 }
 
@@ -543,6 +551,7 @@ async fn serve(
     body: &Bytes,
     verb: Verb,
     enc: Option<&Encrypting>,
+    user: Option<&User>,
 ) -> ApiResult<Response> {
     // A front's API server reads Secrets through its own transformers (plain HTTP, the loopback,
     // reads the store as it is).
@@ -629,7 +638,7 @@ async fn serve(
                             "create a namespaced object under /namespaces/<ns>/",
                         ));
                     };
-                    let ctx = write_ctx(query, headers, None)?;
+                    let ctx = write_ctx(query, headers, None, user)?;
                     let rt = shared.store().types[res].clone();
                     let obj = parse_object(headers, body, &rt)?;
                     let created = shared.write(enc, |s| s.create(res, ns, obj, &ctx))?;
@@ -678,6 +687,7 @@ async fn serve(
             let pods = shared.store().type_index("", "v1", "pods");
             if sub.as_deref() == Some("eviction") && Some(res) == pods && verb == Verb::Create {
                 let eviction = parse_json(body)?;
+                admit_node(shared, user, res, ns, name, "eviction", Some(&eviction))?;
                 let status = crate::eviction::evict(&mut shared.store(), ns, name, &eviction)?;
                 shared.notify();
                 return Ok(json_response(StatusCode::CREATED, &status));
@@ -691,6 +701,7 @@ async fn serve(
             let accounts = shared.store().type_index("", "v1", "serviceaccounts");
             if sub.as_deref() == Some("token") && Some(res) == accounts && verb == Verb::Create {
                 let request = parse_json(body)?;
+                admit_node(shared, user, res, ns, name, "token", Some(&request))?;
                 let created = token_request(shared, ns, name, &request)?;
                 return Ok(json_response(StatusCode::CREATED, &created));
             }
@@ -710,7 +721,7 @@ async fn serve(
                     Ok(ok(res, StatusCode::OK, got, None))
                 }
                 Verb::Update => {
-                    let ctx = write_ctx(query, headers, sub.as_deref())?;
+                    let ctx = write_ctx(query, headers, sub.as_deref(), user)?;
                     let rt = shared.store().types[res].clone();
                     let obj = parse_object(headers, body, &rt)?;
                     readable(res, Some(ns), Some(name))?;
@@ -728,7 +739,7 @@ async fn serve(
                     let ct = header_str(headers, header::CONTENT_TYPE);
                     let kind = PatchType::from_content_type(ct)
                         .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
-                    let ctx = write_ctx(query, headers, sub.as_deref())?;
+                    let ctx = write_ctx(query, headers, sub.as_deref(), user)?;
                     let patch = if kind == PatchType::Apply {
                         if query.get("fieldManager").is_none_or(str::is_empty) {
                             return Err(ApiError::bad_request(
@@ -748,6 +759,7 @@ async fn serve(
                 }
                 Verb::Delete if sub.is_none() => {
                     let opts = parse_json(body)?;
+                    admit_node(shared, user, res, ns, name, "", None)?;
                     let dry_run = query.get("dryRun") == Some("All")
                         || opts
                             .get("dryRun")
@@ -763,6 +775,44 @@ async fn serve(
             }
         }
     }
+}
+
+/// NodeRestriction on the writes that do not pass through the store's admission: deletes (the
+/// stored object is the old one), evictions and TokenRequests (their bodies are not the type's).
+pub(crate) fn admit_node(
+    shared: &Shared,
+    user: Option<&User>,
+    res: usize,
+    ns: &str,
+    name: &str,
+    subresource: &str,
+    object: Option<&Value>,
+) -> ApiResult<()> {
+    let Some(user) = user else {
+        return Ok(());
+    };
+    let store = shared.store();
+    let rt = &store.types[res];
+    let old = if object.is_none() {
+        store.get(res, ns, name).ok()
+    } else {
+        None
+    };
+    let attrs = crate::noderestriction::Attributes {
+        op: if object.is_none() {
+            crate::noderestriction::Op::Delete
+        } else {
+            crate::noderestriction::Op::Create
+        },
+        group: &rt.group,
+        resource: &rt.plural,
+        subresource,
+        namespace: ns,
+        name,
+        object,
+        old: old.as_ref(),
+    };
+    crate::noderestriction::admit(&store, user, &attrs)
 }
 
 /// The TokenRequest API (`serviceaccounts/<name>/token`): a token of the ServiceAccount, valid

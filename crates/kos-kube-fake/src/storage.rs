@@ -1573,6 +1573,7 @@ pub(crate) fn reconcile_protection(
         keep_status: true,
         validation: None,
         warnings: Default::default(),
+        user: None,
     };
     let deleting = |o: &Value, finalizer: &str| {
         present(o, "/metadata/deletionTimestamp")

@@ -92,6 +92,9 @@ pub(crate) struct WriteCtx {
     pub validation: Option<FieldValidation>,
     /// What the response's `Warning` headers say (unknown fields under `Warn`).
     pub warnings: RefCell<Vec<String>>,
+    /// Who writes, for the admission plugins that look (NodeRestriction); `None` for the
+    /// fake's own and test-side writes.
+    pub user: Option<crate::authz::User>,
 }
 
 impl WriteCtx {
@@ -663,6 +666,28 @@ impl Store {
                 Some(old) => crate::storage::on_update(kind, obj, old, &now()),
             },
             _ => {}
+        }
+        if let Some(user) = &ctx.user {
+            let ns = meta_str(obj, "namespace").unwrap_or_default();
+            let attrs = crate::noderestriction::Attributes {
+                op: if old.is_some() {
+                    crate::noderestriction::Op::Update
+                } else {
+                    crate::noderestriction::Op::Create
+                },
+                group: &rt.group,
+                resource: &rt.plural,
+                subresource: if ctx.scope == Scope::Status {
+                    "status"
+                } else {
+                    ""
+                },
+                namespace: ns,
+                name: &name,
+                object: Some(obj),
+                old,
+            };
+            crate::noderestriction::admit(self, user, &attrs)?;
         }
         Ok(())
     }
@@ -1310,6 +1335,7 @@ fn gc_ctx() -> WriteCtx {
         keep_status: true,
         validation: None,
         warnings: RefCell::default(),
+        user: None,
     }
 }
 
