@@ -33,9 +33,16 @@ pub(crate) struct IssuedToken {
     expires: DateTime<Utc>,
 }
 
-/// The ServiceAccount tokens issued by one fake.
+/// The ServiceAccount tokens issued by one fake, and the static tokens of the users the
+/// in-process components act as (kube-apiserver's `--token-auth-file` stands for them).
 #[derive(Debug, Default)]
-pub(crate) struct Tokens(BTreeMap<String, IssuedToken>);
+pub(crate) struct Tokens(BTreeMap<String, IssuedToken>, BTreeMap<String, User>);
+
+fn random_token() -> String {
+    let mut raw = [0u8; 32];
+    rand::rng().fill_bytes(&mut raw);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
 
 /// Why a token could not be issued.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,9 +61,7 @@ impl Tokens {
         lifetime: chrono::Duration,
     ) -> Result<(String, DateTime<Utc>), IssueError> {
         let uid = service_account_uid(store, ns, name).ok_or(IssueError::NoServiceAccount)?;
-        let mut raw = [0u8; 32];
-        rand::rng().fill_bytes(&mut raw);
-        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw);
+        let token = random_token();
         let expires = Utc::now() + lifetime;
         self.0.insert(
             token.clone(),
@@ -70,8 +75,22 @@ impl Tokens {
         Ok((token, expires))
     }
 
-    /// The ServiceAccount user of `token`, if it is one of ours and still valid.
+    /// A static token of `user` (one per user: asking again gives the same).
+    pub fn static_token(&mut self, user: &User) -> String {
+        if let Some((t, _)) = self.1.iter().find(|(_, u)| *u == user) {
+            return t.clone();
+        }
+        let token = random_token();
+        self.1.insert(token.clone(), user.clone());
+        token
+    }
+
+    /// The user of `token`: a static one, or a ServiceAccount's if it is one of ours and still
+    /// valid.
     pub fn authenticate(&self, store: &Store, token: &str) -> Option<User> {
+        if let Some(u) = self.1.get(token) {
+            return Some(u.clone());
+        }
         let t = self.0.get(token)?;
         if t.expires <= Utc::now() {
             return None;

@@ -38,8 +38,9 @@
 //! and a kubelet's writes pass the NodeRestriction admission plugin (module `noderestriction`).
 //! [`FakeKube::client`] is the privileged loopback client (`system:masters`);
 //! [`FakeKube::service_account_client`] and [`FakeKube::service_account_token`] act as a
-//! ServiceAccount, and the TLS front ([`FakeKube::serve_tls`]) as the user its client
-//! certificate or token names.
+//! ServiceAccount, [`FakeKube::user_client`] and [`FakeKube::acting_as`] (in process) as any
+//! user, and the TLS front ([`FakeKube::serve_tls`]) as the user its client certificate or token
+//! names.
 //!
 //! For tests: [`FakeKube::insert`], [`FakeKube::get`], [`FakeKube::modify`], [`FakeKube::events`]
 //! (what controllers recorded), [`FakeKube::requests`] / [`FakeKube::writes`] (the request log) and
@@ -60,6 +61,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acting;
 mod alloc;
 mod authn;
 mod authz;
@@ -103,6 +105,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use acting::Acting;
 pub use authz::User;
 pub use encryption::EncryptionConfig;
 pub use error::{ApiError, Cause, Details};
@@ -382,7 +385,7 @@ impl FakeKube {
         kube::Client::try_from(config).map_err(FakeError::Client)
     }
 
-    fn index_of<K: Resource<DynamicType = ()>>(&self) -> Result<usize, FakeError> {
+    pub(crate) fn index_of<K: Resource<DynamicType = ()>>(&self) -> Result<usize, FakeError> {
         self.shared
             .store()
             .type_index(&K::group(&()), &K::version(&()), &K::plural(&()))

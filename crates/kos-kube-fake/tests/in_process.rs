@@ -66,3 +66,112 @@ async fn rbac_names_may_hold_colons_and_unknown_kinds_are_no_match() -> R {
     );
     Ok(())
 }
+
+fn kubelet(node: &str) -> kos_kube_fake::User {
+    kos_kube_fake::User::authenticated(format!("system:node:{node}"), ["system:nodes".to_owned()])
+}
+
+fn node(name: &str) -> k8s_openapi::api::core::v1::Node {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}),
+    )
+    .unwrap()
+}
+
+/// A kubelet acting in process is authorised and admitted as over HTTP: its own Node it
+/// registers and updates; another's it may not touch.
+#[tokio::test]
+async fn a_kubelet_acting_in_process_writes_only_its_own_node() -> R {
+    use k8s_openapi::api::core::v1::Node;
+    let fake = FakeKube::start().await?;
+    fake.insert(&node("n2"))?;
+    let n1 = fake.acting_as(kubelet("n1"), "kubelet");
+    n1.create(&node("n1"))?;
+    n1.update::<Node>(None, "n1", true, |n| {
+        n.status.get_or_insert_default().phase = Some("Running".into());
+    })?;
+    let err = n1
+        .update::<Node>(None, "n2", true, |n| {
+            n.status.get_or_insert_default().phase = Some("Running".into());
+        })
+        .unwrap_err();
+    let FakeError::Api(e) = err else {
+        panic!("not the API's answer: {err}")
+    };
+    assert_eq!(e.code, 403);
+    assert_eq!(
+        e.message,
+        "nodes \"n2\" is forbidden: node \"n1\" is not allowed to modify node \"n2\""
+    );
+    let err = n1.get::<Node>(None, "n2").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("node 'n1' cannot read 'n2', only its own Node object"),
+        "{err}"
+    );
+    assert!(
+        n1.delete::<Node>(None, "n1").is_err(),
+        "a kubelet may not delete its Node"
+    );
+    let log = fake.requests();
+    let denied: Vec<_> = log.iter().filter(|r| r.status == 403).collect();
+    assert_eq!(denied.len(), 3, "{log:?}");
+    assert!(
+        denied
+            .iter()
+            .all(|r| r.user.as_deref() == Some("system:node:n1"))
+    );
+    Ok(())
+}
+
+/// The same user over HTTP, with its static token.
+#[tokio::test]
+async fn a_user_client_is_that_user() -> R {
+    use k8s_openapi::api::core::v1::Node;
+    let fake = FakeKube::start().await?;
+    fake.insert(&node("n2"))?;
+    let nodes: Api<Node> = Api::all(fake.user_client(&kubelet("n1"))?);
+    nodes.create(&Default::default(), &node("n1")).await?;
+    let patch = json!({"metadata": {"labels": {"kubernetes.io/os": "linux"}}});
+    nodes
+        .patch(
+            "n1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    let err = nodes
+        .patch(
+            "n2",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("not the API's answer: {err}")
+    };
+    assert_eq!(status.code, 403);
+    assert!(
+        status
+            .message
+            .ends_with("node \"n1\" is not allowed to modify node \"n2\""),
+        "{}",
+        status.message
+    );
+    let role = json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}});
+    let err = nodes
+        .patch(
+            "n1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&role),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is not allowed to modify labels: node-role.kubernetes.io/control-plane"),
+        "{err}"
+    );
+    Ok(())
+}
