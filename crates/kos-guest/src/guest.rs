@@ -657,10 +657,17 @@ impl Guest {
                 };
                 let mut probe = n.clone();
                 if kubelet::set_readiness(&mut probe, want, now) {
-                    c.kube
-                        .modify::<k8s_openapi::api::core::v1::Node>(None, &name, |node| {
-                            kubelet::set_readiness(node, want, now);
-                        })?;
+                    let status = |node: &mut k8s_openapi::api::core::v1::Node| {
+                        kubelet::set_readiness(node, want, now);
+                    };
+                    if want == Readiness::Unknown {
+                        // The node lifecycle controller marks a node whose kubelet went silent.
+                        c.kube
+                            .modify::<k8s_openapi::api::core::v1::Node>(None, &name, status)?;
+                    } else {
+                        // The kubelet posts its own status, as its node.
+                        kubelet::acting(&c.kube, &name).update(None, &name, true, status)?;
+                    }
                 }
             }
             self.mirror_pods_follow_kubelets(c)?;
@@ -707,12 +714,26 @@ impl Guest {
                             .first()
                             .map(ToString::to_string)
                             .unwrap_or_default();
-                        c.kube
-                            .modify::<Pod>(Some(crate::cluster::KUBE_SYSTEM), &name, |pod| {
-                                pod.status =
-                                    serde_json::from_value(kubelet::pod_status(running, &ip))
-                                        .unwrap_or_default();
-                            })?;
+                        let status = |pod: &mut Pod| {
+                            pod.status = serde_json::from_value(kubelet::pod_status(running, &ip))
+                                .unwrap_or_default();
+                        };
+                        if running {
+                            // The kubelet reports its pods' status, as its node.
+                            kubelet::acting(&c.kube, &node).update(
+                                Some(crate::cluster::KUBE_SYSTEM),
+                                &name,
+                                true,
+                                status,
+                            )?;
+                        } else {
+                            // The node lifecycle controller marks an unreachable node's pods.
+                            c.kube.modify::<Pod>(
+                                Some(crate::cluster::KUBE_SYSTEM),
+                                &name,
+                                status,
+                            )?;
+                        }
                     }
                 }
             }

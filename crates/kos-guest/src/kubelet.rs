@@ -3,7 +3,9 @@
 //! kubeadm's mark-control-plane adds), taints (`--register-with-taints` from nodeRegistration, the
 //! control-plane default when unset, and `node.cloudprovider.kubernetes.io/uninitialized` under
 //! `--cloud-provider=external`), and the Ready condition: True only once a CNI runs, Unknown once the
-//! kubelet stops posting status (server off or gone).
+//! kubelet stops posting status (server off or gone). The kubelet writes as its node
+//! ([`node_user`], [`acting`]): the Node authorizer and NodeRestriction judge it, so kubeadm's
+//! control-plane marks are written apart ([`mark_control_plane`]).
 
 use std::collections::BTreeMap;
 
@@ -74,6 +76,29 @@ fn node_labels(flag: Option<&str>) -> Result<BTreeMap<String, String>, String> {
         out.insert(k.to_owned(), v.to_owned());
     }
     Ok(out)
+}
+
+/// The user a node's kubelet is once its client certificate is signed: `system:node:<name>` in
+/// `system:nodes`, which the Node authorizer and NodeRestriction judge.
+pub fn node_user(name: &str) -> kos_kube_fake::User {
+    kos_kube_fake::User::authenticated(format!("system:node:{name}"), ["system:nodes".to_owned()])
+}
+
+/// The kubelet of `node`, making its requests to its cluster's API (field manager `kubelet`).
+pub fn acting<'a>(kube: &'a kos_kube_fake::FakeKube, node: &str) -> kos_kube_fake::Acting<'a> {
+    kube.acting_as(node_user(node), "kubelet")
+}
+
+/// Copies kubeadm's mark-control-plane marks (its labels and taints) of `marked` onto `n`, the
+/// Node its kubelet registered: kubeadm writes them with admin.conf, as NodeRestriction forbids
+/// the kubelet the `node-role.kubernetes.io` labels.
+pub fn mark_control_plane(n: &mut Node, marked: &Node) {
+    let labels = n.metadata.labels.get_or_insert_with(BTreeMap::new);
+    for (k, v) in marked.metadata.labels.iter().flatten() {
+        labels.insert(k.clone(), v.clone());
+    }
+    let taints = marked.spec.as_ref().and_then(|s| s.taints.clone());
+    n.spec.get_or_insert_with(NodeSpec::default).taints = taints;
 }
 
 /// The Node the kubelet registers (with kubeadm's control-plane marks when `control_plane`).

@@ -299,3 +299,95 @@ async fn a_recreated_worker_runs_its_user_data_again_and_takes_its_node_over() {
             .any(|l| matches!(l, Logged::Reported(r) if r.contains("providerID")))
     );
 }
+
+/// The kubelets act as their nodes (`system:node:<name>`): their Nodes and mirror pods are
+/// written by them, and the Node authorizer and NodeRestriction keep each to its own.
+#[tokio::test]
+async fn kubelets_write_as_their_nodes_and_never_another_nodes_objects() {
+    use k8s_openapi::api::core::v1::Pod;
+    let c = cluster("1.34.2", 1, 1);
+    let s = secrets();
+    let mut w = World::new();
+    let cp = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    let w0 = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
+    w.settle_hours(3);
+    assert_eq!(
+        w.markers(&w0),
+        join_markers(),
+        "{:?}",
+        w.failure_details(&w0)
+    );
+    let cluster = w.only_cluster();
+
+    let log = cluster.kube.requests();
+    let by = |user: &str, resource: &str, status: u16| {
+        log.iter().any(|r| {
+            r.user.as_deref() == Some(user)
+                && r.resource.as_deref() == Some(resource)
+                && r.status == status
+        })
+    };
+    assert!(by("system:node:kos-demo-w-0", "nodes", 201), "{log:#?}");
+    assert!(by("system:node:kos-demo-cp-0", "nodes", 201));
+    assert!(
+        by("system:node:kos-demo-cp-0", "pods", 201),
+        "the mirror pods"
+    );
+    let mirror = cluster
+        .kube
+        .get::<Pod>(Some("kube-system"), "etcd-kos-demo-cp-0")
+        .unwrap()
+        .unwrap();
+    assert!(
+        kos_guest::kubelet::pod_ready(&mirror),
+        "{:?}",
+        w.failure_details(&cp)
+    );
+
+    // The worker's kubelet may not touch the control plane's Node or pods.
+    let worker = kos_guest::kubelet::acting(&cluster.kube, "kos-demo-w-0");
+    let err = worker
+        .update::<Node>(None, "kos-demo-cp-0", true, |n| {
+            kos_guest::kubelet::set_readiness(
+                n,
+                kos_guest::kubelet::Readiness::Unknown,
+                time::OffsetDateTime::UNIX_EPOCH,
+            );
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "403 Forbidden: nodes \"kos-demo-cp-0\" is forbidden: node \"kos-demo-w-0\" is not allowed to modify node \"kos-demo-cp-0\""
+    );
+    let err = worker
+        .delete::<Pod>(Some("kube-system"), "etcd-kos-demo-cp-0")
+        .unwrap_err();
+    assert!(
+        err.to_string().ends_with(
+            "node \"kos-demo-w-0\" can only delete pods with spec.nodeName set to itself"
+        ),
+        "{err}"
+    );
+    let err = worker
+        .get::<Pod>(Some("kube-system"), "etcd-kos-demo-cp-0")
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("no relationship found between node 'kos-demo-w-0' and this object"),
+        "{err}"
+    );
+    // Its own labels it may set only within the kubelet's set.
+    let err = worker
+        .update::<Node>(None, "kos-demo-w-0", false, |n| {
+            n.metadata.labels.get_or_insert_default().insert(
+                "node-role.kubernetes.io/control-plane".into(),
+                String::new(),
+            );
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("is not allowed to modify labels: node-role.kubernetes.io/control-plane"),
+        "{err}"
+    );
+}

@@ -195,25 +195,72 @@ fn version_checks(kubelet: Version, cluster: Version, errors: &mut Vec<String>) 
     }
 }
 
-/// The kubelet's mirror pods of the static pods kubeadm wrote (replacing a previous node's).
+/// The kubelet's mirror pods of the static pods kubeadm wrote (replacing a previous node's), as
+/// the kubelet makes them: created as itself (the server clears their status), then their status.
 fn put_mirror_pods(
     c: &Cluster,
     node: &Node,
     ip: Option<std::net::IpAddr>,
     v: Version,
 ) -> Result<(), GuestError> {
+    use k8s_openapi::api::core::v1::Pod;
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let me = kubelet::acting(&c.kube, &name);
+    let mine = me.list::<Pod>(Some("kube-system"), &format!("spec.nodeName={name}"))?;
     for p in kubelet::mirror_pods(node, ip, v) {
-        let name = p.metadata.name.clone().unwrap_or_default();
-        if c.kube
-            .get::<k8s_openapi::api::core::v1::Pod>(Some("kube-system"), &name)?
-            .is_some()
+        let pod = p.metadata.name.clone().unwrap_or_default();
+        if mine
+            .iter()
+            .any(|m| m.metadata.name.as_deref() == Some(pod.as_str()))
         {
-            c.kube
-                .delete::<k8s_openapi::api::core::v1::Pod>(Some("kube-system"), &name)?;
+            me.delete::<Pod>(Some("kube-system"), &pod)?;
         }
-        c.kube.insert(&p)?;
+        me.create(&p)?;
+        me.update::<Pod>(Some("kube-system"), &pod, true, |m| {
+            m.status = p.status.clone()
+        })?;
     }
     Ok(())
+}
+
+/// The kubelet registers its Node as itself (`registered`: no control-plane marks, which
+/// NodeRestriction refuses it), or takes an existing one over (adding its labels); then, on a
+/// control plane, kubeadm's mark-control-plane phase adds `marked`'s labels and taints with
+/// admin.conf. A refusal is the kubelet's failure to register.
+fn register_node(
+    c: &Cluster,
+    registered: &Node,
+    marked: Option<&Node>,
+    exists: bool,
+) -> Result<Result<Node, String>, GuestError> {
+    let name = registered.metadata.name.clone().unwrap_or_default();
+    let me = kubelet::acting(&c.kube, &name);
+    let done = if exists {
+        me.update::<Node>(None, &name, false, |n| {
+            let labels = n.metadata.labels.get_or_insert_with(Default::default);
+            for (k, v) in registered.metadata.labels.iter().flatten() {
+                labels.insert(k.clone(), v.clone());
+            }
+        })
+    } else {
+        me.create(registered)
+    };
+    let node = match done {
+        Ok(n) => n,
+        Err(kos_kube_fake::FakeError::Api(e)) if e.code == 403 => {
+            return Ok(Err(format!(
+                "the kubelet cannot register its Node: {}",
+                e.message
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match marked {
+        Some(m) => Ok(Ok(c
+            .kube
+            .modify::<Node>(None, &name, |n| kubelet::mark_control_plane(n, m))?)),
+        None => Ok(Ok(node)),
+    }
 }
 
 impl Guest {
@@ -394,12 +441,23 @@ impl Guest {
                 "[upload-certs] Storing the certificates in Secret \"{KUBEADM_CERTS}\" in the \"kube-system\" Namespace"
             ));
         }
-        let node = match kubelet::node(&docs.node, true, kubeadm, Readiness::NetworkNotReady, date)
-        {
+        let registration = |control_plane| {
+            kubelet::node(
+                &docs.node,
+                control_plane,
+                kubeadm,
+                Readiness::NetworkNotReady,
+                date,
+            )
+        };
+        let (registered, marked) = match (registration(false), registration(true)) {
+            (Ok(r), Ok(m)) => (r, m),
+            (Err(e), _) | (_, Err(e)) => return Ok(Err(phase_err("kubelet-start", &e))),
+        };
+        let node = match register_node(&cluster, &registered, Some(&marked), false)? {
             Ok(n) => n,
             Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
         };
-        let node = cluster.kube.insert(&node)?;
         put_mirror_pods(&cluster, &node, srv.addresses.first().copied(), v)?;
         let local = endpoint
             .clone()
@@ -736,45 +794,40 @@ impl Guest {
                 ),
             )));
         }
-        let node = match kubelet::node(
-            &docs.node,
-            control_plane,
-            kubelet_version,
-            Readiness::NetworkNotReady,
-            date,
-        ) {
-            Ok(n) => n,
-            Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
+        let registration = |marks| {
+            kubelet::node(
+                &docs.node,
+                marks,
+                kubelet_version,
+                Readiness::NetworkNotReady,
+                date,
+            )
         };
+        let (node, marked) = match (registration(false), registration(control_plane)) {
+            (Ok(r), Ok(m)) => (r, m),
+            (Err(e), _) | (_, Err(e)) => return Ok(Err(phase_err("kubelet-start", &e))),
+        };
+        if let Some(old) = &existing {
+            // The kubelet takes the existing Node over; providerID is immutable once set.
+            let old_pid = old.spec.as_ref().and_then(|s| s.provider_id.clone());
+            let new_pid = node.spec.as_ref().and_then(|s| s.provider_id.clone());
+            if old_pid.is_some() && old_pid != new_pid {
+                let r = format!(
+                    "Node {} keeps providerID {} (immutable) though the joining kubelet has {}",
+                    docs.node.name,
+                    old_pid.clone().unwrap_or_default(),
+                    new_pid.unwrap_or_default()
+                );
+                self.log_reported(id, r, host);
+            }
+        }
         let c = self
             .clusters
-            .get_mut(&cid)
+            .get(&cid)
             .ok_or(GuestError::UnknownServer { server: id.clone() })?;
-        match existing {
-            None => {
-                c.kube.insert(&node)?;
-            }
-            Some(old) => {
-                // The kubelet takes the existing Node over; providerID is immutable once set.
-                let old_pid = old.spec.as_ref().and_then(|s| s.provider_id.clone());
-                let new_pid = node.spec.as_ref().and_then(|s| s.provider_id.clone());
-                if old_pid.is_some() && old_pid != new_pid {
-                    let r = format!(
-                        "Node {} keeps providerID {} (immutable) though the joining kubelet has {}",
-                        docs.node.name,
-                        old_pid.clone().unwrap_or_default(),
-                        new_pid.unwrap_or_default()
-                    );
-                    self.log_reported(id, r, host);
-                }
-                let c = self
-                    .clusters
-                    .get(&cid)
-                    .ok_or(GuestError::UnknownServer { server: id.clone() })?;
-                c.kube.modify::<Node>(None, &docs.node.name, |n| {
-                    n.metadata.labels = node.metadata.labels.clone();
-                })?;
-            }
+        let marks = control_plane.then_some(&marked);
+        if let Err(e) = register_node(c, &node, marks, existing.is_some())? {
+            return Ok(Err(phase_err("kubelet-start", &e)));
         }
         let c = self
             .clusters

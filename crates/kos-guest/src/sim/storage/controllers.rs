@@ -15,8 +15,11 @@
 //!   once mounted; unpublish and unstage when the pod is gone; `volumesInUse` on the Node;
 //! - external-resizer, and the kubelet's NodeExpandVolume when the driver asks for it.
 //!
-//! The sidecars act with the controller pod's ServiceAccount token (RBAC decides); the binder,
-//! scheduler, attach-detach controller and kubelet with the API server's own client. Simplified: no
+//! The sidecars act with the controller pod's ServiceAccount token (RBAC decides); the kubelet
+//! as its node (`system:node:<name>`: the Node authorizer and NodeRestriction decide, so it reads
+//! only the claims and volumes of its pods and writes only its own Node, CSINode and pods'
+//! status); the binder, scheduler and attach-detach controller with the API server's own client.
+//! Simplified: no
 //! watches (each pass lists), one pass every [`PASS`]; pods are bound through `pods/binding`;
 //! only pods that use claims are scheduled and started.
 

@@ -1,12 +1,12 @@
 //! The kubelet's side of storage: the node plugin's registration (NodeGetInfo into the node's
 //! CSINode and topology labels) and the volume manager (NodeStage once per node, NodePublish per
 //! pod, the pod Running once mounted, unpublish and unstage when it is gone, `volumesInUse`,
-//! NodeExpandVolume).
+//! NodeExpandVolume), each node's as that node's kubelet (`system:node:<name>`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
 use kos_csi::csi;
 use kos_csi::csi::node_client::NodeClient;
@@ -24,21 +24,21 @@ impl Loop {
     /// The kubelet's plugin registration: NodeGetInfo, then the driver in the node's CSINode and
     /// its topology segments as the Node's labels.
     pub(super) async fn register_nodes(&mut self) {
-        let nodes: Vec<(String, PathBuf)> = lock(&self.nodes)
+        let nodes: Vec<(String, PathBuf, kube::Client)> = lock(&self.nodes)
             .iter()
-            .map(|(n, h)| (n.clone(), h.socket.clone()))
+            .map(|(n, h)| (n.clone(), h.socket.clone(), h.kubelet.clone()))
             .collect();
         self.registered
-            .retain(|n, s| nodes.iter().any(|(m, t)| m == n && t == s));
+            .retain(|n, s| nodes.iter().any(|(m, t, _)| m == n && t == s));
         self.staged
-            .retain(|(n, _), _| nodes.iter().any(|(m, _)| m == n));
+            .retain(|(n, _), _| nodes.iter().any(|(m, _, _)| m == n));
         self.published
-            .retain(|(n, _), _| nodes.iter().any(|(m, _)| m == n));
-        for (node, socket) in nodes {
+            .retain(|(n, _), _| nodes.iter().any(|(m, _, _)| m == n));
+        for (node, socket, kubelet) in nodes {
             if self.registered.contains_key(&node) || !socket.exists() {
                 continue;
             }
-            match self.register(&node, &socket).await {
+            match self.register(&node, &socket, &kubelet).await {
                 Ok(()) => {
                     self.registered.insert(node, socket);
                 }
@@ -47,7 +47,13 @@ impl Loop {
         }
     }
 
-    pub(super) async fn register(&self, node: &str, socket: &std::path::Path) -> Res<()> {
+    /// As the node's kubelet (`kubelet`'s client): its Node and its CSINode are its own.
+    pub(super) async fn register(
+        &self,
+        node: &str,
+        socket: &std::path::Path,
+        kubelet: &kube::Client,
+    ) -> Res<()> {
         let mut client = NodeClient::new(channel(socket.to_owned()).await?);
         let info = client
             .node_get_info(csi::NodeGetInfoRequest {})
@@ -57,7 +63,7 @@ impl Loop {
             .accessible_topology
             .map(|t| t.segments)
             .unwrap_or_default();
-        let nodes = Api::<Node>::all(self.admin.clone());
+        let nodes = Api::<Node>::all(kubelet.clone());
         let n = nodes.get(node).await?;
         let labels = labels_of(&n);
         if segments.iter().any(|(k, v)| labels.get(k) != Some(v)) {
@@ -77,7 +83,7 @@ impl Loop {
         if info.max_volumes_per_node > 0 {
             entry["allocatable"] = json!({"count": info.max_volumes_per_node});
         }
-        let csinodes = Api::<CSINode>::all(self.admin.clone());
+        let csinodes = Api::<CSINode>::all(kubelet.clone());
         match csinodes.get_opt(node).await? {
             None => {
                 let obj: CSINode = serde_json::from_value(json!({
@@ -165,7 +171,7 @@ impl Loop {
                     }
                 }
                 if ready {
-                    self.running(pod, node).await;
+                    self.running(pod, node, &handle.kubelet).await;
                 }
             }
             // What no live pod uses any more is unpublished, then unstaged.
@@ -220,8 +226,9 @@ impl Loop {
                     in_use.insert(format!("kubernetes.io/csi/{}^{h}", self.driver));
                 }
             }
-            self.volumes_in_use(w, node, in_use).await;
-            self.node_expand(w, &mut client, node).await;
+            self.volumes_in_use(w, node, in_use, &handle.kubelet).await;
+            self.node_expand(w, &mut client, node, &handle.kubelet)
+                .await;
         }
     }
 
@@ -261,6 +268,16 @@ impl Loop {
         {
             return Ok(true);
         }
+        // The kubelet reads the claim and its volume as the node: the Node authorizer lets it
+        // only along the pod bound to it.
+        Api::<PersistentVolumeClaim>::namespaced(handle.kubelet.clone(), &ns)
+            .get(claim)
+            .await
+            .map_err(|e| e.to_string())?;
+        Api::<PersistentVolume>::all(handle.kubelet.clone())
+            .get(&pv_name)
+            .await
+            .map_err(|e| e.to_string())?;
         // Attached first (the attach-detach controller's VolumeAttachment).
         let mut publish_context = BTreeMap::new();
         if w.attach_required(&src.driver) {
@@ -322,7 +339,7 @@ impl Loop {
     }
 
     /// The pod's containers start once its volumes are mounted.
-    pub(super) async fn running(&mut self, pod: &Pod, node: &str) {
+    pub(super) async fn running(&mut self, pod: &Pod, node: &str, kubelet: &kube::Client) {
         if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
             return;
         }
@@ -349,7 +366,7 @@ impl Loop {
             "containerStatuses": containers,
         }});
         let ns = ns_of(&pod.metadata);
-        if let Err(e) = Api::<Pod>::namespaced(self.admin.clone(), &ns)
+        if let Err(e) = Api::<Pod>::namespaced(kubelet.clone(), &ns)
             .patch_status(
                 &name_of(&pod.metadata),
                 &PatchParams::default(),
@@ -361,7 +378,13 @@ impl Loop {
         }
     }
 
-    pub(super) async fn volumes_in_use(&self, w: &World, node: &str, in_use: BTreeSet<String>) {
+    pub(super) async fn volumes_in_use(
+        &self,
+        w: &World,
+        node: &str,
+        in_use: BTreeSet<String>,
+        kubelet: &kube::Client,
+    ) {
         let have: BTreeSet<String> = w
             .node(node)
             .and_then(|n| n.status.as_ref()?.volumes_in_use.clone())
@@ -380,7 +403,7 @@ impl Loop {
             return;
         }
         let patch = json!({"status": {"volumesInUse": want}});
-        if let Err(e) = Api::<Node>::all(self.admin.clone())
+        if let Err(e) = Api::<Node>::all(kubelet.clone())
             .patch_status(node, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {

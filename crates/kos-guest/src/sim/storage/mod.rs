@@ -79,6 +79,8 @@ struct NodePlugin {
     plugin: Plugin,
     node: String,
     kernel: Arc<FakeKernel>,
+    /// The node's kubelet's client (`system:node:<node>`).
+    kubelet: kube::Client,
 }
 
 /// What the loop of a cluster sees of its nodes' plugins.
@@ -86,6 +88,9 @@ struct NodePlugin {
 pub(crate) struct NodeHandle {
     pub socket: PathBuf,
     pub kernel: Arc<FakeKernel>,
+    /// The kubelet's client: its requests are the node's, judged by the Node authorizer and
+    /// NodeRestriction.
+    pub kubelet: kube::Client,
 }
 
 pub(crate) type Nodes = Arc<Mutex<BTreeMap<String, NodeHandle>>>;
@@ -372,6 +377,13 @@ impl Storage {
                     uuid: sid.0.clone(),
                     availability_zone: zone.clone(),
                 };
+                let kubelet = match cluster.kube.user_client(&crate::kubelet::node_user(node)) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::debug!(cluster = %cluster.id, node, "no client for the kubelet: {e}");
+                        continue;
+                    }
+                };
                 match start(cluster, spec, &socket, Some((kernel.clone(), meta))) {
                     Ok(plugin) => {
                         st.nodes.insert(
@@ -380,6 +392,7 @@ impl Storage {
                                 plugin,
                                 node: node.clone(),
                                 kernel,
+                                kubelet,
                             },
                         );
                     }
@@ -400,6 +413,7 @@ impl Storage {
                 NodeHandle {
                     socket: n.plugin.socket.clone(),
                     kernel: n.kernel.clone(),
+                    kubelet: n.kubelet.clone(),
                 },
             );
         }

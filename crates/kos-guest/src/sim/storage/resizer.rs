@@ -162,6 +162,7 @@ impl Loop {
         w: &World,
         client: &mut NodeClient<Channel>,
         node: &str,
+        kubelet: &kube::Client,
     ) {
         for pvc in &w.pvcs {
             let pending = pvc
@@ -218,7 +219,9 @@ impl Loop {
                         "allocatedResourceStatuses": null,
                         "conditions": null,
                     }});
-                    let _ = Api::<PersistentVolumeClaim>::namespaced(self.admin.clone(), &ns_of(m))
+                    // As the node: NodeRestriction lets it change the claim's capacity and
+                    // conditions alone.
+                    let _ = Api::<PersistentVolumeClaim>::namespaced(kubelet.clone(), &ns_of(m))
                         .patch_status(&name_of(m), &PatchParams::default(), &Patch::Merge(status))
                         .await;
                 }
