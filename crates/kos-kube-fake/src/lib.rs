@@ -307,8 +307,13 @@ impl FakeKube {
         store.minor = config.minor;
         // kube-apiserver's `rbac/bootstrap-roles`: the default roles and bindings exist at start.
         for (plural, obj) in policy::objects() {
+            let ns = obj
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
             if let Some(res) = store.type_index("rbac.authorization.k8s.io", "v1", plural)
-                && let Err(e) = store.create(res, "", obj, &test_ctx(Scope::Everything))
+                && let Err(e) = store.create(res, &ns, obj, &test_ctx(Scope::Everything))
             {
                 tracing::debug!("kos-kube-fake: bootstrap policy: {e}");
             }
