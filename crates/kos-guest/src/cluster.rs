@@ -371,15 +371,16 @@ impl Cluster {
         Ok(self.kube.get::<Secret>(Some(KUBE_SYSTEM), name)?)
     }
 
-    /// The token cleaner (kube-controller-manager) deletes expired bootstrap tokens; the garbage
-    /// collector then deletes what they owned (`kubeadm-certs`).
+    /// The token cleaner (kube-controller-manager, as its ServiceAccount) deletes expired
+    /// bootstrap tokens; the garbage collector then deletes what they owned (`kubeadm-certs`).
     pub fn run_token_cleaner_and_gc(&self, now: OffsetDateTime) -> Result<(), GuestError> {
-        let secrets = self.kube.list::<Secret>(Some(KUBE_SYSTEM))?;
+        let cleaner = controller(&self.kube, "token-cleaner");
+        let secrets = cleaner.list::<Secret>(Some(KUBE_SYSTEM), "")?;
         for s in &secrets {
             let expired =
                 s.type_.as_deref() == Some(TOKEN_TYPE) && token_expiry(s).is_some_and(|e| e <= now);
             if expired && let Some(name) = &s.metadata.name {
-                self.kube.delete::<Secret>(Some(KUBE_SYSTEM), name)?;
+                cleaner.delete::<Secret>(Some(KUBE_SYSTEM), name)?;
             }
         }
         let remaining = self.kube.list::<Secret>(Some(KUBE_SYSTEM))?;
@@ -417,4 +418,14 @@ impl Cluster {
         b.copy_from_slice(&d[..8]);
         u64::from_be_bytes(b).max(1)
     }
+}
+
+/// A kube-controller-manager controller acting as its ServiceAccount `kube-system/<name>`
+/// (kubeadm runs kube-controller-manager with `--use-service-account-credentials=true`), bound
+/// to `system:controller:<name>`.
+pub fn controller<'a>(kube: &'a kos_kube_fake::FakeKube, name: &str) -> kos_kube_fake::Acting<'a> {
+    kube.acting_as(
+        kos_kube_fake::User::service_account(KUBE_SYSTEM, name),
+        "kube-controller-manager",
+    )
 }

@@ -662,8 +662,8 @@ impl Guest {
                     };
                     if want == Readiness::Unknown {
                         // The node lifecycle controller marks a node whose kubelet went silent.
-                        c.kube
-                            .modify::<k8s_openapi::api::core::v1::Node>(None, &name, status)?;
+                        crate::cluster::controller(&c.kube, "node-controller")
+                            .update(None, &name, true, status)?;
                     } else {
                         // The kubelet posts its own status, as its node.
                         kubelet::acting(&c.kube, &name).update(None, &name, true, status)?;
@@ -703,8 +703,8 @@ impl Guest {
                         .is_some_and(|k| k.cluster == c.id && k.node == node)
             });
             match server {
-                None => c
-                    .kube
+                // The pod garbage collector deletes the pods of a Node whose kubelet is gone.
+                None => crate::cluster::controller(&c.kube, "pod-garbage-collector")
                     .delete::<Pod>(Some(crate::cluster::KUBE_SYSTEM), &name)?,
                 Some(s) => {
                     let running = s.power == Power::On;
@@ -728,9 +728,10 @@ impl Guest {
                             )?;
                         } else {
                             // The node lifecycle controller marks an unreachable node's pods.
-                            c.kube.modify::<Pod>(
+                            crate::cluster::controller(&c.kube, "node-controller").update(
                                 Some(crate::cluster::KUBE_SYSTEM),
                                 &name,
+                                true,
                                 status,
                             )?;
                         }

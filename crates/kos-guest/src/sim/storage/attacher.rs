@@ -53,7 +53,7 @@ impl Loop {
 
     pub(super) async fn attach_detach(&mut self, w: &World) {
         let wanted = self.wanted_attachments(w);
-        let vas = Api::<VolumeAttachment>::all(self.admin.clone());
+        let vas = Api::<VolumeAttachment>::all(self.attachdetach.clone());
         for (name, (pv, node, _)) in &wanted {
             if w.attachments.iter().any(|a| name_of(&a.metadata) == *name) {
                 continue;

@@ -18,7 +18,8 @@
 //! The sidecars act with the controller pod's ServiceAccount token (RBAC decides); the kubelet
 //! as its node (`system:node:<name>`: the Node authorizer and NodeRestriction decide, so it reads
 //! only the claims and volumes of its pods and writes only its own Node, CSINode and pods'
-//! status); the binder, scheduler and attach-detach controller with the API server's own client.
+//! status); the scheduler as `system:kube-scheduler` and the attach-detach controller as its
+//! ServiceAccount (their bootstrap roles decide); the binder with the API server's own client.
 //! Simplified: no
 //! watches (each pass lists), one pass every [`PASS`]; pods are bound through `pods/binding`;
 //! only pods that use claims are scheduled and started.
@@ -107,6 +108,16 @@ pub(super) fn start(s: Setup<'_>) -> Result<(oneshot::Sender<()>, JoinHandle<()>
         }
     });
     let admin = s.cluster.kube.client().map_err(|e| e.to_string())?;
+    let as_user =
+        |u: kos_kube_fake::User| s.cluster.kube.user_client(&u).map_err(|e| e.to_string());
+    let scheduler = as_user(kos_kube_fake::User::authenticated(
+        "system:kube-scheduler",
+        Vec::<String>::new(),
+    ))?;
+    let attachdetach = as_user(kos_kube_fake::User::service_account(
+        crate::cluster::KUBE_SYSTEM,
+        "attachdetach-controller",
+    ))?;
     let (ca, _) = crate::sim::apiserver::cluster_ca(s.guest, s.cluster.id)
         .ok_or("no control plane of the cluster holds its CA")?;
     let token = super::pod::service_account_token(s.cluster, &s.spec.view())?;
@@ -114,6 +125,8 @@ pub(super) fn start(s: Setup<'_>) -> Result<(oneshot::Sender<()>, JoinHandle<()>
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let lp = Loop {
         admin,
+        scheduler,
+        attachdetach,
         sidecar,
         socket: s.socket,
         nodes: s.nodes,
@@ -170,7 +183,12 @@ pub(super) struct Published {
 }
 
 pub(super) struct Loop {
+    /// The API server's own client: what the models read, and the binder's writes.
     pub(super) admin: kube::Client,
+    /// The scheduler's (`system:kube-scheduler`).
+    pub(super) scheduler: kube::Client,
+    /// The attach-detach controller's (`kube-system/attachdetach-controller`).
+    pub(super) attachdetach: kube::Client,
     pub(super) sidecar: kube::Client,
     pub(super) socket: PathBuf,
     pub(super) nodes: Nodes,

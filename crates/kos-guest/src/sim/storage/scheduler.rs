@@ -128,7 +128,7 @@ impl Loop {
                     "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                     "message": message, "lastTransitionTime": now_time(),
                 }]}});
-                let _ = Api::<Pod>::namespaced(self.admin.clone(), &ns)
+                let _ = Api::<Pod>::namespaced(self.scheduler.clone(), &ns)
                     .patch_status(&name_of(m), &PatchParams::default(), &Patch::Merge(cond))
                     .await;
                 self.event(
@@ -150,7 +150,7 @@ impl Loop {
                     all_named = false;
                     let patch = json!({"metadata": {"annotations": {SELECTED_NODE: node_name}}});
                     if let Err(e) =
-                        Api::<PersistentVolumeClaim>::namespaced(self.admin.clone(), &ns)
+                        Api::<PersistentVolumeClaim>::namespaced(self.scheduler.clone(), &ns)
                             .patch(
                                 &name_of(&c.metadata),
                                 &PatchParams::default(),
@@ -165,7 +165,7 @@ impl Loop {
             if !waiting.is_empty() || !all_named {
                 continue;
             }
-            let pods = Api::<Pod>::namespaced(self.admin.clone(), &ns);
+            let pods = Api::<Pod>::namespaced(self.scheduler.clone(), &ns);
             // The scheduler's Binding: the API server sets nodeName and PodScheduled.
             let bind = json!({
                 "apiVersion": "v1", "kind": "Binding",
