@@ -1,18 +1,22 @@
 //! kube-controller-manager's PV binder: hands a claim to its class's external provisioner, binds a
-//! claim and the volume made for it both ways, and releases a volume whose claim is gone.
+//! claim and the volume made for it both ways, and releases a volume whose claim is gone. It acts
+//! as `kube-system/persistent-volume-binder`, whose role allows updates of claims and volumes (and
+//! of their status) but no patches: every write is a read-modify-write update, as upstream's
+//! controller makes them (a conflict waits for the next pass).
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
-use serde_json::json;
+use kube::api::PostParams;
 
 use super::controllers::*;
 use super::world::*;
 
 impl Loop {
     pub(super) async fn binder(&mut self, w: &World) {
-        let admin = self.admin.clone();
-        let pvcs = |ns: &str| Api::<PersistentVolumeClaim>::namespaced(admin.clone(), ns);
+        let binder = self.binder.clone();
+        let pvcs = |ns: &str| Api::<PersistentVolumeClaim>::namespaced(binder.clone(), ns);
+        let pvs = Api::<PersistentVolume>::all(self.binder.clone());
+        let pp = PostParams::default();
         for pvc in &w.pvcs {
             let m = &pvc.metadata;
             if m.deletion_timestamp.is_some() {
@@ -41,47 +45,35 @@ impl Loop {
                 if !claimed {
                     continue;
                 }
-                if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound")
-                    && let Err(e) = Api::<PersistentVolume>::all(self.admin.clone())
-                        .patch_status(
-                            &pv_name,
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
-                        )
-                        .await
-                {
-                    tracing::debug!(pv = pv_name, "binding: {e}");
-                    continue;
+                if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+                    let mut bound = pv.clone();
+                    bound.status.get_or_insert_default().phase = Some("Bound".into());
+                    if let Err(e) = pvs.replace_status(&pv_name, &pp, &bound).await {
+                        tracing::debug!(pv = pv_name, "binding: {e}");
+                        continue;
+                    }
                 }
-                if spec.volume_name.is_none()
-                    && let Err(e) = pvcs(&ns)
-                        .patch(
-                            &name,
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({
-                                "metadata": {"annotations": {
-                                    "pv.kubernetes.io/bind-completed": "yes",
-                                    "pv.kubernetes.io/bound-by-controller": "yes",
-                                }},
-                                "spec": {"volumeName": pv_name},
-                            })),
-                        )
-                        .await
-                {
-                    tracing::debug!(pvc = name, "binding: {e}");
-                    continue;
+                let mut claim = pvc.clone();
+                if spec.volume_name.is_none() {
+                    let annotations = claim.metadata.annotations.get_or_insert_default();
+                    annotations.insert("pv.kubernetes.io/bind-completed".into(), "yes".into());
+                    annotations.insert("pv.kubernetes.io/bound-by-controller".into(), "yes".into());
+                    claim.spec.get_or_insert_default().volume_name = Some(pv_name.clone());
+                    match pvcs(&ns).replace(&name, &pp, &claim).await {
+                        Ok(c) => claim = c,
+                        Err(e) => {
+                            tracing::debug!(pvc = name, "binding: {e}");
+                            continue;
+                        }
+                    }
                 }
                 if phase.as_deref() != Some("Bound") {
                     let pv_spec = pv.spec.clone().unwrap_or_default();
-                    let status = json!({"status": {
-                        "phase": "Bound",
-                        "accessModes": pv_spec.access_modes,
-                        "capacity": pv_spec.capacity,
-                    }});
-                    if let Err(e) = pvcs(&ns)
-                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
-                        .await
-                    {
+                    let status = claim.status.get_or_insert_default();
+                    status.phase = Some("Bound".into());
+                    status.access_modes = pv_spec.access_modes;
+                    status.capacity = pv_spec.capacity;
+                    if let Err(e) = pvcs(&ns).replace_status(&name, &pp, &claim).await {
                         tracing::debug!(pvc = name, "binding: {e}");
                     }
                 }
@@ -90,16 +82,13 @@ impl Loop {
             if spec.volume_name.is_some() {
                 continue;
             }
-            if phase.is_none()
-                && let Err(e) = pvcs(&ns)
-                    .patch_status(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"status": {"phase": "Pending"}})),
-                    )
-                    .await
-            {
-                tracing::debug!(pvc = name, "{e}");
+            let mut claim = pvc.clone();
+            if phase.is_none() {
+                claim.status.get_or_insert_default().phase = Some("Pending".into());
+                match pvcs(&ns).replace_status(&name, &pp, &claim).await {
+                    Ok(c) => claim = c,
+                    Err(e) => tracing::debug!(pvc = name, "{e}"),
+                }
             }
             let Some(class) = spec.storage_class_name.as_deref().and_then(|c| w.class(c)) else {
                 continue;
@@ -108,14 +97,10 @@ impl Loop {
                 continue;
             }
             if ann(m, STORAGE_PROVISIONER) != Some(class.provisioner.as_str()) {
-                let patch = json!({"metadata": {"annotations": {
-                    STORAGE_PROVISIONER: class.provisioner,
-                    BETA_STORAGE_PROVISIONER: class.provisioner,
-                }}});
-                if let Err(e) = pvcs(&ns)
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                {
+                let annotations = claim.metadata.annotations.get_or_insert_default();
+                annotations.insert(STORAGE_PROVISIONER.into(), class.provisioner.clone());
+                annotations.insert(BETA_STORAGE_PROVISIONER.into(), class.provisioner.clone());
+                if let Err(e) = pvcs(&ns).replace(&name, &pp, &claim).await {
                     tracing::debug!(pvc = name, "{e}");
                 }
             }
@@ -156,15 +141,15 @@ impl Loop {
             if !exists
                 && matches!(phase, Some("Bound" | "Available" | "Pending") | None)
                 && claim.uid.is_some()
-                && let Err(e) = Api::<PersistentVolume>::all(self.admin.clone())
-                    .patch_status(
-                        &name_of(&pv.metadata),
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"status": {"phase": "Released"}})),
-                    )
-                    .await
             {
-                tracing::debug!("releasing: {e}");
+                let mut released = pv.clone();
+                released.status.get_or_insert_default().phase = Some("Released".into());
+                if let Err(e) = pvs
+                    .replace_status(&name_of(&pv.metadata), &pp, &released)
+                    .await
+                {
+                    tracing::debug!("releasing: {e}");
+                }
             }
         }
     }

@@ -18,8 +18,9 @@
 //! The sidecars act with the controller pod's ServiceAccount token (RBAC decides); the kubelet
 //! as its node (`system:node:<name>`: the Node authorizer and NodeRestriction decide, so it reads
 //! only the claims and volumes of its pods and writes only its own Node, CSINode and pods'
-//! status); the scheduler as `system:kube-scheduler` and the attach-detach controller as its
-//! ServiceAccount (their bootstrap roles decide); the binder with the API server's own client.
+//! status); the scheduler as `system:kube-scheduler`, the PV binder and the attach-detach
+//! controller as their ServiceAccounts (their bootstrap roles decide). What the models read is
+//! read with the API server's own client.
 //! Simplified: no
 //! watches (each pass lists), one pass every [`PASS`]; pods are bound through `pods/binding`;
 //! only pods that use claims are scheduled and started.
@@ -118,6 +119,10 @@ pub(super) fn start(s: Setup<'_>) -> Result<(oneshot::Sender<()>, JoinHandle<()>
         crate::cluster::KUBE_SYSTEM,
         "attachdetach-controller",
     ))?;
+    let binder = as_user(kos_kube_fake::User::service_account(
+        crate::cluster::KUBE_SYSTEM,
+        "persistent-volume-binder",
+    ))?;
     let (ca, _) = crate::sim::apiserver::cluster_ca(s.guest, s.cluster.id)
         .ok_or("no control plane of the cluster holds its CA")?;
     let token = super::pod::service_account_token(s.cluster, &s.spec.view())?;
@@ -127,6 +132,7 @@ pub(super) fn start(s: Setup<'_>) -> Result<(oneshot::Sender<()>, JoinHandle<()>
         admin,
         scheduler,
         attachdetach,
+        binder,
         sidecar,
         socket: s.socket,
         nodes: s.nodes,
@@ -183,12 +189,14 @@ pub(super) struct Published {
 }
 
 pub(super) struct Loop {
-    /// The API server's own client: what the models read, and the binder's writes.
+    /// The API server's own client: what the models read.
     pub(super) admin: kube::Client,
     /// The scheduler's (`system:kube-scheduler`).
     pub(super) scheduler: kube::Client,
     /// The attach-detach controller's (`kube-system/attachdetach-controller`).
     pub(super) attachdetach: kube::Client,
+    /// The PV binder's (`kube-system/persistent-volume-binder`).
+    pub(super) binder: kube::Client,
     pub(super) sidecar: kube::Client,
     pub(super) socket: PathBuf,
     pub(super) nodes: Nodes,
