@@ -120,6 +120,38 @@ async fn an_expired_token_fails_the_join() {
     );
 }
 
+/// kubeadm join reads the cluster's configuration as the bootstrap token's user: a token outside
+/// the group kubeadm's roles name is refused by RBAC, as on a real cluster.
+#[tokio::test]
+async fn a_token_outside_the_node_token_group_cannot_read_kubeadm_config() {
+    let c = cluster("1.34.2", 1, 1);
+    let s = secrets();
+    let mut w = formed(&c, &s);
+    let token = format!("bootstrap-token-{}", s.token.id);
+    w.only_cluster()
+        .kube
+        .modify::<Secret>(Some("kube-system"), &token, |t| {
+            if let Some(d) = t.data.as_mut() {
+                d.insert(
+                    "auth-extra-groups".into(),
+                    k8s_openapi::ByteString(b"system:bootstrappers:other".to_vec()),
+                );
+            }
+        })
+        .unwrap();
+    let id = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
+    w.settle_hours(2);
+    assert_join_failed(&w, &id);
+    assert_detail(
+        &w,
+        &id,
+        &format!(
+            "unable to fetch the kubeadm-config ConfigMap: 403 Forbidden: configmaps \"kubeadm-config\" is forbidden: User \"system:bootstrap:{}\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"kube-system\"",
+            s.token.id
+        ),
+    );
+}
+
 fn upload_certs_cluster() -> (kos_bootstrap::ClusterInput, kos_bootstrap::ClusterSecrets) {
     let mut c = cluster("1.34.2", 3, 0);
     c.pki_delivery = PkiDelivery::UploadCerts;

@@ -223,6 +223,21 @@ fn put_mirror_pods(
     Ok(())
 }
 
+/// The user a bootstrap token authenticates as: `system:bootstrap:<id>` in
+/// `system:bootstrappers` and the token's `auth-extra-groups`.
+fn bootstrap_user(id: &str, token: &k8s_openapi::api::core::v1::Secret) -> kos_kube_fake::User {
+    let mut groups = vec!["system:bootstrappers".to_owned()];
+    groups.extend(
+        secret_str(token, "auth-extra-groups")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .map(str::to_owned),
+    );
+    kos_kube_fake::User::authenticated(format!("system:bootstrap:{id}"), groups)
+}
+
 /// The kubelet registers its Node as itself (`registered`: no control-plane marks, which
 /// NodeRestriction refuses it), or takes an existing one over (adding its labels); then, on a
 /// control plane, kubeadm's mark-control-plane phase adds `marked`'s labels and taints with
@@ -596,6 +611,17 @@ impl Guest {
                 &format!("unable to fetch the kubeadm-config ConfigMap: {e}"),
             )))
         };
+        // kubeadm join's client is the bootstrap token's user until the kubelet has its own
+        // credential: what it reads, RBAC (kubeadm's roles for the token's groups) decides.
+        let joining = c
+            .kube
+            .acting_as(bootstrap_user(&docs.token.id, token), "kubeadm");
+        if let Err(e) = joining.get::<k8s_openapi::api::core::v1::ConfigMap>(
+            Some(crate::cluster::KUBE_SYSTEM),
+            "kubeadm-config",
+        ) {
+            return fetch(e.to_string());
+        }
         let cluster_cfg = match c.cluster_configuration()? {
             Ok(d) => d,
             Err(e) => return fetch(e),
@@ -630,7 +656,13 @@ impl Guest {
                 )));
             }
         }
-        let existing: Option<Node> = c.kube.get::<Node>(None, &docs.node.name)?;
+        let existing: Option<Node> = match joining.get::<Node>(None, &docs.node.name) {
+            Ok(n) => n,
+            Err(kos_kube_fake::FakeError::Api(e)) if e.code == 403 => {
+                return Ok(Err(phase_err("kubelet-start", &e.message)));
+            }
+            Err(e) => return Err(e.into()),
+        };
         if existing.as_ref().and_then(kubelet::ready_status) == Some("True") {
             return Ok(Err(phase_err(
                 "kubelet-start",
