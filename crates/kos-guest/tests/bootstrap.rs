@@ -373,15 +373,16 @@ async fn an_air_gapped_node_bootstraps_from_its_mirrors_and_fails_clearly_withou
     offline(&w);
     let id = w.boot("cp-0", true, user_data(&plain, Role::InitControlPlane, &s));
     w.settle_hours(1);
-    // The script's reason is retry's last line; apt's own words are in the log before it.
+    // The reason names the archive apt could not fetch and the fix; apt's own words are in the
+    // log before it.
     assert_eq!(
         w.markers(&id).last().map(String::as_str),
         Some(
-            "kos-bootstrap: packages failed: gave up after 5 attempts: apt-get install -y -q apt-transport-https ca-certificates curl gpg containerd conntrack socat ethtool iptables"
+            "kos-bootstrap: packages failed: the OS packages' archive is unreachable (Failed to fetch http://archive.ubuntu.com/ubuntu/dists/noble/InRelease  Temporary failure resolving 'archive.ubuntu.com'): set mirrors.packages.os, or fix the image's apt sources"
         )
     );
     assert!(
-        log(&w, &id).contains("W: Failed to fetch http://archive.ubuntu.com/ubuntu/dists/noble/InRelease  Could not resolve 'archive.ubuntu.com'"),
+        log(&w, &id).contains("W: Failed to fetch http://archive.ubuntu.com/ubuntu/dists/noble/InRelease  Temporary failure resolving 'archive.ubuntu.com'"),
         "{}",
         log(&w, &id)
     );
@@ -398,7 +399,7 @@ async fn an_air_gapped_node_bootstraps_from_its_mirrors_and_fails_clearly_withou
     );
     w.settle_hours(1);
     assert!(
-        log(&w, &id).contains("Could not resolve 'archive.ubuntu.com'"),
+        log(&w, &id).contains("Temporary failure resolving 'archive.ubuntu.com'"),
         "{}",
         log(&w, &id)
     );

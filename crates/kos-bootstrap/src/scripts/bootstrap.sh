@@ -125,6 +125,17 @@ restore_pki() {
   fi
 }
 
+# After the OS install failed: the archive apt could not fetch, when that was why (apt-get update only
+# warns about it, so the install is what fails, finding no package).
+apt_unreachable() {
+  local fetch
+  fetch=$(grep -E '^[WE]: Failed to fetch ' "$1" | head -n 1 || true)
+  rm -f "$1"
+  if [ -n "$fetch" ]; then
+    echo "the OS packages' archive is unreachable (${fetch#?: }): set mirrors.packages.os, or fix the image's apt sources"
+  fi
+}
+
 packages() {
   local want="v$KOS_K8S_VERSION" have="" repo
   if command -v kubeadm >/dev/null 2>&1; then
@@ -151,8 +162,14 @@ packages() {
   export DEBIAN_FRONTEND=noninteractive
   repo="$KOS_K8S_PACKAGES/core:/stable:/$KOS_K8S_CHANNEL/deb/"
   trust_mirror_ca
-  retry 5 apt-get update -q
-  retry 5 apt-get install -y -q apt-transport-https ca-certificates curl gpg containerd conntrack socat ethtool iptables
+  local updates
+  updates=$(mktemp)
+  retry 5 apt-get update -q 2>&1 | tee "$updates"
+  if ! retry 5 apt-get install -y -q apt-transport-https ca-certificates curl gpg containerd conntrack socat ethtool iptables; then
+    apt_unreachable "$updates"
+    return 1
+  fi
+  rm -f "$updates"
   trust_mirror_ca
   install -d -m 0755 /etc/apt/keyrings
   # To a file first: a download that fails is the step's reason, not gpg's complaint about no input.

@@ -987,14 +987,18 @@ fn packages(id: &ServerId, srv: &mut Server, env: &Env, host: &dyn Host) -> Step
         let index = format!("{archive}/dists/{suite}/InRelease");
         if !host.internet_reaches(id, &index) {
             let fetch = format!(
-                "W: Failed to fetch {index}  Could not resolve '{}'",
+                "Failed to fetch {index}  Temporary failure resolving '{}'",
                 internet::host_of(&index)
             );
+            // The script's apt_unreachable names apt's first fetch warning after retry gives up.
             return StepResult::Fail {
                 output: vec![
-                    fetch.clone(),
+                    format!("W: {fetch}"),
                     "E: Unable to locate package containerd".to_owned(),
                     format!("gave up after 5 attempts: apt-get install -y -q {OS_PACKAGES}"),
+                    format!(
+                        "the OS packages' archive is unreachable ({fetch}): set mirrors.packages.os, or fix the image's apt sources"
+                    ),
                 ],
                 detail: Some(fetch),
             };
