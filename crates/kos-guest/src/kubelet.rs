@@ -81,7 +81,7 @@ fn node_labels(flag: Option<&str>) -> Result<BTreeMap<String, String>, String> {
 /// The user a node's kubelet is once its client certificate is signed: `system:node:<name>` in
 /// `system:nodes`, which the Node authorizer and NodeRestriction judge.
 pub fn node_user(name: &str) -> kos_kube_fake::User {
-    kos_kube_fake::User::authenticated(format!("system:node:{name}"), ["system:nodes".to_owned()])
+    kos_kube_fake::User::node(name)
 }
 
 /// The kubelet of `node`, making its requests to its cluster's API (field manager `kubelet`).

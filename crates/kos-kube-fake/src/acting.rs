@@ -59,14 +59,7 @@ impl FakeKube {
     /// # Errors
     /// [`FakeError::Uri`] or [`FakeError::Client`].
     pub fn user_client(&self, user: &User) -> Result<kube::Client, FakeError> {
-        let token = self.user_token(user);
-        let uri: http::Uri = self
-            .url()
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| FakeError::Uri(e.to_string()))?;
-        let mut config = kube::Config::new(uri);
-        config.auth_info.token = Some(secrecy::SecretString::from(token));
-        kube::Client::try_from(config).map_err(FakeError::Client)
+        self.token_client(self.user_token(user), None)
     }
 }
 

@@ -69,6 +69,12 @@ impl User {
         }
     }
 
+    /// A kubelet's client certificate: `system:node:<name>` in `system:nodes`, the identity the
+    /// Node authorizer and NodeRestriction recognise.
+    pub fn node(name: &str) -> User {
+        User::authenticated(format!("system:node:{name}"), ["system:nodes".to_owned()])
+    }
+
     /// What the ServiceAccount token authenticator makes of a token of `ns/name`.
     pub fn service_account(ns: &str, name: &str) -> User {
         User::authenticated(

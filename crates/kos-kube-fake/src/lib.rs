@@ -255,6 +255,40 @@ fn from_json<K: DeserializeOwned>(v: Value, what: &str) -> Result<K, FakeError> 
     })
 }
 
+/// A store with the built-in types and, with `policy`, the bootstrap RBAC objects.
+#[cfg(test)]
+fn test_store(policy: bool) -> store::Store {
+    let mut s = store::Store::new(
+        resources::builtin(),
+        100,
+        ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12).expect("cidr"),
+    );
+    if policy {
+        for (plural, obj) in policy::objects() {
+            test_put(&mut s, "rbac.authorization.k8s.io", plural, obj);
+        }
+    }
+    s
+}
+
+/// Creates `obj` (of `group`/v1 `plural`) in its own namespace, as a test-side write.
+#[cfg(test)]
+fn test_put(
+    s: &mut store::Store,
+    group: &str,
+    plural: &str,
+    obj: serde_json::Value,
+) -> serde_json::Value {
+    let res = s.type_index(group, "v1", plural).expect("a served type");
+    let ns = obj
+        .pointer("/metadata/namespace")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    s.create(res, &ns, obj, &test_ctx(Scope::Everything))
+        .expect("created")
+}
+
 /// Test-side writes are not requests: they are neither logged nor hit by faults.
 fn test_ctx(scope: Scope) -> WriteCtx {
     WriteCtx {
@@ -380,13 +414,24 @@ impl FakeKube {
     /// As [`FakeKube::service_account_token`], or [`FakeError::Client`].
     pub fn service_account_client(&self, ns: &str, name: &str) -> Result<kube::Client, FakeError> {
         let token = self.service_account_token(ns, name)?;
+        self.token_client(token, Some(ns))
+    }
+
+    /// A kube-rs client of [`FakeKube::url`] sending `token`, in `namespace` by default.
+    pub(crate) fn token_client(
+        &self,
+        token: String,
+        namespace: Option<&str>,
+    ) -> Result<kube::Client, FakeError> {
         let uri: http::Uri = self
             .url()
             .parse()
             .map_err(|e: http::uri::InvalidUri| FakeError::Uri(e.to_string()))?;
         let mut config = kube::Config::new(uri);
         config.auth_info.token = Some(secrecy::SecretString::from(token));
-        config.default_namespace = ns.to_owned();
+        if let Some(ns) = namespace {
+            config.default_namespace = ns.to_owned();
+        }
         kube::Client::try_from(config).map_err(FakeError::Client)
     }
 

@@ -9,9 +9,9 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use support::{KOS, code, text};
+use support::{code, isolated, text};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 /// The pages whose `sh` blocks are checked.
@@ -216,18 +216,16 @@ fn kos_parses(data: &Path, args: &[String]) -> Output {
     kos_in(data, args, &["--help"])
 }
 
+/// `kos ARGS EXTRA` isolated as every CLI test runs it, from the repository's root (the pages'
+/// paths are relative to it).
 fn kos_in(data: &Path, args: &[String], extra: &[&str]) -> Output {
-    Command::new(KOS)
-        .args(args)
-        .args(extra)
+    let args: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .chain(extra.iter().copied())
+        .collect();
+    isolated(data, None, &args)
         .current_dir(ROOT)
-        .env("HOME", data)
-        .env("XDG_CONFIG_HOME", data.join(".config"))
-        .env("KOS_DATA_DIR", data.join("kos-data"))
-        .env_remove("OS_CLOUD")
-        .env_remove("OS_CLIENT_CONFIG_FILE")
-        .env_remove("KUBECONFIG")
-        .env_remove("RUST_LOG")
         .output()
         .expect("kos runs")
 }

@@ -188,15 +188,7 @@ fn resume_unit(script: &str) -> Option<ResumeUnit> {
 /// The command a function runs under `retry N` (e.g. `local_kubectl apply -f "$CNI_FILE"`): which
 /// kubectl a step uses is the script's choice, and the guest follows it.
 pub fn retried_command(script: &str, function: &str) -> Option<Vec<String>> {
-    let header = format!("{function}() {{");
-    script
-        .lines()
-        .map(str::trim)
-        .skip_while(|l| *l != header)
-        .skip(1)
-        .take_while(|l| *l != "}")
-        .find(|l| l.starts_with("retry "))
-        .map(|l| l.split_whitespace().skip(2).map(str::to_owned).collect())
+    retried_commands(script, function).into_iter().next()
 }
 
 /// Every command a function runs through `retry N`, in order (e.g. the addons step's applies and

@@ -1,31 +1,13 @@
 use serde_json::json;
 
 use super::*;
-use crate::store::Scope;
 
 fn store() -> Store {
-    let mut s = Store::new(
-        crate::resources::builtin(),
-        100,
-        ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12).expect("cidr"),
-    );
-    for (plural, obj) in crate::policy::objects() {
-        put(&mut s, plural, obj);
-    }
-    s
+    crate::test_store(true)
 }
 
 fn put(s: &mut Store, plural: &str, obj: Value) {
-    let res = s
-        .type_index("rbac.authorization.k8s.io", "v1", plural)
-        .expect("an RBAC type");
-    let ns = obj
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    s.create(res, &ns, obj, &crate::test_ctx(Scope::Everything))
-        .expect("created");
+    crate::test_put(s, "rbac.authorization.k8s.io", plural, obj);
 }
 
 fn cluster_role(s: &mut Store, name: &str, rules: Value) {

@@ -2,33 +2,17 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::authz::{RequestInfo, authorize};
-use crate::store::Scope;
 
 fn store() -> Store {
-    let mut s = Store::new(
-        crate::resources::builtin(),
-        100,
-        ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12).expect("cidr"),
-    );
-    for (plural, obj) in crate::policy::objects() {
-        put(&mut s, "rbac.authorization.k8s.io", plural, obj);
-    }
-    s
+    crate::test_store(true)
 }
 
 fn put(s: &mut Store, group: &str, plural: &str, obj: Value) {
-    let res = s.type_index(group, "v1", plural).expect("a served type");
-    let ns = obj
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    s.create(res, &ns, obj, &crate::test_ctx(Scope::Everything))
-        .expect("created");
+    crate::test_put(s, group, plural, obj);
 }
 
 fn node_user(name: &str) -> User {
-    User::authenticated(format!("system:node:{name}"), ["system:nodes".to_owned()])
+    User::node(name)
 }
 
 /// A pod in `ns` bound to `node`, using a Secret, a ConfigMap, a claim and a ServiceAccount.

@@ -4,26 +4,15 @@ use super::*;
 use crate::store::{Scope, WriteCtx};
 
 fn store() -> Store {
-    Store::new(
-        crate::resources::builtin(),
-        100,
-        ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12).expect("cidr"),
-    )
+    crate::test_store(false)
 }
 
 fn put(s: &mut Store, group: &str, plural: &str, obj: Value) -> Value {
-    let res = s.type_index(group, "v1", plural).expect("a served type");
-    let ns = obj
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    s.create(res, &ns, obj, &crate::test_ctx(Scope::Everything))
-        .expect("created")
+    crate::test_put(s, group, plural, obj)
 }
 
 fn node_user(name: &str) -> User {
-    User::authenticated(format!("system:node:{name}"), ["system:nodes".to_owned()])
+    User::node(name)
 }
 
 /// A write as `user` through the store, so the admission runs where the server runs it.
