@@ -81,6 +81,36 @@ pub struct ImagePin {
 pub struct MinorImages {
     pub openstack_cloud_controller_manager: String,
     pub cinder_csi_plugin: String,
+    /// What kubeadm of this minor pulls besides the control plane's images.
+    pub kubeadm: KubeadmTable,
+}
+
+/// kubeadm's own image tags for the patches of one minor (`kubeadm config images list`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeadmTable {
+    /// The newest patch whose kubeadm was read.
+    pub read_through: u32,
+    /// Oldest first; a row holds from its `from` patch until the next row's.
+    pub rows: Vec<KubeadmImages>,
+}
+
+/// The tags of etcd, CoreDNS and the pause image that kubeadm of a release uses.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeadmImages {
+    pub from: u32,
+    pub etcd: String,
+    pub coredns: String,
+    pub pause: String,
+}
+
+/// [`KubeadmImages`] for one release, and whether that release's kubeadm was read or is assumed
+/// to keep the newest row read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeadmTags<'a> {
+    pub images: &'a KubeadmImages,
+    pub read: bool,
 }
 
 /// The Kubernetes releases kos supports.
@@ -160,6 +190,16 @@ impl Pins {
     /// The images of a Kubernetes minor, `None` when kos does not support it.
     pub fn images_for(&self, minor: u32) -> Option<&MinorImages> {
         self.kubernetes.minors.get(&minor)
+    }
+
+    /// The tags kubeadm of `v` uses for etcd, CoreDNS and pause; `None` for an unsupported minor.
+    pub fn kubeadm_images(&self, v: crate::KubeVersion) -> Option<KubeadmTags<'_>> {
+        let table = &self.images_for(v.minor)?.kubeadm;
+        let images = table.rows.iter().rev().find(|r| r.from <= v.patch)?;
+        Some(KubeadmTags {
+            images,
+            read: v.patch <= table.read_through,
+        })
     }
 
     /// The supported minors, oldest first.
@@ -551,6 +591,42 @@ mod tests {
                 "{m:?}"
             );
         }
+    }
+
+    /// Each minor's kubeadm rows start at patch 0, ascend, and carry tags shaped as registry.k8s.io
+    /// names them; a patch past the newest read keeps the last row and says it was not read.
+    #[test]
+    fn kubeadm_images_cover_every_patch_of_each_minor() {
+        let pins = Pins::builtin().unwrap();
+        for minor in pins.supported_minors() {
+            let t = &pins.images_for(minor).unwrap().kubeadm;
+            assert_eq!(t.rows.first().map(|r| r.from), Some(0), "1.{minor}");
+            assert!(
+                t.rows.windows(2).all(|w| w[0].from < w[1].from),
+                "1.{minor}"
+            );
+            for r in &t.rows {
+                assert!(
+                    r.etcd.ends_with("-0") && r.coredns.starts_with('v'),
+                    "{r:?}"
+                );
+                assert!(!r.pause.starts_with('v'), "{r:?}");
+            }
+        }
+        let v = |s: &str| s.parse::<crate::KubeVersion>().unwrap();
+        let at = |s: &str| pins.kubeadm_images(v(s)).unwrap();
+        assert_eq!(at("1.34.1").images.etcd, "3.6.4-0");
+        assert_eq!(at("1.34.2").images.etcd, "3.6.5-0");
+        assert!(at("1.34.10").read);
+        let newest = at("1.36.99");
+        assert_eq!(newest.images.pause, "3.10.2");
+        assert!(!newest.read);
+        let old = crate::KubeVersion {
+            major: 1,
+            minor: 20,
+            patch: 0,
+        };
+        assert!(pins.kubeadm_images(old).is_none());
     }
 
     #[test]

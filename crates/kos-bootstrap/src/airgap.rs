@@ -366,17 +366,35 @@ pub fn artefacts_for(
             note: None,
         });
     }
-    for name in ["etcd", "coredns/coredns", "pause"] {
+    // kubeadm's own images at their registry.k8s.io paths (kos names CoreDNS's repository so a
+    // custom `imageRepository` keeps that layout: `kubeadm.rs`).
+    let tags = pins.kubeadm_images(version).ok_or_else(|| {
+        Error::invalid(
+            "kubernetes version",
+            format!("{v} has no kubeadm images in the pins table"),
+        )
+    })?;
+    let unread = (!tags.read).then(|| {
+        format!(
+            "as kubeadm of the newest {}.{} release kos read lists it; confirm with `kubeadm config images list --kubernetes-version {}`",
+            v.major,
+            v.minor,
+            v.tag()
+        )
+    });
+    let k = tags.images;
+    for (name, tag) in [
+        ("etcd", &k.etcd),
+        ("coredns/coredns", &k.coredns),
+        ("pause", &k.pause),
+    ] {
         out.push(Artefact {
             kind: Kind::Image,
             step: "kubeadm",
-            fetched: format!("{repo}/{name}"),
-            origin: format!("{REGISTRY_K8S_IO}/{name}"),
+            fetched: format!("{repo}/{name}:{tag}"),
+            origin: format!("{REGISTRY_K8S_IO}/{name}:{tag}"),
             sha256: None,
-            note: Some(format!(
-                "the tag kubeadm {v} uses: `kubeadm config images list --kubernetes-version {}`",
-                v.tag()
-            )),
+            note: unread.clone(),
         });
     }
     for i in &cni.images {

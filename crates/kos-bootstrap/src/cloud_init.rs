@@ -170,7 +170,28 @@ pub fn bootstrap_env(
     node: &NodeInput,
     secrets: &ClusterSecrets,
 ) -> Result<String> {
-    let pin = Pins::builtin()?.cni_for(cluster.cni, cluster.cni_manifest.as_ref())?;
+    let pins = Pins::builtin()?;
+    let pin = pins.cni_for(cluster.cni, cluster.cni_manifest.as_ref())?;
+    // containerd runs pods on kubeadm's own pause image, from kubeadm's repository: one pause for
+    // a mirror to hold, and no preflight warning.
+    let pause = pins
+        .kubeadm_images(cluster.kubernetes_version)
+        .map(|t| {
+            let repo = cluster
+                .airgap
+                .image_repository()
+                .unwrap_or_else(|| crate::airgap::REGISTRY_K8S_IO.to_owned());
+            format!("{repo}/pause:{}", t.images.pause)
+        })
+        .ok_or_else(|| {
+            Error::invalid(
+                "kubernetes version",
+                format!(
+                    "{} has no kubeadm images in the pins table",
+                    cluster.kubernetes_version
+                ),
+            )
+        })?;
     let (iptables, metadata) = if cluster.pod_cidr.addr().is_ipv4() {
         ("iptables", "169.254.169.254/32")
     } else {
@@ -191,6 +212,7 @@ pub fn bootstrap_env(
         ("KOS_K8S_VERSION", v.to_string()),
         ("KOS_K8S_CHANNEL", v.channel()),
         ("KOS_K8S_PACKAGES", a.packages_base()),
+        ("KOS_PAUSE_IMAGE", pause),
         ("KOS_ENDPOINT", cluster.endpoint.to_string()),
         ("KOS_POD_CIDR", cluster.pod_cidr.to_string()),
         ("KOS_IPTABLES", iptables.into()),

@@ -136,9 +136,32 @@ fn artefacts_name_the_mirror_and_the_origin() {
         "mirror.example:5000/calico/node:v3.32.1",
         "mirror.example:5000/provider-os/openstack-cloud-controller-manager:v1.36.0",
         "mirror.example:5000/sig-storage/csi-attacher:v4.10.0",
+        // kubeadm's own images, tagged as kubeadm of 1.36 lists them (untagged before): CoreDNS
+        // at registry.k8s.io's path, which kos names as its repository.
+        "mirror.example:5000/etcd:3.6.8-0",
+        "mirror.example:5000/coredns/coredns:v1.14.2",
+        "mirror.example:5000/pause:3.10.2",
     ] {
         assert!(fetched.contains(&want), "{want} not in {fetched:#?}");
     }
+    // 1.36.4 is past the newest 1.36 kubeadm read: said, with the command that confirms it.
+    let pause = a
+        .iter()
+        .find(|x| x.origin.ends_with("/pause:3.10.2"))
+        .unwrap();
+    assert!(
+        pause
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("kubeadm config images list --kubernetes-version v1.36.4")),
+        "{pause:?}"
+    );
+    let read = artefacts(&airgapped("1.35.2", 1, 0)).unwrap();
+    let etcd = read.iter().find(|x| x.origin.contains("/etcd:")).unwrap();
+    assert_eq!(
+        (etcd.origin.as_str(), etcd.note.as_deref()),
+        ("registry.k8s.io/etcd:3.6.6-0", None)
+    );
     // Every URL and image is the mirror's.
     assert!(
         a.iter().all(|x| x.fetched.contains("mirror.example")),

@@ -127,7 +127,8 @@ fn body_exists(script: &str, function: &str) -> bool {
     !function.is_empty() && body(script, function).is_some()
 }
 
-fn body(script: &str, function: &str) -> Option<Vec<String>> {
+/// The lines of `function`'s body in `script`, trimmed.
+pub(crate) fn body(script: &str, function: &str) -> Option<Vec<String>> {
     let header = format!("{function}() {{");
     let mut lines = script.lines().map(str::trim);
     lines.by_ref().find(|l| *l == header)?;

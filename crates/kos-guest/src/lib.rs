@@ -77,6 +77,7 @@ pub mod kubelet;
 pub mod log;
 pub mod persist;
 pub mod pki;
+pub mod proxy;
 pub mod seam;
 pub mod sim;
 pub mod skew;

@@ -367,6 +367,43 @@ async fn an_air_gapped_node_bootstraps_from_its_mirrors_and_fails_clearly_withou
     w.settle_hours(1);
     let want = init_markers();
     assert_eq!(w.markers(&id)[..want.len()], want[..]);
+    // containerd runs pods on kubeadm's pause, from the mirror: kubeadm does not warn.
+    let config = w
+        .guest
+        .vfs(&id)
+        .and_then(|v| v.text("/etc/containerd/config.toml"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        config.contains("sandbox_image = \"mirror.example:5000/pause:3.10.2\""),
+        "{config}"
+    );
+    assert!(!log(&w, &id).contains("inconsistent"), "{}", log(&w, &id));
+
+    // kubeadm pulls etcd and CoreDNS too, CoreDNS at registry.k8s.io's path in the mirror (kos
+    // names its repository): a mirror without either stops kubeadm init at its image pull.
+    for (missing, image) in [
+        ("v2/etcd/", "mirror.example:5000/etcd:3.6.8-0"),
+        (
+            "v2/coredns/coredns/",
+            "mirror.example:5000/coredns/coredns:v1.14.2",
+        ),
+        ("v2/pause/", "mirror.example:5000/pause:3.10.2"),
+    ] {
+        let mut w = World::new();
+        offline(&w);
+        w.host
+            .set_offline(&format!("https://mirror.example:5000/{missing}"), true);
+        let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+        w.settle_hours(1);
+        let last = w.markers(&id).last().cloned().unwrap_or_default();
+        assert!(
+            last.starts_with(&format!(
+                "kos-bootstrap: kubeadm-init failed: kubeadm init failed after 3 attempts: [ERROR ImagePull]: failed to pull image {image}"
+            )),
+            "{last}"
+        );
+    }
 
     let plain = cluster("1.36.4", 1, 0);
     let mut w = World::new();
@@ -440,6 +477,56 @@ async fn an_air_gapped_node_bootstraps_from_its_mirrors_and_fails_clearly_withou
     assert!(
         last.starts_with("kos-bootstrap: kubeadm-init failed: kubeadm init failed after 3 attempts: [ERROR ImagePull]: failed to pull image registry.k8s.io/kube-apiserver:v1.36.4")
             && last.ends_with("lookup registry.k8s.io: no such host"),
+        "{last}"
+    );
+}
+
+/// On a cloud whose nodes reach no public host but a proxy, a node given only the proxy comes up
+/// through it: apt and curl through the script's exported proxy, containerd through its drop-in.
+/// A proxy the nodes cannot reach stops the first download with the tool's own words; a proxy in
+/// the script but not in containerd's drop-in would stop kubeadm's pull.
+#[tokio::test]
+async fn a_node_behind_a_proxy_fetches_through_it() {
+    let s = secrets();
+    let mut c = cluster("1.36.4", 1, 0);
+    c.airgap.proxy = Some(kos_bootstrap::Proxy {
+        http: Some("http://proxy.example:3128".into()),
+        https: Some("http://proxy.example:3128".into()),
+        no_proxy: Vec::new(),
+    });
+    let offline = |w: &World| {
+        for p in PUBLIC {
+            w.host.set_offline(p, true);
+        }
+    };
+    let mut w = World::new();
+    offline(&w);
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    let want = init_markers();
+    assert_eq!(w.markers(&id)[..want.len()], want[..], "{}", log(&w, &id));
+
+    // The proxy down: apt names it.
+    let mut w = World::new();
+    offline(&w);
+    w.host.set_offline("http://proxy.example:3128", true);
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    let last = w.markers(&id).last().cloned().unwrap_or_default();
+    assert!(
+        last.starts_with("kos-bootstrap: packages failed: the OS packages' archive is unreachable (Failed to fetch http://archive.ubuntu.com/ubuntu/dists/noble/InRelease  Could not resolve 'proxy.example')"),
+        "{last}"
+    );
+
+    // Without the proxy, the same cloud stops at the first download.
+    let plain = cluster("1.36.4", 1, 0);
+    let mut w = World::new();
+    offline(&w);
+    let id = w.boot("cp-0", true, user_data(&plain, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    let last = w.markers(&id).last().cloned().unwrap_or_default();
+    assert!(
+        last.contains("Temporary failure resolving 'archive.ubuntu.com'"),
         "{last}"
     );
 }

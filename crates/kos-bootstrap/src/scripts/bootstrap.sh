@@ -200,6 +200,12 @@ containerd_config() {
     sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' "$conf"
     grep -q 'SystemdCgroup = true' "$conf" || { echo "could not enable SystemdCgroup in $conf"; return 1; }
   fi
+  # Pods run in sandboxes of containerd's own image (1.7's default is pause:3.8): make it kubeadm's,
+  # so a mirror needs one pause and kubeadm's preflight does not warn. `sandbox_image` in containerd
+  # 1.x's configuration, `sandbox` in 2.x's.
+  sed -Ei "s#^([[:space:]]*sandbox_image[[:space:]]*=[[:space:]]*).*#\1\"$KOS_PAUSE_IMAGE\"#; s#^([[:space:]]*sandbox[[:space:]]*=[[:space:]]*).*#\1'$KOS_PAUSE_IMAGE'#" "$conf"
+  grep -Fq "$KOS_PAUSE_IMAGE" "$conf" ||
+    { echo "could not set containerd's sandbox image to $KOS_PAUSE_IMAGE in $conf"; return 1; }
   # Registry mirrors are hosts.toml files under certs.d: containerd 1.x reads them only when told to
   # (its default config_path is empty); 2.x does by default.
   if [ -n "$(ls -A /etc/containerd/certs.d 2>/dev/null)" ]; then

@@ -14,6 +14,7 @@ use crate::error::GuestError;
 use crate::guest::{BOOTSTRAP_LOG, Cleanup, Guest, Program, Server, marker, reason_of, secs};
 use crate::internet;
 use crate::log::Logged;
+use crate::proxy::{Reach, Tool};
 use crate::seam::{Host, ServerId};
 use crate::version::Version;
 
@@ -302,9 +303,9 @@ impl Guest {
         }
         let r = match step.function.as_str() {
             "preflight" => preflight(srv, env),
-            "packages" => packages(id, srv, env, host),
+            "packages" => packages(id, srv, env, script_text, host),
             "kernel" => kernel(srv),
-            "containerd_config" => containerd(srv),
+            "containerd_config" => containerd(srv, env, script_text, &step.function),
             "metadata_block_step" => metadata_block(srv, env, script_text, &step.function),
             "metadata_close_step" => metadata_close(srv, env, script_text, &step.function),
             "wait_api" => self.wait_api(id, srv, env, started, host),
@@ -526,8 +527,17 @@ impl Guest {
                 "sha256 of the {name} {version} manifest is not verified: pin one in the cluster spec"
             )));
         }
-        if !host.internet_reaches(id, &url) {
-            return Ok(fail(internet::unreachable(&url)));
+        match crate::proxy::reach(
+            host,
+            id,
+            &url,
+            crate::proxy::Proxy::of_script(env, script_text).as_ref(),
+        ) {
+            Reach::Reached => {}
+            Reach::Unreachable => return Ok(fail(internet::unreachable(&url))),
+            Reach::ProxyUnreachable(p) => {
+                return Ok(fail(crate::proxy::unreachable(Tool::Curl, &p)));
+            }
         }
         let manifest = match internet::download(&url) {
             Ok(m) => m,
@@ -958,7 +968,15 @@ pub(crate) fn restore_pki(srv: &mut Server) {
 const OS_PACKAGES: &str =
     "apt-transport-https ca-certificates curl gpg containerd conntrack socat ethtool iptables";
 
-fn packages(id: &ServerId, srv: &mut Server, env: &Env, host: &dyn Host) -> StepResult {
+fn packages(
+    id: &ServerId,
+    srv: &mut Server,
+    env: &Env,
+    script: &str,
+    host: &dyn Host,
+) -> StepResult {
+    // apt and curl use the proxy the script exports.
+    let proxy = crate::proxy::Proxy::of_script(env, script);
     let (version, channel) = match (env.get("KOS_K8S_VERSION"), env.get("KOS_K8S_CHANNEL")) {
         (Ok(v), Ok(c)) => (v.to_owned(), c.to_owned()),
         (Err(e), _) | (_, Err(e)) => return fail(e),
@@ -985,11 +1003,16 @@ fn packages(id: &ServerId, srv: &mut Server, env: &Env, host: &dyn Host) -> Step
     // package, and `retry` gives up on it.
     for (archive, suite) in crate::cloud_init::apt_suites(&srv.image, &srv.vfs) {
         let index = format!("{archive}/dists/{suite}/InRelease");
-        if !host.internet_reaches(id, &index) {
-            let fetch = format!(
-                "Failed to fetch {index}  Temporary failure resolving '{}'",
+        let reason = match crate::proxy::reach(host, id, &index, proxy.as_ref()) {
+            Reach::Reached => None,
+            Reach::Unreachable => Some(format!(
+                "Temporary failure resolving '{}'",
                 internet::host_of(&index)
-            );
+            )),
+            Reach::ProxyUnreachable(p) => Some(crate::proxy::unreachable(Tool::Apt, &p)),
+        };
+        if let Some(reason) = reason {
+            let fetch = format!("Failed to fetch {index}  {reason}");
             // The script's apt_unreachable names apt's first fetch warning after retry gives up.
             return StepResult::Fail {
                 output: vec![
@@ -1013,8 +1036,10 @@ fn packages(id: &ServerId, srv: &mut Server, env: &Env, host: &dyn Host) -> Step
     };
     let repo = format!("{base}/core:/stable:/{channel}/deb/");
     let key = format!("{repo}Release.key");
-    if !host.internet_reaches(id, &key) {
-        return fail(internet::unreachable(&key));
+    match crate::proxy::reach(host, id, &key, proxy.as_ref()) {
+        Reach::Reached => {}
+        Reach::Unreachable => return fail(internet::unreachable(&key)),
+        Reach::ProxyUnreachable(p) => return fail(crate::proxy::unreachable(Tool::Curl, &p)),
     }
     if let Err(e) = internet::package_repository(&repo) {
         return fail(e);
@@ -1065,13 +1090,27 @@ fn kernel(srv: &mut Server) -> StepResult {
     StepResult::Ok(Vec::new())
 }
 
-fn containerd(srv: &mut Server) -> StepResult {
+/// The script's containerd step: `containerd config default` with systemd's cgroup driver and, when
+/// the function sets it from `KOS_PAUSE_IMAGE`, that image as the sandbox image (containerd 1.7's
+/// default, registry.k8s.io/pause:3.8, otherwise). The guest does not run the function's `sed`; it
+/// reads whether the function names the variable.
+fn containerd(srv: &mut Server, env: &Env, script: &str, function: &str) -> StepResult {
     if srv.installed.is_none() {
         return fail("containerd: command not found");
     }
+    let sets_sandbox = crate::firewall::body(script, function)
+        .is_some_and(|b| b.iter().any(|l| l.contains("$KOS_PAUSE_IMAGE")));
+    let sandbox = env
+        .get("KOS_PAUSE_IMAGE")
+        .ok()
+        .filter(|i| sets_sandbox && !i.is_empty())
+        .unwrap_or(crate::kubeadm::images::CONTAINERD_DEFAULT_SANDBOX);
+    let config = format!(
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{sandbox}\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n            SystemdCgroup = true\n"
+    );
     srv.vfs.write(
         "/etc/containerd/config.toml",
-        b"            SystemdCgroup = true\n",
+        config.as_bytes(),
         0o644,
         "root:root",
         false,

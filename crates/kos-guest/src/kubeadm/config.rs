@@ -113,6 +113,10 @@ pub struct ClusterDoc {
     pub dns_domain: String,
     /// `imageRepository`: where kubeadm's images are pulled from (default `registry.k8s.io`).
     pub image_repository: String,
+    /// `dns.imageRepository`, when set (CoreDNS's repository instead of kubeadm's rule).
+    pub dns_image_repository: Option<String>,
+    /// `etcd.local.imageRepository`, when set.
+    pub etcd_image_repository: Option<String>,
     /// `featureGates.ControlPlaneKubeletLocalMode` as written (see [`kubelet_local_mode`]).
     pub kubelet_local_mode_gate: Option<bool>,
     /// `apiServer.extraArgs`, in order: kubeadm turns them into `--name=value` flags of the API
@@ -545,8 +549,14 @@ fn cluster_doc(v: Option<&Value>) -> Result<ClusterDoc, String> {
         api_server_args: api_server_args(v),
         api_server_volumes: api_server_volumes(v)?,
         image_repository: s(v, "/imageRepository")
-            .unwrap_or("registry.k8s.io")
+            .unwrap_or(super::images::DEFAULT_REPOSITORY)
             .to_owned(),
+        dns_image_repository: s(v, "/dns/imageRepository")
+            .filter(|r| !r.is_empty())
+            .map(str::to_owned),
+        etcd_image_repository: s(v, "/etcd/local/imageRepository")
+            .filter(|r| !r.is_empty())
+            .map(str::to_owned),
     })
 }
 
@@ -587,6 +597,13 @@ pub fn render_cluster_configuration(c: &ClusterDoc) -> String {
         out.push_str(&format!("controlPlaneEndpoint: {}\n", q(ep)));
     }
     out.push_str(&format!("certificatesDir: {}\n", q(&c.certificates_dir)));
+    out.push_str(&format!("imageRepository: {}\n", q(&c.image_repository)));
+    if let Some(r) = &c.dns_image_repository {
+        out.push_str(&format!("dns:\n  imageRepository: {}\n", q(r)));
+    }
+    if let Some(r) = &c.etcd_image_repository {
+        out.push_str(&format!("etcd:\n  local:\n    imageRepository: {}\n", q(r)));
+    }
     out.push_str("networking:\n");
     out.push_str(&format!(
         "  serviceSubnet: {}\n",

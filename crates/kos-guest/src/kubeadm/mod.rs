@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod copycerts;
+pub mod images;
 mod ops;
 pub mod rbac;
 pub mod schema;

@@ -13,6 +13,7 @@ use rand::Rng;
 
 use super::config::{self, Token, TokenSpec};
 use super::copycerts;
+use super::images;
 use crate::bootstrap::steps::{ADMIN_CONF, KUBEADM_CONFIG, PKI_DIR};
 use crate::cluster::{Cluster, EtcdMember, KUBEADM_CERTS, NewCluster, secret_str, token_expiry};
 use crate::error::GuestError;
@@ -20,6 +21,7 @@ use crate::guest::{Guest, KubeletOf, Server};
 use crate::kubelet::{self, Readiness};
 use crate::log::Logged;
 use crate::pki;
+use crate::proxy::{Proxy, Reach, Tool};
 use crate::seam::{Host, ServerId};
 use crate::static_pods;
 use crate::version::Version;
@@ -116,50 +118,114 @@ fn supported_control_plane(kubeadm: Version, v: Version) -> Result<(), String> {
     Ok(())
 }
 
-/// kubeadm init's `ImagePull` preflight check: containerd pulls the control plane's images from
-/// `imageRepository`, through the mirrors the node's `hosts.toml` names (the first host it reaches
+/// kubeadm's `ImagePull` preflight check (init, and a control-plane join's, with the cluster's
+/// ClusterConfiguration): containerd pulls every image `kubeadm config images list` names, each
+/// through the mirrors its registry's `hosts.toml` on the node names (the first host it reaches
 /// serves it). An image no host serves is kubeadm's `[ERROR ImagePull]` with containerd's reason.
+/// The warnings it prints (a sandbox image other than kubeadm's pause) are returned.
 fn pull_images(
     id: &ServerId,
     srv: &mut Server,
     cluster: &config::ClusterDoc,
     host: &dyn Host,
     errors: &mut Vec<String>,
-) {
-    let repo = cluster.image_repository.trim_end_matches('/');
-    let (registry, prefix) = repo.split_once('/').unwrap_or((repo, ""));
+) -> Vec<String> {
+    let Some(list) = images::control_plane(cluster) else {
+        errors.push(format!(
+            "ImagePull]: no images known for Kubernetes {}",
+            cluster.kubernetes_version
+        ));
+        return Vec::new();
+    };
+    let mut warnings = Vec::new();
+    let sandbox = sandbox_image(srv);
+    if let Some(pause) = images::pause(cluster)
+        && sandbox != pause
+    {
+        // klog's header: severity, month and day, time, thread id, file and line.
+        let now = host.calendar();
+        warnings.push(format!(
+            "W{:02}{:02} {:02}:{:02}:{:02}.{:06}    4242 checks.go:827] detected that the sandbox image \"{sandbox}\" of the container runtime is inconsistent with that used by kubeadm. It is recommended to use \"{pause}\" as the CRI sandbox image.",
+            u8::from(now.month()),
+            now.day(),
+            now.hour(),
+            now.minute(),
+            now.second(),
+            now.microsecond()
+        ));
+    }
+    for image in list {
+        if let Err(e) = pull(id, srv, &image, host) {
+            errors.push(format!("ImagePull]: failed to pull image {image}: {e}"));
+            return warnings;
+        }
+    }
+    warnings
+}
+
+/// The sandbox image of the node's containerd (`sandbox_image` in its CRI plugin's configuration,
+/// `sandbox` in containerd 2's), or containerd's default.
+pub(crate) fn sandbox_image(srv: &Server) -> String {
+    srv.vfs
+        .text("/etc/containerd/config.toml")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            matches!(k.trim(), "sandbox_image" | "sandbox")
+                .then(|| v.trim().trim_matches(['"', '\'']).to_owned())
+        })
+        .unwrap_or_else(|| images::CONTAINERD_DEFAULT_SANDBOX.to_owned())
+}
+
+/// containerd pulling `image` (`registry/path:tag`) through the node's `hosts.toml` for its
+/// registry; containerd's error when no host serves it.
+pub(crate) fn pull(
+    id: &ServerId,
+    srv: &mut Server,
+    image: &str,
+    host: &dyn Host,
+) -> Result<(), String> {
+    let Some((registry, path, tag)) = images::split(image) else {
+        return Err(format!("invalid reference format: {image}"));
+    };
     let hosts_toml = srv
         .vfs
         .text(&format!("/etc/containerd/certs.d/{registry}/hosts.toml"))
         .map(str::to_owned);
     let candidates = crate::internet::pull_hosts(registry, hosts_toml.as_deref());
-    let tag = cluster.kubernetes_version.to_string();
-    for name in [
-        "kube-apiserver",
-        "kube-controller-manager",
-        "kube-scheduler",
-        "kube-proxy",
-    ] {
-        let path = if prefix.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let served = candidates.iter().find_map(|h| {
-            let url = format!("{}/v2/{path}/manifests/{tag}", h.trim_end_matches('/'));
-            host.internet_reaches(id, &url).then_some(url)
-        });
-        match served {
-            Some(url) => srv.fetched.push(url),
-            None => {
-                let last = candidates
-                    .last()
-                    .map_or(registry, |h| crate::internet::host_of(h));
-                errors.push(format!(
-                    "ImagePull]: failed to pull image {repo}/{name}:{tag}: failed to resolve reference \"{repo}/{name}:{tag}\": dial tcp: lookup {last}: no such host"
+    // containerd's proxy is its systemd drop-in's.
+    let proxy = Proxy::of_service(&srv.vfs, "containerd");
+    let mut proxy_error = None;
+    let served = candidates.iter().find_map(|h| {
+        let url = format!("{}/v2/{path}/manifests/{tag}", h.trim_end_matches('/'));
+        match crate::proxy::reach(host, id, &url, proxy.as_ref()) {
+            Reach::Reached => Some(url),
+            Reach::Unreachable => None,
+            Reach::ProxyUnreachable(p) => {
+                proxy_error = Some(format!(
+                    "failed to resolve reference \"{image}\": failed to do request: Head \"{url}\": {}",
+                    crate::proxy::unreachable(Tool::Containerd, &p)
                 ));
-                return;
+                None
             }
+        }
+    });
+    match served {
+        Some(url) => {
+            srv.fetched.push(url);
+            Ok(())
+        }
+        None => {
+            if let Some(e) = proxy_error {
+                return Err(e);
+            }
+            let last = candidates
+                .last()
+                .map_or(registry, |h| crate::internet::host_of(h));
+            Err(format!(
+                "failed to resolve reference \"{image}\": dial tcp: lookup {last}: no such host"
+            ))
         }
     }
 }
@@ -334,9 +400,20 @@ impl Guest {
         if srv.api_of.is_some() {
             errors.push("Port-6443]: Port 6443 is in use".into());
         }
-        pull_images(id, srv, &docs.cluster, host, &mut errors);
+        let pull_warnings = pull_images(id, srv, &docs.cluster, host, &mut errors);
         if !errors.is_empty() {
             return Ok(Err(preflight_errors(&errors)));
+        }
+        // The kubelet runs the static pods in sandboxes of containerd's own image: one it cannot
+        // pull leaves them uncreated, and kubeadm waits for an API server that never comes.
+        let sandbox = sandbox_image(srv);
+        if let Err(e) = pull(id, srv, &sandbox, host) {
+            return Ok(Err(phase_err(
+                "wait-control-plane",
+                &format!(
+                    "kube-apiserver is not healthy: its pod sandbox was never created: failed to get sandbox image \"{sandbox}\": {e}"
+                ),
+            )));
         }
         let dir = docs.cluster.certificates_dir.clone();
         let ca_crt = srv
@@ -414,6 +491,7 @@ impl Guest {
             "[preflight] Running pre-flight checks".to_owned(),
         ];
         out.extend(kubernetes_version_warning(kubeadm, v));
+        out.extend(pull_warnings);
         for t in &docs.tokens {
             cluster.create_token(t, date)?;
         }
@@ -689,6 +767,14 @@ impl Guest {
                     "unable to add a new control plane instance to a cluster that doesn't have a stable controlPlaneEndpoint address",
                 )));
             }
+            // The control-plane join's preflight pulls kubeadm's images, as the cluster names them.
+            let mut errors = Vec::new();
+            let warnings = pull_images(id, srv, &cluster_cfg, host, &mut errors);
+            if !errors.is_empty() {
+                static_pods::remove(&mut srv.vfs);
+                return Ok(Err(preflight_errors(&errors)));
+            }
+            out.extend(warnings);
             match cert_key {
                 Some(key) => {
                     let certs = |msg: String| {
