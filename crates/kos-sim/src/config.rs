@@ -46,6 +46,10 @@ pub struct SimConfig {
     /// Seed devstack's project network too: `private` (10.10.0.0/24 on `private-subnet`) behind
     /// `router1` on the external network, for specs that bring their own network.
     pub project_network: bool,
+    /// Neutron's ML2 extension driver `tag_ports_during_bulk_creation` (extension
+    /// `tag-ports-during-bulk-creation`): the `tags` of a port POST, single or bulk, are kept. Off (the
+    /// default, as devstack and minicloud run), they are validated and ignored, as real Neutron does.
+    pub neutron_port_tags_on_create: bool,
     pub quotas: Quotas,
     pub faults: Vec<FaultRule>,
     /// Requests per second per service; above it the service answers 429 with Retry-After.
@@ -77,6 +81,7 @@ impl Default for SimConfig {
             cross_az_attach: true,
             max_disk_devices_to_attach: -1,
             project_network: false,
+            neutron_port_tags_on_create: false,
             quotas: Quotas::default(),
             faults: Vec::new(),
             rate_limits: BTreeMap::new(),

@@ -890,20 +890,72 @@ async fn tag_filters_across_ports_and_networks() {
     assert_eq!(ids(&v, "ports"), BTreeSet::from([p2]));
 }
 
+/// As minicloud's Neutron 29 answers: `tags` are `allow_post: False` on every resource but ports, and
+/// a port's are validated, then dropped unless the ML2 driver `tag_ports_during_bulk_creation` runs.
 #[tokio::test]
-async fn tags_in_a_create_body_are_ignored_and_put_tags_works() {
+async fn tags_in_a_create_body_are_refused_or_ignored_and_put_tags_works() {
     let h = Harness::new().await;
+    for (path, body) in [
+        (
+            "/networks",
+            json!({"network": {"name": "n", "tags": ["x"]}}),
+        ),
+        (
+            "/security-groups",
+            json!({"security_group": {"name": "g", "tags": ["x"]}}),
+        ),
+        ("/routers", json!({"router": {"name": "r", "tags": ["x"]}})),
+    ] {
+        let m = fails(&h, "POST", path, body, 400, "HTTPBadRequest").await;
+        assert_eq!(m, "Attribute 'tags' not allowed in POST", "{path}");
+    }
+    let net = network(&h, "n").await;
+    subnet(&h, &net, "10.12.0.0/24", json!({})).await;
+    let v = expect(&h, "GET", "/extensions", None, 200).await;
+    assert!(
+        !v["extensions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["alias"] == "tag-ports-during-bulk-creation"),
+        "not advertised by default"
+    );
+    let m = fails(
+        &h,
+        "POST",
+        "/ports",
+        json!({"port": {"network_id": net, "tags": ["a", "a"]}}),
+        400,
+        "HTTPBadRequest",
+    )
+    .await;
+    assert_eq!(
+        m,
+        "Invalid input for tags. Reason: Duplicate items in the list: 'a'."
+    );
+    let m = fails(
+        &h,
+        "POST",
+        "/ports",
+        json!({"port": {"network_id": net, "tags": "a"}}),
+        400,
+        "HTTPBadRequest",
+    )
+    .await;
+    assert_eq!(m, "Invalid input for tags. Reason: 'a' is not a list.");
     let v = expect(
         &h,
         "POST",
-        "/networks",
-        Some(json!({"network": {"name": "n", "tags": ["x"]}})),
+        "/ports",
+        Some(json!({"ports": [
+            {"network_id": net, "name": "b1", "tags": ["a"]},
+            {"network_id": net, "name": "b2", "tags": ["c"]},
+        ]})),
         201,
     )
     .await;
-    assert_eq!(v["network"]["tags"], json!([]));
-    let net = s(&v["network"]["id"]);
-    subnet(&h, &net, "10.12.0.0/24", json!({})).await;
+    assert_eq!(v["ports"][0]["tags"], json!([]), "bulk: accepted, dropped");
+    assert_eq!(v["ports"][1]["tags"], json!([]));
     let p = port(&h, json!({"network_id": net, "tags": ["kos"]})).await;
     assert_eq!(p["tags"], json!([]));
     let pid = s(&p["id"]);
@@ -1455,4 +1507,75 @@ async fn floating_ip_status_follows_the_l3_agent() {
     let v = expect(&h, "PUT", &format!("/floatingips/{fid}"), Some(body), 200).await;
     assert_eq!(v["floatingip"]["status"], "ACTIVE");
     assert_eq!(fip_status_after_agent(&h, &fid).await, "DOWN");
+}
+
+/// With the ML2 driver `tag_ports_during_bulk_creation` (`neutron_port_tags_on_create`), Neutron
+/// advertises its extension and keeps a port POST's tags, single or bulk, each port its own; a bulk
+/// POST with one invalid item makes none.
+#[tokio::test]
+async fn with_the_extension_a_port_posts_tags_are_kept_single_or_bulk() {
+    let h = Harness::with_config(kos_sim::SimConfig {
+        neutron_port_tags_on_create: true,
+        ..kos_sim::SimConfig::fast()
+    })
+    .await;
+    let v = expect(
+        &h,
+        "GET",
+        "/extensions/tag-ports-during-bulk-creation",
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(v["extension"]["name"], "Tag Ports During Bulk Creation");
+    let net = network(&h, "n").await;
+    subnet(&h, &net, "10.13.0.0/24", json!({})).await;
+    let p = port(
+        &h,
+        json!({"network_id": net, "name": "one", "tags": ["kos-id=x", "k"]}),
+    )
+    .await;
+    assert_eq!(p["tags"], json!(["kos-id=x", "k"]));
+    let shown = expect(&h, "GET", &format!("/ports/{}", s(&p["id"])), None, 200).await;
+    assert_eq!(shown["port"]["tags"], json!(["kos-id=x", "k"]));
+
+    let v = expect(
+        &h,
+        "POST",
+        "/ports",
+        Some(json!({"ports": [
+            {"network_id": net, "name": "b1", "tags": ["a", "b"]},
+            {"network_id": net, "name": "b2", "tags": ["c"]},
+            {"network_id": net, "name": "b3"},
+        ]})),
+        201,
+    )
+    .await;
+    let tags: Vec<&Value> = (0..3).map(|i| &v["ports"][i]["tags"]).collect();
+    assert_eq!(tags, [&json!(["a", "b"]), &json!(["c"]), &json!([])]);
+    let listed = expect(&h, "GET", "/ports?tags=c", None, 200).await;
+    assert_eq!(
+        ids(&listed, "ports"),
+        BTreeSet::from([s(&v["ports"][1]["id"])])
+    );
+
+    let before = expect(&h, "GET", "/ports", None, 200).await["ports"]
+        .as_array()
+        .map_or(0, Vec::len);
+    fails(
+        &h,
+        "POST",
+        "/ports",
+        json!({"ports": [
+            {"network_id": net, "name": "ok", "tags": ["a"]},
+            {"network_id": net, "name": "bad", "tags": ["a", "a"]},
+        ]}),
+        400,
+        "HTTPBadRequest",
+    )
+    .await;
+    let after = expect(&h, "GET", "/ports", None, 200).await["ports"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(before, after, "all or nothing");
 }

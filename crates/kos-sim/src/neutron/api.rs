@@ -281,11 +281,12 @@ fn create_one(
     ctx: &AuthCtx,
     kind: Kind,
     obj: &Map<String, Value>,
+    port_tags: bool,
 ) -> SimResult<String> {
     match kind {
         Kind::Network => networks::create(cloud, ctx, obj),
         Kind::Subnet => subnets::create(cloud, ctx, obj),
-        Kind::Port => ports::create_api(cloud, ctx, obj),
+        Kind::Port => ports::create_api(cloud, ctx, obj, port_tags),
         Kind::Router => routers::create(cloud, ctx, obj),
         Kind::SecurityGroup => security_groups::create(cloud, ctx, obj),
         Kind::SecurityGroupRule => security_groups::create_rule(cloud, ctx, obj),
@@ -301,6 +302,7 @@ async fn create(
     body: Bytes,
 ) -> SimResult<(StatusCode, Json<Value>)> {
     let body = parse_json(&body)?;
+    let port_tags = app.cfg.neutron_port_tags_on_create;
     let mut guard = app.cloud();
     let cloud = &mut *guard;
     let render = |n: &NeutronState, id: &str| {
@@ -319,7 +321,7 @@ async fn create(
             let made = item
                 .as_object()
                 .ok_or_else(|| bad("Invalid input: bulk item is not an object"))
-                .and_then(|obj| create_one(cloud, &ctx, kind, obj));
+                .and_then(|obj| create_one(cloud, &ctx, kind, obj, port_tags));
             match made {
                 Ok(id) => out.push(id),
                 Err(e) => {
@@ -337,7 +339,7 @@ async fn create(
             Json(wrap(kind.plural(), Value::Array(rendered))),
         ));
     }
-    let id = create_one(cloud, &ctx, kind, inner(&body, kind.singular())?)?;
+    let id = create_one(cloud, &ctx, kind, inner(&body, kind.singular())?, port_tags)?;
     Ok((
         StatusCode::CREATED,
         Json(wrap(kind.singular(), render(&cloud.neutron, &id)?)),

@@ -104,6 +104,7 @@ pub fn render(n: &NeutronState, x: &FloatingIp) -> Value {
     v
 }
 
+// No `tags`: Neutron's tag extension has them `allow_post: False` except on ports (a 400).
 const CREATE: &[&str] = &[
     "floating_network_id",
     "floating_ip_address",
@@ -116,7 +117,6 @@ const CREATE: &[&str] = &[
     "qos_policy_id",
     "tenant_id",
     "project_id",
-    "tags",
 ];
 const UPDATE: &[&str] = &[
     "port_id",

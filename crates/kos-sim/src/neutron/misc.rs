@@ -53,7 +53,8 @@ pub(super) async fn version(State(app): State<SharedApp>) -> Json<Value> {
 }
 
 /// (alias, name, description): what clients probe before using a feature. `tag-ports-during-bulk-creation`
-/// is deliberately absent: tags in a create body are ignored, so clients must tag after creating.
+/// is listed only with [`crate::SimConfig::neutron_port_tags_on_create`] ([`PORT_TAGS_ON_CREATE`]):
+/// without its ML2 driver a port POST's tags are ignored, so clients must tag after creating.
 const EXTENSIONS: &[(&str, &str, &str)] = &[
     ("agent", "agent", "The agent management extension."),
     (
@@ -194,6 +195,22 @@ const EXTENSIONS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The extension Neutron's ML2 driver `tag_ports_during_bulk_creation` advertises.
+pub(super) const PORT_TAGS_ON_CREATE: (&str, &str, &str) = (
+    "tag-ports-during-bulk-creation",
+    "Tag Ports During Bulk Creation",
+    "Allow to tag ports during bulk creation",
+);
+
+/// The extensions this Neutron has, as configured.
+fn enabled(app: &SharedApp) -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut all = EXTENSIONS.to_vec();
+    if app.cfg.neutron_port_tags_on_create {
+        all.push(PORT_TAGS_ON_CREATE);
+    }
+    all
+}
+
 fn extension_json(&(alias, name, description): &(&str, &str, &str)) -> Value {
     json!({
         "alias": alias,
@@ -204,13 +221,16 @@ fn extension_json(&(alias, name, description): &(&str, &str, &str)) -> Value {
     })
 }
 
-pub(super) async fn extensions() -> Json<Value> {
-    let all: Vec<Value> = EXTENSIONS.iter().map(extension_json).collect();
+pub(super) async fn extensions(State(app): State<SharedApp>) -> Json<Value> {
+    let all: Vec<Value> = enabled(&app).iter().map(extension_json).collect();
     Json(json!({ "extensions": all }))
 }
 
-pub(super) async fn extension(Path(alias): Path<String>) -> SimResult<Json<Value>> {
-    EXTENSIONS
+pub(super) async fn extension(
+    State(app): State<SharedApp>,
+    Path(alias): Path<String>,
+) -> SimResult<Json<Value>> {
+    enabled(&app)
         .iter()
         .find(|e| e.0 == alias)
         .map(|e| Json(json!({"extension": extension_json(e)})))

@@ -72,6 +72,7 @@ pub fn render(n: &NeutronState, x: &Network, admin: bool) -> Value {
     v
 }
 
+// No `tags`: Neutron's tag extension has them `allow_post: False` except on ports (a 400).
 const CREATE: &[&str] = &[
     "name",
     "description",
@@ -90,7 +91,6 @@ const CREATE: &[&str] = &[
     "vlan_transparent",
     "tenant_id",
     "project_id",
-    "tags",
 ];
 
 const UPDATE: &[&str] = &[

@@ -534,8 +534,17 @@ fn authorize_binding(obj: &Map<String, Value>, ctx: &AuthCtx, action: &str) -> S
     }
 }
 
-pub fn create_api(cloud: &mut Cloud, ctx: &AuthCtx, obj: &Map<String, Value>) -> SimResult<String> {
+/// A port POST (single or one item of a bulk one). Its `tags` are validated as Neutron's
+/// `type:list_of_unique_strings` (255 characters) always, and kept only with `keep_tags`: the ML2
+/// driver `tag_ports_during_bulk_creation` writes them; without it nothing does, and the port has none.
+pub fn create_api(
+    cloud: &mut Cloud,
+    ctx: &AuthCtx,
+    obj: &Map<String, Value>,
+    keep_tags: bool,
+) -> SimResult<String> {
     check_attrs(Kind::Port, obj, CREATE, true)?;
+    let tags = create_tags(obj.get("tags"))?;
     authorize_binding(obj, ctx, "create")?;
     let spec: PortSpec = typed(obj)?;
     if spec.network_id.is_empty() {
@@ -552,7 +561,38 @@ pub fn create_api(cloud: &mut Cloud, ctx: &AuthCtx, obj: &Map<String, Value>) ->
         return Err(Kind::Network.not_found(&spec.network_id));
     }
     let project = owner(ctx, obj, "create_port")?;
-    create(cloud, &project, spec, true)
+    let id = create(cloud, &project, spec, true)?;
+    if keep_tags && let Some(m) = cloud.neutron.ports.iter_mut().find(|p| p.m.id == id) {
+        m.m.tags = tags;
+    }
+    Ok(id)
+}
+
+/// The `tags` of a port POST, validated as Neutron validates `type:list_of_unique_strings`.
+fn create_tags(v: Option<&Value>) -> SimResult<Vec<String>> {
+    let reason = |r: String| bad(format!("Invalid input for tags. Reason: {r}."));
+    let Some(v) = v else {
+        return Ok(Vec::new());
+    };
+    // Neutron quotes the value as Python prints it: a string bare, anything else as JSON here.
+    let shown = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    let items = v
+        .as_array()
+        .ok_or_else(|| reason(format!("'{}' is not a list", shown(v))))?;
+    let mut tags: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let t = item
+            .as_str()
+            .ok_or_else(|| reason(format!("'{}' is not a valid string", shown(item))))?;
+        if t.chars().count() > 255 {
+            return Err(reason(format!("'{t}' exceeds maximum length of 255")));
+        }
+        if tags.iter().any(|x| x == t) {
+            return Err(reason(format!("Duplicate items in the list: '{t}'")));
+        }
+        tags.push(t.to_owned());
+    }
+    Ok(tags)
 }
 
 #[derive(Deserialize, Default)]

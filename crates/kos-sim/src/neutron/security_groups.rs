@@ -130,14 +130,8 @@ pub fn ensure_default(n: &mut NeutronState, project: &str) -> String {
     }
 }
 
-const CREATE: &[&str] = &[
-    "name",
-    "description",
-    "stateful",
-    "tenant_id",
-    "project_id",
-    "tags",
-];
+// No `tags`: Neutron's tag extension has them `allow_post: False` except on ports (a 400).
+const CREATE: &[&str] = &["name", "description", "stateful", "tenant_id", "project_id"];
 const UPDATE: &[&str] = &["name", "description", "stateful"];
 
 #[derive(Deserialize, Default)]

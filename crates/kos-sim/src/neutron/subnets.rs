@@ -64,6 +64,7 @@ pub fn render(n: &NeutronState, x: &Subnet) -> Value {
     )
 }
 
+// No `tags`: Neutron's tag extension has them `allow_post: False` except on ports (a 400).
 const CREATE: &[&str] = &[
     "network_id",
     "name",
@@ -84,7 +85,6 @@ const CREATE: &[&str] = &[
     "segment_id",
     "tenant_id",
     "project_id",
-    "tags",
 ];
 
 const UPDATE: &[&str] = &[
