@@ -1,10 +1,13 @@
 //! Neutron facade: networks, subnets, routers, ports, security groups and rules, floating IPs, tags,
 //! quotas.
 //!
-//! Guarantee: a `create_*` whose request carries tags returns the object *with* those tags. Real Neutron
-//! drops `tags` on a single-resource POST, so the create is followed by one `PUT …/tags` (replace-all).
-//! If that second call fails, the object exists untagged: the error says so, and kos finds it again by
-//! its deterministic name.
+//! Guarantee: a `create_*` whose request carries tags returns the object *with* those tags. Neutron
+//! refuses `tags` in the POST of every resource but ports (`allow_post: False`), and keeps a port's only
+//! when its ML2 driver `tag_ports_during_bulk_creation` runs (extension
+//! [`PORT_TAGS_ON_CREATE`]); otherwise it accepts and ignores them. So the create is followed by one
+//! `PUT …/tags` (replace-all), except for ports made by [`NetworkApi::create_ports`] on a cloud with
+//! that extension. If the tag call fails, the object exists untagged: the error says so ("was created
+//! but not tagged"), and kos finds it again by its deterministic name.
 
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -23,6 +26,10 @@ use crate::request::{ApiRequest, ServiceKind};
 use crate::session::Session;
 
 const SVC: ServiceKind = ServiceKind::Network;
+
+/// The Neutron extension (ML2 driver `tag_ports_during_bulk_creation`) that keeps the `tags` of a port
+/// POST, single or bulk. Without it Neutron accepts them and drops them.
+pub const PORT_TAGS_ON_CREATE: &str = "tag-ports-during-bulk-creation";
 
 /// Neutron, through one session: `session.network()`.
 #[derive(Debug, Clone, Copy)]
@@ -90,34 +97,42 @@ impl NetworkApi<'_> {
         )
         .await?;
         if !tags.is_empty() {
-            let applied = self
-                .set_tags(kind, obj.id(), tags)
-                .await
-                .map_err(|e| match e {
-                    CloudError::Api {
-                        service,
-                        operation,
-                        status,
-                        kind: k,
-                        message,
-                        request_id,
-                    } => CloudError::Api {
-                        service,
-                        operation,
-                        status,
-                        kind: k,
-                        message: format!(
-                            "{} {} was created but not tagged: {message}",
-                            key,
-                            obj.id()
-                        ),
-                        request_id,
-                    },
-                    other => other,
-                })?;
-            *obj.tags_mut() = applied;
+            self.tag_created(kind, key, &mut obj, tags).await?;
         }
         Ok(obj)
+    }
+
+    /// Puts `tags` on an object just created without them; a failure says it was created.
+    async fn tag_created<T: Tagged>(
+        &self,
+        kind: TaggedKind,
+        key: &str,
+        obj: &mut T,
+        tags: &[String],
+    ) -> Result<(), CloudError> {
+        let applied = self
+            .set_tags(kind, obj.id(), tags)
+            .await
+            .map_err(|e| match e {
+                CloudError::Api {
+                    service,
+                    operation,
+                    status,
+                    kind: k,
+                    message,
+                    request_id,
+                } => CloudError::Api {
+                    service,
+                    operation,
+                    status,
+                    kind: k,
+                    message: format!("{} {} was created but not tagged: {message}", key, obj.id()),
+                    request_id,
+                },
+                other => other,
+            })?;
+        *obj.tags_mut() = applied;
+        Ok(())
     }
 
     // ------------------------------------------------------------ tags
@@ -373,6 +388,62 @@ impl NetworkApi<'_> {
             .map_err(|d| invalid(format!("port {:?}", req.name), d))?;
         self.create("port.create", TaggedKind::Port, "port", req, &req.tags)
             .await
+    }
+
+    /// Creates `reqs` with one bulk POST (`{"ports": [...]}`), which Neutron makes all or none; the
+    /// answer lists them in the order asked.
+    ///
+    /// With `tags_on_create` (the cloud lists [`PORT_TAGS_ON_CREATE`]) each port's tags go in the POST;
+    /// a port that comes back without all of them (or every port, without `tags_on_create`) gets one
+    /// tag PUT, all at once. The outer error is the POST's (nothing, or with an ambiguous outcome maybe
+    /// everything, was made); an inner one is that port's tag PUT ("was created but not tagged").
+    pub async fn create_ports(
+        &self,
+        reqs: &[PortCreate],
+        tags_on_create: bool,
+    ) -> Result<Vec<Result<Port, CloudError>>, CloudError> {
+        let mut items = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            req.check()
+                .map_err(|d| invalid(format!("port {:?}", req.name), d))?;
+            let mut v = serde_json::to_value(req).map_err(|e| CloudError::Invalid {
+                what: format!("port {:?}", req.name),
+                detail: format!("cannot encode: {e}"),
+            })?;
+            if tags_on_create && !req.tags.is_empty() {
+                v["tags"] = json!(req.tags);
+            }
+            items.push(v);
+        }
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let made: Vec<Port> = fetch(
+            self.session,
+            ApiRequest::post(SVC, "port.create_bulk", "ports", json!({ "ports": items })),
+            "ports",
+        )
+        .await?;
+        if made.len() != reqs.len() {
+            return Err(CloudError::Decode {
+                service: SVC,
+                operation: "port.create_bulk",
+                detail: format!(
+                    "asked for {} ports, the answer lists {}",
+                    reqs.len(),
+                    made.len()
+                ),
+            });
+        }
+        let tagged = made.into_iter().zip(reqs).map(|(mut p, req)| async move {
+            if req.tags.iter().all(|t| p.tags.contains(t)) {
+                return Ok(p);
+            }
+            self.tag_created(TaggedKind::Port, "port", &mut p, &req.tags)
+                .await
+                .map(|()| p)
+        });
+        Ok(futures::future::join_all(tagged).await)
     }
 
     pub async fn update_port(&self, id: &str, req: &PortUpdate) -> Result<Port, CloudError> {

@@ -1,7 +1,10 @@
 //! Neutron: networks, subnets, routers, ports, security groups and rules, floating IPs, tags, quotas.
 //!
-//! Create requests carry their tags, but the tags are not serialised into the POST: real Neutron drops
-//! `tags` on single-resource POSTs (DESIGN.md), so the facade applies them with a PUT …/tags right after.
+//! Create requests carry their tags, but the tags are not serialised into the POST: Neutron refuses them
+//! there (400) on every resource but ports, and keeps a port's only with its
+//! `tag-ports-during-bulk-creation` extension. The facade applies them with a PUT …/tags right after,
+//! or, for ports on a cloud with that extension, adds them to the POST itself
+//! (`NetworkApi::create_ports`).
 
 use std::collections::BTreeMap;
 
