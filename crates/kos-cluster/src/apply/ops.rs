@@ -424,37 +424,8 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
             )
             .await
         }
-        Desired::Port {
-            network,
-            subnet,
-            security_groups,
-            address_pairs,
-        } => {
-            let sgs = security_groups
-                .iter()
-                .map(|g| dep(ctx, g).map(|o| o.id))
-                .collect::<R<Vec<_>>>()?;
-            let req = PortCreate {
-                fixed_ips: vec![FixedIpRequest::Subnet {
-                    subnet_id: dep(ctx, subnet)?.id,
-                }],
-                allowed_address_pairs: address_pairs.iter().map(AddressPair::ip).collect(),
-                security_groups: Some(sgs),
-                tags: node.tags.clone(),
-                ..PortCreate::new(dep(ctx, network)?.id, &node.name)
-            };
-            create_port(ctx, node, &req).await
-        }
-        Desired::VipPort { network, subnet } => {
-            // No security groups named: the network's default until Octavia puts its own on it,
-            // as on a VIP port Octavia makes.
-            let req = PortCreate {
-                fixed_ips: vec![FixedIpRequest::Subnet {
-                    subnet_id: dep(ctx, subnet)?.id,
-                }],
-                tags: node.tags.clone(),
-                ..PortCreate::new(dep(ctx, network)?.id, &node.name)
-            };
+        Desired::Port { .. } | Desired::VipPort { .. } => {
+            let req = port_request(ctx, node)?;
             create_port(ctx, node, &req).await
         }
         Desired::ServerGroup { policy } => {
@@ -848,27 +819,209 @@ async fn ensure(ctx: &Ctx, node: &Node, have: Option<&Resource>) -> R<Output> {
 }
 
 /// A port kos names: created, or found by its name when the create's answer was lost.
-async fn create_port(ctx: &Ctx, node: &Node, req: &PortCreate) -> R<Output> {
-    let net = ctx.session.network();
-    let out = |p: kos_cloud::model::network::Port| Output {
+/// What a port node asks Neutron for.
+fn port_request(ctx: &Ctx, node: &Node) -> R<PortCreate> {
+    match &node.spec {
+        Desired::Port {
+            network,
+            subnet,
+            security_groups,
+            address_pairs,
+        } => {
+            let sgs = security_groups
+                .iter()
+                .map(|g| dep(ctx, g).map(|o| o.id))
+                .collect::<R<Vec<_>>>()?;
+            Ok(PortCreate {
+                fixed_ips: vec![FixedIpRequest::Subnet {
+                    subnet_id: dep(ctx, subnet)?.id,
+                }],
+                allowed_address_pairs: address_pairs.iter().map(AddressPair::ip).collect(),
+                security_groups: Some(sgs),
+                tags: node.tags.clone(),
+                ..PortCreate::new(dep(ctx, network)?.id, &node.name)
+            })
+        }
+        // No security groups named: the network's default until Octavia puts its own on it, as on a
+        // VIP port Octavia makes.
+        Desired::VipPort { network, subnet } => Ok(PortCreate {
+            fixed_ips: vec![FixedIpRequest::Subnet {
+                subnet_id: dep(ctx, subnet)?.id,
+            }],
+            tags: node.tags.clone(),
+            ..PortCreate::new(dep(ctx, network)?.id, &node.name)
+        }),
+        _ => Err(CloudError::Invalid {
+            what: format!("{} {}", node.kind.as_str(), node.id),
+            detail: "is not a port".into(),
+        }),
+    }
+}
+
+fn port_output(p: kos_cloud::model::network::Port) -> Output {
+    Output {
         address: p.fixed_ips.first().map(|f| f.ip_address.clone()),
         id: p.id,
         port_id: None,
-    };
+    }
+}
+
+async fn create_port(ctx: &Ctx, node: &Node, req: &PortCreate) -> R<Output> {
+    let net = ctx.session.network();
     let find = || async {
         let f = PortFilter {
             name: Some(node.name.clone()),
             ..PortFilter::default()
         };
-        pick_neutron(ctx, node, net.list_ports(&f).await?, out).await
+        pick_neutron(ctx, node, net.list_ports(&f).await?, port_output).await
     };
     create_or_find(
         ctx,
         node,
-        || async { Ok(out(net.create_port(req).await?)) },
+        || async { Ok(port_output(net.create_port(req).await?)) },
         find,
     )
     .await
+}
+
+/// Whether apply makes this node in a bulk port create ([`create_ports`]) with the other ports that
+/// became ready with it.
+pub(super) fn in_port_batch(node: &Node, action: &Action) -> bool {
+    matches!(node.spec, Desired::Port { .. } | Desired::VipPort { .. }) && action.op == Op::Create
+}
+
+/// Which ports go into one bulk create: those of one network with the same security groups (a
+/// machine pool's, the control planes', the VIP's), so the load balancer's members and VIP are not
+/// held up behind a large pool of workers.
+pub(super) fn port_batch_key(node: &Node) -> String {
+    match &node.spec {
+        Desired::Port {
+            network,
+            security_groups,
+            ..
+        } => format!("{network}/{}", security_groups.join(",")),
+        Desired::VipPort { network, .. } => format!("{network}/vip"),
+        _ => node.id.clone(),
+    }
+}
+
+/// Creates the ports of `nodes` with one bulk POST, their tags in it where the cloud keeps them
+/// ([`Ctx::port_tags_on_create`]), else put on each right after. Each node's outcome, in order.
+///
+/// Idempotent as [`create_or_find`]: when the POST's outcome is unknown, the network's ports are
+/// listed once and each node's port is looked up by name (adopted, and tagged if it is not); only the
+/// ports not found are asked for again. A port made but not tagged is found and tagged the same way.
+pub(super) async fn create_ports(ctx: &Ctx, nodes: &[Node]) -> Vec<Result<Output, String>> {
+    const ATTEMPTS: u32 = 3;
+    let net = ctx.session.network();
+    let mut done: Vec<Option<Result<Output, String>>> = vec![None; nodes.len()];
+    let mut asked: Vec<(usize, PortCreate)> = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        match port_request(ctx, node) {
+            Ok(r) => asked.push((i, r)),
+            Err(e) => done[i] = Some(Err(e.to_string())),
+        }
+    }
+    let tags_on_create = ctx.port_tags_on_create().await;
+    let mut attempt = 1;
+    while !asked.is_empty() {
+        let reqs: Vec<PortCreate> = asked.iter().map(|(_, r)| r.clone()).collect();
+        let made = {
+            let _permit = ctx.permits.acquire().await.ok();
+            net.create_ports(&reqs, tags_on_create).await
+        };
+        match made {
+            Ok(ports) => {
+                let mut untagged = Vec::new();
+                for ((i, _), p) in asked.drain(..).zip(ports) {
+                    match p {
+                        Ok(p) => done[i] = Some(Ok(port_output(p))),
+                        Err(e) if maybe_created(&e) => untagged.push((i, e)),
+                        Err(e) => done[i] = Some(Err(e.to_string())),
+                    }
+                }
+                if !untagged.is_empty() {
+                    let network = reqs[0].network_id.clone();
+                    let found =
+                        find_ports(ctx, nodes, &network, untagged.iter().map(|(i, _)| *i)).await;
+                    for ((i, e), f) in untagged.into_iter().zip(found) {
+                        done[i] = Some(match f {
+                            Ok(Some(o)) => Ok(o),
+                            Ok(None) => Err(e.to_string()),
+                            Err(f) => Err(f.to_string()),
+                        });
+                    }
+                }
+            }
+            Err(e) if maybe_created(&e) => {
+                tracing::warn!(
+                    ports = asked.len(),
+                    "bulk port create outcome unknown, looking them up: {e}"
+                );
+                let network = reqs[0].network_id.clone();
+                let found = find_ports(ctx, nodes, &network, asked.iter().map(|(i, _)| *i)).await;
+                let mut left = Vec::new();
+                for ((i, r), f) in asked.drain(..).zip(found) {
+                    match f {
+                        Ok(Some(o)) => done[i] = Some(Ok(o)),
+                        Ok(None) if attempt < ATTEMPTS => left.push((i, r)),
+                        Ok(None) => done[i] = Some(Err(e.to_string())),
+                        Err(f) => done[i] = Some(Err(f.to_string())),
+                    }
+                }
+                asked = left;
+                attempt += 1;
+            }
+            Err(e) => {
+                for (i, _) in asked.drain(..) {
+                    done[i] = Some(Err(e.to_string()));
+                }
+            }
+        }
+    }
+    done.into_iter()
+        .map(|d| d.unwrap_or_else(|| Err("its port was not created".into())))
+        .collect()
+}
+
+/// The ports of `which` nodes on `network`, by name (one list call), each tagged if it is not.
+async fn find_ports(
+    ctx: &Ctx,
+    nodes: &[Node],
+    network: &str,
+    which: impl Iterator<Item = usize>,
+) -> Vec<R<Option<Output>>> {
+    let which: Vec<usize> = which.collect();
+    let f = PortFilter {
+        network_id: Some(network.to_owned()),
+        ..PortFilter::default()
+    };
+    let all = match ctx.session.network().list_ports(&f).await {
+        Ok(all) => all,
+        Err(e) => {
+            let text = e.to_string();
+            return which
+                .iter()
+                .map(|_| {
+                    Err(CloudError::Failed {
+                        what: "the network's ports".into(),
+                        detail: text.clone(),
+                    })
+                })
+                .collect();
+        }
+    };
+    let mut out = Vec::with_capacity(which.len());
+    for i in which {
+        let node = &nodes[i];
+        let named: Vec<_> = all
+            .iter()
+            .filter(|p| p.name == node.name)
+            .cloned()
+            .collect();
+        out.push(pick_neutron(ctx, node, named, port_output).await);
+    }
+    out
 }
 
 /// Creates one security-group rule. A rule has no name or tags: one whose create answer was lost is
