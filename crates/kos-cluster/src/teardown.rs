@@ -10,8 +10,11 @@
 //! the snapshot instead of deleting data kos did not make. kos-ccm tags its objects `kos-ccm-cluster=<cluster>` (older releases: `kos-cluster=<cluster>`,
 //! kos's own key); a tag alone never dooms a load balancer, since kos-ccm also tags a user's load balancer
 //! that Services share, and that one is the user's.
-//! Order: [`Kind::delete_rank`], waiting for absence of servers, LBs, snapshots (with the servers: a
-//! volume with a snapshot, even one being deleted, is refused) and volumes; a delete refused because an
+//! Order: each object as soon as what holds it is gone (`apply/delete.rs` `holds`: a server's port
+//! after that server, a subnet after its ports and interface, a volume after its server and the
+//! snapshots, which Cinder refuses it with even while they are being deleted), waiting for absence of
+//! servers, LBs, snapshots and volumes; the load balancers, servers and floating IPs go at once;
+//! reports list them in [`Kind::delete_rank`] order. A delete refused because an
 //! earlier one took effect (its answer lost) waits for absence like an accepted one. It works on half-made
 //! clusters, is idempotent, and never touches a bring-your-own network, subnet or router (they carry no kos
 //! tag and no kos name). [`teardown_with_events`] reports progress as apply does.
@@ -278,7 +281,11 @@ fn doomed(inv: &Inventory, cluster: &str) -> Vec<Resource> {
             .iter()
             .filter(|p| networks.contains(p.network_id.as_str()))
             .filter(|p| p.device_owner.is_empty() || p.device_owner.starts_with("compute:"))
-            .map(|p| extra(Kind::Port, "leftover-port", &p.id, &p.name)),
+            .map(|p| {
+                let mut r = extra(Kind::Port, "leftover-port", &p.id, &p.name);
+                r.facts.device_id = (!p.device_id.is_empty()).then(|| p.device_id.clone());
+                r
+            }),
     );
     out.extend(runtime.into_iter().filter(|r| !known.contains(&r.id)));
     out

@@ -8,10 +8,10 @@
 //! being made) is asked again; held by what kos will not delete (a snapshot a user took) fails at once,
 //! naming it, instead of after the deadline.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use kos_cloud::model::block_storage::{SnapshotFilter, SnapshotStatus, VolumeStatus};
 use kos_cloud::model::network::TaggedKind;
 use kos_cloud::{ApiErrorKind, CloudError, Session};
@@ -35,32 +35,64 @@ pub(crate) struct Deleter<'a> {
 pub(crate) type Failure = (Resource, CloudError);
 
 impl Deleter<'_> {
-    /// Deletes everything, rank by rank ([`Kind::delete_rank`]); within a rank, all at once. A rank's
-    /// failures do not stop later ranks (what can go, goes: teardown must work on half-made clusters),
-    /// but everything that failed is returned.
+    /// Deletes everything, each object as soon as what holds it is gone ([`holds`]): a server's port
+    /// once that server is gone, the subnet once its ports and interface are, and so on; the load
+    /// balancer, the servers and the floating IPs all at once from the start. A failure does not stop
+    /// what it held (what can go, goes: teardown must work on half-made clusters; a held object
+    /// then retries until its deadline), but everything that failed is returned.
     pub(crate) async fn delete_all(&self, resources: Vec<Resource>) -> Vec<Failure> {
-        let mut by_rank: BTreeMap<u8, Vec<Resource>> = BTreeMap::new();
-        for r in resources {
-            by_rank.entry(r.kind.delete_rank()).or_default().push(r);
+        let n = resources.len();
+        let mut left = vec![0_usize; n];
+        let mut held: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, r) in resources.iter().enumerate() {
+            for (j, by) in resources.iter().enumerate() {
+                if i != j && holds(by, r, &resources) {
+                    left[i] += 1;
+                    held[j].push(i);
+                }
+            }
+        }
+        let delete = |i: usize| {
+            let r = &resources[i];
+            async move { (i, self.delete_one(r).await) }
+        };
+        let mut started = vec![false; n];
+        let mut running = FuturesUnordered::new();
+        for i in (0..n).filter(|&i| left[i] == 0) {
+            started[i] = true;
+            running.push(delete(i));
         }
         let mut failures = Vec::new();
-        for (_, rank) in by_rank {
-            let results = join_all(rank.into_iter().map(|r| async move {
-                let out = self.delete_one(&r).await;
-                (r, out)
-            }))
-            .await;
-            for (r, out) in results {
-                match out {
-                    Ok(()) => emit(
-                        self.events,
-                        Event::Deleted {
-                            id: r.logical_id.clone(),
-                            kind: r.kind,
-                            name: r.name.clone(),
-                        },
-                    ),
-                    Err(e) => failures.push((r, e)),
+        loop {
+            let Some((i, out)) = running.next().await else {
+                // Only a cycle in `holds` could leave any: delete them anyway, all at once.
+                let rest: Vec<usize> = (0..n).filter(|&i| !started[i]).collect();
+                if rest.is_empty() {
+                    break;
+                }
+                for i in rest {
+                    started[i] = true;
+                    running.push(delete(i));
+                }
+                continue;
+            };
+            let r = &resources[i];
+            match out {
+                Ok(()) => emit(
+                    self.events,
+                    Event::Deleted {
+                        id: r.logical_id.clone(),
+                        kind: r.kind,
+                        name: r.name.clone(),
+                    },
+                ),
+                Err(e) => failures.push((r.clone(), e)),
+            }
+            for &d in &held[i] {
+                left[d] -= 1;
+                if left[d] == 0 && !started[d] {
+                    started[d] = true;
+                    running.push(delete(d));
                 }
             }
         }
@@ -276,6 +308,52 @@ impl Deleter<'_> {
     }
 }
 
+/// Whether `by` must be gone before `r` is deleted (`all`: everything being deleted). Follows what
+/// the services refuse, not a fixed order of kinds: Neutron keeps a subnet with ports and a router
+/// with interfaces, a security group in use, an interface a floating IP needs; Cinder keeps an
+/// attached volume or one with snapshots; Octavia a load balancer whose children are being deleted.
+fn holds(by: &Resource, r: &Resource, all: &[Resource]) -> bool {
+    use Kind as K;
+    let b = by.kind;
+    match r.kind {
+        K::FloatingIpAssociation
+        | K::FloatingIp
+        | K::Server
+        | K::Snapshot
+        | K::Keypair
+        | K::Members
+        | K::HealthMonitor
+        | K::Pool
+        | K::Listener
+        | K::SecurityGroupRules => false,
+        // Its children first when they go one by one. Not its floating IP: Neutron lets its VIP port
+        // go with one attached (and kos's own VIP port waits for the load balancer anyway).
+        K::LoadBalancer => matches!(b, K::Members | K::HealthMonitor | K::Pool | K::Listener),
+        K::RouterInterface => matches!(b, K::FloatingIp | K::FloatingIpAssociation),
+        K::Router => b == K::RouterInterface,
+        // A server's port once that server is gone; another (a VIP port, one left behind) once every
+        // server and load balancer is.
+        K::Port => match r.facts.device_id.as_deref() {
+            Some(d) if all.iter().any(|x| x.kind == K::Server && x.id == d) => {
+                b == K::Server && by.id == d
+            }
+            _ => matches!(b, K::Server | K::LoadBalancer),
+        },
+        K::Volume => matches!(b, K::Server | K::Snapshot),
+        K::ServerGroup => b == K::Server,
+        K::Subnet => matches!(
+            b,
+            K::Port | K::RouterInterface | K::LoadBalancer | K::Server
+        ),
+        K::Network => matches!(
+            b,
+            K::Subnet | K::Port | K::RouterInterface | K::LoadBalancer | K::Server
+        ),
+        K::SecurityGroup => matches!(b, K::Port | K::Server | K::LoadBalancer),
+        K::AppCredential => matches!(b, K::Server | K::LoadBalancer),
+    }
+}
+
 /// Why a delete was refused, as the object's state shows.
 enum Refusal {
     /// Gone or being deleted already: an earlier delete took effect.
@@ -297,4 +375,71 @@ pub(crate) fn tagged_kind(kind: Kind) -> Option<TaggedKind> {
         Kind::FloatingIp => TaggedKind::FloatingIp,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::Facts;
+
+    fn r(kind: Kind, id: &str, device: Option<&str>, port: Option<&str>) -> Resource {
+        Resource {
+            kind,
+            logical_id: id.to_owned(),
+            id: id.to_owned(),
+            name: id.to_owned(),
+            tagged: true,
+            state: String::new(),
+            failed: false,
+            facts: Facts {
+                device_id: device.map(str::to_owned),
+                port_id: port.map(str::to_owned),
+                ..Facts::default()
+            },
+        }
+    }
+
+    /// What a cluster behind a load balancer holds: the load balancer, the servers and the floating
+    /// IP go at once; each port waits for its own server only; the subnet for every port.
+    #[test]
+    fn only_what_holds_an_object_goes_before_it() {
+        let all = vec![
+            r(Kind::FloatingIp, "fip", None, Some("vip")),
+            r(Kind::LoadBalancer, "lb", None, Some("vip")),
+            r(Kind::Server, "s1", None, None),
+            r(Kind::Server, "s2", None, None),
+            r(Kind::Port, "p1", Some("s1"), None),
+            r(Kind::Port, "p2", Some("s2"), None),
+            r(Kind::Port, "vip", None, None),
+            r(Kind::RouterInterface, "rif", Some("router"), None),
+            r(Kind::Router, "router", None, None),
+            r(Kind::Subnet, "subnet", None, None),
+            r(Kind::Network, "network", None, None),
+            r(Kind::SecurityGroup, "sg", None, None),
+            r(Kind::Keypair, "key", None, None),
+        ];
+        let get = |id: &str| all.iter().find(|x| x.id == id).expect(id);
+        let holds = |by: &str, x: &str| holds(get(by), get(x), &all);
+        let first: Vec<&str> = all
+            .iter()
+            .filter(|x| !all.iter().any(|b| b.id != x.id && holds(&b.id, &x.id)))
+            .map(|x| x.id.as_str())
+            .collect();
+        assert_eq!(first, ["fip", "lb", "s1", "s2", "key"]);
+        assert!(
+            !holds("fip", "lb"),
+            "a floating IP on its VIP port does not hold it"
+        );
+        assert!(holds("s1", "p1") && !holds("s2", "p1") && !holds("lb", "p1"));
+        assert!(
+            holds("lb", "vip") && holds("s1", "vip"),
+            "a port of no server"
+        );
+        assert!(holds("fip", "rif") && holds("rif", "router"));
+        for by in ["p1", "p2", "vip", "rif", "lb"] {
+            assert!(holds(by, "subnet"), "{by} holds the subnet");
+        }
+        assert!(holds("subnet", "network") && holds("p1", "sg"));
+        assert!(!holds("lb", "s1") && !holds("s1", "lb"));
+    }
 }
