@@ -404,10 +404,10 @@ async fn converge(
         .collect();
     let mut urgent_left = urgent.len();
     let mut held: Vec<Vec<crate::graph::Node>> = Vec::new();
-    // Neutron writes nothing the load balancer needs (security group rules, the router and its
-    // interface, the floating IP, other ports) until the load balancer is started: Neutron does one
-    // request at a time, and each of these sent alongside makes the subnet and the load balancer's
-    // ports later, seconds on minicloud.
+    // The Neutron writes a load balancer this run creates does not need (security group rules, the
+    // router and its interface, the floating IP, other ports) wait until it has started: Neutron
+    // does one request at a time, and each of these sent alongside makes the subnet and the load
+    // balancer's ports later, by seconds on minicloud.
     let lb_path = load_balancer_path(desired, plan);
     let mut gate_open = lb_path.is_empty();
     let mut deferred: Vec<&str> = Vec::new();
