@@ -11,8 +11,19 @@ use crate::model::identity::{
 use crate::paging::util::{body, fetch, found, gone, run};
 use crate::request::{ApiRequest, ServiceKind};
 use crate::session::Session;
+use openstack_sdk::api::AsyncClient;
 
 const SVC: ServiceKind = ServiceKind::Identity;
+const PLACEHOLDER: &str = "kos-access-rule";
+
+/// Where a service's access rules point: see [`IdentityApi::rule_target`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleTarget {
+    /// The catalog types the catalog lists for the service, e.g. `["block-storage", "volumev3"]`.
+    pub types: Vec<String>,
+    /// The path every request to it starts with, ending in `/`: `/compute/v2.1/`, `/v2.0/`.
+    pub prefix: String,
+}
 
 /// Keystone, through one session: `session.identity()`.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +46,42 @@ impl IdentityApi<'_> {
             region: self.session.region().map(str::to_owned),
             expires_at: self.session.token_expires_at(),
         }
+    }
+
+    /// What an access rule for `service` names, as this session reaches it: the catalog types
+    /// listed for it and the path prefix its requests carry. `None` when the catalog lacks it.
+    ///
+    /// A service's keystonemiddleware compares a rule's `service` with its own
+    /// `[keystone_authtoken] service_type`, which no API shows: every alias the catalog lists is
+    /// named (Cinder's `block-storage` and `volumev3`). It matches a rule's `path` against the whole
+    /// path it is asked for: the discovered endpoint's path (`/compute/v2.1/`, Cinder's
+    /// `/volume/v3/<project>/`) comes first.
+    pub async fn rule_target(&self, service: ServiceKind) -> Option<RuleTarget> {
+        let catalog = self
+            .session
+            .inner
+            .client
+            .get_token_catalog()
+            .unwrap_or_default();
+        let types: Vec<String> = crate::session::catalog_aliases(service)
+            .iter()
+            .filter(|a| catalog.iter().any(|c| c.service_type == **a))
+            .map(|a| (*a).to_owned())
+            .collect();
+        if types.is_empty() {
+            return None;
+        }
+        let endpoint = self
+            .session
+            .inner
+            .client
+            .get_service_endpoint(&service.sdk(), None)
+            .await
+            .ok()?;
+        // The URL kos's own requests take, for a placeholder relative path.
+        let url = endpoint.build_request_url(PLACEHOLDER).ok()?;
+        let prefix = url.path().strip_suffix(PLACEHOLDER)?.to_owned();
+        Some(RuleTarget { types, prefix })
     }
 
     fn path(&self) -> String {

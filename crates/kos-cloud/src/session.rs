@@ -594,7 +594,7 @@ fn cloud_config(p: &CloudProfile, auth_url: &str) -> Result<CloudConfig, CloudEr
 }
 
 /// Catalog types that stand for a service (Cinder is still registered as `volumev3` on many clouds).
-fn catalog_aliases(s: ServiceKind) -> &'static [&'static str] {
+pub(crate) fn catalog_aliases(s: ServiceKind) -> &'static [&'static str] {
     match s {
         ServiceKind::BlockStorage => &["block-storage", "volumev3", "volume"],
         ServiceKind::Identity => &["identity"],

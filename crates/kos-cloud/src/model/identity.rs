@@ -36,6 +36,25 @@ pub struct ApplicationCredential {
     pub unrestricted: bool,
     #[serde(deserialize_with = "nullable")]
     pub roles: Vec<RoleRef>,
+    /// What it may call; empty: anything its roles allow.
+    #[serde(deserialize_with = "nullable")]
+    pub access_rules: Vec<AccessRule>,
+}
+
+/// One Keystone access rule: a request the credential's tokens may make. Each service's
+/// keystonemiddleware (`auth_token.BaseAuthProtocol.validate_allowed_request`) lets a request
+/// through when a rule has its own `[keystone_authtoken] service_type`, the request's method, and a
+/// `path` that matches the request's whole path as the service sees it (its endpoint's prefix
+/// included): `*` or `{name}` is one segment, `**` anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AccessRule {
+    /// A catalog service type: `compute`, `block-storage`.
+    pub service: String,
+    /// `GET`, `POST`, `PUT`, `PATCH`, `DELETE` or `HEAD`.
+    pub method: String,
+    /// Starts with `/`; at most 225 characters (Keystone's schema).
+    pub path: String,
 }
 
 impl ApplicationCredential {
@@ -93,6 +112,9 @@ pub struct ApplicationCredentialCreate {
     pub roles: Vec<String>,
     /// May create further credentials and trusts: kos never needs that.
     pub unrestricted: bool,
+    /// Empty: none (the credential may make any call its roles allow).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub access_rules: Vec<AccessRule>,
 }
 
 fn role_names<S: serde::Serializer>(roles: &[String], s: S) -> Result<S::Ok, S::Error> {
@@ -143,6 +165,7 @@ mod tests {
             expires_at: Some("2018-02-27T18:30:59Z".into()),
             roles: vec!["Reader".into()],
             unrestricted: false,
+            access_rules: Vec::new(),
         };
         let v = serde_json::to_value(&c)?;
         let mut want = sample_keys(
@@ -150,8 +173,28 @@ mod tests {
             "application_credential",
         )?;
         want.retain(|k| k != "secret" && k != "access_rules");
-        assert_eq!(keys(&v), want);
+        assert_eq!(keys(&v), want, "no rules: no `access_rules` key at all");
         assert_eq!(v["roles"], serde_json::json!([{"name": "Reader"}]));
+        let rule = AccessRule {
+            service: "compute".into(),
+            method: "GET".into(),
+            path: "/v2.1/servers/*".into(),
+        };
+        let with = ApplicationCredentialCreate {
+            access_rules: vec![rule],
+            ..c
+        };
+        let v = serde_json::to_value(&with)?;
+        let mut want = sample_keys(
+            "identity/admin/application-credential-create-request.json",
+            "application_credential",
+        )?;
+        want.retain(|k| k != "secret");
+        assert_eq!(keys(&v), want);
+        assert_eq!(
+            v["access_rules"],
+            serde_json::json!([{"service": "compute", "method": "GET", "path": "/v2.1/servers/*"}])
+        );
         let n = NewApplicationCredential {
             credential: ApplicationCredential::default(),
             secret: SecretString::from("hunter2"),
