@@ -343,7 +343,9 @@ async fn fail_build(app: &SharedApp, resp: Response, code: u16, message: &str) -
     Response::from_parts(parts, Body::from(bytes))
 }
 
-/// Per-service middleware: a valid, unexpired `X-Auth-Token` or the service's own 401.
+/// Per-service middleware, the service's keystonemiddleware: a valid, unexpired `X-Auth-Token`
+/// whose application credential's access rules (if any) allow this request, or the service's own
+/// 401.
 pub async fn authenticate(
     State((app, svc)): State<(SharedApp, Service)>,
     mut req: Request,
@@ -354,9 +356,16 @@ pub async fn authenticate(
         .get("x-auth-token")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let service_type = (!app.cfg.no_service_type.contains(&svc)).then(|| svc.catalog_type());
     let ctx = token.and_then(|t| {
         let now = app.now();
-        app.cloud().keystone.validate(&t, now)
+        app.cloud().keystone.authorize(
+            &t,
+            now,
+            service_type,
+            req.method().as_str(),
+            req.uri().path(),
+        )
     });
     match ctx {
         Some(ctx) => {

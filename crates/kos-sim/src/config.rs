@@ -56,6 +56,10 @@ pub struct SimConfig {
     pub rate_limits: BTreeMap<Service, f64>,
     /// Seed for every random choice (fault probabilities, jitter), so runs are repeatable.
     pub seed: u64,
+    /// Services whose keystonemiddleware has no `[keystone_authtoken] service_type`: they refuse
+    /// (401) every token of an application credential with access rules. Empty (the default): every
+    /// service knows its catalog type and checks the rules. Keystone always knows its own.
+    pub no_service_type: Vec<Service>,
 }
 
 impl Default for SimConfig {
@@ -86,6 +90,7 @@ impl Default for SimConfig {
             faults: Vec::new(),
             rate_limits: BTreeMap::new(),
             seed: 0,
+            no_service_type: Vec::new(),
         }
     }
 }

@@ -68,6 +68,112 @@ pub struct AppCred {
     pub roles: Vec<Role>,
     pub unrestricted: bool,
     pub expires_at: Option<String>,
+    /// What its tokens may call; empty: anything its roles allow. States saved before access
+    /// rules were kept have none.
+    #[serde(default)]
+    pub access_rules: Vec<AccessRule>,
+}
+
+/// One access rule, as Keystone keeps it (the `access_rule` table: one row per user and
+/// (service, path, method), shared by that user's credentials; `id` is its external id).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessRule {
+    pub id: String,
+    pub service: String,
+    pub path: String,
+    pub method: String,
+}
+
+impl AccessRule {
+    fn json(&self) -> Value {
+        json!({"id": self.id, "service": self.service, "path": self.path, "method": self.method})
+    }
+}
+
+/// keystonemiddleware `auth_token._path_matches`: `{name}` and a lone `*` are one path segment
+/// (`[^/]+`), `**` anything (`.*`), every other character is put into the regular expression as
+/// it is (a `.` matches any character; `{`, `}` and `*` outside those forms are dropped), and the
+/// whole path must match.
+pub fn path_matches(path: &str, pattern: &str) -> bool {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut re = String::from("^");
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '{' => match chars[i + 1..].iter().position(|c| *c == '}') {
+                // `{[^}]*}`: a tag, unless another `{` comes first (then this one is dropped).
+                Some(end) if !chars[i + 1..i + 1 + end].contains(&'{') => {
+                    re.push_str("[^/]+");
+                    i += end + 2;
+                }
+                _ => i += 1,
+            },
+            '*' if chars.get(i + 1) == Some(&'*') => {
+                re.push_str(".*");
+                i += 2;
+            }
+            '*' => {
+                re.push_str("[^/]+");
+                i += 1;
+            }
+            '}' => i += 1,
+            c => {
+                re.push(c);
+                i += 1;
+            }
+        }
+    }
+    re.push('$');
+    // A pattern Python's `re` cannot compile makes the middleware fail: nothing is allowed.
+    regex::Regex::new(&re).is_ok_and(|r| r.is_match(path))
+}
+
+/// keystonemiddleware `BaseAuthProtocol.validate_allowed_request`, after the token validated, for
+/// a service whose `[keystone_authtoken] service_type` is `service_type` (`None`: not set). `path`
+/// is the whole path the service was asked for (WSGI's SCRIPT_NAME and PATH_INFO, decoded).
+pub fn request_allowed(
+    rules: &[AccessRule],
+    service_type: Option<&str>,
+    method: &str,
+    path: &str,
+) -> bool {
+    // No rules: nothing to check. With rules, a service that does not know its own type refuses.
+    if rules.is_empty() {
+        return true;
+    }
+    let Some(mine) = service_type else {
+        return false;
+    };
+    // A token may always be validated.
+    if mine == "identity" && method == "GET" && path.ends_with("/v3/auth/tokens") {
+        return true;
+    }
+    rules
+        .iter()
+        .any(|r| r.method == method && r.service == mine && path_matches(path, &r.path))
+}
+
+/// A request path as a WSGI service sees it: percent-escapes decoded.
+pub fn wsgi_path(raw: &str) -> String {
+    let b = raw.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).and_then(|c| hex(*c)),
+                b.get(i + 2).and_then(|c| hex(*c)),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -140,6 +246,30 @@ impl KeystoneState {
             project_id: t.project_id.clone().unwrap_or_default(),
             roles: t.roles.iter().map(|r| r.name.clone()).collect(),
         })
+    }
+
+    /// [`Self::validate`], then the access rules of the token's application credential, checked as
+    /// keystonemiddleware checks them in a service configured with `service_type`.
+    pub fn authorize(
+        &self,
+        token: &str,
+        now: SimTime,
+        service_type: Option<&str>,
+        method: &str,
+        path: &str,
+    ) -> Option<AuthCtx> {
+        let ctx = self.validate(token, now)?;
+        let rules = self.token_rules(token);
+        request_allowed(rules, service_type, method, &wsgi_path(path)).then_some(ctx)
+    }
+
+    /// The access rules a token carries (those of the credential it was issued for).
+    fn token_rules(&self, token: &str) -> &[AccessRule] {
+        self.tokens
+            .get(token)
+            .and_then(|t| t.app_cred.as_ref())
+            .and_then(|(id, _)| self.app_creds.iter().find(|a| &a.id == id))
+            .map_or(&[], |a| a.access_rules.as_slice())
     }
 
     /// `names` with every role they imply, as the roles defined (unknown names are dropped).
@@ -437,6 +567,16 @@ fn token_body(app: &SharedApp, ks: &mut KeystoneState, t: &Token, with_catalog: 
     }
     if let Some((id, name)) = &t.app_cred {
         body["application_credential"] = json!({"id": id, "name": name, "restricted": true});
+        // keystone/common/render_token.py: the rules, when the credential has any.
+        let rules: Vec<Value> = ks
+            .app_creds
+            .iter()
+            .find(|a| &a.id == id)
+            .map(|a| a.access_rules.iter().map(AccessRule::json).collect())
+            .unwrap_or_default();
+        if !rules.is_empty() {
+            body["application_credential"]["access_rules"] = Value::Array(rules);
+        }
     }
     json!({"token": body})
 }
@@ -582,6 +722,42 @@ async fn issue_token(State(app): State<SharedApp>, Json(req): Json<Value>) -> Si
         resp.headers_mut().insert("x-subject-token", v);
     }
     Ok(resp)
+}
+
+/// Keystone's own keystonemiddleware (`AuthContextMiddleware`, service type `identity`), in front
+/// of every Keystone route: a request carrying a valid token whose credential's access rules do
+/// not allow it is refused (401 "Not authorized."), token issuance included. A missing or invalid
+/// token is left to the handlers.
+pub async fn access_rules_gate(
+    State(app): State<SharedApp>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let token = req
+        .headers()
+        .get("x-auth-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(t) = token {
+        let now = app.now();
+        let cloud = app.cloud();
+        let ks = &cloud.keystone;
+        let valid = ks.validate(&t, now).is_some();
+        let allowed = ks
+            .authorize(
+                &t,
+                now,
+                Some("identity"),
+                req.method().as_str(),
+                req.uri().path(),
+            )
+            .is_some();
+        drop(cloud);
+        if valid && !allowed {
+            return unauthorized("Not authorized.").into_response();
+        }
+    }
+    next.run(req).await
 }
 
 /// The caller (X-Auth-Token) must be valid for every other Keystone call.
@@ -748,7 +924,8 @@ fn app_cred_json(app: &SharedApp, a: &AppCred, with_secret: bool) -> Value {
     let mut v = json!({
         "id": a.id, "name": a.name, "description": a.description, "project_id": a.project_id,
         "roles": a.roles.iter().map(|r| json!({"id": r.id, "name": r.name, "domain_id": null})).collect::<Vec<_>>(),
-        "unrestricted": a.unrestricted, "expires_at": a.expires_at, "access_rules": [],
+        "unrestricted": a.unrestricted, "expires_at": a.expires_at,
+        "access_rules": a.access_rules.iter().map(AccessRule::json).collect::<Vec<_>>(),
         "links": {"self": format!("{}/identity/v3/users/{}/application_credentials/{}", app.base_url, a.user_id, a.id)},
     });
     if with_secret {
@@ -892,6 +1069,7 @@ async fn create_app_cred(
             Some(keystone_time(at))
         }
     };
+    let access_rules = read_access_rules(ks, &user_id, c.get("access_rules"))?;
     let cred = AppCred {
         id: ids::hex_id(),
         name,
@@ -905,6 +1083,7 @@ async fn create_app_cred(
             .and_then(Value::as_bool)
             .unwrap_or(false),
         expires_at,
+        access_rules,
     };
     let mut body = json!({"application_credential": app_cred_json(&app, &cred, true)});
     // The create answers with the stored row as given (checked against Keystone 30): the user and
@@ -982,4 +1161,140 @@ async fn delete_app_cred(
     ks.tokens
         .retain(|_, t| t.app_cred.as_ref().is_none_or(|(cid, _)| cid != &id));
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The `access_rules` of a create, checked as Keystone's schema checks them
+/// (keystone/application_credential/schema.py), then resolved as its SQL backend does: a rule
+/// whose `id` names an existing rule is that rule; one equal to a rule of the same user is that
+/// one; otherwise a new rule (its `id` as given, or a new one).
+fn read_access_rules(
+    ks: &KeystoneState,
+    user_id: &str,
+    v: Option<&Value>,
+) -> SimResult<Vec<AccessRule>> {
+    let invalid = |field: String, detail: String| {
+        SimError::bad_request(SVC, format!("Invalid input for field '{field}': {detail}"))
+    };
+    let items = match v {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(invalid(
+                "access_rules".into(),
+                format!("{other} is not of type 'array'"),
+            ));
+        }
+    };
+    // parameter_types.id_string.
+    let id_string = |s: &str| {
+        !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    let mut out: Vec<AccessRule> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let field = |k: &str| format!("access_rules/{i}/{k}");
+        let Value::Object(rule) = item else {
+            return Err(invalid(
+                format!("access_rules/{i}"),
+                format!("{item} is not of type 'object'"),
+            ));
+        };
+        let text = |k: &str| -> SimResult<Option<&str>> {
+            match rule.get(k) {
+                None => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.as_str())),
+                Some(other) => Err(invalid(
+                    field(k),
+                    format!("{other} is not of type 'string'"),
+                )),
+            }
+        };
+        let (id, service, path, method) = (
+            text("id")?,
+            text("service")?,
+            text("path")?,
+            text("method")?,
+        );
+        if let Some(p) = path {
+            if p.chars().count() > 225 {
+                return Err(invalid(field("path"), format!("'{p}' is too long")));
+            }
+            if !p.starts_with('/') {
+                return Err(invalid(
+                    field("path"),
+                    format!("'{p}' does not match '^/\\.*'"),
+                ));
+            }
+        }
+        if let Some(s) = service.filter(|s| !id_string(s)) {
+            return Err(invalid(
+                field("service"),
+                format!("'{s}' does not match '^[a-zA-Z0-9-]+$'"),
+            ));
+        }
+        if let Some(m) =
+            method.filter(|m| !["DELETE", "GET", "HEAD", "PATCH", "POST", "PUT"].contains(m))
+        {
+            return Err(invalid(
+                field("method"),
+                format!("'{m}' is not one of ['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT']"),
+            ));
+        }
+        if let Some(x) = id.filter(|x| !id_string(x)) {
+            return Err(invalid(
+                field("id"),
+                format!("'{x}' does not match '^[a-zA-Z0-9-]+$'"),
+            ));
+        }
+        let existing = ks
+            .app_creds
+            .iter()
+            .flat_map(|a| a.access_rules.iter().map(move |r| (a, r)));
+        // By external id, whoever's it is (the backend does not filter that lookup by user).
+        let mut found = id.and_then(|x| {
+            existing
+                .clone()
+                .find(|(_, r)| r.id == x)
+                .map(|(_, r)| r.clone())
+        });
+        let (Some(service), Some(path), Some(method)) = (service, path, method) else {
+            // The backend reads all three (a KeyError, so a 500) unless the id found a rule.
+            match found {
+                Some(r) => {
+                    out.push(r);
+                    continue;
+                }
+                None => {
+                    return Err(SimError::new(
+                        SVC,
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "Internal Server Error",
+                        "An unexpected error prevented the server from fulfilling your request.",
+                    ));
+                }
+            }
+        };
+        if found.is_none() {
+            found = existing
+                .clone()
+                .find(|(a, r)| {
+                    a.user_id == user_id
+                        && r.service == service
+                        && r.path == path
+                        && r.method == method
+                })
+                .map(|(_, r)| r.clone())
+                .or_else(|| {
+                    out.iter()
+                        .find(|r| r.service == service && r.path == path && r.method == method)
+                        .cloned()
+                });
+        }
+        out.push(found.unwrap_or_else(|| AccessRule {
+            id: id.map_or_else(ids::hex_id, str::to_owned),
+            service: service.to_owned(),
+            path: path.to_owned(),
+            method: method.to_owned(),
+        }));
+    }
+    Ok(out)
 }

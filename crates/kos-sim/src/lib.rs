@@ -240,9 +240,14 @@ pub fn endpoints() -> Vec<routes::EndpointDoc> {
 pub fn router(app: SharedApp) -> Router {
     let mut r = Router::new();
     for (routes, auth) in all_routes() {
+        let svc = routes.service();
         let (sub, _) = routes.into_parts();
         r = r.merge(match auth {
             Some(svc) => sub.layer(from_fn_with_state((app.clone(), svc), app::authenticate)),
+            // Keystone checks its own tokens, access rules included.
+            None if svc == Service::Identity => {
+                sub.layer(from_fn_with_state(app.clone(), keystone::access_rules_gate))
+            }
             None => sub,
         });
     }

@@ -120,6 +120,11 @@ impl Routes {
         &self.docs
     }
 
+    /// The service these routes belong to.
+    pub fn service(&self) -> Service {
+        self.service
+    }
+
     pub fn into_parts(self) -> (Router<SharedApp>, Vec<EndpointDoc>) {
         let mut r = Router::new();
         for (path, mr) in self.paths {

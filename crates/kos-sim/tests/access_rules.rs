@@ -1,0 +1,301 @@
+//! Application-credential access rules as Keystone keeps them and keystonemiddleware enforces them:
+//! the rules are checked against Keystone's schema, returned, put into the token, and every
+//! service (Keystone itself included) refuses with a 401 a request no rule allows. A rule matches
+//! one service type, one method, and the whole path the service is asked for, its endpoint's
+//! prefix included; `*` is one path segment, `**` any number.
+
+mod common;
+
+use common::Harness;
+use kos_sim::keystone::{AccessRule, path_matches, request_allowed};
+use kos_sim::{Service, SimConfig};
+use serde_json::{Value, json};
+
+fn rule(service: &str, method: &str, path: &str) -> AccessRule {
+    AccessRule {
+        id: "r".into(),
+        service: service.into(),
+        method: method.into(),
+        path: path.into(),
+    }
+}
+
+#[test]
+fn paths_match_as_keystonemiddleware_matches_them() {
+    // `*`: exactly one non-empty segment.
+    assert!(path_matches("/v2.1/servers/abc", "/v2.1/servers/*"));
+    assert!(!path_matches("/v2.1/servers/abc/action", "/v2.1/servers/*"));
+    assert!(!path_matches("/v2.1/servers/", "/v2.1/servers/*"));
+    assert!(!path_matches("/v2.1/servers", "/v2.1/servers/*"));
+    // `{name}` is a segment too.
+    assert!(path_matches(
+        "/v2.1/servers/abc/action",
+        "/v2.1/servers/{id}/action"
+    ));
+    // `**`: anything, several segments or none.
+    assert!(path_matches("/v2.1/servers/a/b/c", "/v2.1/servers/**"));
+    assert!(path_matches("/v2.1/servers/", "/v2.1/servers/**"));
+    assert!(!path_matches("/v2.1/servers", "/v2.1/servers/**"));
+    assert!(path_matches("/compute/v2.1/flavors", "/**/flavors"));
+    // The whole path, prefix included: a rule written without the endpoint's `/compute` misses.
+    assert!(!path_matches(
+        "/compute/v2.1/servers/abc",
+        "/v2.1/servers/*"
+    ));
+    assert!(!path_matches(
+        "/v2.1/servers/abc",
+        "/compute/v2.1/servers/*"
+    ));
+    assert!(!path_matches("/v2.1/servers/abcx", "/v2.1/servers/abc"));
+    // Other characters go into the regular expression as they are: `.` is any character.
+    assert!(path_matches("/v2x1/servers", "/v2.1/servers"));
+}
+
+#[test]
+fn a_rule_allows_one_service_type_and_method() {
+    let rules = [rule("compute", "GET", "/compute/v2.1/servers/*")];
+    let ok = |svc, m, p| request_allowed(&rules, Some(svc), m, p);
+    assert!(ok("compute", "GET", "/compute/v2.1/servers/s1"));
+    assert!(!ok("compute", "DELETE", "/compute/v2.1/servers/s1"));
+    assert!(!ok("network", "GET", "/compute/v2.1/servers/s1"));
+    // A service without `service_type` refuses every token with rules, even a matching request.
+    assert!(!request_allowed(
+        &rules,
+        None,
+        "GET",
+        "/compute/v2.1/servers/s1"
+    ));
+    // No rules: nothing is checked, with or without `service_type`.
+    assert!(request_allowed(&[], None, "DELETE", "/anything"));
+    // Keystone lets any token be validated.
+    assert!(request_allowed(
+        &rules,
+        Some("identity"),
+        "GET",
+        "/identity/v3/auth/tokens"
+    ));
+    assert!(!request_allowed(
+        &rules,
+        Some("identity"),
+        "HEAD",
+        "/identity/v3/auth/tokens"
+    ));
+}
+
+fn creds_path(h: &Harness) -> String {
+    format!("/identity/v3/users/{}/application_credentials", h.user_id)
+}
+
+async fn create(h: &Harness, body: Value) -> common::Resp {
+    h.call(
+        "POST",
+        &creds_path(h),
+        Some(json!({"application_credential": body})),
+        None,
+    )
+    .await
+}
+
+/// A token of the credential `id`, and the token's body.
+async fn token_of(h: &Harness, id: &str, secret: &str) -> (String, Value) {
+    let r = h
+        .http
+        .post(format!("{}/auth/tokens", h.sim.auth_url()))
+        .json(
+            &json!({"auth": {"identity": {"methods": ["application_credential"],
+            "application_credential": {"id": id, "secret": secret}}}}),
+        )
+        .send()
+        .await
+        .expect("keystone answers");
+    assert_eq!(r.status().as_u16(), 201);
+    let token = r
+        .headers()
+        .get("x-subject-token")
+        .and_then(|v| v.to_str().ok())
+        .expect("a token")
+        .to_owned();
+    (token, r.json().await.expect("token body"))
+}
+
+async fn call_as(h: &Harness, token: &str, method: &str, path: &str) -> u16 {
+    let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+    h.http
+        .request(m, h.url(path))
+        .header("x-auth-token", token)
+        .send()
+        .await
+        .expect("answer")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn keystone_refuses_rules_its_schema_refuses() {
+    let h = Harness::new().await;
+    let bad = [
+        json!("not a list"),
+        json!(["not an object"]),
+        json!([{"service": "compute", "method": "GET", "path": "v2.1/servers"}]),
+        json!([{"service": "compute", "method": "get", "path": "/v2.1/servers"}]),
+        json!([{"service": "compute", "method": "OPTIONS", "path": "/v2.1/servers"}]),
+        json!([{"service": "comp ute", "method": "GET", "path": "/v2.1/servers"}]),
+        json!([{"service": "", "method": "GET", "path": "/v2.1/servers"}]),
+        json!([{"service": "compute", "method": "GET", "path": format!("/{}", "a".repeat(225))}]),
+        json!([{"service": "compute", "method": "GET", "path": 7}]),
+    ];
+    for (i, rules) in bad.into_iter().enumerate() {
+        let r = create(
+            &h,
+            json!({"name": format!("bad{i}"), "access_rules": rules}),
+        )
+        .await;
+        assert_eq!(r.status, 400, "{rules}: {}", r.json);
+    }
+    // The backend reads all three fields: one missing is Keystone's 500.
+    let r = create(
+        &h,
+        json!({"name": "half", "access_rules": [{"service": "compute"}]}),
+    )
+    .await;
+    assert_eq!(r.status, 500, "{}", r.json);
+    // Nothing was made.
+    let l = h.call("GET", &creds_path(&h), None, None).await;
+    assert_eq!(l.json["application_credentials"], json!([]));
+}
+
+#[tokio::test]
+async fn rules_are_kept_returned_and_carried_by_the_token() {
+    let h = Harness::new().await;
+    let rules = json!([
+        {"service": "compute", "method": "GET", "path": "/compute/v2.1/servers/**"},
+        {"service": "block-storage", "method": "GET", "path": format!("/volume/v3/{}/volumes/detail", h.project_id)},
+    ]);
+    let r = create(&h, json!({"name": "limited", "access_rules": rules})).await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    let c = &r.json["application_credential"];
+    let id = c["id"].as_str().expect("id").to_owned();
+    let secret = c["secret"].as_str().expect("secret").to_owned();
+    let got = h
+        .call("GET", &format!("{}/{id}", creds_path(&h)), None, None)
+        .await;
+    let kept = &got.json["application_credential"]["access_rules"];
+    assert_eq!(kept.as_array().map(Vec::len), Some(2), "{kept}");
+    for (k, want) in kept
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(rules.as_array().into_iter().flatten())
+    {
+        assert_eq!(
+            (&k["service"], &k["method"], &k["path"]),
+            (&want["service"], &want["method"], &want["path"])
+        );
+        assert!(
+            k["id"].as_str().is_some_and(|i| !i.is_empty()),
+            "each rule has an id: {k}"
+        );
+    }
+    // A second credential with an equal rule shares the user's rule (its id).
+    let r2 = create(
+        &h,
+        json!({"name": "again", "access_rules": [rules[0].clone()]}),
+    )
+    .await;
+    assert_eq!(
+        r2.json["application_credential"]["access_rules"][0]["id"],
+        kept[0]["id"]
+    );
+
+    let (token, body) = token_of(&h, &id, &secret).await;
+    assert_eq!(
+        body["token"]["application_credential"]["access_rules"]
+            .as_array()
+            .map(Vec::len),
+        Some(2),
+        "{body}"
+    );
+    // Allowed: any depth under servers (`**`), the exact volume list.
+    assert_eq!(
+        call_as(&h, &token, "GET", "/compute/v2.1/servers/detail").await,
+        200
+    );
+    let vols = format!("/volume/v3/{}/volumes/detail", h.project_id);
+    assert_eq!(call_as(&h, &token, "GET", &vols).await, 200);
+    // Refused with a 401: another method, another path, another service, Keystone itself.
+    assert_eq!(
+        call_as(&h, &token, "POST", "/compute/v2.1/servers/x/action").await,
+        401
+    );
+    assert_eq!(
+        call_as(&h, &token, "GET", "/compute/v2.1/flavors/detail").await,
+        401
+    );
+    assert_eq!(call_as(&h, &token, "GET", "/network/v2.0/ports").await, 401);
+    let v = format!("/volume/v3/{}/volumes", h.project_id);
+    assert_eq!(call_as(&h, &token, "GET", &v).await, 401);
+    assert_eq!(
+        call_as(
+            &h,
+            &token,
+            "GET",
+            &format!("/identity/v3/users/{}/application_credentials", h.user_id)
+        )
+        .await,
+        401
+    );
+    // Unversioned discovery documents sit outside the services' auth pipeline.
+    assert_eq!(call_as(&h, &token, "GET", "/compute/").await, 200);
+
+    // A credential without rules: its token carries none and may call anything its roles allow.
+    let r = create(&h, json!({"name": "open"})).await;
+    let c = &r.json["application_credential"];
+    assert_eq!(c["access_rules"], json!([]));
+    let (open, body) = token_of(
+        &h,
+        c["id"].as_str().expect("id"),
+        c["secret"].as_str().expect("secret"),
+    )
+    .await;
+    assert!(
+        body["token"]["application_credential"]
+            .get("access_rules")
+            .is_none(),
+        "{body}"
+    );
+    assert_eq!(call_as(&h, &open, "GET", "/network/v2.0/ports").await, 200);
+}
+
+#[tokio::test]
+async fn a_service_without_service_type_refuses_every_token_with_rules() {
+    let h = Harness::with_config(SimConfig {
+        no_service_type: vec![Service::Network],
+        ..SimConfig::fast()
+    })
+    .await;
+    let r = create(
+        &h,
+        json!({"name": "n", "access_rules": [
+            {"service": "network", "method": "GET", "path": "/network/v2.0/ports"},
+            {"service": "compute", "method": "GET", "path": "/compute/v2.1/servers/detail"},
+        ]}),
+    )
+    .await;
+    let c = &r.json["application_credential"];
+    let (token, _) = token_of(
+        &h,
+        c["id"].as_str().expect("id"),
+        c["secret"].as_str().expect("secret"),
+    )
+    .await;
+    assert_eq!(call_as(&h, &token, "GET", "/network/v2.0/ports").await, 401);
+    assert_eq!(
+        call_as(&h, &token, "GET", "/compute/v2.1/servers/detail").await,
+        200
+    );
+    // The user's own token has no rules: Neutron serves it.
+    assert_eq!(
+        call_as(&h, &h.token, "GET", "/network/v2.0/ports").await,
+        200
+    );
+}
