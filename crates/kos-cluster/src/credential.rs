@@ -7,7 +7,8 @@
 //! before its new defaults asks for it; with them `member` suffices). Never `admin`: the CCM and
 //! CSI manage the project's own load balancers, ports, routes and volumes only.
 
-use kos_cloud::model::identity::{ApplicationCredentialCreate, keystone_expiry};
+use kos_cloud::CloudError;
+use kos_cloud::model::identity::{AccessRule, ApplicationCredentialCreate, keystone_expiry};
 
 /// How long a credential lives when the spec does not say (`addons.credentialLifetimeDays`).
 pub const DEFAULT_LIFETIME_DAYS: u32 = 90;
@@ -42,7 +43,60 @@ pub fn request(
         )),
         roles: roles.to_vec(),
         unrestricted: false,
+        // Set by the caller from the cloud's catalog (`crate::access_rules`).
+        access_rules: Vec::new(),
     }
+}
+
+/// Keystone's refusal (400 or 403) of a create that carried access rules, told as the spec field
+/// that asked for them: a Keystone older than Train knows no `access_rules` (a 400 naming the
+/// property), and a policy may forbid them. Any other error is returned as it is.
+#[must_use]
+pub fn refused_rules(e: CloudError, req: &ApplicationCredentialCreate) -> CloudError {
+    match e {
+        CloudError::Api {
+            service,
+            operation,
+            status: status @ (400 | 403),
+            kind,
+            message,
+            request_id,
+        } if !req.access_rules.is_empty() => CloudError::Api {
+            service,
+            operation,
+            status,
+            kind,
+            message: format!(
+                "{message} (the credential carried {} access rules because \
+                 spec.addons.credentialAccessRules is true: this Keystone refuses them; set it \
+                 to false, or ask the cloud's administrators whether access rules are allowed)",
+                req.access_rules.len()
+            ),
+            request_id,
+        },
+        other => other,
+    }
+}
+
+/// The access rules a rotation gives the new credential: kos's, for the cloud `session` reaches
+/// ([`crate::access_rules::for_session`]), when a credential of the cluster (`names`, the names
+/// rotation alternates between) carries any; none otherwise. The rotated credential keeps what
+/// the one it replaces had, with the rules of this kos.
+///
+/// # Errors
+/// Keystone's, listing the credentials.
+pub async fn rotation_rules(
+    session: &kos_cloud::Session,
+    names: &[String],
+) -> Result<Vec<AccessRule>, CloudError> {
+    let identity = session.identity();
+    for n in names {
+        let found = identity.list_application_credentials(Some(n)).await?;
+        if found.iter().any(|c| !c.access_rules.is_empty()) {
+            return Ok(crate::access_rules::for_session(session).await);
+        }
+    }
+    Ok(Vec::new())
 }
 
 /// The user has no role on the project that lets the CCM and CSI work.
@@ -185,6 +239,41 @@ mod tests {
         assert_eq!(r.roles, roles(&["member"]));
         assert_eq!(r.expires_at.as_deref(), Some("2027-04-15T08:00:00Z"));
         assert!(!r.unrestricted);
+    }
+
+    #[test]
+    fn keystones_refusal_of_rules_names_the_spec_field() {
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+        let refusal = || CloudError::Api {
+            service: kos_cloud::ServiceKind::Identity,
+            operation: "application_credential.create",
+            status: 400,
+            kind: kos_cloud::ApiErrorKind::BadRequest,
+            message: "Invalid input for field 'application_credential': Additional properties \
+                      are not allowed ('access_rules' was unexpected)"
+                .into(),
+            request_id: None,
+        };
+        let plain = request("kos-demo-ccm", "demo", &roles(&["member"]), 90, now);
+        assert!(
+            !refused_rules(refusal(), &plain)
+                .to_string()
+                .contains("credentialAccessRules"),
+            "no rules asked for: Keystone's message as it is"
+        );
+        let mut with = plain;
+        with.access_rules = vec![AccessRule {
+            service: "compute".into(),
+            method: "GET".into(),
+            path: "/v2.1/servers".into(),
+        }];
+        let e = refused_rules(refusal(), &with);
+        assert_eq!(e.status(), Some(400));
+        assert!(
+            e.to_string().contains("spec.addons.credentialAccessRules")
+                && e.to_string().contains("'access_rules' was unexpected"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! Modules: [`spec`] holds the types, [`names`] the naming and tag rules, [`diagnostics`] the report type;
 //! the rules themselves are private (`validate`).
 
+pub mod access_rules;
 pub mod apply;
 pub mod bootstrap;
 pub mod certs;

@@ -155,10 +155,26 @@ fn made_with(node: &Node, desired: &DesiredGraph) -> Vec<String> {
         Desired::AppCredential {
             roles,
             lifetime_days,
-        } => vec![format!(
-            "roles {}; expires {lifetime_days} days after it is made",
-            roles.join(", ")
-        )],
+            access_rules,
+        } => {
+            let mut made = format!(
+                "roles {}; expires {lifetime_days} days after it is made",
+                roles.join(", ")
+            );
+            if *access_rules {
+                let per: Vec<String> = crate::access_rules::counts()
+                    .into_iter()
+                    .map(|(s, n)| format!("{s} {n}"))
+                    .collect();
+                let _ = write!(
+                    made,
+                    "; access rules (addons.credentialAccessRules) for kos-ccm's and kos-csi's \
+                     calls only: {} (one per catalog type of each service)",
+                    per.join(", ")
+                );
+            }
+            vec![made]
+        }
         Desired::Volume {
             availability_zone, ..
         } => {

@@ -567,6 +567,11 @@ pub struct Addons {
     /// rotates it once a third of that is left. `None`:
     /// [`crate::credential::DEFAULT_LIFETIME_DAYS`].
     pub credential_lifetime_days: Option<Spanned<u32>>,
+    /// `credentialAccessRules`: give that credential Keystone access rules, allowing exactly the
+    /// requests kos-ccm and kos-csi make ([`crate::access_rules::CALLS`]). Off unless the spec says
+    /// `true`: every service of the cloud must set `[keystone_authtoken] service_type`, or it refuses
+    /// the credential's every token.
+    pub credential_access_rules: bool,
     /// `csiAvailabilityZone`: the Cinder zone the CSI driver makes volumes in when the nodes'
     /// compute zones are not Cinder's (preflight checks it is one of Cinder's). `None`: preflight
     /// decides (no change when every node zone is Cinder's, else Cinder's only zone).

@@ -474,7 +474,8 @@ async fn create(ctx: &Ctx, node: &Node, user_data: Option<Vec<u8>>) -> R<Output>
         Desired::AppCredential {
             roles,
             lifetime_days,
-        } => create_app_credential(ctx, node, roles, *lifetime_days).await,
+            access_rules,
+        } => create_app_credential(ctx, node, roles, *lifetime_days, *access_rules).await,
         Desired::LoadBalancer {
             subnet,
             provider,
@@ -1289,15 +1290,19 @@ async fn create_app_credential(
     node: &Node,
     roles: &[String],
     lifetime_days: u32,
+    access_rules: bool,
 ) -> R<Output> {
     let identity = ctx.session.identity();
-    let req = crate::credential::request(
+    let mut req = crate::credential::request(
         &node.name,
         &ctx.cluster,
         roles,
         lifetime_days,
         chrono::Utc::now(),
     );
+    if access_rules {
+        req.access_rules = crate::access_rules::for_session(&ctx.session).await;
+    }
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -1318,7 +1323,7 @@ async fn create_app_credential(
                     identity.delete_application_credential(&c.id).await?;
                 }
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(crate::credential::refused_rules(e, &req)),
         }
     }
 }

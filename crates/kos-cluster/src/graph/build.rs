@@ -268,6 +268,7 @@ pub fn desired_in(
         Desired::AppCredential {
             roles: resolved.ccm_roles.clone(),
             lifetime_days: spec.addons.credential_lifetime_days(),
+            access_rules: spec.addons.credential_access_rules,
         },
         &[],
     );

@@ -258,10 +258,12 @@ pub enum Desired {
         fip: String,
         target: AssocTarget,
     },
-    /// The CCM's and CSI's credential: these roles, expiring this many days after it is made.
+    /// The CCM's and CSI's credential: these roles, expiring this many days after it is made;
+    /// with `access_rules`, limited to kos-ccm's and kos-csi's calls (`crate::access_rules`).
     AppCredential {
         roles: Vec<String>,
         lifetime_days: u32,
+        access_rules: bool,
     },
 }
 

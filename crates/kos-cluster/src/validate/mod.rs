@@ -919,6 +919,7 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
             "csi",
             "cniManifest",
             "credentialLifetimeDays",
+            "credentialAccessRules",
             "csiAvailabilityZone",
         ],
     )?;
@@ -971,6 +972,8 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
              `kos up` rotates it once a third is left, so it must run at least that often",
         )
     });
+    // A boolean only: the rules themselves are kos's (access_rules.rs), not the spec's.
+    let credential_access_rules = m.or(cx, "credentialAccessRules", false, boolean);
     // One of Cinder's zones (not Nova's): preflight checks it against Cinder's list.
     let csi_availability_zone = m.opt(cx, "csiAvailabilityZone", |cx, f| {
         string(cx, f).map(|s| s.map(|s| s.trim().to_owned()))
@@ -984,6 +987,7 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
         csi: csi?,
         cni_manifest: cni_manifest?,
         credential_lifetime_days: credential_lifetime_days?,
+        credential_access_rules: credential_access_rules?,
         csi_availability_zone: csi_availability_zone?,
     })
 }
