@@ -219,13 +219,20 @@ impl Keystone for Session<'_> {
     }
 
     async fn create(&self, name: &str) -> Result<Credential, String> {
-        let req = kos_cluster::credential::request(
+        let mut req = kos_cluster::credential::request(
             name,
             self.cluster,
             &self.roles,
             self.lifetime_days,
             chrono::Utc::now(),
         );
+        // Access rules, when the credential it replaces has them (`addons.credentialAccessRules`).
+        req.access_rules = kos_cluster::credential::rotation_rules(
+            self.session,
+            &rotate::credential_names(self.cluster),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let c = self
             .session
             .identity()
