@@ -97,3 +97,15 @@ async fn without_the_field_the_credential_has_no_rules() -> R {
     assert!(kept(&c, "norules").is_empty());
     down(&c.session, "norules").await
 }
+
+#[test]
+fn anything_but_a_boolean_is_refused_naming_the_field() {
+    let yaml = Shape::small("badrules", 0).yaml().replacen(
+        "spec:\n",
+        "spec:\n  addons: {credentialAccessRules: \"yes\"}\n",
+        1,
+    );
+    let e = kos_cluster::load("cluster.yaml", &yaml).expect_err("a string is not a boolean");
+    let text = format!("{:?}", miette::Report::new(e));
+    assert!(text.contains("spec.addons.credentialAccessRules"), "{text}");
+}
