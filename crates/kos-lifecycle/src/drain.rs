@@ -21,6 +21,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
+pub use crate::api::ApiError;
+use crate::api::chain;
+
 /// The annotation the kubelet puts on a mirror pod.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// The taint the node lifecycle controller puts on a node whose kubelet stopped reporting.
@@ -124,7 +127,7 @@ pub enum Left {
 }
 
 /// What an eviction came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Eviction {
     /// 201 (or 200): the pod is being deleted.
     Evicted,
@@ -133,7 +136,7 @@ pub enum Eviction {
     /// 429: a PodDisruptionBudget allows no disruption now.
     Blocked(Blocked),
     /// Anything else (another status, or the API could not be reached).
-    Failed(String),
+    Failed(ApiError),
 }
 
 /// A refusal by a disruption budget, in the server's words.
@@ -154,18 +157,29 @@ pub fn budget_in_cause(cause: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
-/// The cluster's API, as a drain uses it.
+/// The cluster's API, as a drain uses it. Errors are the API's kinds ([`ApiError`]); what they
+/// mean for the drain is decided here: a Node that is not there is nothing to drain, one deleted
+/// already is done.
 pub trait NodeApi {
-    /// The node, `None` when there is no Node of that name.
-    fn node(&self, name: &str) -> impl Future<Output = Result<Option<Node>, String>>;
+    /// The node; [`ApiError::NotFound`] when there is no Node of that name.
+    fn node(&self, name: &str) -> impl Future<Output = Result<Node, ApiError>>;
     /// Sets `spec.unschedulable`.
-    fn cordon(&self, name: &str) -> impl Future<Output = Result<(), String>>;
+    fn cordon(&self, name: &str) -> impl Future<Output = Result<(), ApiError>>;
     /// Every pod whose `spec.nodeName` is `node`, in every namespace.
-    fn pods_on(&self, node: &str) -> impl Future<Output = Result<Vec<Pod>, String>>;
+    fn pods_on(&self, node: &str) -> impl Future<Output = Result<Vec<Pod>, ApiError>>;
     /// A `policy/v1` Eviction of the pod; no retry of its own (the drain owns retries).
     fn evict(&self, namespace: &str, name: &str) -> impl Future<Output = Eviction>;
-    /// Deletes the Node object; one that is gone already is not an error.
-    fn delete_node(&self, name: &str) -> impl Future<Output = Result<(), String>>;
+    /// Deletes the Node object; [`ApiError::NotFound`] when it is gone already.
+    fn delete_node(&self, name: &str) -> impl Future<Output = Result<(), ApiError>>;
+}
+
+/// The node, `None` when the cluster has no Node of that name.
+async fn node_if_any(api: &impl NodeApi, name: &str) -> Result<Option<Node>, ApiError> {
+    match api.node(name).await {
+        Ok(n) => Ok(Some(n)),
+        Err(ApiError::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// How long to drain, how often to look, and how long a pod being deleted on a node whose kubelet
@@ -210,7 +224,7 @@ pub enum Stuck {
         budget: Option<String>,
         message: String,
     },
-    /// Its eviction failed otherwise.
+    /// Its eviction failed otherwise (the error and its causes, as the report shows them).
     Refused(String),
     /// It is being deleted and its kubelet has not confirmed it yet.
     Terminating,
@@ -266,10 +280,35 @@ impl StuckPods {
     }
 }
 
+/// The call of [`NodeApi`] that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    ReadNode,
+    Cordon,
+    ListPods,
+    DeleteNode,
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Call::ReadNode => "reading the Node",
+            Call::Cordon => "cordoning it",
+            Call::ListPods => "listing its pods",
+            Call::DeleteNode => "deleting the Node",
+        })
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DrainError {
-    #[error("draining node {node}: the cluster's API: {message}")]
-    Api { node: String, message: String },
+    #[error("draining node {node}: {call} through the cluster's API")]
+    Api {
+        node: String,
+        call: Call,
+        #[source]
+        source: ApiError,
+    },
     #[error(
         "node {node} was not drained within {}s: {stuck}; {}",
         .waited.as_secs(),
@@ -290,12 +329,15 @@ pub async fn drain(
     opts: Options,
     say: &mut dyn FnMut(&str),
 ) -> Result<Drained, DrainError> {
-    let err = |message: String| DrainError::Api {
-        node: node.to_owned(),
-        message,
+    let err = |call: Call| {
+        move |source: ApiError| DrainError::Api {
+            node: node.to_owned(),
+            call,
+            source,
+        }
     };
     let mut done = Drained::default();
-    let Some(n) = api.node(node).await.map_err(err)? else {
+    let Some(n) = node_if_any(api, node).await.map_err(err(Call::ReadNode))? else {
         say(&format!(
             "node {node} is not in the cluster: nothing to drain"
         ));
@@ -303,7 +345,7 @@ pub async fn drain(
         return Ok(done);
     };
     if !n.unschedulable {
-        api.cordon(node).await.map_err(err)?;
+        api.cordon(node).await.map_err(err(Call::Cordon))?;
         say(&format!("cordoned node {node}"));
     }
     let started = tokio::time::Instant::now();
@@ -311,7 +353,7 @@ pub async fn drain(
     let mut last_look = false;
     loop {
         let mut evicted_any = false;
-        let pods = api.pods_on(node).await.map_err(err)?;
+        let pods = api.pods_on(node).await.map_err(err(Call::ListPods))?;
         let mut stuck: BTreeMap<String, Stuck> = BTreeMap::new();
         done.left.clear();
         for p in &pods {
@@ -358,9 +400,10 @@ pub async fn drain(
                         },
                     );
                 }
-                Eviction::Failed(m) => {
-                    tracing::debug!(pod = %key, message = %m, "eviction failed");
-                    stuck.insert(key, Stuck::Refused(m));
+                Eviction::Failed(e) => {
+                    let why = chain(&e);
+                    tracing::debug!(pod = %key, error = %why, "eviction failed");
+                    stuck.insert(key, Stuck::Refused(why));
                 }
             }
         }
@@ -379,7 +422,7 @@ pub async fn drain(
         }
         last_look = waited >= opts.timeout;
         tokio::time::sleep(opts.poll).await;
-        match api.node(node).await.map_err(err)? {
+        match node_if_any(api, node).await.map_err(err(Call::ReadNode))? {
             Some(now) => n = now,
             None => {
                 say(&format!(
@@ -394,12 +437,14 @@ pub async fn drain(
 /// Deletes the Node object of a drained node whose server is gone (so no kubelet registers it
 /// again); a Node that is gone already is fine.
 pub async fn remove_node(api: &impl NodeApi, node: &str) -> Result<(), DrainError> {
-    api.delete_node(node)
-        .await
-        .map_err(|message| DrainError::Api {
+    match api.delete_node(node).await {
+        Ok(()) | Err(ApiError::NotFound) => Ok(()),
+        Err(source) => Err(DrainError::Api {
             node: node.to_owned(),
-            message,
-        })
+            call: Call::DeleteNode,
+            source,
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! - [`kubeadm_config`]: the running cluster's ClusterConfiguration moved (release, certificate names)
 //!   before control planes join, which read it there.
 //! - [`addons`]: the cloud controller and CSI moved to the release of the cluster's minor after an upgrade.
+//! - [`api`]: how the cluster's API fails, as the seams to it report it ([`api::ApiError`]).
 //! - [`drain`]: a node's pods evicted (PodDisruptionBudgets honoured) before its server is deleted,
 //!   as Cluster API drains a machine.
 //! - [`etcd`]: the etcd client (the v3 gateway's JSON over TLS with a client certificate of the etcd CA,
@@ -27,6 +28,7 @@
 //! - [`version`]: a running cluster's Kubernetes version moves one minor at a time, never back.
 
 pub mod addons;
+pub mod api;
 pub mod decide;
 pub mod drain;
 pub mod encryption;

@@ -12,9 +12,13 @@
 //! is deleted and made again.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
+
+pub use crate::api::ApiError;
+use crate::api::Cause;
 
 /// The Secret (in `kube-system`) holding `cloud.conf`.
 pub const CLOUD_CONFIG_SECRET: &str = "cloud-config";
@@ -85,59 +89,114 @@ pub enum Rollout {
     Waiting(String),
 }
 
+/// Why a call to Keystone failed, as far as the rotation decides on it.
+#[derive(Debug, thiserror::Error)]
+pub enum KeystoneError {
+    /// No such application credential (404).
+    #[error("no such application credential")]
+    NotFound,
+    /// Keystone answered and refused (a 4xx: forbidden, a duplicate name): the same call is
+    /// refused again until something else changes.
+    #[error("Keystone refused the request")]
+    Refused(#[source] Cause),
+    /// No answer, or one that says to try later (429, a 5xx, a cut-off connection).
+    #[error("Keystone did not answer")]
+    Unavailable(#[source] Cause),
+}
+
+impl KeystoneError {
+    /// Whether the same call may succeed later with nothing else changed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            KeystoneError::Unavailable(_) => true,
+            KeystoneError::NotFound | KeystoneError::Refused(_) => false,
+        }
+    }
+}
+
 /// Keystone, as rotation uses it.
 pub trait Keystone {
     /// The user's application credentials with one of `names`.
-    fn list(&self, names: &[String]) -> impl Future<Output = Result<Vec<Listed>, String>>;
-    fn create(&self, name: &str) -> impl Future<Output = Result<Credential, String>>;
-    /// Deleting one that is gone already is not an error.
-    fn delete(&self, id: &str) -> impl Future<Output = Result<(), String>>;
+    fn list(&self, names: &[String]) -> impl Future<Output = Result<Vec<Listed>, KeystoneError>>;
+    fn create(&self, name: &str) -> impl Future<Output = Result<Credential, KeystoneError>>;
+    /// [`KeystoneError::NotFound`] when it is gone already (the rotation counts that as done).
+    fn delete(&self, id: &str) -> impl Future<Output = Result<(), KeystoneError>>;
 }
 
-/// The cluster's API, as rotation uses it.
+/// The cluster's API, as rotation uses it; its errors are the API's kinds ([`ApiError`]).
 pub trait ClusterApi {
     /// `cloud.conf` of the `kube-system/cloud-config` Secret.
-    fn cloud_conf(&self) -> impl Future<Output = Result<SecretString, String>>;
-    fn set_cloud_conf(&self, text: &SecretString) -> impl Future<Output = Result<(), String>>;
+    fn cloud_conf(&self) -> impl Future<Output = Result<SecretString, ApiError>>;
+    fn set_cloud_conf(&self, text: &SecretString) -> impl Future<Output = Result<(), ApiError>>;
     /// The Deployments and DaemonSets whose pods mount the Secret `secret`.
     fn workloads_mounting(
         &self,
         secret: &str,
-    ) -> impl Future<Output = Result<Vec<Workload>, String>>;
+    ) -> impl Future<Output = Result<Vec<Workload>, ApiError>>;
     /// Sets a pod-template annotation: the controller replaces the pods.
     fn annotate(
         &self,
         w: &Workload,
         key: &str,
         value: &str,
-    ) -> impl Future<Output = Result<(), String>>;
-    fn rollout(&self, w: &Workload) -> impl Future<Output = Result<Rollout, String>>;
+    ) -> impl Future<Output = Result<(), ApiError>>;
+    fn rollout(&self, w: &Workload) -> impl Future<Output = Result<Rollout, ApiError>>;
+}
+
+/// Why the credential's secret could not be read or kept where kos keeps it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{} cannot be read", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: Cause,
+    },
+    #[error("{} cannot be written", .path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: Cause,
+    },
+    /// It is there but not a credential kos wrote (never shown: it holds a secret).
+    #[error("{} is malformed", .path.display())]
+    Malformed { path: PathBuf },
 }
 
 /// Where the machine running kos keeps the credential's secret.
 pub trait CredentialStore {
     /// A credential made by a rotation that has not finished.
-    fn pending(&self) -> Result<Option<Credential>, String>;
-    fn keep_pending(&self, c: &Credential) -> Result<(), String>;
+    fn pending(&self) -> Result<Option<Credential>, StoreError>;
+    fn keep_pending(&self, c: &Credential) -> Result<(), StoreError>;
     /// The rotation is done: `c` is the current credential, nothing is pending.
-    fn commit(&self, c: &Credential) -> Result<(), String>;
+    fn commit(&self, c: &Credential) -> Result<(), StoreError>;
 }
 
+/// What a rotation failed at. No variant holds a secret: the causes are the seams' errors, which
+/// hold none either.
 #[derive(Debug, thiserror::Error)]
 pub enum RotateError {
-    #[error("cannot read the cluster's kube-system/{CLOUD_CONFIG_SECRET} Secret: {0}")]
-    ReadSecret(String),
+    #[error("cannot read the cluster's kube-system/{CLOUD_CONFIG_SECRET} Secret")]
+    ReadSecret(#[source] ApiError),
     #[error(
         "kube-system/{CLOUD_CONFIG_SECRET} has no application-credential-id and -secret in [Global]: \
          kos rotates only the application credential it made"
     )]
     NotAnApplicationCredential,
-    #[error("Keystone: {0}")]
-    Keystone(String),
-    #[error("the cluster's API: {0}")]
-    Api(String),
-    #[error("the credential's secret cannot be kept on this machine: {0}")]
-    Store(String),
+    #[error("Keystone: {what}")]
+    Keystone {
+        what: String,
+        #[source]
+        source: KeystoneError,
+    },
+    #[error("the cluster's API: {what}")]
+    Api {
+        what: String,
+        #[source]
+        source: ApiError,
+    },
+    #[error("the credential's secret cannot be kept on this machine")]
+    Store(#[source] StoreError),
     #[error(
         "{workload} did not roll out on the new credential within {}s: {detail}; the old credential is kept",
         .waited.as_secs()
@@ -190,7 +249,10 @@ pub async fn rotate(
     let conf = api.cloud_conf().await.map_err(RotateError::ReadSecret)?;
     let in_use = global_value(conf.expose_secret(), "application-credential-id")
         .ok_or(RotateError::NotAnApplicationCredential)?;
-    let listed = keystone.list(&names).await.map_err(RotateError::Keystone)?;
+    let listed = keystone
+        .list(&names)
+        .await
+        .map_err(keystone_err("listing the application credentials"))?;
     let pending = store
         .pending()
         .map_err(RotateError::Store)?
@@ -210,13 +272,12 @@ pub async fn rotate(
             // A credential of that name whose secret nobody kept (a run killed right after Keystone
             // made it), or the old one of an earlier rotation: not in use, so it goes.
             for stale in listed.iter().filter(|l| &l.name == name && l.id != in_use) {
-                keystone
-                    .delete(&stale.id)
-                    .await
-                    .map_err(RotateError::Keystone)?;
+                delete(keystone, &stale.id).await?;
                 deleted.push(stale.id.clone());
             }
-            let made = keystone.create(name).await.map_err(RotateError::Keystone)?;
+            let made = keystone.create(name).await.map_err(keystone_err(&format!(
+                "making application credential {name}"
+            )))?;
             store.keep_pending(&made).map_err(RotateError::Store)?;
             say(&format!(
                 "made application credential {} ({})",
@@ -234,7 +295,9 @@ pub async fn rotate(
         .ok_or(RotateError::NotAnApplicationCredential)?;
         api.set_cloud_conf(&SecretString::from(text))
             .await
-            .map_err(RotateError::Api)?;
+            .map_err(api_err(&format!(
+                "writing kube-system/{CLOUD_CONFIG_SECRET}"
+            )))?;
         say(&format!(
             "kube-system/{CLOUD_CONFIG_SECRET} now holds {}",
             target.id
@@ -243,19 +306,25 @@ pub async fn rotate(
     let workloads = api
         .workloads_mounting(CLOUD_CONFIG_SECRET)
         .await
-        .map_err(RotateError::Api)?;
+        .map_err(api_err(&format!(
+            "listing the workloads that mount {CLOUD_CONFIG_SECRET}"
+        )))?;
     for w in &workloads {
         if w.annotation.as_deref() != Some(target.id.as_str()) {
             api.annotate(w, CREDENTIAL_ANNOTATION, &target.id)
                 .await
-                .map_err(RotateError::Api)?;
+                .map_err(api_err(&format!("restarting {w}")))?;
             say(&format!("restarting {w}"));
         }
     }
     let started = tokio::time::Instant::now();
     for w in &workloads {
         loop {
-            match api.rollout(w).await.map_err(RotateError::Api)? {
+            match api
+                .rollout(w)
+                .await
+                .map_err(api_err(&format!("reading the rollout of {w}")))?
+            {
                 Rollout::Done => break,
                 Rollout::Waiting(detail) => {
                     let waited = started.elapsed();
@@ -277,10 +346,7 @@ pub async fn rotate(
         if deleted.contains(&old.id) {
             continue;
         }
-        keystone
-            .delete(&old.id)
-            .await
-            .map_err(RotateError::Keystone)?;
+        delete(keystone, &old.id).await?;
         say(&format!(
             "deleted application credential {} ({})",
             old.name, old.id
@@ -293,6 +359,27 @@ pub async fn rotate(
         rolled: workloads.iter().map(ToString::to_string).collect(),
         deleted,
     })
+}
+
+fn keystone_err(what: &str) -> impl FnOnce(KeystoneError) -> RotateError {
+    let what = what.to_owned();
+    move |source| RotateError::Keystone { what, source }
+}
+
+fn api_err(what: &str) -> impl FnOnce(ApiError) -> RotateError {
+    let what = what.to_owned();
+    move |source| RotateError::Api { what, source }
+}
+
+/// Deletes the application credential `id`; one that is gone already is done.
+async fn delete(keystone: &impl Keystone, id: &str) -> Result<(), RotateError> {
+    match keystone.delete(id).await {
+        Ok(()) | Err(KeystoneError::NotFound) => Ok(()),
+        Err(source) => Err(RotateError::Keystone {
+            what: format!("deleting application credential {id}"),
+            source,
+        }),
+    }
 }
 
 /// The value of `key` in cloud.conf's `[Global]` section (gcfg syntax: `key = value`, `#`/`;`

@@ -13,7 +13,6 @@
 #[cfg(test)]
 mod api_tests;
 pub mod follow;
-pub mod kube;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -5,6 +5,7 @@ mod cli;
 mod cloud;
 mod cmd;
 mod files;
+mod kube;
 mod local;
 mod progress;
 mod term;

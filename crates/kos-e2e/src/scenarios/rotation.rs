@@ -13,9 +13,10 @@ use kos_cloud::model::identity::keystone_expiry;
 use kos_cloud::model::network::NetworkFilter;
 use kos_cloud::{AppCredentialRef, CloudProfile, ProfileAuth, Session};
 use kos_cluster::credential::{Due, ccm_roles, request, rotation_due};
+use kos_lifecycle::api::ApiError;
 use kos_lifecycle::rotate::{
-    ClusterApi, Credential, CredentialStore, Keystone, Listed, Options, Rollout, Workload,
-    credential_names, global_value, rotate,
+    ClusterApi, Credential, CredentialStore, Keystone, KeystoneError, Listed, Options, Rollout,
+    StoreError, Workload, credential_names, global_value, rotate,
 };
 use secrecy::{ExposeSecret as _, SecretString};
 
@@ -158,23 +159,36 @@ fn store_secret(store: &Kept) -> Result<SecretString> {
 /// The cluster's cloud.conf, with no workload mounting it.
 struct Conf(Mutex<String>);
 
+/// A lock a panic poisoned, as the stand-ins report it.
+fn poisoned() -> ApiError {
+    ApiError::Malformed {
+        what: "poisoned".into(),
+        source: None,
+    }
+}
+
+/// What the stand-in cluster answers for a workload: it has none.
+fn no_workload() -> ApiError {
+    ApiError::NotFound
+}
+
 impl ClusterApi for Conf {
-    async fn cloud_conf(&self) -> Result<SecretString, String> {
-        let c = self.0.lock().map_err(|_| "poisoned".to_owned())?;
+    async fn cloud_conf(&self) -> Result<SecretString, ApiError> {
+        let c = self.0.lock().map_err(|_| poisoned())?;
         Ok(SecretString::from(c.clone()))
     }
-    async fn set_cloud_conf(&self, text: &SecretString) -> Result<(), String> {
-        *self.0.lock().map_err(|_| "poisoned".to_owned())? = text.expose_secret().to_owned();
+    async fn set_cloud_conf(&self, text: &SecretString) -> Result<(), ApiError> {
+        *self.0.lock().map_err(|_| poisoned())? = text.expose_secret().to_owned();
         Ok(())
     }
-    async fn workloads_mounting(&self, _secret: &str) -> Result<Vec<Workload>, String> {
+    async fn workloads_mounting(&self, _secret: &str) -> Result<Vec<Workload>, ApiError> {
         Ok(Vec::new())
     }
-    async fn annotate(&self, _w: &Workload, _key: &str, _value: &str) -> Result<(), String> {
-        Err("no workload mounts the Secret".into())
+    async fn annotate(&self, _w: &Workload, _key: &str, _value: &str) -> Result<(), ApiError> {
+        Err(no_workload())
     }
-    async fn rollout(&self, _w: &Workload) -> Result<Rollout, String> {
-        Err("no workload mounts the Secret".into())
+    async fn rollout(&self, _w: &Workload) -> Result<Rollout, ApiError> {
+        Err(no_workload())
     }
 }
 
@@ -182,16 +196,22 @@ impl ClusterApi for Conf {
 #[derive(Default)]
 struct Kept(Mutex<(Option<Credential>, Option<Credential>)>);
 
-impl CredentialStore for Kept {
-    fn pending(&self) -> Result<Option<Credential>, String> {
-        Ok(self.0.lock().map_err(|_| "poisoned".to_owned())?.0.clone())
+fn poisoned_store() -> StoreError {
+    StoreError::Malformed {
+        path: "(in memory, poisoned)".into(),
     }
-    fn keep_pending(&self, c: &Credential) -> Result<(), String> {
-        self.0.lock().map_err(|_| "poisoned".to_owned())?.0 = Some(c.clone());
+}
+
+impl CredentialStore for Kept {
+    fn pending(&self) -> Result<Option<Credential>, StoreError> {
+        Ok(self.0.lock().map_err(|_| poisoned_store())?.0.clone())
+    }
+    fn keep_pending(&self, c: &Credential) -> Result<(), StoreError> {
+        self.0.lock().map_err(|_| poisoned_store())?.0 = Some(c.clone());
         Ok(())
     }
-    fn commit(&self, c: &Credential) -> Result<(), String> {
-        let mut k = self.0.lock().map_err(|_| "poisoned".to_owned())?;
+    fn commit(&self, c: &Credential) -> Result<(), StoreError> {
+        let mut k = self.0.lock().map_err(|_| poisoned_store())?;
         *k = (None, Some(c.clone()));
         Ok(())
     }
@@ -206,7 +226,7 @@ struct UserKeystone<'a> {
 }
 
 impl Keystone for UserKeystone<'_> {
-    async fn list(&self, names: &[String]) -> Result<Vec<Listed>, String> {
+    async fn list(&self, names: &[String]) -> Result<Vec<Listed>, KeystoneError> {
         let mut out = Vec::new();
         for n in names {
             let found = self
@@ -214,7 +234,7 @@ impl Keystone for UserKeystone<'_> {
                 .identity()
                 .list_application_credentials(Some(n))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(keystone_error)?;
             out.extend(found.into_iter().map(|c| Listed {
                 id: c.id,
                 name: c.name,
@@ -223,7 +243,7 @@ impl Keystone for UserKeystone<'_> {
         Ok(out)
     }
 
-    async fn create(&self, name: &str) -> Result<Credential, String> {
+    async fn create(&self, name: &str) -> Result<Credential, KeystoneError> {
         let req = request(
             name,
             self.cluster,
@@ -236,7 +256,7 @@ impl Keystone for UserKeystone<'_> {
             .identity()
             .create_application_credential(&req)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(keystone_error)?;
         Ok(Credential {
             id: c.credential.id,
             name: c.credential.name,
@@ -244,16 +264,22 @@ impl Keystone for UserKeystone<'_> {
         })
     }
 
-    async fn delete(&self, id: &str) -> Result<(), String> {
-        match self
-            .session
+    async fn delete(&self, id: &str) -> Result<(), KeystoneError> {
+        self.session
             .identity()
             .delete_application_credential(id)
             .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.to_string()),
-        }
+            .map_err(keystone_error)
+    }
+}
+
+/// As the CLI tells Keystone's errors apart (`cmd/rotate.rs`).
+fn keystone_error(e: kos_cloud::CloudError) -> KeystoneError {
+    if e.is_not_found() {
+        KeystoneError::NotFound
+    } else if e.is_transient() {
+        KeystoneError::Unavailable(Box::new(e))
+    } else {
+        KeystoneError::Refused(Box::new(e))
     }
 }

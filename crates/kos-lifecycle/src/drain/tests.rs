@@ -83,11 +83,15 @@ impl Cluster {
 }
 
 impl NodeApi for Cluster {
-    async fn node(&self, name: &str) -> Result<Option<Node>, String> {
-        Ok(self.node.borrow().clone().filter(|n| n.name == name))
+    async fn node(&self, name: &str) -> Result<Node, ApiError> {
+        self.node
+            .borrow()
+            .clone()
+            .filter(|n| n.name == name)
+            .ok_or(ApiError::NotFound)
     }
 
-    async fn cordon(&self, _name: &str) -> Result<(), String> {
+    async fn cordon(&self, _name: &str) -> Result<(), ApiError> {
         *self.cordons.borrow_mut() += 1;
         if let Some(n) = self.node.borrow_mut().as_mut() {
             n.unschedulable = true;
@@ -95,7 +99,7 @@ impl NodeApi for Cluster {
         Ok(())
     }
 
-    async fn pods_on(&self, _node: &str) -> Result<Vec<Pod>, String> {
+    async fn pods_on(&self, _node: &str) -> Result<Vec<Pod>, ApiError> {
         *self.lists.borrow_mut() += 1;
         let mut pods = self.pods.borrow_mut();
         // An evicted pod shows `linger` more times, then its kubelet confirms and it goes.
@@ -142,10 +146,13 @@ impl NodeApi for Cluster {
         Eviction::Evicted
     }
 
-    async fn delete_node(&self, name: &str) -> Result<(), String> {
+    async fn delete_node(&self, name: &str) -> Result<(), ApiError> {
         self.deleted_nodes.borrow_mut().push(name.to_owned());
-        *self.node.borrow_mut() = None;
-        Ok(())
+        // As kube-apiserver answers a DELETE of what is not there.
+        match self.node.borrow_mut().take() {
+            Some(n) if n.name == name => Ok(()),
+            _ => Err(ApiError::NotFound),
+        }
     }
 }
 
@@ -373,19 +380,97 @@ async fn a_missing_node_is_nothing_to_do_and_a_drained_one_stays_drained() {
     remove_node(&c, "w-1").await.unwrap();
     assert_eq!(*c.deleted_nodes.borrow(), ["w-1"]);
     assert!(run(&c, patient()).await.0.unwrap().node_missing);
+    // The API says the Node is not there (404): removed already, which is what was asked.
+    remove_node(&c, "w-1").await.unwrap();
+    assert_eq!(*c.deleted_nodes.borrow(), ["w-1", "w-1"]);
+}
+
+/// The API failing otherwise stops the drain naming the call, the error kept as its cause: a
+/// refusal is not mistaken for a missing Node, nor a failed delete for a done one.
+#[tokio::test]
+async fn api_failures_other_than_not_found_stop_the_drain_with_their_cause() {
+    struct Failing {
+        inner: Cluster,
+        cordon: fn() -> ApiError,
+    }
+    impl NodeApi for Failing {
+        async fn node(&self, name: &str) -> Result<Node, ApiError> {
+            self.inner.node(name).await
+        }
+        async fn cordon(&self, _name: &str) -> Result<(), ApiError> {
+            Err((self.cordon)())
+        }
+        async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
+            self.inner.pods_on(node).await
+        }
+        async fn evict(&self, namespace: &str, name: &str) -> Eviction {
+            self.inner.evict(namespace, name).await
+        }
+        async fn delete_node(&self, _name: &str) -> Result<(), ApiError> {
+            Err((self.cordon)())
+        }
+    }
+    let forbidden = || ApiError::Status {
+        code: 403,
+        message: "nodes \"w-1\" is forbidden".into(),
+    };
+    let unreachable = || {
+        ApiError::Unreachable(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        )))
+    };
+    let cases: [(fn() -> ApiError, bool); 2] = [(forbidden, false), (unreachable, true)];
+    for (cordon, transient) in cases {
+        let c = Failing {
+            inner: Cluster::with(node(Ready::True, false), vec![held(pod("web-0", None))]),
+            cordon,
+        };
+        let e = run_on(&c, patient()).await.unwrap_err();
+        let DrainError::Api { node, call, source } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!((node.as_str(), *call), ("w-1", Call::Cordon));
+        assert_eq!(source.is_transient(), transient, "{source}");
+        assert_eq!(
+            e.to_string(),
+            "draining node w-1: cordoning it through the cluster's API"
+        );
+        assert!(
+            crate::api::chain(&e).contains(&cordon().to_string()),
+            "{}",
+            crate::api::chain(&e)
+        );
+        assert_eq!(c.inner.evictions_of("web-0"), 0, "nothing evicted");
+        let e = remove_node(&c, "w-1").await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                DrainError::Api {
+                    call: Call::DeleteNode,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}
+
+async fn run_on(api: &impl NodeApi, opts: Options) -> Result<Drained, DrainError> {
+    drain(api, "w-1", opts, &mut |_| {}).await
 }
 
 #[tokio::test]
 async fn other_eviction_failures_are_retried_and_reported() {
     struct Refusing(Cluster);
     impl NodeApi for Refusing {
-        async fn node(&self, name: &str) -> Result<Option<Node>, String> {
+        async fn node(&self, name: &str) -> Result<Node, ApiError> {
             self.0.node(name).await
         }
-        async fn cordon(&self, name: &str) -> Result<(), String> {
+        async fn cordon(&self, name: &str) -> Result<(), ApiError> {
             self.0.cordon(name).await
         }
-        async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, String> {
+        async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
             self.0.pods_on(node).await
         }
         async fn evict(&self, namespace: &str, name: &str) -> Eviction {
@@ -395,9 +480,12 @@ async fn other_eviction_failures_are_retried_and_reported() {
                 .borrow_mut()
                 .entry(format!("{namespace}/{name}"))
                 .or_default() += 1;
-            Eviction::Failed("HTTP 500: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into())
+            Eviction::Failed(ApiError::Status {
+                code: 500,
+                message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
+            })
         }
-        async fn delete_node(&self, name: &str) -> Result<(), String> {
+        async fn delete_node(&self, name: &str) -> Result<(), ApiError> {
             self.0.delete_node(name).await
         }
     }

@@ -54,11 +54,11 @@ impl World {
         w
     }
 
-    fn step(&self) -> Result<(), String> {
+    fn step(&self) -> Result<(), Killed> {
         let mut n = self.steps.borrow_mut();
         *n += 1;
         if *self.die_at.borrow() == Some(*n) {
-            return Err("killed".into());
+            return Err(Killed);
         }
         Ok(())
     }
@@ -76,8 +76,41 @@ impl World {
     }
 }
 
+/// The "process" died in a call: each seam reports it as its own kind of failure.
+#[derive(Debug)]
+struct Killed;
+
+impl std::fmt::Display for Killed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("killed")
+    }
+}
+
+impl std::error::Error for Killed {}
+
+impl From<Killed> for KeystoneError {
+    fn from(k: Killed) -> Self {
+        KeystoneError::Unavailable(Box::new(k))
+    }
+}
+
+impl From<Killed> for ApiError {
+    fn from(k: Killed) -> Self {
+        ApiError::Unreachable(Box::new(k))
+    }
+}
+
+impl From<Killed> for StoreError {
+    fn from(k: Killed) -> Self {
+        StoreError::Write {
+            path: "ccm-credential-next.json".into(),
+            source: Box::new(k),
+        }
+    }
+}
+
 impl Keystone for World {
-    async fn list(&self, names: &[String]) -> Result<Vec<Listed>, String> {
+    async fn list(&self, names: &[String]) -> Result<Vec<Listed>, KeystoneError> {
         self.step()?;
         Ok(self
             .creds
@@ -87,10 +120,12 @@ impl Keystone for World {
             .map(|(l, _)| l.clone())
             .collect())
     }
-    async fn create(&self, name: &str) -> Result<Credential, String> {
+    async fn create(&self, name: &str) -> Result<Credential, KeystoneError> {
         self.step()?;
         if self.creds.borrow().iter().any(|(l, _)| l.name == name) {
-            return Err(format!("409 duplicate name {name}"));
+            return Err(KeystoneError::Refused(
+                format!("409 duplicate name {name}").into(),
+            ));
         }
         *self.made.borrow_mut() += 1;
         let n = *self.made.borrow();
@@ -109,29 +144,34 @@ impl Keystone for World {
             secret: SecretString::from(secret),
         })
     }
-    async fn delete(&self, id: &str) -> Result<(), String> {
+    async fn delete(&self, id: &str) -> Result<(), KeystoneError> {
         self.step()?;
-        self.creds.borrow_mut().retain(|(l, _)| l.id != id);
+        let mut creds = self.creds.borrow_mut();
+        let before = creds.len();
+        creds.retain(|(l, _)| l.id != id);
+        if creds.len() == before {
+            return Err(KeystoneError::NotFound);
+        }
         Ok(())
     }
 }
 
 impl ClusterApi for World {
-    async fn cloud_conf(&self) -> Result<SecretString, String> {
+    async fn cloud_conf(&self) -> Result<SecretString, ApiError> {
         self.step()?;
         Ok(SecretString::from(self.conf.borrow().clone()))
     }
-    async fn set_cloud_conf(&self, text: &SecretString) -> Result<(), String> {
+    async fn set_cloud_conf(&self, text: &SecretString) -> Result<(), ApiError> {
         self.step()?;
         *self.conf.borrow_mut() = text.expose_secret().to_owned();
         Ok(())
     }
-    async fn workloads_mounting(&self, secret: &str) -> Result<Vec<Workload>, String> {
+    async fn workloads_mounting(&self, secret: &str) -> Result<Vec<Workload>, ApiError> {
         self.step()?;
         assert_eq!(secret, "cloud-config");
         Ok(self.workloads.borrow().clone())
     }
-    async fn annotate(&self, w: &Workload, key: &str, value: &str) -> Result<(), String> {
+    async fn annotate(&self, w: &Workload, key: &str, value: &str) -> Result<(), ApiError> {
         self.step()?;
         assert_eq!(key, CREDENTIAL_ANNOTATION);
         for x in self.workloads.borrow_mut().iter_mut() {
@@ -142,7 +182,7 @@ impl ClusterApi for World {
         *self.polls.borrow_mut() = 0;
         Ok(())
     }
-    async fn rollout(&self, w: &Workload) -> Result<Rollout, String> {
+    async fn rollout(&self, w: &Workload) -> Result<Rollout, ApiError> {
         self.step()?;
         let mut p = self.polls.borrow_mut();
         *p += 1;
@@ -162,15 +202,15 @@ impl ClusterApi for World {
 }
 
 impl CredentialStore for World {
-    fn pending(&self) -> Result<Option<Credential>, String> {
+    fn pending(&self) -> Result<Option<Credential>, StoreError> {
         Ok(self.pending.borrow().clone())
     }
-    fn keep_pending(&self, c: &Credential) -> Result<(), String> {
+    fn keep_pending(&self, c: &Credential) -> Result<(), StoreError> {
         self.step()?;
         *self.pending.borrow_mut() = Some(c.clone());
         Ok(())
     }
-    fn commit(&self, c: &Credential) -> Result<(), String> {
+    fn commit(&self, c: &Credential) -> Result<(), StoreError> {
         self.step()?;
         *self.committed.borrow_mut() = Some(c.clone());
         *self.pending.borrow_mut() = None;
@@ -353,4 +393,79 @@ fn errors_and_debug_never_show_a_secret() {
         secret: SecretString::from("hunter2"),
     };
     assert!(!format!("{c:?}").contains("hunter2"));
+}
+
+/// Keystone deleting an old credential someone else deleted meanwhile says 404: the rotation
+/// counts it done. Any other refusal stops the rotation, naming the step, with Keystone's error
+/// as the cause.
+#[tokio::test]
+async fn a_credential_gone_already_is_deleted_and_a_refusal_is_reported_with_its_cause() {
+    struct Gone<'a>(&'a World, KeystoneError);
+    impl Keystone for Gone<'_> {
+        async fn list(&self, names: &[String]) -> Result<Vec<Listed>, KeystoneError> {
+            self.0.list(names).await
+        }
+        async fn create(&self, name: &str) -> Result<Credential, KeystoneError> {
+            self.0.create(name).await
+        }
+        async fn delete(&self, id: &str) -> Result<(), KeystoneError> {
+            // Gone before this call: what Keystone answers then.
+            self.0.delete(id).await?;
+            match &self.1 {
+                KeystoneError::NotFound => Err(KeystoneError::NotFound),
+                KeystoneError::Refused(e) => Err(KeystoneError::Refused(e.to_string().into())),
+                KeystoneError::Unavailable(e) => {
+                    Err(KeystoneError::Unavailable(e.to_string().into()))
+                }
+            }
+        }
+    }
+    let w = World::new();
+    let r = rotate(
+        "demo",
+        &Gone(&w, KeystoneError::NotFound),
+        &w,
+        &w,
+        fast(),
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.deleted, ["old-id"]);
+    assert_eq!(w.ids(), [r.id]);
+
+    let w = World::new();
+    let refused = KeystoneError::Refused("403 Forbidden: You are not authorized".into());
+    let e = rotate("demo", &Gone(&w, refused), &w, &w, fast(), &mut |_| {})
+        .await
+        .unwrap_err();
+    let RotateError::Keystone { what, source } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(what, "deleting application credential old-id");
+    assert!(!source.is_transient());
+    assert_eq!(
+        crate::api::chain(&e),
+        "Keystone: deleting application credential old-id: Keystone refused the request: \
+         403 Forbidden: You are not authorized"
+    );
+    // The new credential is live and committed before the old one goes.
+    assert!(w.committed.borrow().is_some());
+}
+
+/// What the cluster's API failed at is named, its kind kept, and no secret is in the text.
+#[tokio::test]
+async fn a_failing_cluster_api_is_reported_by_step_without_a_secret() {
+    let w = World::new();
+    *w.die_at.borrow_mut() = Some(5);
+    let e = run(&w).await.unwrap_err();
+    let RotateError::Api { what, source } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(what, "writing kube-system/cloud-config");
+    assert!(source.is_transient());
+    let shown = format!("{} {e:?}", crate::api::chain(&e));
+    for secret in ["secret-1", "old-secret"] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
 }

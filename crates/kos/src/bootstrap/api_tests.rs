@@ -1,6 +1,6 @@
 //! The API phase of `kos up` against a fake API server over real TLS: the server's certificate is
 //! signed by the cluster CA and it demands a client certificate signed by the same CA, as
-//! kube-apiserver does. Proves that `Kube` trusts the cluster CA only, authenticates with the admin
+//! kube-apiserver does. Proves that [`Kube`] trusts the cluster CA only, authenticates with the admin
 //! certificate it signs offline, and that [`api`](super::follow::api) waits for `/readyz` and for
 //! every node Ready and initialised, or says what is missing.
 
@@ -13,7 +13,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::follow::{ApiPhase, Timing, api};
-use super::kube::Kube;
+use crate::kube::{Kube, KubeError, UNINITIALIZED};
 
 /// A change of what the fake API answers.
 type Step = Box<dyn FnOnce(&mut State) + Send>;
@@ -120,7 +120,7 @@ fn answer(path: &str, state: &Mutex<State>) -> (&'static str, String) {
                 .iter()
                 .map(|(name, ready, uninit)| {
                     let taints = if *uninit {
-                        serde_json::json!([{"key": super::kube::UNINITIALIZED, "effect": "NoSchedule"}])
+                        serde_json::json!([{"key": UNINITIALIZED, "effect": "NoSchedule"}])
                     } else {
                         serde_json::json!([])
                     };
@@ -143,11 +143,12 @@ fn answer(path: &str, state: &Mutex<State>) -> (&'static str, String) {
 
 fn kube(port: u16, secrets: &ClusterSecrets) -> Kube {
     let version: KubeVersion = "1.36.4".parse().expect("version");
-    Kube::new(
+    Kube::connect(
         &ApiEndpoint {
             host: "127.0.0.1".into(),
             port,
         },
+        None,
         &version,
         secrets,
     )
@@ -218,7 +219,8 @@ async fn a_cluster_that_never_gets_ready_says_what_is_missing() {
     .await
     .expect_err("never ready");
     assert!(
-        e.contains("waiting for the cloud controller to initialise w-0"),
+        e.last
+            .contains("waiting for the cloud controller to initialise w-0"),
         "{e}"
     );
 }
@@ -252,7 +254,10 @@ async fn only_the_cluster_ca_is_trusted_both_ways() {
     );
     // The server only accepts the other cluster's clients.
     let port = serve(serving_cert(&ours.ca), &other.ca.cert_pem, state()).await;
-    assert!(kube(port, &ours).readyz().await.is_err());
+    assert!(matches!(
+        kube(port, &ours).readyz().await,
+        Err(KubeError::Transport { .. })
+    ));
     // Nothing listens: a private endpoint.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -10,7 +10,9 @@ use kos_cloud::Session;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::kube::{Kube, NodeStatus};
+use kos_lifecycle::api::chain;
+
+use crate::kube::{Kube, NodeStatus};
 
 const MARKER: &str = "kos-bootstrap: ";
 /// The simulator's cloud-init failure line.
@@ -364,6 +366,15 @@ pub enum ApiPhase {
     Skipped(String),
 }
 
+/// The cluster did not get ready in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the cluster was not ready within {}s: {last}", .deadline.as_secs())]
+pub struct NotReady {
+    pub deadline: Duration,
+    /// What was still missing when it gave up (a node count, the API's last error).
+    pub last: String,
+}
+
 /// Waits for `/readyz` and for `expected` nodes Ready without the uninitialized taint. An API that
 /// cannot be reached at all for `probe` is reported as skipped (a private endpoint).
 ///
@@ -374,7 +385,7 @@ pub async fn api(
     expected: usize,
     timing: &Timing,
     probe: Duration,
-) -> Result<ApiPhase, String> {
+) -> Result<ApiPhase, NotReady> {
     let start = Instant::now();
     let mut reached = false;
     let mut last;
@@ -384,10 +395,11 @@ pub async fn api(
         match kube.readyz().await {
             Err(e) if !reached && start.elapsed() >= probe => {
                 return Ok(ApiPhase::Skipped(format!(
-                    "not reachable from this machine: {e}"
+                    "not reachable from this machine: {}",
+                    chain(&e)
                 )));
             }
-            Err(e) => last = e,
+            Err(e) => last = chain(&e),
             Ok(false) => {
                 reached = true;
                 last = "/readyz is not ok yet".into();
@@ -407,16 +419,16 @@ pub async fn api(
                             return Ok(ApiPhase::Ready { nodes: good });
                         }
                     }
-                    Err(e) => last = e,
+                    Err(e) => last = chain(&e),
                 }
             }
         }
         let deadline = start + timing.deadline();
         if Instant::now() >= deadline {
-            return Err(format!(
-                "the cluster was not ready within {}s: {last}",
-                timing.deadline().as_secs()
-            ));
+            return Err(NotReady {
+                deadline: timing.deadline(),
+                last,
+            });
         }
         if said.elapsed() >= crate::progress::HEARTBEAT {
             eprintln!(

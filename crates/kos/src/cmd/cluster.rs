@@ -12,16 +12,17 @@ use kos_cluster::plan::{Op, Plan};
 use kos_cluster::resolved::Resolved;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
 use kos_cluster::{ClusterSpec, Loaded};
+use kos_lifecycle::api::chain;
 use kos_lifecycle::decide::DecideError;
 use kos_lifecycle::run::{Decided, RunError};
 use miette::IntoDiagnostic;
 
 use super::{Exit, Failure};
 use crate::bootstrap::follow::{self, ApiPhase, NodeState, Target, Timing};
-use crate::bootstrap::kube::Kube;
 use crate::bootstrap::{API_PORT, ClusterMeta, KubeadmBootstrap, Local, Secrets, Seen};
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
+use crate::kube::{ConnectError, Kube, KubeError, gone_is_fine};
 
 /// A spec read, validated and checked against the cloud, with its desired graph: one turn of a run.
 pub(super) struct Prepared {
@@ -862,15 +863,16 @@ async fn push_token(
     let result = async {
         let meta = local
             .meta_data()
-            .map_err(|e| e.to_string())?
-            .ok_or("API address unknown")?;
+            .map_err(ApiClientError::local)?
+            .ok_or(ApiClientError::NoAddress)?;
         ensure_token(c, spec, &meta.api_address, secrets).await?;
         if certs {
             ensure_certs(c, spec, &meta.api_address, secrets).await?;
         }
-        Ok::<(), String>(())
+        Ok::<(), PushError>(())
     }
-    .await;
+    .await
+    .map_err(|e| chain(&e));
     match result {
         Ok(()) => {
             eprintln!(
@@ -959,6 +961,30 @@ fn joins_control_planes(plan: &Plan) -> bool {
     })
 }
 
+/// Why the join token or kubeadm-certs could not be put into the cluster. Nothing here holds
+/// the token or a key: the rendered objects never reach an error.
+#[derive(Debug, thiserror::Error)]
+enum PushError {
+    #[error(transparent)]
+    Client(#[from] ApiClientError),
+    #[error(transparent)]
+    Api(#[from] KubeError),
+    #[error("cannot render {what}")]
+    Render {
+        what: &'static str,
+        #[source]
+        source: kos_bootstrap::Error,
+    },
+    #[error("{what} as rendered is not a JSON or YAML object")]
+    Rendered { what: &'static str },
+    #[error("the API returned the TTL token without a name or uid")]
+    TokenWithoutName,
+}
+
+fn render(what: &'static str) -> impl FnOnce(kos_bootstrap::Error) -> PushError {
+    move |source| PushError::Render { what, source }
+}
+
 /// `kubeadm init phase upload-certs`, done by kos: a TTL token (two hours, no usages), the
 /// `kubeadm-certs` Secret it owns with every shared CA and key sealed under `secrets.certificate_key`
 /// (replacing an earlier one), and the Role that lets joining nodes read it.
@@ -967,41 +993,39 @@ async fn ensure_certs(
     spec: &ClusterSpec,
     address: &str,
     secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<(), String> {
+) -> Result<(), PushError> {
     use kos_bootstrap::copycerts;
     let kube = api_client(c, spec, address, secrets).await?;
     let secrets_path = "/api/v1/namespaces/kube-system/secrets";
     let token = copycerts::ttl_token(&mut rand::rng(), time::OffsetDateTime::now_utc())
-        .map_err(|e| e.to_string())?;
+        .map_err(render("the kubeadm-certs TTL token"))?;
     let body: serde_json::Value =
-        serde_json::from_str(token.expose()).map_err(|e| e.to_string())?;
-    let (status, created) = kube.post_json(secrets_path, &body).await?;
-    if status != 201 {
-        return Err(format!(
-            "creating the kubeadm-certs TTL token: HTTP {status}"
-        ));
-    }
+        serde_json::from_str(token.expose()).map_err(|_| PushError::Rendered {
+            what: "the kubeadm-certs TTL token",
+        })?;
+    let created = kube.post(secrets_path, &body).await?;
     let (Some(name), Some(uid)) = (
         created["metadata"]["name"].as_str(),
         created["metadata"]["uid"].as_str(),
     ) else {
-        return Err("the API returned the TTL token without a name or uid".into());
+        return Err(PushError::TokenWithoutName);
     };
     let certs = copycerts::kubeadm_certs(secrets, &secrets.certificate_key, name, uid)
-        .map_err(|e| e.to_string())?;
+        .map_err(render("kubeadm-certs"))?;
     let body: serde_json::Value =
-        serde_json::from_str(certs.expose()).map_err(|e| e.to_string())?;
+        serde_json::from_str(certs.expose()).map_err(|_| PushError::Rendered {
+            what: "kubeadm-certs",
+        })?;
     // kubeadm's CreateOrUpdate: the earlier Secret is sealed under another run's key.
-    kube.delete(&format!("{secrets_path}/{}", copycerts::KUBEADM_CERTS))
-        .await?;
-    match kube.post_json(secrets_path, &body).await?.0 {
-        201 => {}
-        s => return Err(format!("creating kubeadm-certs: HTTP {s}")),
-    }
+    gone_is_fine(
+        kube.delete(&format!("{secrets_path}/{}", copycerts::KUBEADM_CERTS))
+            .await,
+    )?;
+    kube.post(secrets_path, &body).await?;
     for (path, body) in copycerts::rbac() {
-        match kube.post_json(path, &body).await?.0 {
-            201 | 409 => {}
-            s => return Err(format!("creating {path}: HTTP {s}")),
+        match kube.post(path, &body).await {
+            Ok(_) | Err(KubeError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
@@ -1013,13 +1037,13 @@ async fn ensure_certs_present(
     spec: &ClusterSpec,
     address: &str,
     secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<(), String> {
+) -> Result<(), PushError> {
     let kube = api_client(c, spec, address, secrets).await?;
     let path = format!(
         "/api/v1/namespaces/kube-system/secrets/{}",
         kos_bootstrap::copycerts::KUBEADM_CERTS
     );
-    if kube.get_json_opt(&path).await?.is_none() {
+    if kube.get_opt(&path).await?.is_none() {
         ensure_certs(c, spec, address, secrets).await?;
     }
     Ok(())
@@ -1031,14 +1055,52 @@ async fn ensure_token(
     spec: &ClusterSpec,
     address: &str,
     secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<(), String> {
+) -> Result<(), PushError> {
     let kube = api_client(c, spec, address, secrets).await?;
-    let manifest = kos_bootstrap::bootstrap_token_secret(secrets).map_err(|e| e.to_string())?;
-    kube.create(
-        "/api/v1/namespaces/kube-system/secrets",
-        manifest.yaml.expose(),
-    )
-    .await
+    let manifest = kos_bootstrap::bootstrap_token_secret(secrets)
+        .map_err(render("the join token's Secret"))?;
+    let body: serde_json::Value =
+        serde_saphyr::from_str(manifest.yaml.expose()).map_err(|_| PushError::Rendered {
+            what: "the join token's Secret",
+        })?;
+    match kube
+        .post("/api/v1/namespaces/kube-system/secrets", &body)
+        .await
+    {
+        Ok(_) | Err(KubeError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Why kos cannot talk to a cluster's API from here.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiClientError {
+    #[error("the cluster's secrets are not on this machine")]
+    NoSecrets,
+    #[error("the cluster's API address is not known on this machine")]
+    NoAddress,
+    #[error("the cluster's data on this machine cannot be read")]
+    Local(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the simulated cloud's API endpoints: {0}")]
+    SimEndpoints(String),
+    #[error(
+        "the simulated cloud serves no Kubernetes API at {0} (no control plane ran `kubeadm init` for it)"
+    )]
+    NotServed(String),
+    #[error("the spec's Kubernetes version")]
+    Version(#[source] kos_bootstrap::Error),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error(transparent)]
+    Api(#[from] KubeError),
+    #[error("the cluster's API is not ready")]
+    NotReady,
+}
+
+impl ApiClientError {
+    pub(crate) fn local(e: miette::Report) -> ApiClientError {
+        ApiClientError::Local(e.into())
+    }
 }
 
 /// A client of the cluster's API at `address`; on a kos-sim cloud on this machine, through the local
@@ -1048,7 +1110,7 @@ pub(super) async fn api_client(
     spec: &ClusterSpec,
     address: &str,
     secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<Kube, String> {
+) -> Result<Kube, ApiClientError> {
     api_client_at(c, address, &version(spec)?, secrets).await
 }
 
@@ -1058,15 +1120,15 @@ pub(super) async fn local_api_client(
     c: &Connected,
     spec: &ClusterSpec,
     local: &Local,
-) -> Result<Kube, String> {
+) -> Result<Kube, ApiClientError> {
     let secrets = local
         .secrets()
-        .map_err(|e| format!("{e:?}"))?
-        .ok_or("the cluster's secrets are not on this machine")?;
+        .map_err(ApiClientError::local)?
+        .ok_or(ApiClientError::NoSecrets)?;
     let meta = local
         .meta_data()
-        .map_err(|e| format!("{e:?}"))?
-        .ok_or("the cluster's API address is not known on this machine")?;
+        .map_err(ApiClientError::local)?
+        .ok_or(ApiClientError::NoAddress)?;
     api_client(c, spec, &meta.api_address, &secrets).await
 }
 
@@ -1076,44 +1138,26 @@ pub(crate) async fn api_client_at(
     address: &str,
     v: &kos_bootstrap::KubeVersion,
     secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<Kube, String> {
-    let ep = endpoint(address);
-    match local_address(c, &ep).await? {
-        None => Kube::new(&ep, v, secrets),
-        Some(local) => Kube::via(&ep, local, v, secrets),
-    }
-}
-
-/// A kube-rs client of the cluster's API (what port-forwarding needs), reached as [`api_client_at`].
-pub(crate) async fn kube_rs_client_at(
-    c: &Connected,
-    address: &str,
-    v: &kos_bootstrap::KubeVersion,
-    secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<kube::Client, String> {
+) -> Result<Kube, ApiClientError> {
     let ep = endpoint(address);
     let local = local_address(c, &ep).await?;
-    crate::bootstrap::kube::kube_rs(&ep, local, v, secrets)
+    Ok(Kube::connect(&ep, local, v, secrets)?)
 }
 
 /// On a kos-sim cloud on this machine, the local address it forwards `ep` from; `None` elsewhere.
 async fn local_address(
     c: &Connected,
     ep: &kos_bootstrap::ApiEndpoint,
-) -> Result<Option<std::net::SocketAddr>, String> {
+) -> Result<Option<std::net::SocketAddr>, ApiClientError> {
     match c.kube_endpoints().await {
         None => Ok(None),
-        Some(Err(e)) => Err(format!("the simulated cloud's API endpoints: {e}")),
+        Some(Err(e)) => Err(ApiClientError::SimEndpoints(e)),
         Some(Ok(list)) => {
             let want = ep.to_string();
             list.iter()
                 .find(|e| e.endpoint == want)
                 .map(|e| Some(e.local))
-                .ok_or_else(|| {
-                    format!(
-                        "the simulated cloud serves no Kubernetes API at {want} (no control plane ran `kubeadm init` for it)"
-                    )
-                })
+                .ok_or(ApiClientError::NotServed(want))
         }
     }
 }
@@ -1125,11 +1169,11 @@ fn endpoint(address: &str) -> kos_bootstrap::ApiEndpoint {
     }
 }
 
-fn version(spec: &ClusterSpec) -> Result<kos_bootstrap::KubeVersion, String> {
+fn version(spec: &ClusterSpec) -> Result<kos_bootstrap::KubeVersion, ApiClientError> {
     spec.kubernetes_version
         .to_string()
         .parse()
-        .map_err(|e: kos_bootstrap::Error| e.to_string())
+        .map_err(ApiClientError::Version)
 }
 
 /// After the servers are ACTIVE: their consoles' bootstrap markers, then the cluster through its API
@@ -1200,11 +1244,11 @@ async fn follow_bootstrap(
                         eprintln!("kos: the join token is in the cluster for the new node(s)");
                     }
                 }
-                Err(e) => tracing::debug!("join token not created yet: {e}"),
+                Err(e) => tracing::debug!("join token not created yet: {}", chain(&e)),
             }
             // The first control plane's cleanup deletes kubeadm-certs too, within its first hours.
             if certs && let Err(e) = ensure_certs_present(c, spec, address, secrets).await {
-                tracing::debug!("kubeadm-certs not put back yet: {e}");
+                tracing::debug!("kubeadm-certs not put back yet: {}", chain(&e));
             }
             tokio::time::sleep(timing.poll().max(Duration::from_millis(500))).await;
         }
@@ -1275,9 +1319,9 @@ async fn follow_bootstrap(
         println!("Kubernetes API: skipped (its address is unknown)");
         return Ok(Vec::new());
     };
-    let kube = api_client(c, spec, address, secrets)
-        .await
-        .map_err(|e| Failure::cloud_report(miette::miette!("cannot reach the API: {e}")))?;
+    let kube = api_client(c, spec, address, secrets).await.map_err(|e| {
+        Failure::cloud_report(miette::miette!("cannot reach the API: {}", chain(&e)))
+    })?;
     eprintln!(
         "kos: phase kubernetes: waiting for /readyz and {} Ready node(s)",
         spec.node_count()
@@ -1293,10 +1337,11 @@ async fn follow_bootstrap(
                     "/api/v1/namespaces/kube-system/secrets/{}",
                     kos_bootstrap::copycerts::KUBEADM_CERTS
                 );
-                if let Err(e) = kube.delete(&certs).await {
+                if let Err(e) = gone_is_fine(kube.delete(&certs).await) {
                     eprintln!(
-                        "kos: warning: kubeadm-certs could not be deleted from the cluster ({e}); \
-                         it goes with its two-hour token"
+                        "kos: warning: kubeadm-certs could not be deleted from the cluster ({}); \
+                         it goes with its two-hour token",
+                        chain(&e)
                     );
                 }
             }
@@ -1305,12 +1350,13 @@ async fn follow_bootstrap(
                     "/api/v1/namespaces/kube-system/secrets/bootstrap-token-{}",
                     secrets.token.id
                 );
-                match kube.delete(&path).await {
+                match gone_is_fine(kube.delete(&path).await) {
                     Ok(()) => eprintln!(
                         "kos: every node joined: the join token is deleted from the cluster"
                     ),
                     Err(e) => eprintln!(
-                        "kos: warning: the join token could not be deleted from the cluster ({e}); it expires on its own"
+                        "kos: warning: the join token could not be deleted from the cluster ({}); it expires on its own",
+                        chain(&e)
                     ),
                 }
             }

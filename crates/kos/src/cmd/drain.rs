@@ -1,14 +1,17 @@
-//! The CLI side of [`kos_lifecycle::drain`]: the drain's [`NodeApi`] over kos's JSON client of the
+//! The CLI side of [`kos_lifecycle::drain`]: the drain's [`NodeApi`] over kos's client of the
 //! cluster's API ([`Kube`], the admin certificate). One request per call and no retries here: the
-//! drain loop owns them, a 429 included.
+//! drain loop owns them, a 429 included. The client's errors become the seam's
+//! ([`ApiError`]); what they mean for the drain (a missing Node, one deleted already) the drain
+//! decides.
 
+use kos_lifecycle::api::ApiError;
 use kos_lifecycle::drain::{
     self, Blocked, DrainError, Drained, Eviction, MIRROR_ANNOTATION, Node, NodeApi, Options, Phase,
     Pod, Ready, UNREACHABLE_TAINT,
 };
 use serde_json::{Value, json};
 
-use crate::bootstrap::kube::Kube;
+use crate::kube::{Kube, KubeError};
 
 /// Drains `node` of the cluster `kube` talks to (see [`drain::drain`]); `say` gets one line per step.
 pub(crate) async fn drain_node(
@@ -20,6 +23,11 @@ pub(crate) async fn drain_node(
     drain::drain(&Api(kube), node, opts, say).await
 }
 
+/// Deletes the Node `node` after its server went (see [`drain::remove_node`]).
+pub(crate) async fn remove_node(kube: &Kube, node: &str) -> Result<(), DrainError> {
+    drain::remove_node(&Api(kube), node).await
+}
+
 struct Api<'a>(&'a Kube);
 
 fn node_path(name: &str) -> String {
@@ -27,25 +35,22 @@ fn node_path(name: &str) -> String {
 }
 
 impl NodeApi for Api<'_> {
-    async fn node(&self, name: &str) -> Result<Option<Node>, String> {
+    async fn node(&self, name: &str) -> Result<Node, ApiError> {
+        Ok(node_of(name, &self.0.get(&node_path(name)).await?))
+    }
+
+    async fn cordon(&self, name: &str) -> Result<(), ApiError> {
         Ok(self
             .0
-            .get_json_opt(&node_path(name))
-            .await?
-            .map(|n| node_of(name, &n)))
-    }
-
-    async fn cordon(&self, name: &str) -> Result<(), String> {
-        self.0
             .merge_patch(&node_path(name), &json!({"spec": {"unschedulable": true}}))
-            .await
+            .await?)
     }
 
-    async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, String> {
+    async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
         // Node names are DNS subdomains: nothing in them needs escaping in a query.
         let list = self
             .0
-            .get_json(&format!(
+            .get(&format!(
                 "/api/v1/pods?fieldSelector=spec.nodeName%3D{node}"
             ))
             .await?;
@@ -63,21 +68,18 @@ impl NodeApi for Api<'_> {
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         });
-        match self
-            .0
-            .post_json(
-                &format!("/api/v1/namespaces/{namespace}/pods/{name}/eviction"),
-                &body,
-            )
-            .await
-        {
-            Ok((code, answer)) => eviction_of(code, &answer),
-            Err(e) => Eviction::Failed(e),
-        }
+        eviction_of(
+            self.0
+                .post(
+                    &format!("/api/v1/namespaces/{namespace}/pods/{name}/eviction"),
+                    &body,
+                )
+                .await,
+        )
     }
 
-    async fn delete_node(&self, name: &str) -> Result<(), String> {
-        self.0.delete(&node_path(name)).await
+    async fn delete_node(&self, name: &str) -> Result<(), ApiError> {
+        Ok(self.0.delete(&node_path(name)).await?)
     }
 }
 
@@ -142,26 +144,29 @@ fn pod_of(p: &Value) -> Option<Pod> {
 /// 201 with a Success `Status`; 404 when the pod is gone; 429 TooManyRequests when a budget allows
 /// no disruption, its `DisruptionBudget` cause naming the budget; anything else is a failure,
 /// described by the `Status` message.
-fn eviction_of(code: u16, answer: &Value) -> Eviction {
-    let message = answer["message"].as_str().unwrap_or_default();
-    let causes: Vec<&Value> = answer
-        .pointer("/details/causes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .collect();
-    match code {
-        200 | 201 if answer["status"] != "Failure" => Eviction::Evicted,
-        404 => Eviction::Gone,
-        429 => {
+fn eviction_of(answer: Result<Value, KubeError>) -> Eviction {
+    match answer {
+        Ok(a) if a["status"] != "Failure" => Eviction::Evicted,
+        // A success status with a Failure body: no real server sends one.
+        Ok(a) => Eviction::Failed(ApiError::Status {
+            code: u16::try_from(a["code"].as_u64().unwrap_or(0)).unwrap_or(0),
+            message: a["message"].as_str().unwrap_or_default().to_owned(),
+        }),
+        Err(KubeError::NotFound { .. }) => Eviction::Gone,
+        Err(KubeError::Status {
+            code: 429,
+            message,
+            causes,
+            ..
+        }) => {
             let budget = causes
                 .iter()
-                .filter(|c| c["reason"] == "DisruptionBudget")
-                .find_map(|c| c["message"].as_str().and_then(drain::budget_in_cause))
+                .filter(|(reason, _)| reason == "DisruptionBudget")
+                .find_map(|(_, m)| drain::budget_in_cause(m))
                 .map(str::to_owned);
             // The causes as Cluster API shows them: after the message.
-            let mut text = message.to_owned();
-            for c in causes.iter().filter_map(|c| c["message"].as_str()) {
+            let mut text = message;
+            for (_, c) in causes.iter().filter(|(_, m)| !m.is_empty()) {
                 text.push(' ');
                 text.push_str(c);
             }
@@ -170,8 +175,7 @@ fn eviction_of(code: u16, answer: &Value) -> Eviction {
                 message: text,
             })
         }
-        _ if message.is_empty() => Eviction::Failed(format!("HTTP {code}")),
-        _ => Eviction::Failed(format!("HTTP {code}: {message}")),
+        Err(e) => Eviction::Failed(e.into()),
     }
 }
 

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::Failure;
 use crate::bootstrap::Local;
-use crate::bootstrap::kube::Kube;
 use crate::cloud::Connected;
+use crate::kube::{Kube, KubeError};
 
 /// What the control planes the cloud shows record of their keys (`None`: made before the record).
 fn records(observed: &Observed) -> Vec<Option<&str>> {
@@ -54,7 +54,8 @@ pub(super) async fn keys_for_turn(
                 let n = rewrite(c, local, spec).await.map_err(|e| {
                     Failure::cloud_report(miette::miette!(
                         help = "run the command again: it rewrites the Secrets again, then drops the old key",
-                        "cannot rewrite the cluster's Secrets under the new encryption key: {e}"
+                        "cannot rewrite the cluster's Secrets under the new encryption key: {}",
+                        kos_lifecycle::api::chain(&e)
                     ))
                 })?;
                 eprintln!(
@@ -69,6 +70,17 @@ pub(super) async fn keys_for_turn(
     Ok(Some(keys))
 }
 
+/// Why the Secrets could not all be written again.
+#[derive(Debug, thiserror::Error)]
+enum RewriteError {
+    #[error(transparent)]
+    Client(#[from] super::cluster::ApiClientError),
+    #[error(transparent)]
+    Api(#[from] KubeError),
+    #[error("{path} kept changing while it was written again")]
+    KeptChanging { path: String },
+}
+
 /// Every Secret read and written back unchanged (upstream's `kubectl get secrets -A -o json |
 /// kubectl replace -f -`): the API server writes a value its first key did not seal even when the
 /// object is the same, so each one ends up under the new key. A Secret changed meanwhile (409) is
@@ -77,9 +89,9 @@ async fn rewrite(
     c: &Connected,
     local: &Local,
     spec: &kos_cluster::ClusterSpec,
-) -> Result<usize, String> {
+) -> Result<usize, RewriteError> {
     let kube = super::cluster::local_api_client(c, spec, local).await?;
-    let list = kube.get_json("/api/v1/secrets").await?;
+    let list = kube.get("/api/v1/secrets").await?;
     let mut done = 0;
     for item in list["items"].as_array().into_iter().flatten() {
         let (Some(ns), Some(name)) = (
@@ -97,19 +109,21 @@ async fn rewrite(
 }
 
 /// Writes one Secret back; `false` when it is gone.
-async fn put_again(kube: &Kube, path: &str, mut obj: Value) -> Result<bool, String> {
+async fn put_again(kube: &Kube, path: &str, mut obj: Value) -> Result<bool, RewriteError> {
     for _ in 0..5 {
-        match kube.put_json(path, &obj).await? {
-            200..=299 => return Ok(true),
-            404 => return Ok(false),
-            409 => match kube.get_json_opt(path).await? {
+        match kube.put(path, &obj).await {
+            Ok(()) => return Ok(true),
+            Err(KubeError::NotFound { .. }) => return Ok(false),
+            Err(KubeError::Conflict { .. }) => match kube.get_opt(path).await? {
                 Some(fresh) => obj = fresh,
                 None => return Ok(false),
             },
-            s => return Err(format!("PUT {path}: HTTP {s}")),
+            Err(e) => return Err(e.into()),
         }
     }
-    Err(format!("PUT {path}: it kept changing"))
+    Err(RewriteError::KeptChanging {
+        path: path.to_owned(),
+    })
 }
 
 /// `kos rotate encryption-key NAME -f SPEC`: a new key, then `kos up` carries the rotation

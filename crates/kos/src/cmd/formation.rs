@@ -71,12 +71,12 @@ async fn probe(c: &Connected, spec: &ClusterSpec) -> Option<ApiAnswer> {
     let secrets = local.secrets().ok()??;
     let ask = async {
         let kube = super::cluster::api_client(c, spec, &meta.api_address, &secrets).await?;
-        kube.readyz().await
+        Ok::<_, super::cluster::ApiClientError>(kube.readyz().await?)
     };
     Some(match tokio::time::timeout(API_PROBE, ask).await {
         // Any HTTP answer over TLS verified with the cluster's CA: a cluster of this CA is there.
         Ok(Ok(_)) => ApiAnswer::Answered,
-        Ok(Err(e)) => ApiAnswer::Silent(e),
+        Ok(Err(e)) => ApiAnswer::Silent(kos_lifecycle::api::chain(&e)),
         Err(_) => ApiAnswer::Silent(format!("no answer within {}s", API_PROBE.as_secs())),
     })
 }

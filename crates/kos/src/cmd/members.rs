@@ -12,7 +12,7 @@ use kos_lifecycle::membership::{Joining, remove_stale};
 use kube::Api;
 use kube::api::ListParams;
 
-use super::cluster::kube_rs_client_at;
+use super::cluster::api_client_at;
 use crate::bootstrap::Local;
 use crate::cloud::Connected;
 
@@ -58,7 +58,10 @@ pub(super) async fn remove_stale_members(
         .kubernetes_version
         .parse()
         .map_err(|e| format!("{e}"))?;
-    let client = kube_rs_client_at(c, &meta.api_address, &version, &secrets).await?;
+    let client = api_client_at(c, &meta.api_address, &version, &secrets)
+        .await
+        .map_err(|e| kos_lifecycle::api::chain(&e))?
+        .client();
     let pods: Api<Pod> = Api::namespaced(client, "kube-system");
     let etcds = pods
         .list(&ListParams::default().labels("component=etcd"))

@@ -8,16 +8,17 @@ use std::time::Duration;
 use kos_cluster::apply::ApplyOptions;
 use kos_cluster::graph::Kind;
 use kos_cluster::plan::Plan;
+use kos_lifecycle::api::chain;
 use kos_lifecycle::membership::Joining;
 use kos_lifecycle::roll::Target;
 use serde_json::json;
 
 use super::Failure;
-use super::cluster::{Prepared, api_client};
-use crate::bootstrap::kube::Kube;
+use super::cluster::{ApiClientError, Prepared, api_client};
 use crate::bootstrap::{KubeadmBootstrap, Local};
 use crate::cli::UpArgs;
 use crate::cloud::Connected;
+use crate::kube::Kube;
 
 /// Removes the nodes of `batch` (one control plane, or workers of one pool) from the cluster and
 /// their servers from the cloud, as `removal` says.
@@ -57,7 +58,12 @@ pub(super) async fn remove(
     })?;
     let kube = api_client(c, &p.spec, &meta.api_address, &secrets)
         .await
-        .map_err(|e| stop(first, &format!("the cluster's API does not answer: {e}")))?;
+        .map_err(|e| {
+            stop(
+                first,
+                &format!("the cluster's API does not answer: {}", chain(&e)),
+            )
+        })?;
     for t in batch {
         drain(c, &kube, t, args.drain_timeout).await?;
     }
@@ -125,13 +131,14 @@ pub(super) async fn remove(
     })?;
     // After their servers: a running kubelet would register its Node again.
     for t in batch {
-        kube.delete(&format!("/api/v1/nodes/{}", t.name))
+        super::drain::remove_node(&kube, &t.name)
             .await
             .map_err(|e| {
                 Failure::cloud_report(miette::miette!(
                     help = "delete it with `kubectl delete node`; the cloud controller also removes Nodes whose server is gone",
-                    "the Node {} of the deleted server cannot be deleted: {e}",
-                    t.name
+                    "the Node {} of the deleted server cannot be deleted: {}",
+                    t.name,
+                    chain(&e)
                 ))
             })?;
     }
@@ -154,7 +161,7 @@ async fn drain(c: &Connected, kube: &Kube, t: &Target, timeout: u64) -> Result<(
         eprintln!("kos: {}: {}", t.logical_id, crate::term::escape(l));
     })
     .await
-    .map_err(|e| stop(t, &e.to_string()))?;
+    .map_err(|e| stop(t, &chain(&e)))?;
     eprintln!(
         "kos: {}: drained ({} pod(s) evicted)",
         t.logical_id,
@@ -197,12 +204,13 @@ pub(super) async fn drain_scaled_down(
         Ok(k) => k,
         Err(e) => {
             eprintln!(
-                "kos: warning: cannot drain {} before removing them ({e}): their pods go with their servers",
+                "kos: warning: cannot drain {} before removing them ({}): their pods go with their servers",
                 leaving
                     .iter()
                     .map(|t| t.logical_id.as_str())
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                chain(&e)
             );
             return Ok(Vec::new());
         }
@@ -226,19 +234,21 @@ pub(super) async fn delete_nodes(c: &Connected, p: &Prepared, names: &[String]) 
         return;
     };
     for n in names {
-        if let Err(e) = kube.delete(&format!("/api/v1/nodes/{n}")).await {
+        if let Err(e) = super::drain::remove_node(&kube, n).await {
             eprintln!(
-                "kos: warning: the Node {n} of a removed server stays ({e}); the cloud controller removes it"
+                "kos: warning: the Node {n} of a removed server stays ({}); the cloud controller removes it",
+                chain(&e)
             );
         }
     }
 }
 
-async fn client(c: &Connected, p: &Prepared) -> Result<Kube, String> {
-    let local = Local::for_session(&c.session, &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
+/// A client of the cluster's API, when its `/readyz` says ok.
+async fn client(c: &Connected, p: &Prepared) -> Result<Kube, ApiClientError> {
+    let local = Local::for_session(&c.session, &p.graph.cluster).map_err(ApiClientError::local)?;
     let kube = super::cluster::local_api_client(c, &p.spec, &local).await?;
     if !kube.readyz().await? {
-        return Err("the cluster's API is not ready".into());
+        return Err(ApiClientError::NotReady);
     }
     Ok(kube)
 }
@@ -262,7 +272,7 @@ pub(super) async fn follow_minor(c: &Connected, p: &Prepared) -> Result<Vec<Stri
     let mut moved = Vec::new();
     for kind in ["deployments", "daemonsets"] {
         let path = format!("/apis/apps/v1/namespaces/kube-system/{kind}");
-        let list = kube.get_json(&path).await?;
+        let list = kube.get(&path).await.map_err(|e| chain(&e))?;
         for w in list["items"].as_array().into_iter().flatten() {
             let name = w["metadata"]["name"].as_str().unwrap_or_default();
             let changes: Vec<serde_json::Value> = w["spec"]["template"]["spec"]["containers"]
@@ -282,7 +292,8 @@ pub(super) async fn follow_minor(c: &Connected, p: &Prepared) -> Result<Vec<Stri
                 &format!("{path}/{name}"),
                 &json!({"spec": {"template": {"spec": {"containers": changes}}}}),
             )
-            .await?;
+            .await
+            .map_err(|e| chain(&e))?;
             moved.push(format!("{kind}/{name}"));
         }
     }
@@ -294,10 +305,11 @@ pub(super) async fn unhealthy(
     c: &Connected,
     p: &Prepared,
 ) -> Result<Vec<kos_lifecycle::roll::Unhealthy>, String> {
-    let kube = client(c, p).await?;
+    let kube = client(c, p).await.map_err(|e| chain(&e))?;
     Ok(kube
         .nodes()
-        .await?
+        .await
+        .map_err(|e| chain(&e))?
         .into_iter()
         .filter(|n| !n.ready)
         .filter_map(|n| {
@@ -340,7 +352,7 @@ pub(super) async fn before_joins(
     };
     let kube = client(c, p)
         .await
-        .map_err(|e| fail(format!("the cluster's API does not answer: {e}")))?;
+        .map_err(|e| fail(format!("the cluster's API does not answer: {}", chain(&e))))?;
     m.apply(&kube, cluster).await.map_err(fail)
 }
 
@@ -393,7 +405,7 @@ fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, String
 impl ConfigMove {
     /// The ClusterConfiguration in `kube-system/kubeadm-config` made to say it.
     async fn apply(&self, kube: &Kube, cluster: &str) -> Result<(), String> {
-        let cm = kube.get_json(KUBEADM_CONFIG).await?;
+        let cm = kube.get(KUBEADM_CONFIG).await.map_err(|e| chain(&e))?;
         let text = cm["data"]["ClusterConfiguration"]
             .as_str()
             .ok_or("kubeadm-config has no ClusterConfiguration")?;
@@ -411,7 +423,8 @@ impl ConfigMove {
             KUBEADM_CONFIG,
             &json!({"data": {"ClusterConfiguration": updated}}),
         )
-        .await?;
+        .await
+        .map_err(|e| chain(&e))?;
         if let Some(v) = &self.version {
             eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {v}");
         }

@@ -11,9 +11,10 @@ use kos_cluster::credential::Due;
 use kos_cluster::graph::Kind;
 use kos_cluster::observe::Resource;
 use kos_cluster::plan::{Op, Plan};
+use kos_lifecycle::api::{ApiError, chain};
 use kos_lifecycle::rotate::{
-    self, ClusterApi, Credential, CredentialStore, Keystone, Listed, Options, Rollout, Workload,
-    WorkloadKind,
+    self, ClusterApi, Credential, CredentialStore, Keystone, KeystoneError, Listed, Options,
+    Rollout, StoreError, Workload, WorkloadKind,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
@@ -21,10 +22,10 @@ use serde_json::{Value, json};
 use super::cluster::{api_client_at, with_cloud};
 use super::{Exit, Failure};
 use crate::bootstrap::Local;
-use crate::bootstrap::kube::Kube;
 use crate::cli::RotateCredentialArgs;
 use crate::cloud::Connected;
 use crate::files::write_private;
+use crate::kube::Kube;
 
 pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
     let name = args.name.to_string();
@@ -89,8 +90,9 @@ async fn rotate_now(
         .map_err(|e| {
             Failure::cloud_report(miette::miette!(
                 help = "the cluster's API must answer from this machine: nothing was changed",
-                "cannot reach the API of cluster {name} at {}: {e}",
-                meta.api_address
+                "cannot reach the API of cluster {name} at {}: {}",
+                meta.api_address,
+                chain(&e)
             ))
         })?;
     let keystone = Session {
@@ -116,7 +118,8 @@ async fn rotate_now(
     .map_err(|e| {
         Failure::cloud_report(miette::miette!(
             help = "run `kos rotate credential` again: it continues where this run stopped",
-            "{e}"
+            "{}",
+            chain(&e)
         ))
     })
 }
@@ -201,7 +204,7 @@ struct Session<'a> {
 }
 
 impl Keystone for Session<'_> {
-    async fn list(&self, names: &[String]) -> Result<Vec<Listed>, String> {
+    async fn list(&self, names: &[String]) -> Result<Vec<Listed>, KeystoneError> {
         let mut out = Vec::new();
         for n in names {
             let found = self
@@ -209,7 +212,7 @@ impl Keystone for Session<'_> {
                 .identity()
                 .list_application_credentials(Some(n))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(keystone_error)?;
             out.extend(found.into_iter().map(|c| Listed {
                 id: c.id,
                 name: c.name,
@@ -218,7 +221,7 @@ impl Keystone for Session<'_> {
         Ok(out)
     }
 
-    async fn create(&self, name: &str) -> Result<Credential, String> {
+    async fn create(&self, name: &str) -> Result<Credential, KeystoneError> {
         let mut req = kos_cluster::credential::request(
             name,
             self.cluster,
@@ -232,13 +235,13 @@ impl Keystone for Session<'_> {
             &rotate::credential_names(self.cluster),
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(keystone_error)?;
         let c = self
             .session
             .identity()
             .create_application_credential(&req)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(keystone_error)?;
         Ok(Credential {
             id: c.credential.id,
             name: c.credential.name,
@@ -246,17 +249,24 @@ impl Keystone for Session<'_> {
         })
     }
 
-    async fn delete(&self, id: &str) -> Result<(), String> {
-        match self
-            .session
+    async fn delete(&self, id: &str) -> Result<(), KeystoneError> {
+        self.session
             .identity()
             .delete_application_credential(id)
             .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.to_string()),
-        }
+            .map_err(keystone_error)
+    }
+}
+
+/// Keystone's error as the rotation tells it apart: gone, worth trying again, or refused. The
+/// session's error (redacted) stays as the cause.
+fn keystone_error(e: kos_cloud::CloudError) -> KeystoneError {
+    if e.is_not_found() {
+        KeystoneError::NotFound
+    } else if e.is_transient() {
+        KeystoneError::Unavailable(Box::new(e))
+    } else {
+        KeystoneError::Refused(Box::new(e))
     }
 }
 
@@ -278,28 +288,34 @@ impl Api<'_> {
 }
 
 impl ClusterApi for Api<'_> {
-    async fn cloud_conf(&self) -> Result<SecretString, String> {
-        let s = self.0.get_json(SECRET_PATH).await?;
+    async fn cloud_conf(&self) -> Result<SecretString, ApiError> {
+        // The value never goes into the error: it is a secret.
+        let malformed = |what: &str| ApiError::Malformed {
+            what: what.to_owned(),
+            source: None,
+        };
+        let s = self.0.get(SECRET_PATH).await?;
         let b64 = s
             .pointer("/data/cloud.conf")
             .and_then(Value::as_str)
-            .ok_or("it has no cloud.conf")?;
+            .ok_or_else(|| malformed("it has no cloud.conf"))?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(b64)
-            .map_err(|_| "its cloud.conf is not base64")?;
+            .map_err(|_| malformed("its cloud.conf is not base64"))?;
         String::from_utf8(bytes)
             .map(SecretString::from)
-            .map_err(|_| "its cloud.conf is not text".into())
+            .map_err(|_| malformed("its cloud.conf is not text"))
     }
 
-    async fn set_cloud_conf(&self, text: &SecretString) -> Result<(), String> {
+    async fn set_cloud_conf(&self, text: &SecretString) -> Result<(), ApiError> {
         let b64 = base64::engine::general_purpose::STANDARD.encode(text.expose_secret());
-        self.0
+        Ok(self
+            .0
             .merge_patch(SECRET_PATH, &json!({"data": {"cloud.conf": b64}}))
-            .await
+            .await?)
     }
 
-    async fn workloads_mounting(&self, secret: &str) -> Result<Vec<Workload>, String> {
+    async fn workloads_mounting(&self, secret: &str) -> Result<Vec<Workload>, ApiError> {
         let mut out = Vec::new();
         for (kind, plural) in [
             (WorkloadKind::DaemonSet, "daemonsets"),
@@ -307,7 +323,7 @@ impl ClusterApi for Api<'_> {
         ] {
             let list = self
                 .0
-                .get_json(&format!("/apis/apps/v1/namespaces/kube-system/{plural}"))
+                .get(&format!("/apis/apps/v1/namespaces/kube-system/{plural}"))
                 .await?;
             for item in list["items"].as_array().into_iter().flatten() {
                 let mounts = item
@@ -338,17 +354,18 @@ impl ClusterApi for Api<'_> {
         Ok(out)
     }
 
-    async fn annotate(&self, w: &Workload, key: &str, value: &str) -> Result<(), String> {
-        self.0
+    async fn annotate(&self, w: &Workload, key: &str, value: &str) -> Result<(), ApiError> {
+        Ok(self
+            .0
             .merge_patch(
                 &Self::path(w),
                 &json!({"spec": {"template": {"metadata": {"annotations": {key: value}}}}}),
             )
-            .await
+            .await?)
     }
 
-    async fn rollout(&self, w: &Workload) -> Result<Rollout, String> {
-        let o = self.0.get_json(&Self::path(w)).await?;
+    async fn rollout(&self, w: &Workload) -> Result<Rollout, ApiError> {
+        let o = self.0.get(&Self::path(w)).await?;
         Ok(rollout_of(w.kind, &o))
     }
 }
@@ -412,12 +429,14 @@ fn stored(c: &Credential) -> Vec<u8> {
 }
 
 impl CredentialStore for Store<'_> {
-    fn pending(&self) -> Result<Option<Credential>, String> {
+    fn pending(&self) -> Result<Option<Credential>, StoreError> {
         let path = self.0.ccm_next();
         match std::fs::read_to_string(&path) {
             Ok(t) => {
-                let v: Value = serde_json::from_str(&t)
-                    .map_err(|_| format!("{} is malformed", path.display()))?;
+                // Never the parser's message: it may quote the secret.
+                let Ok(v) = serde_json::from_str::<Value>(&t) else {
+                    return Err(StoreError::Malformed { path });
+                };
                 let s = |k: &str| v[k].as_str().map(str::to_owned);
                 match (s("id"), s("name"), s("secret")) {
                     (Some(id), Some(name), Some(secret)) => Ok(Some(Credential {
@@ -425,24 +444,39 @@ impl CredentialStore for Store<'_> {
                         name,
                         secret: SecretString::from(secret),
                     })),
-                    _ => Err(format!("{} is malformed", path.display())),
+                    _ => Err(StoreError::Malformed { path }),
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(e) => Err(StoreError::Read {
+                path,
+                source: Box::new(e),
+            }),
         }
     }
 
-    fn keep_pending(&self, c: &Credential) -> Result<(), String> {
-        write_private(&self.0.ccm_next(), &stored(c)).map_err(|e| format!("{e:?}"))
+    fn keep_pending(&self, c: &Credential) -> Result<(), StoreError> {
+        let path = self.0.ccm_next();
+        write_private(&path, &stored(c)).map_err(|e| StoreError::Write {
+            path,
+            source: e.into(),
+        })
     }
 
-    fn commit(&self, c: &Credential) -> Result<(), String> {
-        write_private(&self.0.ccm(), &stored(c)).map_err(|e| format!("{e:?}"))?;
-        match std::fs::remove_file(self.0.ccm_next()) {
+    fn commit(&self, c: &Credential) -> Result<(), StoreError> {
+        let path = self.0.ccm();
+        write_private(&path, &stored(c)).map_err(|e| StoreError::Write {
+            path,
+            source: e.into(),
+        })?;
+        let next = self.0.ccm_next();
+        match std::fs::remove_file(&next) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(format!("{}: {e}", self.0.ccm_next().display())),
+            Err(e) => Err(StoreError::Write {
+                path: next,
+                source: Box::new(e),
+            }),
         }
     }
 }

@@ -62,11 +62,12 @@ async fn cluster() -> Cluster {
         })
         .expect("tls");
     let version: KubeVersion = "1.36.4".parse().expect("version");
-    let kube = Kube::new(
+    let kube = Kube::connect(
         &ApiEndpoint {
             host: "127.0.0.1".into(),
             port: front.addr().port(),
         },
+        None,
         &version,
         &secrets,
     )
@@ -250,36 +251,53 @@ async fn a_budget_that_never_allows_it_times_out_naming_the_budget() {
     assert!(c.evictions(429).len() > 2);
 }
 
+/// An answer of status `code` with body `body`, as the client reads it.
+fn answered(code: u16, body: &serde_json::Value) -> Result<serde_json::Value, KubeError> {
+    if (200..300).contains(&code) {
+        Ok(body.clone())
+    } else {
+        Err(KubeError::from_answer(
+            "POST eviction".into(),
+            code,
+            body.to_string().as_bytes(),
+        ))
+    }
+}
+
 #[test]
 fn evictions_are_told_apart_as_kube_apiserver_answers_them() {
     let ok = json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201});
-    assert_eq!(eviction_of(201, &ok), Eviction::Evicted);
+    assert!(matches!(eviction_of(answered(201, &ok)), Eviction::Evicted));
     let gone = json!({"kind": "Status", "status": "Failure", "reason": "NotFound",
         "message": "pods \"web-0\" not found", "code": 404});
-    assert_eq!(eviction_of(404, &gone), Eviction::Gone);
+    assert!(matches!(eviction_of(answered(404, &gone)), Eviction::Gone));
     let blocked = json!({"kind": "Status", "status": "Failure", "reason": "TooManyRequests",
         "message": TOO_MANY, "code": 429, "details": {"causes": [{"reason": "DisruptionBudget",
         "message": "The disruption budget web needs 2 healthy pods and has 2 currently"}]}});
+    let Eviction::Blocked(b) = eviction_of(answered(429, &blocked)) else {
+        panic!("not blocked")
+    };
     assert_eq!(
-        eviction_of(429, &blocked),
-        Eviction::Blocked(Blocked {
+        b,
+        Blocked {
             budget: Some("web".into()),
             message: format!(
                 "{TOO_MANY} The disruption budget web needs 2 healthy pods and has 2 currently"
             ),
-        })
+        }
     );
     let two = json!({"kind": "Status", "status": "Failure", "code": 500, "message":
         "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."});
+    let Eviction::Failed(e) = eviction_of(answered(500, &two)) else {
+        panic!("not failed")
+    };
     assert_eq!(
-        eviction_of(500, &two),
-        Eviction::Failed(
-            "HTTP 500: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
-                .into()
-        )
+        e.to_string(),
+        "HTTP 500: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
     );
-    assert_eq!(
-        eviction_of(502, &serde_json::Value::Null),
-        Eviction::Failed("HTTP 502".into())
-    );
+    let Eviction::Failed(e) = eviction_of(answered(502, &serde_json::Value::Null)) else {
+        panic!("not failed")
+    };
+    assert!(e.is_transient());
+    assert_eq!(e.to_string(), "HTTP 502");
 }
