@@ -235,9 +235,11 @@ macro_rules! child {
 child!(Listener, Pool, Member, Monitor);
 
 /// The children of `lb_id` leave their PENDING_* state: deleted ones disappear, the rest become ACTIVE.
-fn settle<T: Child>(items: &mut Vec<T>, lb_id: &str) {
-    items.retain(|c| c.lb_id() != lb_id || c.base().provisioning_status != PENDING_DELETE);
-    for c in items.iter_mut().filter(|c| c.lb_id() == lb_id) {
+/// The children of the load balancers `lb_ids` once their change is through: one pass over the
+/// list whatever the number of load balancers settling at once.
+fn settle<T: Child>(items: &mut Vec<T>, lb_ids: &std::collections::HashSet<&str>) {
+    items.retain(|c| !lb_ids.contains(c.lb_id()) || c.base().provisioning_status != PENDING_DELETE);
+    for c in items.iter_mut().filter(|c| lb_ids.contains(c.lb_id())) {
         if c.base().provisioning_status.starts_with("PENDING_") {
             c.base_mut().provisioning_status = ACTIVE.into();
         }
@@ -366,24 +368,31 @@ pub fn advance(cloud: &mut Cloud, cfg: &SimConfig) {
         })
         .collect();
     let settled = !due.is_empty();
+    let mut done: Vec<String> = Vec::new();
     for (id, deleting) in due {
-        let st = &mut cloud.octavia;
-        if deleting {
-            if let Some(lb) = st.remove_lb(&id) {
-                if let Some(amphora) = &lb.amphora {
-                    crate::neutron::amphora::unplug(cloud, amphora);
-                }
-                if lb.vip_port_owned {
-                    crate::neutron::delete_port_internal(cloud, &lb.vip_port_id);
-                }
+        if !deleting {
+            done.push(id);
+        } else if let Some(lb) = cloud.octavia.remove_lb(&id) {
+            if let Some(amphora) = &lb.amphora {
+                crate::neutron::amphora::unplug(cloud, amphora);
             }
-            continue;
+            if lb.vip_port_owned {
+                crate::neutron::delete_port_internal(cloud, &lb.vip_port_id);
+            }
         }
-        settle(&mut st.listeners, &id);
-        settle(&mut st.pools, &id);
-        settle(&mut st.members, &id);
-        settle(&mut st.monitors, &id);
-        if let Ok(lb) = st.lb_mut(&id) {
+    }
+    if !done.is_empty() {
+        let st = &mut cloud.octavia;
+        let ids: std::collections::HashSet<&str> = done.iter().map(String::as_str).collect();
+        settle(&mut st.listeners, &ids);
+        settle(&mut st.pools, &ids);
+        settle(&mut st.members, &ids);
+        settle(&mut st.monitors, &ids);
+        for lb in st
+            .loadbalancers
+            .iter_mut()
+            .filter(|l| ids.contains(l.base.id.as_str()))
+        {
             lb.base.provisioning_status = ACTIVE.into();
         }
     }

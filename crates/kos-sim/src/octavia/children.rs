@@ -2,6 +2,7 @@
 //! standalone endpoints and the fully-populated LB create), rendered in one place, and mutated only under
 //! the owning LB's lock ([`OctaviaState::lock_lb`]).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use axum::body::Bytes;
@@ -550,17 +551,47 @@ pub(super) async fn listener_stats(
 // Pools
 
 pub(super) fn render_pool(p: &Pool, st: &OctaviaState) -> Value {
+    render_pool_with(p, &PoolRefs::of(st, Some(&p.base.id)))
+}
+
+/// Pool id → the ids of its listeners, members and monitor: one pass over the children, so a list
+/// of every pool does not scan every member once per pool.
+pub(super) struct PoolRefs<'a> {
+    listeners: HashMap<&'a str, Vec<&'a String>>,
+    members: HashMap<&'a str, Vec<&'a String>>,
+    monitors: HashMap<&'a str, &'a String>,
+}
+
+impl<'a> PoolRefs<'a> {
+    /// For every pool (`only` None) or one.
+    pub(super) fn of(st: &'a OctaviaState, only: Option<&str>) -> PoolRefs<'a> {
+        let keep = |id: &str| only.is_none_or(|o| o == id);
+        let mut r = PoolRefs {
+            listeners: HashMap::new(),
+            members: HashMap::new(),
+            monitors: HashMap::new(),
+        };
+        for l in &st.listeners {
+            if let Some(pid) = l.default_pool_id.as_deref().filter(|p| keep(p)) {
+                r.listeners.entry(pid).or_default().push(&l.base.id);
+            }
+        }
+        for m in st.members.iter().filter(|m| keep(&m.pool_id)) {
+            r.members.entry(&m.pool_id).or_default().push(&m.base.id);
+        }
+        // The first monitor of a pool, as `pool_monitor` finds it.
+        for h in st.monitors.iter().filter(|h| keep(&h.pool_id)) {
+            r.monitors.entry(&h.pool_id).or_insert(&h.base.id);
+        }
+        r
+    }
+}
+
+fn render_pool_with(p: &Pool, index: &PoolRefs<'_>) -> Value {
     let mut m = p.base.render(p.base.operating("ONLINE"), true);
-    let listeners = st
-        .listeners
-        .iter()
-        .filter(|l| l.default_pool_id.as_ref() == Some(&p.base.id))
-        .map(|l| &l.base.id);
-    let members = st
-        .members
-        .iter()
-        .filter(|x| x.pool_id == p.base.id)
-        .map(|x| &x.base.id);
+    let id = p.base.id.as_str();
+    let listeners = index.listeners.get(id).into_iter().flatten().copied();
+    let members = index.members.get(id).into_iter().flatten().copied();
     m.extend([
         ("protocol".into(), json!(p.protocol)),
         ("lb_algorithm".into(), json!(p.lb_algorithm)),
@@ -571,8 +602,8 @@ pub(super) fn render_pool(p: &Pool, st: &OctaviaState) -> Value {
         ("tls_enabled".into(), json!(p.tls_enabled)),
     ]);
     // Octavia's WSME types leave an unset attribute out: no monitor, no `healthmonitor_id` key.
-    if let Some(h) = st.pool_monitor(&p.base.id) {
-        m.insert("healthmonitor_id".into(), json!(h.base.id));
+    if let Some(h) = index.monitors.get(id) {
+        m.insert("healthmonitor_id".into(), json!(h));
     }
     render_echo(&mut m, &p.echo, POOL_ECHO);
     Value::Object(m)
@@ -681,7 +712,12 @@ pub(super) async fn list_pools(
 ) -> SimResult<Json<Value>> {
     let cloud = app.cloud();
     let st = &cloud.octavia;
-    let items = st.pools.iter().map(|p| render_pool(p, st)).collect();
+    let refs = PoolRefs::of(st, None);
+    let items = st
+        .pools
+        .iter()
+        .map(|p| render_pool_with(p, &refs))
+        .collect();
     list_response(&app, &ctx, &q, uri.path(), "pools", items).map(Json)
 }
 
@@ -860,6 +896,24 @@ fn duplicate_member(address: &str, port: i64) -> SimError {
 
 /// A new member of `pool`; 409 when the pool already has one at that address and port.
 pub(super) fn build_member(cloud: &Cloud, pool: &Pool, i: &Input) -> SimResult<Member> {
+    build_member_checked(cloud, pool, i, |address, port| {
+        cloud.octavia.members.iter().any(|m| {
+            m.pool_id == pool.base.id
+                && m.address == address
+                && m.protocol_port == port
+                && m.base.provisioning_status != PENDING_DELETE
+        })
+    })
+}
+
+/// [`build_member`], with the pool's duplicate check given: a caller that makes many members at
+/// once knows the pool's members without a scan of every member of the cloud per new one.
+pub(super) fn build_member_checked(
+    cloud: &Cloud,
+    pool: &Pool,
+    i: &Input,
+    taken: impl Fn(&str, i64) -> bool,
+) -> SimResult<Member> {
     let address = i.required_str("address")?;
     parse_ip("address", &address)?;
     let port = i
@@ -871,13 +925,7 @@ pub(super) fn build_member(cloud: &Cloud, pool: &Pool, i: &Input) -> SimResult<M
     {
         return Err(bad(format!("Validation failure: Subnet {s} not found.")));
     }
-    let taken = cloud.octavia.members.iter().any(|m| {
-        m.pool_id == pool.base.id
-            && m.address == address
-            && m.protocol_port == port
-            && m.base.provisioning_status != PENDING_DELETE
-    });
-    if taken {
+    if taken(&address, port) {
         return Err(duplicate_member(&address, port));
     }
     let mut m = Member {
@@ -1000,14 +1048,23 @@ pub(super) async fn batch_members(
                 )?;
                 updates.push(m);
             }
-            None => creates.push(build_member(&cloud, &pool, &i)?),
+            // Not among the pool's live members (`live`), and not repeated in the request (`seen`).
+            None => creates.push(build_member_checked(&cloud, &pool, &i, |_, _| false)?),
         }
     }
     member_quota(&cloud, &pool.base.project_id, creates.len())?;
     let st = &mut cloud.octavia;
     st.lock_lb(&pool.loadbalancer_id, now)?;
-    for m in updates {
-        commit(&mut st.members, m, PENDING_UPDATE);
+    // One pass over the cloud's members for the whole batch, not one per updated member.
+    let mut updates: HashMap<String, Member> = updates
+        .into_iter()
+        .map(|m| (m.base.id.clone(), m))
+        .collect();
+    for slot in st.members.iter_mut() {
+        if let Some(mut m) = updates.remove(&slot.base.id) {
+            m.base.touch(PENDING_UPDATE);
+            *slot = m;
+        }
     }
     if !additive_only {
         let keep = |m: &Member| seen.contains(&(m.address.clone(), m.protocol_port));

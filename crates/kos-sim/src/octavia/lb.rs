@@ -370,10 +370,15 @@ fn build_graph_pool(
     if let Some(l) = listener {
         set_default_pool(cloud, l, &pool_id)?;
     }
+    // The pool is new: its only members are the ones made here.
+    let mut made: std::collections::HashSet<(String, i64)> = std::collections::HashSet::new();
     for m in objects(&pi, "members")? {
         let mi = Input::object(m, "member", MEMBER_KEYS)?;
         let pool = cloud.octavia.pool(&pool_id)?;
-        let member = children::build_member(cloud, pool, &mi)?;
+        let member = children::build_member_checked(cloud, pool, &mi, |a, p| {
+            made.contains(&(a.to_owned(), p))
+        })?;
+        made.insert((member.address.clone(), member.protocol_port));
         cloud.octavia.members.push(member);
     }
     if let Some(h) = pi.raw("healthmonitor") {
