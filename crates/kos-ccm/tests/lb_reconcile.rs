@@ -1170,6 +1170,97 @@ async fn two_clusters_in_one_project_never_touch_each_others_load_balancers() {
     assert!(writes(&c.log_since(start)).is_empty());
 }
 
+/// Member lists of pools, and batch member PUTs by pool, in a log.
+fn member_calls(log: &[LogEntry]) -> (usize, BTreeMap<String, usize>) {
+    let lists = log
+        .iter()
+        .filter(|e| e.method == "GET" && e.path.ends_with("/members"))
+        .count();
+    let mut puts: BTreeMap<String, usize> = BTreeMap::new();
+    for e in log
+        .iter()
+        .filter(|e| e.method == "PUT" && e.path.ends_with("/members"))
+    {
+        *puts.entry(e.path.clone()).or_default() += 1;
+    }
+    (lists, puts)
+}
+
+/// What this controller wrote it knows: a new Service's pools are not listed when its load
+/// balancer turns ACTIVE (the create carried the members), and a node join is one batch PUT per
+/// pool and no member list afterwards (the pool's member ids count what was put).
+#[tokio::test]
+async fn a_node_join_is_one_member_put_per_pool_and_no_member_list() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "");
+    let mut a = service("a", &[("TCP", 80, 30080), ("UDP", 53, 30053)]);
+    let mut b = service("b", &[("TCP", 80, 30180)]);
+    let start = c.seq();
+    converge(&lbs, &mut a, &nodes(2)).await;
+    converge(&lbs, &mut b, &nodes(2)).await;
+    let (lists, _) = member_calls(&c.log_since(start));
+    assert_eq!(
+        lists, 0,
+        "a created pool's members are known: {lists} lists"
+    );
+
+    for (label, n) in [("a node joins", 3), ("another joins", 4), ("two leave", 2)] {
+        let start = c.seq();
+        converge(&lbs, &mut a, &nodes(n)).await;
+        converge(&lbs, &mut b, &nodes(n)).await;
+        let log = c.log_since(start);
+        let (lists, puts) = member_calls(&log);
+        assert_eq!(puts.len(), 3, "{label}: every pool: {puts:?}");
+        assert!(puts.values().all(|p| *p == 1), "{label}: {puts:?}");
+        assert_eq!(lists, 0, "{label}: no pool's members listed");
+        assert_eq!(writes(&log).len(), 3, "{label}: {:?}", writes(&log));
+    }
+    for pool in c.lbs().await.iter().flat_map(|l| l.pools.clone()) {
+        assert_eq!(c.members(&pool.id).await.len(), 2);
+    }
+}
+
+/// A resync through the shared snapshot (what the controller does: the snapshot forced out, then
+/// a pass per Service) is one list per resource type and no write, whatever the number of
+/// Services; no pool's members are listed while their ids are unchanged.
+#[tokio::test]
+async fn an_idle_resync_through_the_snapshot_is_one_list_per_type_and_no_write() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "create-monitor = true\n");
+    let ns = nodes(3);
+    let mut services: Vec<Service> = (0..4)
+        .map(|i| {
+            let base = 30200 + 10 * i;
+            service(
+                &format!("s{i}"),
+                &[("TCP", 80, base), ("UDP", 53, base + 1)],
+            )
+        })
+        .collect();
+    for s in &mut services {
+        converge(&lbs, s, &ns).await;
+    }
+    for round in 0..2 {
+        let start = c.seq();
+        lbs.invalidate_snapshot();
+        for s in &services {
+            let o = lbs.ensure_service(s, &ns).await.expect("resync");
+            assert!(o.converged && o.writes.is_empty(), "{round}: {o:#?}");
+        }
+        let log = c.log_since(start);
+        assert!(writes(&log).is_empty(), "{round}: {:?}", writes(&log));
+        let mut gets: Vec<&str> = log
+            .iter()
+            .filter(|e| e.method == "GET" && !e.path.starts_with("/identity"))
+            .map(|e| e.operation.as_str())
+            .collect();
+        gets.sort_unstable();
+        assert_eq!(gets.len(), 5, "{round}: one list per type: {gets:#?}");
+        gets.dedup();
+        assert_eq!(gets.len(), 5, "{round}: each type once: {gets:#?}");
+    }
+}
+
 #[tokio::test]
 async fn a_no_op_resync_makes_no_writes_and_one_list_per_resource_type() {
     let c = cloud().await;

@@ -8,13 +8,14 @@
 //! Guarantee: a snapshot is never newer than the writes it reflects; [`Snapshots`] hands out a
 //! cached snapshot only while no write (and no observed PENDING state) happened since it was taken.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kos_cloud::model::load_balancer::{
-    HealthMonitor, Listener, LoadBalancer, LoadBalancerFilter, Member, Pool, ProvisioningStatus,
+    HealthMonitor, Listener, LoadBalancer, LoadBalancerFilter, Member, MemberSpec, Pool,
+    ProvisioningStatus,
 };
 use kos_cloud::model::network::{FloatingIp, FloatingIpFilter};
 use kos_cloud::{CloudError, Session};
@@ -210,18 +211,71 @@ impl Snapshots {
     }
 }
 
+/// The member ids a pool listing shows, folded: how many and a digest of the sorted set. Kept
+/// instead of the ids themselves (a pool of 500 members would hold 500 strings per pool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IdSet {
+    count: usize,
+    digest: u64,
+}
+
+impl IdSet {
+    fn of(pool: &Pool) -> IdSet {
+        IdSet::of_ids(pool.members.iter().map(|m| m.id.as_str()))
+    }
+
+    fn of_ids<'a>(ids: impl Iterator<Item = &'a str>) -> IdSet {
+        use std::hash::{Hash, Hasher};
+        let mut ids: Vec<&str> = ids.collect();
+        ids.sort_unstable();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        ids.hash(&mut h);
+        IdSet {
+            count: ids.len(),
+            digest: h.finish(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct CachedMembers {
-    ids: BTreeSet<String>,
-    members: Vec<Member>,
+    /// The pool's member ids when `members` was last confirmed; `None` for a membership this
+    /// process wrote and no pool listing has shown yet.
+    ids: Option<IdSet>,
+    members: Arc<Vec<Member>>,
+    /// When listed, or written.
     fetched: Instant,
 }
 
-/// Members per pool, listed only when needed (see the module docs).
+/// Members per pool, listed only when needed (see the module docs). A membership this process
+/// wrote (a batch replace, or a fully populated create) is remembered as written: the next pool
+/// listing that shows as many member ids as were written confirms it without a member list, so a
+/// node join costs one PUT per pool and no list. Octavia's batch replace keeps the members it
+/// does not change and makes the rest, so its result has exactly the written count.
 #[derive(Debug)]
 pub struct MemberCache {
     entries: Mutex<HashMap<String, CachedMembers>>,
     verify_every: Duration,
+}
+
+/// Where a fully populated create's members are remembered until its pool id is known.
+fn created_key(lb_id: &str, listener: &str) -> String {
+    format!("created/{lb_id}/{listener}")
+}
+
+/// A member as the cloud will show the spec once it is made (its id unknown).
+fn as_member(s: &MemberSpec) -> Member {
+    Member {
+        name: s.name.clone(),
+        address: s.address.clone(),
+        protocol_port: s.protocol_port,
+        subnet_id: s.subnet_id.clone(),
+        weight: Some(s.weight.unwrap_or(1)),
+        monitor_port: s.monitor_port,
+        admin_state_up: s.admin_state_up.unwrap_or(true),
+        tags: s.tags.clone(),
+        ..Member::default()
+    }
 }
 
 impl MemberCache {
@@ -232,34 +286,84 @@ impl MemberCache {
         }
     }
 
-    fn cached(&self, pool: &Pool, ids: &BTreeSet<String>) -> Option<Vec<Member>> {
-        let entries = self.entries.lock().ok()?;
-        entries
-            .get(&pool.id)
-            .filter(|e| &e.ids == ids && e.fetched.elapsed() < self.verify_every)
-            .map(|e| e.members.clone())
+    /// From the cache: a listing whose ids the pool still shows, or a membership written here
+    /// that the pool now shows as many ids as (then confirmed from this listing on). `created`:
+    /// the key of a create that may have made this pool (see [`MemberCache::created`]).
+    fn cached(&self, pool: &Pool, created: Option<&str>) -> Option<Arc<Vec<Member>>> {
+        let ids = IdSet::of(pool);
+        let mut entries = self.entries.lock().ok()?;
+        if !entries.contains_key(&pool.id)
+            && let Some(e) = created.and_then(|k| entries.remove(k))
+        {
+            entries.insert(pool.id.clone(), e);
+        }
+        let e = entries.get_mut(&pool.id)?;
+        if e.fetched.elapsed() >= self.verify_every {
+            return None;
+        }
+        match e.ids {
+            Some(seen) if seen == ids => Some(e.members.clone()),
+            None if e.members.len() == ids.count => {
+                e.ids = Some(ids);
+                Some(e.members.clone())
+            }
+            _ => None,
+        }
     }
 
-    /// The pool's members: from the cache when the pool still lists the same member ids, else one
-    /// list call.
-    pub async fn members(&self, session: &Session, pool: &Pool) -> Result<Vec<Member>, CloudError> {
-        let ids: BTreeSet<String> = pool.members.iter().map(|m| m.id.clone()).collect();
-        if let Some(m) = self.cached(pool, &ids) {
+    /// The pool's members: from the cache when the pool still lists the same member ids (or as
+    /// many as this process last wrote), else one list call.
+    pub async fn members(
+        &self,
+        session: &Session,
+        pool: &Pool,
+        created: Option<&str>,
+    ) -> Result<Arc<Vec<Member>>, CloudError> {
+        if let Some(m) = self.cached(pool, created) {
             return Ok(m);
         }
-        let members = session.load_balancer().list_members(&pool.id).await?;
-        let listed: BTreeSet<String> = members.iter().map(|m| m.id.clone()).collect();
+        let members = Arc::new(session.load_balancer().list_members(&pool.id).await?);
         if let Ok(mut entries) = self.entries.lock() {
             entries.insert(
                 pool.id.clone(),
                 CachedMembers {
-                    ids: listed,
+                    ids: Some(IdSet::of_ids(members.iter().map(|m| m.id.as_str()))),
                     members: members.clone(),
                     fetched: Instant::now(),
                 },
             );
         }
         Ok(members)
+    }
+
+    /// This process replaced the pool's members with `specs` (a batch update Octavia accepted).
+    pub fn written(&self, pool_id: &str, specs: &[MemberSpec]) {
+        self.remember(pool_id.to_owned(), specs);
+    }
+
+    /// The key under which a fully populated create's members of one listener wait for their
+    /// pool's id: pass it to [`MemberCache::members`] for the pool of that listener.
+    pub fn created_key(lb_id: &str, listener: &str) -> String {
+        created_key(lb_id, listener)
+    }
+
+    /// This process created load balancer `lb_id` with a listener (`listener`: its key) whose
+    /// pool has `specs` as members.
+    pub fn created(&self, lb_id: &str, listener: &str, specs: &[MemberSpec]) {
+        self.remember(created_key(lb_id, listener), specs);
+    }
+
+    fn remember(&self, key: String, specs: &[MemberSpec]) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.insert(
+                key,
+                CachedMembers {
+                    ids: None,
+                    members: Arc::new(specs.iter().map(as_member).collect()),
+                    fetched: Instant::now(),
+                },
+            );
+        }
     }
 
     /// Forget a pool (after writing its members, or deleting it).
@@ -269,10 +373,17 @@ impl MemberCache {
         }
     }
 
-    /// Drops entries of pools that no longer exist.
+    /// Drops entries of pools that no longer exist, and creates never confirmed in time.
     pub fn prune(&self, observed: &Observed) {
         if let Ok(mut entries) = self.entries.lock() {
-            entries.retain(|id, _| observed.pool(id).is_some());
+            let verify = self.verify_every;
+            entries.retain(|id, e| {
+                if id.starts_with("created/") {
+                    e.fetched.elapsed() < verify
+                } else {
+                    observed.pool(id).is_some()
+                }
+            });
         }
     }
 }

@@ -143,7 +143,7 @@ pub struct PlanInput<'a> {
     pub observed: &'a Observed,
     /// Members of this Service's pools, by pool id (pools missing here are treated as unknown and
     /// left alone).
-    pub members: &'a HashMap<String, Vec<Member>>,
+    pub members: &'a HashMap<String, std::sync::Arc<Vec<Member>>>,
     /// The Service's tag (its upstream LB name).
     pub service_tag: &'a str,
     /// The load balancer carries this Service's name (it was made for it).
@@ -688,17 +688,17 @@ mod tests {
     }
 
     /// A load balancer that serves `ns/web` port 80 (nodePort 30080) on two nodes exactly.
-    fn matching() -> (Observed, HashMap<String, Vec<Member>>) {
+    fn matching() -> (Observed, HashMap<String, std::sync::Arc<Vec<Member>>>) {
         let mut o = Observed::empty();
         o.load_balancers = vec![lb()];
         o.listeners = vec![listener("l", Protocol::Tcp, 80, &[TAG], Some("p"))];
         o.pools = vec![pool("p", Protocol::Tcp, "pool_0_kube_service_c_ns_web")];
         let members = HashMap::from([(
             "p".to_owned(),
-            vec![
+            std::sync::Arc::new(vec![
                 member("n1", "10.0.0.11", 30080),
                 member("n2", "10.0.0.12", 30080),
-            ],
+            ]),
         )]);
         (o, members)
     }
@@ -706,7 +706,7 @@ mod tests {
     fn run(
         d: &Desired,
         o: &Observed,
-        members: &HashMap<String, Vec<Member>>,
+        members: &HashMap<String, std::sync::Arc<Vec<Member>>>,
         owner: bool,
         serial: bool,
     ) -> Vec<LbAction> {
@@ -855,9 +855,9 @@ mod tests {
     fn members_are_compared_with_weight_admin_state_and_monitor_port() {
         let (o, mut m) = matching();
         // The member port as monitor port is the same as none.
-        m.get_mut("p").expect("p")[0].monitor_port = Some(30080);
+        std::sync::Arc::make_mut(m.get_mut("p").expect("p"))[0].monitor_port = Some(30080);
         assert_eq!(run(&web(2), &o, &m, true, false), vec![]);
-        m.get_mut("p").expect("p")[0].weight = Some(0);
+        std::sync::Arc::make_mut(m.get_mut("p").expect("p"))[0].weight = Some(0);
         let a = run(&web(2), &o, &m, true, false);
         match &a[..] {
             [LbAction::ReplaceMembers { members, .. }] => {

@@ -594,6 +594,13 @@ impl LoadBalancers {
         if let Ok(mut m) = self.recent_creates.lock() {
             m.insert(ids.lb_name.clone(), (lb.id.clone(), Instant::now()));
         }
+        // What the create made is known: its pools' first look needs no member list.
+        for (port, l) in d.ports.iter().zip(&req.listeners) {
+            if let Some(pool) = &l.default_pool {
+                self.members
+                    .created(&lb.id, &listener_key(&port.listener.key), &pool.members);
+            }
+        }
         out.writes.push(format!(
             "create load balancer {} with {} listeners",
             ids.lb_name,
@@ -903,7 +910,7 @@ impl LoadBalancers {
         }
 
         // Members of this Service's pools: from the cache, listed only where the ids changed.
-        let mut members: HashMap<String, Vec<Member>> = HashMap::new();
+        let mut members: HashMap<String, Arc<Vec<Member>>> = HashMap::new();
         for port in &d.ports {
             let pool = listeners
                 .iter()
@@ -911,9 +918,10 @@ impl LoadBalancers {
                 .and_then(|l| l.default_pool_id.as_deref())
                 .and_then(|id| observed.pool(id));
             if let Some(pool) = pool {
+                let created = MemberCache::created_key(&lb.id, &listener_key(&port.listener.key));
                 let m = self
                     .members
-                    .members(&self.session, pool)
+                    .members(&self.session, pool, Some(&created))
                     .await
                     .map_err(|source| LbError::Cloud {
                         action: format!("list the members of pool {}", pool.id),
@@ -1057,7 +1065,10 @@ impl LoadBalancers {
                 pool_id, members, ..
             } => {
                 let r = api.replace_members(pool_id, members).await;
-                self.members.forget(pool_id);
+                match &r {
+                    Ok(()) => self.members.written(pool_id, members),
+                    Err(_) => self.members.forget(pool_id),
+                }
                 r
             }
             LbAction::CreateMember { pool_id, member } => {
@@ -1489,6 +1500,11 @@ impl LoadBalancers {
         });
         false
     }
+}
+
+/// A listener's key as the member cache remembers a create's pools by.
+fn listener_key(k: &desired::ListenerKey) -> String {
+    format!("{}/{}", k.protocol, k.port)
 }
 
 /// The Warning for a Service whose `load-balancer-id` names a load balancer it may not use: the
