@@ -88,15 +88,21 @@ fn ready(yes: bool) -> NodeCondition {
 /// `kube-system`, and the controller, configured by a cloud.conf whose `[LoadBalancer]` names the
 /// node subnet and the public network, plus `extra`.
 async fn start(extra: &str, settings: ServiceSettings) -> R<Harness> {
-    start_full(extra, None, settings).await
+    start_full(extra, None, settings, Duration::from_millis(50)).await
 }
 
 /// [`start`], with `fault` injected into the fake API server before the controller starts.
 async fn start_with_fault(fault: Fault, settings: ServiceSettings) -> R<Harness> {
-    start_full("", Some(fault), settings).await
+    start_full("", Some(fault), settings, Duration::from_millis(50)).await
 }
 
-async fn start_full(extra: &str, fault: Option<Fault>, settings: ServiceSettings) -> R<Harness> {
+/// `pending`: the core's requeue delay while Octavia is busy.
+async fn start_full(
+    extra: &str,
+    fault: Option<Fault>,
+    settings: ServiceSettings,
+    pending: Duration,
+) -> R<Harness> {
     let sim = Sim::start(SimConfig::fast()).await?;
     let c = sim.config();
     let global = format!(
@@ -162,7 +168,7 @@ async fn start_full(extra: &str, fault: Option<Fault>, settings: ServiceSettings
         ctx.config.clone(),
         LbSettings {
             cluster_id: Some(cluster_uid.clone()),
-            pending_requeue: Duration::from_millis(50),
+            pending_requeue: pending,
             retry_requeue: Duration::from_millis(500),
             // Only writes and resyncs refresh the observation: drift must wait for a resync.
             snapshot_max_age: Duration::from_secs(3600),
@@ -926,6 +932,45 @@ async fn node_changes_cost_exactly_one_member_put_per_pool() -> R {
     for p in &pools {
         assert_eq!(h.members(p).await?.len(), 2);
     }
+    Ok(())
+}
+
+/// The controller's own writes (the finalizer, the load-balancer annotations) change the Service,
+/// and each change is a pass; while the load balancer is still being provisioned such a pass can
+/// only find what the pass before it found, so it does not list the project again. A change of the
+/// user's is a pass as always.
+#[tokio::test]
+async fn passes_on_its_own_writes_do_not_look_at_the_cloud_again() -> R {
+    // Octavia takes its time and the core looks again only after an hour.
+    let h = start_full("", None, settings(), Duration::from_secs(3600)).await?;
+    h.sim.app().set_latency(kos_sim::LatencyModel {
+        lb_create_secs: 3600.0,
+        ..h.sim.app().latency()
+    });
+    let sim_start = h.sim_seq();
+    let passes = h.reconciles("loadbalancer_ensure");
+    h.create(&lb_service("web", &[("TCP", 80, 30080)])).await?;
+    wait_for("the load-balancer id annotation", || {
+        Ok(h.get("web")?
+            .filter(|s| annotation(s, a::LOAD_BALANCER_ID).is_some()))
+    })
+    .await?;
+    // The first pass, then at least one on its own writes.
+    h.ensure_passes(passes, 2).await?;
+    assert_eq!(h.lb_lists_since(sim_start), 1, "one look at the cloud");
+
+    // The user changes the Service: that pass looks again.
+    let passes = h.reconciles("loadbalancer_ensure");
+    h.patch(
+        "web",
+        json!({"metadata": {"annotations": {"example.com/note": "changed"}}}),
+    )
+    .await?;
+    h.ensure_passes(passes, 1).await?;
+    wait_for("a second look", || {
+        Ok((h.lb_lists_since(sim_start) == 2).then_some(()))
+    })
+    .await?;
     Ok(())
 }
 

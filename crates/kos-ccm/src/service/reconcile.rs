@@ -1,17 +1,18 @@
 //! One reconcile of one Service (see the module docs of [`super`]): ensure, or clean up, then
 //! write back what changed. Never waits for the cloud: the core's requeue is the Service's.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::Patch;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::error::{Error, Result};
 use super::events::{EventMemory, fingerprint};
@@ -42,6 +43,19 @@ pub(crate) struct ServiceController {
     events: EventMemory,
     /// Retry delays after failures, per Service UID.
     backoff: Backoff,
+    /// Per Service UID, a requeue the last pass asked for (see [`Quiet`]).
+    quiet: Mutex<HashMap<String, Quiet>>,
+}
+
+/// A pass asked to look again at `until` (Octavia busy). Until then, a pass of the Service at one
+/// of the versions that pass wrote itself (the finalizer, the annotations, the status: each write
+/// is a change of the Service, and each change a pass), with the same nodes, can only find the
+/// same, so it is skipped rather than made to list the project again. Any other change (the
+/// user's, a node's) is a new version, and a pass.
+struct Quiet {
+    versions: Vec<String>,
+    nodes: Arc<Vec<Node>>,
+    until: Instant,
 }
 
 fn uid(svc: &Service) -> String {
@@ -129,6 +143,7 @@ impl ServiceController {
             nodes,
             services,
             backoff: Backoff::new(settings.retry_min, settings.retry_max),
+            quiet: Mutex::new(HashMap::new()),
         }
     }
 
@@ -139,6 +154,51 @@ impl ServiceController {
         let live: HashSet<String> = self.services.state().iter().map(|s| uid(s)).collect();
         self.events.retain(&live);
         self.backoff.retain(&live);
+        // A resync looks at every Service, whatever it waits for.
+        self.quiet.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Some(delay) when the Service is as the last pass left it, that pass asked to look again
+    /// later, and the nodes did not change since: the requeue stands, nothing is done now.
+    fn still_quiet(&self, svc: &Service, nodes: &Arc<Vec<Node>>) -> Option<Duration> {
+        let mut quiet = self.quiet.lock().unwrap_or_else(|p| p.into_inner());
+        let id = uid(svc);
+        let q = quiet.get(&id)?;
+        let now = Instant::now();
+        let version = svc.metadata.resource_version.as_ref();
+        if q.until > now
+            && version.is_some_and(|v| q.versions.contains(v))
+            && Arc::ptr_eq(&q.nodes, nodes)
+        {
+            return Some(q.until - now);
+        }
+        quiet.remove(&id);
+        None
+    }
+
+    fn set_quiet(
+        &self,
+        svc: &Service,
+        versions: Vec<String>,
+        nodes: Arc<Vec<Node>>,
+        after: Option<Duration>,
+    ) {
+        let mut quiet = self.quiet.lock().unwrap_or_else(|p| p.into_inner());
+        match after {
+            Some(d) if !versions.is_empty() => {
+                quiet.insert(
+                    uid(svc),
+                    Quiet {
+                        versions,
+                        nodes,
+                        until: Instant::now() + d,
+                    },
+                );
+            }
+            _ => {
+                quiet.remove(&uid(svc));
+            }
+        }
     }
 
     async fn sync(&self, svc: &Service) -> Result<Action> {
@@ -173,11 +233,17 @@ impl ServiceController {
             // `run` waits for the first node list; this is only a safety net.
             return Ok(Action::requeue(self.settings.retry_min));
         };
+        if let Some(wait) = self.still_quiet(svc, &nodes) {
+            return Ok(Action::requeue(wait));
+        }
+        // The versions of the Service this pass leaves behind (see `Quiet`).
+        let mut versions: Vec<String> = svc.metadata.resource_version.iter().cloned().collect();
         // Before anything reaches the cloud: nothing kos-ccm makes can outlive its Service.
         let mut cur = match finalizer_patch(svc, true) {
             Some(p) => self.patch(svc, &p, "add the finalizer").await?,
             None => svc.clone(),
         };
+        versions.extend(cur.metadata.resource_version.clone());
         let out = self
             .lbs
             .ensure_service(&cur, &nodes)
@@ -189,13 +255,17 @@ impl ServiceController {
             cur = self
                 .patch(&cur, &p, "write the load-balancer annotations")
                 .await?;
+            versions.extend(cur.metadata.resource_version.clone());
         }
         if let Some(want) = &out.status
             && let Some(p) = status_patch(&cur, Some(want))
         {
-            self.patch_status(&cur, &p, "write status.loadBalancer")
+            cur = self
+                .patch_status(&cur, &p, "write status.loadBalancer")
                 .await?;
+            versions.extend(cur.metadata.resource_version.clone());
         }
+        self.set_quiet(&cur, versions, nodes, out.requeue_after);
         Ok(requeue(out.requeue_after))
     }
 
@@ -244,6 +314,7 @@ impl ServiceController {
             }
         }
         self.events.forget(&uid(svc));
+        self.set_quiet(svc, Vec::new(), Arc::default(), None);
         Ok(Action::await_change())
     }
 
