@@ -312,13 +312,17 @@ pub enum BenchCommand {
     /// critical-path lower bound, with API calls per service (and baselines with --baselines).
     Apply(BenchApplyArgs),
     /// kos-ccm's Service controller at scale on a simulated cloud with realistic load-balancer
-    /// provisioning times: time until every Service has an address against a one-at-a-time,
-    /// blocking baseline (the upstream's), calls per resync and per node join, peak RSS.
+    /// provisioning times, in its own process: time until every Service has an address against
+    /// one load balancer's provisioning (the floor) and a one-at-a-time, blocking baseline (the
+    /// upstream's), calls per resync and per node join, the controller's peak RSS and CPU.
     Ccm(BenchCcmArgs),
     /// kos-csi's controller when many claims are created at once, on a simulated cloud with
     /// Cinder's realistic create time: time until every claim is Bound and until every volume is
     /// available, against one volume's create; Cinder calls meanwhile and per resync.
     Csi(BenchCsiArgs),
+    /// The controller process of `bench ccm` (it starts this itself; reads its spec on stdin).
+    #[command(hide = true)]
+    CcmController,
 }
 
 #[derive(Debug, Args)]

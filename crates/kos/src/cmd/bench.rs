@@ -358,14 +358,25 @@ async fn run(
 /// Retry-After is in cloud seconds (1 at any rate of at least 1/s): the cap makes it one cloud second.
 pub(crate) async fn connect(sim: &Sim, scale: f64) -> miette::Result<Session> {
     let c = sim.config();
+    connect_to(&sim.auth_url(), &c.username, &c.password, &c.project, scale).await
+}
+
+/// A session of the simulated cloud at `auth_url` (the benches' user), its retries on the clock.
+pub(crate) async fn connect_to(
+    auth_url: &str,
+    user: &str,
+    password: &str,
+    project: &str,
+    scale: f64,
+) -> miette::Result<Session> {
     let profile = CloudProfile::new(
         "bench",
-        sim.auth_url(),
+        auth_url.to_owned(),
         ProfileAuth::Password {
-            user: IdOrName::Name(c.username.clone()),
+            user: IdOrName::Name(user.to_owned()),
             user_domain: Some(IdOrName::Id("default".into())),
-            password: SecretString::from(c.password.clone()),
-            project: Some(IdOrName::Name(c.project.clone())),
+            password: SecretString::from(password.to_owned()),
+            project: Some(IdOrName::Name(project.to_owned())),
             project_domain: Some(IdOrName::Id("default".into())),
         },
     );

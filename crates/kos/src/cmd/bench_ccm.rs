@@ -3,15 +3,19 @@
 //!
 //! One in-process kos-sim with the realistic latency model (60 s to provision a load balancer,
 //! 5 s per change, 50 ms per call) on a scaled clock, and an in-process Kubernetes API
-//! (kos-kube-fake) with `--nodes` Nodes. `--services` Services of type LoadBalancer are created at
-//! once and the real controller (`kos_ccm::service::run`) runs until each has an address. Then:
-//! the OpenStack calls of a resync with nothing to do (writes must be 0), the calls when one node
-//! joins, and the process's peak RSS. The baseline, in the same run on a fresh cloud, is the
-//! upstream's behaviour: one Service at a time, its worker blocked until the load balancer is
-//! ACTIVE.
+//! (kos-kube-fake) with `--nodes` Nodes, both served over HTTP. The real controller
+//! (`kos_ccm::service::run`) runs in its own process (this binary, `kos bench ccm-controller`,
+//! hidden), so its footprint is its own: peak RSS and CPU seconds from `/proc/<pid>`. First one
+//! load balancer is made and waited for alone: its provisioning on this clock is the floor. Then
+//! `--services` Services of type LoadBalancer are created at once and the controller runs until
+//! each has an address; the ratio to the floor is reported. Then: the OpenStack calls of a resync
+//! with nothing to do (writes must be 0), the controller's CPU while idle, the calls when one node
+//! joins. The baseline, in the same run on a fresh cloud, is the upstream's behaviour: one Service
+//! at a time, its worker blocked until the load balancer is ACTIVE.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,13 +27,15 @@ use kos_ccm::CloudConfig;
 use kos_ccm::context::Context;
 use kos_ccm::lb::{LbSettings, LoadBalancers};
 use kos_ccm::service::{self, ServiceSettings};
+use kos_cloud::model::load_balancer::{LoadBalancerCreate, ProvisioningStatus, Vip};
 use kos_cloud::model::network::{NetworkCreate, RouterCreate, SubnetCreate};
 use kos_cloud::{RetryPolicy, Session};
 use kos_kube_fake::FakeKube;
 use kos_sim::{LatencyModel, Sim, SimConfig};
 use kube::runtime::events::Reporter;
 use miette::{IntoDiagnostic, WrapErr, miette};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::{Exit, Failure};
 use crate::cli::{BenchCcmArgs, Output};
@@ -44,8 +50,22 @@ struct Report {
     nodes: u32,
     concurrency: u16,
     time_scale: f64,
+    /// Cloud seconds one load balancer took from its create to ACTIVE, alone, on this clock: the
+    /// least any controller can take to address a Service.
+    floor_secs: f64,
     /// Cloud seconds until every Service had an address.
     kos_secs: f64,
+    /// `kos_secs / floor_secs`.
+    ratio: f64,
+    /// Cloud seconds from the Services' creation to the last load balancer's create (from the
+    /// simulator's request log; `None` when the log no longer holds it).
+    last_create_secs: Option<f64>,
+    /// Cloud seconds until the first Service, and until half of them, had an address.
+    first_addressed_secs: f64,
+    half_addressed_secs: f64,
+    /// Real seconds the simulator's handlers took until every Service had an address, by
+    /// operation (what each kind of call costs this machine on the cloud's side).
+    sim_handler_secs: BTreeMap<String, f64>,
     /// The same for the one-at-a-time, blocking baseline (`None`: not run).
     baseline_secs: Option<f64>,
     baseline_time_scale: Option<f64>,
@@ -57,7 +77,19 @@ struct Report {
     /// OpenStack calls after one node joined, until every pool had it, by operation.
     node_join_calls: BTreeMap<String, u64>,
     node_join_writes: u64,
-    /// The whole process's peak resident set (kos-sim and the fake API included), in MiB.
+    /// The controller process's peak resident set (VmHWM), in MiB.
+    ccm_peak_rss_mib: Option<f64>,
+    /// The controller process's CPU seconds (user + system): until every Service had an address,
+    /// and in all.
+    ccm_cpu_secs_addressing: Option<f64>,
+    ccm_cpu_secs: Option<f64>,
+    /// The controller's CPU seconds of the resync above.
+    ccm_resync_cpu_secs: Option<f64>,
+    /// The controller's CPU seconds per idle real minute: measured over an idle span with no
+    /// resync, plus a fifth of one resync's (one every 5 minutes, the default --lb-resync-period).
+    ccm_idle_cpu_secs_per_min: Option<f64>,
+    /// This process's peak resident set (kos-sim and the Kubernetes API; the baseline's too), in
+    /// MiB.
     peak_rss_mib: Option<f64>,
 }
 
@@ -82,30 +114,54 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
         args.services, args.nodes, args.concurrency
     );
     let world = World::start(scale, args.services, args.nodes).await?;
-    let lbs = Arc::new(world.load_balancers(scale));
-    let (stop, controller) = world.controller(lbs.clone(), args.concurrency, scale)?;
+    let floor_secs = world.floor(scale).await?;
+    eprintln!("one load balancer alone: ACTIVE after {floor_secs:.1} cloud s (the floor)");
+    let mut ccm = world.spawn_controller(args.concurrency, scale).await?;
 
     let t0 = Instant::now();
     let before = world.cloud_calls();
+    let sim_t0 = world.sim.app().now().0;
+    let seq0 = world
+        .sim
+        .app()
+        .observations()
+        .log
+        .back()
+        .map_or(0, |e| e.seq);
     world.create_services(args.services)?;
-    world.wait_all_addressed(args.services).await?;
+    let (first_addressed_secs, half_addressed_secs) =
+        world.wait_all_addressed(args.services, t0, scale).await?;
     let kos_secs = t0.elapsed().as_secs_f64() / scale;
     let create_calls = since(&world.cloud_calls(), &before);
-    eprintln!("kos-ccm: every Service has an address after {kos_secs:.0} cloud s");
+    let (last_create_secs, sim_handler_secs) = world.timeline(seq0, sim_t0);
+    let ccm_cpu_secs_addressing = ccm.cpu_secs();
+    eprintln!(
+        "kos-ccm: every Service has an address after {kos_secs:.1} cloud s ({:.2}x the floor)",
+        kos_secs / floor_secs
+    );
 
     // Passes still queued (a last status write, a requeue) are not part of what follows.
     world.quiesce(scale).await;
     // A resync with nothing to do: a fresh observation, then one pass per Service, as the
-    // controller's periodic resync does.
-    let nodes: Vec<Node> = world.fake.list(None).into_diagnostic()?;
-    let services: Vec<Service> = world.fake.list(Some("default")).into_diagnostic()?;
+    // controller's periodic resync does (in the controller's process, with its caches).
     let before = world.cloud_calls();
-    lbs.invalidate_snapshot();
-    for s in &services {
-        lbs.ensure_service(s, &nodes).await.into_diagnostic()?;
-    }
+    let cpu = ccm.cpu_secs();
+    ccm.command("resync").await?;
     let resync_calls = since(&world.cloud_calls(), &before);
     let resync_writes = writes(&resync_calls);
+    let ccm_resync_cpu_secs = ccm.cpu_secs().zip(cpu).map(|(a, b)| a - b);
+
+    // Idle: nothing changes; what does the controller spend? (No resync in this span.)
+    world.quiesce(scale).await;
+    let idle = Duration::from_secs_f64((60.0 * scale).max(3.0));
+    let cpu = ccm.cpu_secs();
+    tokio::time::sleep(idle).await;
+    let ccm_idle_cpu_secs_per_min = ccm
+        .cpu_secs()
+        .zip(cpu)
+        .map(|(a, b)| (a - b) * 60.0 / idle.as_secs_f64())
+        .zip(ccm_resync_cpu_secs)
+        .map(|(idle, resync)| idle + resync / 5.0);
 
     // One node joins: every pool gets it, one batch member PUT each.
     world.quiesce(scale).await;
@@ -128,8 +184,9 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
     world.quiesce(scale).await;
     let node_join_calls = since(&world.cloud_calls(), &before);
     let node_join_writes = writes(&node_join_calls);
-    let _ = stop.send(());
-    let _ = controller.await;
+    let ccm_peak_rss_mib = ccm.peak_rss_mib();
+    let ccm_cpu_secs = ccm.cpu_secs();
+    ccm.stop().await;
     let peak_rss_mib = peak_rss_mib();
 
     let (baseline_secs, baseline_time_scale) = if args.no_baseline {
@@ -170,7 +227,13 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
         nodes: args.nodes,
         concurrency: args.concurrency,
         time_scale: scale,
+        floor_secs,
         kos_secs,
+        ratio: kos_secs / floor_secs,
+        last_create_secs,
+        first_addressed_secs,
+        half_addressed_secs,
+        sim_handler_secs,
         create_calls,
         baseline_secs,
         baseline_time_scale,
@@ -178,6 +241,11 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
         resync_writes,
         node_join_calls,
         node_join_writes,
+        ccm_peak_rss_mib,
+        ccm_cpu_secs_addressing,
+        ccm_cpu_secs,
+        ccm_resync_cpu_secs,
+        ccm_idle_cpu_secs_per_min,
         peak_rss_mib,
     })
 }
@@ -187,6 +255,7 @@ struct World {
     fake: FakeKube,
     session: Session,
     config: Arc<CloudConfig>,
+    cloud_conf: String,
 }
 
 impl World {
@@ -260,58 +329,98 @@ impl World {
             fake,
             session,
             config: Arc::new(config),
+            cloud_conf: conf,
         })
     }
 
-    /// The controller's core, its waits and requeues on the scaled clock, and a session that
-    /// requeues on Octavia's busy 409 as kos-ccm's does.
+    /// The controller's core for the baseline, its waits and requeues on the scaled clock.
     fn load_balancers(&self, scale: f64) -> LoadBalancers {
-        let mut s = LbSettings::new("bench");
-        let scaled = |secs: f64| Duration::from_secs_f64(secs * scale);
-        s.pending_requeue = scaled(5.0);
-        s.retry_requeue = scaled(60.0);
-        s.snapshot_max_age = scaled(10.0);
-        let session = self.session.clone().with_retry_policy(RetryPolicy {
-            retry_busy_load_balancer: false,
-            ..self.session.retry_policy().clone()
-        });
-        LoadBalancers::new(session, self.config.clone(), s)
+        load_balancers(&self.session, self.config.clone(), scale)
     }
 
-    fn controller(
-        &self,
-        lbs: Arc<LoadBalancers>,
-        concurrency: u16,
-        scale: f64,
-    ) -> miette::Result<(
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<()>,
-    )> {
-        let client = self.fake.client().into_diagnostic()?;
-        let ctx = Arc::new(Context::new(
-            self.session.clone(),
-            (*self.config).clone(),
-            "bench",
-            client,
-            Reporter {
-                controller: "kos-ccm".into(),
-                instance: Some("bench".into()),
-            },
-        ));
-        let scaled = |secs: f64| Duration::from_secs_f64(secs * scale);
-        let settings = ServiceSettings {
+    /// One load balancer, created and waited for alone (polled every tenth of a cloud second):
+    /// cloud seconds from its create to ACTIVE. Deleted again.
+    async fn floor(&self, scale: f64) -> miette::Result<f64> {
+        let lb = self.session.load_balancer();
+        let subnet = self
+            .config
+            .load_balancer
+            .subnet_id
+            .clone()
+            .unwrap_or_default();
+        let t0 = Instant::now();
+        let made = lb
+            .create_load_balancer(&LoadBalancerCreate::new("floor", Vip::Subnet(subnet)))
+            .await
+            .into_diagnostic()
+            .wrap_err("creating the floor's load balancer")?;
+        let deadline = Instant::now() + Duration::from_secs_f64(600.0 * scale + 60.0);
+        loop {
+            let got = lb.get_load_balancer(&made.id).await.into_diagnostic()?;
+            if got.is_some_and(|l| l.provisioning_status == ProvisioningStatus::Active) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(miette!("the floor's load balancer never became ACTIVE"));
+            }
+            tokio::time::sleep(Duration::from_secs_f64(0.1 * scale)).await;
+        }
+        let secs = t0.elapsed().as_secs_f64() / scale;
+        lb.delete_load_balancer(&made.id, true)
+            .await
+            .into_diagnostic()?;
+        Ok(secs)
+    }
+
+    /// The controller in its own process: this binary's hidden `bench ccm-controller`, told
+    /// where the cloud and the Kubernetes API are on its stdin.
+    async fn spawn_controller(&self, concurrency: u16, scale: f64) -> miette::Result<Ccm> {
+        let c = self.sim.config();
+        let spec = ControllerSpec {
+            auth_url: self.sim.auth_url(),
+            username: c.username.clone(),
+            password: c.password.clone(),
+            project: c.project.clone(),
+            cloud_conf: self.cloud_conf.clone(),
+            kube_url: self.fake.url(),
+            time_scale: scale,
             concurrency,
-            // Resyncs are measured separately.
-            resync_period: Duration::from_secs(24 * 3600),
-            retry_min: scaled(5.0),
-            retry_max: scaled(300.0),
-            ..ServiceSettings::default()
         };
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(service::run(ctx, lbs, settings, None, async {
-            let _ = rx.await;
-        }));
-        Ok((tx, task))
+        let exe = std::env::current_exe().into_diagnostic()?;
+        // KOS_BENCH_CCM_WRAPPER runs the controller under a profiler (`perf record -g -o
+        // ccm.data`, `heaptrack -o ccm`): the figures below are then the wrapper's process's.
+        let wrapper = std::env::var("KOS_BENCH_CCM_WRAPPER").unwrap_or_default();
+        let mut argv: Vec<String> = wrapper.split_whitespace().map(str::to_owned).collect();
+        argv.push(exe.to_string_lossy().into_owned());
+        argv.extend(["bench".to_owned(), "ccm-controller".to_owned()]);
+        let mut child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            // Its warnings (a lost write race, requeued) are the run's business, not the reader's.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
+            )
+            .kill_on_drop(true)
+            .spawn()
+            .into_diagnostic()
+            .wrap_err("starting the controller's process")?;
+        let mut stdin = child.stdin.take().ok_or_else(|| miette!("no stdin"))?;
+        let stdout = child.stdout.take().ok_or_else(|| miette!("no stdout"))?;
+        let mut line = serde_json::to_string(&spec).into_diagnostic()?;
+        line.push('\n');
+        stdin.write_all(line.as_bytes()).await.into_diagnostic()?;
+        stdin.flush().await.into_diagnostic()?;
+        let mut ccm = Ccm {
+            pid: child.id(),
+            child,
+            stdin: Some(stdin),
+            stdout: BufReader::new(stdout),
+        };
+        ccm.answer("ready").await?;
+        Ok(ccm)
     }
 
     fn create_services(&self, n: u32) -> miette::Result<()> {
@@ -334,28 +443,77 @@ impl World {
         Ok(())
     }
 
-    async fn wait_all_addressed(&self, n: u32) -> miette::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(1800);
+    /// Waits until `n` Services have an address; returns the cloud seconds since `t0` when the
+    /// first, and half of them, had one.
+    async fn wait_all_addressed(
+        &self,
+        n: u32,
+        t0: Instant,
+        scale: f64,
+    ) -> miette::Result<(f64, f64)> {
+        use futures::StreamExt as _;
+        use kube::runtime::{WatchStreamExt as _, watcher};
+        // A watch, not a list per poll: listing every Service every few milliseconds would
+        // itself cost this machine what is being measured.
+        let api: kube::Api<Service> =
+            kube::Api::namespaced(self.fake.client().into_diagnostic()?, "default");
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let mut addressed = std::collections::HashSet::new();
+        let (mut first, mut half) = (None, None);
+        let stream = watcher(api, watcher::Config::default()).applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1800);
         loop {
-            let services: Vec<Service> = self.fake.list(Some("default")).into_diagnostic()?;
-            let done = services
-                .iter()
-                .filter(|s| {
-                    s.status
-                        .as_ref()
-                        .and_then(|st| st.load_balancer.as_ref())
-                        .and_then(|lb| lb.ingress.as_ref())
-                        .is_some_and(|i| !i.is_empty())
-                })
-                .count();
-            if done >= usize::try_from(n).unwrap_or(usize::MAX) {
-                return Ok(());
+            let next = tokio::time::timeout_at(deadline, stream.next()).await;
+            let s = match next {
+                Ok(Some(Ok(s))) => s,
+                Ok(Some(Err(e))) => return Err(miette!("watching the Services: {e}")),
+                Ok(None) => return Err(miette!("the Service watch ended")),
+                Err(_) => {
+                    return Err(miette!(
+                        "only {} of {n} Services got an address",
+                        addressed.len()
+                    ));
+                }
+            };
+            let has = s
+                .status
+                .as_ref()
+                .and_then(|st| st.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .is_some_and(|i| !i.is_empty());
+            if has {
+                addressed.insert(s.metadata.name.clone().unwrap_or_default());
             }
-            if Instant::now() > deadline {
-                return Err(miette!("only {done} of {n} Services got an address"));
+            let done = addressed.len();
+            let now = t0.elapsed().as_secs_f64() / scale;
+            if done > 0 {
+                first.get_or_insert(now);
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            if done * 2 >= n {
+                half.get_or_insert(now);
+            }
+            if done >= n {
+                return Ok((first.unwrap_or(now), half.unwrap_or(now)));
+            }
         }
+    }
+
+    /// From the simulator's request log after `seq0`: cloud seconds from `sim_t0` to the last
+    /// load-balancer create, and the real seconds its handlers took by operation.
+    fn timeline(&self, seq0: u64, sim_t0: f64) -> (Option<f64>, BTreeMap<String, f64>) {
+        let obs = self.sim.app().observations();
+        let mut last = None;
+        let mut handlers: BTreeMap<String, f64> = BTreeMap::new();
+        for e in obs.log.iter().filter(|e| e.seq > seq0) {
+            if e.method == "POST" && e.operation.ends_with("/lbaas/loadbalancers") {
+                last = Some(e.at - sim_t0);
+            }
+            *handlers.entry(e.operation.clone()).or_default() += e.real_ms / 1000.0;
+        }
+        // The log is bounded: when its first entry is not the first of the run, it is partial.
+        let complete = obs.log.front().is_none_or(|e| e.seq <= seq0 + 1);
+        (last.filter(|_| complete), handlers)
     }
 
     /// Waits until the cloud has received no call for 30 cloud seconds (at least 0.3 s).
@@ -382,6 +540,178 @@ impl World {
             .map(|(op, n)| (op.clone(), *n))
             .collect()
     }
+}
+
+/// The controller's core, its waits and requeues on the scaled clock, and a session that
+/// requeues on Octavia's busy 409 as kos-ccm's does.
+fn load_balancers(session: &Session, config: Arc<CloudConfig>, scale: f64) -> LoadBalancers {
+    let mut s = LbSettings::new("bench");
+    let scaled = |secs: f64| Duration::from_secs_f64(secs * scale);
+    s.pending_requeue = scaled(5.0);
+    s.retry_requeue = scaled(60.0);
+    s.snapshot_max_age = scaled(10.0);
+    let session = session.clone().with_retry_policy(RetryPolicy {
+        retry_busy_load_balancer: false,
+        ..session.retry_policy().clone()
+    });
+    LoadBalancers::new(session, config, s)
+}
+
+/// What `kos bench ccm` tells its controller process (one JSON line on its stdin). Not `Debug`:
+/// it holds the simulated cloud's password.
+#[derive(Serialize, Deserialize)]
+struct ControllerSpec {
+    auth_url: String,
+    username: String,
+    password: String,
+    project: String,
+    cloud_conf: String,
+    kube_url: String,
+    time_scale: f64,
+    concurrency: u16,
+}
+
+/// The controller's process, seen from the benchmark.
+struct Ccm {
+    child: tokio::process::Child,
+    pid: Option<u32>,
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: BufReader<tokio::process::ChildStdout>,
+}
+
+impl Ccm {
+    /// Waits for the controller to print `want` on a line of its own.
+    async fn answer(&mut self, want: &str) -> miette::Result<()> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.stdout.read_line(&mut line).await.into_diagnostic()?;
+            if n == 0 {
+                return Err(miette!(
+                    "the controller's process ended (its errors are above)"
+                ));
+            }
+            if line.trim() == want {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn command(&mut self, what: &str) -> miette::Result<()> {
+        let stdin = self.stdin.as_mut().ok_or_else(|| miette!("stopped"))?;
+        stdin
+            .write_all(format!("{what}\n").as_bytes())
+            .await
+            .into_diagnostic()?;
+        stdin.flush().await.into_diagnostic()?;
+        self.answer("done").await
+    }
+
+    fn cpu_secs(&self) -> Option<f64> {
+        cpu_secs(&self.pid?.to_string())
+    }
+
+    fn peak_rss_mib(&self) -> Option<f64> {
+        proc_peak_rss_mib(&self.pid?.to_string())
+    }
+
+    /// Closing its stdin stops the controller (reconciles in flight finish).
+    async fn stop(mut self) {
+        drop(self.stdin.take());
+        if tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// `kos bench ccm-controller`: the controller process of `kos bench ccm` (see the module docs).
+/// Reads its [`ControllerSpec`] from stdin, prints `ready` once connected, then runs the Service
+/// controller; a `resync` line on stdin is one resync (printed `done` after); end of stdin stops it.
+pub async fn controller() -> Result<Exit, Failure> {
+    run_controller().await.map_err(Failure::cloud_diagnostic)?;
+    Ok(Exit::Ok)
+}
+
+async fn run_controller() -> miette::Result<()> {
+    let mut stdin = BufReader::new(tokio::io::stdin());
+    let mut line = String::new();
+    stdin.read_line(&mut line).await.into_diagnostic()?;
+    let spec: ControllerSpec = serde_json::from_str(&line)
+        .into_diagnostic()
+        .wrap_err("the controller's spec on stdin")?;
+    let scale = spec.time_scale;
+    let session = super::bench::connect_to(
+        &spec.auth_url,
+        &spec.username,
+        &spec.password,
+        &spec.project,
+        scale,
+    )
+    .await?;
+    let config = CloudConfig::parse("cloud.conf", &spec.cloud_conf)
+        .map_err(|e| miette!("{e}"))?
+        .config;
+    let uri: http::Uri = spec.kube_url.parse().into_diagnostic()?;
+    let client = kube::Client::try_from(kube::Config::new(uri)).into_diagnostic()?;
+    let config = Arc::new(config);
+    let lbs = Arc::new(load_balancers(&session, config.clone(), scale));
+    let ctx = Arc::new(Context::new(
+        session,
+        (*config).clone(),
+        "bench",
+        client.clone(),
+        Reporter {
+            controller: "kos-ccm".into(),
+            instance: Some("bench".into()),
+        },
+    ));
+    let scaled = |secs: f64| Duration::from_secs_f64(secs * scale);
+    let settings = ServiceSettings {
+        concurrency: spec.concurrency,
+        // Resyncs are asked for on stdin.
+        resync_period: Duration::from_secs(24 * 3600),
+        retry_min: scaled(5.0),
+        retry_max: scaled(300.0),
+        ..ServiceSettings::default()
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(service::run(ctx, lbs.clone(), settings, None, async {
+        let _ = rx.await;
+    }));
+    let mut out = tokio::io::stdout();
+    out.write_all(b"ready\n").await.into_diagnostic()?;
+    out.flush().await.into_diagnostic()?;
+    loop {
+        line.clear();
+        if stdin.read_line(&mut line).await.into_diagnostic()? == 0 {
+            break;
+        }
+        if line.trim() == "resync" {
+            // What the periodic resync does: a fresh observation, then a pass per Service.
+            let nodes: Vec<Node> = kube::Api::all(client.clone())
+                .list(&Default::default())
+                .await
+                .into_diagnostic()?
+                .items;
+            let services: Vec<Service> = kube::Api::all(client.clone())
+                .list(&Default::default())
+                .await
+                .into_diagnostic()?
+                .items;
+            lbs.invalidate_snapshot();
+            for s in &services {
+                lbs.ensure_service(s, &nodes).await.into_diagnostic()?;
+            }
+            out.write_all(b"done\n").await.into_diagnostic()?;
+            out.flush().await.into_diagnostic()?;
+        }
+    }
+    let _ = tx.send(());
+    let _ = controller.await;
+    Ok(())
 }
 
 pub(super) fn since(
@@ -431,7 +761,12 @@ fn node(i: u32) -> Node {
 
 /// VmHWM of this process (Linux), in MiB.
 pub(super) fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    proc_peak_rss_mib("self")
+}
+
+/// VmHWM of process `pid` (or `self`), in MiB.
+fn proc_peak_rss_mib(pid: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: f64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))?
@@ -440,6 +775,19 @@ pub(super) fn peak_rss_mib() -> Option<f64> {
         .parse()
         .ok()?;
     Some(kb / 1024.0)
+}
+
+/// User plus system CPU seconds of process `pid` so far (Linux: `/proc/<pid>/stat` fields 14
+/// and 15, in USER_HZ ticks, 100 a second on Linux).
+fn cpu_secs(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: count fields after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After ')': state is field 3, so utime (14) and stime (15) are the 12th and 13th here.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }
 
 fn render(r: &Report) -> String {
@@ -451,8 +799,21 @@ fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "  kos-ccm ({} at once, never blocking)   every Service addressed after {:>8.0} s",
-        r.concurrency, r.kos_secs
+        "  one load balancer alone (the floor)      ACTIVE after                  {:>8.1} s",
+        r.floor_secs
+    );
+    let _ = writeln!(
+        out,
+        "  kos-ccm ({} at once, never blocking)   every Service addressed after {:>8.1} s   ({:.2}x the floor)",
+        r.concurrency, r.kos_secs, r.ratio
+    );
+    let _ = writeln!(
+        out,
+        "    first address after {:.1} s, half after {:.1} s; last load balancer created after {}",
+        r.first_addressed_secs,
+        r.half_addressed_secs,
+        r.last_create_secs
+            .map_or_else(|| "(not in the log)".to_owned(), |x| format!("{x:.1} s")),
     );
     if let Some(b) = r.baseline_secs {
         let _ = writeln!(
@@ -469,7 +830,11 @@ fn render(r: &Report) -> String {
         writes(&r.create_calls)
     );
     for (op, n) in &r.create_calls {
-        let _ = writeln!(out, "    {n:>6}  {op}");
+        let ms = r.sim_handler_secs.get(op).copied().unwrap_or(0.0) * 1000.0;
+        let _ = writeln!(
+            out,
+            "    {n:>6}  {op}   (the cloud's handlers: {ms:.0} ms real)"
+        );
     }
     let _ = writeln!(
         out,
@@ -489,10 +854,23 @@ fn render(r: &Report) -> String {
     for (op, n) in &r.node_join_calls {
         let _ = writeln!(out, "    {n:>6}  {op}");
     }
+    let opt = |v: Option<f64>, digits: usize| {
+        v.map_or_else(|| "unknown".to_owned(), |x| format!("{x:.digits$}"))
+    };
+    let _ = writeln!(
+        out,
+        "\n  kos-ccm's own process: peak RSS {} MiB; CPU {} s until every Service had an address, \
+         {} s in all; a resync {} s; idle {} CPU s per minute (a resync every 5 min included)",
+        opt(r.ccm_peak_rss_mib, 0),
+        opt(r.ccm_cpu_secs_addressing, 2),
+        opt(r.ccm_cpu_secs, 2),
+        opt(r.ccm_resync_cpu_secs, 2),
+        opt(r.ccm_idle_cpu_secs_per_min, 3),
+    );
     if let Some(m) = r.peak_rss_mib {
         let _ = writeln!(
             out,
-            "\n  peak RSS of the whole process (kos-sim and the Kubernetes API included): {m:.0} MiB"
+            "  peak RSS of the benchmark's process (kos-sim and the Kubernetes API): {m:.0} MiB"
         );
     }
     out

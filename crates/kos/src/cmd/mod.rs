@@ -112,6 +112,9 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Bench {
             command: BenchCommand::Csi(args),
         } => bench_csi::csi(args).await,
+        Command::Bench {
+            command: BenchCommand::CcmController,
+        } => bench_ccm::controller().await,
         Command::Sim {
             command: SimCommand::Serve(args),
         } => sim::serve(args)
