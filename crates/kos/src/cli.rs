@@ -187,6 +187,9 @@ pub struct DownArgs {
     /// otherwise: a wrong project or region must not cost a live cluster its CA).
     #[arg(long)]
     pub forget: bool,
+    /// `json`: one object with what was (or would be) deleted and what happened to local data.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 #[derive(Debug, Args)]
@@ -227,6 +230,9 @@ pub struct GcArgs {
     /// Delete the orphans (default: only list them).
     #[arg(long)]
     pub delete: bool,
+    /// `json`: one object with the orphans and whether they were deleted.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 #[derive(Debug, Args)]

@@ -131,12 +131,60 @@ fn embedded_sim_walkthrough_plan_up_status_scale_down() {
     let dry = kos(d, None, &["down", "demo", "--cloud", "sim", "--dry-run"]);
     assert_eq!(code(&dry), 0, "{}", text(&dry));
     assert!(String::from_utf8_lossy(&dry.stdout).contains("would be deleted"));
-    let down = kos(d, None, &["down", "demo", "--cloud", "sim"]);
+    // The same dry run for a script: one JSON object, the servers among its resources.
+    let dry = kos(
+        d,
+        None,
+        &[
+            "down",
+            "demo",
+            "--cloud",
+            "sim",
+            "--dry-run",
+            "--output",
+            "json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("down JSON");
+    assert_eq!(
+        (&v["dryRun"], &v["localData"]),
+        (&serde_json::json!(true), &serde_json::json!("unchanged")),
+        "{v}"
+    );
+    let listed = v["resources"].as_array().expect("resources");
+    assert_eq!(
+        listed.iter().filter(|r| r["kind"] == "server").count(),
+        2,
+        "{v}"
+    );
+    let down = kos(
+        d,
+        None,
+        &["down", "demo", "--cloud", "sim", "--output", "json"],
+    );
     assert_eq!(code(&down), 0, "{}", text(&down));
+    let v: serde_json::Value = serde_json::from_slice(&down.stdout).expect("down JSON");
+    assert_eq!(
+        (
+            &v["dryRun"],
+            &v["localData"],
+            v["resources"].as_array().map(Vec::len)
+        ),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!("removed"),
+            Some(listed.len())
+        ),
+        "{v}"
+    );
     assert!(
         !cred.exists(),
         "local secrets of a deleted cluster are removed"
     );
+    let gc = kos(d, None, &["gc", "--cloud", "sim", "--output", "json"]);
+    assert_eq!(code(&gc), 0, "{}", text(&gc));
+    let v: serde_json::Value = serde_json::from_slice(&gc.stdout).expect("gc JSON");
+    assert_eq!(v, serde_json::json!({"orphans": [], "deleted": false}));
     let after = kos(
         d,
         None,

@@ -1409,24 +1409,45 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
             }
             match kos_cluster::teardown::teardown_with(&c.session, name, &opts).await {
                 Ok(report) => {
+                    let json = matches!(args.output, Output::Json);
+                    // What `--output json` prints: the same facts as the text, one object.
+                    let summary = |local: &str| {
+                        serde_json::json!({
+                            "cluster": report.cluster,
+                            "dryRun": report.dry_run,
+                            "resources": report.resources.iter().map(|r| serde_json::json!({
+                                "kind": r.kind.as_str(),
+                                "id": r.id,
+                                "name": r.name,
+                                "logicalId": r.logical_id,
+                            })).collect::<Vec<_>>(),
+                            "localData": local,
+                        })
+                    };
                     let verb = if report.dry_run {
                         "would delete"
                     } else {
                         "deleted"
                     };
-                    for r in &report.resources {
-                        println!(
-                            "{verb} {:<22} {}",
-                            r.kind.as_str(),
-                            crate::term::printable(&r.name)
-                        );
+                    if !json {
+                        for r in &report.resources {
+                            println!(
+                                "{verb} {:<22} {}",
+                                r.kind.as_str(),
+                                crate::term::printable(&r.name)
+                            );
+                        }
                     }
                     if report.dry_run {
-                        println!(
-                            "{} resource(s) of {} would be deleted (dry run).",
-                            report.resources.len(),
-                            report.cluster
-                        );
+                        if json {
+                            println!("{}", summary("unchanged"));
+                        } else {
+                            println!(
+                                "{} resource(s) of {} would be deleted (dry run).",
+                                report.resources.len(),
+                                report.cluster
+                            );
+                        }
                         return Ok(Exit::Ok);
                     }
                     let ours = !report.resources.is_empty()
@@ -1435,14 +1456,18 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
                             .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?
                             .is_some_and(|o| o.teardown);
                     if !ours && local.has_data() && !args.forget {
-                        println!(
-                            "Nothing of cluster {name} in project {} of cloud {}: its secrets on this machine \
-                             ({}) are kept (a wrong project or region must not cost a live cluster its CA); \
-                             `kos down {name} --forget` deletes them.",
-                            place.identity().project_id,
-                            crate::term::printable(&place.identity().cloud),
-                            local.dir.display()
-                        );
+                        if json {
+                            println!("{}", summary("kept"));
+                        } else {
+                            println!(
+                                "Nothing of cluster {name} in project {} of cloud {}: its secrets on this machine \
+                                 ({}) are kept (a wrong project or region must not cost a live cluster its CA); \
+                                 `kos down {name} --forget` deletes them.",
+                                place.identity().project_id,
+                                crate::term::printable(&place.identity().cloud),
+                                local.dir.display()
+                            );
+                        }
                         return Ok(Exit::Ok);
                     }
                     place.remove().map_err(|e| {
@@ -1452,11 +1477,15 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
                             "{e}"
                         ))
                     })?;
-                    println!(
-                        "Cluster {} deleted: {} resource(s).",
-                        report.cluster,
-                        report.resources.len()
-                    );
+                    if json {
+                        println!("{}", summary("removed"));
+                    } else {
+                        println!(
+                            "Cluster {} deleted: {} resource(s).",
+                            report.cluster,
+                            report.resources.len()
+                        );
+                    }
                     Ok(Exit::Ok)
                 }
                 Err(e @ TeardownError::Incomplete { .. }) => Err(Failure::cloud_report(
@@ -1640,31 +1669,52 @@ pub async fn gc(args: GcArgs) -> Result<Exit, Failure> {
             if !args.clusters.is_empty() {
                 orphans.retain(|o| args.clusters.iter().any(|n| n.as_str() == o.cluster));
             }
-            for o in &orphans {
-                // What other clusters (or anyone) left: names and reasons from the cloud.
-                println!(
-                    "{:<16} {:<22} {:<40} {}",
-                    crate::term::printable(&o.cluster),
-                    o.kind.as_str(),
-                    crate::term::printable(&o.name),
-                    crate::term::printable(&o.reason)
-                );
+            let json = matches!(args.output, Output::Json);
+            let summary = |deleted: bool| {
+                serde_json::json!({
+                    "orphans": orphans.iter().map(|o| serde_json::json!({
+                        "cluster": o.cluster,
+                        "kind": o.kind.as_str(),
+                        "id": o.id,
+                        "name": o.name,
+                        "reason": o.reason,
+                    })).collect::<Vec<_>>(),
+                    "deleted": deleted,
+                })
+            };
+            if !json {
+                for o in &orphans {
+                    // What other clusters (or anyone) left: names and reasons from the cloud.
+                    println!(
+                        "{:<16} {:<22} {:<40} {}",
+                        crate::term::printable(&o.cluster),
+                        o.kind.as_str(),
+                        crate::term::printable(&o.name),
+                        crate::term::printable(&o.reason)
+                    );
+                }
             }
-            if orphans.is_empty() {
-                println!("No orphans.");
-                return Ok(Exit::Ok);
-            }
-            if !args.delete {
-                println!(
-                    "{} orphan(s); `kos gc --delete` removes them.",
-                    orphans.len()
-                );
+            if orphans.is_empty() || !args.delete {
+                if json {
+                    println!("{}", summary(false));
+                } else if orphans.is_empty() {
+                    println!("No orphans.");
+                } else {
+                    println!(
+                        "{} orphan(s); `kos gc --delete` removes them.",
+                        orphans.len()
+                    );
+                }
                 return Ok(Exit::Ok);
             }
             let opts = TeardownOptions::default();
             kos_cluster::teardown::delete_orphans(&c.session, &orphans, &opts)
                 .await
                 .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;
+            if json {
+                println!("{}", summary(true));
+                return Ok(Exit::Ok);
+            }
             println!("Deleted {} orphan(s).", orphans.len());
             Ok(Exit::Ok)
         }
