@@ -15,7 +15,7 @@ async fn graph_with(c: &Cloud, shape: &Shape, rules: bool) -> Result<DesiredGrap
     if rules {
         yaml = yaml.replacen(
             "spec:\n",
-            "spec:\n  addons: {credentialAccessRules: true}\n",
+            "spec:\n  addons: {credentialAccessRules: true, ccm: {kos: {image: \"ghcr.io/example/kos-ccm:v0.1.0\"}}, csi: {kos: {image: \"ghcr.io/example/kos-csi:v0.1.0\"}}}\n",
             1,
         );
     }
@@ -108,4 +108,23 @@ fn anything_but_a_boolean_is_refused_naming_the_field() {
     let e = kos_cluster::load("cluster.yaml", &yaml).expect_err("a string is not a boolean");
     let text = format!("{:?}", miette::Report::new(e));
     assert!(text.contains("spec.addons.credentialAccessRules"), "{text}");
+}
+
+/// The rules name kos-ccm's and kos-csi's calls only: with the upstream CCM or cinder-csi (the
+/// defaults) the spec is refused before anything is made, naming the field and the fix.
+#[test]
+fn rules_with_upstream_components_are_refused_before_the_cloud() {
+    let yaml = Shape::small("uprules", 0).yaml().replacen(
+        "spec:\n",
+        "spec:\n  addons: {credentialAccessRules: true, ccm: {kos: {image: \"ghcr.io/example/kos-ccm:v0.1.0\"}}}\n",
+        1,
+    );
+    let e = kos_cluster::load("cluster.yaml", &yaml).expect_err("cinder-csi with kos's rules");
+    let text = format!("{:?}", miette::Report::new(e));
+    assert!(
+        text.contains("spec.addons.credentialAccessRules")
+            && text.contains("csi: cinder")
+            && !text.contains("ccm: upstream"),
+        "{text}"
+    );
 }

@@ -981,6 +981,9 @@ fn addons(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Addons> {
     if let (Some(cni), Some(None)) = (&cni, &cni_manifest) {
         check_cni_pinned(cx, &m, *cni);
     }
+    if let (Some(true), Some(ccm), Some(csi)) = (&credential_access_rules, &ccm, &csi) {
+        check_rules_fit(cx, &m, ccm, csi);
+    }
     Some(Addons {
         cni: cni?,
         ccm: ccm?,
@@ -1039,6 +1042,38 @@ fn no_bare_kos(cx: &mut Cx<'_>, f: &Field<'_>, field: &str, component: &str) -> 
 
 /// A CNI whose manifest kos cannot vouch for (no verified checksum in its pins table) is refused here,
 /// before anything is created, rather than by the first control plane once everything exists.
+/// The access rules list kos-ccm's and kos-csi's calls only: the upstream CCM and cinder-csi call
+/// other paths (and microversions), so with them the credential would be refused on their first
+/// request, on the nodes. Refused here instead.
+fn check_rules_fit(cx: &mut Cx<'_>, m: &Obj<'_>, ccm: &Ccm, csi: &Csi) {
+    let mut upstream = Vec::new();
+    if matches!(ccm, Ccm::Upstream) {
+        upstream.push("ccm: upstream (the default)");
+    }
+    if matches!(csi, Csi::Cinder) {
+        upstream.push("csi: cinder (the default)");
+    }
+    if upstream.is_empty() {
+        return;
+    }
+    let span = m.key_span(cx, "credentialAccessRules").unwrap_or(m.at());
+    cx.push(
+        Diagnostic::error(
+            Code::InvalidValue,
+            &format!("{}.credentialAccessRules", m.path()),
+            format!(
+                "access rules list only kos-ccm's and kos-csi's requests, and this cluster runs {}: its credential would be refused on their first request",
+                upstream.join(" and ")
+            ),
+        )
+        .label(span, "rules for kos's components only")
+        .help(
+            "run kos's own components (`ccm: {kos: {image: …}}`, and `csi: {kos: {image: …}}` or `csi: none`), \
+             or drop credentialAccessRules",
+        ),
+    );
+}
+
 fn check_cni_pinned(cx: &mut Cx<'_>, m: &Obj<'_>, cni: Cni) {
     let key = cni.key();
     let verified = kos_bootstrap::addons::Pins::builtin().is_ok_and(|p| {
