@@ -38,6 +38,12 @@ pub enum ConnectError {
         #[source]
         source: http::uri::InvalidUri,
     },
+    /// The proxy URL is not shown: it may carry credentials.
+    #[error("HTTPS_PROXY is not a URL")]
+    Proxy {
+        #[source]
+        source: http::uri::InvalidUri,
+    },
     #[error("cannot make the client of the cluster's API")]
     Client(#[source] kube::Error),
 }
@@ -58,6 +64,23 @@ impl Kube {
         version: &KubeVersion,
         secrets: &ClusterSecrets,
     ) -> Result<Kube, ConnectError> {
+        // HTTPS_PROXY and NO_PROXY, as kubectl honours them for this host; a local forwarder is
+        // this machine's and never proxied.
+        let proxy = match local {
+            Some(_) => None,
+            None => super::proxy::from_env(&endpoint.host),
+        };
+        Self::connect_through(endpoint, local, version, secrets, proxy.as_deref())
+    }
+
+    /// [`Kube::connect`] through the HTTP proxy at `proxy` (a CONNECT tunnel), or direct.
+    pub fn connect_through(
+        endpoint: &ApiEndpoint,
+        local: Option<SocketAddr>,
+        version: &KubeVersion,
+        secrets: &ClusterSecrets,
+        proxy: Option<&str>,
+    ) -> Result<Kube, ConnectError> {
         let (cert, key) = admin_certificate(version, secrets)?;
         let at = local.map_or_else(|| endpoint.to_string(), |l| l.to_string());
         let url: http::Uri =
@@ -76,6 +99,9 @@ impl Kube {
         config.connect_timeout = Some(CONNECT_TIMEOUT);
         config.read_timeout = Some(READ_TIMEOUT);
         config.default_retry = false;
+        if let Some(p) = proxy {
+            config.proxy_url = Some(p.parse().map_err(|source| ConnectError::Proxy { source })?);
+        }
         let client = kube::Client::try_from(config).map_err(ConnectError::Client)?;
         Ok(Kube { client })
     }

@@ -11,6 +11,7 @@
 mod client;
 mod error;
 mod nodes;
+mod proxy;
 
 pub use client::{ConnectError, Kube};
 pub use error::{KubeError, gone_is_fine};

@@ -207,3 +207,70 @@ async fn only_the_cluster_ca_is_trusted_and_the_endpoints_name_is_verified() {
         Err(KubeError::Transport { .. })
     ));
 }
+
+/// Through an HTTP proxy (`HTTPS_PROXY`), the client asks for a CONNECT tunnel to the endpoint's
+/// name and port, and the TLS rules hold inside it: the API answers, its name verified. The old
+/// reqwest client honoured the proxy; kube-rs's does only when told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_is_asked_for_a_tunnel_to_the_endpoint() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = secrets();
+    let fake = FakeKube::start().await.expect("fake");
+    let front = serve(&fake, &s, &["kube.example"], &s);
+    let api = front.addr();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let proxy = listener.local_addr().expect("addr");
+    let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let asked_tx = asked_tx.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if client.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let line = String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                let _ = asked_tx.send(line);
+                // The name only this proxy resolves: the API's front.
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(api).await else {
+                    return;
+                };
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    let endpoint = ApiEndpoint {
+        host: "kube.example".into(),
+        port: api.port(),
+    };
+    let kube = Kube::connect_through(
+        &endpoint,
+        None,
+        &version(),
+        &s,
+        Some(&format!("http://{proxy}")),
+    )
+    .expect("client");
+    assert!(kube.readyz().await.unwrap());
+    assert_eq!(
+        asked.recv().await.as_deref(),
+        Some(format!("CONNECT kube.example:{} HTTP/1.1", api.port()).as_str())
+    );
+}
