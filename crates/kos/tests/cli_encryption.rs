@@ -202,3 +202,39 @@ fn secrets_are_sealed_under_the_clusters_key_and_a_rotation_moves_every_one() {
     );
     assert_eq!(code(&plan), 0, "nothing left to do: {}", text(&plan));
 }
+
+/// The refusal for a single control plane behind a floating IP names a fix the spec accepts: the
+/// help used to suggest `controlPlane.maxSurge`, which validation refuses behind a floating IP.
+/// Refused before any cloud is touched: nothing is written under the data directory.
+#[test]
+fn a_floating_ip_cluster_is_refused_with_a_fix_the_spec_accepts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let spec = example("minimal.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let out = kos(
+        d,
+        None,
+        &[
+            "rotate",
+            "encryption-key",
+            "demo",
+            "-f",
+            spec,
+            "--cloud",
+            "sim",
+        ],
+    );
+    let said = text(&out);
+    assert_ne!(code(&out), 0, "{said}");
+    assert!(said.contains("behind a floating IP"), "{said}");
+    assert!(said.contains("apiEndpoint.type: loadBalancer"), "{said}");
+    assert!(
+        !said.contains("maxSurge"),
+        "a fix validation refuses: {said}"
+    );
+    assert!(
+        !cluster_dir(d, "sim", "demo").exists(),
+        "nothing made for the cluster"
+    );
+}

@@ -142,8 +142,9 @@ pub async fn rotate(args: crate::cli::RotateEncryptionKeyArgs) -> Result<super::
     let cp = &spec.loaded.spec.control_plane;
     if cp.count.get() == 1 && !cp.surges(spec.loaded.spec.api_endpoint.kind.value) {
         return Err(Failure::input(miette::miette!(
-            help = "put the API behind a load balancer, or set controlPlane.maxSurge, so that a \
-                    successor can join before the control plane is replaced",
+            help = "a cluster made with `apiEndpoint.type: loadBalancer` can rotate its key (a \
+                    successor joins before a control plane is replaced); a floating-IP endpoint is \
+                    its one server's port, so no successor can join behind it",
             "cluster {}: its only control plane is behind a floating IP and cannot be replaced \
              without losing the cluster, and kos changes a control plane's keys only by replacing it",
             args.name.as_str()
