@@ -1,9 +1,10 @@
 //! An HTTP(S) proxy as the node's tools use it: curl and apt from the script's exported
 //! `http_proxy`/`https_proxy`/`no_proxy`, containerd from its systemd drop-in's `Environment=`
 //! lines. A request whose host `no_proxy` matches goes direct; any other goes to the proxy, and
-//! reaches its target when the node reaches the proxy (a proxy's own egress is the point of it: on
-//! the simulated internet, a public host that is offline for the nodes is still reached through a
-//! proxy they reach).
+//! reaches its target when the node reaches the proxy and the target's host is up (a proxy's own
+//! egress is the point of it: on the simulated internet, a public host out of the nodes' reach is
+//! still reached through a proxy they reach, and a host that is down fails through it as well, with
+//! the proxy's answer: Squid's 503 for a name it cannot resolve or a host it cannot connect to).
 //!
 //! `no_proxy` as curl and Go's `httpproxy` read it: comma-separated; `*` matches everything; an
 //! entry matches the host itself or, with or without a leading dot, any name under it; an IP or
@@ -24,15 +25,30 @@ pub enum Reach {
     Reached,
     /// The target, asked directly, did not answer.
     Unreachable,
-    /// The proxy the request went to did not answer (its URL).
-    ProxyUnreachable(String),
+    /// The request went to a proxy and failed there.
+    Proxy(ProxyFailure),
+}
+
+/// How a request through a proxy failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyFailure {
+    /// The proxy (its URL) did not answer.
+    Unreachable(String),
+    /// The proxy answered 503 for the target `url`, whose host is down.
+    TargetDown { proxy: String, url: String },
 }
 
 /// A request for `url` from `id` through `proxy` (direct when `None` or bypassed).
 pub fn reach(host: &dyn Host, id: &ServerId, url: &str, proxy: Option<&Proxy>) -> Reach {
     match proxy.and_then(|p| p.route(url)) {
-        Some(p) if host.internet_reaches(id, p) => Reach::Reached,
-        Some(p) => Reach::ProxyUnreachable(p.to_owned()),
+        Some(p) if !host.internet_reaches(id, p) => {
+            Reach::Proxy(ProxyFailure::Unreachable(p.to_owned()))
+        }
+        Some(_) if host.internet_serves(url) => Reach::Reached,
+        Some(p) => Reach::Proxy(ProxyFailure::TargetDown {
+            proxy: p.to_owned(),
+            url: url.to_owned(),
+        }),
         None if host.internet_reaches(id, url) => Reach::Reached,
         None => Reach::Unreachable,
     }
@@ -191,8 +207,36 @@ pub enum Tool {
     Containerd,
 }
 
+impl ProxyFailure {
+    /// The error `tool` reports for it.
+    ///
+    /// For a target that is down, the proxy's 503 as each tool shows it: an `https://` target is
+    /// asked with CONNECT (curl's exit 56; Go's transport, containerd's, returns the status text
+    /// alone; apt's https method names the proxy's answer), an `http://` one is forwarded (curl
+    /// `-f`'s exit 22, apt's status line).
+    pub fn said_by(&self, tool: Tool) -> String {
+        match self {
+            ProxyFailure::Unreachable(proxy) => unreachable(tool, proxy),
+            ProxyFailure::TargetDown { url, .. } => {
+                let tunnel = url.starts_with("https://");
+                match (tool, tunnel) {
+                    (Tool::Curl, true) => "curl: (56) CONNECT tunnel failed, response 503".into(),
+                    (Tool::Curl, false) => {
+                        "curl: (22) The requested URL returned error: 503".into()
+                    }
+                    (Tool::Apt, true) => {
+                        "Invalid response from proxy: HTTP/1.1 503 Service Unavailable".into()
+                    }
+                    (Tool::Apt, false) => "503  Service Unavailable".into(),
+                    (Tool::Containerd, _) => "Service Unavailable".into(),
+                }
+            }
+        }
+    }
+}
+
 /// The error `tool` reports for an unreachable `proxy`.
-pub fn unreachable(tool: Tool, proxy: &str) -> String {
+fn unreachable(tool: Tool, proxy: &str) -> String {
     let host = crate::internet::host_of(proxy);
     match tool {
         Tool::Curl => format!("curl: (5) Could not resolve proxy: {host}"),

@@ -162,4 +162,7 @@ pub trait Host: Send + Sync {
     fn api_backends(&self, from: &ServerId, endpoint: &str) -> Vec<ServerId>;
     /// Whether a download of `url` from `from` reaches the internet now (an outage says no).
     fn internet_reaches(&self, from: &ServerId, url: &str) -> bool;
+    /// Whether `url`'s host answers a proxy on the internet now: false only while it is down for
+    /// everyone, not merely out of the servers' reach.
+    fn internet_serves(&self, url: &str) -> bool;
 }

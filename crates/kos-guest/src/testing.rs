@@ -17,6 +17,8 @@ pub struct MemoryHost {
     network: Mutex<BTreeMap<String, Vec<ServerId>>>,
     /// URL prefixes no download reaches.
     offline: Mutex<Vec<String>>,
+    /// URL prefixes whose host is down for everyone, proxies included.
+    down: Mutex<Vec<String>>,
 }
 
 impl MemoryHost {
@@ -26,6 +28,7 @@ impl MemoryHost {
             consoles: Mutex::new(BTreeMap::new()),
             network: Mutex::new(BTreeMap::new()),
             offline: Mutex::new(Vec::new()),
+            down: Mutex::new(Vec::new()),
         }
     }
 
@@ -51,14 +54,13 @@ impl MemoryHost {
 
     /// Makes downloads of URLs starting with `prefix` fail (`true`), or reach again (`false`).
     pub fn set_offline(&self, prefix: &str, offline: bool) {
-        let mut list = self
-            .offline
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        list.retain(|p| p != prefix);
-        if offline {
-            list.push(prefix.to_owned());
-        }
+        set(&self.offline, prefix, offline);
+    }
+
+    /// Makes the host of URLs starting with `prefix` down for everyone (`true`): a proxy fails
+    /// too. `false` brings it back.
+    pub fn set_down(&self, prefix: &str, down: bool) {
+        set(&self.down, prefix, down);
     }
 
     /// A server's console as the host received it.
@@ -120,12 +122,11 @@ impl Host for MemoryHost {
     }
 
     fn internet_reaches(&self, _from: &ServerId, url: &str) -> bool {
-        !self
-            .offline
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-            .any(|p| url.starts_with(p.as_str()))
+        !listed(&self.offline, url) && self.internet_serves(url)
+    }
+
+    fn internet_serves(&self, url: &str) -> bool {
+        !listed(&self.down, url)
     }
 
     fn api_backends(&self, _from: &ServerId, endpoint: &str) -> Vec<ServerId> {
@@ -136,4 +137,21 @@ impl Host for MemoryHost {
             .cloned()
             .unwrap_or_default()
     }
+}
+
+fn set(list: &Mutex<Vec<String>>, prefix: &str, on: bool) {
+    let mut list = list
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    list.retain(|p| p != prefix);
+    if on {
+        list.push(prefix.to_owned());
+    }
+}
+
+fn listed(list: &Mutex<Vec<String>>, url: &str) -> bool {
+    list.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .any(|p| url.starts_with(p.as_str()))
 }

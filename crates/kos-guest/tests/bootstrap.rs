@@ -483,8 +483,9 @@ async fn an_air_gapped_node_bootstraps_from_its_mirrors_and_fails_clearly_withou
 
 /// On a cloud whose nodes reach no public host but a proxy, a node given only the proxy comes up
 /// through it: apt and curl through the script's exported proxy, containerd through its drop-in.
-/// A proxy the nodes cannot reach stops the first download with the tool's own words; a proxy in
-/// the script but not in containerd's drop-in would stop kubeadm's pull.
+/// A proxy the nodes cannot reach stops the first download with the tool's own words, and so does
+/// a proxy that cannot reach a host that is down; a proxy in the script but not in containerd's
+/// drop-in would stop kubeadm's pull.
 #[tokio::test]
 async fn a_node_behind_a_proxy_fetches_through_it() {
     let s = secrets();
@@ -515,6 +516,32 @@ async fn a_node_behind_a_proxy_fetches_through_it() {
     let last = w.markers(&id).last().cloned().unwrap_or_default();
     assert!(
         last.starts_with("kos-bootstrap: packages failed: the OS packages' archive is unreachable (Failed to fetch http://archive.ubuntu.com/ubuntu/dists/noble/InRelease  Could not resolve 'proxy.example')"),
+        "{last}"
+    );
+
+    // The proxy up but a host behind it down: the proxy's 503 in each tool's words (before, a
+    // proxy the node reached always reached its target).
+    let down = |host: &str| {
+        let w = World::new();
+        offline(&w);
+        w.host.set_down(host, true);
+        w
+    };
+    let mut w = down("http://archive.ubuntu.com/");
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    let last = w.markers(&id).last().cloned().unwrap_or_default();
+    assert!(
+        last.starts_with("kos-bootstrap: packages failed: the OS packages' archive is unreachable (Failed to fetch http://archive.ubuntu.com/ubuntu/dists/noble/InRelease  503  Service Unavailable)"),
+        "{last}"
+    );
+    let mut w = down("https://registry.k8s.io/");
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    let last = w.markers(&id).last().cloned().unwrap_or_default();
+    assert!(
+        last.starts_with("kos-bootstrap: kubeadm-init failed: kubeadm init failed after 3 attempts: [ERROR ImagePull]: failed to pull image registry.k8s.io/kube-apiserver:v1.36.4")
+            && last.contains("\": Service Unavailable"),
         "{last}"
     );
 

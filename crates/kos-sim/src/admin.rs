@@ -135,12 +135,13 @@ async fn get_internet(State(app): State<SharedApp>) -> Json<crate::state::Intern
 }
 
 /// `{"unreachable": ["^https://raw\\.githubusercontent\\.com/"]}`: the servers' downloads of matching
-/// URLs fail until the list changes (an outage of a mirror, a proxy, the uplink).
+/// URLs fail until the list changes (an outage of a mirror, a proxy, the uplink); `"down": […]`
+/// makes the host fail a proxy's request too.
 async fn put_internet(
     State(app): State<SharedApp>,
     Json(internet): Json<crate::state::Internet>,
 ) -> SimResult<Json<crate::state::Internet>> {
-    for r in &internet.unreachable {
+    for r in internet.unreachable.iter().chain(&internet.down) {
         regex::Regex::new(r).map_err(|e| bad(format!("invalid URL regex {r:?}: {e}")))?;
     }
     app.cloud().internet = internet.clone();

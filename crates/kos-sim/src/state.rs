@@ -42,19 +42,33 @@ pub struct Cloud {
 /// The internet as the servers see it: every URL answers, but those an outage makes unreachable.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct Internet {
-    /// Regexes searched in a URL: a download of a matching URL fails as an unreachable host does.
+    /// Regexes searched in a URL: a download of a matching URL from a server fails as an
+    /// unreachable host does (the cloud's egress blocked, or the host down). A proxy the servers
+    /// reach still reaches such a URL unless `down` matches it too.
     pub unreachable: Vec<String>,
+    /// Regexes of URLs whose host is down for everyone: a proxy asked for one fails as well.
+    #[serde(default)]
+    pub down: Vec<String>,
 }
 
 impl Internet {
-    /// Whether a server can download `url` now. An invalid regex (refused when set) matches nothing.
+    /// Whether a server can download `url` now, directly. An invalid regex (refused when set)
+    /// matches nothing.
     pub fn reaches(&self, url: &str) -> bool {
-        !self
-            .unreachable
-            .iter()
-            .filter_map(|r| regex::Regex::new(r).ok())
-            .any(|r| r.is_match(url))
+        !matches(&self.unreachable, url) && self.serves(url)
     }
+
+    /// Whether `url`'s host answers anyone on the internet (a proxy): not down.
+    pub fn serves(&self, url: &str) -> bool {
+        !matches(&self.down, url)
+    }
+}
+
+fn matches(regexes: &[String], url: &str) -> bool {
+    regexes
+        .iter()
+        .filter_map(|r| regex::Regex::new(r).ok())
+        .any(|r| r.is_match(url))
 }
 
 fn default_zones() -> Vec<String> {
@@ -133,5 +147,25 @@ impl Cloud {
         crate::octavia::advance(self, cfg);
         crate::cinder::advance(self, cfg);
         crate::neutron::advance(self, cfg);
+    }
+}
+
+#[cfg(test)]
+mod internet_tests {
+    use super::Internet;
+
+    /// `unreachable` is the servers' view only; `down` is everyone's, a proxy's included.
+    #[test]
+    fn unreachable_hosts_are_served_to_a_proxy_and_down_ones_are_not() {
+        let net = Internet {
+            unreachable: vec!["^https://registry\\.k8s\\.io/".into()],
+            down: vec!["^https://quay\\.io/".into()],
+        };
+        let (blocked, down) = ("https://registry.k8s.io/v2/", "https://quay.io/v2/");
+        assert!(!net.reaches(blocked) && net.serves(blocked));
+        assert!(!net.reaches(down) && !net.serves(down));
+        assert!(net.reaches("https://ghcr.io/v2/") && net.serves("https://ghcr.io/v2/"));
+        let old: Internet = serde_json::from_str(r#"{"unreachable": []}"#).expect("without down");
+        assert!(old.down.is_empty());
     }
 }

@@ -535,9 +535,7 @@ impl Guest {
         ) {
             Reach::Reached => {}
             Reach::Unreachable => return Ok(fail(internet::unreachable(&url))),
-            Reach::ProxyUnreachable(p) => {
-                return Ok(fail(crate::proxy::unreachable(Tool::Curl, &p)));
-            }
+            Reach::Proxy(f) => return Ok(fail(f.said_by(Tool::Curl))),
         }
         let manifest = match internet::download(&url) {
             Ok(m) => m,
@@ -1009,7 +1007,7 @@ fn packages(
                 "Temporary failure resolving '{}'",
                 internet::host_of(&index)
             )),
-            Reach::ProxyUnreachable(p) => Some(crate::proxy::unreachable(Tool::Apt, &p)),
+            Reach::Proxy(f) => Some(f.said_by(Tool::Apt)),
         };
         if let Some(reason) = reason {
             let fetch = format!("Failed to fetch {index}  {reason}");
@@ -1039,7 +1037,7 @@ fn packages(
     match crate::proxy::reach(host, id, &key, proxy.as_ref()) {
         Reach::Reached => {}
         Reach::Unreachable => return fail(internet::unreachable(&key)),
-        Reach::ProxyUnreachable(p) => return fail(crate::proxy::unreachable(Tool::Curl, &p)),
+        Reach::Proxy(f) => return fail(f.said_by(Tool::Curl)),
     }
     if let Err(e) = internet::package_repository(&repo) {
         return fail(e);

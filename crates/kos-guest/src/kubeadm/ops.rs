@@ -202,10 +202,10 @@ pub(crate) fn pull(
         match crate::proxy::reach(host, id, &url, proxy.as_ref()) {
             Reach::Reached => Some(url),
             Reach::Unreachable => None,
-            Reach::ProxyUnreachable(p) => {
+            Reach::Proxy(f) => {
                 proxy_error = Some(format!(
                     "failed to resolve reference \"{image}\": failed to do request: Head \"{url}\": {}",
-                    crate::proxy::unreachable(Tool::Containerd, &p)
+                    f.said_by(Tool::Containerd)
                 ));
                 None
             }

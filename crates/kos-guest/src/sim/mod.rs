@@ -204,6 +204,12 @@ impl Host for HostView<'_, '_> {
             .unwrap_or_else(PoisonError::into_inner)
             .internet_reaches(url)
     }
+    fn internet_serves(&self, url: &str) -> bool {
+        self.host
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .internet_serves(url)
+    }
 }
 
 fn guest_time(epoch: OffsetDateTime, t: SimTime) -> OffsetDateTime {

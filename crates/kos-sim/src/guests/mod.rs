@@ -182,6 +182,11 @@ impl<'a> GuestHost<'a> {
         self.cloud.internet.reaches(url)
     }
 
+    /// Whether `url`'s host answers a proxy on the internet (not down; see `/_sim/internet`).
+    pub fn internet_serves(&self, url: &str) -> bool {
+        self.cloud.internet.serves(url)
+    }
+
     /// The cloud's state, read-only (for a runtime's own checks).
     pub fn cloud(&self) -> &Cloud {
         self.cloud
