@@ -90,7 +90,15 @@ pub enum TeardownError {
         cluster: String,
         failures: Vec<(Resource, String)>,
     },
+    /// The caller's record of what was found failed: nothing was deleted.
+    #[error("nothing deleted: what was found could not be recorded")]
+    Found(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
+
+/// Called with what a teardown found, before it deletes anything (see [`teardown_recording`]).
+type Found<'a> = Box<
+    dyn FnOnce(&[Resource]) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + 'a,
+>;
 
 fn render(f: &[(Resource, String)]) -> String {
     f.iter()
@@ -125,7 +133,27 @@ pub async fn teardown_with(
     cluster: &str,
     opts: &TeardownOptions,
 ) -> Result<TeardownReport, TeardownError> {
-    run(session, cluster, opts, None).await
+    run(session, cluster, opts, None, None).await
+}
+
+/// [`teardown_with`], calling `found` with the objects it is about to delete, in delete order,
+/// after its one listing and before its first delete (not on a dry run): a caller records that it
+/// found the cluster without listing the project a second time. When `found` fails, nothing is
+/// deleted ([`TeardownError::Found`]).
+///
+/// # Errors
+/// See [`teardown_with`], and [`TeardownError::Found`].
+pub async fn teardown_recording<'a, E>(
+    session: &Session,
+    cluster: &str,
+    opts: &TeardownOptions,
+    found: impl FnOnce(&[Resource]) -> Result<(), E> + Send + 'a,
+) -> Result<TeardownReport, TeardownError>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let found: Found<'a> = Box::new(move |r| found(r).map_err(Into::into));
+    run(session, cluster, opts, None, Some(found)).await
 }
 
 /// [`teardown_with`], reporting progress as apply does: [`Phase::Teardown`], then `Waiting`, `Deleted` and
@@ -139,7 +167,7 @@ pub async fn teardown_with_events(
     opts: &TeardownOptions,
     events: Sender<Event>,
 ) -> Result<TeardownReport, TeardownError> {
-    run(session, cluster, opts, Some(&events)).await
+    run(session, cluster, opts, Some(&events), None).await
 }
 
 async fn run(
@@ -147,6 +175,7 @@ async fn run(
     cluster: &str,
     opts: &TeardownOptions,
     events: Option<&Sender<Event>>,
+    found: Option<Found<'_>>,
 ) -> Result<TeardownReport, TeardownError> {
     emit(
         events,
@@ -154,7 +183,7 @@ async fn run(
             phase: Phase::Teardown,
         },
     );
-    let out = delete_cluster(session, cluster, opts, events).await;
+    let out = delete_cluster(session, cluster, opts, events, found).await;
     emit(events, Event::Phase { phase: Phase::Done });
     out
 }
@@ -164,11 +193,15 @@ async fn delete_cluster(
     cluster: &str,
     opts: &TeardownOptions,
     events: Option<&Sender<Event>>,
+    found: Option<Found<'_>>,
 ) -> Result<TeardownReport, TeardownError> {
     let inv = Inventory::fetch(session, Scope::All).await?;
     let mut doomed = doomed(&inv, cluster);
     doomed.sort_by_key(|r| (r.kind.delete_rank(), r.name.clone()));
     if !opts.dry_run {
+        if let Some(found) = found {
+            found(&doomed).map_err(TeardownError::Found)?;
+        }
         delete(session, cluster, &doomed, opts, events).await?;
     }
     Ok(TeardownReport {

@@ -701,3 +701,37 @@ async fn control_planes_near_their_certificates_end_are_replaced() -> R {
     assert_eq!(p.for_node("workers-0").map(|a| a.op), Some(Op::NoOp));
     Ok(())
 }
+
+/// `teardown_recording` hands the caller what it found after its one listing and before its first
+/// delete; when the caller cannot record it, nothing is deleted.
+#[tokio::test]
+async fn a_teardown_reports_what_it_found_before_deleting_and_stops_when_that_fails() -> R {
+    use kos_cluster::teardown::{TeardownError, TeardownOptions, teardown_recording};
+    let c = start().await?;
+    let s = &c.session;
+    let g = graph(s, &Shape::small("found", 1)).await?;
+    up(s, &g).await?;
+    let made = leftovers(s, "found").await?;
+    assert!(!made.is_empty());
+
+    let refused = teardown_recording(s, "found", &TeardownOptions::fast(), |_| {
+        Err(std::io::Error::other("disk full"))
+    })
+    .await;
+    assert!(
+        matches!(&refused, Err(TeardownError::Found(e)) if e.to_string() == "disk full"),
+        "{refused:?}"
+    );
+    assert_eq!(leftovers(s, "found").await?, made, "nothing deleted");
+
+    let mut seen = Vec::new();
+    let report = teardown_recording(s, "found", &TeardownOptions::fast(), |found| {
+        seen = found.iter().map(|r| r.id.clone()).collect();
+        Ok::<_, std::io::Error>(())
+    })
+    .await?;
+    let deleted: Vec<String> = report.resources.iter().map(|r| r.id.clone()).collect();
+    assert_eq!(seen, deleted, "what it found is what it deleted");
+    assert!(leftovers(s, "found").await?.is_empty());
+    Ok(())
+}

@@ -139,9 +139,9 @@ impl Local {
 
     /// Moves this cluster's files from the layout before cloud identities, once the cloud shows the
     /// cluster (see [`Place::adopt_legacy`]).
-    pub fn adopt_legacy(&self) -> miette::Result<()> {
+    pub fn adopt_legacy(&self) -> Result<(), crate::local::LocalError> {
         if let Some(place) = &self.place
-            && place.adopt_legacy().map_err(|e| miette::miette!("{e}"))?
+            && place.adopt_legacy()?
         {
             eprintln!(
                 "kos: moved the local secrets of cluster {} to {}",

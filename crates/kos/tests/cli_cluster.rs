@@ -390,3 +390,49 @@ fn sigkill_during_up_and_down_then_rerun_converges_without_duplicates_or_leaks()
         "no kill left a half-made cluster; widen the kill window"
     );
 }
+
+/// `kos down` lists the project once: it used to list everything twice (a dry run to record that
+/// it found the cluster, then the teardown), which put a whole listing on its critical path. It
+/// still records the find before its first delete (the next `kos down` of a cluster already gone
+/// removes its secrets: `cli_local`).
+#[test]
+fn down_lists_the_project_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let served = serve(d);
+    let spec = example("minimal.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let up = kos(
+        d,
+        Some(&served.clouds),
+        &["up", "-f", spec, "--cloud", "sim"],
+    );
+    assert_eq!(code(&up), 0, "{}", text(&up));
+    let entries = |since: u64| -> Vec<serde_json::Value> {
+        let v = sim_admin(&served.base, &format!("/_sim/log?since={since}"));
+        v["entries"].as_array().cloned().unwrap_or_default()
+    };
+    let before = entries(0)
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .max()
+        .unwrap_or(0);
+    let down = kos(d, Some(&served.clouds), &["down", "demo", "--cloud", "sim"]);
+    assert_eq!(code(&down), 0, "{}", text(&down));
+    let lists: Vec<String> = entries(before)
+        .iter()
+        .filter(|e| e["method"] == "GET")
+        .filter_map(|e| e["operation"].as_str())
+        .filter(|op| op.ends_with("/v2.0/networks") || op.ends_with("/v2.0/security-groups"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        lists.len(),
+        2,
+        "one listing of networks and one of security groups: {lists:?}"
+    );
+    assert!(
+        !cluster_dir(d, "sim", "demo").join("pki.json").exists(),
+        "its secrets are gone"
+    );
+}

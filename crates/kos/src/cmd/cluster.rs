@@ -226,7 +226,9 @@ async fn look(c: &Connected, spec: SpecFile, changed: bool) -> Result<Looked, Fa
     // The layout before cloud identities shared one directory between projects: only a project
     // that shows the cluster takes its files.
     if observed.all().next().is_some() {
-        local.adopt_legacy().map_err(Failure::cloud_report)?;
+        local
+            .adopt_legacy()
+            .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;
     }
     let formation = super::formation::formation(c, &loaded.spec, &observed).await;
     let last_applied = local
@@ -282,7 +284,9 @@ pub(crate) async fn adopt_if_seen(c: &Connected, local: &Local, name: &str) -> R
         .await
         .map_err(Failure::cloud)?;
     if observed.all().next().is_some() {
-        local.adopt_legacy().map_err(Failure::cloud_report)?;
+        local
+            .adopt_legacy()
+            .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;
     }
     Ok(())
 }
@@ -1390,24 +1394,17 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
             let place = local.place().ok_or_else(|| {
                 Failure::input(miette::miette!("no local place for cluster {name}"))
             })?;
-            if !args.dry_run {
-                // Recorded before anything is deleted: a later `kos down` that finds nothing left still
-                // knows the cluster was this project's, and removes its secrets.
-                let probe = TeardownOptions {
-                    dry_run: true,
-                    ..opts.clone()
-                };
-                let found = kos_cluster::teardown::teardown_with(&c.session, name, &probe)
-                    .await
-                    .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;
-                if !found.resources.is_empty() {
-                    local.adopt_legacy().map_err(Failure::cloud_report)?;
-                    place
-                        .record(|o| o.teardown = true)
-                        .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;
+            // Recorded after the one listing and before anything is deleted: a later `kos down`
+            // that finds nothing left still knows the cluster was this project's, and removes
+            // its secrets.
+            let record = |found: &[kos_cluster::observe::Resource]| {
+                if found.is_empty() {
+                    return Ok(());
                 }
-            }
-            match kos_cluster::teardown::teardown_with(&c.session, name, &opts).await {
+                local.adopt_legacy()?;
+                place.record(|o| o.teardown = true)
+            };
+            match kos_cluster::teardown::teardown_recording(&c.session, name, &opts, record).await {
                 Ok(report) => {
                     let json = matches!(args.output, Output::Json);
                     // What `--output json` prints: the same facts as the text, one object.
@@ -1491,7 +1488,10 @@ pub async fn down(args: DownArgs) -> Result<Exit, Failure> {
                 Err(e @ TeardownError::Incomplete { .. }) => Err(Failure::cloud_report(
                     miette::miette!(help = "run `kos down` again: it continues", "{e}"),
                 )),
-                Err(e) => Err(Failure::cloud_report(miette::miette!("{e}"))),
+                Err(e) => Err(Failure::cloud_report(miette::miette!(
+                    "{}",
+                    kos_lifecycle::api::chain(&e)
+                ))),
             }
         }
         .await;
