@@ -8,7 +8,9 @@
 //! kube-controller-manager controllers the simulated clusters run, each `system:controller:<name>`
 //! bound to the ServiceAccount `kube-system/<name>` (kubeadm runs kube-controller-manager with
 //! `--use-service-account-credentials=true`): `attachdetach-controller`,
-//! `persistent-volume-binder`, `node-controller`, `pod-garbage-collector`, and the Roles of
+//! `persistent-volume-binder`, `node-controller`, `pod-garbage-collector`,
+//! `generic-garbage-collector`, `deployment-controller`, `daemon-set-controller`,
+//! `certificate-controller` (csrapproving, csrsigning), and the Roles of
 //! `token-cleaner` (kube-system) and `bootstrap-signer` (kube-system and kube-public). Missing ones
 //! are created when a fake starts, as the hook reconciles them; existing ones are left as they
 //! are. The rules are upstream's as of 1.34–1.36 with their default feature gates.
@@ -178,6 +180,111 @@ fn components() -> Vec<(&'static str, Value)> {
             rule(&["list", "watch", "delete"], &[""], &["pods"]),
             rule(&["get", "list"], &[""], &["nodes"]),
             rule(&["patch"], &[""], &["pods/status"]),
+        ],
+    ));
+    // The rules below are `buildControllerRoles` of
+    // plugin/pkg/auth/authorizer/rbac/bootstrappolicy/controller_policy.go (1.34–1.36).
+    out.extend(controller(
+        "generic-garbage-collector",
+        vec![
+            rule(
+                &["get", "list", "watch", "patch", "update", "delete"],
+                &["*"],
+                &["*"],
+            ),
+            events(),
+        ],
+    ));
+    out.extend(controller(
+        "deployment-controller",
+        vec![
+            rule(
+                &["get", "list", "watch", "update"],
+                &["extensions", "apps"],
+                &["deployments"],
+            ),
+            rule(
+                &["update"],
+                &["extensions", "apps"],
+                &["deployments/status"],
+            ),
+            rule(
+                &["update"],
+                &["extensions", "apps"],
+                &["deployments/finalizers"],
+            ),
+            rule(
+                &[
+                    "get", "list", "watch", "create", "update", "patch", "delete",
+                ],
+                &["apps", "extensions"],
+                &["replicasets"],
+            ),
+            rule(&["get", "list", "watch", "update"], &[""], &["pods"]),
+            events(),
+        ],
+    ));
+    out.extend(controller(
+        "daemon-set-controller",
+        vec![
+            rule(&read, &["extensions", "apps"], &["daemonsets"]),
+            rule(&["update"], &["extensions", "apps"], &["daemonsets/status"]),
+            rule(
+                &["update"],
+                &["extensions", "apps"],
+                &["daemonsets/finalizers"],
+            ),
+            rule(&["list", "watch"], &[""], &["nodes"]),
+            rule(
+                &["list", "watch", "create", "delete", "patch"],
+                &[""],
+                &["pods"],
+            ),
+            rule(&["create"], &[""], &["pods/binding"]),
+            rule(
+                &[
+                    "get", "list", "watch", "create", "delete", "update", "patch",
+                ],
+                &["apps"],
+                &["controllerrevisions"],
+            ),
+            events(),
+        ],
+    ));
+    // csrapproving, csrsigning and csrcleaner run as `certificate-controller`.
+    let signers = |verb: &str, names: &[&str]| json!({"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "resourceNames": names, "verbs": [verb]});
+    out.extend(controller(
+        "certificate-controller",
+        vec![
+            rule(
+                &["get", "list", "watch", "delete"],
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests"],
+            ),
+            rule(
+                &["update"],
+                &["certificates.k8s.io"],
+                &[
+                    "certificatesigningrequests/status",
+                    "certificatesigningrequests/approval",
+                ],
+            ),
+            signers("approve", &["kubernetes.io/kube-apiserver-client-kubelet"]),
+            signers(
+                "sign",
+                &[
+                    "kubernetes.io/legacy-unknown",
+                    "kubernetes.io/kube-apiserver-client",
+                    "kubernetes.io/kube-apiserver-client-kubelet",
+                    "kubernetes.io/kubelet-serving",
+                ],
+            ),
+            rule(
+                &["create"],
+                &["authorization.k8s.io"],
+                &["subjectaccessreviews"],
+            ),
+            events(),
         ],
     ));
     out.extend(namespaced_controller(
@@ -458,6 +565,99 @@ mod tests {
             &b,
             "DELETE",
             "/api/v1/namespaces/kube-system/secrets/bootstrap-token-a"
+        ));
+    }
+
+    #[test]
+    fn the_workload_controllers_update_only_the_status_of_theirs() {
+        let s = store();
+        let d = sa("deployment-controller");
+        let deploy = "/apis/apps/v1/namespaces/a/deployments/web";
+        assert!(may(&s, &d, "PUT", &format!("{deploy}/status")));
+        assert!(!may(&s, &d, "PATCH", &format!("{deploy}/status")));
+        assert!(may(&s, &d, "PUT", deploy));
+        assert!(may(&s, &d, "POST", "/api/v1/namespaces/a/events"));
+        assert!(!may(
+            &s,
+            &d,
+            "PUT",
+            "/apis/apps/v1/namespaces/a/daemonsets/x/status"
+        ));
+        let ds = sa("daemon-set-controller");
+        assert!(may(
+            &s,
+            &ds,
+            "PUT",
+            "/apis/apps/v1/namespaces/a/daemonsets/x/status"
+        ));
+        assert!(!may(
+            &s,
+            &ds,
+            "PUT",
+            "/apis/apps/v1/namespaces/a/daemonsets/x"
+        ));
+        assert!(may(&s, &ds, "GET", "/api/v1/nodes"));
+        assert!(may(
+            &s,
+            &ds,
+            "PATCH",
+            "/apis/events.k8s.io/v1/namespaces/a/events/e"
+        ));
+    }
+
+    #[test]
+    fn the_garbage_collector_deletes_and_patches_anything_but_creates_nothing() {
+        let s = store();
+        let gc = sa("generic-garbage-collector");
+        assert!(may(
+            &s,
+            &gc,
+            "DELETE",
+            "/api/v1/namespaces/kube-system/secrets/kubeadm-certs"
+        ));
+        assert!(may(
+            &s,
+            &gc,
+            "PATCH",
+            "/apis/apps/v1/namespaces/a/replicasets/r"
+        ));
+        assert!(!may(&s, &gc, "POST", "/api/v1/namespaces/a/pods"));
+    }
+
+    #[test]
+    fn the_certificate_controller_approves_kubelet_clients_and_signs_more() {
+        let s = store();
+        let cc = sa("certificate-controller");
+        let signer = |verb: &str, name: &str| RequestInfo {
+            resource_request: true,
+            verb: verb.into(),
+            api_group: "certificates.k8s.io".into(),
+            resource: "signers".into(),
+            name: name.into(),
+            ..RequestInfo::default()
+        };
+        let ok = |i: RequestInfo| authorize(&s, &cc, &i).is_ok();
+        assert!(ok(signer(
+            "approve",
+            "kubernetes.io/kube-apiserver-client-kubelet"
+        )));
+        assert!(!ok(signer(
+            "approve",
+            "kubernetes.io/kube-apiserver-client"
+        )));
+        assert!(ok(signer("sign", "kubernetes.io/kube-apiserver-client")));
+        assert!(ok(signer("sign", "kubernetes.io/kubelet-serving")));
+        assert!(!ok(signer("sign", "example.com/x")));
+        let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+        assert!(may(&s, &cc, "PUT", &format!("{csrs}/c/approval")));
+        assert!(may(&s, &cc, "PUT", &format!("{csrs}/c/status")));
+        assert!(!may(&s, &cc, "PUT", &format!("{csrs}/c")));
+        assert!(!may(&s, &cc, "POST", csrs));
+        assert!(may(
+            &s,
+            &cc,
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews"
         ));
     }
 
