@@ -252,7 +252,29 @@ impl Acting<'_> {
     where
         K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
     {
-        let t = self.target::<K>(ns, name, if status { "status" } else { "" })?;
+        let sub = if status { "status" } else { "" };
+        self.update_subresource(ns, name, sub, change)
+    }
+
+    /// PUT through a subresource: `""` (the object), `status`, or a CertificateSigningRequest's
+    /// `approval`.
+    pub fn update_subresource<K>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        sub: &str,
+        change: impl FnOnce(&mut K),
+    ) -> Result<K, FakeError>
+    where
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    {
+        let scope = match sub {
+            "" => Scope::Main,
+            "status" => Scope::Status,
+            "approval" => Scope::Approval,
+            other => return Err(FakeError::Uri(format!("subresource {other}"))),
+        };
+        let t = self.target::<K>(ns, name, sub)?;
         self.authorize("PUT", &t, "")?;
         let stored = self.fake.shared.store().get(t.res, &t.ns, &t.name);
         let stored = match stored {
@@ -262,12 +284,80 @@ impl Acting<'_> {
         let mut obj: K = from_json(stored, &K::kind(&()))?;
         change(&mut obj);
         let v = to_json(&obj, &K::kind(&()))?;
-        let ctx = self.ctx(if status { Scope::Status } else { Scope::Main });
+        let ctx = self.ctx(scope);
         let updated = self
             .fake
             .shared
             .write(None, |s| s.update(t.res, &t.ns, &t.name, v, &ctx));
         from_json(self.finish("PUT", &t, "", updated)?, &K::kind(&()))
+    }
+
+    /// PATCH of the object (`sub` `""`) or of its `status`, with a JSON merge patch or a
+    /// strategic merge patch (`strategic`), as kubectl and client-go's `Patch` send them.
+    pub fn patch<K>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        sub: &str,
+        strategic: bool,
+        body: &Value,
+    ) -> Result<K, FakeError>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let scope = match sub {
+            "" => Scope::Main,
+            "status" => Scope::Status,
+            other => return Err(FakeError::Uri(format!("subresource {other}"))),
+        };
+        let t = self.target::<K>(ns, name, sub)?;
+        self.authorize("PATCH", &t, "")?;
+        let kind = if strategic {
+            crate::log::PatchType::Strategic
+        } else {
+            crate::log::PatchType::Merge
+        };
+        let ctx = self.ctx(scope);
+        let patched = self.fake.shared.write(None, |s| {
+            s.patch(t.res, &t.ns, &t.name, kind, body, false, &ctx)
+        });
+        from_json(self.finish("PATCH", &t, "", patched)?, &K::kind(&()))
+    }
+
+    /// A SubjectAccessReview (`authorization.k8s.io/v1`), created as this user: whether
+    /// `subject` may `verb` the `resource` (`plural` or `plural/subresource`) of `group`, named
+    /// `name` in `ns` (`""` for none), as the server's authorizers answer it. Creating the review
+    /// needs its own permission (`create` of `subjectaccessreviews`).
+    pub fn review_access(
+        &self,
+        subject: &User,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        ns: &str,
+        name: &str,
+    ) -> Result<bool, FakeError> {
+        let t = Target {
+            res: usize::MAX,
+            ns: String::new(),
+            name: String::new(),
+            path: "/apis/authorization.k8s.io/v1/subjectaccessreviews".into(),
+        };
+        self.authorize("POST", &t, "")?;
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let info = crate::authz::RequestInfo {
+            resource_request: true,
+            verb: verb.to_owned(),
+            api_group: group.to_owned(),
+            namespace: ns.to_owned(),
+            resource: resource.to_owned(),
+            subresource: subresource.to_owned(),
+            name: name.to_owned(),
+            ..crate::authz::RequestInfo::default()
+        };
+        let allowed = crate::authz::authorize(&self.fake.shared.store(), subject, &info).is_ok();
+        self.log("POST", &t, "", 201);
+        Ok(allowed)
     }
 
     /// DELETE of one object (finalizers are honoured).

@@ -117,9 +117,9 @@ pub fn resources(store: &Store, group: &str, version: &str) -> ApiResult<Value> 
             "kind": t.kind, "verbs": VERBS, "shortNames": t.short_names,
             "categories": t.categories,
         }));
-        if t.status_subresource {
+        for sub in subresources(t) {
             list.push(json!({
-                "name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced,
+                "name": format!("{}/{sub}", t.plural), "singularName": "", "namespaced": t.namespaced,
                 "kind": t.kind, "verbs": ["get", "patch", "update"],
             }));
         }
@@ -156,12 +156,26 @@ fn resource_discovery(t: &ResourceType) -> Value {
     if !t.categories.is_empty() {
         r["categories"] = json!(t.categories);
     }
-    if t.status_subresource {
-        r["subresources"] = json!([{
-            "subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"],
-        }]);
+    let subs: Vec<Value> = subresources(t)
+        .into_iter()
+        .map(|sub| json!({"subresource": sub, "responseKind": kind, "verbs": ["get", "patch", "update"]}))
+        .collect();
+    if !subs.is_empty() {
+        r["subresources"] = Value::Array(subs);
     }
     r
+}
+
+/// The subresources a type serves besides its main resource.
+fn subresources(t: &ResourceType) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if crate::csr::is_csr(t) {
+        out.push("approval");
+    }
+    if t.status_subresource {
+        out.push("status");
+    }
+    out
 }
 
 /// The aggregated document of `/api` (`core`) or `/apis` (every named group).

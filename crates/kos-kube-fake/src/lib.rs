@@ -68,6 +68,7 @@ mod authz;
 mod binding;
 mod cel;
 mod crd;
+mod csr;
 mod defaults;
 mod discovery;
 pub mod encryption;

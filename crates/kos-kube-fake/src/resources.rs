@@ -167,7 +167,9 @@ impl ResourceType {
 /// neighbours tests create, and what a cluster's addon manifests hold (workloads, RBAC, storage), so
 /// the simulated clusters (kos-guest) can `kubectl apply` them.
 pub fn builtin() -> Vec<ResourceType> {
-    use k8s_openapi::api::{apps, coordination, core, discovery, events, policy, rbac, storage};
+    use k8s_openapi::api::{
+        apps, certificates, coordination, core, discovery, events, policy, rbac, storage,
+    };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     // Short names and categories as kube-apiserver's discovery lists them.
     vec![
@@ -239,6 +241,10 @@ pub fn builtin() -> Vec<ResourceType> {
         ResourceType::of::<storage::v1::VolumeAttachment>(false)
             .with_status()
             .resetting_status(),
+        // The kubelet's TLS bootstrap; `/approval` besides `/status` (module `csr`).
+        ResourceType::of::<certificates::v1::CertificateSigningRequest>(false)
+            .with_status()
+            .with_short_names(&["csr"]),
         ResourceType::of::<apiextensions::CustomResourceDefinition>(false)
             .with_status()
             .with_short_names(&["crd", "crds"]),

@@ -488,6 +488,7 @@ fn write_ctx(
     let scope = match sub {
         None => Scope::Main,
         Some("status") => Scope::Status,
+        Some("approval") => Scope::Approval,
         Some(other) => {
             return Err(ApiError::no_route(&format!("subresource {other:?}")));
         }
@@ -705,7 +706,9 @@ async fn serve(
                 let created = token_request(shared, ns, name, &request)?;
                 return Ok(json_response(StatusCode::CREATED, &created));
             }
-            if sub.as_deref().is_some_and(|s| s != "status")
+            let approval = sub.as_deref() == Some("approval")
+                && crate::csr::is_csr(&shared.store().types[res]);
+            if (sub.as_deref().is_some_and(|s| s != "status") && !approval)
                 || (sub.is_some() && !shared.store().types[res].status_subresource)
             {
                 return Err(ApiError::no_route(&format!(

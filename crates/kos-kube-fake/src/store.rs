@@ -15,7 +15,8 @@
 //! the request's `propagationPolicy` with the garbage collector's effect done at once: dependents
 //! (objects whose `ownerReferences` name the deleted object's UID) are deleted (`Background`,
 //! the default; `Foreground` first marks the owner with the `foregroundDeletion` finalizer) or
-//! freed of that reference (`Orphan`).
+//! freed of that reference (`Orphan`), each as the garbage collector's ServiceAccount
+//! (`kube-system/generic-garbage-collector`) is authorised to: what it may not touch stays.
 //!
 //! Not kept: snapshot reads. A paginated list reads the current state on every page, and a list at
 //! an older exact resourceVersion is answered 410 (the store has no MVCC history, only the change
@@ -77,6 +78,8 @@ pub(crate) enum Scope {
     Main,
     /// `/status`: only `status` is taken from the request.
     Status,
+    /// A CertificateSigningRequest's `/approval`: only its conditions are taken ([`crate::csr`]).
+    Approval,
     /// Test helpers: everything.
     Everything,
 }
@@ -102,11 +105,18 @@ impl WriteCtx {
         Manager {
             name: self.manager.clone(),
             operation: op,
-            subresource: if self.scope == Scope::Status {
-                "status".into()
-            } else {
-                String::new()
-            },
+            subresource: self.scope.subresource().into(),
+        }
+    }
+}
+
+impl Scope {
+    /// The subresource a write through this scope names (`""` for the main resource).
+    pub(crate) fn subresource(self) -> &'static str {
+        match self {
+            Scope::Status => "status",
+            Scope::Approval => "approval",
+            Scope::Main | Scope::Everything => "",
         }
     }
 }
@@ -667,6 +677,16 @@ impl Store {
             },
             _ => {}
         }
+        if crate::csr::is_csr(rt) {
+            crate::csr::prepare(obj, old, ctx.scope, ctx.user.as_ref());
+            let problems = crate::csr::validate(obj, old, ctx.scope);
+            if !problems.is_empty() {
+                return Err(ApiError::invalid(rt, &name, problems));
+            }
+            if let Some(user) = &ctx.user {
+                crate::csr::admit(self, rt, user, ctx.scope, obj, old)?;
+            }
+        }
         if let Some(user) = &ctx.user {
             let ns = meta_str(obj, "namespace").unwrap_or_default();
             let attrs = crate::noderestriction::Attributes {
@@ -677,11 +697,7 @@ impl Store {
                 },
                 group: &rt.group,
                 resource: &rt.plural,
-                subresource: if ctx.scope == Scope::Status {
-                    "status"
-                } else {
-                    ""
-                },
+                subresource: ctx.scope.subresource(),
                 namespace: ns,
                 name: &name,
                 object: Some(obj),
@@ -895,7 +911,7 @@ impl Store {
         let rt = self.types[res].clone();
         Self::check_apply(&rt, name, body)?;
         let body = &Self::decode_apply(&rt, name, body, ctx)?;
-        if ctx.scope == Scope::Status {
+        if matches!(ctx.scope, Scope::Status | Scope::Approval) {
             return Err(ApiError::not_found(&rt, name));
         }
         let (mut candidate, owners) = Ownership::default()
@@ -926,7 +942,7 @@ impl Store {
                 set_or_remove(&mut c, "status", old.get("status"));
                 c
             }
-            Scope::Status => {
+            Scope::Status | Scope::Approval => {
                 let mut c = old.clone();
                 set_or_remove(&mut c, "status", candidate.get("status"));
                 c
@@ -1088,7 +1104,12 @@ impl Store {
                 // The owner shows it is waiting for its dependents, then goes when they have.
                 let marked = self.mark_foreground(&key)?;
                 self.collect_dependents(&key, &uid, &mut seen);
-                if let Some(current) = self.objects.get(&key).map(|s| s.obj.clone()) {
+                let current = self
+                    .objects
+                    .get(&key)
+                    .filter(|_| self.gc_may("patch", &key))
+                    .map(|s| s.obj.clone());
+                if let Some(current) = current {
                     let mut done = current;
                     if let Some(Value::Array(f)) = done.pointer_mut("/metadata/finalizers") {
                         f.retain(|x| x != FOREGROUND_FINALIZER);
@@ -1222,12 +1243,40 @@ impl Store {
             .collect()
     }
 
+    /// Whether the garbage collector, as its ServiceAccount
+    /// (`kube-system/generic-garbage-collector`, kube-controller-manager's
+    /// `--use-service-account-credentials`), may `verb` the object at `key`; a refusal is logged
+    /// with kube-apiserver's 403 text and leaves the object as it is, as the controller's failed
+    /// request would.
+    fn gc_may(&self, verb: &str, key: &Key) -> bool {
+        let rt = &self.types[key.res];
+        let info = crate::authz::RequestInfo {
+            resource_request: true,
+            verb: verb.to_owned(),
+            api_group: rt.group.clone(),
+            namespace: key.ns.clone(),
+            resource: rt.plural.clone(),
+            name: key.name.clone(),
+            ..crate::authz::RequestInfo::default()
+        };
+        match crate::authz::authorize(self, &gc_user(), &info) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!("garbage collector: {}", e.message);
+                false
+            }
+        }
+    }
+
     /// The garbage collector's background cascade: dependents are deleted, theirs in turn.
     fn collect_dependents(&mut self, owner: &Key, uid: &str, seen: &mut BTreeSet<String>) {
         if !seen.insert(uid.to_owned()) {
             return;
         }
         for dep in self.dependents(owner, uid) {
+            if !self.gc_may("delete", &dep) {
+                continue;
+            }
             let dep_uid = self
                 .objects
                 .get(&dep)
@@ -1243,6 +1292,9 @@ impl Store {
     /// The garbage collector's orphaning: dependents lose their reference to the owner.
     fn orphan_dependents(&mut self, owner: &Key, uid: &str) {
         for dep in self.dependents(owner, uid) {
+            if !self.gc_may("patch", &dep) {
+                continue;
+            }
             let Some(mut obj) = self.objects.get(&dep).map(|s| s.obj.clone()) else {
                 continue;
             };
@@ -1324,6 +1376,11 @@ impl Store {
             }
         }
     }
+}
+
+/// Who the garbage collector is.
+fn gc_user() -> crate::authz::User {
+    crate::authz::User::service_account("kube-system", "generic-garbage-collector")
 }
 
 /// The garbage collector's writes.
