@@ -21,6 +21,7 @@ use time::format_description::well_known::Rfc3339;
 use crate::error::GuestError;
 use crate::kubeadm::config::{self, ClusterDoc, TokenSpec};
 use crate::seam::ServerId;
+use crate::version::Version;
 
 /// Which simulated cluster (a new one per `kubeadm init`, even with the same CA).
 #[derive(
@@ -201,11 +202,15 @@ pub struct NewCluster {
     pub serving: Serving,
     /// The first etcd member: the initialising control plane.
     pub first: EtcdMember,
+    /// The version of the kubeadm that runs `init` (it decides admin.conf's group).
+    pub kubeadm: Version,
 }
 
 impl Cluster {
-    /// What `kubeadm init` makes before the node registers: namespaces, `cluster-info`,
-    /// `kubeadm-config`, kubeadm's RBAC ([`crate::kubeadm::rbac`]).
+    /// What `kubeadm init` makes before the node registers: the API server's namespaces, then
+    /// with kubeadm's own credentials (its `Client()`: the `kubeadm:cluster-admins` binding as
+    /// `super-admin.conf` once admin.conf is refused, every other write as admin.conf)
+    /// `cluster-info`, `kubeadm-config` and kubeadm's RBAC ([`crate::kubeadm::rbac`]).
     pub fn create(new: NewCluster, ca_pem: &[u8]) -> Result<Cluster, GuestError> {
         let NewCluster {
             id,
@@ -216,6 +221,7 @@ impl Cluster {
             pod_subnet,
             serving,
             first,
+            kubeadm,
         } = new;
         // The API server serves as the minor kubeadm init ran (feature gates differ by minor).
         let minor = configuration.kubernetes_version.minor;
@@ -229,17 +235,18 @@ impl Cluster {
                 ..Namespace::default()
             })?;
         }
+        let admin = ensure_admin_binding(&kube, kubeadm)?;
         let server = endpoint.clone().unwrap_or_default();
         let ca_b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca_pem);
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    server: https://{server}\n    certificate-authority-data: {ca_b64}\ncontexts: null\ncurrent-context: \"\"\nusers: null\n"
         );
-        kube.insert(&ConfigMap {
+        admin.create(&ConfigMap {
             metadata: meta(Some("kube-public"), "cluster-info"),
             data: Some(BTreeMap::from([("kubeconfig".to_owned(), kubeconfig)])),
             ..ConfigMap::default()
         })?;
-        kube.insert(&ConfigMap {
+        admin.create(&ConfigMap {
             metadata: meta(Some(KUBE_SYSTEM), KUBEADM_CONFIG),
             data: Some(BTreeMap::from([(
                 CLUSTER_CONFIGURATION_KEY.to_owned(),
@@ -249,19 +256,20 @@ impl Cluster {
         })?;
         // The API server authorises every request: kubeadm's bindings are what admin.conf, joining
         // nodes and anonymous discovery rely on.
-        let rbac = crate::kubeadm::rbac::init(configuration.kubernetes_version);
+        let rbac = crate::kubeadm::rbac::init();
         for o in &rbac.cluster_roles {
-            kube.insert(o)?;
+            admin.create(o)?;
         }
         for o in &rbac.cluster_role_bindings {
-            kube.insert(o)?;
+            admin.create(o)?;
         }
         for o in &rbac.roles {
-            kube.insert(o)?;
+            admin.create(o)?;
         }
         for o in &rbac.role_bindings {
-            kube.insert(o)?;
+            admin.create(o)?;
         }
+        drop(admin);
         Ok(Cluster {
             id,
             name,
@@ -304,8 +312,19 @@ impl Cluster {
             .map_err(|e| format!("failed to decode cluster configuration data: {e}")))
     }
 
-    /// The bootstrap-token Secret kubeadm's `CreateNewTokens` writes.
-    pub fn create_token(&self, t: &TokenSpec, now: OffsetDateTime) -> Result<Secret, GuestError> {
+    /// What kubeadm `kubeadm` does with admin.conf.
+    pub fn kubeadm_admin(&self, kubeadm: Version) -> kos_kube_fake::Acting<'_> {
+        self.kube
+            .acting_as(crate::kubeadm::rbac::admin(kubeadm), "kubeadm")
+    }
+
+    /// The bootstrap-token Secret kubeadm's `CreateNewTokens` writes (with admin.conf).
+    pub fn create_token(
+        &self,
+        t: &TokenSpec,
+        now: OffsetDateTime,
+        kubeadm: Version,
+    ) -> Result<Secret, GuestError> {
         let expires = now + t.ttl;
         let mut data = BTreeMap::from([
             ("token-id".to_owned(), t.token.id.clone()),
@@ -334,14 +353,16 @@ impl Cluster {
             ),
             ..Secret::default()
         };
-        Ok(self.kube.insert(&secret)?)
+        Ok(self.kubeadm_admin(kubeadm).create(&secret)?)
     }
 
-    /// `kubeadm-certs`, owned by a short-lived token so that it goes when the token does.
+    /// `kubeadm-certs`, owned by a short-lived token so that it goes when the token does
+    /// (with admin.conf).
     pub fn upload_certs(
         &self,
         entries: BTreeMap<String, Vec<u8>>,
         owner: &Secret,
+        kubeadm: Version,
     ) -> Result<(), GuestError> {
         let owner_ref = OwnerReference {
             api_version: "v1".into(),
@@ -353,7 +374,7 @@ impl Cluster {
         };
         let mut m = meta(Some(KUBE_SYSTEM), KUBEADM_CERTS);
         m.owner_references = Some(vec![owner_ref]);
-        self.kube.insert(&Secret {
+        self.kubeadm_admin(kubeadm).create(&Secret {
             metadata: m,
             data: Some(
                 entries
@@ -372,18 +393,30 @@ impl Cluster {
     }
 
     /// The token cleaner (kube-controller-manager, as its ServiceAccount) deletes expired
-    /// bootstrap tokens; the garbage collector then deletes what they owned (`kubeadm-certs`).
+    /// bootstrap tokens; the garbage collector (as `generic-garbage-collector`) then deletes what
+    /// they owned (`kubeadm-certs`).
+    /// A controller refused by the API server logs it and tries again on its next pass.
     pub fn run_token_cleaner_and_gc(&self, now: OffsetDateTime) -> Result<(), GuestError> {
-        let cleaner = controller(&self.kube, "token-cleaner");
-        let secrets = cleaner.list::<Secret>(Some(KUBE_SYSTEM), "")?;
-        for s in &secrets {
-            let expired =
-                s.type_.as_deref() == Some(TOKEN_TYPE) && token_expiry(s).is_some_and(|e| e <= now);
-            if expired && let Some(name) = &s.metadata.name {
-                cleaner.delete::<Secret>(Some(KUBE_SYSTEM), name)?;
+        let refused = |who: &str, r: Result<(), kos_kube_fake::FakeError>| match r {
+            Err(kos_kube_fake::FakeError::Api(e)) if e.code == 403 => {
+                tracing::warn!(cluster = %self.id, "{who}: {}", e.message);
+                Ok(())
             }
-        }
-        let remaining = self.kube.list::<Secret>(Some(KUBE_SYSTEM))?;
+            other => other,
+        };
+        let cleaner = controller(&self.kube, "token-cleaner");
+        refused("token-cleaner", clean_tokens(&cleaner, now))?;
+        let gc = controller(&self.kube, "generic-garbage-collector");
+        refused("generic-garbage-collector", self.collect_garbage(&gc))?;
+        Ok(())
+    }
+
+    /// The garbage collector's pass over kube-system's Secrets: one whose owner is gone goes.
+    fn collect_garbage(
+        &self,
+        gc: &kos_kube_fake::Acting<'_>,
+    ) -> Result<(), kos_kube_fake::FakeError> {
+        let remaining = gc.list::<Secret>(Some(KUBE_SYSTEM), "")?;
         for s in &remaining {
             let orphaned = s.metadata.owner_references.as_ref().is_some_and(|refs| {
                 refs.iter().any(|r| {
@@ -394,7 +427,7 @@ impl Cluster {
                 })
             });
             if orphaned && let Some(name) = &s.metadata.name {
-                self.kube.delete::<Secret>(Some(KUBE_SYSTEM), name)?;
+                gc.delete::<Secret>(Some(KUBE_SYSTEM), name)?;
             }
         }
         Ok(())
@@ -418,6 +451,50 @@ impl Cluster {
         b.copy_from_slice(&d[..8]);
         u64::from_be_bytes(b).max(1)
     }
+}
+
+/// The token cleaner's pass: expired bootstrap tokens go.
+fn clean_tokens(
+    cleaner: &kos_kube_fake::Acting<'_>,
+    now: OffsetDateTime,
+) -> Result<(), kos_kube_fake::FakeError> {
+    for s in &cleaner.list::<Secret>(Some(KUBE_SYSTEM), "")? {
+        let expired =
+            s.type_.as_deref() == Some(TOKEN_TYPE) && token_expiry(s).is_some_and(|e| e <= now);
+        if expired && let Some(name) = &s.metadata.name {
+            cleaner.delete::<Secret>(Some(KUBE_SYSTEM), name)?;
+        }
+    }
+    Ok(())
+}
+
+/// kubeadm's `EnsureAdminClusterRoleBinding` (kubeadm 1.29+): admin.conf tries to create the
+/// `kubeadm:cluster-admins` binding that makes it an admin; refused (it is not one yet),
+/// super-admin.conf creates it. Older kubeadm's admin.conf is in `system:masters`. Returns
+/// admin.conf's client.
+fn ensure_admin_binding(
+    kube: &FakeKube,
+    kubeadm: Version,
+) -> Result<kos_kube_fake::Acting<'_>, GuestError> {
+    use crate::kubeadm::rbac;
+    let admin = kube.acting_as(rbac::admin(kubeadm), "kubeadm");
+    if kubeadm.minor < 29 {
+        return Ok(admin);
+    }
+    match admin.create(&rbac::cluster_admins_binding()) {
+        Ok(_) => {}
+        Err(kos_kube_fake::FakeError::Api(e)) if e.code == 409 => {}
+        Err(kos_kube_fake::FakeError::Api(e)) if e.code == 403 => {
+            let super_admin = kube.acting_as(rbac::super_admin(), "kubeadm");
+            match super_admin.create(&rbac::cluster_admins_binding()) {
+                Ok(_) => {}
+                Err(kos_kube_fake::FakeError::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(admin)
 }
 
 /// A kube-controller-manager controller acting as its ServiceAccount `kube-system/<name>`

@@ -66,6 +66,7 @@
 //! ```
 
 pub mod bootstrap;
+pub mod certificates;
 pub mod cloud_init;
 pub mod cluster;
 pub mod error;

@@ -29,7 +29,6 @@ use crate::version::Version;
 const STACK: &str = "To see the stack trace of this error execute with --v=5 or higher";
 /// kubeadm's `DefaultCertTokenDuration`: how long `kubeadm-certs` lives.
 const CERT_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
-const NODE_BOOTSTRAP_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 
 /// kubeadm's output: `Ok` lines, or the lines of a failure.
 pub(crate) type KubeadmOutput = Result<Vec<String>, Vec<String>>;
@@ -305,13 +304,11 @@ fn bootstrap_user(id: &str, token: &k8s_openapi::api::core::v1::Secret) -> kos_k
 }
 
 /// The kubelet registers its Node as itself (`registered`: no control-plane marks, which
-/// NodeRestriction refuses it), or takes an existing one over (adding its labels); then, on a
-/// control plane, kubeadm's mark-control-plane phase adds `marked`'s labels and taints with
-/// admin.conf. A refusal is the kubelet's failure to register.
+/// NodeRestriction refuses it), or takes an existing one over (adding its labels). A refusal is
+/// the kubelet's failure to register.
 fn register_node(
     c: &Cluster,
     registered: &Node,
-    marked: Option<&Node>,
     exists: bool,
 ) -> Result<Result<Node, String>, GuestError> {
     let name = registered.metadata.name.clone().unwrap_or_default();
@@ -326,21 +323,52 @@ fn register_node(
     } else {
         me.create(registered)
     };
-    let node = match done {
-        Ok(n) => n,
-        Err(kos_kube_fake::FakeError::Api(e)) if e.code == 403 => {
+    match done {
+        Ok(n) => Ok(Ok(n)),
+        Err(kos_kube_fake::FakeError::Api(e)) if e.code == 403 => Ok(Err(format!(
+            "the kubelet cannot register its Node: {}",
+            e.message
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// kubeadm's mark-control-plane phase with admin.conf (`MarkControlPlane`: `PatchNodeOnce` gets
+/// the Node, then sends a strategic merge patch of its labels and taints); the error is the
+/// phase's (`error applying control-plane label and taints: ...`).
+fn mark_control_plane(
+    c: &Cluster,
+    name: &str,
+    marked: &Node,
+    kubeadm: Version,
+) -> Result<Result<Node, String>, GuestError> {
+    let admin = c.kubeadm_admin(kubeadm);
+    let refused = |e: kos_kube_fake::ApiError| -> Result<Result<Node, String>, GuestError> {
+        Ok(Err(format!(
+            "error applying control-plane label and taints: {}",
+            e.message
+        )))
+    };
+    let node = match admin.get::<Node>(None, name) {
+        Ok(Some(n)) => n,
+        Ok(None) => {
             return Ok(Err(format!(
-                "the kubelet cannot register its Node: {}",
-                e.message
+                "error applying control-plane label and taints: timed out waiting for the condition (Node {name:?} not found)"
             )));
         }
+        Err(kos_kube_fake::FakeError::Api(e)) => return refused(e),
         Err(e) => return Err(e.into()),
     };
-    match marked {
-        Some(m) => Ok(Ok(c
-            .kube
-            .modify::<Node>(None, &name, |n| kubelet::mark_control_plane(n, m))?)),
-        None => Ok(Ok(node)),
+    let mut want = node.clone();
+    kubelet::mark_control_plane(&mut want, marked);
+    let patch = serde_json::json!({
+        "metadata": {"labels": want.metadata.labels},
+        "spec": {"taints": want.spec.as_ref().and_then(|s| s.taints.clone())},
+    });
+    match admin.patch::<Node>(None, name, "", true, &patch) {
+        Ok(n) => Ok(Ok(n)),
+        Err(kos_kube_fake::FakeError::Api(e)) => refused(e),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -464,6 +492,7 @@ impl Guest {
                     node_name.clone(),
                     srv.addresses.first().copied(),
                 ),
+                kubeadm,
             },
             &ca_pem,
         )?;
@@ -493,7 +522,7 @@ impl Guest {
         out.extend(kubernetes_version_warning(kubeadm, v));
         out.extend(pull_warnings);
         for t in &docs.tokens {
-            cluster.create_token(t, date)?;
+            cluster.create_token(t, date, kubeadm)?;
         }
         out.push("[bootstrap-token] Configured bootstrap token".into());
         if f.upload_certs {
@@ -517,6 +546,7 @@ impl Guest {
                     groups: Vec::new(),
                 },
                 date,
+                kubeadm,
             )?;
             let mut entries = BTreeMap::new();
             for file in copycerts::SHARED_FILES {
@@ -529,7 +559,7 @@ impl Guest {
                 };
                 entries.insert(copycerts::secret_key(file), sealed);
             }
-            cluster.upload_certs(entries, &owner)?;
+            cluster.upload_certs(entries, &owner, kubeadm)?;
             out.push(format!(
                 "[upload-certs] Storing the certificates in Secret \"{KUBEADM_CERTS}\" in the \"kube-system\" Namespace"
             ));
@@ -547,9 +577,12 @@ impl Guest {
             (Ok(r), Ok(m)) => (r, m),
             (Err(e), _) | (_, Err(e)) => return Ok(Err(phase_err("kubelet-start", &e))),
         };
-        let node = match register_node(&cluster, &registered, Some(&marked), false)? {
+        if let Err(e) = register_node(&cluster, &registered, false)? {
+            return Ok(Err(phase_err("kubelet-start", &e)));
+        }
+        let node = match mark_control_plane(&cluster, &node_name, &marked, kubeadm)? {
             Ok(n) => n,
-            Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
+            Err(e) => return Ok(Err(phase_err("mark-control-plane", &e))),
         };
         put_mirror_pods(&cluster, &node, srv.addresses.first().copied(), v)?;
         let local = endpoint
@@ -903,15 +936,47 @@ impl Guest {
                 "timed out waiting for the kubelet to perform the TLS Bootstrap: the bootstrap token was refused: Unauthorized (it lacks usage-bootstrap-authentication)",
             )));
         }
-        let groups = secret_str(token, "auth-extra-groups").unwrap_or_default();
-        if !groups.split(',').any(|g| g == NODE_BOOTSTRAP_GROUP) {
-            return Ok(Err(phase_err(
-                "kubelet-start",
-                &format!(
-                    "timed out waiting for the kubelet to perform the TLS Bootstrap: certificatesigningrequests.certificates.k8s.io is forbidden for the token's groups (not in {NODE_BOOTSTRAP_GROUP})"
-                ),
-            )));
-        }
+        // The kubelet's CSR, approved and signed by kube-controller-manager with the cluster CA
+        // (a control plane's; a throwaway one when the guest never saw the CA's key).
+        let ca = match crate::sim::apiserver::cluster_ca(self, cid) {
+            Some(ca) => ca,
+            None => match crate::certificates::throwaway_ca() {
+                Ok(ca) => ca,
+                Err(e) => return Ok(Err(phase_err("kubelet-start", &e))),
+            },
+        };
+        let c = self
+            .clusters
+            .get(&cid)
+            .ok_or(GuestError::UnknownServer { server: id.clone() })?;
+        let bootstrapped = crate::certificates::kubelet_bootstrap(
+            &c.kube,
+            bootstrap_user(&docs.token.id, token),
+            &docs.node.name,
+            &crate::certificates::Ca {
+                cert: &ca.0,
+                key: &ca.1,
+            },
+            date,
+        )?;
+        let (cert, key) = match bootstrapped {
+            Ok(issued) => issued,
+            Err(why) => {
+                return Ok(Err(phase_err(
+                    "kubelet-start",
+                    &format!(
+                        "timed out waiting for the kubelet to perform the TLS Bootstrap: {why}"
+                    ),
+                )));
+            }
+        };
+        srv.vfs.write(
+            "/var/lib/kubelet/pki/kubelet-client-current.pem",
+            format!("{cert}{key}").as_bytes(),
+            0o600,
+            "root:root",
+            false,
+        );
         let registration = |marks| {
             kubelet::node(
                 &docs.node,
@@ -943,9 +1008,14 @@ impl Guest {
             .clusters
             .get(&cid)
             .ok_or(GuestError::UnknownServer { server: id.clone() })?;
-        let marks = control_plane.then_some(&marked);
-        if let Err(e) = register_node(c, &node, marks, existing.is_some())? {
+        if let Err(e) = register_node(c, &node, existing.is_some())? {
             return Ok(Err(phase_err("kubelet-start", &e)));
+        }
+        // control-plane-join's mark-control-plane, with the admin.conf this node's kubeadm made.
+        if control_plane
+            && let Err(e) = mark_control_plane(c, &docs.node.name, &marked, kubelet_version)?
+        {
+            return Ok(Err(phase_err("control-plane-join/mark-control-plane", &e)));
         }
         let c = self
             .clusters

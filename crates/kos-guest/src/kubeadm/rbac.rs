@@ -2,7 +2,10 @@
 //! `kubeconfig`'s admin binding from 1.29), so that the cluster's API server, which authorises
 //! every request, lets kubeadm's identities do what they do on a real cluster:
 //! - `kubeadm:cluster-admins` (1.29+): the group of `admin.conf`'s `kubernetes-admin`, bound to
-//!   `cluster-admin` (before 1.29 admin.conf is in `system:masters`, which needs no binding);
+//!   `cluster-admin` (before 1.29 admin.conf is in `system:masters`, which needs no binding): the
+//!   admin tries to create it, is refused (it has no rights yet), and `super-admin.conf`'s
+//!   `kubernetes-super-admin` (`system:masters`) creates it ([`cluster_admins_binding`]); every
+//!   other write of kubeadm's is then admin.conf's;
 //! - the default node token's group (`system:bootstrappers:kubeadm:default-node-token`): CSRs
 //!   (`kubeadm:kubelet-bootstrap`), their auto-approval (`kubeadm:node-autoapprove-bootstrap`),
 //!   `get` of Nodes (`kubeadm:get-nodes`), the `kubeadm-config` and `kubelet-config` ConfigMaps;
@@ -77,7 +80,35 @@ fn configmap_reader(ns: &str, name: &str, cm: &str, subjects: Vec<Subject>) -> (
     )
 }
 
-/// What `kubeadm init` at version `kubeadm` creates.
+/// `admin.conf`'s user: `kubernetes-admin`, in `kubeadm:cluster-admins` from kubeadm 1.29 (which
+/// `cluster-admins_binding` makes an admin), in `system:masters` before.
+pub fn admin(kubeadm: Version) -> kos_kube_fake::User {
+    let group = if kubeadm.minor >= 29 {
+        CLUSTER_ADMINS
+    } else {
+        "system:masters"
+    };
+    kos_kube_fake::User::authenticated("kubernetes-admin", [group.to_owned()])
+}
+
+/// `super-admin.conf`'s user (kubeadm 1.29+ `init` only): `kubernetes-super-admin` in
+/// `system:masters`, which every authorizer chain allows.
+pub fn super_admin() -> kos_kube_fake::User {
+    kos_kube_fake::User::authenticated("kubernetes-super-admin", ["system:masters".to_owned()])
+}
+
+/// `kubeadm:cluster-admins`, binding the group to `cluster-admin` (kubeadm's
+/// `EnsureAdminClusterRoleBinding`, cmd/kubeadm/app/phases/kubeconfig/kubeconfig.go).
+pub fn cluster_admins_binding() -> ClusterRoleBinding {
+    crb(
+        CLUSTER_ADMINS,
+        "cluster-admin",
+        vec![subject("Group", CLUSTER_ADMINS)],
+    )
+}
+
+/// What `kubeadm init` creates with admin.conf, after
+/// [`cluster_admins_binding`].
 pub struct InitRbac {
     pub cluster_roles: Vec<ClusterRole>,
     pub cluster_role_bindings: Vec<ClusterRoleBinding>,
@@ -85,10 +116,10 @@ pub struct InitRbac {
     pub role_bindings: Vec<RoleBinding>,
 }
 
-pub fn init(kubeadm: Version) -> InitRbac {
+pub fn init() -> InitRbac {
     let token = || subject("Group", NODE_TOKEN_GROUP);
     let nodes = || subject("Group", "system:nodes");
-    let mut bindings = vec![
+    let bindings = vec![
         crb(
             "kubeadm:kubelet-bootstrap",
             "system:node-bootstrapper",
@@ -106,13 +137,6 @@ pub fn init(kubeadm: Version) -> InitRbac {
         ),
         crb("kubeadm:get-nodes", "kubeadm:get-nodes", vec![token()]),
     ];
-    if kubeadm.minor >= 29 {
-        bindings.push(crb(
-            CLUSTER_ADMINS,
-            "cluster-admin",
-            vec![subject("Group", CLUSTER_ADMINS)],
-        ));
-    }
     let get_nodes = ClusterRole {
         metadata: meta(None, "kubeadm:get-nodes"),
         rules: Some(vec![PolicyRule {
