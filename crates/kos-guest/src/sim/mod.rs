@@ -307,7 +307,7 @@ impl Inner {
         self.ccms.reconcile(&self.guest, &services);
         self.storage.reconcile(&self.guest, &services, host.cloud());
         for c in self.guest.clusters.values() {
-            workloads::report_rolled_out(c, ccm::daemonset(c).as_ref());
+            workloads::report_rolled_out(&c.kube, ccm::daemonset(c).as_ref());
             // Claims whose pods are gone lose their protection, as kube-controller-manager's
             // pvc-protection and pv-protection controllers do.
             if let Err(e) = c.kube.reconcile_storage_protection() {

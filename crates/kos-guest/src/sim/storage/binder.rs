@@ -4,6 +4,7 @@
 //! of their status) but no patches: every write is a read-modify-write update, as upstream's
 //! controller makes them (a conflict waits for the next pass).
 
+use super::controllers::By;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
 use kube::api::PostParams;
@@ -121,7 +122,7 @@ impl Loop {
                 )
             };
             self.event(
-                false,
+                By::Binder,
                 "PersistentVolumeClaim",
                 m,
                 false,

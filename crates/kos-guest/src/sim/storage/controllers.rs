@@ -181,6 +181,20 @@ async fn run(mut lp: Loop, mut stop: oneshot::Receiver<()>) {
     }
 }
 
+/// Who reports an event, with its own credentials.
+pub(super) enum By<'a> {
+    /// A sidecar of the CSI controller pod (its ServiceAccount).
+    Sidecar,
+    /// The PV binder (`kube-system/persistent-volume-binder`).
+    Binder,
+    /// The scheduler (`system:kube-scheduler`).
+    Scheduler,
+    /// A kubelet (`system:node:<name>`), with its client.
+    Kubelet(&'a kube::Client),
+    /// snapshot-controller (its ServiceAccount), when it is deployed.
+    SnapshotController,
+}
+
 /// A volume mounted for a pod on a node.
 #[derive(Debug, Clone)]
 pub(super) struct Published {
@@ -309,11 +323,12 @@ impl Loop {
         self.retry.remove(key);
     }
 
-    /// Records an event about `obj` (once per message), as `client` (its RBAC decides).
+    /// Records an event about `obj` (once per message), as the component that reports it (its
+    /// RBAC decides: the controllers' `eventsRule`, the Node authorizer's rules for a kubelet).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn event(
         &mut self,
-        sidecar: bool,
+        by: By<'_>,
         kind: &str,
         meta: &ObjectMeta,
         warning: bool,
@@ -370,8 +385,23 @@ impl Loop {
             reporting_instance: Some(component.into()),
             ..Event::default()
         };
-        let client = if sidecar { &self.sidecar } else { &self.admin };
-        if let Err(e) = Api::<Event>::namespaced(client.clone(), &ns)
+        let client = match by {
+            By::Sidecar => self.sidecar.clone(),
+            By::Binder => self.binder.clone(),
+            By::Scheduler => self.scheduler.clone(),
+            By::Kubelet(k) => k.clone(),
+            By::SnapshotController => {
+                let deployed = lock(&self.snapshot_controller)
+                    .as_ref()
+                    .map(|(_, c)| c.clone());
+                match deployed {
+                    Some(c) => c,
+                    // Not deployed: nothing runs that would report it.
+                    None => return,
+                }
+            }
+        };
+        if let Err(e) = Api::<Event>::namespaced(client, &ns)
             .create(&PostParams::default(), &ev)
             .await
         {

@@ -3,6 +3,7 @@
 //! pod, the pod Running once mounted, unpublish and unstage when it is gone, `volumesInUse`,
 //! NodeExpandVolume), each node's as that node's kubelet (`system:node:<name>`).
 
+use super::controllers::By;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -158,7 +159,7 @@ impl Loop {
                         Err(why) => {
                             ready = false;
                             self.event(
-                                false,
+                                By::Kubelet(&handle.kubelet),
                                 "Pod",
                                 &pod.metadata,
                                 true,

@@ -1,6 +1,7 @@
 //! external-provisioner: CreateVolume for a claim handed to the driver and a PersistentVolume for
 //! it; DeleteVolume for a released volume whose reclaim policy is Delete.
 
+use super::controllers::By;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -49,7 +50,7 @@ impl Loop {
                 continue;
             }
             self.event(
-                true,
+                By::Sidecar,
                 "PersistentVolumeClaim",
                 m,
                 false,
@@ -107,7 +108,7 @@ impl Loop {
             Ok(pv_name) => {
                 self.succeeded(&key);
                 self.event(
-                    true,
+                    By::Sidecar,
                     "PersistentVolumeClaim",
                     &meta,
                     false,
@@ -131,7 +132,7 @@ impl Loop {
         why: String,
     ) {
         self.event(
-            true,
+            By::Sidecar,
             "PersistentVolumeClaim",
             meta,
             true,
@@ -367,7 +368,7 @@ impl Loop {
             if let Err(s) = deleted {
                 self.failed(&key);
                 self.event(
-                    true,
+                    By::Sidecar,
                     "PersistentVolume",
                     m,
                     true,

@@ -1,6 +1,7 @@
 //! external-resizer: ControllerExpandVolume when a bound claim asks for more, the volume's and the
 //! claim's sizes after it.
 
+use super::controllers::By;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kos_csi::csi;
 use kos_csi::csi::node_client::NodeClient;
@@ -57,7 +58,7 @@ impl Loop {
                 )
                 .await;
             self.event(
-                true,
+                By::Sidecar,
                 "PersistentVolumeClaim",
                 m,
                 false,
@@ -88,7 +89,7 @@ impl Loop {
                 Err(s) => {
                     self.failed(&key);
                     self.event(
-                        true,
+                        By::Sidecar,
                         "PersistentVolumeClaim",
                         m,
                         true,
@@ -136,7 +137,7 @@ impl Loop {
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
                 .await;
             self.event(
-                true,
+                By::Sidecar,
                 "PersistentVolumeClaim",
                 m,
                 false,
@@ -228,7 +229,7 @@ impl Loop {
                 Err(s) => {
                     let pv_name = name_of(&pv.metadata);
                     self.event(
-                        false,
+                        By::Kubelet(kubelet),
                         "PersistentVolumeClaim",
                         m,
                         true,

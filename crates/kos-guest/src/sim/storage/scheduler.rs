@@ -1,6 +1,7 @@
 //! The scheduler's part in storage: a pod using claims goes to a node every bound volume's node
 //! affinity allows; a claim waiting for its first consumer gets the node chosen.
 
+use super::controllers::By;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
@@ -132,7 +133,7 @@ impl Loop {
                     .patch_status(&name_of(m), &PatchParams::default(), &Patch::Merge(cond))
                     .await;
                 self.event(
-                    false,
+                    By::Scheduler,
                     "Pod",
                     m,
                     true,
@@ -185,7 +186,7 @@ impl Loop {
                 continue;
             }
             self.event(
-                false,
+                By::Scheduler,
                 "Pod",
                 m,
                 false,

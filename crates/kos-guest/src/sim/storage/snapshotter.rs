@@ -6,6 +6,7 @@
 //! Simplified: pre-provisioned contents (no source volume) are not driven; the claim-as-source
 //! finalizer is not kept.
 
+use super::controllers::By;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kos_csi::csi;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -144,7 +145,7 @@ impl Loop {
                         .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
                         .await;
                     self.event(
-                        false,
+                        By::SnapshotController,
                         "VolumeSnapshot",
                         &m,
                         true,
