@@ -432,4 +432,98 @@ mod tests {
         assert_eq!(flag(&args, "extra"), None);
         assert_eq!(flag(&args, "timeout"), None);
     }
+
+    /// A loop whose clients are `fake`'s: the models' (loopback), the controllers' as themselves.
+    fn loop_on(fake: &kos_kube_fake::FakeKube) -> Loop {
+        use kos_kube_fake::User;
+        let sa = |n: &str| User::service_account("kube-system", n);
+        let client = |u: User| fake.user_client(&u).expect("client");
+        let (done, done_rx) = tokio::sync::mpsc::unbounded_channel();
+        Loop {
+            admin: fake.client().expect("client"),
+            scheduler: client(User::authenticated(
+                "system:kube-scheduler",
+                Vec::<String>::new(),
+            )),
+            attachdetach: client(sa("attachdetach-controller")),
+            binder: client(sa("persistent-volume-binder")),
+            sidecar: client(User::service_account(
+                "kube-system",
+                "csi-cinder-controller-sa",
+            )),
+            socket: PathBuf::from("/nonexistent"),
+            nodes: Nodes::default(),
+            driver: "cinder.csi.openstack.org".into(),
+            provisioner: None,
+            attacher: false,
+            snapshotter: None,
+            snapshot_controller: SnapshotController::default(),
+            resizer: false,
+            controller: None,
+            staged: BTreeMap::new(),
+            published: BTreeMap::new(),
+            registered: BTreeMap::new(),
+            retry: BTreeMap::new(),
+            said: BTreeMap::new(),
+            provisioning: BTreeSet::new(),
+            done,
+            done_rx,
+        }
+    }
+
+    fn claim(name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-{name}")),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_controllers_event_is_written_as_its_service_account() {
+        let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
+        let mut lp = loop_on(&fake);
+        let binder = "system:serviceaccount:kube-system:persistent-volume-binder";
+        lp.event(
+            By::Binder,
+            "PersistentVolumeClaim",
+            &claim("c1"),
+            true,
+            "ProvisioningFailed",
+            "storageclass.storage.k8s.io \"x\" not found".into(),
+            "persistentvolume-controller",
+        )
+        .await;
+        assert_eq!(fake.events().len(), 1);
+        let w = fake.writes();
+        assert!(
+            w.iter()
+                .any(|r| r.user.as_deref() == Some(binder)
+                    && r.resource.as_deref() == Some("events")),
+            "{w:?}"
+        );
+        // Without its binding the binder's events are refused (eventsRule is its role's).
+        fake.delete::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(
+            None,
+            "system:controller:persistent-volume-binder",
+        )
+        .expect("unbound");
+        lp.event(
+            By::Binder,
+            "PersistentVolumeClaim",
+            &claim("c2"),
+            true,
+            "ProvisioningFailed",
+            "again".into(),
+            "persistentvolume-controller",
+        )
+        .await;
+        assert_eq!(fake.events().len(), 1);
+        assert!(
+            fake.requests()
+                .iter()
+                .any(|r| r.user.as_deref() == Some(binder) && r.status == 403)
+        );
+    }
 }
