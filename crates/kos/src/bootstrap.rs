@@ -10,10 +10,6 @@
 //!   `ccm-credential-next.json` while `kos rotate credential` replaces it (`cmd::rotate`).
 //! - `cluster.json`: the API address and Kubernetes version, for `kos kubeconfig` without a cloud.
 
-#[cfg(test)]
-mod api_tests;
-pub mod follow;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

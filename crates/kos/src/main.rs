@@ -5,7 +5,7 @@ mod cli;
 mod cloud;
 mod cmd;
 mod files;
-mod kube;
+use kos_control::kube;
 mod local;
 mod progress;
 mod term;

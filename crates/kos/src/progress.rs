@@ -47,7 +47,47 @@ async fn bar(mut rx: mpsc::Receiver<Event>, total: u64) {
 }
 
 /// How long the plain output may stay silent: then it says what the run still waits for.
-pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(30);
+pub use kos_control::report::HEARTBEAT;
+
+/// kos-control's reports as `kos: …` lines on stderr. Text from a node's console or the cluster is
+/// escaped: nothing foreign reaches the terminal as it is.
+pub struct Lines;
+
+impl kos_control::report::Report for Lines {
+    fn event(&self, event: kos_control::report::Event<'_>) {
+        use kos_control::report::Event as E;
+        match event {
+            E::Marker { node, marker } => {
+                eprintln!("kos: {node}: {}", crate::term::printable(marker));
+            }
+            E::Scrolled { node, kib } => eprintln!(
+                "kos: {node}: no bootstrap marker in the last {kib} KiB of its console (created by an earlier \
+                 run, its markers scrolled out): not followed"
+            ),
+            E::ConsolesWaiting {
+                waiting,
+                left,
+                deadline,
+            } => eprintln!(
+                "kos: bootstrap: waiting for {} ({} s left of {} s)",
+                waiting.join(", "),
+                left.as_secs(),
+                deadline.as_secs()
+            ),
+            E::Nodes { summary } => eprintln!("kos: kubernetes: {summary}"),
+            E::NodesWaiting {
+                expected,
+                last,
+                left,
+                deadline,
+            } => eprintln!(
+                "kos: kubernetes: waiting for {expected} Ready node(s): {last} ({} s left of {} s)",
+                left.as_secs(),
+                deadline.as_secs()
+            ),
+        }
+    }
+}
 
 async fn lines(mut rx: mpsc::Receiver<Event>) {
     // What is in progress, and what each waits for: the heartbeat names it.

@@ -18,11 +18,12 @@ use kos_lifecycle::run::{Decided, RunError};
 use miette::IntoDiagnostic;
 
 use super::{Exit, Failure};
-use crate::bootstrap::follow::{self, ApiPhase, NodeState, Target, Timing};
 use crate::bootstrap::{API_PORT, ClusterMeta, KubeadmBootstrap, Local, Secrets, Seen};
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
 use crate::kube::{ConnectError, Kube, KubeError, gone_is_fine};
+use crate::progress::Lines;
+use kos_control::follow::{self, ApiPhase, NodeState, Target, Timing};
 
 /// A spec read, validated and checked against the cloud, with its desired graph: one turn of a run.
 pub(super) struct Prepared {
@@ -1258,7 +1259,7 @@ async fn follow_bootstrap(
         }
     };
     let followed = tokio::select! {
-        f = follow::consoles(&c.session, &targets, &timing) => f,
+        f = follow::consoles(&c.session, &targets, &timing, &Lines) => f,
         () = push => unreachable!("the token push never finishes on its own"),
     };
     let followed = match followed {
@@ -1331,7 +1332,7 @@ async fn follow_bootstrap(
         spec.node_count()
     );
     let probe = timing.deadline().min(Duration::from_secs(60));
-    match follow::api(&kube, spec.node_count() as usize, &timing, probe).await {
+    match follow::api(&kube, spec.node_count() as usize, &timing, probe, &Lines).await {
         Ok(ApiPhase::Ready { nodes }) => {
             println!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
             // What the cleanup does after the first nodes: the certificates and the token must not

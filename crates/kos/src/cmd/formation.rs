@@ -53,7 +53,7 @@ fn server_id(observed: &Observed, logical_id: &str) -> Option<String> {
 pub(super) async fn kubeadm_seen(c: &Connected, servers: &[String]) -> bool {
     for id in servers {
         match c.session.compute().console_output(id, None).await {
-            Ok(console) if !crate::bootstrap::follow::kubeadm_seen(&console) => {}
+            Ok(console) if !kos_control::follow::kubeadm_seen(&console) => {}
             Ok(_) => return true,
             Err(e) => {
                 tracing::info!(server = %id, "console not read: {e}");

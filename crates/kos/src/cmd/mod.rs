@@ -13,7 +13,7 @@ mod bench_ccm;
 mod bench_csi;
 mod cluster;
 mod doctor;
-mod drain;
+use kos_control::drain;
 mod encryption;
 mod formation;
 mod kubeconfig;

@@ -1,4 +1,4 @@
-//! The CLI side of [`kos_lifecycle::drain`]: the drain's [`NodeApi`] over kos's client of the
+//! Carrying out [`kos_lifecycle::drain`]: the drain's [`NodeApi`] over kos's client of the
 //! cluster's API ([`Kube`], the admin certificate). One request per call and no retries here: the
 //! drain loop owns them, a 429 included. The client's errors become the seam's
 //! ([`ApiError`]); what they mean for the drain (a missing Node, one deleted already) the drain
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::kube::{Kube, KubeError};
 
 /// Drains `node` of the cluster `kube` talks to (see [`drain::drain`]); `say` gets one line per step.
-pub(crate) async fn drain_node(
+pub async fn drain_node(
     kube: &Kube,
     node: &str,
     opts: Options,
@@ -24,7 +24,7 @@ pub(crate) async fn drain_node(
 }
 
 /// Deletes the Node `node` after its server went (see [`drain::remove_node`]).
-pub(crate) async fn remove_node(kube: &Kube, node: &str) -> Result<(), DrainError> {
+pub async fn remove_node(kube: &Kube, node: &str) -> Result<(), DrainError> {
     drain::remove_node(&Api(kube), node).await
 }
 

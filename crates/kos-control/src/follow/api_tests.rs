@@ -1,7 +1,7 @@
 //! The API phase of `kos up` against a fake API server over real TLS: the server's certificate is
 //! signed by the cluster CA and it demands a client certificate signed by the same CA, as
 //! kube-apiserver does. Proves that [`Kube`] trusts the cluster CA only, authenticates with the admin
-//! certificate it signs offline, and that [`api`](super::follow::api) waits for `/readyz` and for
+//! certificate it signs offline, and that [`api`](super::api) waits for `/readyz` and for
 //! every node Ready and initialised, or says what is missing.
 
 use std::sync::{Arc, Mutex};
@@ -12,8 +12,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::follow::{ApiPhase, Timing, api};
+use super::{ApiPhase, Timing, api};
 use crate::kube::{Kube, KubeError, UNINITIALIZED};
+use crate::report::{Recorded, Silent};
 
 /// A change of what the fake API answers.
 type Step = Box<dyn FnOnce(&mut State) + Send>;
@@ -190,15 +191,27 @@ async fn waits_for_readyz_then_every_node_ready_and_initialised() {
     }));
     let port = serve(serving_cert(&s.ca), &s.ca.cert_pem, state).await;
     let k = kube(port, &s);
+    let seen = Recorded::default();
     let phase = api(
         &k,
         2,
         &timing(Duration::from_secs(60)),
         Duration::from_secs(30),
+        &seen,
     )
     .await
     .expect("ready");
     assert_eq!(phase, ApiPhase::Ready { nodes: 2 });
+    // Each change of the nodes' summary is reported once, the last one the ready cluster.
+    let events = seen.events();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some(r#"Nodes { summary: "2/2 node(s) Ready" }"#),
+        "{events:?}"
+    );
+    let mut unique = events.clone();
+    unique.dedup();
+    assert_eq!(unique, events);
 }
 
 #[tokio::test]
@@ -215,6 +228,7 @@ async fn a_cluster_that_never_gets_ready_says_what_is_missing() {
         2,
         &timing(Duration::from_millis(400)),
         Duration::from_secs(30),
+        &Silent,
     )
     .await
     .expect_err("never ready");
@@ -245,6 +259,7 @@ async fn only_the_cluster_ca_is_trusted_both_ways() {
         1,
         &timing(Duration::from_secs(60)),
         Duration::from_millis(200),
+        &Silent,
     )
     .await
     .expect("skipped");
@@ -268,6 +283,7 @@ async fn only_the_cluster_ca_is_trusted_both_ways() {
         1,
         &timing(Duration::from_secs(60)),
         Duration::from_millis(200),
+        &Silent,
     )
     .await
     .expect("skipped");

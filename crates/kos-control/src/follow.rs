@@ -13,6 +13,10 @@ use tokio::time::Instant;
 use kos_lifecycle::api::chain;
 
 use crate::kube::{Kube, NodeStatus};
+use crate::report::{Event, HEARTBEAT, Report};
+
+#[cfg(test)]
+mod api_tests;
 
 const MARKER: &str = "kos-bootstrap: ";
 /// The simulator's cloud-init failure line.
@@ -210,7 +214,9 @@ pub fn retrying(state: &NodeState) -> bool {
     matches!(state, NodeState::Running(last) if last.split_once(' ').is_some_and(|(_, o)| o.starts_with("retrying:")))
 }
 
-/// Reads every target's console until all finished; prints each new marker as `kos: <node>: <marker>`.
+/// Reads every target's console until all finished; reports each new marker
+/// ([`Event::Marker`]), a node not followed ([`Event::Scrolled`]) and, when nothing changed for a
+/// while, what it still waits for ([`Event::ConsolesWaiting`]).
 ///
 /// # Errors
 /// The failed nodes with their own reasons, or the nodes still running at the deadline.
@@ -218,6 +224,7 @@ pub async fn consoles(
     session: &Session,
     targets: &[Target],
     timing: &Timing,
+    report: &dyn Report,
 ) -> Result<Followed, FollowError> {
     let start = Instant::now();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
@@ -254,20 +261,20 @@ pub async fn consoles(
             let (markers, state) = parse(&console);
             let n = seen.entry(t.logical_id.clone()).or_default();
             for m in markers.iter().skip(*n) {
-                // The guest writes its console: nothing in it reaches the terminal unescaped.
-                eprintln!("kos: {}: {}", t.logical_id, crate::term::printable(m));
+                report.event(Event::Marker {
+                    node: &t.logical_id,
+                    marker: m,
+                });
             }
             progressed |= markers.len() > *n;
             *n = markers.len();
             let scrolled =
                 !t.created_now && state == NodeState::Waiting && console.len() >= SCROLLED;
             if scrolled {
-                eprintln!(
-                    "kos: {}: no bootstrap marker in the last {} KiB of its console (created by an earlier \
-                     run, its markers scrolled out): not followed",
-                    t.logical_id,
-                    console.len() / 1024
-                );
+                report.event(Event::Scrolled {
+                    node: &t.logical_id,
+                    kib: console.len() / 1024,
+                });
             } else if !state.finished() {
                 still.push(t.clone());
             }
@@ -330,7 +337,7 @@ pub async fn consoles(
         }
         if progressed {
             said = Instant::now();
-        } else if said.elapsed() >= crate::progress::HEARTBEAT {
+        } else if said.elapsed() >= HEARTBEAT {
             // Nothing new on any console for a while: say what is awaited, and until when.
             let waiting: Vec<String> = pending
                 .iter()
@@ -339,12 +346,11 @@ pub async fn consoles(
                     _ => format!("{} (no marker yet)", t.logical_id),
                 })
                 .collect();
-            eprintln!(
-                "kos: bootstrap: waiting for {} ({} s left of {} s)",
-                waiting.join(", "),
-                deadline.saturating_duration_since(Instant::now()).as_secs(),
-                timing.deadline().as_secs()
-            );
+            report.event(Event::ConsolesWaiting {
+                waiting: &waiting,
+                left: deadline.saturating_duration_since(Instant::now()),
+                deadline: timing.deadline(),
+            });
             said = Instant::now();
         }
         interval = if progressed {
@@ -376,7 +382,9 @@ pub struct NotReady {
 }
 
 /// Waits for `/readyz` and for `expected` nodes Ready without the uninitialized taint. An API that
-/// cannot be reached at all for `probe` is reported as skipped (a private endpoint).
+/// cannot be reached at all for `probe` is reported as skipped (a private endpoint). Reports each
+/// change of the nodes' summary ([`Event::Nodes`]) and, when nothing changed for a while, what it
+/// still waits for ([`Event::NodesWaiting`]).
 ///
 /// # Errors
 /// The deadline, with what was still missing.
@@ -385,6 +393,7 @@ pub async fn api(
     expected: usize,
     timing: &Timing,
     probe: Duration,
+    report: &dyn Report,
 ) -> Result<ApiPhase, NotReady> {
     let start = Instant::now();
     let mut reached = false;
@@ -411,7 +420,7 @@ pub async fn api(
                         let good = nodes.iter().filter(|n| n.ready && !n.uninitialized).count();
                         last = summary(&nodes, expected);
                         if last != shown {
-                            eprintln!("kos: kubernetes: {last}");
+                            report.event(Event::Nodes { summary: &last });
                             shown.clone_from(&last);
                             said = Instant::now();
                         }
@@ -430,12 +439,13 @@ pub async fn api(
                 last,
             });
         }
-        if said.elapsed() >= crate::progress::HEARTBEAT {
-            eprintln!(
-                "kos: kubernetes: waiting for {expected} Ready node(s): {last} ({} s left of {} s)",
-                deadline.saturating_duration_since(Instant::now()).as_secs(),
-                timing.deadline().as_secs()
-            );
+        if said.elapsed() >= HEARTBEAT {
+            report.event(Event::NodesWaiting {
+                expected,
+                last: &last,
+                left: deadline.saturating_duration_since(Instant::now()),
+                deadline: timing.deadline(),
+            });
             said = Instant::now();
         }
         tokio::time::sleep(timing.poll()).await;

@@ -1,0 +1,69 @@
+//! What a run reports as it goes. The library prints nothing: it hands [`Event`]s to a [`Report`],
+//! which a front end renders (the CLI as lines on stderr, an operator as Kubernetes Events or
+//! status conditions). Text in an event may come from the cluster or a node's console: a renderer
+//! escapes it before it reaches a terminal.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How long a wait may stay silent: then it reports what it still waits for.
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// One thing worth telling while a run goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A new bootstrap marker on a node's console (`kernel ok`; the guest's own text).
+    Marker { node: &'a str, marker: &'a str },
+    /// A node an earlier run created whose console (`kib` long) holds no marker: they scrolled
+    /// out, so it is not followed.
+    Scrolled { node: &'a str, kib: usize },
+    /// Nothing new on any console for a [`HEARTBEAT`]: the nodes awaited (`id (last: …)`), and how
+    /// much of the console phase's `deadline` is `left`.
+    ConsolesWaiting {
+        waiting: &'a [String],
+        left: Duration,
+        deadline: Duration,
+    },
+    /// The cluster's nodes, when their summary changed (`2/3 node(s) Ready`).
+    Nodes { summary: &'a str },
+    /// Still waiting for `expected` Ready nodes after a [`HEARTBEAT`]; `last` is what is missing.
+    NodesWaiting {
+        expected: usize,
+        last: &'a str,
+        left: Duration,
+        deadline: Duration,
+    },
+}
+
+/// Where a run's [`Event`]s go. Called from the run's task; it must not block for long.
+pub trait Report: Send + Sync {
+    fn event(&self, event: Event<'_>);
+}
+
+/// Drops every event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Silent;
+
+impl Report for Silent {
+    fn event(&self, _: Event<'_>) {}
+}
+
+/// Keeps every event as its `Debug` text, for tests and for a front end that shows them later.
+#[derive(Debug, Default)]
+pub struct Recorded(Mutex<Vec<String>>);
+
+impl Recorded {
+    /// The events so far, oldest first.
+    #[must_use]
+    pub fn events(&self) -> Vec<String> {
+        self.0.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+impl Report for Recorded {
+    fn event(&self, event: Event<'_>) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(format!("{event:?}"));
+        }
+    }
+}
