@@ -1,7 +1,10 @@
 //! What a kos run does to a running cluster, over kos-cloud and kube-rs, with no terminal and no
-//! local files: the one client of a cluster's Kubernetes API ([`kube`]). kos-lifecycle decides;
-//! this crate carries its decisions out through kos-lifecycle's traits. Front ends (the `kos` CLI,
-//! later an operator) render what it reports and keep arguments, output and exit codes.
+//! local files: the one client of a cluster's Kubernetes API ([`kube`]), drains ([`drain`]),
+//! bootstrap following ([`follow`]), stale etcd members ([`members`]), kubeadm-config moves, addon
+//! images and unhealthy nodes ([`roll`]). kos-lifecycle decides; this crate carries its decisions
+//! out through kos-lifecycle's traits. Secrets come in as arguments, progress goes out as
+//! [`report::Event`]s: front ends (the `kos` CLI, later an operator) render them and keep
+//! arguments, output and exit codes.
 
 /// Drains and Node deletions: kos-lifecycle's drain over [`kube::Kube`].
 pub mod drain;
@@ -9,5 +12,9 @@ pub mod drain;
 pub mod follow;
 /// The one client of a cluster's Kubernetes API, on kube-rs.
 pub mod kube;
+/// Stale etcd members removed before control planes join, through a port-forward.
+pub mod members;
 /// What a run reports as it goes, for a front end to render.
 pub mod report;
+/// Unhealthy nodes, kubeadm-config moves and addon images through the cluster's API.
+pub mod roll;

@@ -498,7 +498,7 @@ impl KubeadmBootstrap {
 
     /// cloud.conf's credential: this run's new one, else the stored copy. Only the first control
     /// plane carries cloud.conf; the others get a stand-in that is never rendered.
-    fn credential(&self, node: &NodeContext) -> Result<(String, SecretString), String> {
+    fn credential(&self, node: &NodeContext) -> Result<(String, SecretString), NoCredential> {
         let id = node
             .ccm_credential_id
             .clone()
@@ -514,14 +514,13 @@ impl KubeadmBootstrap {
             _ if node.role != NodeRole::InitControlPlane => {
                 Ok(("unused".into(), SecretString::from("unused")))
             }
-            _ => Err(format!(
-                "the CCM application credential's secret is not stored on this machine ({}); run `kos up --recreate-ccm-credential` to make a new one",
-                self.ccm_path.display()
-            )),
+            _ => Err(NoCredential {
+                path: self.ccm_path.display().to_string(),
+            }),
         }
     }
 
-    fn cluster_input(&self, node: &NodeContext) -> Result<ClusterInput, String> {
+    fn cluster_input(&self, node: &NodeContext) -> Result<ClusterInput, NoCredential> {
         let (id, secret) = self.credential(node)?;
         let cert_sans = cert_sans(&node.api_address, self.dns_name.as_deref());
         Ok(ClusterInput {
@@ -614,9 +613,23 @@ pub fn airgap_input(
     }
 }
 
+/// The first control plane's cloud.conf needs the CCM's credential, and this machine lacks it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the CCM application credential's secret is not stored on this machine ({path}); run `kos up --recreate-ccm-credential` to make a new one"
+)]
+struct NoCredential {
+    path: String,
+}
+
+/// A taint that is not `key[=value]:Effect`.
+#[derive(Debug, thiserror::Error)]
+#[error("taint {0:?} is not key[=value]:Effect")]
+struct BadTaint(String);
+
 /// `key=value:Effect` or `key:Effect`, as the deployer writes taints.
-fn taint(s: &str) -> Result<Taint, String> {
-    let bad = || format!("taint {s:?} is not key[=value]:Effect");
+fn taint(s: &str) -> Result<Taint, BadTaint> {
+    let bad = || BadTaint(s.to_owned());
     let (kv, effect) = s.rsplit_once(':').ok_or_else(bad)?;
     let effect = match effect {
         "NoSchedule" => TaintEffect::NoSchedule,
@@ -687,9 +700,9 @@ impl Bootstrap for KubeadmBootstrap {
                 .iter()
                 .map(|t| taint(t))
                 .collect::<Result<_, _>>()
-                .map_err(fail)?,
+                .map_err(|e| fail(e.to_string()))?,
         };
-        let cluster = self.cluster_input(node).map_err(fail)?;
+        let cluster = self.cluster_input(node).map_err(|e| fail(e.to_string()))?;
         let ud = kos_bootstrap::render_user_data(&cluster, &input, &self.secrets)
             .map_err(|e| fail(e.to_string()))?;
         tracing::debug!(node = %node.logical_id, bytes = ud.base64_len(), gzipped = ud.gzipped, "user_data rendered");

@@ -41,6 +41,15 @@ struct Embedded {
     _lock: File,
 }
 
+/// The simulated cloud's list of the API endpoints it forwards could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{url}: {source}")]
+pub struct SimEndpointsError {
+    url: String,
+    #[source]
+    source: reqwest::Error,
+}
+
 impl Connected {
     /// Saves the simulated cloud (nothing to do for a real one), after its clusters' controllers
     /// stopped. Call it on every exit path that may have changed the cloud, errors included.
@@ -59,7 +68,7 @@ impl Connected {
     /// The local addresses of the clusters' API endpoints when the cloud is a kos-sim on this
     /// machine (embedded, or served with an auth_url on loopback): its `GET /_sim/kube-endpoints`.
     /// `None` for any other cloud.
-    pub async fn kube_endpoints(&self) -> Option<Result<Vec<KubeEndpoint>, String>> {
+    pub async fn kube_endpoints(&self) -> Option<Result<Vec<KubeEndpoint>, SimEndpointsError>> {
         let base = sim_base_url(self.session.auth_url())?;
         let url = format!("{base}/_sim/kube-endpoints");
         // Bounded like every other call: a hung endpoint must not hold the run.
@@ -69,11 +78,11 @@ impl Connected {
             .build();
         let r = match client {
             Ok(client) => client.get(&url).send().await,
-            Err(e) => return Some(Err(format!("{url}: {e}"))),
+            Err(source) => return Some(Err(SimEndpointsError { url, source })),
         };
         let r = match r {
             Ok(r) => r,
-            Err(e) => return Some(Err(format!("{url}: {e}"))),
+            Err(source) => return Some(Err(SimEndpointsError { url, source })),
         };
         if r.status() == reqwest::StatusCode::NOT_FOUND {
             // A real Keystone that happens to listen on loopback.
@@ -89,7 +98,7 @@ impl Connected {
                     })
                     .collect()
             })
-            .map_err(|e| format!("{url}: {e}")),
+            .map_err(|source| SimEndpointsError { url, source }),
         )
     }
 }

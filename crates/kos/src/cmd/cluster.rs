@@ -517,7 +517,8 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
         super::roll::unhealthy(self.c, p).await.map_err(|e| {
             Failure::cloud_report(miette::miette!(
                 help = "--repair needs the cluster's API to answer from here",
-                "cannot list the cluster's nodes: {e}"
+                "cannot list the cluster's nodes: {}",
+                chain(&e)
             ))
         })
     }
@@ -575,7 +576,8 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
                 }
             }
             Err(e) => eprintln!(
-                "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {e}"
+                "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {}",
+                chain(&e)
             ),
         }
         super::rotate::when_due(self.c, &p.spec, &p.decided.plan).await
@@ -705,6 +707,7 @@ async fn converge(
                 "its control plane is made again",
             )
             .await
+            .map_err(|e| chain(&e))
             {
                 Ok(lines) => {
                     for l in lines {
@@ -1087,7 +1090,7 @@ pub(crate) enum ApiClientError {
     #[error("the cluster's data on this machine cannot be read")]
     Local(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("the simulated cloud's API endpoints: {0}")]
-    SimEndpoints(String),
+    SimEndpoints(#[source] cloud::SimEndpointsError),
     #[error(
         "the simulated cloud serves no Kubernetes API at {0} (no control plane ran `kubeadm init` for it)"
     )]

@@ -8,10 +8,10 @@ use std::time::Duration;
 use kos_cluster::apply::ApplyOptions;
 use kos_cluster::graph::Kind;
 use kos_cluster::plan::Plan;
+use kos_control::roll::{AddonImages, ConfigMove};
 use kos_lifecycle::api::chain;
 use kos_lifecycle::membership::Joining;
 use kos_lifecycle::roll::Target;
-use serde_json::json;
 
 use super::Failure;
 use super::cluster::{ApiClientError, Prepared, api_client};
@@ -70,9 +70,11 @@ pub(super) async fn remove(
     // The control plane made again in its place reads its release and certificate names from
     // kubeadm-config.
     if batch.iter().any(|t| t.control_plane)
-        && let Some(m) = config_move(c, p).map_err(|e| stop(first, &e))?
+        && let Some(m) = config_move(c, p).map_err(|e| stop(first, &chain(&e)))?
     {
-        m.apply(&kube, cluster).await.map_err(|e| stop(first, &e))?;
+        apply_move(&m, &kube, cluster)
+            .await
+            .map_err(|e| stop(first, &chain(&e)))?;
     }
     for t in batch.iter().filter(|t| t.control_plane) {
         let address = p
@@ -98,7 +100,12 @@ pub(super) async fn remove(
             },
         )
         .await
-        .map_err(|e| stop(t, &format!("its etcd member cannot be removed: {e}")))?;
+        .map_err(|e| {
+            stop(
+                t,
+                &format!("its etcd member cannot be removed: {}", chain(&e)),
+            )
+        })?;
         for l in lines {
             eprintln!("kos: {}", crate::term::escape(&l));
         }
@@ -256,72 +263,37 @@ async fn client(c: &Connected, p: &Prepared) -> Result<Kube, ApiClientError> {
 /// After an upgrade the cloud controller and CSI follow the cluster's minor: every Deployment and
 /// DaemonSet of kube-system running an older release of their images gets the pinned one (its
 /// controller rolls the pods). Nothing to do when the API does not answer from here.
-pub(super) async fn follow_minor(c: &Connected, p: &Prepared) -> Result<Vec<String>, String> {
-    let minor = p.spec.kubernetes_version.minor();
-    let pins = kos_bootstrap::addons::Pins::builtin().map_err(|e| e.to_string())?;
-    let Some(images) = pins.images_for(minor) else {
+pub(super) async fn follow_minor(
+    c: &Connected,
+    p: &Prepared,
+) -> Result<Vec<String>, FollowMinorError> {
+    let Some(images) = AddonImages::for_minor(p.spec.kubernetes_version.minor())
+        .map_err(FollowMinorError::Pins)?
+    else {
         return Ok(Vec::new());
     };
-    let pinned = [
-        images.openstack_cloud_controller_manager.as_str(),
-        images.cinder_csi_plugin.as_str(),
-    ];
     let Ok(kube) = client(c, p).await else {
         return Ok(Vec::new());
     };
-    let mut moved = Vec::new();
-    for kind in ["deployments", "daemonsets"] {
-        let path = format!("/apis/apps/v1/namespaces/kube-system/{kind}");
-        let list = kube.get(&path).await.map_err(|e| chain(&e))?;
-        for w in list["items"].as_array().into_iter().flatten() {
-            let name = w["metadata"]["name"].as_str().unwrap_or_default();
-            let changes: Vec<serde_json::Value> = w["spec"]["template"]["spec"]["containers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|ct| {
-                    let to = kos_lifecycle::addons::retag(ct["image"].as_str()?, &pinned)?;
-                    Some(json!({"name": ct["name"], "image": to}))
-                })
-                .collect();
-            if changes.is_empty() {
-                continue;
-            }
-            // A strategic merge patch merges containers by name.
-            kube.strategic_patch(
-                &format!("{path}/{name}"),
-                &json!({"spec": {"template": {"spec": {"containers": changes}}}}),
-            )
-            .await
-            .map_err(|e| chain(&e))?;
-            moved.push(format!("{kind}/{name}"));
-        }
-    }
-    Ok(moved)
+    images.follow(&kube).await.map_err(FollowMinorError::Api)
+}
+
+/// Why the addons could not follow the minor.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum FollowMinorError {
+    #[error(transparent)]
+    Pins(kos_bootstrap::Error),
+    #[error(transparent)]
+    Api(crate::kube::KubeError),
 }
 
 /// The nodes whose Ready condition is not True, and since when; `Err` when the API does not answer.
 pub(super) async fn unhealthy(
     c: &Connected,
     p: &Prepared,
-) -> Result<Vec<kos_lifecycle::roll::Unhealthy>, String> {
-    let kube = client(c, p).await.map_err(|e| chain(&e))?;
-    Ok(kube
-        .nodes()
-        .await
-        .map_err(|e| chain(&e))?
-        .into_iter()
-        .filter(|n| !n.ready)
-        .filter_map(|n| {
-            let since = n.not_ready_since.as_deref().and_then(|t| {
-                time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-            })?;
-            Some(kos_lifecycle::roll::Unhealthy {
-                node: n.name,
-                since_unix: since.unix_timestamp(),
-            })
-        })
-        .collect())
+) -> Result<Vec<kos_lifecycle::roll::Unhealthy>, ApiClientError> {
+    let kube = client(c, p).await?;
+    Ok(kos_control::roll::unhealthy(&kube).await?)
 }
 
 /// Before a control plane joins, kubeadm-config says what it must take from the cluster, as Cluster
@@ -347,46 +319,46 @@ pub(super) async fn before_joins(
     if !joins {
         return Ok(());
     }
-    let Some(m) = config_move(c, p).map_err(fail)? else {
+    let Some(m) = config_move(c, p).map_err(|e| fail(chain(&e)))? else {
         return Ok(());
     };
     let kube = client(c, p)
         .await
         .map_err(|e| fail(format!("the cluster's API does not answer: {}", chain(&e))))?;
-    m.apply(&kube, cluster).await.map_err(fail)
+    apply_move(&m, &kube, cluster)
+        .await
+        .map_err(|e| fail(chain(&e)))
 }
 
 fn is_control_plane(a: &kos_cluster::plan::Action) -> bool {
     a.kind == Kind::Server && kos_lifecycle::formation::is_control_plane(&a.logical_id)
 }
 
-/// What kubeadm-config must say before a control plane joins.
-struct ConfigMove {
-    /// The spec's release, when a control plane was made for another.
-    version: Option<String>,
-    /// The certificate names, when a control plane was made with another DNS name.
-    sans: Option<Vec<String>>,
-    /// The API server's encryption flag and volume, when a control plane was made before kos
-    /// encrypted Secrets (kubeadm-config of such a cluster lacks them).
-    encryption: bool,
+/// Why this machine cannot say what kubeadm-config must name.
+#[derive(Debug, thiserror::Error)]
+enum MoveError {
+    /// What this machine keeps cannot be read (a rendered report, as kos shows it).
+    #[error("{0:?}")]
+    Local(miette::Report),
+    #[error("the cluster's API address is not known on this machine")]
+    NoAddress,
 }
 
 /// The move kubeadm-config needs, if an existing control plane was made for another release or
 /// other certificate names; `None` otherwise, so that a plain scale-up needs no API from here (a
 /// private endpoint has none).
-fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, String> {
+fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, MoveError> {
     let wanted = p.spec.kubernetes_version.to_string();
     let needed = kos_lifecycle::kubeadm_config::Needed::of(&p.decided.plan, &p.graph, &wanted);
     if !needed.any() {
         return Ok(None);
     }
     let sans = if needed.names {
-        let local =
-            Local::for_session(&c.session, &p.graph.cluster).map_err(|e| format!("{e:?}"))?;
+        let local = Local::for_session(&c.session, &p.graph.cluster).map_err(MoveError::Local)?;
         let address = local
             .meta_data()
-            .map_err(|e| format!("{e:?}"))?
-            .ok_or("the cluster's API address is not known on this machine")?
+            .map_err(MoveError::Local)?
+            .ok_or(MoveError::NoAddress)?
             .api_address;
         Some(crate::bootstrap::cert_sans(
             &address,
@@ -402,48 +374,31 @@ fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, String
     }))
 }
 
-impl ConfigMove {
-    /// The ClusterConfiguration in `kube-system/kubeadm-config` made to say it.
-    async fn apply(&self, kube: &Kube, cluster: &str) -> Result<(), String> {
-        let cm = kube.get(KUBEADM_CONFIG).await.map_err(|e| chain(&e))?;
-        let text = cm["data"]["ClusterConfiguration"]
-            .as_str()
-            .ok_or("kubeadm-config has no ClusterConfiguration")?;
-        let wanted = kos_lifecycle::kubeadm_config::Wanted {
-            version: self.version.as_deref(),
-            cert_sans: self.sans.as_deref(),
-            encryption: self.encryption,
-        };
-        let Some(updated) =
-            kos_lifecycle::kubeadm_config::updated(text, wanted).map_err(|e| e.to_string())?
-        else {
-            return Ok(());
-        };
-        kube.merge_patch(
-            KUBEADM_CONFIG,
-            &json!({"data": {"ClusterConfiguration": updated}}),
-        )
-        .await
-        .map_err(|e| chain(&e))?;
-        if let Some(v) = &self.version {
-            eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {v}");
-        }
-        if self.encryption {
-            eprintln!(
-                "kos: {cluster}: kubeadm-config gives kube-apiserver its encryption configuration"
-            );
-        }
-        if let Some(sans) = &self.sans {
-            eprintln!(
-                "kos: {cluster}: kubeadm-config names the API {}",
-                sans.join(", ")
-            );
-        }
-        Ok(())
+/// `m` applied to kubeadm-config; says what it changed.
+async fn apply_move(
+    m: &ConfigMove,
+    kube: &Kube,
+    cluster: &str,
+) -> Result<(), kos_control::roll::ConfigMoveError> {
+    if !m.apply(kube).await? {
+        return Ok(());
     }
+    if let Some(v) = &m.version {
+        eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {v}");
+    }
+    if m.encryption {
+        eprintln!(
+            "kos: {cluster}: kubeadm-config gives kube-apiserver its encryption configuration"
+        );
+    }
+    if let Some(sans) = &m.sans {
+        eprintln!(
+            "kos: {cluster}: kubeadm-config names the API {}",
+            sans.join(", ")
+        );
+    }
+    Ok(())
 }
-
-const KUBEADM_CONFIG: &str = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config";
 
 fn stop(t: &Target, why: &str) -> Failure {
     Failure::cloud_report(miette::miette!(
