@@ -2171,3 +2171,40 @@ async fn a_group_made_while_managing_goes_with_its_service_after_managing_stoppe
         before.security_groups
     );
 }
+
+/// Passes that wait for a refresh in flight take its result, even when the listing took longer
+/// than the snapshot's max age: one listing of each type for eight passes at once, not one per
+/// pass (before, each waiter found the refresh it waited for too old and listed again: at
+/// 1000 Services that was a refresh per pass, one after the other).
+#[tokio::test]
+async fn passes_waiting_for_a_slow_refresh_share_it() {
+    let c = cloud().await;
+    // Each call takes far longer than a snapshot may be old.
+    c.sim.app().set_latency(kos_sim::LatencyModel {
+        per_call_secs: 50.0, // 50 ms of real time on the fast clock
+        ..c.sim.app().latency()
+    });
+    let lbs = c.controller_with(
+        c.session.clone(),
+        LbSettings {
+            snapshot_max_age: Duration::from_millis(1),
+            ..settings("test")
+        },
+        "",
+    );
+    let start = c.seq();
+    let passes = (0..8).map(|_| lbs.snapshot());
+    for o in futures::future::join_all(passes).await {
+        o.expect("snapshot");
+    }
+    let log = c.log_since(start);
+    let mut gets: Vec<&str> = log
+        .iter()
+        .filter(|e| e.method == "GET" && !e.path.starts_with("/identity"))
+        .map(|e| e.operation.as_str())
+        .collect();
+    gets.sort_unstable();
+    assert_eq!(gets.len(), 5, "one refresh for all eight: {gets:#?}");
+    gets.dedup();
+    assert_eq!(gets.len(), 5, "each type once: {gets:#?}");
+}

@@ -8,7 +8,7 @@
 //! Guarantee: a snapshot is never newer than the writes it reflects; [`Snapshots`] hands out a
 //! cached snapshot only while no write (and no observed PENDING state) happened since it was taken.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,7 +29,14 @@ pub struct Observed {
     pub pools: Vec<Pool>,
     pub monitors: Vec<HealthMonitor>,
     pub floating_ips: Vec<FloatingIp>,
+    /// When the listing started: a write made after it is not in it.
     pub taken_at: Instant,
+    /// When the listing was in hand: its age for reuse counts from here (a listing slower than
+    /// the max age must still be shareable, or every pass would list the project again).
+    listed_at: Instant,
+    /// The member ids of each listed pool, folded; the pools' own `members` are emptied when
+    /// taken (at 1000 pools of 500 members they are half a million strings, per snapshot).
+    member_ids: HashMap<String, IdSet>,
     /// The write generation it was taken at (see [`Snapshots`]).
     generation: u64,
 }
@@ -54,13 +61,21 @@ impl Observed {
             ..Default::default()
         };
         let net = session.network();
-        let (load_balancers, listeners, pools, monitors, floating_ips) = futures::try_join!(
+        let (load_balancers, listeners, mut pools, monitors, floating_ips) = futures::try_join!(
             lb.list_load_balancers(&lbs),
             lb.list_project_listeners(),
             lb.list_project_pools(),
             lb.list_project_health_monitors(),
             net.list_floating_ips(&fips),
         )?;
+        let member_ids = pools
+            .iter_mut()
+            .map(|p| {
+                let ids = IdSet::of(p);
+                p.members = Vec::new();
+                (p.id.clone(), ids)
+            })
+            .collect();
         Ok(Observed {
             load_balancers,
             listeners,
@@ -68,6 +83,8 @@ impl Observed {
             monitors,
             floating_ips,
             taken_at: started,
+            listed_at: Instant::now(),
+            member_ids,
             generation,
         })
     }
@@ -81,8 +98,19 @@ impl Observed {
             monitors: Vec::new(),
             floating_ips: Vec::new(),
             taken_at: Instant::now(),
+            listed_at: Instant::now(),
+            member_ids: HashMap::new(),
             generation: 0,
         }
+    }
+
+    /// The member ids the listing showed for this pool (folded when taken; for an observation
+    /// made by hand, from the pool itself).
+    fn member_ids(&self, pool: &Pool) -> IdSet {
+        self.member_ids
+            .get(&pool.id)
+            .copied()
+            .unwrap_or_else(|| IdSet::of(pool))
     }
 
     pub fn load_balancer(&self, id: &str) -> Option<&LoadBalancer> {
@@ -159,31 +187,43 @@ pub struct Snapshots {
 }
 
 impl Snapshots {
-    fn fresh(&self, max_age: Duration, not_before: Option<Instant>) -> Option<Arc<Observed>> {
+    /// The current snapshot if it was younger than `max_age` when the caller asked (`asked`):
+    /// a caller that waited for a refresh in flight takes its result, however long it took.
+    fn fresh(
+        &self,
+        max_age: Duration,
+        not_before: Option<Instant>,
+        asked: Instant,
+    ) -> Option<Arc<Observed>> {
         let generation = self.generation.load(Ordering::SeqCst);
         let cur = self.current.lock().ok()?;
         cur.as_ref()
             .filter(|o| {
                 o.generation == generation
-                    && o.taken_at.elapsed() < max_age
+                    && asked.saturating_duration_since(o.listed_at) < max_age
                     && not_before.is_none_or(|t| o.taken_at >= t)
             })
             .cloned()
     }
 
-    /// A snapshot no older than `max_age`, taken after `not_before` (the asking Service's last
-    /// write) and after the last [`Snapshots::force`].
+    /// A snapshot no older than `max_age` when asked for (its age counted from when the listing
+    /// was in hand), whose listing started after `not_before` (the asking Service's last write),
+    /// and after the last [`Snapshots::force`].
     pub async fn get(
         &self,
         session: &Session,
         max_age: Duration,
         not_before: Option<Instant>,
     ) -> Result<Arc<Observed>, CloudError> {
-        if let Some(o) = self.fresh(max_age, not_before) {
+        let asked = Instant::now();
+        if let Some(o) = self.fresh(max_age, not_before, asked) {
             return Ok(o);
         }
+        // Whoever waits here takes the refresh in flight (it started before the max age ran
+        // out); before, a refresh slower than the max age was too old for the passes that
+        // waited for it, and each of them listed the project again, one after the other.
         let _one = self.refresh.lock().await;
-        if let Some(o) = self.fresh(max_age, not_before) {
+        if let Some(o) = self.fresh(max_age, not_before, asked) {
             return Ok(o);
         }
         let generation = self.generation.load(Ordering::SeqCst);
@@ -256,6 +296,9 @@ struct CachedMembers {
 pub struct MemberCache {
     entries: Mutex<HashMap<String, CachedMembers>>,
     verify_every: Duration,
+    /// The listing the entries were last pruned against (its start): every pass asks for the
+    /// shared snapshot, but pruning once per snapshot is enough.
+    pruned: Mutex<Option<Instant>>,
 }
 
 /// Where a fully populated create's members are remembered until its pool id is known.
@@ -283,14 +326,14 @@ impl MemberCache {
         MemberCache {
             entries: Mutex::new(HashMap::new()),
             verify_every,
+            pruned: Mutex::new(None),
         }
     }
 
     /// From the cache: a listing whose ids the pool still shows, or a membership written here
     /// that the pool now shows as many ids as (then confirmed from this listing on). `created`:
     /// the key of a create that may have made this pool (see [`MemberCache::created`]).
-    fn cached(&self, pool: &Pool, created: Option<&str>) -> Option<Arc<Vec<Member>>> {
-        let ids = IdSet::of(pool);
+    fn cached(&self, pool: &Pool, ids: IdSet, created: Option<&str>) -> Option<Arc<Vec<Member>>> {
         let mut entries = self.entries.lock().ok()?;
         if !entries.contains_key(&pool.id)
             && let Some(e) = created.and_then(|k| entries.remove(k))
@@ -313,13 +356,15 @@ impl MemberCache {
 
     /// The pool's members: from the cache when the pool still lists the same member ids (or as
     /// many as this process last wrote), else one list call.
+    /// `pool`: as `observed` lists it.
     pub async fn members(
         &self,
         session: &Session,
+        observed: &Observed,
         pool: &Pool,
         created: Option<&str>,
     ) -> Result<Arc<Vec<Member>>, CloudError> {
-        if let Some(m) = self.cached(pool, created) {
+        if let Some(m) = self.cached(pool, observed.member_ids(pool), created) {
             return Ok(m);
         }
         let members = Arc::new(session.load_balancer().list_members(&pool.id).await?);
@@ -374,14 +419,22 @@ impl MemberCache {
     }
 
     /// Drops entries of pools that no longer exist, and creates never confirmed in time.
+    /// Once per snapshot: a pass on a snapshot already pruned against costs nothing.
     pub fn prune(&self, observed: &Observed) {
+        if let Ok(mut pruned) = self.pruned.lock() {
+            if *pruned == Some(observed.taken_at) {
+                return;
+            }
+            *pruned = Some(observed.taken_at);
+        }
+        let pools: HashSet<&str> = observed.pools.iter().map(|p| p.id.as_str()).collect();
         if let Ok(mut entries) = self.entries.lock() {
             let verify = self.verify_every;
             entries.retain(|id, e| {
                 if id.starts_with("created/") {
                     e.fetched.elapsed() < verify
                 } else {
-                    observed.pool(id).is_some()
+                    pools.contains(id.as_str())
                 }
             });
         }

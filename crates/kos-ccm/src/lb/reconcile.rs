@@ -921,7 +921,7 @@ impl LoadBalancers {
                 let created = MemberCache::created_key(&lb.id, &listener_key(&port.listener.key));
                 let m = self
                     .members
-                    .members(&self.session, pool, Some(&created))
+                    .members(&self.session, observed, pool, Some(&created))
                     .await
                     .map_err(|source| LbError::Cloud {
                         action: format!("list the members of pool {}", pool.id),
