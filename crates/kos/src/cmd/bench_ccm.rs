@@ -272,7 +272,8 @@ impl World {
         .wrap_err("cannot start the simulated cloud")?;
         {
             // A project sized for the run (a fresh one allows 50 floating IPs).
-            let q = &mut sim.app().cloud().quotas;
+            let mut cloud = sim.app().cloud();
+            let q = &mut cloud.quotas;
             let n = i64::from(services) * 2 + 10;
             q.floating_ips = n;
             q.load_balancers = n;
@@ -281,6 +282,16 @@ impl World {
             q.health_monitors = n;
             q.members = n * (i64::from(nodes) + 2);
             q.ports = n * 2 + 100;
+            // devstack's public /24 holds ~250 floating IPs: 1000 Services need a public range
+            // sized for them, as a cloud that hosts that many load balancers has.
+            for sub in &mut cloud.neutron.subnets {
+                if sub.cidr == "172.24.4.0/24" {
+                    sub.cidr = "172.24.0.0/20".into();
+                    if let Some(pool) = sub.allocation_pools.first_mut() {
+                        pool.end = "172.24.15.254".into();
+                    }
+                }
+            }
         }
         let session = super::bench::connect(&sim, scale).await?;
         let net = session.network();
