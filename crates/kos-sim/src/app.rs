@@ -180,6 +180,10 @@ pub struct ServiceCounters {
 pub struct Observations {
     pub log: VecDeque<LogEntry>,
     pub counters: BTreeMap<Service, ServiceCounters>,
+    /// Every request by a token of an application credential with access rules, by credential id,
+    /// with the rules that allowed it: what a test of a credential's rules reads to prove each
+    /// rule needed and each request allowed. The newest [`LOG_CAPACITY`] per credential.
+    pub rule_checks: BTreeMap<String, VecDeque<crate::keystone::RuleCheck>>,
     seq: u64,
 }
 
@@ -208,9 +212,18 @@ impl Observations {
         self.log.push_back(e);
     }
 
+    pub fn record_rule_check(&mut self, c: crate::keystone::RuleCheck) {
+        let checks = self.rule_checks.entry(c.credential.clone()).or_default();
+        if checks.len() >= LOG_CAPACITY {
+            checks.pop_front();
+        }
+        checks.push_back(c);
+    }
+
     pub fn reset(&mut self) {
         self.log.clear();
         self.counters.clear();
+        self.rule_checks.clear();
     }
 }
 
@@ -359,13 +372,19 @@ pub async fn authenticate(
     let service_type = (!app.cfg.no_service_type.contains(&svc)).then(|| svc.catalog_type());
     let ctx = token.and_then(|t| {
         let now = app.now();
-        app.cloud().keystone.authorize(
-            &t,
-            now,
-            service_type,
-            req.method().as_str(),
-            req.uri().path(),
-        )
+        let cloud = app.cloud();
+        let (method, path) = (req.method().as_str(), req.uri().path());
+        let ctx = cloud
+            .keystone
+            .authorize(&t, now, service_type, method, path);
+        let check = cloud
+            .keystone
+            .rule_check(&t, now, service_type, method, path);
+        drop(cloud);
+        if let Some(c) = check {
+            app.observations().record_rule_check(c);
+        }
+        ctx
     });
     match ctx {
         Some(ctx) => {

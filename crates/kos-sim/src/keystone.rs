@@ -153,6 +153,24 @@ pub fn request_allowed(
         .any(|r| r.method == method && r.service == mine && path_matches(path, &r.path))
 }
 
+/// One request by a token of an application credential with access rules, as the service's
+/// keystonemiddleware judged it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleCheck {
+    /// The application credential's id.
+    pub credential: String,
+    /// The service's `[keystone_authtoken] service_type` (`None`: not set, everything refused).
+    pub service_type: Option<String>,
+    pub method: String,
+    /// The whole path, decoded, as the rules are matched against it.
+    pub path: String,
+    /// Whether the rules allowed it (a 401 otherwise).
+    pub allowed: bool,
+    /// Every rule of the credential that allows it, in the credential's order (kept here: the
+    /// credential may be deleted by the time a test reads this).
+    pub matched: Vec<AccessRule>,
+}
+
 /// A request path as a WSGI service sees it: percent-escapes decoded.
 pub fn wsgi_path(raw: &str) -> String {
     let b = raw.as_bytes();
@@ -261,6 +279,45 @@ impl KeystoneState {
         let ctx = self.validate(token, now)?;
         let rules = self.token_rules(token);
         request_allowed(rules, service_type, method, &wsgi_path(path)).then_some(ctx)
+    }
+
+    /// What keystonemiddleware's rule check makes of a request by `token`, for the per-credential
+    /// record ([`crate::app::Observations::rule_checks`]): `None` when the token is invalid or its
+    /// credential has no access rules (nothing is checked then).
+    pub fn rule_check(
+        &self,
+        token: &str,
+        now: SimTime,
+        service_type: Option<&str>,
+        method: &str,
+        path: &str,
+    ) -> Option<RuleCheck> {
+        self.validate(token, now)?;
+        let (cred, _) = self.tokens.get(token)?.app_cred.as_ref()?;
+        let rules = self.token_rules(token);
+        if rules.is_empty() {
+            return None;
+        }
+        let path = wsgi_path(path);
+        let allowed = request_allowed(rules, service_type, method, &path);
+        // Every rule that allows it (keystonemiddleware stops at the first, in the credential's
+        // order): a request two rules allow needs neither alone.
+        let matched = match service_type {
+            Some(mine) if allowed => rules
+                .iter()
+                .filter(|r| r.method == method && r.service == mine && path_matches(&path, &r.path))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        };
+        Some(RuleCheck {
+            credential: cred.clone(),
+            service_type: service_type.map(str::to_owned),
+            method: method.to_owned(),
+            path,
+            allowed,
+            matched,
+        })
     }
 
     /// The access rules a token carries (those of the credential it was issued for).
@@ -752,7 +809,17 @@ pub async fn access_rules_gate(
                 req.uri().path(),
             )
             .is_some();
+        let check = ks.rule_check(
+            &t,
+            now,
+            Some("identity"),
+            req.method().as_str(),
+            req.uri().path(),
+        );
         drop(cloud);
+        if let Some(c) = check {
+            app.observations().record_rule_check(c);
+        }
         if valid && !allowed {
             return unauthorized("Not authorized.").into_response();
         }

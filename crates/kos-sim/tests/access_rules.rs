@@ -299,3 +299,71 @@ async fn a_service_without_service_type_refuses_every_token_with_rules() {
         200
     );
 }
+
+#[tokio::test]
+async fn each_request_of_a_credential_with_rules_is_recorded_with_the_rules_that_allowed_it() {
+    let h = Harness::new().await;
+    let rules = json!([
+        {"service": "compute", "method": "GET", "path": "/compute/v2.1/servers/*"},
+        {"service": "compute", "method": "GET", "path": "/compute/v2.1/servers/detail"},
+        {"service": "network", "method": "GET", "path": "/network/v2.0/networks"},
+    ]);
+    let r = create(&h, json!({"name": "seen", "access_rules": rules})).await;
+    let c = &r.json["application_credential"];
+    let id = c["id"].as_str().expect("id").to_owned();
+    let rule_id = |i: usize| {
+        c["access_rules"][i]["id"]
+            .as_str()
+            .expect("rule id")
+            .to_owned()
+    };
+    let (token, _) = token_of(&h, &id, c["secret"].as_str().expect("secret")).await;
+    assert_eq!(
+        call_as(&h, &token, "GET", "/compute/v2.1/servers/detail").await,
+        200
+    );
+    assert_eq!(
+        call_as(&h, &token, "GET", "/network/v2.0/networks").await,
+        200
+    );
+    assert_eq!(call_as(&h, &token, "GET", "/network/v2.0/ports").await, 401);
+    // The user's own token carries no rules: nothing is recorded for it.
+    assert_eq!(
+        call_as(&h, &h.token, "GET", "/network/v2.0/ports").await,
+        200
+    );
+    let obs = h.sim.app().observations();
+    let seen: Vec<(String, String, bool, Vec<String>)> = obs
+        .rule_checks
+        .get(&id)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.service_type.as_deref() != Some("identity"))
+        .map(|c| {
+            (
+                c.method.clone(),
+                c.path.clone(),
+                c.allowed,
+                c.matched.clone(),
+            )
+        })
+        .collect();
+    let get = |p: &str| ("GET".to_owned(), p.to_owned());
+    let want = vec![
+        // Both compute rules allow the list: neither is needed for it alone.
+        {
+            let (m, p) = get("/compute/v2.1/servers/detail");
+            (m, p, true, vec![rule_id(0), rule_id(1)])
+        },
+        {
+            let (m, p) = get("/network/v2.0/networks");
+            (m, p, true, vec![rule_id(2)])
+        },
+        {
+            let (m, p) = get("/network/v2.0/ports");
+            (m, p, false, vec![])
+        },
+    ];
+    assert_eq!(seen, want);
+    assert_eq!(obs.rule_checks.len(), 1, "only the credential with rules");
+}
