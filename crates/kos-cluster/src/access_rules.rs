@@ -26,8 +26,6 @@ pub enum Caller {
     CcmLoadBalancer,
     /// kos-ccm's node and node-lifecycle controllers.
     CcmNode,
-    /// kos-ccm's route controller.
-    CcmRoute,
     /// kos-csi's controller service.
     Csi,
 }
@@ -51,7 +49,7 @@ const fn call(service: ServiceKind, method: &'static str, path: &'static str, by
     }
 }
 
-use Caller::{CcmLoadBalancer as Lb, CcmNode as Node, CcmRoute as Route, Csi};
+use Caller::{CcmLoadBalancer as Lb, CcmNode as Node, Csi};
 use ServiceKind::{
     BlockStorage as Cinder, Compute as Nova, LoadBalancer as Octavia, Network as Neutron,
 };
@@ -59,19 +57,20 @@ use ServiceKind::{
 /// Every request kos-ccm and kos-csi send through kos-cloud's facades. A call added to either
 /// needs its line here (the end-to-end tests with these rules fail with a 401 otherwise).
 pub const CALLS: &[Call] = &[
-    // Nova: the node controllers find a node's server and flavor; the CSI attaches volumes.
-    call(Nova, "GET", "servers/detail", Node), // list_servers_named
-    call(Nova, "GET", "servers/*", Node),      // get_server (the CSI's too)
-    call(Nova, "GET", "flavors/detail", Node), // list_flavors
-    call(Nova, "GET", "flavors/*", Node),      // get_flavor
+    // Nova: the node controllers find a node's server and its flavor; the CSI attaches volumes.
+    // `*` is any one segment, so `servers/*` is also the list `servers/detail` (by name).
+    call(Nova, "GET", "servers/*", Node), // get_server (the CSI's too); list_servers_named
+    // list_flavors, for a flavor whose name is no label value (microversion 2.79 servers name
+    // their flavor, so kos-ccm never gets one by id).
+    call(Nova, "GET", "flavors/detail", Node),
     call(Nova, "POST", "servers/*/os-volume_attachments", Csi),
     call(Nova, "DELETE", "servers/*/os-volume_attachments/*", Csi),
-    // Neutron.
-    call(Neutron, "GET", "networks", Lb), // the floating network
-    call(Neutron, "GET", "subnets", Lb),
+    // Neutron. kos's cloud.conf names the floating network and the members' subnet, and no router
+    // (kos-ccm's route controller does not run in a kos cluster).
+    call(Neutron, "GET", "subnets", Lb), // the floating subnet by name (Service annotation)
     call(Neutron, "GET", "subnets/*", Lb), // the member subnet's CIDR
-    call(Neutron, "GET", "ports", Node),   // node addresses; LB members' ports; routes
-    call(Neutron, "PUT", "ports/*", Lb),   // security groups; routes' allowed address pairs
+    call(Neutron, "GET", "ports", Node), // node addresses; LB members' ports
+    call(Neutron, "PUT", "ports/*", Lb), // security groups
     call(Neutron, "PUT", "ports/*/tags", Lb),
     call(Neutron, "PUT", "ports/*/tags/*", Lb),
     call(Neutron, "GET", "security-groups", Lb),
@@ -83,11 +82,6 @@ pub const CALLS: &[Call] = &[
     call(Neutron, "POST", "floatingips", Lb),
     call(Neutron, "PUT", "floatingips/*", Lb), // associate, disassociate
     call(Neutron, "DELETE", "floatingips/*", Lb),
-    call(Neutron, "GET", "extensions", Route),
-    call(Neutron, "GET", "routers/*", Route),
-    call(Neutron, "PUT", "routers/*", Route),
-    call(Neutron, "PUT", "routers/*/add_extraroutes", Route),
-    call(Neutron, "PUT", "routers/*/remove_extraroutes", Route),
     // Octavia.
     call(Octavia, "GET", "lbaas/loadbalancers", Lb),
     call(Octavia, "POST", "lbaas/loadbalancers", Lb),
@@ -102,21 +96,19 @@ pub const CALLS: &[Call] = &[
     call(Octavia, "PUT", "lbaas/pools/*", Lb),
     call(Octavia, "DELETE", "lbaas/pools/*", Lb),
     call(Octavia, "GET", "lbaas/pools/*/members", Lb),
-    call(Octavia, "POST", "lbaas/pools/*/members", Lb),
-    call(Octavia, "PUT", "lbaas/pools/*/members", Lb), // replace_members
-    call(Octavia, "DELETE", "lbaas/pools/*/members/*", Lb),
+    // The whole membership in one call; one member at a time only with
+    // `provider-requires-serial-api-calls`, which kos's cloud.conf does not set.
+    call(Octavia, "PUT", "lbaas/pools/*/members", Lb),
     call(Octavia, "GET", "lbaas/healthmonitors", Lb),
     call(Octavia, "POST", "lbaas/healthmonitors", Lb),
     call(Octavia, "PUT", "lbaas/healthmonitors/*", Lb),
     call(Octavia, "DELETE", "lbaas/healthmonitors/*", Lb),
-    // Cinder: the CSI controller's volumes and snapshots.
+    // Cinder: the CSI controller's volumes and snapshots (`volumes/*` is also `volumes/detail`).
     call(Cinder, "POST", "volumes", Csi),
-    call(Cinder, "GET", "volumes/detail", Csi),
     call(Cinder, "GET", "volumes/*", Csi),
     call(Cinder, "DELETE", "volumes/*", Csi),
     call(Cinder, "POST", "volumes/*/action", Csi), // extend
     call(Cinder, "POST", "snapshots", Csi),
-    call(Cinder, "GET", "snapshots/detail", Csi),
     call(Cinder, "GET", "snapshots/*", Csi),
     call(Cinder, "DELETE", "snapshots/*", Csi),
 ];
