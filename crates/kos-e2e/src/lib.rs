@@ -17,6 +17,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod examples;
 pub mod fidelity;
+pub mod rules;
 pub mod scenarios;
 
 use std::path::PathBuf;
@@ -202,6 +203,9 @@ pub struct Ctx {
     cli: CliCloud,
     kos: OnceCell<Kos>,
     sim: Option<(Sim, tempfile::TempDir)>,
+    /// The calls whose Keystone access rules the CCM's and CSI's application credential carries
+    /// (`addons.credentialAccessRules`); `None`: none, the credential may call anything.
+    access_rules: Option<Vec<kos_cluster::access_rules::Call>>,
 }
 
 impl Ctx {
@@ -220,7 +224,21 @@ impl Ctx {
             cli,
             kos: OnceCell::new(),
             sim,
+            access_rules: None,
         }
+    }
+
+    /// This context with the CCM's and CSI's credential restricted to the rules of `calls`, as
+    /// `addons.credentialAccessRules: true` makes it (with `kos_cluster::access_rules::CALLS`).
+    #[must_use]
+    pub fn with_access_rules(mut self, calls: &[kos_cluster::access_rules::Call]) -> Ctx {
+        self.access_rules = Some(calls.to_vec());
+        self
+    }
+
+    /// The calls whose rules the CCM's and CSI's credential carries, if restricted.
+    pub fn access_rules(&self) -> Option<&[kos_cluster::access_rules::Call]> {
+        self.access_rules.as_deref()
     }
 
     /// The `kos` CLI on this cloud, with this scenario's own data directory.

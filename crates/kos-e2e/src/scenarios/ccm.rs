@@ -25,26 +25,40 @@ use kos_cloud::{RetryPolicy, ServiceKind, Session};
 use tokio::time::Instant;
 
 use super::network_with_subnet;
-use crate::{Ctx, Made, WAIT};
+use crate::{Cleanup, Ctx, Made, WAIT};
 
 const NAMESPACE: &str = "default";
 const SERVICE: &str = "web";
 const HEALTH_CHECK_PORT: i32 = 32100;
 const SOURCE_RANGES: [&str; 2] = ["192.0.2.0/24", "198.51.100.0/24"];
 
-pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
-    ctx.guarded(async |made| {
+/// What a kos-ccm scenario runs on: nodes whose InternalIPs are fixed IPs of ports on a subnet
+/// behind a router to the external network, cloud.conf naming both, and the CCM's session.
+struct Bench {
+    nodes: Vec<Node>,
+    config: Arc<CloudConfig>,
+    session: Session,
+}
+
+impl Bench {
+    /// `clusters` are registered for cleanup, their leftovers deleted before the network goes.
+    /// `lb_conf` is added to cloud.conf's `[LoadBalancer]`.
+    async fn new(
+        ctx: &Ctx,
+        made: &mut Cleanup,
+        what: &str,
+        cidr: &str,
+        clusters: &[&str],
+        lb_conf: &str,
+    ) -> Result<Bench> {
         let net = ctx.session.network();
         let run = &ctx.run;
-        // Neither name is a prefix of the other, so "from cluster <name>" matches one cluster only.
-        let (ours, theirs) = (run.cluster("lbours"), run.cluster("lbtheirs"));
-
         let ext = ctx.external_network().await?;
-        let sub = network_with_subnet(ctx, made, "ccmnet", "10.248.0.0/24").await?;
+        let sub = network_with_subnet(ctx, made, what, cidr).await?;
         let router = net
             .create_router(&RouterCreate {
                 tags: run.tags(),
-                ..RouterCreate::with_gateway(run.name("ccm-router"), &ext.id)
+                ..RouterCreate::with_gateway(run.name(&format!("{what}-router")), &ext.id)
             })
             .await?;
         made.push(Made::Router(router.id.clone()));
@@ -58,7 +72,7 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
             let port = net
                 .create_port(&PortCreate {
                     tags: run.tags(),
-                    ..PortCreate::new(&sub.network_id, run.name(&format!("node-{i}")))
+                    ..PortCreate::new(&sub.network_id, run.name(&format!("{what}-node-{i}")))
                 })
                 .await?;
             made.push(Made::Port(port.id.clone()));
@@ -71,39 +85,59 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
             nodes.push(node(&format!("node-{i}"), &ip));
         }
         // Deleted before the network (cleanup runs newest first), whatever a pass left behind.
-        made.push(Made::CcmCluster(theirs.clone()));
-        made.push(Made::CcmCluster(ours.clone()));
-
+        for c in clusters {
+            made.push(Made::CcmCluster((*c).to_owned()));
+        }
         let config = Arc::new(
             CloudConfig::parse(
                 "cloud.conf",
                 &format!(
-                    "[Global]\nuse-clouds = true\n[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n",
+                    "[Global]\nuse-clouds = true\n[LoadBalancer]\nsubnet-id = {}\nfloating-network-id = {}\n{lb_conf}",
                     sub.id, ext.id
                 ),
             )?
             .config,
         );
-        // As kos-ccm runs: on the application credential kos makes for it (its roles, an expiry),
-        // and Octavia's busy 409 comes back to the controller, which requeues.
-        let ccm_session = super::identity::ccm_session(ctx, made).await?;
-        let session = ccm_session.with_retry_policy(RetryPolicy {
-            retry_busy_load_balancer: false,
-            ..ctx.session.retry_policy().clone()
-        });
-        let ccm = |cluster: &str| {
-            LoadBalancers::new(
-                session.clone(),
-                config.clone(),
-                LbSettings {
-                    pending_requeue: ctx.every,
-                    retry_requeue: ctx.every * 4,
-                    snapshot_max_age: Duration::from_secs(2),
-                    ..LbSettings::new(cluster)
-                },
-            )
-        };
-        let (lbs, other) = (ccm(&ours), ccm(&theirs));
+        // As kos-ccm runs: on the application credential kos makes for it (its roles, an expiry,
+        // its access rules if the context has them), and Octavia's busy 409 comes back to the
+        // controller, which requeues. The checks look as the user, so that every call made with
+        // the credential is kos-ccm's.
+        let session = super::identity::ccm_session(ctx, made)
+            .await?
+            .with_retry_policy(RetryPolicy {
+                retry_busy_load_balancer: false,
+                ..ctx.session.retry_policy().clone()
+            });
+        Ok(Bench {
+            nodes,
+            config,
+            session,
+        })
+    }
+
+    fn ccm(&self, ctx: &Ctx, cluster: &str) -> LoadBalancers {
+        LoadBalancers::new(
+            self.session.clone(),
+            self.config.clone(),
+            LbSettings {
+                pending_requeue: ctx.every,
+                retry_requeue: ctx.every * 4,
+                snapshot_max_age: Duration::from_secs(2),
+                ..LbSettings::new(cluster)
+            },
+        )
+    }
+}
+
+pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
+    ctx.guarded(async |made| {
+        let net = ctx.session.network();
+        let run = &ctx.run;
+        // Neither name is a prefix of the other, so "from cluster <name>" matches one cluster only.
+        let (ours, theirs) = (run.cluster("lbours"), run.cluster("lbtheirs"));
+        let bench = Bench::new(ctx, made, "ccmnet", "10.248.0.0/24", &[&theirs, &ours], "").await?;
+        let (nodes, session) = (&bench.nodes, &bench.session);
+        let (lbs, other) = (bench.ccm(ctx, &ours), bench.ccm(ctx, &theirs));
 
         // 1. Both clusters' Services at once: same namespace and name, different cluster names.
         let mut svc = service(&[(80, 30080), (443, 30443)]);
@@ -114,9 +148,9 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
         );
         mine.context("our Service")?;
         their.context("the other cluster's Service")?;
-        let theirs_before = shape(&session, &lb_of(&session, &their_svc).await?).await?;
+        let theirs_before = shape(&ctx.session, &lb_of(&ctx.session, &their_svc).await?).await?;
 
-        let lb = lb_of(&session, &svc).await?;
+        let lb = lb_of(&ctx.session, &svc).await?;
         let name = format!("kube_service_{ours}_{NAMESPACE}_{SERVICE}");
         ensure!(lb.name == name, "LB name {:?}, want {name:?}", lb.name);
         ensure!(
@@ -127,7 +161,8 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
         for tag in [name.clone(), format!("kos-ccm-cluster={ours}")] {
             ensure!(lb.tags.contains(&tag), "LB tags {:?} lack {tag:?}", lb.tags);
         }
-        let same_name = session
+        let same_name = ctx
+            .session
             .load_balancer()
             .list_load_balancers(&LoadBalancerFilter {
                 name: Some(name.clone()),
@@ -135,8 +170,8 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
             })
             .await?;
         ensure!(same_name.len() == 1, "{} LBs named {name}", same_name.len());
-        expect_ports(&session, &lb, &[(80, 30080), (443, 30443)], &nodes[..2]).await?;
-        let fip = fip_on_vip(&session, &lb).await?;
+        expect_ports(&ctx.session, &lb, &[(80, 30080), (443, 30443)], &nodes[..2]).await?;
+        let fip = fip_on_vip(&ctx.session, &lb).await?;
         ensure!(
             ingress_ip(&svc).as_deref() == Some(fip.floating_ip_address.as_str()),
             "status ingress {:?}, FIP {}",
@@ -151,10 +186,16 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
         );
 
         // 2. A port added, one removed: the listener of the port that stays is kept as it is.
-        let before = shape(&session, &lb).await?;
+        let before = shape(&ctx.session, &lb).await?;
         set_ports(&mut svc, &[(80, 30080), (8443, 30843)]);
         converge(ctx, &lbs, &mut svc, &nodes[..2]).await?;
-        let after = expect_ports(&session, &lb, &[(80, 30080), (8443, 30843)], &nodes[..2]).await?;
+        let after = expect_ports(
+            &ctx.session,
+            &lb,
+            &[(80, 30080), (8443, 30843)],
+            &nodes[..2],
+        )
+        .await?;
         ensure!(
             before.listeners.get(&80) == after.listeners.get(&80),
             "the port-80 listener or pool was replaced: {:?} -> {:?}",
@@ -163,7 +204,7 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
         );
         if let Some((_, pool)) = before.listeners.get(&443) {
             ensure!(
-                session.load_balancer().get_pool(pool).await?.is_none(),
+                ctx.session.load_balancer().get_pool(pool).await?.is_none(),
                 "the removed port's pool {pool} is still there"
             );
         }
@@ -179,7 +220,7 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
             replaces == 2 && piecemeal == 0,
             "node join: {replaces} member replaces and {piecemeal} single-member calls for 2 pools"
         );
-        expect_ports(&session, &lb, &[(80, 30080), (8443, 30843)], &nodes).await?;
+        expect_ports(&ctx.session, &lb, &[(80, 30080), (8443, 30843)], &nodes).await?;
 
         // 4. externalTrafficPolicy Local: an HTTP monitor on the health-check node port.
         let spec = svc.spec.get_or_insert_with(ServiceSpec::default);
@@ -187,8 +228,8 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
         spec.health_check_node_port = Some(HEALTH_CHECK_PORT);
         // create-monitor is off: the forced monitor is announced with a Warning.
         converge_warned(ctx, &lbs, &mut svc, &nodes, &[reasons::MONITOR_FORCED]).await?;
-        let lbapi = session.load_balancer();
-        for (port, (_, pool_id)) in &shape(&session, &lb).await?.listeners {
+        let lbapi = ctx.session.load_balancer();
+        for (port, (_, pool_id)) in &shape(&ctx.session, &lb).await?.listeners {
             let pool = lbapi
                 .get_pool(pool_id)
                 .await?
@@ -219,7 +260,11 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
         // 5. Deleted: our LB and our FIP go; the other cluster's are as they were.
         delete(ctx, &lbs, &svc).await?;
         ctx.poll("our LB to go", || async {
-            Ok(lbapi.get_load_balancer(&lb.id).await?.is_none().then_some(()))
+            Ok(lbapi
+                .get_load_balancer(&lb.id)
+                .await?
+                .is_none()
+                .then_some(()))
         })
         .await?;
         let left = net
@@ -229,20 +274,151 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
             })
             .await?;
         ensure!(left.is_empty(), "our FIP survived the delete: {left:?}");
-        let theirs_lb = lb_of(&session, &their_svc).await?;
+        let theirs_lb = lb_of(&ctx.session, &their_svc).await?;
         ensure!(
             theirs_lb.provisioning_status == ProvisioningStatus::Active,
             "the other cluster's LB is {}",
             theirs_lb.provisioning_status
         );
-        let theirs_after = shape(&session, &theirs_lb).await?;
+        let theirs_after = shape(&ctx.session, &theirs_lb).await?;
         ensure!(
             theirs_before == theirs_after,
             "the other cluster's LB changed: {theirs_before:?} -> {theirs_after:?}"
         );
-        fip_on_vip(&session, &theirs_lb)
+        fip_on_vip(&ctx.session, &theirs_lb)
             .await
             .context("the other cluster's FIP")?;
+        Ok(())
+    })
+    .await
+}
+
+/// What a Service's owner changes on a running load balancer, on kos's own cloud.conf
+/// (`manage-security-groups = true`): the floating subnet chosen by name, the source ranges, the
+/// algorithm, the node port, a health monitor turned on, tuned and off, the load balancer disabled behind
+/// kos-ccm's back, the Service made internal (its kept floating IP detached), and deleted.
+pub async fn ccm_load_balancer_changes(ctx: &Ctx) -> Result<()> {
+    use kos_ccm::lb::annotations::{
+        ENABLE_HEALTH_MONITOR, FLOATING_SUBNET, HEALTH_MONITOR_DELAY, INTERNAL, KEEP_FLOATING_IP,
+        LB_METHOD,
+    };
+    ctx.guarded(async |made| {
+        let cluster = ctx.run.cluster("lbchange");
+        let bench = Bench::new(
+            ctx,
+            made,
+            "chgnet",
+            "10.247.0.0/24",
+            &[&cluster],
+            "manage-security-groups = true\n",
+        )
+        .await?;
+        let lbs = bench.ccm(ctx, &cluster);
+        let nodes = &bench.nodes[..2];
+        let mut svc = service(&[(80, 30080)]);
+        let annotate = |svc: &mut Service, k: &str, v: &str| {
+            svc.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(k.to_owned(), v.to_owned());
+        };
+        annotate(&mut svc, FLOATING_SUBNET, "*");
+        annotate(&mut svc, KEEP_FLOATING_IP, "true");
+        converge(ctx, &lbs, &mut svc, nodes).await?;
+        let lb = lb_of(&ctx.session, &svc).await?;
+        let fip = fip_on_vip(&ctx.session, &lb).await?;
+
+        svc.spec
+            .get_or_insert_with(ServiceSpec::default)
+            .load_balancer_source_ranges = Some(vec!["203.0.113.0/24".into()]);
+        annotate(&mut svc, LB_METHOD, "LEAST_CONNECTIONS");
+        converge(ctx, &lbs, &mut svc, nodes).await?;
+        let s = shape(&ctx.session, &lb).await?;
+        let (_, pool) = s.listeners.get(&80).context("no port-80 listener")?;
+        let pool = ctx
+            .session
+            .load_balancer()
+            .get_pool(pool)
+            .await?
+            .context("the pool is gone")?;
+        ensure!(
+            pool.lb_algorithm.as_str() == "LEAST_CONNECTIONS",
+            "algorithm {}",
+            pool.lb_algorithm.as_str()
+        );
+        ensure!(
+            s.allowed_cidrs.get(&80) == Some(&vec!["203.0.113.0/24".to_owned()]),
+            "allowed CIDRs {:?}",
+            s.allowed_cidrs
+        );
+
+        // Another node port: the members' security group opens it instead of the old one.
+        set_ports(&mut svc, &[(80, 30081)]);
+        converge(ctx, &lbs, &mut svc, nodes).await?;
+
+        annotate(&mut svc, ENABLE_HEALTH_MONITOR, "true");
+        converge(ctx, &lbs, &mut svc, nodes).await?;
+        annotate(&mut svc, HEALTH_MONITOR_DELAY, "7");
+        converge(ctx, &lbs, &mut svc, nodes).await?;
+        annotate(&mut svc, ENABLE_HEALTH_MONITOR, "false");
+        converge(ctx, &lbs, &mut svc, nodes).await?;
+        ensure!(
+            ctx.session
+                .load_balancer()
+                .get_pool(&pool.id)
+                .await?
+                .context("the pool is gone")?
+                .healthmonitor_id
+                .is_none(),
+            "the health monitor is still there"
+        );
+
+        // Disabled by someone else: kos-ccm enables it again.
+        ctx.session
+            .load_balancer()
+            .update_load_balancer(
+                &lb.id,
+                &kos_cloud::model::load_balancer::LoadBalancerUpdate {
+                    admin_state_up: Some(false),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        ctx.poll("the disabled LB to be ACTIVE", || async {
+            Ok(
+                (lb_of(&ctx.session, &svc).await?.provisioning_status
+                    == ProvisioningStatus::Active)
+                    .then_some(()),
+            )
+        })
+        .await?;
+        // (Once its snapshot of the project's load balancers is older than snapshot_max_age.)
+        let end = Instant::now() + WAIT;
+        loop {
+            converge(ctx, &lbs, &mut svc, nodes).await?;
+            if lb_of(&ctx.session, &svc).await?.admin_state_up {
+                break;
+            }
+            ensure!(Instant::now() < end, "the LB stays disabled");
+            tokio::time::sleep(ctx.every).await;
+        }
+
+        // Internal: the floating IP is kept, detached.
+        annotate(&mut svc, INTERNAL, "true");
+        converge(ctx, &lbs, &mut svc, nodes).await?;
+        let kept = ctx
+            .session
+            .network()
+            .list_floating_ips(&FloatingIpFilter {
+                floating_ip_address: Some(fip.floating_ip_address.clone()),
+                ..Default::default()
+            })
+            .await?;
+        ensure!(
+            kept.len() == 1 && kept[0].port_id.is_none(),
+            "the kept floating IP: {kept:?}"
+        );
+        delete(ctx, &lbs, &svc).await?;
         Ok(())
     })
     .await

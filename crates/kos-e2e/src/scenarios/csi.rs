@@ -39,8 +39,10 @@ fn create(name: &str, gib: i64) -> csi::CreateVolumeRequest {
 
 pub async fn csi_controller(ctx: &Ctx) -> Result<()> {
     ctx.guarded(async |made| {
+        // As kos-csi runs: on the credential kos makes for the CCM and the CSI. The checks look
+        // as the user, so that every call made with the credential is kos-csi's.
         let ctl = Controller::new(
-            ctx.session.clone(),
+            super::identity::ccm_session(ctx, made).await?,
             Arc::new(DriverConfig::new(ctx.run.name("csi"), Default::default())),
         );
         let name = ctx.run.name("pvc-a");

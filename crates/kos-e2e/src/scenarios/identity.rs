@@ -14,13 +14,19 @@ use crate::{Cleanup, Ctx, Made};
 /// admin, expiring in a day. The credential is deleted with the scenario's other objects.
 pub(crate) async fn ccm_session(ctx: &Ctx, made: &mut Cleanup) -> Result<Session> {
     let roles = kos_cluster::credential::ccm_roles(&ctx.session.token_roles())?;
-    let req = kos_cluster::credential::request(
-        &ctx.run.name("ccmcred"),
+    // Names are unique per user: one per session made, as scenarios may share a run.
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut req = kos_cluster::credential::request(
+        &ctx.run.name(&format!("ccmcred{n}")),
         "e2e",
         &roles,
         1,
         chrono::Utc::now(),
     );
+    if let Some(calls) = ctx.access_rules() {
+        req.access_rules = kos_cluster::access_rules::rules_for(&ctx.session, calls).await;
+    }
     let cred = ctx
         .session
         .identity()
@@ -54,7 +60,14 @@ pub(crate) async fn ccm_session(ctx: &Ctx, made: &mut Cleanup) -> Result<Session
         },
         ..ctx.profile.clone()
     };
-    Ok(Session::connect(&profile).await?)
+    let session = Session::connect(&profile).await?;
+    ensure!(
+        cred.credential.access_rules.len() == req.access_rules.len(),
+        "Keystone kept {} of {} access rules",
+        cred.credential.access_rules.len(),
+        req.access_rules.len()
+    );
+    Ok(session.with_retry_policy(ctx.session.retry_policy().clone()))
 }
 
 pub async fn identity(ctx: &Ctx) -> Result<()> {

@@ -8,6 +8,7 @@
 //! the target's Octavia, without Kubernetes.
 
 mod ccm;
+mod ccm_nodes;
 mod cluster;
 mod compute;
 mod csi;
@@ -19,7 +20,8 @@ mod quotas;
 mod rotation;
 mod volume;
 
-pub use ccm::ccm_load_balancer;
+pub use ccm::{ccm_load_balancer, ccm_load_balancer_changes};
+pub use ccm_nodes::ccm_nodes;
 pub use cluster::{cluster_byo_network, cluster_gc, cluster_ha, cluster_minimal};
 pub(crate) use compute::PUBLIC_KEY;
 pub use compute::server_on_port;
