@@ -211,7 +211,7 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
 
         // 3. A node joins: one batch member replace per pool, nothing piecemeal.
         let calls = session.counters();
-        converge(ctx, &lbs, &mut svc, &nodes).await?;
+        converge(ctx, &lbs, &mut svc, nodes).await?;
         let calls = session.counters().since(&calls);
         let replaces = calls.operation(ServiceKind::LoadBalancer, "member.replace");
         let piecemeal = calls.operation(ServiceKind::LoadBalancer, "member.create")
@@ -220,14 +220,14 @@ pub async fn ccm_load_balancer(ctx: &Ctx) -> Result<()> {
             replaces == 2 && piecemeal == 0,
             "node join: {replaces} member replaces and {piecemeal} single-member calls for 2 pools"
         );
-        expect_ports(&ctx.session, &lb, &[(80, 30080), (8443, 30843)], &nodes).await?;
+        expect_ports(&ctx.session, &lb, &[(80, 30080), (8443, 30843)], nodes).await?;
 
         // 4. externalTrafficPolicy Local: an HTTP monitor on the health-check node port.
         let spec = svc.spec.get_or_insert_with(ServiceSpec::default);
         spec.external_traffic_policy = Some("Local".into());
         spec.health_check_node_port = Some(HEALTH_CHECK_PORT);
         // create-monitor is off: the forced monitor is announced with a Warning.
-        converge_warned(ctx, &lbs, &mut svc, &nodes, &[reasons::MONITOR_FORCED]).await?;
+        converge_warned(ctx, &lbs, &mut svc, nodes, &[reasons::MONITOR_FORCED]).await?;
         let lbapi = ctx.session.load_balancer();
         for (port, (_, pool_id)) in &shape(&ctx.session, &lb).await?.listeners {
             let pool = lbapi
