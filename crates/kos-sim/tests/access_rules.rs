@@ -344,7 +344,7 @@ async fn each_request_of_a_credential_with_rules_is_recorded_with_the_rules_that
                 c.method.clone(),
                 c.path.clone(),
                 c.allowed,
-                c.matched.clone(),
+                c.matched.iter().map(|r| r.id.clone()).collect(),
             )
         })
         .collect();
