@@ -45,6 +45,7 @@ pub struct Internet {
     /// Regexes searched in a URL: a download of a matching URL from a server fails as an
     /// unreachable host does (the cloud's egress blocked, or the host down). A proxy the servers
     /// reach still reaches such a URL unless `down` matches it too.
+    #[serde(default)]
     pub unreachable: Vec<String>,
     /// Regexes of URLs whose host is down for everyone: a proxy asked for one fails as well.
     #[serde(default)]

@@ -260,7 +260,7 @@ async fn an_internet_outage_is_set_read_and_ended() {
     let got = h.call("GET", "/_sim/internet", None, None).await;
     assert_eq!(
         got.json,
-        json!({"unreachable": ["^https://raw\\.githubusercontent\\.com/"]})
+        json!({"unreachable": ["^https://raw\\.githubusercontent\\.com/"], "down": []})
     );
     {
         let cloud = h.sim.app().cloud();
@@ -280,6 +280,25 @@ async fn an_internet_outage_is_set_read_and_ended() {
         )
         .await;
     assert_eq!(bad.status, 400);
+    let bad = h
+        .call("PUT", "/_sim/internet", Some(json!({"down": ["("]})), None)
+        .await;
+    assert_eq!(bad.status, 400, "a bad regex in `down` too");
+    // A host down for everyone: out of the servers' reach and no proxy's either.
+    let r = h
+        .call(
+            "PUT",
+            "/_sim/internet",
+            Some(json!({"unreachable": [], "down": ["^https://quay\\.io/"]})),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    {
+        let cloud = h.sim.app().cloud();
+        assert!(!cloud.internet.reaches("https://quay.io/v2/"));
+        assert!(!cloud.internet.serves("https://quay.io/v2/"));
+    }
     let r = h.call("DELETE", "/_sim/internet", None, None).await;
     assert_eq!(r.status, 204);
     assert!(
