@@ -493,15 +493,13 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn without_the_autoapprove_binding_the_request_stays_pending() {
+    /// A worker's TLS bootstrap on a cluster without kubeadm's binding `binding`: the fake, and
+    /// why the bootstrap was refused.
+    fn refused_without(binding: &str) -> (FakeKube, String) {
         let kube = fake();
         kubeadm_rbac(&kube);
-        kube.delete::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(
-            None,
-            "kubeadm:node-autoapprove-bootstrap",
-        )
-        .expect("deleted");
+        kube.delete::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(None, binding)
+            .expect("deleted");
         let (cert, key) = ca();
         let ca = Ca {
             cert: &cert,
@@ -510,6 +508,12 @@ mod tests {
         let why = kubelet_bootstrap(&kube, token_user(), "w-0", &ca, OffsetDateTime::UNIX_EPOCH)
             .expect("bootstrap")
             .expect_err("refused");
+        (kube, why)
+    }
+
+    #[tokio::test]
+    async fn without_the_autoapprove_binding_the_request_stays_pending() {
+        let (kube, why) = refused_without("kubeadm:node-autoapprove-bootstrap");
         assert!(
             why.ends_with("as [nodeclient] but subject access review was not approved"),
             "{why}"
@@ -527,21 +531,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_its_binding_the_certificate_controller_can_do_nothing() {
-        let kube = fake();
-        kubeadm_rbac(&kube);
-        kube.delete::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(
-            None,
-            "system:controller:certificate-controller",
-        )
-        .expect("deleted");
-        let (cert, key) = ca();
-        let ca = Ca {
-            cert: &cert,
-            key: &key,
-        };
-        let why = kubelet_bootstrap(&kube, token_user(), "w-0", &ca, OffsetDateTime::UNIX_EPOCH)
-            .expect("bootstrap")
-            .expect_err("refused");
+        let (_, why) = refused_without("system:controller:certificate-controller");
         assert!(
             why.contains("User \"system:serviceaccount:kube-system:certificate-controller\" cannot get resource \"certificatesigningrequests\" in API group \"certificates.k8s.io\" at the cluster scope"),
             "{why}"
@@ -550,21 +540,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_kubeadms_bootstrap_binding_the_kubelet_may_not_ask() {
-        let kube = fake();
-        kubeadm_rbac(&kube);
-        kube.delete::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(
-            None,
-            "kubeadm:kubelet-bootstrap",
-        )
-        .expect("deleted");
-        let (cert, key) = ca();
-        let ca = Ca {
-            cert: &cert,
-            key: &key,
-        };
-        let why = kubelet_bootstrap(&kube, token_user(), "w-0", &ca, OffsetDateTime::UNIX_EPOCH)
-            .expect("bootstrap")
-            .expect_err("refused");
+        let (_, why) = refused_without("kubeadm:kubelet-bootstrap");
         assert_eq!(
             why,
             "the kubelet's certificate signing request was refused: certificatesigningrequests.certificates.k8s.io is forbidden: User \"system:bootstrap:abcdef\" cannot create resource \"certificatesigningrequests\" in API group \"certificates.k8s.io\" at the cluster scope"

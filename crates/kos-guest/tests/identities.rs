@@ -37,6 +37,19 @@ fn unbind(w: &World, binding: &str) {
 }
 
 /// (user, method, path, status) of every request the cluster's API server answered.
+/// A worker that joined a one-control-plane cluster without kubeadm's binding `binding`, its join
+/// failed; the world, the worker and the cluster's secrets.
+fn join_without(binding: &str) -> (World, kos_guest::ServerId, kos_bootstrap::ClusterSecrets) {
+    let c = cluster("1.34.2", 1, 1);
+    let s = secrets();
+    let mut w = formed(&c, &s);
+    unbind(&w, binding);
+    let id = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
+    w.settle_hours(2);
+    assert_join_failed(&w, &id);
+    (w, id, s)
+}
+
 fn requests(w: &World) -> Vec<(String, String, String, u16)> {
     w.only_cluster()
         .kube
@@ -146,13 +159,7 @@ async fn a_joined_worker_holds_a_certificate_the_certificate_controller_approved
 
 #[tokio::test]
 async fn without_the_autoapprove_binding_the_csr_stays_pending_and_the_join_times_out() {
-    let c = cluster("1.34.2", 1, 1);
-    let s = secrets();
-    let mut w = formed(&c, &s);
-    unbind(&w, "kubeadm:node-autoapprove-bootstrap");
-    let id = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
-    w.settle_hours(2);
-    assert_join_failed(&w, &id);
+    let (w, id, _) = join_without("kubeadm:node-autoapprove-bootstrap");
     assert_detail(
         &w,
         &id,
@@ -183,13 +190,7 @@ async fn without_the_autoapprove_binding_the_csr_stays_pending_and_the_join_time
 
 #[tokio::test]
 async fn without_kubeadms_bootstrap_binding_the_kubelet_cannot_ask_for_a_certificate() {
-    let c = cluster("1.34.2", 1, 1);
-    let s = secrets();
-    let mut w = formed(&c, &s);
-    unbind(&w, "kubeadm:kubelet-bootstrap");
-    let id = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
-    w.settle_hours(2);
-    assert_join_failed(&w, &id);
+    let (w, id, s) = join_without("kubeadm:kubelet-bootstrap");
     assert_detail(
         &w,
         &id,
@@ -202,13 +203,7 @@ async fn without_kubeadms_bootstrap_binding_the_kubelet_cannot_ask_for_a_certifi
 
 #[tokio::test]
 async fn without_its_binding_the_certificate_controller_approves_nothing() {
-    let c = cluster("1.34.2", 1, 1);
-    let s = secrets();
-    let mut w = formed(&c, &s);
-    unbind(&w, "system:controller:certificate-controller");
-    let id = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
-    w.settle_hours(2);
-    assert_join_failed(&w, &id);
+    let (w, id, _) = join_without("system:controller:certificate-controller");
     assert_detail(
         &w,
         &id,
