@@ -96,6 +96,46 @@ pub(crate) struct Cleanup {
 pub(crate) struct KubeletOf {
     pub cluster: ClusterId,
     pub node: String,
+    /// Whether containerd has the pod sandbox image. Without it no pod starts on the node, the
+    /// CNI's included, so the node stays NotReady; the kubelet keeps trying with its backoff.
+    #[serde(default)]
+    pub sandbox: Sandbox,
+}
+
+/// The pod sandbox image on a node: pulled, or wanted since a pull that failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Sandbox {
+    /// kubeadm pulled it before the kubelet started (init), or the kubelet has since.
+    #[default]
+    Pulled,
+    /// A worker's kubelet pulls it when its first pod (the CNI's, kube-proxy) starts.
+    Wanted {
+        /// Failed pulls so far (the backoff doubles from 10 s up to 5 minutes).
+        failures: u32,
+        #[serde(with = "time::serde::rfc3339")]
+        next_try: OffsetDateTime,
+        /// containerd's error of the last try.
+        last_error: Option<String>,
+    },
+}
+
+impl Sandbox {
+    /// Not pulled yet: the kubelet tries at its next pass.
+    pub(crate) fn wanted(now: OffsetDateTime) -> Sandbox {
+        Sandbox::Wanted {
+            failures: 0,
+            next_try: now,
+            last_error: None,
+        }
+    }
+
+    /// The kubelet's image-pull backoff after `failures` failed pulls (10 s, doubling, at most 300 s).
+    fn backoff(failures: u32) -> time::Duration {
+        let secs = 10u64
+            .saturating_mul(1 << failures.saturating_sub(1).min(5))
+            .min(300);
+        time::Duration::seconds(secs as i64)
+    }
 }
 
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
@@ -290,6 +330,11 @@ impl Guest {
     /// A server's filesystem.
     pub fn vfs(&self, server: &ServerId) -> Option<&Vfs> {
         self.servers.get(server).map(|s| &s.vfs)
+    }
+
+    /// The URLs a server fetched (packages, manifests, images), in order.
+    pub fn fetched(&self, server: &ServerId) -> &[String] {
+        self.servers.get(server).map_or(&[], |s| &s.fetched)
     }
 
     pub fn power(&self, server: &ServerId) -> Option<Power> {
@@ -634,6 +679,7 @@ impl Guest {
 
     /// The controllers of every cluster: token cleaner and garbage collector, node lifecycle.
     fn run_controllers(&mut self, host: &dyn Host) -> Result<(), GuestError> {
+        self.pull_sandboxes(host);
         let now = host.calendar();
         for c in self.clusters.values() {
             c.run_token_cleaner_and_gc(now)?;
@@ -642,15 +688,16 @@ impl Guest {
                 let Some(name) = n.metadata.name.clone() else {
                     continue;
                 };
-                let running = self.servers.values().any(|s| {
-                    s.power == Power::On
-                        && s.kubelet
-                            .as_ref()
-                            .is_some_and(|k| k.cluster == c.id && k.node == name)
+                let kubelet = self.servers.values().find_map(|s| {
+                    s.kubelet
+                        .as_ref()
+                        .filter(|k| s.power == Power::On && k.cluster == c.id && k.node == name)
                 });
-                let want = if !running {
+                let want = if kubelet.is_none() {
                     Readiness::Unknown
-                } else if crate::bootstrap::steps::network_ready(c) {
+                } else if crate::bootstrap::steps::network_ready(c)
+                    && kubelet.is_some_and(|k| k.sandbox == Sandbox::Pulled)
+                {
                     Readiness::Ready
                 } else {
                     Readiness::NetworkNotReady
@@ -674,6 +721,39 @@ impl Guest {
             c.kube.reconcile_disruption_budgets()?;
         }
         Ok(())
+    }
+
+    /// Every running kubelet whose node lacks the sandbox image pulls it when its backoff allows,
+    /// through the node's containerd (its mirrors and proxy): a worker's first pods need it.
+    fn pull_sandboxes(&mut self, host: &dyn Host) {
+        let now = host.now();
+        for (id, srv) in self.servers.iter_mut() {
+            let due = srv.power == Power::On
+                && matches!(
+                    srv.kubelet.as_ref().map(|k| &k.sandbox),
+                    Some(Sandbox::Wanted { next_try, .. }) if *next_try <= now
+                );
+            if !due {
+                continue;
+            }
+            let image = crate::kubeadm::sandbox_image(srv);
+            let pulled = crate::kubeadm::pull(id, srv, &image, host);
+            let Some(k) = srv.kubelet.as_mut() else {
+                continue;
+            };
+            k.sandbox = match (pulled, &k.sandbox) {
+                (Ok(()), _) => Sandbox::Pulled,
+                (Err(e), Sandbox::Wanted { failures, .. }) => {
+                    let failures = failures.saturating_add(1);
+                    Sandbox::Wanted {
+                        failures,
+                        next_try: now + Sandbox::backoff(failures),
+                        last_error: Some(format!("failed to get sandbox image \"{image}\": {e}")),
+                    }
+                }
+                (Err(_), Sandbox::Pulled) => Sandbox::Pulled,
+            };
+        }
     }
 
     /// Mirror pods follow their kubelet: Ready while it runs, Ready False while its server is off

@@ -481,6 +481,47 @@ async fn an_air_gapped_node_bootstraps_from_its_mirrors_and_fails_clearly_withou
     );
 }
 
+/// kubeadm join pulls nothing on a worker: its kubelet pulls the pod sandbox image when the first
+/// pods (the CNI's) start, and until it has the image no pod runs there, so the Node stays NotReady
+/// although the join succeeded. The kubelet retries with its backoff: once the registry answers,
+/// the node becomes Ready, and the image came from where the node's containerd says (here,
+/// registry.k8s.io itself).
+#[tokio::test]
+async fn a_worker_that_cannot_pull_the_sandbox_image_stays_not_ready_until_it_can() {
+    let c = cluster("1.36.4", 1, 1);
+    let s = secrets();
+    let mut w = World::new();
+    let cp = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    w.settle_hours(1);
+    assert_eq!(&w.markers(&cp)[..init_markers().len()], init_markers());
+    let pause = "https://registry.k8s.io/v2/pause/";
+    w.host.set_offline(pause, true);
+    let wk = w.boot("w-0", false, user_data(&c, Role::Worker, &s));
+    w.settle_hours(1);
+    assert_eq!(w.markers(&wk), join_markers());
+    let ready = |w: &World, name: &str| {
+        let n = w
+            .only_cluster()
+            .kube
+            .get::<Node>(None, name)
+            .unwrap()
+            .unwrap();
+        ready_status(&n).map(str::to_owned)
+    };
+    assert_eq!(ready(&w, "kos-demo-w-0").as_deref(), Some("False"));
+    assert_eq!(ready(&w, "kos-demo-cp-0").as_deref(), Some("True"));
+    // Still NotReady much later: nothing but the pull makes it Ready.
+    w.advance(time::Duration::minutes(30));
+    assert_eq!(ready(&w, "kos-demo-w-0").as_deref(), Some("False"));
+
+    w.host.set_offline(pause, false);
+    // The kubelet's backoff is at most 5 minutes.
+    w.advance(time::Duration::minutes(5));
+    assert_eq!(ready(&w, "kos-demo-w-0").as_deref(), Some("True"));
+    let fetched = w.guest.fetched(&wk);
+    assert!(fetched.iter().any(|u| u.starts_with(pause)), "{fetched:?}");
+}
+
 /// On a cloud whose nodes reach no public host but a proxy, a node given only the proxy comes up
 /// through it: apt and curl through the script's exported proxy, containerd through its drop-in.
 /// A proxy the nodes cannot reach stops the first download with the tool's own words, and so does

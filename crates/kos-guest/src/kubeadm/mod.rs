@@ -5,5 +5,8 @@ pub mod config;
 pub mod copycerts;
 pub mod images;
 mod ops;
+
+// What a kubelet does through the node's containerd, as kubeadm's pulls do.
+pub(crate) use ops::{pull, sandbox_image};
 pub mod rbac;
 pub mod schema;

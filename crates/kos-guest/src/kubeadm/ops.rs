@@ -17,7 +17,7 @@ use super::images;
 use crate::bootstrap::steps::{ADMIN_CONF, KUBEADM_CONFIG, PKI_DIR};
 use crate::cluster::{Cluster, EtcdMember, KUBEADM_CERTS, NewCluster, secret_str, token_expiry};
 use crate::error::GuestError;
-use crate::guest::{Guest, KubeletOf, Server};
+use crate::guest::{Guest, KubeletOf, Sandbox, Server};
 use crate::kubelet::{self, Readiness};
 use crate::log::Logged;
 use crate::pki;
@@ -618,6 +618,7 @@ impl Guest {
         srv.kubelet = Some(KubeletOf {
             cluster: cid,
             node: node_name,
+            sandbox: Sandbox::Pulled,
         });
         self.clusters.insert(cid, cluster);
         if generated {
@@ -1070,6 +1071,9 @@ impl Guest {
         srv.kubelet = Some(KubeletOf {
             cluster: cid,
             node: docs.node.name.clone(),
+            // The kubelet pulls the sandbox when its first pod starts; the node is NotReady
+            // until then. (A joining control plane's static pods are not held back by it here.)
+            sandbox: Sandbox::wanted(host.now()),
         });
         out.push("This node has joined the cluster".into());
         Ok(Ok(out))
