@@ -377,6 +377,8 @@ pub struct ControlPlane {
     /// successor joins before it leaves. Unset: 1 behind a load balancer, 0 behind a floating IP
     /// (whose one server's port is the endpoint). See [`ControlPlane::surges`].
     pub max_surge: Option<Spanned<u32>>,
+    /// `healthCheck`: when a control plane counts as unhealthy and is replaced.
+    pub health_check: HealthCheck,
 }
 
 impl ControlPlane {
@@ -501,11 +503,117 @@ pub struct NodePool {
     /// `maxSurge`, default 0: how many successors join before the nodes they replace leave (each
     /// under a fresh index). 0: nodes are replaced in place, keeping their name, port and address.
     pub max_surge: u32,
+    /// `healthCheck`: when a node of the pool counts as unhealthy and is replaced.
+    pub health_check: HealthCheck,
 }
 
 impl NodePool {
     /// Largest pool kos accepts.
     pub const MAX_COUNT: u32 = 500;
+}
+
+/// `healthCheck` of `spec.controlPlane` or of a pool: when one of its nodes counts as unhealthy and
+/// is replaced, with Cluster API's MachineHealthCheck's fields and meaning (`unhealthyConditions`,
+/// `nodeStartupTimeout`, `maxUnhealthy`); evaluated by `kos_lifecycle::health`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// `enabled`, default true: `false` never replaces a node of the group for its health.
+    pub enabled: bool,
+    /// `unhealthyConditions`: a node whose condition has had a status for longer than the timeout
+    /// is unhealthy. Default: `Ready` `Unknown` or `False` for 5 minutes.
+    pub unhealthy_conditions: Vec<UnhealthyCondition>,
+    /// `nodeStartupTimeout`: how long a server may run without its Node before it is unhealthy
+    /// (`None`: `0s`, never). Default 10 minutes, as Cluster API's.
+    pub node_startup_timeout_secs: Option<u64>,
+    /// `maxUnhealthy`: remediation stops while more of the group than this is not healthy (a
+    /// partition must not replace half the cluster). Default 100%, as Cluster API's.
+    pub max_unhealthy: MaxUnhealthy,
+}
+
+impl HealthCheck {
+    /// Cluster API's default node startup timeout.
+    pub const NODE_STARTUP_TIMEOUT_SECS: u64 = 600;
+    /// How long `Ready` may be `Unknown` or `False` by default.
+    pub const NOT_READY_TIMEOUT_SECS: u64 = 300;
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        let ready = |status| UnhealthyCondition {
+            condition: "Ready".into(),
+            status,
+            timeout_secs: Self::NOT_READY_TIMEOUT_SECS,
+        };
+        Self {
+            enabled: true,
+            unhealthy_conditions: vec![
+                ready(ConditionStatus::Unknown),
+                ready(ConditionStatus::False),
+            ],
+            node_startup_timeout_secs: Some(Self::NODE_STARTUP_TIMEOUT_SECS),
+            max_unhealthy: MaxUnhealthy::Percent(100),
+        }
+    }
+}
+
+/// One of `healthCheck.unhealthyConditions`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnhealthyCondition {
+    /// `type`: a Node condition type (`Ready`, `DiskPressure`, …).
+    pub condition: String,
+    /// `status`.
+    pub status: ConditionStatus,
+    /// `timeout`, in seconds.
+    pub timeout_secs: u64,
+}
+
+/// A Kubernetes condition's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// As the API writes it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+/// `healthCheck.maxUnhealthy`: a count, or a percentage of the group's nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaxUnhealthy {
+    Count(u32),
+    /// 0–100.
+    Percent(u32),
+}
+
+impl MaxUnhealthy {
+    /// How many of `total` may be unhealthy, as Kubernetes scales an int-or-percent without rounding
+    /// up (`intstr.GetScaledValueFromIntOrPercent(…, false)`: 40% of 5 is 2).
+    #[must_use]
+    pub fn of(self, total: usize) -> usize {
+        match self {
+            Self::Count(n) => n as usize,
+            Self::Percent(p) => total * p as usize / 100,
+        }
+    }
+}
+
+impl std::fmt::Display for MaxUnhealthy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Count(n) => write!(f, "{n}"),
+            Self::Percent(p) => write!(f, "{p}%"),
+        }
+    }
 }
 
 /// A node taint.

@@ -97,6 +97,14 @@ const CASES: &[Case] = &[
         code: Code::InvalidValue, message: "maxUnavailable 0 with maxSurge 0", line: 21, help: "`maxSurge: 1`" },
     Case { name: "a pool's surge out of range", edits: &[("      image: ubuntu-24.04\n", "      image: ubuntu-24.04\n      maxSurge: 501\n")],
         code: Code::InvalidValue, message: "501", line: 21, help: "0 to 500" },
+    Case { name: "a health check timeout without a unit", edits: &[("      image: ubuntu-24.04\n", "      image: ubuntu-24.04\n      healthCheck:\n        nodeStartupTimeout: 600\n")],
+        code: Code::InvalidValue, message: "`600` has no unit", line: 22, help: "`600s` for seconds" },
+    Case { name: "a health check condition status misspelt", edits: &[("      image: ubuntu-24.04\n", "      image: ubuntu-24.04\n      healthCheck:\n        unhealthyConditions:\n          - {type: Ready, status: \"false\", timeout: 5m}\n")],
+        code: Code::InvalidValue, message: "`false` is not one of `True`, `False`, `Unknown`", line: 23, help: "did you mean `False`?" },
+    Case { name: "a health check condition without a timeout", edits: &[("      image: ubuntu-24.04\n", "      image: ubuntu-24.04\n      healthCheck:\n        unhealthyConditions:\n          - {type: Ready, status: Unknown}\n")],
+        code: Code::MissingField, message: "missing in `spec.nodePools[0].healthCheck.unhealthyConditions[0]`", line: 23, help: "add `timeout:`" },
+    Case { name: "maxUnhealthy over 100%", edits: &[("    image: ubuntu-24.04\n  nodePools", "    image: ubuntu-24.04\n    healthCheck:\n      maxUnhealthy: 140%\n  nodePools")],
+        code: Code::InvalidValue, message: "`140%` is not a count or a percentage", line: 17, help: "at most `100%`" },
     Case { name: "pod and service CIDRs overlap", edits: &[("      cidr: 10.0.0.0/24\n", "      cidr: 10.0.0.0/24\n    podCIDR: 10.96.0.0/16\n    serviceCIDR: 10.96.0.0/12\n")],
         code: Code::CidrOverlap, message: "serviceCIDR 10.96.0.0/12 overlaps podCIDR 10.96.0.0/16", line: 11, help: "must be disjoint" },
     Case { name: "node CIDR overlaps default pod CIDR", edits: &[("cidr: 10.0.0.0/24", "cidr: 10.244.7.0/24")],
@@ -239,6 +247,39 @@ fn every_example_loads_without_errors_or_warnings() {
             Err(report) => panic!("{name}: {report:#?}"),
         }
     }
+}
+
+/// `healthCheck` with Cluster API's spellings; absent, the defaults (Ready Unknown or False for
+/// 5 minutes, 10 minutes to start, 100%).
+#[test]
+fn health_checks_read_as_cluster_api_writes_them() {
+    use kos_cluster::spec::{ConditionStatus, HealthCheck, MaxUnhealthy};
+    let text = edit(&[(
+        "      image: ubuntu-24.04\n",
+        "      image: ubuntu-24.04\n      healthCheck:\n        unhealthyConditions:\n          - type: Ready\n            status: \"False\"\n            timeout: 1h30m\n        nodeStartupTimeout: 0s\n        maxUnhealthy: 40%\n",
+    )]);
+    let spec = load("cluster.yaml", &text).expect("valid").spec;
+    let hc = &spec.node_pools[0].health_check;
+    assert!(hc.enabled);
+    assert_eq!(hc.unhealthy_conditions.len(), 1);
+    assert_eq!(hc.unhealthy_conditions[0].condition, "Ready");
+    assert_eq!(hc.unhealthy_conditions[0].status, ConditionStatus::False);
+    assert_eq!(hc.unhealthy_conditions[0].timeout_secs, 5400);
+    assert_eq!(hc.node_startup_timeout_secs, None);
+    assert_eq!(hc.max_unhealthy, MaxUnhealthy::Percent(40));
+    assert_eq!(hc.max_unhealthy.of(5), 2);
+    assert_eq!(spec.control_plane.health_check, HealthCheck::default());
+
+    let off = edit(&[(
+        "    image: ubuntu-24.04\n  nodePools",
+        "    image: ubuntu-24.04\n    healthCheck: {enabled: false, maxUnhealthy: 1}\n  nodePools",
+    )]);
+    let spec = load("cluster.yaml", &off).expect("valid").spec;
+    assert!(!spec.control_plane.health_check.enabled);
+    assert_eq!(
+        spec.control_plane.health_check.max_unhealthy,
+        MaxUnhealthy::Count(1)
+    );
 }
 
 #[test]

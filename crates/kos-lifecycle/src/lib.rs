@@ -8,6 +8,8 @@
 //! - [`decide`]: one turn's decision from the spec and what the cloud shows: the desired graph, the
 //!   plan, who joins and who leaves, and the refusals (a release jump, a loss of quorum, a change no
 //!   running cluster can take).
+//! - [`health`]: which nodes of a group are unhealthy and whether they may be replaced, as Cluster
+//!   API's MachineHealthCheck decides (`healthCheck` of the control planes and of each pool).
 //! - [`kubeadm_config`]: the running cluster's ClusterConfiguration moved (release, certificate names)
 //!   before control planes join, which read it there.
 //! - [`addons`]: the cloud controller and CSI moved to the release of the cluster's minor after an upgrade.
@@ -34,6 +36,7 @@ pub mod drain;
 pub mod encryption;
 pub mod etcd;
 pub mod formation;
+pub mod health;
 pub mod kubeadm_config;
 pub mod membership;
 pub mod quorum;

@@ -5,6 +5,7 @@
 //! of another. What needs the cloud (does the flavor exist, does the existing subnet collide) is preflight's.
 
 mod airgap;
+mod health;
 mod network;
 mod read;
 
@@ -18,9 +19,9 @@ use crate::names::{
 };
 use crate::spec::{
     API_VERSION, Addons, ApiEndpoint, BootVolume, Ccm, ClusterSpec, Cni, CniManifest, ControlPlane,
-    ControlPlaneCount, Csi, EndpointKind, ImageRef, KIND, KubernetesVersion, LbProvider, Machine,
-    NodePool, ServerGroupPolicy, ServiceLoadBalancers, Spanned, SshKeyError, SshPublicKey, Taint,
-    TaintEffect, VersionError,
+    ControlPlaneCount, Csi, EndpointKind, HealthCheck, ImageRef, KIND, KubernetesVersion,
+    LbProvider, Machine, NodePool, ServerGroupPolicy, ServiceLoadBalancers, Spanned, SshKeyError,
+    SshPublicKey, Taint, TaintEffect, VersionError,
 };
 use crate::tree::{Node, Value};
 use read::{Cx, Field, Obj, boolean, choice, integer, key_text, list, scalar, string};
@@ -445,9 +446,16 @@ fn control_plane(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ControlPlane> {
             "availabilityZones",
             "serverGroupPolicy",
             "maxSurge",
+            "healthCheck",
         ],
     )?;
     let count = m.req(cx, "count", control_plane_count);
+    let health = m.or(
+        cx,
+        "healthCheck",
+        HealthCheck::default(),
+        health::health_check,
+    );
     let machine = machine(cx, &m);
     let policy = m.opt(cx, "serverGroupPolicy", server_group_policy);
     let max_surge = m.opt(cx, "maxSurge", |cx, f| {
@@ -471,6 +479,7 @@ fn control_plane(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<ControlPlane> {
         machine: machine?,
         server_group_policy: policy?.unwrap_or(default_policy),
         max_surge: max_surge?,
+        health_check: health?,
     })
 }
 
@@ -691,8 +700,15 @@ fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
             "serverGroupPolicy",
             "maxUnavailable",
             "maxSurge",
+            "healthCheck",
         ],
     )?;
+    let health = m.or(
+        cx,
+        "healthCheck",
+        HealthCheck::default(),
+        health::health_check,
+    );
     let name = m.req(cx, "name", |cx, f| {
         name_value(cx, f, PoolName::new, "pool name", names::POOL_NAME_MAX)
     });
@@ -761,6 +777,7 @@ fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
         server_group_policy: policy?,
         max_unavailable: max_unavailable?,
         max_surge: max_surge?,
+        health_check: health?,
     })
 }
 
