@@ -17,6 +17,24 @@ use kos_sim::SimConfig;
 /// Calls of the table no flow here can drive, each with why it is still needed. Keep it tiny.
 const NOT_DRIVEN: &[(&str, &str)] = &[];
 
+/// Requests refused by kos's rules that nothing needs: openstack-sdk's version discovery at Cinder's
+/// catalog URL (`/volume/v3/{project_id}`, then without the slash, then `/volume/v3`), all in
+/// Cinder's authenticated pipeline. A real Cinder refuses them to a credential with rules too (seen
+/// on minicloud: three 401s per session), the SDK then calls the catalog URL as it is, and
+/// kos-cloud sends its own microversion, so no rule is spent on them.
+fn refused_and_unneeded(request: &str) -> bool {
+    let Some(rest) = request.strip_prefix("GET /volume/v3") else {
+        return false;
+    };
+    let project = rest
+        .strip_prefix('/')
+        .map(|r| r.strip_suffix('/').unwrap_or(r));
+    match project {
+        None => rest.is_empty(),
+        Some(p) => p.len() == 32 && p.chars().all(|c| c.is_ascii_hexdigit()),
+    }
+}
+
 async fn sim(cfg: SimConfig, calls: &[Call]) -> Result<Ctx> {
     Ok(Target::sim(cfg).connect().await?.with_access_rules(calls))
 }
@@ -31,10 +49,14 @@ async fn every_rule_is_needed_and_every_request_allowed() -> Result<()> {
     let nodes = scenarios::ccm_nodes(&ctx).await;
     let used = rule_use(&ctx, CALLS).await?;
     // The 401s first: a flow that failed on one says which rule is missing.
+    let refused: Vec<&String> = used
+        .refused
+        .iter()
+        .filter(|r| !refused_and_unneeded(r))
+        .collect();
     ensure!(
-        used.refused.is_empty(),
-        "refused (a rule is missing): {:?}",
-        used.refused
+        refused.is_empty(),
+        "refused (a rule is missing): {refused:?}"
     );
     lb?;
     changes?;
@@ -51,6 +73,27 @@ async fn every_rule_is_needed_and_every_request_allowed() -> Result<()> {
         used.shared
     );
     Ok(())
+}
+
+#[test]
+fn only_cinder_version_discovery_is_refused_and_unneeded() {
+    let project = "f54b516d1eac46c4a89cf7a34fdeb94e";
+    for r in [
+        "GET /volume/v3".to_owned(),
+        format!("GET /volume/v3/{project}"),
+        format!("GET /volume/v3/{project}/"),
+    ] {
+        assert!(refused_and_unneeded(&r), "{r}");
+    }
+    for r in [
+        "GET /volume/v3/".to_owned(),
+        format!("GET /volume/v3/{project}/volumes"),
+        format!("POST /volume/v3/{project}"),
+        "GET /volume/v3/not-a-project".to_owned(),
+        "GET /compute/v2.1".to_owned(),
+    ] {
+        assert!(!refused_and_unneeded(&r), "{r}");
+    }
 }
 
 /// Every call but `(method, path)`.
@@ -117,19 +160,36 @@ async fn with_a_service_that_has_no_service_type_everything_there_is_refused() -
     refused(outcome, &used, " /volume/v3/")
 }
 
-/// The differential check: on a real cloud (minicloud: Keystone, Nova, Neutron, Octavia and Cinder
-/// with `[keystone_authtoken]` lacking `service_type`, as most clouds run) a credential with kos's
-/// rules gets the same answers as on kos-sim with `no_service_type` for those services: a 401 from
-/// every service, even for what a rule allows, and Keystone (which knows its own type) enforcing
-/// the rules on its own API.
+/// Whether the real cloud's services set `[keystone_authtoken] service_type`, and so check an
+/// application credential's access rules: `KOS_E2E_SERVICE_TYPES=1` says they do
+/// (`scripts/e2e-minicloud` sets it when `KOS_MINICLOUD_SERVICE_TYPES=1` made it start minicloud
+/// so), unset or `0` that they do not (minicloud's default, as most clouds run).
+fn services_check_rules() -> Result<bool> {
+    match std::env::var("KOS_E2E_SERVICE_TYPES").as_deref() {
+        Err(_) | Ok("0") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(v) => anyhow::bail!("KOS_E2E_SERVICE_TYPES={v:?}: say 1 or 0"),
+    }
+}
+
+/// The differential check: on a real cloud (minicloud: Keystone, Nova, Neutron, Octavia and Cinder)
+/// a credential with kos's rules gets the same answers as on kos-sim configured as that cloud is.
+/// Where `[keystone_authtoken]` lacks `service_type` (as most clouds run): a 401 from every
+/// service, even for what a rule allows, and Keystone (which knows its own type) enforcing the
+/// rules on its own API. Where it is set: what a rule allows is answered, what none allows is a 401.
 #[tokio::test]
 #[ignore = "needs a real cloud: set KOS_E2E_CLOUD (see docs/testing.md)"]
-async fn rules_answer_as_on_kos_sim_without_service_type() -> Result<()> {
+async fn rules_answer_as_on_kos_sim() -> Result<()> {
     use kos_sim::Service::{BlockStorage, Compute, LoadBalancer, Network};
+    let checked = services_check_rules()?;
     let real = Target::real()?.connect().await?;
-    eprintln!("run {}", real.run.prefix);
+    eprintln!("run {} (services check rules: {checked})", real.run.prefix);
     let sim = Target::sim(SimConfig {
-        no_service_type: vec![Compute, Network, LoadBalancer, BlockStorage],
+        no_service_type: if checked {
+            Vec::new()
+        } else {
+            vec![Compute, Network, LoadBalancer, BlockStorage]
+        },
         ..SimConfig::fast()
     })
     .connect()
@@ -143,5 +203,45 @@ async fn rules_answer_as_on_kos_sim_without_service_type() -> Result<()> {
         theirs == ours,
         "the real cloud answered {theirs:?}, kos-sim {ours:?}"
     );
+    Ok(())
+}
+
+/// kos's rules, matched by a real keystonemiddleware: kos-ccm's and kos-csi's flows (the ones
+/// `every_rule_is_needed_and_every_request_allowed` runs on kos-sim) on a credential holding
+/// exactly kos's rules. Where services check rules, every flow runs to its end: a rule whose path
+/// or method the real matcher reads differently from kos-sim fails here. Where they do not, kos-csi's
+/// flow stops at its first request with the 401 (why `credentialAccessRules` stays off there; the
+/// CCM's flows would retry the 401 until their timeout, which says nothing more).
+#[tokio::test]
+#[ignore = "needs a real cloud: set KOS_E2E_CLOUD (see docs/testing.md)"]
+async fn every_flow_runs_on_kos_rules_on_a_real_cloud() -> Result<()> {
+    let checked = services_check_rules()?;
+    let ctx = Target::real()?.connect().await?.with_access_rules(CALLS);
+    eprintln!("run {} (services check rules: {checked})", ctx.run.prefix);
+    if !checked {
+        let e = match scenarios::csi_controller(&ctx).await {
+            Ok(()) => anyhow::bail!("kos-csi's flow ran although the services cannot check rules"),
+            Err(e) => format!("{e:#}"),
+        };
+        ensure!(e.contains("401"), "not the 401: {e}");
+        return Ok(());
+    }
+    let outcomes = [
+        (
+            "ccm_load_balancer",
+            scenarios::ccm_load_balancer(&ctx).await,
+        ),
+        (
+            "ccm_load_balancer_changes",
+            scenarios::ccm_load_balancer_changes(&ctx).await,
+        ),
+        ("csi_controller", scenarios::csi_controller(&ctx).await),
+        ("ccm_nodes", scenarios::ccm_nodes(&ctx).await),
+    ];
+    let failed: Vec<String> = outcomes
+        .into_iter()
+        .filter_map(|(flow, outcome)| outcome.err().map(|e| format!("{flow}: {e:#}")))
+        .collect();
+    ensure!(failed.is_empty(), "{}", failed.join("\n"));
     Ok(())
 }

@@ -364,35 +364,38 @@ pub async fn authenticate(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let token = req
-        .headers()
-        .get("x-auth-token")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let service_type = (!app.cfg.no_service_type.contains(&svc)).then(|| svc.catalog_type());
-    let ctx = token.and_then(|t| {
-        let now = app.now();
-        let cloud = app.cloud();
-        let (method, path) = (req.method().as_str(), req.uri().path());
-        let ctx = cloud
-            .keystone
-            .authorize(&t, now, service_type, method, path);
-        let check = cloud
-            .keystone
-            .rule_check(&t, now, service_type, method, path);
-        drop(cloud);
-        if let Some(c) = check {
-            app.observations().record_rule_check(c);
-        }
-        ctx
-    });
-    match ctx {
+    match caller(&app, svc, &req) {
         Some(ctx) => {
             req.extensions_mut().insert(ctx);
             next.run(req).await
         }
         None => SimError::unauthorized(svc).into_response(),
     }
+}
+
+/// Who `req` comes from, as `svc`'s keystonemiddleware says: `None` for no token, a token that is
+/// invalid or expired, or one whose application credential's access rules do not allow the request
+/// (each check recorded).
+pub(crate) fn caller(app: &SharedApp, svc: Service, req: &Request) -> Option<AuthCtx> {
+    let token = req
+        .headers()
+        .get("x-auth-token")
+        .and_then(|v| v.to_str().ok())?;
+    let service_type = (!app.cfg.no_service_type.contains(&svc)).then(|| svc.catalog_type());
+    let now = app.now();
+    let cloud = app.cloud();
+    let (method, path) = (req.method().as_str(), req.uri().path());
+    let ctx = cloud
+        .keystone
+        .authorize(token, now, service_type, method, path);
+    let check = cloud
+        .keystone
+        .rule_check(token, now, service_type, method, path);
+    drop(cloud);
+    if let Some(c) = check {
+        app.observations().record_rule_check(c);
+    }
+    ctx
 }
 
 /// Adds `x-openstack-request-id` (and Nova's `x-compute-request-id`) to every response, as the real

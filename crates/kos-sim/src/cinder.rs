@@ -799,6 +799,25 @@ async fn version_v3(State(app): State<SharedApp>) -> Json<Value> {
     Json(json!({"versions": [version_doc(&app)]}))
 }
 
+/// `/v3` without the slash: Cinder's router redirects to `/v3/` (302, plain text).
+async fn version_v3_redirect(State(app): State<SharedApp>) -> Response {
+    (
+        StatusCode::FOUND,
+        [
+            (
+                axum::http::header::LOCATION,
+                format!("{}/volume/v3/", app.base_url),
+            ),
+            (
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; charset=utf8".to_owned(),
+            ),
+        ],
+    )
+        .into_response()
+}
+
+/// The root lists the versions to anyone.
 pub fn versions() -> Routes {
     use Sample::*;
     Routes::new(SVC)
@@ -812,10 +831,17 @@ pub fn versions() -> Routes {
             versions_root,
             File("block-storage/versions/versions-response.json"),
         )
+}
+
+/// The version URL is in Cinder's v3 pipeline, behind keystonemiddleware: a 401 without a token
+/// (or for a token whose access rules do not allow it).
+pub fn version_docs() -> Routes {
+    use Sample::*;
+    Routes::new(SVC)
         .get(
             "/volume/v3",
-            version_v3,
-            File("block-storage/versions/version-show-response.json"),
+            version_v3_redirect,
+            NoBody("a 302 to /volume/v3/, plain text"),
         )
         .get(
             "/volume/v3/",

@@ -222,8 +222,10 @@ fn all_routes() -> Vec<(routes::Routes, Option<Service>)> {
         (glance::versions(), None),
         (glance::routes(), Some(Service::Image)),
         (octavia::versions(), None),
+        (octavia::version_docs(), Some(Service::LoadBalancer)),
         (octavia::routes(), Some(Service::LoadBalancer)),
         (cinder::versions(), None),
+        (cinder::version_docs(), Some(Service::BlockStorage)),
         (cinder::routes(), Some(Service::BlockStorage)),
     ]
 }
@@ -258,12 +260,20 @@ pub fn router(app: SharedApp) -> Router {
         .with_state(app)
 }
 
-async fn not_found(uri: axum::http::Uri) -> axum::response::Response {
+/// No route: under a service other than Keystone, its keystonemiddleware still runs first, so a
+/// caller without a valid token (or whose access rules do not allow the path) gets the 401, as
+/// from every real service; then the 404.
+async fn not_found(
+    axum::extract::State(app): axum::extract::State<app::SharedApp>,
+    req: axum::extract::Request,
+) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let svc = Service::from_path(uri.path()).unwrap_or(Service::Admin);
-    error::SimError::not_found(
-        svc,
-        format!("The resource could not be found: {}", uri.path()),
-    )
-    .into_response()
+    let path = req.uri().path().to_owned();
+    let svc = Service::from_path(&path).unwrap_or(Service::Admin);
+    if !matches!(svc, Service::Identity | Service::Admin) && app::caller(&app, svc, &req).is_none()
+    {
+        return error::SimError::unauthorized(svc).into_response();
+    }
+    error::SimError::not_found(svc, format!("The resource could not be found: {path}"))
+        .into_response()
 }

@@ -424,8 +424,17 @@ pub fn versions() -> Routes {
     Routes::new(SVC)
         .get("/load-balancer", misc::versions, doc)
         .get("/load-balancer/", misc::versions, doc)
+}
+
+/// The version URLs: behind keystonemiddleware, as in Octavia (a 401 without a token, where the
+/// root answers anyone).
+pub fn version_docs() -> Routes {
+    use Sample::*;
+    let doc = File("load-balancer/examples/versions-get-resp.json");
+    Routes::new(SVC)
         .get("/load-balancer/v2", misc::versions, doc)
         .get("/load-balancer/v2/", misc::versions, doc)
+        .get("/load-balancer/v2.0/", misc::versions, doc)
 }
 
 /// Registers each endpoint under both `/v2/lbaas` and `/v2.0/lbaas`, as Octavia serves both.

@@ -311,6 +311,7 @@ async fn load_balancer_endpoints_match_samples() {
         "/load-balancer/",
         "/load-balancer/v2",
         "/load-balancer/v2/",
+        "/load-balancer/v2.0/",
     ] {
         let v = h.check("GET", p, p, None).await;
         let ids: Vec<&str> = v["versions"]
