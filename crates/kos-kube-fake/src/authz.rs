@@ -18,10 +18,12 @@
 //! What a kubelet may then write is narrowed by the NodeRestriction admission plugin (module
 //! `noderestriction`, run with the store's admission).
 //!
-//! Not modelled: webhooks, ABAC,
-//! escalation checks on writes of roles and bindings (the real server refuses to let a user grant
-//! what it does not hold unless it may `escalate`/`bind`), and the `create` check kube-apiserver
-//! adds to WebSocket upgrades of `pods/portforward`.
+//! The rbac storage's escalation prevention on writes of roles and bindings (a user grants only
+//! what it holds, unless it may `escalate` the role or `bind` the one a binding refers to) is in
+//! [`escalation`], run with the store's admission for every write that has a user.
+//!
+//! Not modelled: webhooks, ABAC, and the `create` check kube-apiserver adds to WebSocket upgrades
+//! of `pods/portforward`.
 
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
@@ -549,5 +551,6 @@ pub(crate) fn aggregate(store: &mut Store) -> bool {
     wrote
 }
 
+pub(crate) mod escalation;
 #[cfg(test)]
 mod tests;

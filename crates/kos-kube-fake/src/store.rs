@@ -688,6 +688,7 @@ impl Store {
             }
         }
         if let Some(user) = &ctx.user {
+            crate::authz::escalation::admit(self, rt, user, obj, old, how)?;
             let ns = meta_str(obj, "namespace").unwrap_or_default();
             let attrs = crate::noderestriction::Attributes {
                 op: if old.is_some() {
