@@ -84,7 +84,27 @@ impl Acting<'_> {
         sub: &str,
     ) -> Result<Target, FakeError> {
         let res = self.fake.index_of::<K>()?;
-        let (group, version, plural) = (K::group(&()), K::version(&()), K::plural(&()));
+        Ok(Self::target_in(
+            res,
+            &K::group(&()),
+            &K::version(&()),
+            &K::plural(&()),
+            ns,
+            name,
+            sub,
+        ))
+    }
+
+    /// The target of an object of the type at `res`, by its URL's parts.
+    fn target_in(
+        res: usize,
+        group: &str,
+        version: &str,
+        plural: &str,
+        ns: Option<&str>,
+        name: &str,
+        sub: &str,
+    ) -> Target {
         let mut path = if group.is_empty() {
             format!("/api/{version}")
         } else {
@@ -101,12 +121,12 @@ impl Acting<'_> {
         if !sub.is_empty() {
             path.push_str(&format!("/{sub}"));
         }
-        Ok(Target {
+        Target {
             res,
             ns: ns.to_owned(),
             name: name.to_owned(),
             path,
-        })
+        }
     }
 
     /// Authorises the request (a denial is logged by the server's authorizer).
@@ -155,8 +175,20 @@ impl Acting<'_> {
         query: &str,
         out: Result<T, ApiError>,
     ) -> Result<T, FakeError> {
+        self.finish_as(method, t, query, out, method == "POST")
+    }
+
+    /// [`Acting::finish`] of a request that `created` (201) when it succeeded.
+    fn finish_as<T>(
+        &self,
+        method: &str,
+        t: &Target,
+        query: &str,
+        out: Result<T, ApiError>,
+        created: bool,
+    ) -> Result<T, FakeError> {
         let status = match &out {
-            Ok(_) if method == "POST" => 201,
+            Ok(_) if created => 201,
             Ok(_) => 200,
             Err(e) => e.code,
         };
@@ -322,6 +354,56 @@ impl Acting<'_> {
             s.patch(t.res, &t.ns, &t.name, kind, body, false, &ctx)
         });
         from_json(self.finish("PATCH", &t, "", patched)?, &K::kind(&()))
+    }
+
+    /// A server-side apply of an object given as JSON (`apiVersion`, `kind`, `metadata.name`, and
+    /// `metadata.namespace` for namespaced types), forced as `kubectl apply --server-side
+    /// --force-conflicts` sends it: created when absent, else the fields of this manager merged.
+    /// Authorised as a `patch` of the object and admitted as any write of this user. A type the
+    /// fake does not serve is [`FakeError::UnknownKind`] (kubectl's `no matches for kind`).
+    pub fn apply_json(&self, obj: &Value) -> Result<Value, FakeError> {
+        let s = |field: &str| obj.get(field).and_then(Value::as_str).unwrap_or_default();
+        let (api_version, kind) = (s("apiVersion"), s("kind"));
+        let meta = |field: &str| {
+            obj.pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (name, ns) = (meta("name"), meta("namespace"));
+        let t = {
+            let store = self.fake.shared.store();
+            let res =
+                store
+                    .type_of_kind(api_version, kind)
+                    .ok_or_else(|| FakeError::UnknownKind {
+                        api_version: api_version.to_owned(),
+                        kind: kind.to_owned(),
+                    })?;
+            let rt = &store.types[res];
+            let ns = (rt.namespaced && !ns.is_empty()).then_some(ns.as_str());
+            Self::target_in(res, &rt.group, &rt.version, &rt.plural, ns, &name, "")
+        };
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("fieldManager", &self.manager)
+            .append_pair("force", "true")
+            .finish();
+        self.authorize("PATCH", &t, &query)?;
+        let ctx = self.ctx(Scope::Main);
+        let mut created = false;
+        let applied = self.fake.shared.write(None, |s| {
+            created = s.get(t.res, &t.ns, &t.name).is_err();
+            s.patch(
+                t.res,
+                &t.ns,
+                &t.name,
+                crate::log::PatchType::Apply,
+                obj,
+                true,
+                &ctx,
+            )
+        });
+        self.finish_as("PATCH", &t, &query, applied, created)
     }
 
     /// A SubjectAccessReview (`authorization.k8s.io/v1`), created as this user: whether

@@ -175,3 +175,50 @@ async fn a_user_client_is_that_user() -> R {
     );
     Ok(())
 }
+
+/// A server-side apply in process is a `patch` of its user: refused without the permission,
+/// created (201) then updated (200) with it, and logged with the user.
+#[tokio::test]
+async fn apply_json_as_a_user_is_authorised_and_logged_as_its_patch() -> R {
+    let fake = FakeKube::start().await?;
+    let cm = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "default"}, "data": {"a": "1"}
+    });
+    let dave = kos_kube_fake::User::authenticated("dave", []);
+    let err = fake
+        .acting_as(dave.clone(), "kubectl")
+        .apply_json(&cm)
+        .unwrap_err();
+    let FakeError::Api(e) = err else {
+        panic!("not the API's answer: {err}")
+    };
+    assert_eq!(e.code, 403);
+    assert_eq!(
+        e.message,
+        "configmaps \"c\" is forbidden: User \"dave\" cannot patch resource \"configmaps\" in API group \"\" in the namespace \"default\""
+    );
+    fake.apply_json(
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "dave"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dave"}]
+        }),
+        "test",
+    )?;
+    let dave = fake.acting_as(dave, "kubectl");
+    dave.apply_json(&cm)?;
+    let mut changed = cm.clone();
+    changed["data"]["a"] = json!("2");
+    let got = dave.apply_json(&changed)?;
+    assert_eq!(got.pointer("/data/a"), Some(&json!("2")));
+    let applies: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.user.as_deref() == Some("dave") && r.method == "PATCH")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(applies, vec![403, 201, 200]);
+    Ok(())
+}
