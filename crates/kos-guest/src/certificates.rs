@@ -408,6 +408,7 @@ pub fn kubelet_bootstrap(
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // The test's own set-up.
 mod tests {
     use super::*;
 

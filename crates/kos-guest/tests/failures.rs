@@ -4,7 +4,8 @@
 //! A kubeadm failure's console reason is kubeadm's own error, as the script's `kubeadm_reason` picks
 //! it from kubeadm's output (the first failed preflight check, else kubeadm's `error:` line); the
 //! tests check it on the console and in the guest's log.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+// The test's own hands set up and break the cluster, as no component of it would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod common;
 

@@ -3,7 +3,8 @@
 //! TLS bootstrap (its CSR as the bootstrap token's user, approved and signed by
 //! kube-controller-manager's `certificate-controller`), the garbage collector as its
 //! ServiceAccount.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+// The test's own hands set up and break the cluster, as no component of it would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod common;
 
@@ -240,4 +241,63 @@ async fn without_its_binding_the_garbage_collector_leaves_kubeadm_certs() {
         })
         .collect();
     assert!(!refused.is_empty());
+}
+
+/// Advances the world a second at a time until `id`'s `step` is done (at most a simulated hour).
+fn run_past(w: &mut World, id: &kos_guest::ServerId, step: &str) {
+    let marker = format!("kos-bootstrap: {step} ok");
+    for _ in 0..3600 {
+        if w.markers(id).contains(&marker) {
+            return;
+        }
+        w.advance(time::Duration::seconds(1));
+    }
+    panic!("{step} never finished: {:?}", w.markers(id));
+}
+
+#[tokio::test]
+async fn the_addons_are_applied_as_admin_conf_and_fail_without_its_binding() {
+    let c = cluster("1.34.2", 1, 0);
+    let s = secrets();
+    let mut w = World::new();
+    let id = w.boot("cp-0", true, user_data(&c, Role::InitControlPlane, &s));
+    run_past(&mut w, &id, "cni");
+    // The CNI stand-in was applied by admin.conf's user, as the script's kubectl does.
+    assert!(
+        requests(&w)
+            .iter()
+            .any(|(u, m, p, st)| u == "kubernetes-admin"
+                && m == "PATCH"
+                && p.starts_with("/apis/apps/v1/namespaces/kube-system/daemonsets/")
+                && *st == 201),
+        "{:#?}",
+        requests(&w)
+    );
+    unbind(&w, "kubeadm:cluster-admins");
+    w.settle_hours(1);
+    let markers = w.markers(&id);
+    assert!(
+        !markers.contains(&"kos-bootstrap: addons ok".to_owned()),
+        "{markers:?}"
+    );
+    assert!(
+        markers
+            .iter()
+            .any(|m| m.starts_with("kos-bootstrap: addons retrying: gave up after 10 attempts: ")),
+        "{markers:?}"
+    );
+    assert_detail(
+        &w,
+        &id,
+        "is forbidden: User \"kubernetes-admin\" cannot patch resource",
+    );
+    // No write of the bootstrap is left without a user.
+    assert!(
+        requests(&w)
+            .iter()
+            .filter(|(_, m, _, _)| m != "GET")
+            .all(|(u, _, _, _)| !u.is_empty()),
+        "{:#?}",
+        requests(&w)
+    );
 }

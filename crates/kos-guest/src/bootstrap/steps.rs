@@ -587,7 +587,25 @@ impl Guest {
                 "template": {"metadata": {"labels": {"k8s-app": manifest.daemonset}}, "spec": {"containers": []}},
             },
         });
-        c.kube.apply_json(&ds, "kubectl")?;
+        let Some(admin) = admin_conf(c, srv) else {
+            return Ok(fail(NO_ADMIN_CONF));
+        };
+        match admin.apply_json(&ds) {
+            Ok(_) => {}
+            Err(kos_kube_fake::FakeError::Api(e)) => {
+                return Ok(kubectl_retry(
+                    attempt,
+                    host.now(),
+                    &retried(script_text, "cni", &format!("kubectl apply -f {CNI_FILE}")),
+                    format!(
+                        "Error from server ({}): error when applying {CNI_FILE:?}: {}",
+                        e.reason, e.message
+                    ),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        drop(admin);
         c.cni = Some(CniState {
             daemonset: manifest.daemonset.to_owned(),
             network,
@@ -684,6 +702,9 @@ impl Guest {
             let Some(c) = self.clusters.get(&cid) else {
                 return Ok(fail("the cluster vanished"));
             };
+            let Some(admin) = admin_conf(c, srv) else {
+                return Ok(fail(NO_ADMIN_CONF));
+            };
             let field = |d: &Value, p: &str| {
                 d.pointer(p)
                     .and_then(Value::as_str)
@@ -754,7 +775,7 @@ impl Guest {
                 {
                     doc["metadata"]["namespace"] = Value::from("default");
                 }
-                match c.kube.apply_json(&doc, "kubectl") {
+                match admin.apply_json(&doc) {
                     Ok(_) => out.push(format!("{}/{name} configured", kind.to_ascii_lowercase())),
                     Err(e) => {
                         return Ok(gave_up(format!(
@@ -831,17 +852,37 @@ impl Guest {
         let mut output = vec![format!("{count} of {expected} nodes registered")];
         match cluster.and_then(|c| self.clusters.get(&c)) {
             Some(c) => {
+                // The script's `kubectl delete` with admin.conf; a refusal fails the cleanup.
+                let mut refused = None;
                 for name in [
                     format!("bootstrap-token-{token_id}"),
                     KUBEADM_CERTS.to_owned(),
                 ] {
                     if c.secret(&name)?.is_some() {
-                        c.kube.delete::<k8s_openapi::api::core::v1::Secret>(
-                            Some(KUBE_SYSTEM),
-                            &name,
-                        )?;
-                        output.push(format!("secret \"{name}\" deleted"));
+                        let Some(admin) = admin_conf(c, srv) else {
+                            refused = Some(NO_ADMIN_CONF.to_owned());
+                            break;
+                        };
+                        match admin
+                            .delete::<k8s_openapi::api::core::v1::Secret>(Some(KUBE_SYSTEM), &name)
+                        {
+                            Ok(()) => output.push(format!("secret \"{name}\" deleted")),
+                            Err(kos_kube_fake::FakeError::Api(e)) => {
+                                refused = Some(format!(
+                                    "Error from server ({}): {}",
+                                    e.reason, e.message
+                                ));
+                                break;
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
                     }
+                }
+                if let Some(why) = refused {
+                    output.push(why);
+                    append_log(srv, &output);
+                    fail_with(self, srv, reason_of(&output));
+                    return Ok(());
                 }
             }
             None => {
@@ -858,6 +899,21 @@ impl Guest {
         self.say(id, srv, line, host);
         Ok(())
     }
+}
+
+/// What a node's `kubectl` without admin.conf's user says (kubeadm wrote admin.conf, so a node
+/// with one has kubeadm installed).
+const NO_ADMIN_CONF: &str =
+    "error: no user in /etc/kubernetes/admin.conf: kubeadm is not installed";
+
+/// The script's `kubectl` as admin.conf's user: `kubernetes-admin`, in the group the node's
+/// kubeadm gives it ([`crate::kubeadm::rbac::admin`]), its writes owned by `kubectl`.
+fn admin_conf<'a>(c: &'a Cluster, srv: &Server) -> Option<kos_kube_fake::Acting<'a>> {
+    let kubeadm = srv.installed?;
+    Some(
+        c.kube
+            .acting_as(crate::kubeadm::rbac::admin(kubeadm), "kubectl"),
+    )
 }
 
 /// The script's `kubeadm_reason`: the first failed preflight check (`[ERROR <check>]: ...`), else

@@ -307,12 +307,11 @@ fn rollout_status(cluster: &Cluster, spec: &Spec, running: bool) {
     if current.as_ref() == Some(&want) {
         return;
     }
-    if let Err(e) = cluster
-        .kube
-        .modify::<DaemonSet>(Some(KUBE_SYSTEM), &spec.daemonset, |d| {
-            d.status = Some(want)
-        })
-    {
+    // The DaemonSet controller's status write, as its ServiceAccount.
+    let controller = crate::cluster::controller(&cluster.kube, "daemon-set-controller");
+    if let Err(e) = controller.update::<DaemonSet>(Some(KUBE_SYSTEM), &spec.daemonset, true, |d| {
+        d.status = Some(want)
+    }) {
         tracing::debug!(daemonset = %spec.daemonset, "cannot report the rollout: {e}");
     }
 }

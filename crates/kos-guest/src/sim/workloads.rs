@@ -102,6 +102,7 @@ where
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // The test's own set-up.
 mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::DeploymentSpec;

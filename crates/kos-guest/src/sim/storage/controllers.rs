@@ -411,6 +411,7 @@ impl Loop {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // The test's own set-up.
 mod tests {
     use super::*;
 
