@@ -18,8 +18,15 @@
 //!   one;
 //! - the kubelet reads its certificate back.
 //!
-//! Each controller runs once, for the kubelet's request, when the kubelet has made it (the real
-//! ones watch). A request left pending is kubeadm's TLS-bootstrap timeout.
+//! The controllers run continuously while a control plane of the cluster runs
+//! ([`run_controllers`], from the guest's tick): any request, a join's or one a user made through
+//! the API, is approved if its requester may autoapprove and signed once approved, by them or by a
+//! user through `/approval`. A joining kubelet waits for its certificate within kubeadm's join
+//! step, so the controllers' pass over its request runs there, while it waits. A request left
+//! pending is kubeadm's TLS-bootstrap timeout.
+//!
+//! Not modelled: the signers other than `kubernetes.io/kube-apiserver-client-kubelet`
+//! (`kube-apiserver-client`, `kubelet-serving`, `legacy-unknown`), csrcleaner.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
@@ -345,6 +352,58 @@ pub fn throwaway_ca() -> Result<(String, String), String> {
     Ok((cert.pem(), key.serialize_pem()))
 }
 
+/// kube-controller-manager's csrapproving and csrsigning controllers, which run while a control
+/// plane of the cluster does: every request they have not seen in its current state (their
+/// watch's events, `seen` their memory of them, by name and resourceVersion) is approved if
+/// SubjectAccessReview lets its requester autoapprove, and signed with `ca` (the CA a running
+/// control plane holds; `None`: no signer runs) once approved, however it was approved: by them
+/// or by a user through `/approval` (`kubectl certificate approve`). A request neither approves is
+/// left pending; a refusal by the API server is logged, and the request is tried again when it
+/// changes.
+pub fn run_controllers(
+    kube: &FakeKube,
+    seen: &std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+    ca: Option<&Ca<'_>>,
+    now: OffsetDateTime,
+) -> Result<(), GuestError> {
+    let cc = certificate_controller(kube);
+    let csrs = match cc.list::<CertificateSigningRequest>(None, "") {
+        Ok(l) => l,
+        Err(FakeError::Api(e)) => {
+            tracing::warn!("certificate-controller: {}", e.message);
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut seen = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    seen.retain(|name, _| csrs.iter().any(|c| c.metadata.name.as_ref() == Some(name)));
+    for csr in &csrs {
+        let (Some(name), Some(rv)) = (&csr.metadata.name, &csr.metadata.resource_version) else {
+            continue;
+        };
+        if seen.get(name) == Some(rv) {
+            continue;
+        }
+        seen.insert(name.clone(), rv.clone());
+        if issued(csr).is_some() || condition(csr, "Denied") || condition(csr, "Failed") {
+            continue;
+        }
+        if !condition(csr, "Approved")
+            && let Some(why) = approve(kube, name)?
+        {
+            tracing::debug!(csr = %name, "csrapproving: {why}");
+        }
+        if let Some(ca) = ca
+            && let Some(why) = sign(kube, name, ca, now)?
+        {
+            tracing::debug!(csr = %name, "csrsigning: {why}");
+        }
+    }
+    Ok(())
+}
+
 /// The kubelet's client certificate and key (PEM), or why it never came (kubeadm then times out).
 pub type Bootstrapped = Result<(String, String), String>;
 
@@ -390,6 +449,7 @@ pub fn kubelet_bootstrap(
             "CertificateSigningRequest {name:?} was never issued: {why}"
         )))
     };
+    // kube-controller-manager's controllers reach the request while the kubelet waits.
     if let Some(why) = approve(kube, &name)? {
         return pending(why);
     }

@@ -120,6 +120,10 @@ pub struct Cluster {
     /// The minor its API server behaved as when the cluster was made (the fake's feature gates).
     pub minor: u32,
     pub kube: FakeKube,
+    /// The CertificateSigningRequests kube-controller-manager's certificate controllers last
+    /// handled, by name, at the resourceVersion they saw (their watch's memory: a request is
+    /// handled again when it changes).
+    pub(crate) csrs_seen: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
 /// The cluster-wide part of an API server's serving certificate (kubeadm's
@@ -283,6 +287,7 @@ impl Cluster {
             serving,
             minor,
             kube,
+            csrs_seen: Default::default(),
         })
     }
 

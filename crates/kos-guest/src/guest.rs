@@ -677,12 +677,27 @@ impl Guest {
         }
     }
 
-    /// The controllers of every cluster: token cleaner and garbage collector, node lifecycle.
+    /// The controllers of every cluster: token cleaner and garbage collector, the certificate
+    /// controllers while a control plane runs, node lifecycle.
     fn run_controllers(&mut self, host: &dyn Host) -> Result<(), GuestError> {
         self.pull_sandboxes(host);
         let now = host.calendar();
         for c in self.clusters.values() {
             c.run_token_cleaner_and_gc(now)?;
+            // kube-controller-manager runs on a running control plane, signing with its CA.
+            let control_plane = self
+                .servers
+                .values()
+                .find(|s| s.power == Power::On && s.api_of == Some(c.id));
+            if let Some(cp) = control_plane {
+                let pki = crate::bootstrap::steps::PKI_DIR;
+                let ca = cp
+                    .vfs
+                    .text(&format!("{pki}/ca.crt"))
+                    .zip(cp.vfs.text(&format!("{pki}/ca.key")))
+                    .map(|(cert, key)| crate::certificates::Ca { cert, key });
+                crate::certificates::run_controllers(&c.kube, &c.csrs_seen, ca.as_ref(), now)?;
+            }
             let nodes = c.kube.list::<k8s_openapi::api::core::v1::Node>(None)?;
             for n in nodes {
                 let Some(name) = n.metadata.name.clone() else {

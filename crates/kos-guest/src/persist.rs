@@ -107,6 +107,7 @@ impl Guest {
                     serving: c.serving,
                     minor: c.minor,
                     kube,
+                    csrs_seen: Default::default(),
                 },
             );
         }

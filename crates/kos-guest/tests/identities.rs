@@ -301,3 +301,94 @@ async fn the_addons_are_applied_as_admin_conf_and_fail_without_its_binding() {
         requests(&w)
     );
 }
+
+/// kube-controller-manager's certificate controllers run while the control plane does, for any
+/// request: one a user made through the API for a kubelet client, the user not allowed to
+/// autoapprove, stays pending until an admin approves it (`kubectl certificate approve`), and is
+/// then signed with the cluster CA, no join running.
+#[tokio::test]
+async fn a_users_csr_stays_pending_until_an_admin_approves_it_then_is_signed() {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequestCondition, CertificateSigningRequestSpec,
+    };
+    let c = cluster("1.34.2", 1, 0);
+    let s = secrets();
+    let mut w = formed(&c, &s);
+    let kube = &w.only_cluster().kube;
+    // carol may ask for certificates, not have them approved for her.
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "carol-asks"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-bootstrapper"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}],
+    }))
+    .unwrap();
+    kube.insert(&binding).unwrap();
+    let (_, request) = kos_guest::certificates::kubelet_request("extra").unwrap();
+    let carol = kube.acting_as(kos_kube_fake::User::authenticated("carol", []), "kubectl");
+    carol
+        .create(&CertificateSigningRequest {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("extra".into()),
+                ..Default::default()
+            },
+            spec: CertificateSigningRequestSpec {
+                request: ByteString(request.into_bytes()),
+                signer_name: kos_guest::certificates::KUBELET_CLIENT_SIGNER.into(),
+                usages: Some(vec!["digital signature".into(), "client auth".into()]),
+                ..Default::default()
+            },
+            status: None,
+        })
+        .unwrap();
+    w.advance(time::Duration::minutes(10));
+    let csr = |w: &World| {
+        w.only_cluster()
+            .kube
+            .get::<CertificateSigningRequest>(None, "extra")
+            .unwrap()
+            .unwrap()
+    };
+    let pending = csr(&w).status.unwrap_or_default();
+    assert!(pending.conditions.is_none(), "{pending:?}");
+    assert!(pending.certificate.is_none(), "{pending:?}");
+    // The controller looked, and asked whether carol may autoapprove.
+    assert!(requests(&w).iter().any(|(u, m, p, st)| u
+        == "system:serviceaccount:kube-system:certificate-controller"
+        && m == "POST"
+        && p == "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        && *st == 201));
+    let admin = w.only_cluster().kube.acting_as(
+        kos_guest::kubeadm::rbac::admin(kos_guest::Version::parse("1.34.2").unwrap()),
+        "kubectl",
+    );
+    admin
+        .update_subresource::<CertificateSigningRequest>(None, "extra", "approval", |c| {
+            c.status
+                .get_or_insert_default()
+                .conditions
+                .get_or_insert_default()
+                .push(CertificateSigningRequestCondition {
+                    type_: "Approved".into(),
+                    status: "True".into(),
+                    reason: Some("KubectlApprove".into()),
+                    message: Some("This CSR was approved by kubectl certificate approve.".into()),
+                    ..Default::default()
+                });
+        })
+        .unwrap();
+    w.advance(time::Duration::minutes(1));
+    let status = csr(&w).status.unwrap_or_default();
+    let conds = status.conditions.unwrap_or_default();
+    assert_eq!(conds.len(), 1, "{conds:?}");
+    assert_eq!(conds[0].reason.as_deref(), Some("KubectlApprove"));
+    let cert = status.certificate.expect("signed").0;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&cert).unwrap();
+    let x = pem.parse_x509().unwrap();
+    assert_eq!(
+        x.subject().to_string(),
+        "CN=system:node:extra, O=system:nodes"
+    );
+    let (_, ca_pem) = x509_parser::pem::parse_x509_pem(s.ca.cert_pem.as_bytes()).unwrap();
+    assert_eq!(x.issuer(), ca_pem.parse_x509().unwrap().subject());
+}
