@@ -519,7 +519,8 @@ impl FakeKube {
         from_json(updated, &K::kind(&()))
     }
 
-    /// Deletes like a client (finalizers are honoured).
+    /// Deletes like a client (finalizers are honoured), as no user: a test's own hand; a simulated
+    /// component deletes as its user ([`Acting::delete`]).
     pub fn delete<K>(&self, ns: Option<&str>, name: &str) -> Result<(), FakeError>
     where
         K: Resource<DynamicType = ()>,
@@ -535,8 +536,10 @@ impl FakeKube {
     /// Server-side applies an object given as JSON (`apiVersion`, `kind`, `metadata.name`, and
     /// `metadata.namespace` for namespaced types), as `kubectl apply --server-side` would: creates it
     /// when absent, else merges the fields `manager` owns. Not a request: neither logged nor hit by
-    /// faults. A type the fake does not serve is [`FakeError::UnknownKind`], as a real server answers
-    /// `no matches for kind` for a type it lacks.
+    /// faults, and written by no user (no authorisation, no admission that looks at one): a
+    /// test's set-up; a simulated component applies as its user ([`Acting::apply_json`]). A type
+    /// the fake does not serve is [`FakeError::UnknownKind`], as a real server answers `no matches
+    /// for kind` for a type it lacks.
     pub fn apply_json(&self, obj: &Value, manager: &str) -> Result<Value, FakeError> {
         let s = |field: &str| obj.get(field).and_then(Value::as_str).unwrap_or_default();
         let (api_version, kind) = (s("apiVersion"), s("kind"));
