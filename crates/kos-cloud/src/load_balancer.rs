@@ -15,8 +15,8 @@ use crate::model::common::invalid;
 use crate::model::load_balancer::{
     HealthMonitor, HealthMonitorCreate, HealthMonitorUpdate, LbFlavor, LbQuotas, Listener,
     ListenerCreate, ListenerUpdate, LoadBalancer, LoadBalancerCreate, LoadBalancerFilter,
-    LoadBalancerUpdate, Member, MemberSpec, Pool, PoolCreate, PoolParent, PoolUpdate, Provider,
-    ProvisioningStatus, StatusTree,
+    LoadBalancerUpdate, Member, MemberSpec, Pool, PoolCreate, PoolMembersFolded, PoolParent,
+    PoolUpdate, Provider, ProvisioningStatus, StatusTree,
 };
 use crate::paging::util::{body, fetch, found, gone, run};
 use crate::paging::wait::{self, Step};
@@ -352,6 +352,13 @@ impl LoadBalancerApi<'_> {
 
     /// Every pool of the session's project, across load balancers, in one (paged) list.
     pub async fn list_project_pools(&self) -> Result<Vec<Pool>, CloudError> {
+        self.list("pool.list", "lbaas/pools", "pools", self.project_query())
+            .await
+    }
+
+    /// Every pool of the session's project, as [`Self::list_project_pools`], with each pool's
+    /// member ids folded while the answer is read ([`PoolMembersFolded`]): no member id is kept.
+    pub async fn list_project_pools_folded(&self) -> Result<Vec<PoolMembersFolded>, CloudError> {
         self.list("pool.list", "lbaas/pools", "pools", self.project_query())
             .await
     }

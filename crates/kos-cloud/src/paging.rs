@@ -10,11 +10,16 @@
 //! even if the service still sent a next link; a full last page needs one more (empty) call to be sure,
 //! as on Neutron.
 
-use serde::de::DeserializeOwned;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{
+    self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::Value;
 
 use crate::error::CloudError;
-use crate::request::ApiRequest;
+use crate::request::{ApiRequest, ApiResponse};
 use crate::session::Session;
 
 /// Stops a service that keeps sending the same next link from looping forever.
@@ -39,25 +44,11 @@ impl Session {
         let mut last_marker: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let rsp = self.send(next.clone()).await?;
-            let body: Value = rsp.json()?;
-            let (items, next_query) =
-                split_page(body, key).map_err(|detail| CloudError::Decode {
-                    service: base.service,
-                    operation: base.operation,
-                    detail,
-                })?;
-            let n = items.len();
-            for item in items {
-                out.push(
-                    serde_json::from_value(item).map_err(|e| CloudError::Decode {
-                        service: base.service,
-                        operation: base.operation,
-                        detail: format!("{key}[{}]: {e}", out.len()),
-                    })?,
-                );
-            }
+            let page: Page<T> = decode_page(&rsp, key)?;
+            let n = page.items.len();
+            out.extend(page.items);
             let short_page = page_size.is_some_and(|p| n < p as usize);
-            let Some(q) = next_query.filter(|_| n > 0 && !short_page) else {
+            let Some(q) = page.next.filter(|_| n > 0 && !short_page) else {
                 return Ok(out);
             };
             let marker = q
@@ -101,55 +92,149 @@ impl Session {
         if let Some(m) = marker {
             req = req.query("marker", m);
         }
-        let (service, operation) = (req.service, req.operation);
-        let body: Value = self.send(req).await?.json()?;
-        let (items, next) = split_page(body, key).map_err(|detail| CloudError::Decode {
-            service,
-            operation,
-            detail,
-        })?;
-        let n = items.len();
-        let items = items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| {
-                serde_json::from_value(item).map_err(|e| CloudError::Decode {
-                    service,
-                    operation,
-                    detail: format!("{key}[{i}]: {e}"),
-                })
-            })
-            .collect::<Result<Vec<T>, _>>()?;
+        let rsp = self.send(req).await?;
+        let page: Page<T> = decode_page(&rsp, key)?;
+        let n = page.items.len();
         let short_page = limit.is_some_and(|p| n < p as usize);
-        let next = next
+        let next = page
+            .next
             .filter(|_| n > 0 && !short_page)
             .and_then(|q| q.into_iter().find(|(k, _)| k == "marker").map(|(_, v)| v));
-        Ok((items, next))
+        Ok((page.items, next))
     }
 }
 
 /// A page's items and, if there is a next page, the query of its link.
-type Page = (Vec<Value>, Option<Vec<(String, String)>>);
+#[derive(Debug)]
+struct Page<T> {
+    items: Vec<T>,
+    next: Option<Vec<(String, String)>>,
+}
 
-/// Splits a list answer into [`Page`]. Takes the answer: its items are moved out, not copied (a
-/// page of a thousand pools with their member ids is tens of megabytes as JSON values).
-fn split_page(mut body: Value, key: &str) -> Result<Page, String> {
-    let items = match body.get_mut(key).map(Value::take) {
-        Some(Value::Array(a)) => a,
-        Some(Value::Null) | None => Vec::new(),
-        Some(_) => return Err(format!("{key:?} is not a list")),
-    };
-    let href = body
-        .get(format!("{key}_links"))
-        .and_then(Value::as_array)
-        .and_then(|links| {
-            links
-                .iter()
-                .find(|l| l.get("rel").and_then(Value::as_str) == Some("next"))
-                .and_then(|l| l.get("href").and_then(Value::as_str))
+/// Decodes a list answer straight into its typed items: no JSON value tree of the page is built
+/// (a page of a thousand pools with 500 member ids each is ~25 MB of JSON, and was hundreds of
+/// MiB as `serde_json::Value`s).
+fn decode_page<T: DeserializeOwned>(rsp: &ApiResponse, key: &str) -> Result<Page<T>, CloudError> {
+    parse_page(&rsp.body, key).map_err(|e| CloudError::Decode {
+        service: rsp.service,
+        operation: rsp.operation,
+        detail: e.to_string(),
+    })
+}
+
+fn parse_page<T: DeserializeOwned>(body: &[u8], key: &str) -> Result<Page<T>, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let page = PageSeed::<T> {
+        key,
+        _items: PhantomData,
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(page)
+}
+
+/// Reads `{"<key>": [...], "<key>_links": [...]}` (or Glance's `"next": "…"`), skipping the rest.
+struct PageSeed<'k, T> {
+    key: &'k str,
+    _items: PhantomData<T>,
+}
+
+impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for PageSeed<'_, T> {
+    type Value = Page<T>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Page<T>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for PageSeed<'_, T> {
+    type Value = Page<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "an object with a {:?} list", self.key)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Page<T>, A::Error> {
+        let links_key = format!("{}_links", self.key);
+        let mut items = Vec::new();
+        let mut links: Option<Value> = None;
+        let mut glance_next: Option<Value> = None;
+        while let Some(k) = map.next_key::<String>()? {
+            if k == self.key {
+                items = map.next_value_seed(ItemsSeed::<T> {
+                    key: self.key,
+                    _items: PhantomData,
+                })?;
+            } else if k == links_key {
+                links = Some(map.next_value()?);
+            } else if k == "next" {
+                glance_next = Some(map.next_value()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        let href = links
+            .as_ref()
+            .and_then(Value::as_array)
+            .and_then(|links| {
+                links
+                    .iter()
+                    .find(|l| l.get("rel").and_then(Value::as_str) == Some("next"))
+                    .and_then(|l| l.get("href").and_then(Value::as_str))
+            })
+            .or_else(|| glance_next.as_ref().and_then(Value::as_str));
+        Ok(Page {
+            items,
+            next: href.map(href_query),
         })
-        .or_else(|| body.get("next").and_then(Value::as_str));
-    Ok((items, href.map(href_query)))
+    }
+}
+
+/// The collection's list (`null`: empty); an item that does not decode is named by its index.
+struct ItemsSeed<'k, T> {
+    key: &'k str,
+    _items: PhantomData<T>,
+}
+
+impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for ItemsSeed<'_, T> {
+    type Value = Vec<T>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Vec<T>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for ItemsSeed<'_, T> {
+    type Value = Vec<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{:?} as a list", self.key)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Vec<T>, E> {
+        Ok(Vec::new())
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Vec<T>, E> {
+        Ok(Vec::new())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        loop {
+            match seq.next_element::<T>() {
+                Ok(Some(item)) => out.push(item),
+                Ok(None) => return Ok(out),
+                Err(e) => {
+                    return Err(de::Error::custom(format_args!(
+                        "{}[{}]: {e}",
+                        self.key,
+                        out.len()
+                    )));
+                }
+            }
+        }
+    }
 }
 
 /// The query pairs of an absolute or rooted href.
@@ -166,30 +251,53 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn page(body: Value, key: &str) -> Result<Page<Value>, serde_json::Error> {
+        parse_page(body.to_string().as_bytes(), key)
+    }
+
     #[test]
-    fn next_links_of_every_flavour_are_found() -> Result<(), String> {
-        let (items, q) = split_page(
+    fn next_links_of_every_flavour_are_found() -> Result<(), serde_json::Error> {
+        let p = page(
             json!({"ports": [{"id": "a"}], "ports_links": [{"rel": "previous", "href": "x?marker=z"}, {"rel": "next", "href": "http://h:9696/v2.0/ports?tags=k%3Dv&limit=1&marker=a"}]}),
             "ports",
         )?;
-        assert_eq!(items.len(), 1);
+        assert_eq!(p.items.len(), 1);
         assert_eq!(
-            q,
+            p.next,
             Some(vec![
                 ("tags".into(), "k=v".into()),
                 ("limit".into(), "1".into()),
                 ("marker".into(), "a".into())
             ])
         );
-        let (_, q) = split_page(
+        let p = page(
             json!({"images": [], "next": "/v2/images?marker=m"}),
             "images",
         )?;
-        assert_eq!(q, Some(vec![("marker".into(), "m".into())]));
-        let (_, q) = split_page(json!({"servers": []}), "servers")?;
-        assert_eq!(q, None);
-        assert!(split_page(json!({"servers": 1}), "servers").is_err());
+        assert_eq!(p.next, Some(vec![("marker".into(), "m".into())]));
+        let p = page(json!({"servers": [], "servers_links": "odd"}), "servers")?;
+        assert_eq!(p.next, None);
+        let p = page(json!({"servers": null}), "servers")?;
+        assert!(p.items.is_empty());
+        assert!(page(json!({"servers": 1}), "servers").is_err());
+        assert!(page(json!([]), "servers").is_err());
         Ok(())
+    }
+
+    #[test]
+    fn an_item_that_does_not_decode_is_named_by_its_index() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Item {
+            #[allow(dead_code)]
+            id: String,
+        }
+        let body = json!({"ports": [{"id": "a"}, {"id": 7}]}).to_string();
+        let e = parse_page::<Item>(body.as_bytes(), "ports").map(|p| p.items.len());
+        assert!(
+            e.as_ref()
+                .is_err_and(|e| e.to_string().starts_with("ports[1]: ")),
+            "{e:?}"
+        );
     }
 }
 

@@ -5,12 +5,12 @@
 mod facades_support;
 
 use facades_support::{R, cluster, deadline, network_with_subnet, start, tags};
-use kos_cloud::ApiErrorKind;
 use kos_cloud::model::load_balancer::{
     HealthMonitorCreate, LbAlgorithm, ListenerCreate, ListenerTimeouts, ListenerUpdate,
-    LoadBalancerCreate, LoadBalancerFilter, LoadBalancerUpdate, MemberSpec, MonitorType,
+    LoadBalancerCreate, LoadBalancerFilter, LoadBalancerUpdate, MemberIds, MemberSpec, MonitorType,
     OperatingStatus, PoolCreate, PoolParent, Protocol, ProvisioningStatus, Vip,
 };
+use kos_cloud::{ApiErrorKind, ServiceKind};
 
 #[tokio::test]
 async fn load_balancer_lifecycle_with_children_and_cascade_delete() -> R {
@@ -179,6 +179,62 @@ async fn a_fully_populated_load_balancer_comes_up_in_one_create() -> R {
     assert!(p.healthmonitor.as_ref().is_some_and(|h| !h.id.is_empty()));
     lbs.delete_load_balancer(&lb.id, true).await?;
     lbs.wait_for_deleted(&lb.id, deadline()).await?;
+    Ok(())
+}
+
+/// The project's pools with their member ids folded while read: the same pools as the plain
+/// list, each fold that of the ids the plain list shows, paged like every list.
+#[tokio::test]
+async fn project_pools_listed_folded_match_the_plain_list_page_by_page() -> R {
+    let c = start().await?;
+    let lbs = c.session.load_balancer();
+    let sub = network_with_subnet(&c.session, "10.42.0.0/24").await?;
+    for (i, n) in [0_u8, 2, 3].into_iter().enumerate() {
+        let mut pool = PoolCreate::new(
+            PoolParent::Inline,
+            format!("p{i}"),
+            Protocol::Tcp,
+            LbAlgorithm::RoundRobin,
+        );
+        pool.members = (0..n)
+            .map(|m| MemberSpec::new(format!("10.42.0.{}", 10 + m), 30080))
+            .collect();
+        let mut listener = ListenerCreate::new("", format!("l{i}"), Protocol::Tcp, 80);
+        listener.default_pool = Some(pool);
+        let mut req = LoadBalancerCreate::new(format!("lb{i}"), Vip::Subnet(sub.id.clone()));
+        req.listeners = vec![listener];
+        let lb = lbs.create_load_balancer(&req).await?;
+        lbs.wait_for_active(&lb.id, deadline()).await?;
+    }
+    let plain = lbs.list_project_pools().await?;
+    let calls = || {
+        c.session
+            .counters()
+            .operation(ServiceKind::LoadBalancer, "pool.list")
+    };
+    let before = calls();
+    let folded = lbs.page_size(2).list_project_pools_folded().await?;
+    assert_eq!(calls() - before, 2, "3 pools in pages of 2");
+    assert_eq!(plain.len(), 3);
+    assert_eq!(folded.len(), plain.len());
+    for f in &folded {
+        let p = plain
+            .iter()
+            .find(|p| p.id == f.pool.id)
+            .ok_or("a pool the plain list lacks")?;
+        assert!(f.pool.members.is_empty(), "no member id is kept");
+        assert_eq!(
+            f.member_ids,
+            MemberIds::of(p.members.iter().map(|m| m.id.as_str()))
+        );
+        assert_eq!(
+            (f.pool.name.as_str(), f.pool.protocol.clone()),
+            (p.name.as_str(), p.protocol.clone())
+        );
+    }
+    let mut counts: Vec<usize> = folded.iter().map(|f| f.member_ids.count()).collect();
+    counts.sort_unstable();
+    assert_eq!(counts, vec![0, 2, 3]);
     Ok(())
 }
 

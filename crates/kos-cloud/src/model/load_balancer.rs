@@ -365,6 +365,131 @@ pub struct Pool {
     pub tags: Vec<String>,
 }
 
+/// A pool's member ids as a list shows them, folded while they are read: how many, and a digest
+/// of the set that does not depend on their order. A controller that only needs to know whether
+/// a pool's membership changed keeps this instead of the ids (a project of 1000 pools of 500
+/// members lists half a million of them on every refresh).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct MemberIds {
+    count: usize,
+    digest: u64,
+}
+
+impl MemberIds {
+    /// The fold of these ids (each once: ids are unique in a pool).
+    pub fn of<'a>(ids: impl IntoIterator<Item = &'a str>) -> MemberIds {
+        ids.into_iter().fold(MemberIds::default(), MemberIds::with)
+    }
+
+    fn with(self, id: &str) -> MemberIds {
+        use std::hash::{Hash, Hasher};
+        // Fixed keys: the same ids fold to the same digest in every fold of this process. Summing
+        // the ids' hashes makes the digest independent of the order Octavia lists them in.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut h);
+        MemberIds {
+            count: self.count + 1,
+            digest: self.digest.wrapping_add(h.finish()),
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+}
+
+/// `[{"id": …}, …]` (or `null`), folded as it streams: no id is kept.
+impl<'de> Deserialize<'de> for MemberIds {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<MemberIds, D::Error> {
+        struct Fold;
+        #[derive(Deserialize)]
+        struct Ref<'a> {
+            #[serde(borrow)]
+            id: std::borrow::Cow<'a, str>,
+        }
+        impl<'de> serde::de::Visitor<'de> for Fold {
+            type Value = MemberIds;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of member references")
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<MemberIds, E> {
+                Ok(MemberIds::default())
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<MemberIds, E> {
+                Ok(MemberIds::default())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<MemberIds, A::Error> {
+                let mut ids = MemberIds::default();
+                while let Some(r) = seq.next_element::<Ref<'_>>()? {
+                    ids = ids.with(&r.id);
+                }
+                Ok(ids)
+            }
+        }
+        d.deserialize_any(Fold)
+    }
+}
+
+/// A pool as a project-wide list shows it, its member ids folded ([`MemberIds`]) rather than
+/// kept: what a controller comparing memberships needs, at a fraction of the memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+struct FoldedPool {
+    id: String,
+    name: String,
+    #[serde(deserialize_with = "nullable")]
+    description: String,
+    protocol: Protocol,
+    lb_algorithm: LbAlgorithm,
+    provisioning_status: ProvisioningStatus,
+    operating_status: OperatingStatus,
+    admin_state_up: bool,
+    #[serde(deserialize_with = "nullable")]
+    loadbalancers: Vec<IdRef>,
+    #[serde(deserialize_with = "nullable")]
+    listeners: Vec<IdRef>,
+    members: MemberIds,
+    healthmonitor_id: Option<String>,
+    session_persistence: Option<SessionPersistence>,
+    #[serde(deserialize_with = "nullable")]
+    tags: Vec<String>,
+}
+
+/// A listed [`Pool`] (its `members` left empty) with its member ids folded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(from = "FoldedPool")]
+pub struct PoolMembersFolded {
+    pub pool: Pool,
+    pub member_ids: MemberIds,
+}
+
+impl From<FoldedPool> for PoolMembersFolded {
+    fn from(p: FoldedPool) -> Self {
+        PoolMembersFolded {
+            pool: Pool {
+                id: p.id,
+                name: p.name,
+                description: p.description,
+                protocol: p.protocol,
+                lb_algorithm: p.lb_algorithm,
+                provisioning_status: p.provisioning_status,
+                operating_status: p.operating_status,
+                admin_state_up: p.admin_state_up,
+                loadbalancers: p.loadbalancers,
+                listeners: p.listeners,
+                members: Vec::new(),
+                healthmonitor_id: p.healthmonitor_id,
+                session_persistence: p.session_persistence,
+                tags: p.tags,
+            },
+            member_ids: p.members,
+        }
+    }
+}
+
 /// Which object a new pool hangs off.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum PoolParent {
@@ -699,6 +824,40 @@ mod tests {
 
     type R = Result<(), Box<dyn std::error::Error>>;
     const EX: &str = "load-balancer/v2/examples";
+
+    #[test]
+    fn a_folded_pool_list_is_the_pool_list_with_its_member_ids_folded() -> R {
+        let path = format!("{EX}/pools-list-response.json");
+        let pools: Vec<Pool> = parse_sample(&path, "pools")?;
+        let folded: Vec<PoolMembersFolded> = parse_sample(&path, "pools")?;
+        assert_eq!(pools.len(), folded.len());
+        for (p, f) in pools.iter().zip(&folded) {
+            let ids = MemberIds::of(p.members.iter().map(|m| m.id.as_str()));
+            assert_eq!(f.member_ids, ids);
+            assert_eq!(f.member_ids.count(), p.members.len());
+            assert_eq!(
+                f.pool,
+                Pool {
+                    members: Vec::new(),
+                    ..p.clone()
+                }
+            );
+        }
+        // The digest is the set's: order does not matter, a different id does, and so does one more.
+        let listed = r#"{"members": [{"id": "a"}, {"id": "b"}]}"#;
+        #[derive(Deserialize)]
+        struct M {
+            members: MemberIds,
+        }
+        let m: M = serde_json::from_str(listed)?;
+        assert_eq!(m.members, MemberIds::of(["b", "a"]));
+        assert_ne!(m.members, MemberIds::of(["a", "c"]));
+        assert_ne!(m.members, MemberIds::of(["a", "b", "c"]));
+        let none: M = serde_json::from_str(r#"{"members": null}"#)?;
+        assert_eq!(none.members, MemberIds::of([]));
+        assert!(serde_json::from_str::<M>(r#"{"members": [{"name": "x"}]}"#).is_err());
+        Ok(())
+    }
 
     #[test]
     fn responses_parse() -> R {
