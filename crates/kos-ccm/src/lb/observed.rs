@@ -14,12 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kos_cloud::model::load_balancer::{
-    HealthMonitor, Listener, LoadBalancer, LoadBalancerFilter, Member, MemberSpec, Pool,
+    HealthMonitor, Listener, LoadBalancer, LoadBalancerFilter, Member, MemberIds, MemberSpec, Pool,
     ProvisioningStatus,
 };
 use kos_cloud::model::network::{FloatingIp, FloatingIpFilter};
 use kos_cloud::{CloudError, Session};
 use tokio::time::Instant;
+
+use super::plan::{MemberKeys, Membership};
 
 /// One bulk observation.
 #[derive(Debug, Clone)]
@@ -34,9 +36,9 @@ pub struct Observed {
     /// When the listing was in hand: its age for reuse counts from here (a listing slower than
     /// the max age must still be shareable, or every pass would list the project again).
     listed_at: Instant,
-    /// The member ids of each listed pool, folded; the pools' own `members` are emptied when
-    /// taken (at 1000 pools of 500 members they are half a million strings, per snapshot).
-    member_ids: HashMap<String, IdSet>,
+    /// The member ids of each listed pool, folded as the list was read; the pools' own
+    /// `members` are empty (at 1000 pools of 500 members the ids are half a million strings).
+    member_ids: HashMap<String, MemberIds>,
     /// The write generation it was taken at (see [`Snapshots`]).
     generation: u64,
 }
@@ -61,19 +63,19 @@ impl Observed {
             ..Default::default()
         };
         let net = session.network();
-        let (load_balancers, listeners, mut pools, monitors, floating_ips) = futures::try_join!(
+        let (load_balancers, listeners, folded, monitors, floating_ips) = futures::try_join!(
             lb.list_load_balancers(&lbs),
             lb.list_project_listeners(),
-            lb.list_project_pools(),
+            lb.list_project_pools_folded(),
             lb.list_project_health_monitors(),
             net.list_floating_ips(&fips),
         )?;
-        let member_ids = pools
-            .iter_mut()
-            .map(|p| {
-                let ids = IdSet::of(p);
-                p.members = Vec::new();
-                (p.id.clone(), ids)
+        let mut member_ids = HashMap::with_capacity(folded.len());
+        let pools = folded
+            .into_iter()
+            .map(|f| {
+                member_ids.insert(f.pool.id.clone(), f.member_ids);
+                f.pool
             })
             .collect();
         Ok(Observed {
@@ -106,11 +108,11 @@ impl Observed {
 
     /// The member ids the listing showed for this pool (folded when taken; for an observation
     /// made by hand, from the pool itself).
-    fn member_ids(&self, pool: &Pool) -> IdSet {
+    fn member_ids(&self, pool: &Pool) -> MemberIds {
         self.member_ids
             .get(&pool.id)
             .copied()
-            .unwrap_or_else(|| IdSet::of(pool))
+            .unwrap_or_else(|| MemberIds::of(pool.members.iter().map(|m| m.id.as_str())))
     }
 
     pub fn load_balancer(&self, id: &str) -> Option<&LoadBalancer> {
@@ -251,38 +253,14 @@ impl Snapshots {
     }
 }
 
-/// The member ids a pool listing shows, folded: how many and a digest of the sorted set. Kept
-/// instead of the ids themselves (a pool of 500 members would hold 500 strings per pool).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct IdSet {
-    count: usize,
-    digest: u64,
-}
-
-impl IdSet {
-    fn of(pool: &Pool) -> IdSet {
-        IdSet::of_ids(pool.members.iter().map(|m| m.id.as_str()))
-    }
-
-    fn of_ids<'a>(ids: impl Iterator<Item = &'a str>) -> IdSet {
-        use std::hash::{Hash, Hasher};
-        let mut ids: Vec<&str> = ids.collect();
-        ids.sort_unstable();
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        ids.hash(&mut h);
-        IdSet {
-            count: ids.len(),
-            digest: h.finish(),
-        }
-    }
-}
-
 #[derive(Debug)]
 struct CachedMembers {
     /// The pool's member ids when `members` was last confirmed; `None` for a membership this
     /// process wrote and no pool listing has shown yet.
-    ids: Option<IdSet>,
-    members: Arc<Vec<Member>>,
+    ids: Option<MemberIds>,
+    /// Folded for a batch provider (a few bytes a pool), listed for a serial one (its plan
+    /// deletes members by id).
+    members: Arc<Membership>,
     /// When listed, or written.
     fetched: Instant,
 }
@@ -333,7 +311,14 @@ impl MemberCache {
     /// From the cache: a listing whose ids the pool still shows, or a membership written here
     /// that the pool now shows as many ids as (then confirmed from this listing on). `created`:
     /// the key of a create that may have made this pool (see [`MemberCache::created`]).
-    fn cached(&self, pool: &Pool, ids: IdSet, created: Option<&str>) -> Option<Arc<Vec<Member>>> {
+    /// `serial`: only listed members will do (a fold has no ids).
+    fn cached(
+        &self,
+        pool: &Pool,
+        ids: MemberIds,
+        created: Option<&str>,
+        serial: bool,
+    ) -> Option<Arc<Membership>> {
         let mut entries = self.entries.lock().ok()?;
         if !entries.contains_key(&pool.id)
             && let Some(e) = created.and_then(|k| entries.remove(k))
@@ -341,12 +326,14 @@ impl MemberCache {
             entries.insert(pool.id.clone(), e);
         }
         let e = entries.get_mut(&pool.id)?;
-        if e.fetched.elapsed() >= self.verify_every {
+        if e.fetched.elapsed() >= self.verify_every
+            || (serial && matches!(*e.members, Membership::Folded(_)))
+        {
             return None;
         }
         match e.ids {
             Some(seen) if seen == ids => Some(e.members.clone()),
-            None if e.members.len() == ids.count => {
+            None if e.members.len() == ids.count() => {
                 e.ids = Some(ids);
                 Some(e.members.clone())
             }
@@ -355,30 +342,38 @@ impl MemberCache {
     }
 
     /// The pool's members: from the cache when the pool still lists the same member ids (or as
-    /// many as this process last wrote), else one list call.
-    /// `pool`: as `observed` lists it.
+    /// many as this process last wrote), else one list call. The cache keeps them folded unless
+    /// `serial` (see [`Membership`]). `pool`: as `observed` lists it.
     pub async fn members(
         &self,
         session: &Session,
         observed: &Observed,
         pool: &Pool,
         created: Option<&str>,
-    ) -> Result<Arc<Vec<Member>>, CloudError> {
-        if let Some(m) = self.cached(pool, observed.member_ids(pool), created) {
+        serial: bool,
+    ) -> Result<Arc<Membership>, CloudError> {
+        if let Some(m) = self.cached(pool, observed.member_ids(pool), created, serial) {
             return Ok(m);
         }
-        let members = Arc::new(session.load_balancer().list_members(&pool.id).await?);
+        let members = session.load_balancer().list_members(&pool.id).await?;
+        let ids = MemberIds::of(members.iter().map(|m| m.id.as_str()));
+        let listed = Arc::new(Membership::Listed(members));
+        let kept = if serial {
+            listed.clone()
+        } else {
+            Arc::new(Membership::Folded(listed.folded()))
+        };
         if let Ok(mut entries) = self.entries.lock() {
             entries.insert(
                 pool.id.clone(),
                 CachedMembers {
-                    ids: Some(IdSet::of_ids(members.iter().map(|m| m.id.as_str()))),
-                    members: members.clone(),
+                    ids: Some(ids),
+                    members: kept,
                     fetched: Instant::now(),
                 },
             );
         }
-        Ok(members)
+        Ok(listed)
     }
 
     /// This process replaced the pool's members with `specs` (a batch update Octavia accepted).
@@ -404,7 +399,11 @@ impl MemberCache {
                 key,
                 CachedMembers {
                     ids: None,
-                    members: Arc::new(specs.iter().map(as_member).collect()),
+                    // Written only by batch replaces and fully populated creates (never for
+                    // a serial provider): the fold is all a later pass compares.
+                    members: Arc::new(Membership::Folded(MemberKeys::of(
+                        &specs.iter().map(as_member).collect::<Vec<_>>(),
+                    ))),
                     fetched: Instant::now(),
                 },
             );

@@ -143,7 +143,7 @@ pub struct PlanInput<'a> {
     pub observed: &'a Observed,
     /// Members of this Service's pools, by pool id (pools missing here are treated as unknown and
     /// left alone).
-    pub members: &'a HashMap<String, std::sync::Arc<Vec<Member>>>,
+    pub members: &'a HashMap<String, std::sync::Arc<Membership>>,
     /// The Service's tag (its upstream LB name).
     pub service_tag: &'a str,
     /// The load balancer carries this Service's name (it was made for it).
@@ -477,7 +477,7 @@ fn pool_change(p: &Pool, d: &DesiredPool) -> Option<LbAction> {
 
 /// What decides that a member is as wanted (upstream compares name-address-port-monitorport; kos
 /// also puts back weight and admin state changed behind its back).
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct MemberKey<'a> {
     address: &'a str,
     port: u16,
@@ -509,14 +509,106 @@ fn desired_key(m: &DesiredMember) -> MemberKey<'_> {
     }
 }
 
+/// A pool's membership as a plan compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Membership {
+    /// Every member with its id, as listed: what a serial provider's plan needs (it deletes
+    /// members by id).
+    Listed(Vec<Member>),
+    /// Only the fold of the members' keys: enough to tell whether a batch replace is needed, at
+    /// a few bytes per pool instead of every member (1000 pools of 500 members at scale).
+    Folded(MemberKeys),
+}
+
+impl Membership {
+    /// How many members.
+    pub fn len(&self) -> usize {
+        match self {
+            Membership::Listed(m) => m.len(),
+            Membership::Folded(k) => k.members,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The same membership, folded.
+    pub fn folded(&self) -> MemberKeys {
+        match self {
+            Membership::Listed(m) => MemberKeys::of(m),
+            Membership::Folded(k) => *k,
+        }
+    }
+}
+
+/// The keys a membership is compared by (address, port, name, monitor port, weight, admin
+/// state), folded: how many members, how many distinct keys, and a digest of the set of keys
+/// that does not depend on their order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberKeys {
+    members: usize,
+    keys: usize,
+    digest: u64,
+}
+
+impl MemberKeys {
+    pub fn of(members: &[Member]) -> MemberKeys {
+        let keys: BTreeSet<MemberKey> = members.iter().map(observed_key).collect();
+        Self::of_set(members.len(), &keys)
+    }
+
+    fn of_set(members: usize, keys: &BTreeSet<MemberKey>) -> MemberKeys {
+        use std::hash::{Hash, Hasher};
+        let digest = keys.iter().fold(0u64, |d, k| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            k.hash(&mut h);
+            d.wrapping_add(h.finish())
+        });
+        MemberKeys {
+            members,
+            keys: keys.len(),
+            digest,
+        }
+    }
+
+    /// The same set of keys (what [`member_changes`] compares).
+    fn same_keys(&self, other: &MemberKeys) -> bool {
+        self.keys == other.keys && self.digest == other.digest
+    }
+}
+
 fn member_changes(
     pool_id: &str,
-    have: &[Member],
+    have: &Membership,
     want: &[DesiredMember],
     serial: bool,
 ) -> Vec<LbAction> {
-    let have_keys: BTreeSet<MemberKey> = have.iter().map(observed_key).collect();
     let want_keys: BTreeSet<MemberKey> = want.iter().map(desired_key).collect();
+    let have = match have {
+        Membership::Listed(have) => have,
+        Membership::Folded(keys) => {
+            if keys.same_keys(&MemberKeys::of_set(want.len(), &want_keys)) {
+                return Vec::new();
+            }
+            // A serial plan needs the members' ids; the member cache hands serial passes the
+            // listed members, never a fold, so this is only a safeguard: leave the pool alone
+            // (as an unknown one) rather than guess.
+            if serial {
+                return Vec::new();
+            }
+            return vec![LbAction::ReplaceMembers {
+                pool_id: pool_id.to_owned(),
+                members: want.iter().map(DesiredMember::spec).collect(),
+                why: format!(
+                    "{} members known, {} wanted, not the same",
+                    keys.members,
+                    want.len()
+                ),
+            }];
+        }
+    };
+    let have_keys: BTreeSet<MemberKey> = have.iter().map(observed_key).collect();
     if have_keys == want_keys {
         return Vec::new();
     }
@@ -688,25 +780,47 @@ mod tests {
     }
 
     /// A load balancer that serves `ns/web` port 80 (nodePort 30080) on two nodes exactly.
-    fn matching() -> (Observed, HashMap<String, std::sync::Arc<Vec<Member>>>) {
+    fn matching() -> (Observed, HashMap<String, std::sync::Arc<Membership>>) {
         let mut o = Observed::empty();
         o.load_balancers = vec![lb()];
         o.listeners = vec![listener("l", Protocol::Tcp, 80, &[TAG], Some("p"))];
         o.pools = vec![pool("p", Protocol::Tcp, "pool_0_kube_service_c_ns_web")];
         let members = HashMap::from([(
             "p".to_owned(),
-            std::sync::Arc::new(vec![
+            std::sync::Arc::new(Membership::Listed(vec![
                 member("n1", "10.0.0.11", 30080),
                 member("n2", "10.0.0.12", 30080),
-            ]),
+            ])),
         )]);
         (o, members)
+    }
+
+    /// The listed members of pool `p`, to change in place.
+    fn listed(m: &mut HashMap<String, std::sync::Arc<Membership>>) -> &mut Vec<Member> {
+        match std::sync::Arc::make_mut(m.get_mut("p").expect("p")) {
+            Membership::Listed(v) => v,
+            Membership::Folded(_) => panic!("folded"),
+        }
+    }
+
+    /// The same members, kept only as the fold of their keys.
+    fn folded(
+        m: &HashMap<String, std::sync::Arc<Membership>>,
+    ) -> HashMap<String, std::sync::Arc<Membership>> {
+        m.iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    std::sync::Arc::new(Membership::Folded(v.folded())),
+                )
+            })
+            .collect()
     }
 
     fn run(
         d: &Desired,
         o: &Observed,
-        members: &HashMap<String, std::sync::Arc<Vec<Member>>>,
+        members: &HashMap<String, std::sync::Arc<Membership>>,
         owner: bool,
         serial: bool,
     ) -> Vec<LbAction> {
@@ -852,12 +966,42 @@ mod tests {
     }
 
     #[test]
+    fn folded_members_decide_as_the_listed_ones_for_a_batch_provider() {
+        let (o, mut m) = matching();
+        assert_eq!(run(&web(2), &o, &folded(&m), true, false), vec![]);
+        // Listed in another order: the same fold.
+        listed(&mut m).reverse();
+        assert_eq!(run(&web(2), &o, &folded(&m), true, false), vec![]);
+        for change in [
+            |v: &mut Vec<Member>| v[0].weight = Some(0),
+            |v: &mut Vec<Member>| v[0].admin_state_up = false,
+            |v: &mut Vec<Member>| v[0].address = "10.0.0.99".into(),
+            |v: &mut Vec<Member>| v[1].monitor_port = Some(1),
+            |v: &mut Vec<Member>| drop(v.pop()),
+        ] {
+            let (o, mut m) = matching();
+            change(listed(&mut m));
+            let a = run(&web(2), &o, &folded(&m), true, false);
+            assert!(
+                matches!(&a[..], [LbAction::ReplaceMembers { members, .. }] if members.len() == 2),
+                "{a:?}"
+            );
+        }
+        // A node more is wanted.
+        let a = run(&web(3), &o, &folded(&m), true, false);
+        assert!(
+            matches!(&a[..], [LbAction::ReplaceMembers { members, .. }] if members.len() == 3),
+            "{a:?}"
+        );
+    }
+
+    #[test]
     fn members_are_compared_with_weight_admin_state_and_monitor_port() {
         let (o, mut m) = matching();
         // The member port as monitor port is the same as none.
-        std::sync::Arc::make_mut(m.get_mut("p").expect("p"))[0].monitor_port = Some(30080);
+        listed(&mut m)[0].monitor_port = Some(30080);
         assert_eq!(run(&web(2), &o, &m, true, false), vec![]);
-        std::sync::Arc::make_mut(m.get_mut("p").expect("p"))[0].weight = Some(0);
+        listed(&mut m)[0].weight = Some(0);
         let a = run(&web(2), &o, &m, true, false);
         match &a[..] {
             [LbAction::ReplaceMembers { members, .. }] => {

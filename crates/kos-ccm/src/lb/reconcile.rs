@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 use kos_cloud::model::load_balancer::{
-    LoadBalancer, LoadBalancerCreate, LoadBalancerUpdate, Member, ProvisioningStatus, Vip,
+    LoadBalancer, LoadBalancerCreate, LoadBalancerUpdate, ProvisioningStatus, Vip,
 };
 use kos_cloud::model::network::SubnetFilter;
 use kos_cloud::{ApiErrorKind, CloudError, Session};
@@ -27,7 +27,7 @@ use super::naming::{self, Claim, Claimant};
 use super::nodes::{self, Backends};
 use super::observed::{MemberCache, Observed, Snapshots};
 use super::outcome::{Outcome, reasons};
-use super::plan::{self, LbAction, PlanInput};
+use super::plan::{self, LbAction, Membership, PlanInput};
 use super::security_groups;
 use crate::config::CloudConfig;
 
@@ -910,7 +910,7 @@ impl LoadBalancers {
         }
 
         // Members of this Service's pools: from the cache, listed only where the ids changed.
-        let mut members: HashMap<String, Arc<Vec<Member>>> = HashMap::new();
+        let mut members: HashMap<String, Arc<Membership>> = HashMap::new();
         for port in &d.ports {
             let pool = listeners
                 .iter()
@@ -921,7 +921,13 @@ impl LoadBalancers {
                 let created = MemberCache::created_key(&lb.id, &listener_key(&port.listener.key));
                 let m = self
                     .members
-                    .members(&self.session, observed, pool, Some(&created))
+                    .members(
+                        &self.session,
+                        observed,
+                        pool,
+                        Some(&created),
+                        lbc.provider_requires_serial_api_calls,
+                    )
                     .await
                     .map_err(|source| LbError::Cloud {
                         action: format!("list the members of pool {}", pool.id),
