@@ -738,6 +738,21 @@ fn list_response(
     plural: &str,
     items: Vec<Value>,
 ) -> SimResult<Value> {
+    list_response_then(app, ctx, q, path, plural, items, |v| v)
+}
+
+/// [`list_response`], with `finish` applied only to the items of the page, before `fields` picks
+/// keys: the costly part of an item (a pool's member references) is rendered for the page asked
+/// for, not for the whole collection. What `finish` adds must not be what a filter reads.
+fn list_response_then(
+    app: &SharedApp,
+    ctx: &AuthCtx,
+    q: &QueryParams,
+    path: &str,
+    plural: &str,
+    items: Vec<Value>,
+    finish: impl FnMut(Value) -> Value,
+) -> SimResult<Value> {
     let tags = q.tag_filter();
     let items: Vec<Value> = items
         .into_iter()
@@ -760,6 +775,7 @@ fn list_response(
     let items: Vec<Value> = page
         .items
         .into_iter()
+        .map(finish)
         .map(|v| select_fields(q, v))
         .collect();
     Ok(json!({ plural: items, format!("{plural}_links"): links }))

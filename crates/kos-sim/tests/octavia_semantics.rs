@@ -589,6 +589,75 @@ async fn tag_filters_and_pagination() {
     assert_eq!(first.len(), 2, "{first:?}");
 }
 
+/// A pool list pages as every list, and each pool on a page shows its own members' ids (the
+/// simulator adds them to the page's pools only, after filtering and paging).
+#[tokio::test]
+async fn a_pool_list_pages_and_each_pool_shows_its_own_members() {
+    let h = Harness::new().await;
+    let subnet = make_subnet(&h, "10.9.0.0/24").await;
+    let pool = |members: Value| json!({"protocol": "TCP", "lb_algorithm": "ROUND_ROBIN", "members": members});
+    let id = create_lb(
+        &h,
+        &subnet,
+        json!({"listeners": [
+            {"protocol": "TCP", "protocol_port": 80, "default_pool": pool(json!([
+                {"address": "10.9.0.5", "protocol_port": 30080}]))},
+            {"protocol": "TCP", "protocol_port": 81, "default_pool": pool(json!([
+                {"address": "10.9.0.5", "protocol_port": 30081},
+                {"address": "10.9.0.6", "protocol_port": 30081}]))},
+        ]}),
+    )
+    .await;
+    wait_active(&h, &id).await;
+    let ids = |v: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["id"].as_str().map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut seen = Vec::new();
+    let mut path = "/pools?limit=1".to_owned();
+    for _ in 0..3 {
+        let page = get(&h, &path).await.json;
+        for p in page["pools"].as_array().into_iter().flatten() {
+            let pid = p["id"].as_str().expect("pool id");
+            let own = get(&h, &format!("/pools/{pid}/members")).await.json;
+            assert_eq!(ids(&p["members"]), ids(&own["members"]), "pool {pid}");
+            assert_eq!(
+                p["members"],
+                get(&h, &format!("/pools/{pid}")).await.json["pool"]["members"]
+            );
+            seen.push(ids(&p["members"]).len());
+        }
+        let Some(next) = page["pools_links"][0]["href"].as_str() else {
+            break;
+        };
+        path = next
+            .split_once("/lbaas")
+            .map(|(_, p)| p)
+            .expect("path")
+            .to_owned();
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, vec![1, 2]);
+    // `fields` picks the member references as any other key.
+    let only = get(&h, "/pools?fields=members").await.json;
+    let counts: Vec<usize> = only["pools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            assert_eq!(p.as_object().map(|o| o.len()), Some(1), "{p}");
+            ids(&p["members"]).len()
+        })
+        .collect();
+    assert_eq!(counts.iter().sum::<usize>(), 3);
+}
+
 #[tokio::test]
 async fn quota_is_enforced_with_403() {
     let h = Harness::new().await;

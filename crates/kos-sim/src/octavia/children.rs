@@ -587,18 +587,32 @@ impl<'a> PoolRefs<'a> {
     }
 }
 
+impl PoolRefs<'_> {
+    /// The pool's member references as Octavia shows them.
+    fn members(&self, pool_id: &str) -> Value {
+        refs(self.members.get(pool_id).into_iter().flatten().copied())
+    }
+}
+
 fn render_pool_with(p: &Pool, index: &PoolRefs<'_>) -> Value {
+    let mut v = render_pool_without_members(p, index);
+    if let Value::Object(m) = &mut v {
+        m.insert("members".into(), index.members(&p.base.id));
+    }
+    v
+}
+
+/// A pool as shown but for its `members` (see [`list_pools`]).
+fn render_pool_without_members(p: &Pool, index: &PoolRefs<'_>) -> Value {
     let mut m = p.base.render(p.base.operating("ONLINE"), true);
     let id = p.base.id.as_str();
     let listeners = index.listeners.get(id).into_iter().flatten().copied();
-    let members = index.members.get(id).into_iter().flatten().copied();
     m.extend([
         ("protocol".into(), json!(p.protocol)),
         ("lb_algorithm".into(), json!(p.lb_algorithm)),
         ("session_persistence".into(), json!(p.session_persistence)),
         ("loadbalancers".into(), json!([{"id": p.loadbalancer_id}])),
         ("listeners".into(), refs(listeners)),
-        ("members".into(), refs(members)),
         ("tls_enabled".into(), json!(p.tls_enabled)),
     ]);
     // Octavia's WSME types leave an unset attribute out: no monitor, no `healthmonitor_id` key.
@@ -713,12 +727,50 @@ pub(super) async fn list_pools(
     let cloud = app.cloud();
     let st = &cloud.octavia;
     let refs = PoolRefs::of(st, None);
+    // The member references (most of a pool list's size: 500 per pool at 500 nodes) are added
+    // to the pools of the page only, after filtering and paging; unless a filter names them,
+    // then every pool is shown whole first, as the filters see it.
+    let late = !q.0.iter().any(|(k, _)| k == "members" || k == "member_id");
     let items = st
         .pools
         .iter()
-        .map(|p| render_pool_with(p, &refs))
+        .map(|p| {
+            if late {
+                render_pool_without_members(p, &refs)
+            } else {
+                render_pool_with(p, &refs)
+            }
+        })
         .collect();
-    list_response(&app, &ctx, &q, uri.path(), "pools", items).map(Json)
+    // Under the cloud's lock only the ids are copied (as strings); they become `{"id": …}`
+    // objects once the lock is released, so a large list does not hold up every other call.
+    let mut listed = list_response_then(&app, &ctx, &q, uri.path(), "pools", items, |mut v| {
+        if late
+            && let Some(id) = v.get("id").and_then(Value::as_str).map(str::to_owned)
+            && let Value::Object(m) = &mut v
+        {
+            let ids = refs.members.get(id.as_str()).into_iter().flatten();
+            m.insert(
+                "members".into(),
+                Value::Array(ids.map(|id| Value::String((*id).clone())).collect()),
+            );
+        }
+        v
+    })?;
+    drop(refs);
+    drop(cloud);
+    if late && let Some(pools) = listed.get_mut("pools").and_then(Value::as_array_mut) {
+        for m in pools.iter_mut().filter_map(|p| p.get_mut("members")) {
+            if let Value::Array(ids) = m {
+                for id in ids.iter_mut() {
+                    if let Value::String(s) = id {
+                        *id = json!({"id": std::mem::take(s)});
+                    }
+                }
+            }
+        }
+    }
+    Ok(Json(listed))
 }
 
 pub(super) async fn create_pool(
