@@ -28,7 +28,7 @@ use crate::clock::SimTime;
 use crate::config::{Quotas, SimConfig};
 use crate::error::{SimError, SimResult};
 use crate::ids;
-use crate::paging::{next_links, paginate};
+use crate::paging::{MAX_LIMIT, next_links, paginate_at_most};
 use crate::query::QueryParams;
 use crate::routes::{Routes, Sample};
 use crate::service::Service;
@@ -1337,7 +1337,7 @@ async fn list(
             .find(|o| o.is_ne())
             .unwrap_or(std::cmp::Ordering::Equal)
     });
-    let page = paginate(vols, &q, |(_, v)| v.id.clone())
+    let page = paginate_at_most(vols, &q, MAX_LIMIT, |(_, v)| v.id.clone())
         .map_err(|m| bad(format!("Invalid input received: marker [{m}] not found")))?;
     let items: Vec<Value> = page
         .items

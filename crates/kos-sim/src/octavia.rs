@@ -20,7 +20,7 @@ use crate::app::{AuthCtx, SharedApp};
 use crate::clock::SimTime;
 use crate::config::SimConfig;
 use crate::error::{SimError, SimResult};
-use crate::paging::{next_links, paginate};
+use crate::paging::{MAX_LIMIT, next_links, paginate_at_most};
 use crate::query::QueryParams;
 use crate::routes::{Routes, Sample};
 use crate::service::Service;
@@ -766,7 +766,7 @@ fn list_response_then(
             tags.matches(&have)
         })
         .collect();
-    let page = paginate(items, q, |v| {
+    let page = paginate_at_most(items, q, MAX_LIMIT, |v| {
         v["id"].as_str().unwrap_or_default().to_owned()
     })
     .map_err(|m| not_found("Marker", &m))?;

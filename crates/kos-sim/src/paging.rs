@@ -13,14 +13,42 @@ pub struct Page<T> {
     pub next_marker: Option<String>,
 }
 
+/// The most items Nova (`[api] max_limit`), Cinder (`osapi_max_limit`) and Octavia
+/// (`[api_settings] pagination_max_limit`) return in one answer by default, with or without a
+/// `limit`; a full page of it gets a next link. Neutron's `pagination_max_limit` defaults to none.
+pub const MAX_LIMIT: usize = 1000;
+
 /// Cuts a page out of `items` (already filtered and sorted) after `marker`. An unknown marker is an error,
-/// as on the real services (`Err(marker)`).
+/// as on the real services (`Err(marker)`). No cap on the page: Neutron's default.
 pub fn paginate<T>(
     items: Vec<T>,
     q: &QueryParams,
     id_of: impl Fn(&T) -> String,
 ) -> Result<Page<T>, String> {
-    let page = q.page();
+    paginate_within(items, q, None, id_of)
+}
+
+/// [`paginate`] for a service that returns at most `max` items in one answer: the page is
+/// `min(limit, max)` long, `max` without a `limit`.
+pub fn paginate_at_most<T>(
+    items: Vec<T>,
+    q: &QueryParams,
+    max: usize,
+    id_of: impl Fn(&T) -> String,
+) -> Result<Page<T>, String> {
+    paginate_within(items, q, Some(max), id_of)
+}
+
+fn paginate_within<T>(
+    items: Vec<T>,
+    q: &QueryParams,
+    max: Option<usize>,
+    id_of: impl Fn(&T) -> String,
+) -> Result<Page<T>, String> {
+    let mut page = q.page();
+    if let Some(max) = max {
+        page.limit = Some(page.limit.map_or(max, |l| l.min(max)));
+    }
     let mut items = items;
     if page.page_reverse {
         items.reverse();
@@ -70,6 +98,41 @@ pub fn next_links(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capped_service_pages_at_its_maximum_with_or_without_a_limit() {
+        let items: Vec<String> = (0..1001).map(|i| format!("id{i:04}")).collect();
+        let all = paginate_at_most(items.clone(), &QueryParams::parse(None), 1000, |s| {
+            s.clone()
+        })
+        .expect("page");
+        assert_eq!(all.items.len(), 1000);
+        assert_eq!(all.next_marker.as_deref(), Some("id0999"));
+        let big = QueryParams::parse(Some("limit=5000"));
+        assert_eq!(
+            paginate_at_most(items.clone(), &big, 1000, |s| s.clone())
+                .expect("page")
+                .items
+                .len(),
+            1000
+        );
+        let small = QueryParams::parse(Some("limit=3"));
+        assert_eq!(
+            paginate_at_most(items.clone(), &small, 1000, |s| s.clone())
+                .expect("page")
+                .items
+                .len(),
+            3
+        );
+        // Neutron's default: no cap.
+        assert_eq!(
+            paginate(items, &QueryParams::parse(None), |s| s.clone())
+                .expect("page")
+                .items
+                .len(),
+            1001
+        );
+    }
 
     #[test]
     fn pages_follow_the_marker() {

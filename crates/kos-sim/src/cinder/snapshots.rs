@@ -22,7 +22,7 @@ use crate::clock::SimTime;
 use crate::config::LatencyModel;
 use crate::error::{SimError, SimResult};
 use crate::ids;
-use crate::paging::{next_links, paginate};
+use crate::paging::{MAX_LIMIT, next_links, paginate_at_most};
 use crate::query::QueryParams;
 use crate::routes::{Routes, Sample};
 use crate::state::Cloud;
@@ -360,7 +360,8 @@ async fn list(
             .find(|o| o.is_ne())
             .unwrap_or(std::cmp::Ordering::Equal)
     });
-    let page = paginate(snaps, &q, |(_, s)| s.id.clone()).map_err(|m| snapshot_not_found(&m))?;
+    let page = paginate_at_most(snaps, &q, MAX_LIMIT, |(_, s)| s.id.clone())
+        .map_err(|m| snapshot_not_found(&m))?;
     let items: Vec<Value> = page
         .items
         .iter()

@@ -484,7 +484,7 @@ pub(crate) fn bookmark(app: &SharedApp, collection: &str, id: &str) -> Value {
 }
 
 /// Nova's default page size cap (`[api] max_limit`).
-pub(crate) const MAX_LIMIT: usize = 1000;
+pub(crate) use crate::paging::MAX_LIMIT;
 
 /// Validates `limit` (a non-negative integer) before paging.
 pub(crate) fn check_limit(q: &crate::query::QueryParams) -> SimResult<()> {

@@ -17,7 +17,7 @@ use super::{
 use crate::app::SharedApp;
 use crate::error::SimResult;
 use crate::ids;
-use crate::paging::{next_links, paginate};
+use crate::paging::{next_links, paginate, paginate_at_most};
 use crate::query::QueryParams;
 use crate::state::Cloud;
 
@@ -81,12 +81,11 @@ fn flavor_page(app: &SharedApp, q: &QueryParams, detail: bool, mv: Mv) -> SimRes
         .filter(|f| public.is_none_or(|p| f.is_public == p))
         .collect();
     flavors.sort_by(|a, b| a.id.cmp(&b.id));
-    let page = paginate(flavors, q, |f| f.id.clone())
+    let page = paginate_at_most(flavors, q, MAX_LIMIT, |f| f.id.clone())
         .map_err(|m| bad(format!("marker [{m}] not found")))?;
     let items: Vec<Value> = page
         .items
         .iter()
-        .take(MAX_LIMIT)
         .map(|f| {
             if detail {
                 flavor_detail(app, f, mv)

@@ -26,7 +26,7 @@ use crate::app::{AuthCtx, SharedApp};
 use crate::clock::SimTime;
 use crate::error::{SimError, SimResult};
 use crate::guests::GuestEvent;
-use crate::paging::{next_links, paginate};
+use crate::paging::{next_links, paginate_at_most};
 use crate::query::QueryParams;
 use crate::state::Cloud;
 use crate::{cinder, glance, ids, neutron};
@@ -1700,12 +1700,11 @@ async fn list_common(
         })
         .collect();
     list.sort_by(|a, b| b.created.cmp(&a.created).then(b.id.cmp(&a.id)));
-    let page =
-        paginate(list, &q, |s| s.id.clone()).map_err(|m| bad(format!("marker [{m}] not found")))?;
+    let page = paginate_at_most(list, &q, MAX_LIMIT, |s| s.id.clone())
+        .map_err(|m| bad(format!("marker [{m}] not found")))?;
     let items: Vec<Value> = page
         .items
         .iter()
-        .take(MAX_LIMIT)
         .map(|s| {
             if detail {
                 server_view(&app, &cloud, s, mv, &ctx, false)
