@@ -18,3 +18,5 @@ pub mod members;
 pub mod report;
 /// Unhealthy nodes, kubeadm-config moves and addon images through the cluster's API.
 pub mod roll;
+/// What a run keeps of a cluster besides the cloud: the secret-store seam and its records.
+pub mod store;

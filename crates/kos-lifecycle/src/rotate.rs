@@ -12,7 +12,6 @@
 //! is deleted and made again.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
@@ -146,24 +145,24 @@ pub trait ClusterApi {
 /// Why the credential's secret could not be read or kept where kos keeps it.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("{} cannot be read", .path.display())]
+    #[error("{location} cannot be read")]
     Read {
-        path: PathBuf,
+        location: String,
         #[source]
         source: Cause,
     },
-    #[error("{} cannot be written", .path.display())]
+    #[error("{location} cannot be written")]
     Write {
-        path: PathBuf,
+        location: String,
         #[source]
         source: Cause,
     },
     /// It is there but not a credential kos wrote (never shown: it holds a secret).
-    #[error("{} is malformed", .path.display())]
-    Malformed { path: PathBuf },
+    #[error("{location} is malformed")]
+    Malformed { location: String },
 }
 
-/// Where the machine running kos keeps the credential's secret.
+/// Where the credential's secret is kept (`location`: a file's path, a Secret's name).
 pub trait CredentialStore {
     /// A credential made by a rotation that has not finished.
     fn pending(&self) -> Result<Option<Credential>, StoreError>;

@@ -7,10 +7,15 @@ use std::path::Path;
 use miette::{IntoDiagnostic, WrapErr};
 
 pub fn write_private(path: &Path, contents: &[u8]) -> miette::Result<()> {
+    write_private_io(path, contents)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot write {}", path.display()))
+}
+
+/// [`write_private`], with the I/O error as it is (the caller names the path).
+pub fn write_private_io(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        create_private_dir(dir)
-            .into_diagnostic()
-            .wrap_err_with(|| format!("cannot create {}", dir.display()))?;
+        create_private_dir(dir)?;
     }
     let tmp = path.with_extension("tmp");
     let mut opts = std::fs::OpenOptions::new();
@@ -32,8 +37,6 @@ pub fn write_private(path: &Path, contents: &[u8]) -> miette::Result<()> {
         std::fs::rename(&tmp, path)
     };
     write()
-        .into_diagnostic()
-        .wrap_err_with(|| format!("cannot write {}", path.display()))
 }
 
 /// Creates `dir` and its missing parents, each 0700 (set explicitly: `mkdir`'s mode is filtered by the

@@ -14,11 +14,14 @@ use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::{Component, Path, PathBuf};
 
+use kos_bootstrap::{ClusterSecrets, Sensitive};
 use kos_cluster::names::ClusterName;
+use kos_control::store::{Record, SecretStore, StoreError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
 
-use crate::files::{create_private_dir, write_private};
+use crate::files::{create_private_dir, write_private, write_private_io};
 
 /// The files kos writes in a cluster directory (and the `.tmp` each is written through): the only
 /// ones [`Local::remove`] deletes.
@@ -381,10 +384,7 @@ impl Place {
             path: path.display().to_string(),
             detail: e.to_string(),
         })?;
-        write_private(&path, &body).map_err(|e| LocalError::Io {
-            path: path.display().to_string(),
-            source: std::io::Error::other(format!("{e:?}")),
-        })
+        write_private_io(&path, &body).map_err(io(&path))
     }
 
     /// Records a fact in `owner.json` (made if missing).
@@ -487,6 +487,215 @@ impl Place {
             }
         }
         Ok(())
+    }
+}
+
+/// A cluster's local files.
+#[derive(Debug, Clone)]
+pub struct Local {
+    pub dir: PathBuf,
+    /// Where they belong; `None` for a directory `kos kubeconfig` found without asking the cloud.
+    place: Option<Place>,
+}
+
+/// What the cloud shows of a cluster when its secrets are looked for.
+impl Local {
+    /// The cluster's directory for the cloud and project `session` is connected to.
+    pub fn for_session(session: &kos_cloud::Session, cluster: &str) -> miette::Result<Self> {
+        let name = kos_cluster::names::ClusterName::new(cluster).map_err(|e| {
+            miette::miette!(
+                "`{}` is not a cluster name: {e}",
+                crate::term::printable(cluster)
+            )
+        })?;
+        let place = Place::new(&crate::cloud::data_dir()?, CloudIdentity::of(session), name);
+        Ok(Self {
+            dir: place.dir.clone(),
+            place: Some(place),
+        })
+    }
+
+    /// A directory found by [`crate::local::candidates`], to read from.
+    pub fn at(dir: PathBuf) -> Self {
+        Self { dir, place: None }
+    }
+
+    /// Where the files belong (`None` for [`Local::at`]).
+    pub fn place(&self) -> Option<&Place> {
+        self.place.as_ref()
+    }
+
+    /// Takes the cluster's lock for a command that changes it (see [`Place::lock`]).
+    pub fn lock(&self, what: &str) -> miette::Result<ClusterLock> {
+        let place = self
+            .place
+            .as_ref()
+            .ok_or_else(|| miette::miette!("{} has no cloud to lock it for", self.dir.display()))?;
+        place.lock(what).map_err(|e| match e {
+            LocalError::Locked { .. } => miette::miette!(
+                help = "wait for it to finish (or stop it), then run the command again: two runs at once would \
+                        each write the cluster's secrets",
+                "{e}"
+            ),
+            e => miette::miette!("{e}"),
+        })
+    }
+
+    /// Whether files of the layout before cloud identities wait to be adopted.
+    pub fn legacy_pending(&self) -> bool {
+        self.place
+            .as_ref()
+            .is_some_and(|p| p.legacy_pending().is_some())
+    }
+
+    /// Whether kos keeps anything of the cluster here besides its lock and owner record.
+    pub fn has_data(&self) -> bool {
+        self.place.as_ref().is_some_and(Place::has_data)
+    }
+
+    /// Moves this cluster's files from the layout before cloud identities, once the cloud shows the
+    /// cluster (see [`Place::adopt_legacy`]).
+    pub fn adopt_legacy(&self) -> Result<(), LocalError> {
+        if let Some(place) = &self.place
+            && place.adopt_legacy()?
+        {
+            eprintln!(
+                "kos: moved the local secrets of cluster {} to {}",
+                place
+                    .dir
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                place.dir.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// The script that creates a renewed bootstrap token in a cluster whose API kos cannot reach.
+    pub fn token_script(&self) -> PathBuf {
+        self.dir.join("create-bootstrap-token.sh")
+    }
+
+    /// Writes [`token_script`](Self::token_script) (0600: it holds the token) for `cluster`: run on
+    /// a control plane, it creates the token kos put into this run's new nodes, so they can join a
+    /// cluster whose API is private. Nothing is printed or logged with the token in it.
+    pub fn write_token_script(
+        &self,
+        cluster: &str,
+        secrets: &ClusterSecrets,
+        certs: bool,
+        now: OffsetDateTime,
+    ) -> miette::Result<PathBuf> {
+        let t = &secrets.token;
+        // What is left of the join window, at least a quarter of an hour to get to a control plane.
+        let ttl = (t.expires - now).max(time::Duration::minutes(15));
+        // Joining control planes download the CAs sealed under this run's key (kubeadm's own phase
+        // makes the Secret, its two-hour token and the Role).
+        let upload = if certs {
+            format!(
+                "kubeadm init phase upload-certs --upload-certs --kubeconfig /etc/kubernetes/admin.conf \\\n  \
+                 --certificate-key '{}'\n",
+                secrets.certificate_key.expose()
+            )
+        } else {
+            String::new()
+        };
+        let script = format!(
+            "#!/bin/sh\n\
+             # kos: create the renewed bootstrap token of cluster {cluster}, so that the nodes `kos up`\n\
+             # creates can join. Run it on one of the cluster's control planes, as root:\n\
+             #   sudo sh create-bootstrap-token.sh\n\
+             # It holds the token: keep it 0600 and delete it afterwards.\n\
+             set -eu\n\
+             kubeadm token create '{}.{}' --kubeconfig /etc/kubernetes/admin.conf --ttl {}s \\\n  \
+             --groups system:bootstrappers:kubeadm:default-node-token \\\n  \
+             --description 'renewed by kos up'\n{upload}",
+            t.id,
+            t.secret.expose(),
+            ttl.whole_seconds()
+        );
+        let path = self.token_script();
+        write_private(&path, script.as_bytes())?;
+        Ok(path)
+    }
+}
+
+impl Local {
+    /// The file a record is kept in (one of [`KNOWN_FILES`]).
+    fn file(record: Record) -> &'static str {
+        match record {
+            Record::Pki => "pki.json",
+            Record::CcmCredential => "ccm-credential.json",
+            Record::PendingCcmCredential => "ccm-credential-next.json",
+            Record::EncryptionKeys => "encryption.json",
+            Record::Meta => "cluster.json",
+        }
+    }
+
+    fn path(&self, record: Record) -> PathBuf {
+        self.dir.join(Self::file(record))
+    }
+}
+
+/// The cluster's records as 0600 files in its 0700 directory, each replaced atomically
+/// ([`write_private`]); `owner.json` says whether the secrets were delivered.
+impl SecretStore for Local {
+    fn read(&self, record: Record) -> Result<Option<Sensitive>, StoreError> {
+        let path = self.path(record);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => Ok(Some(Sensitive::new(t))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Read {
+                record,
+                location: path.display().to_string(),
+                source: Box::new(e),
+            }),
+        }
+    }
+
+    fn write(&self, record: Record, contents: &Sensitive) -> Result<(), StoreError> {
+        let path = self.path(record);
+        write_private_io(&path, contents.expose().as_bytes()).map_err(|e| StoreError::Write {
+            record,
+            location: path.display().to_string(),
+            source: Box::new(e),
+        })
+    }
+
+    fn remove(&self, record: Record) -> Result<(), StoreError> {
+        let path = self.path(record);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::Write {
+                record,
+                location: path.display().to_string(),
+                source: Box::new(e),
+            }),
+        }
+    }
+
+    fn location(&self, record: Record) -> String {
+        self.path(record).display().to_string()
+    }
+
+    fn delivered(&self) -> Result<Option<bool>, StoreError> {
+        match &self.place {
+            Some(p) => Ok(p
+                .owner()
+                .map_err(|e| StoreError::Unusable(Box::new(e)))?
+                .map(|o| o.delivered)),
+            None => Ok(None),
+        }
+    }
+
+    fn mark_delivered(&self) -> Result<(), StoreError> {
+        match &self.place {
+            Some(p) => p
+                .record(|o| o.delivered = true)
+                .map_err(|e| StoreError::Unusable(Box::new(e))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -709,5 +918,98 @@ mod tests {
         );
         // Nothing more to adopt.
         assert!(!place.adopt_legacy().unwrap());
+    }
+
+    #[test]
+    fn the_token_script_holds_the_token_in_a_private_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = Local::at(dir.path().to_path_buf());
+        let now = OffsetDateTime::now_utc();
+        let secrets =
+            ClusterSecrets::generate(&mut rand::rng(), now, kos_bootstrap::DEFAULT_TOKEN_TTL)
+                .unwrap();
+        let path = local
+            .write_token_script("demo", &secrets, true, now)
+            .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let token = format!("{}.{}", secrets.token.id, secrets.token.secret.expose());
+        assert!(
+            text.contains(&format!("kubeadm token create '{token}'")),
+            "{text}"
+        );
+        assert!(text.contains("system:bootstrappers:kubeadm:default-node-token"));
+        assert!(
+            text.contains(&format!(
+                "--certificate-key '{}'",
+                secrets.certificate_key.expose()
+            )),
+            "{text}"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // A real shell accepts it.
+        let check = std::process::Command::new("sh")
+            .arg("-n")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(check.success());
+    }
+
+    #[test]
+    fn the_store_keeps_records_in_private_files_and_the_owner_record() {
+        use kos_control::store::Records as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let place = Place::new(tmp.path(), id("p1"), name("demo"));
+        let local = Local {
+            dir: place.dir.clone(),
+            place: Some(place.clone()),
+        };
+        let _lock = place.lock("up").unwrap();
+        assert!(local.pki().unwrap().is_none());
+        let now = OffsetDateTime::now_utc();
+        let secrets =
+            ClusterSecrets::generate(&mut rand::rng(), now, kos_bootstrap::DEFAULT_TOKEN_TTL)
+                .unwrap();
+        local.put_pki(&secrets).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let pki = place.dir.join("pki.json");
+        assert_eq!(
+            std::fs::metadata(&pki).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::metadata(&place.dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        assert_eq!(
+            local.pki().unwrap().unwrap().ca.cert_pem,
+            secrets.ca.cert_pem
+        );
+        assert_eq!(local.location(Record::Pki), pki.display().to_string());
+        // A new directory's secrets were never delivered; then they are, in owner.json.
+        assert_eq!(local.delivered().unwrap(), Some(false));
+        local.mark_delivered().unwrap();
+        assert!(place.owner().unwrap().unwrap().delivered);
+        assert_eq!(local.delivered().unwrap(), Some(true));
+        // Every record is a file `remove` knows.
+        for r in Record::ALL {
+            assert!(KNOWN_FILES.contains(&Local::file(r)), "{r:?}");
+        }
+        local.remove(Record::Pki).unwrap();
+        local.remove(Record::Pki).unwrap();
+        assert!(!pki.exists());
+        // Another project's copy of the directory is not used.
+        let copied = Local {
+            dir: place.dir.clone(),
+            place: Some(Place {
+                identity: id("p2"),
+                ..place.clone()
+            }),
+        };
+        assert!(matches!(copied.delivered(), Err(StoreError::Unusable(_))));
     }
 }

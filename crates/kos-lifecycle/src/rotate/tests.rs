@@ -103,7 +103,7 @@ impl From<Killed> for ApiError {
 impl From<Killed> for StoreError {
     fn from(k: Killed) -> Self {
         StoreError::Write {
-            path: "ccm-credential-next.json".into(),
+            location: "ccm-credential-next.json".into(),
             source: Box::new(k),
         }
     }

@@ -18,12 +18,16 @@ use kos_lifecycle::run::{Decided, RunError};
 use miette::IntoDiagnostic;
 
 use super::{Exit, Failure};
-use crate::bootstrap::{API_PORT, ClusterMeta, KubeadmBootstrap, Local, Secrets, Seen};
+use crate::bootstrap::{API_PORT, KubeadmBootstrap};
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
 use crate::kube::{ConnectError, Kube, KubeError, gone_is_fine};
+use crate::local::Local;
 use crate::progress::Lines;
 use kos_control::follow::{self, ApiPhase, NodeState, Target, Timing};
+use kos_control::store::{
+    ClusterMeta, Record, Records as _, SecretStore as _, Secrets, SecretsError, Seen, StoreError,
+};
 
 /// A spec read, validated and checked against the cloud, with its desired graph: one turn of a run.
 pub(super) struct Prepared {
@@ -233,7 +237,7 @@ async fn look(c: &Connected, spec: SpecFile, changed: bool) -> Result<Looked, Fa
     }
     let formation = super::formation::formation(c, &loaded.spec, &observed).await;
     let last_applied = local
-        .meta_data()
+        .meta()
         .ok()
         .flatten()
         .and_then(|meta| meta.kubernetes_version.parse().ok());
@@ -614,18 +618,18 @@ async fn converge(
     let Secrets {
         mut secrets,
         token_refreshed,
-    } = local
-        .secrets_for_up(
-            Seen {
-                servers: exists,
-                anything: p.seen,
-            },
-            args.reuse_local_secrets,
-        )
-        .map_err(Failure::input)?;
+    } = kos_control::store::secrets_for_up(
+        &local,
+        Seen {
+            servers: exists,
+            anything: p.seen,
+        },
+        args.reuse_local_secrets,
+        time::OffsetDateTime::now_utc(),
+    )
+    .map_err(|e| secrets_failure(e, &local))?;
     let recreate_ccm_credential =
-        ccm_credential_to_recreate(plan, &local, args.recreate_ccm_credential)
-            .map_err(Failure::input)?;
+        ccm_credential_to_recreate(plan, &local, args.recreate_ccm_credential)?;
     // New nodes of a running cluster need the join token, which the first control plane's
     // cleanup deleted once the first nodes had joined.
     // A server an interrupted run made may still be joining: it needs the token as much as one
@@ -763,11 +767,11 @@ async fn converge(
     };
     if let Some(a) = api_address {
         local
-            .write_meta(&ClusterMeta {
+            .put_meta(&ClusterMeta {
                 api_address: a.clone(),
                 kubernetes_version: p.spec.kubernetes_version.to_string(),
             })
-            .map_err(Failure::cloud_report)?;
+            .map_err(|e| Failure::store(&e))?;
     }
     match result {
         Ok(report) => {
@@ -778,6 +782,37 @@ async fn converge(
             help = "fix the cause and run `kos up` again: it continues where this run stopped",
             "{e}"
         ))),
+    }
+}
+
+/// Why the run cannot have the cluster's secrets, as the user reads it: nothing was changed (3).
+fn secrets_failure(e: SecretsError, local: &Local) -> Failure {
+    let cluster = || {
+        local
+            .dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    };
+    match e {
+        SecretsError::Store(e) => Failure::store(&e),
+        SecretsError::Orphaned { location } => Failure::input(miette::miette!(
+            help = format!(
+                "pass --reuse-local-secrets to make the cluster again with this CA (every certificate \
+                 it signed will be trusted), or `kos down {0} --forget` to delete them: the cloud shows \
+                 nothing of cluster {0}",
+                cluster()
+            ),
+            "the secrets in {location} were given to servers of a cluster that this project ({}) shows no \
+             trace of",
+            local
+                .place()
+                .map_or("?", |p| p.identity().project_id.as_str())
+        )),
+        SecretsError::Missing { location } => Failure::input(miette::miette!(
+            help = "copy pki.json from the machine that created the cluster into this directory",
+            "the cluster already has servers but its secrets ({location}) are not on this machine"
+        )),
+        e @ SecretsError::Generate(_) => Failure::input(miette::miette!("{}", chain(&e))),
     }
 }
 
@@ -796,17 +831,20 @@ fn summarize(report: &ApplyReport) {
 /// but a run killed in between, or a lost file, leaves a credential whose secret nobody has: while no server
 /// exists nothing can be using it, so it is replaced without being asked; once servers run with it, the run
 /// says what replacing it takes and leaves the choice to the user.
-fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> miette::Result<bool> {
+fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> Result<bool, Failure> {
     let cluster = plan.cluster.as_str();
     let unfinished = || {
-        miette::miette!(
+        Failure::input(miette::miette!(
             help =
                 format!("run `kos rotate credential {cluster}` again to finish it, then `kos up`"),
             "a rotation of cluster {cluster}'s CCM application credential has not finished"
-        )
+        ))
     };
     // A rotation in flight: this run must not pick one of the two credentials and delete the other.
-    if local.ccm_next().exists()
+    if local
+        .read(Record::PendingCcmCredential)
+        .map_err(|e| Failure::store(&e))?
+        .is_some()
         || plan
             .actions
             .iter()
@@ -827,16 +865,21 @@ fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> miette
         .iter()
         .any(|a| a.kind == Kind::Server && a.existing.is_some());
     if asked && servers {
-        return Err(miette::miette!(
+        return Err(Failure::input(miette::miette!(
             help = format!(
                 "`kos rotate credential {cluster}` makes a new one, puts it into the cluster and \
                  deletes the old one once the CCM and CSI run on the new one"
             ),
             "--recreate-ccm-credential would delete the application credential the running cloud \
              controller and CSI of cluster {cluster} use"
-        ));
+        )));
     }
-    if asked || local.ccm_credential()?.is_some_and(|c| c.id == existing.id) {
+    if asked
+        || local
+            .ccm_credential()
+            .map_err(|e| Failure::store(&e))?
+            .is_some_and(|c| c.id == existing.id)
+    {
         return Ok(asked);
     }
     if servers {
@@ -844,14 +887,14 @@ fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> miette
             "kos: warning: the CCM application credential's secret is not stored on this machine ({}); \
              a re-created first control plane cannot get its cloud.conf. `kos rotate credential {cluster}` \
              replaces it (in the running cluster too) and stores the new one here",
-            local.ccm().display()
+            local.location(Record::CcmCredential)
         );
         return Ok(false);
     }
     eprintln!(
         "kos: the CCM application credential's secret is not stored on this machine ({}) and no server \
          uses it yet (an earlier run stopped before storing it): replacing it",
-        local.ccm().display()
+        local.location(Record::CcmCredential)
     );
     Ok(true)
 }
@@ -870,8 +913,8 @@ async fn push_token(
 ) {
     let result = async {
         let meta = local
-            .meta_data()
-            .map_err(ApiClientError::local)?
+            .meta()
+            .map_err(ApiClientError::Store)?
             .ok_or(ApiClientError::NoAddress)?;
         ensure_token(c, spec, &meta.api_address, secrets).await?;
         if certs {
@@ -1089,6 +1132,8 @@ pub(crate) enum ApiClientError {
     NoAddress,
     #[error("the cluster's data on this machine cannot be read")]
     Local(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("the simulated cloud's API endpoints: {0}")]
     SimEndpoints(#[source] cloud::SimEndpointsError),
     #[error(
@@ -1129,14 +1174,8 @@ pub(super) async fn local_api_client(
     spec: &ClusterSpec,
     local: &Local,
 ) -> Result<Kube, ApiClientError> {
-    let secrets = local
-        .secrets()
-        .map_err(ApiClientError::local)?
-        .ok_or(ApiClientError::NoSecrets)?;
-    let meta = local
-        .meta_data()
-        .map_err(ApiClientError::local)?
-        .ok_or(ApiClientError::NoAddress)?;
+    let secrets = local.pki()?.ok_or(ApiClientError::NoSecrets)?;
+    let meta = local.meta()?.ok_or(ApiClientError::NoAddress)?;
     api_client(c, spec, &meta.api_address, &secrets).await
 }
 

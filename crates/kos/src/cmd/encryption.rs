@@ -10,9 +10,10 @@ use kos_lifecycle::encryption::{KeyState, Step, TAG_ENCRYPTION};
 use serde_json::Value;
 
 use super::Failure;
-use crate::bootstrap::Local;
 use crate::cloud::Connected;
 use crate::kube::{Kube, KubeError};
+use crate::local::Local;
+use kos_control::store::{KeysError, Record, Records as _, SecretStore as _};
 
 /// What the control planes the cloud shows record of their keys (`None`: made before the record).
 fn records(observed: &Observed) -> Vec<Option<&str>> {
@@ -39,15 +40,21 @@ pub(super) async fn keys_for_turn(
 ) -> Result<Option<KeyState>, Failure> {
     let recorded = records(observed);
     if !advance {
-        return local.keys().map_err(Failure::input);
+        return local.keys().map_err(|e| Failure::store(&e));
     }
-    let mut keys = local.keys_for_up(&recorded).map_err(Failure::input)?;
+    let mut keys = kos_control::store::keys_for_up(local, &recorded).map_err(|e| match e {
+        KeysError::Store(e) => Failure::store(&e),
+        KeysError::Missing { recorded, location } => Failure::input(miette::miette!(
+            help = "copy encryption.json from the machine that manages the cluster into this directory",
+            "the cluster's control planes run with encryption keys ({recorded}) that are not on this machine ({location})"
+        )),
+    })?;
     // At most the four steps, then a step that waits for control planes to be replaced.
     for _ in 0..6 {
         match keys.step(&recorded) {
             Step::Wait => break,
             Step::Advanced => {
-                local.write_keys(&keys).map_err(Failure::cloud_report)?;
+                local.put_keys(&keys).map_err(|e| Failure::store(&e))?;
                 eprintln!("kos: {}: {}", spec.name.value, keys.shown());
             }
             Step::Rewrite => {
@@ -63,7 +70,7 @@ pub(super) async fn keys_for_turn(
                     spec.name.value
                 );
                 keys.rewritten();
-                local.write_keys(&keys).map_err(Failure::cloud_report)?;
+                local.put_keys(&keys).map_err(|e| Failure::store(&e))?;
             }
         }
     }
@@ -155,20 +162,20 @@ pub async fn rotate(args: crate::cli::RotateEncryptionKeyArgs) -> Result<super::
         args.up,
         spec,
         |c, local| {
-            let keys = local.keys().map_err(Failure::input)?;
+            let keys = local.keys().map_err(|e| Failure::store(&e))?;
             let Some(mut keys) = keys else {
                 return Err(Failure::input(miette::miette!(
                     help = "run `kos up` first: it makes the cluster's first key",
                     "cluster {} has no encryption key on this machine ({})",
                     args.name.as_str(),
-                    local.keys_path().display()
+                    local.location(Record::EncryptionKeys)
                 )));
             };
             let _ = c;
             if keys.phase == kos_lifecycle::encryption::Phase::Steady {
                 keys.start_rotation(&mut rand::rng())
                     .map_err(|e| Failure::input(miette::miette!("{e}")))?;
-                local.write_keys(&keys).map_err(Failure::cloud_report)?;
+                local.put_keys(&keys).map_err(|e| Failure::store(&e))?;
                 eprintln!("kos: {}: {}", args.name.as_str(), keys.shown());
             } else {
                 eprintln!(

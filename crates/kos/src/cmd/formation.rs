@@ -6,8 +6,9 @@ use kos_cluster::ClusterSpec;
 use kos_cluster::observe::Observed;
 use kos_lifecycle::formation::{ApiAnswer, Decision, Evidence, decide, running_control_planes};
 
-use crate::bootstrap::Local;
 use crate::cloud::Connected;
+use crate::local::Local;
+use kos_control::store::Records as _;
 
 /// How long the API may take to answer before it counts as silent: a private endpoint never answers
 /// from here, and must not hold up every plan.
@@ -67,8 +68,8 @@ pub(super) async fn kubeadm_seen(c: &Connected, servers: &[String]) -> bool {
 /// `None` when nothing here knows where the API of this cluster was (no earlier run on this machine).
 async fn probe(c: &Connected, spec: &ClusterSpec) -> Option<ApiAnswer> {
     let local = Local::for_session(&c.session, spec.name.value.as_str()).ok()?;
-    let meta = local.meta_data().ok()??;
-    let secrets = local.secrets().ok()??;
+    let meta = local.meta().ok()??;
+    let secrets = local.pki().ok()??;
     let ask = async {
         let kube = super::cluster::api_client(c, spec, &meta.api_address, &secrets).await?;
         Ok::<_, super::cluster::ApiClientError>(kube.readyz().await?)

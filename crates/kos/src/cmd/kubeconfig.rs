@@ -16,9 +16,11 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use super::{Exit, Failure};
-use crate::bootstrap::{API_PORT, Local};
+use crate::bootstrap::API_PORT;
 use crate::cli::KubeconfigArgs;
 use crate::files::write_private;
+use crate::local::Local;
+use kos_control::store::Records as _;
 
 /// What `--cloud` means when neither it nor OS_CLOUD is given: the `OS_*` variables' session name.
 const ENV_CLOUD: &str = "envvars";
@@ -35,12 +37,12 @@ pub async fn kubeconfig(args: KubeconfigArgs) -> Result<Exit, Failure> {
         ))
     };
     let secrets = local
-        .secrets()
-        .map_err(Failure::input)?
+        .pki()
+        .map_err(|e| Failure::store(&e))?
         .ok_or_else(|| missing("secrets"))?;
     let meta = local
-        .meta_data()
-        .map_err(Failure::input)?
+        .meta()
+        .map_err(|e| Failure::store(&e))?
         .ok_or_else(|| missing("API address and version"))?;
     let version: KubeVersion = meta
         .kubernetes_version

@@ -5,17 +5,17 @@ use kos_control::members::MembersError;
 use kos_lifecycle::membership::Joining;
 
 use super::cluster::{ApiClientError, api_client_at};
-use crate::bootstrap::Local;
 use crate::cloud::Connected;
+use crate::local::Local;
+use kos_control::store::{Records as _, StoreError};
 
 pub(super) use kos_control::members::joining;
 
 /// Why the stale members were not removed: what this machine keeps, the API, or etcd.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum StaleMembersError {
-    /// What this machine keeps cannot be read (a rendered report, as kos shows it).
-    #[error("{0:?}")]
-    Local(miette::Report),
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("the API address of the cluster is not known on this machine")]
     NoAddress,
     #[error("the cluster's secrets are not on this machine")]
@@ -36,14 +36,8 @@ pub(super) async fn remove_stale_members(
     joining: &[Joining],
     why: &str,
 ) -> Result<Vec<String>, StaleMembersError> {
-    let meta = local
-        .meta_data()
-        .map_err(StaleMembersError::Local)?
-        .ok_or(StaleMembersError::NoAddress)?;
-    let secrets = local
-        .secrets()
-        .map_err(StaleMembersError::Local)?
-        .ok_or(StaleMembersError::NoSecrets)?;
+    let meta = local.meta()?.ok_or(StaleMembersError::NoAddress)?;
+    let secrets = local.pki()?.ok_or(StaleMembersError::NoSecrets)?;
     let version: kos_bootstrap::KubeVersion = meta
         .kubernetes_version
         .parse()

@@ -68,6 +68,30 @@ impl Failure {
     pub fn cloud(e: kos_cloud::CloudError) -> Failure {
         Failure::cloud_report(miette::miette!("{e}"))
     }
+    /// What the cluster's store could not read or keep: a record that cannot be read is input to
+    /// fix (3), one that cannot be written a failure to run again (1).
+    pub fn store(e: &kos_control::store::StoreError) -> Failure {
+        use kos_control::store::{Record, StoreError};
+        let text = kos_lifecycle::api::chain(e);
+        match e {
+            StoreError::Write { .. } => Failure::cloud_report(miette::miette!("{text}")),
+            StoreError::Malformed {
+                record: Record::Pki,
+                ..
+            } => Failure::input(miette::miette!(
+                help = "restore the file from a backup: a new CA would not be trusted by the cluster's nodes",
+                "{text}"
+            )),
+            StoreError::Malformed {
+                record: Record::EncryptionKeys,
+                ..
+            } => Failure::input(miette::miette!(
+                help = "restore the file from a backup: the cluster's Secrets are sealed under these keys",
+                "{text}"
+            )),
+            _ => Failure::input(miette::miette!("{text}")),
+        }
+    }
     /// A cloud error before anything was changed: the cloud's failure (1) when the same command may
     /// pass later, invalid input (3) when the configuration or credentials must change.
     pub fn connect(e: &kos_cloud::CloudError) -> Failure {

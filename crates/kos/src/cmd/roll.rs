@@ -15,10 +15,12 @@ use kos_lifecycle::roll::Target;
 
 use super::Failure;
 use super::cluster::{ApiClientError, Prepared, api_client};
-use crate::bootstrap::{KubeadmBootstrap, Local};
+use crate::bootstrap::KubeadmBootstrap;
 use crate::cli::UpArgs;
 use crate::cloud::Connected;
 use crate::kube::Kube;
+use crate::local::Local;
+use kos_control::store::{Records as _, StoreError};
 
 /// Removes the nodes of `batch` (one control plane, or workers of one pool) from the cluster and
 /// their servers from the cloud, as `removal` says.
@@ -47,15 +49,18 @@ pub(super) async fn remove(
     }
     let local = Local::for_session(&c.session, cluster).map_err(Failure::input)?;
     let secrets = local
-        .secrets()
-        .map_err(Failure::input)?
+        .pki()
+        .map_err(|e| Failure::store(&e))?
         .ok_or_else(|| stop(first, "the cluster's secrets are not on this machine"))?;
-    let meta = local.meta_data().map_err(Failure::input)?.ok_or_else(|| {
-        stop(
-            first,
-            "the cluster's API address is not known on this machine",
-        )
-    })?;
+    let meta = local
+        .meta()
+        .map_err(|e| Failure::store(&e))?
+        .ok_or_else(|| {
+            stop(
+                first,
+                "the cluster's API address is not known on this machine",
+            )
+        })?;
     let kube = api_client(c, &p.spec, &meta.api_address, &secrets)
         .await
         .map_err(|e| {
@@ -340,6 +345,8 @@ enum MoveError {
     /// What this machine keeps cannot be read (a rendered report, as kos shows it).
     #[error("{0:?}")]
     Local(miette::Report),
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("the cluster's API address is not known on this machine")]
     NoAddress,
 }
@@ -355,11 +362,7 @@ fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, MoveEr
     }
     let sans = if needed.names {
         let local = Local::for_session(&c.session, &p.graph.cluster).map_err(MoveError::Local)?;
-        let address = local
-            .meta_data()
-            .map_err(MoveError::Local)?
-            .ok_or(MoveError::NoAddress)?
-            .api_address;
+        let address = local.meta()?.ok_or(MoveError::NoAddress)?.api_address;
         Some(crate::bootstrap::cert_sans(
             &address,
             p.spec.api_endpoint.dns_name.as_ref().map(|d| d.as_str()),

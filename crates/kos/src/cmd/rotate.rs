@@ -13,19 +13,19 @@ use kos_cluster::observe::Resource;
 use kos_cluster::plan::{Op, Plan};
 use kos_lifecycle::api::{ApiError, chain};
 use kos_lifecycle::rotate::{
-    self, ClusterApi, Credential, CredentialStore, Keystone, KeystoneError, Listed, Options,
-    Rollout, StoreError, Workload, WorkloadKind,
+    self, ClusterApi, Credential, Keystone, KeystoneError, Listed, Options, Rollout, Workload,
+    WorkloadKind,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
 use super::cluster::{api_client_at, with_cloud};
 use super::{Exit, Failure};
-use crate::bootstrap::Local;
 use crate::cli::RotateCredentialArgs;
 use crate::cloud::Connected;
-use crate::files::write_private;
 use crate::kube::Kube;
+use crate::local::Local;
+use kos_control::store::{CredentialRecords, Records as _};
 
 pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
     let name = args.name.to_string();
@@ -74,12 +74,12 @@ async fn rotate_now(
         ))
     })?;
     let secrets = local
-        .secrets()
-        .map_err(Failure::input)?
+        .pki()
+        .map_err(|e| Failure::store(&e))?
         .ok_or_else(|| missing("secrets"))?;
     let meta = local
-        .meta_data()
-        .map_err(Failure::input)?
+        .meta()
+        .map_err(|e| Failure::store(&e))?
         .ok_or_else(|| missing("API address and version"))?;
     let version: kos_bootstrap::KubeVersion = meta
         .kubernetes_version
@@ -102,7 +102,7 @@ async fn rotate_now(
         lifetime_days,
     };
     let api = Api(&kube);
-    let store = Store(local);
+    let store = CredentialRecords(local);
     let opts = Options {
         timeout: Duration::from_secs(timeout),
         poll: c
@@ -416,67 +416,6 @@ fn rollout_of(kind: WorkloadKind, o: &Value) -> Rollout {
             } else {
                 Rollout::Done
             }
-        }
-    }
-}
-
-struct Store<'a>(&'a Local);
-
-fn stored(c: &Credential) -> Vec<u8> {
-    json!({"id": c.id, "name": c.name, "secret": c.secret.expose_secret()})
-        .to_string()
-        .into_bytes()
-}
-
-impl CredentialStore for Store<'_> {
-    fn pending(&self) -> Result<Option<Credential>, StoreError> {
-        let path = self.0.ccm_next();
-        match std::fs::read_to_string(&path) {
-            Ok(t) => {
-                // Never the parser's message: it may quote the secret.
-                let Ok(v) = serde_json::from_str::<Value>(&t) else {
-                    return Err(StoreError::Malformed { path });
-                };
-                let s = |k: &str| v[k].as_str().map(str::to_owned);
-                match (s("id"), s("name"), s("secret")) {
-                    (Some(id), Some(name), Some(secret)) => Ok(Some(Credential {
-                        id,
-                        name,
-                        secret: SecretString::from(secret),
-                    })),
-                    _ => Err(StoreError::Malformed { path }),
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::Read {
-                path,
-                source: Box::new(e),
-            }),
-        }
-    }
-
-    fn keep_pending(&self, c: &Credential) -> Result<(), StoreError> {
-        let path = self.0.ccm_next();
-        write_private(&path, &stored(c)).map_err(|e| StoreError::Write {
-            path,
-            source: e.into(),
-        })
-    }
-
-    fn commit(&self, c: &Credential) -> Result<(), StoreError> {
-        let path = self.0.ccm();
-        write_private(&path, &stored(c)).map_err(|e| StoreError::Write {
-            path,
-            source: e.into(),
-        })?;
-        let next = self.0.ccm_next();
-        match std::fs::remove_file(&next) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StoreError::Write {
-                path: next,
-                source: Box::new(e),
-            }),
         }
     }
 }
