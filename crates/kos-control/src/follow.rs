@@ -15,6 +15,41 @@ use kos_lifecycle::api::chain;
 use crate::kube::{Kube, NodeStatus};
 use crate::report::{Event, HEARTBEAT, Report};
 
+/// What the servers' consoles say of their bootstraps, where that is not "done".
+#[derive(Debug, Default)]
+pub struct Boots {
+    /// `<id> failed at <step>: <reason>`.
+    pub failed: Vec<String>,
+    /// `<id> (last: <marker>)`: started and not finished, e.g. a first control plane trying its CNI
+    /// again (`cni retrying: …`).
+    pub unfinished: Vec<String>,
+}
+
+/// The servers among `resources` whose console says their bootstrap failed or has not finished.
+/// A console that cannot be read, or shows no marker yet, says nothing. One console read per
+/// server (what `kos status` costs).
+pub async fn unfinished(session: &Session, resources: &[kos_cluster::observe::Resource]) -> Boots {
+    let mut out = Boots::default();
+    for r in resources
+        .iter()
+        .filter(|r| r.kind == kos_cluster::graph::Kind::Server && r.tagged && !r.failed)
+    {
+        match session.compute().console_output(&r.id, None).await {
+            Ok(console) => match parse(&console) {
+                (_, NodeState::Failed { step, reason }) => out
+                    .failed
+                    .push(format!("{} failed at {step}: {reason}", r.logical_id)),
+                (_, NodeState::Running(last)) => out
+                    .unfinished
+                    .push(format!("{} (last: {last})", r.logical_id)),
+                _ => {}
+            },
+            Err(e) => tracing::info!(server = %r.id, "console not read: {e}"),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod api_tests;
 
@@ -170,10 +205,23 @@ pub struct Followed {
     pub nodes: BTreeMap<String, NodeState>,
 }
 
+/// What ended the console phase early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// Nodes whose console says a step failed: `<id> failed at <step>: <reason>` (the reason is
+    /// the node's text).
+    Failed(Vec<String>),
+    /// Nodes still running at the deadline: `<id> (last: <marker>)` or `<id> (no marker yet)`.
+    Late {
+        deadline: Duration,
+        nodes: Vec<String>,
+    },
+}
+
 /// Why the console phase failed.
 #[derive(Debug)]
 pub struct FollowError {
-    pub message: String,
+    pub stopped: Stopped,
     /// Failed nodes this run did not create: a server an interrupted run made (its bootstrap could
     /// not finish without that run, e.g. with no join token in the cluster), which `kos up` makes
     /// again.
@@ -192,21 +240,19 @@ const AFTER_INIT: [&str; 3] = ["cni", "addons", "metadata-close"];
 
 impl std::fmt::Display for FollowError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl From<String> for FollowError {
-    fn from(message: String) -> Self {
-        FollowError {
-            message,
-            failed_earlier: Vec::new(),
-            failed_now: Vec::new(),
-            after_init: false,
-            retrying: Vec::new(),
+        match &self.stopped {
+            Stopped::Failed(nodes) => f.write_str(&nodes.join("; ")),
+            Stopped::Late { deadline, nodes } => write!(
+                f,
+                "bootstrap did not finish within {}s: {}",
+                deadline.as_secs(),
+                nodes.join(", ")
+            ),
         }
     }
 }
+
+impl std::error::Error for FollowError {}
 
 /// Whether a node's last marker says it tries a step again by itself (`cni retrying: …`).
 #[must_use]
@@ -304,7 +350,7 @@ pub async fn consoles(
                 }
             }
             return Err(FollowError {
-                message: failed.join("; "),
+                stopped: Stopped::Failed(failed),
                 failed_earlier,
                 failed_now,
                 after_init,
@@ -323,17 +369,20 @@ pub async fn consoles(
                     _ => format!("{} (no marker yet)", t.logical_id),
                 })
                 .collect();
-            let mut e = FollowError::from(format!(
-                "bootstrap did not finish within {}s: {}",
-                timing.deadline().as_secs(),
-                late.join(", ")
-            ));
-            e.retrying = pending
-                .iter()
-                .filter(|t| states.get(&t.logical_id).is_some_and(retrying))
-                .map(|t| t.logical_id.clone())
-                .collect();
-            return Err(e);
+            return Err(FollowError {
+                stopped: Stopped::Late {
+                    deadline: timing.deadline(),
+                    nodes: late,
+                },
+                failed_earlier: Vec::new(),
+                failed_now: Vec::new(),
+                after_init: false,
+                retrying: pending
+                    .iter()
+                    .filter(|t| states.get(&t.logical_id).is_some_and(retrying))
+                    .map(|t| t.logical_id.clone())
+                    .collect(),
+            });
         }
         if progressed {
             said = Instant::now();

@@ -16,7 +16,11 @@ pub mod kube;
 pub mod members;
 /// What a run reports as it goes, for a front end to render.
 pub mod report;
+/// A rolling replacement's or scale-down's step: drain, kubeadm-config, etcd member, servers, Nodes.
+pub mod retire;
 /// Unhealthy nodes, kubeadm-config moves and addon images through the cluster's API.
 pub mod roll;
 /// What a run keeps of a cluster besides the cloud: the secret-store seam and its records.
 pub mod store;
+/// The join token and kubeadm-certs put into a running cluster for new nodes, and taken out.
+pub mod tokens;

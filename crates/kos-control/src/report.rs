@@ -33,6 +33,38 @@ pub enum Event<'a> {
         left: Duration,
         deadline: Duration,
     },
+    /// The join token is in the cluster for the nodes this run adds (the first time it is seen
+    /// there).
+    TokenPushed,
+    /// A node leaves the cluster (`scale_down`) or is replaced, for `changes` (the plan's, `; `
+    /// between them; the cloud's text).
+    Leaving {
+        cluster: &'a str,
+        node: &'a str,
+        scale_down: bool,
+        changes: &'a str,
+    },
+    /// A step of a node's drain (its pods' names: the cluster's text).
+    Drain { node: &'a str, line: &'a str },
+    /// A node is drained, `evicted` pods evicted.
+    Drained { node: &'a str, evicted: usize },
+    /// kubeadm-config was changed to say what a joining control plane needs.
+    ConfigMoved {
+        cluster: &'a str,
+        version: Option<&'a str>,
+        encryption: bool,
+        sans: Option<&'a [String]>,
+    },
+    /// A stale etcd member was removed (etcd's names: the cluster's text).
+    Member { line: &'a str },
+    /// The CCM credential's secret is kept nowhere (`location`: where it should be): servers use
+    /// it (`in_use`: it stays, a first control plane made again cannot get its cloud.conf), or none
+    /// does yet (it is made again).
+    CcmSecretLost {
+        cluster: &'a str,
+        location: &'a str,
+        in_use: bool,
+    },
 }
 
 /// Where a run's [`Event`]s go. Called from the run's task; it must not block for long.

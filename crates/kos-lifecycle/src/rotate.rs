@@ -463,5 +463,92 @@ fn unescape(v: &str) -> String {
     out
 }
 
+/// What `kos up` does with the CCM credential the plan shows ([`recreate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recreate {
+    /// Kept (or made, when there is none yet).
+    No,
+    /// Made again, as asked (`--recreate-ccm-credential`), while no server uses it.
+    Asked,
+    /// Its secret is kept nowhere and no server uses it yet (a run stopped before keeping it):
+    /// made again without being asked.
+    Lost,
+    /// Its secret is kept nowhere while servers use it: kept; a first control plane made again
+    /// cannot get its cloud.conf until a rotation replaces it.
+    LostInUse,
+}
+
+impl Recreate {
+    /// Whether the run makes the credential again.
+    #[must_use]
+    pub fn recreates(self) -> bool {
+        matches!(self, Recreate::Asked | Recreate::Lost)
+    }
+}
+
+/// Why `kos up` will not touch the CCM credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecreateRefusal {
+    /// A rotation is in flight: the run must not pick one of two credentials and delete the other.
+    #[error("a rotation of the CCM application credential has not finished")]
+    Unfinished,
+    /// `--recreate-ccm-credential` would delete what the running CCM and CSI use.
+    #[error(
+        "--recreate-ccm-credential would delete the application credential the running cloud \
+         controller and CSI use"
+    )]
+    InUse,
+}
+
+/// Whether this run makes the CCM credential again. Its secret is kept the moment Keystone
+/// returns it, but a run killed in between, or a lost copy, leaves a credential whose secret
+/// nobody has: while no server exists nothing can be using it, so it is replaced without being
+/// asked; once servers run with it, the run says what replacing it takes and leaves the choice to
+/// the user. `pending`: a rotation's new credential is kept; `stored_id`: the id of the one kept.
+///
+/// # Errors
+/// [`RecreateRefusal`].
+pub fn recreate(
+    plan: &kos_cluster::plan::Plan,
+    pending: bool,
+    stored_id: Option<&str>,
+    asked: bool,
+) -> Result<Recreate, RecreateRefusal> {
+    use kos_cluster::graph::Kind;
+    use kos_cluster::plan::Op;
+    if pending
+        || plan
+            .actions
+            .iter()
+            .any(|a| a.kind == Kind::AppCredential && a.op == Op::Delete)
+    {
+        return Err(RecreateRefusal::Unfinished);
+    }
+    let asked_for = if asked { Recreate::Asked } else { Recreate::No };
+    let Some(existing) = plan
+        .actions
+        .iter()
+        .find(|a| a.kind == Kind::AppCredential)
+        .and_then(|a| a.existing.as_ref())
+    else {
+        return Ok(asked_for);
+    };
+    let servers = plan
+        .actions
+        .iter()
+        .any(|a| a.kind == Kind::Server && a.existing.is_some());
+    if asked && servers {
+        return Err(RecreateRefusal::InUse);
+    }
+    if asked || stored_id == Some(existing.id.as_str()) {
+        return Ok(asked_for);
+    }
+    Ok(if servers {
+        Recreate::LostInUse
+    } else {
+        Recreate::Lost
+    })
+}
+
 #[cfg(test)]
 mod tests;

@@ -85,6 +85,62 @@ impl kos_control::report::Report for Lines {
                 left.as_secs(),
                 deadline.as_secs()
             ),
+            E::TokenPushed => {
+                eprintln!("kos: the join token is in the cluster for the new node(s)")
+            }
+            E::Leaving {
+                cluster,
+                node,
+                scale_down,
+                changes,
+            } => eprintln!(
+                "kos: {cluster}: {} {node} ({})",
+                if scale_down { "removing" } else { "replacing" },
+                crate::term::escape(changes)
+            ),
+            E::Drain { node, line } => eprintln!("kos: {node}: {}", crate::term::escape(line)),
+            E::Drained { node, evicted } => {
+                eprintln!("kos: {node}: drained ({evicted} pod(s) evicted)");
+            }
+            E::ConfigMoved {
+                cluster,
+                version,
+                encryption,
+                sans,
+            } => {
+                if let Some(v) = version {
+                    eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {v}");
+                }
+                if encryption {
+                    eprintln!(
+                        "kos: {cluster}: kubeadm-config gives kube-apiserver its encryption configuration"
+                    );
+                }
+                if let Some(sans) = sans {
+                    eprintln!(
+                        "kos: {cluster}: kubeadm-config names the API {}",
+                        sans.join(", ")
+                    );
+                }
+            }
+            E::Member { line } => eprintln!("kos: {}", crate::term::escape(line)),
+            E::CcmSecretLost {
+                cluster,
+                location,
+                in_use: true,
+            } => eprintln!(
+                "kos: warning: the CCM application credential's secret is not stored on this machine ({location}); \
+                 a re-created first control plane cannot get its cloud.conf. `kos rotate credential {cluster}` \
+                 replaces it (in the running cluster too) and stores the new one here"
+            ),
+            E::CcmSecretLost {
+                location,
+                in_use: false,
+                ..
+            } => eprintln!(
+                "kos: the CCM application credential's secret is not stored on this machine ({location}) and no server \
+                 uses it yet (an earlier run stopped before storing it): replacing it"
+            ),
         }
     }
 }

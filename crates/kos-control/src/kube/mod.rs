@@ -20,4 +20,4 @@ pub use nodes::NodeStatus;
 pub(crate) use nodes::UNINITIALIZED;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -469,3 +469,101 @@ async fn a_failing_cluster_api_is_reported_by_step_without_a_secret() {
         assert!(!shown.contains(secret), "{shown}");
     }
 }
+
+mod recreate {
+    use kos_cluster::graph::Kind;
+    use kos_cluster::observe::{Facts, Resource};
+    use kos_cluster::plan::{Action, Op, Plan};
+
+    use crate::rotate::{Recreate, RecreateRefusal, recreate};
+
+    fn action(id: &str, kind: Kind, op: Op, exists: bool) -> Action {
+        Action {
+            logical_id: id.into(),
+            kind,
+            name: format!("kos-demo-{id}"),
+            op,
+            reason: String::new(),
+            changes: Vec::new(),
+            existing: exists.then(|| Resource {
+                kind,
+                logical_id: id.into(),
+                id: format!("id-{id}"),
+                name: format!("kos-demo-{id}"),
+                tagged: true,
+                state: "ACTIVE".into(),
+                failed: false,
+                facts: Facts::default(),
+            }),
+        }
+    }
+
+    fn plan(credential: bool, servers: bool) -> Plan {
+        let mut actions = vec![action(
+            "appcred-ccm",
+            Kind::AppCredential,
+            Op::NoOp,
+            credential,
+        )];
+        if servers {
+            actions.push(action("cp-0", Kind::Server, Op::NoOp, true));
+        }
+        Plan {
+            cluster: "demo".into(),
+            actions,
+            refused: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_kept_credential_stays_unless_asked_and_nothing_uses_it() {
+        let stored = Some("id-appcred-ccm");
+        assert_eq!(
+            recreate(&plan(true, true), false, stored, false),
+            Ok(Recreate::No)
+        );
+        assert_eq!(
+            recreate(&plan(true, false), false, stored, true),
+            Ok(Recreate::Asked)
+        );
+        assert_eq!(
+            recreate(&plan(true, true), false, stored, true),
+            Err(RecreateRefusal::InUse)
+        );
+        // None made yet: made, asked or not.
+        assert_eq!(
+            recreate(&plan(false, false), false, None, false),
+            Ok(Recreate::No)
+        );
+    }
+
+    #[test]
+    fn a_lost_secret_is_replaced_only_while_nothing_uses_it() {
+        let lost = recreate(&plan(true, false), false, None, false).unwrap();
+        assert_eq!(lost, Recreate::Lost);
+        assert!(lost.recreates());
+        // Another credential's secret is no secret of this one.
+        let in_use = recreate(&plan(true, true), false, Some("other"), false).unwrap();
+        assert_eq!(in_use, Recreate::LostInUse);
+        assert!(!in_use.recreates());
+    }
+
+    #[test]
+    fn a_rotation_in_flight_is_refused() {
+        assert_eq!(
+            recreate(&plan(true, true), true, Some("id-appcred-ccm"), false),
+            Err(RecreateRefusal::Unfinished)
+        );
+        let mut p = plan(true, true);
+        p.actions.push(action(
+            "appcred-ccm-old",
+            Kind::AppCredential,
+            Op::Delete,
+            true,
+        ));
+        assert_eq!(
+            recreate(&p, false, Some("id-appcred-ccm"), false),
+            Err(RecreateRefusal::Unfinished)
+        );
+    }
+}

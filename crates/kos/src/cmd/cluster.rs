@@ -21,13 +21,15 @@ use super::{Exit, Failure};
 use crate::bootstrap::{API_PORT, KubeadmBootstrap};
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
-use crate::kube::{ConnectError, Kube, KubeError, gone_is_fine};
+use crate::kube::{ConnectError, Kube, KubeError};
 use crate::local::Local;
 use crate::progress::Lines;
 use kos_control::follow::{self, ApiPhase, NodeState, Target, Timing};
+use kos_control::report::Report as _;
 use kos_control::store::{
     ClusterMeta, Record, Records as _, SecretStore as _, Secrets, SecretsError, Seen, StoreError,
 };
+use kos_control::tokens;
 
 /// A spec read, validated and checked against the cloud, with its desired graph: one turn of a run.
 pub(super) struct Prepared {
@@ -827,76 +829,50 @@ fn summarize(report: &ApplyReport) {
     }
 }
 
-/// Whether this run makes the CCM credential again. Its secret is stored the moment Keystone returns it,
-/// but a run killed in between, or a lost file, leaves a credential whose secret nobody has: while no server
-/// exists nothing can be using it, so it is replaced without being asked; once servers run with it, the run
-/// says what replacing it takes and leaves the choice to the user.
+/// Whether this run makes the CCM credential again ([`kos_lifecycle::rotate::recreate`] decides
+/// from the plan and what the store keeps).
 fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> Result<bool, Failure> {
+    use kos_lifecycle::rotate::{Recreate, RecreateRefusal};
     let cluster = plan.cluster.as_str();
-    let unfinished = || {
-        Failure::input(miette::miette!(
+    let pending = local
+        .read(Record::PendingCcmCredential)
+        .map_err(|e| Failure::store(&e))?
+        .is_some();
+    let stored = local.ccm_credential().map_err(|e| Failure::store(&e))?;
+    let decided = kos_lifecycle::rotate::recreate(
+        plan,
+        pending,
+        stored.as_ref().map(|c| c.id.as_str()),
+        asked,
+    )
+    .map_err(|e| match e {
+        RecreateRefusal::Unfinished => Failure::input(miette::miette!(
             help =
                 format!("run `kos rotate credential {cluster}` again to finish it, then `kos up`"),
             "a rotation of cluster {cluster}'s CCM application credential has not finished"
-        ))
-    };
-    // A rotation in flight: this run must not pick one of the two credentials and delete the other.
-    if local
-        .read(Record::PendingCcmCredential)
-        .map_err(|e| Failure::store(&e))?
-        .is_some()
-        || plan
-            .actions
-            .iter()
-            .any(|a| a.kind == Kind::AppCredential && a.op == Op::Delete)
-    {
-        return Err(unfinished());
-    }
-    let existing = plan
-        .actions
-        .iter()
-        .find(|a| a.kind == Kind::AppCredential)
-        .and_then(|a| a.existing.as_ref());
-    let Some(existing) = existing else {
-        return Ok(asked);
-    };
-    let servers = plan
-        .actions
-        .iter()
-        .any(|a| a.kind == Kind::Server && a.existing.is_some());
-    if asked && servers {
-        return Err(Failure::input(miette::miette!(
+        )),
+        RecreateRefusal::InUse => Failure::input(miette::miette!(
             help = format!(
                 "`kos rotate credential {cluster}` makes a new one, puts it into the cluster and \
                  deletes the old one once the CCM and CSI run on the new one"
             ),
             "--recreate-ccm-credential would delete the application credential the running cloud \
              controller and CSI of cluster {cluster} use"
-        )));
+        )),
+    })?;
+    let lost = |in_use| {
+        Lines.event(kos_control::report::Event::CcmSecretLost {
+            cluster,
+            location: &local.location(Record::CcmCredential),
+            in_use,
+        });
+    };
+    match decided {
+        Recreate::Lost => lost(false),
+        Recreate::LostInUse => lost(true),
+        Recreate::No | Recreate::Asked => {}
     }
-    if asked
-        || local
-            .ccm_credential()
-            .map_err(|e| Failure::store(&e))?
-            .is_some_and(|c| c.id == existing.id)
-    {
-        return Ok(asked);
-    }
-    if servers {
-        eprintln!(
-            "kos: warning: the CCM application credential's secret is not stored on this machine ({}); \
-             a re-created first control plane cannot get its cloud.conf. `kos rotate credential {cluster}` \
-             replaces it (in the running cluster too) and stores the new one here",
-            local.location(Record::CcmCredential)
-        );
-        return Ok(false);
-    }
-    eprintln!(
-        "kos: the CCM application credential's secret is not stored on this machine ({}) and no server \
-         uses it yet (an earlier run stopped before storing it): replacing it",
-        local.location(Record::CcmCredential)
-    );
-    Ok(true)
+    Ok(decided.recreates())
 }
 
 /// Nodes this run makes need the bootstrap token in the running cluster (a renewed one is unknown
@@ -916,9 +892,10 @@ async fn push_token(
             .meta()
             .map_err(ApiClientError::Store)?
             .ok_or(ApiClientError::NoAddress)?;
-        ensure_token(c, spec, &meta.api_address, secrets).await?;
+        let kube = api_client(c, spec, &meta.api_address, secrets).await?;
+        tokens::ensure_token(&kube, secrets).await?;
         if certs {
-            ensure_certs(c, spec, &meta.api_address, secrets).await?;
+            tokens::ensure_certs(&kube, secrets).await?;
         }
         Ok::<(), PushError>(())
     }
@@ -969,40 +946,6 @@ fn running_control_planes(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
-/// What the servers' consoles say of their bootstraps, where that is not "done".
-#[derive(Default)]
-struct Boots {
-    /// `<id> failed at <step>: <reason>`.
-    failed: Vec<String>,
-    /// `<id> (last: <marker>)`: started and not finished, e.g. a first control plane trying its CNI
-    /// again (`cni retrying: …`).
-    unfinished: Vec<String>,
-}
-
-/// The servers among `resources` whose console says their bootstrap failed or has not finished.
-/// A console that cannot be read, or shows no marker yet, says nothing.
-async fn bootstrap_states(c: &Connected, resources: &[kos_cluster::observe::Resource]) -> Boots {
-    let mut out = Boots::default();
-    for r in resources
-        .iter()
-        .filter(|r| r.kind == Kind::Server && r.tagged && !r.failed)
-    {
-        match c.session.compute().console_output(&r.id, None).await {
-            Ok(console) => match follow::parse(&console) {
-                (_, NodeState::Failed { step, reason }) => out
-                    .failed
-                    .push(format!("{} failed at {step}: {reason}", r.logical_id)),
-                (_, NodeState::Running(last)) => out
-                    .unfinished
-                    .push(format!("{} (last: {last})", r.logical_id)),
-                _ => {}
-            },
-            Err(e) => tracing::info!(server = %r.id, "console not read: {e}"),
-        }
-    }
-    out
-}
-
 /// Whether the plan makes a control plane (which joins when the cluster is formed).
 fn joins_control_planes(plan: &Plan) -> bool {
     plan.actions.iter().any(|a| {
@@ -1012,115 +955,13 @@ fn joins_control_planes(plan: &Plan) -> bool {
     })
 }
 
-/// Why the join token or kubeadm-certs could not be put into the cluster. Nothing here holds
-/// the token or a key: the rendered objects never reach an error.
+/// Why the join token or kubeadm-certs could not be put into the cluster from here.
 #[derive(Debug, thiserror::Error)]
 enum PushError {
     #[error(transparent)]
     Client(#[from] ApiClientError),
     #[error(transparent)]
-    Api(#[from] KubeError),
-    #[error("cannot render {what}")]
-    Render {
-        what: &'static str,
-        #[source]
-        source: kos_bootstrap::Error,
-    },
-    #[error("{what} as rendered is not a JSON or YAML object")]
-    Rendered { what: &'static str },
-    #[error("the API returned the TTL token without a name or uid")]
-    TokenWithoutName,
-}
-
-fn render(what: &'static str) -> impl FnOnce(kos_bootstrap::Error) -> PushError {
-    move |source| PushError::Render { what, source }
-}
-
-/// `kubeadm init phase upload-certs`, done by kos: a TTL token (two hours, no usages), the
-/// `kubeadm-certs` Secret it owns with every shared CA and key sealed under `secrets.certificate_key`
-/// (replacing an earlier one), and the Role that lets joining nodes read it.
-async fn ensure_certs(
-    c: &Connected,
-    spec: &ClusterSpec,
-    address: &str,
-    secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<(), PushError> {
-    use kos_bootstrap::copycerts;
-    let kube = api_client(c, spec, address, secrets).await?;
-    let secrets_path = "/api/v1/namespaces/kube-system/secrets";
-    let token = copycerts::ttl_token(&mut rand::rng(), time::OffsetDateTime::now_utc())
-        .map_err(render("the kubeadm-certs TTL token"))?;
-    let body: serde_json::Value =
-        serde_json::from_str(token.expose()).map_err(|_| PushError::Rendered {
-            what: "the kubeadm-certs TTL token",
-        })?;
-    let created = kube.post(secrets_path, &body).await?;
-    let (Some(name), Some(uid)) = (
-        created["metadata"]["name"].as_str(),
-        created["metadata"]["uid"].as_str(),
-    ) else {
-        return Err(PushError::TokenWithoutName);
-    };
-    let certs = copycerts::kubeadm_certs(secrets, &secrets.certificate_key, name, uid)
-        .map_err(render("kubeadm-certs"))?;
-    let body: serde_json::Value =
-        serde_json::from_str(certs.expose()).map_err(|_| PushError::Rendered {
-            what: "kubeadm-certs",
-        })?;
-    // kubeadm's CreateOrUpdate: the earlier Secret is sealed under another run's key.
-    gone_is_fine(
-        kube.delete(&format!("{secrets_path}/{}", copycerts::KUBEADM_CERTS))
-            .await,
-    )?;
-    kube.post(secrets_path, &body).await?;
-    for (path, body) in copycerts::rbac() {
-        match kube.post(path, &body).await {
-            Ok(_) | Err(KubeError::Conflict { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-/// [`ensure_certs`] when `kubeadm-certs` is gone from the cluster.
-async fn ensure_certs_present(
-    c: &Connected,
-    spec: &ClusterSpec,
-    address: &str,
-    secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<(), PushError> {
-    let kube = api_client(c, spec, address, secrets).await?;
-    let path = format!(
-        "/api/v1/namespaces/kube-system/secrets/{}",
-        kos_bootstrap::copycerts::KUBEADM_CERTS
-    );
-    if kube.get_opt(&path).await?.is_none() {
-        ensure_certs(c, spec, address, secrets).await?;
-    }
-    Ok(())
-}
-
-/// Creates the bootstrap token's Secret in the cluster (an existing one is kept).
-async fn ensure_token(
-    c: &Connected,
-    spec: &ClusterSpec,
-    address: &str,
-    secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<(), PushError> {
-    let kube = api_client(c, spec, address, secrets).await?;
-    let manifest = kos_bootstrap::bootstrap_token_secret(secrets)
-        .map_err(render("the join token's Secret"))?;
-    let body: serde_json::Value =
-        serde_saphyr::from_str(manifest.yaml.expose()).map_err(|_| PushError::Rendered {
-            what: "the join token's Secret",
-        })?;
-    match kube
-        .post("/api/v1/namespaces/kube-system/secrets", &body)
-        .await
-    {
-        Ok(_) | Err(KubeError::Conflict { .. }) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Push(#[from] tokens::PushError),
 }
 
 /// Why kos cannot talk to a cluster's API from here.
@@ -1284,25 +1125,20 @@ async fn follow_bootstrap(
         let Some(address) = report.api_address.as_deref().filter(|_| joiners) else {
             return std::future::pending().await;
         };
-        loop {
-            match ensure_token(c, spec, address, secrets).await {
-                Ok(()) => {
-                    if !token_pushed.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                        eprintln!("kos: the join token is in the cluster for the new node(s)");
-                    }
-                }
-                Err(e) => tracing::debug!("join token not created yet: {}", chain(&e)),
-            }
-            // The first control plane's cleanup deletes kubeadm-certs too, within its first hours.
-            if certs && let Err(e) = ensure_certs_present(c, spec, address, secrets).await {
-                tracing::debug!("kubeadm-certs not put back yet: {}", chain(&e));
-            }
-            tokio::time::sleep(timing.poll().max(Duration::from_millis(500))).await;
-        }
+        let connect = || async { api_client(c, spec, address, secrets).await };
+        tokens::keep_for_joiners(
+            connect,
+            secrets,
+            certs,
+            timing.poll(),
+            &token_pushed,
+            &Lines,
+        )
+        .await
     };
     let followed = tokio::select! {
         f = follow::consoles(&c.session, &targets, &timing, &Lines) => f,
-        () = push => unreachable!("the token push never finishes on its own"),
+        never = push => match never {},
     };
     let followed = match followed {
         Ok(f) => f,
@@ -1379,25 +1215,15 @@ async fn follow_bootstrap(
             println!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
             // What the cleanup does after the first nodes: the certificates and the token must not
             // outlive the joins.
-            if certs {
-                let certs = format!(
-                    "/api/v1/namespaces/kube-system/secrets/{}",
-                    kos_bootstrap::copycerts::KUBEADM_CERTS
+            if certs && let Err(e) = tokens::delete_certs(&kube).await {
+                eprintln!(
+                    "kos: warning: kubeadm-certs could not be deleted from the cluster ({}); \
+                     it goes with its two-hour token",
+                    chain(&e)
                 );
-                if let Err(e) = gone_is_fine(kube.delete(&certs).await) {
-                    eprintln!(
-                        "kos: warning: kubeadm-certs could not be deleted from the cluster ({}); \
-                         it goes with its two-hour token",
-                        chain(&e)
-                    );
-                }
             }
             if token_pushed.load(std::sync::atomic::Ordering::Relaxed) {
-                let path = format!(
-                    "/api/v1/namespaces/kube-system/secrets/bootstrap-token-{}",
-                    secrets.token.id
-                );
-                match gone_is_fine(kube.delete(&path).await) {
+                match tokens::delete_token(&kube, secrets).await {
                     Ok(()) => eprintln!(
                         "kos: every node joined: the join token is deleted from the cluster"
                     ),
@@ -1568,7 +1394,7 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                 .map_err(Failure::cloud)?;
             // The cloud can show every object as the spec says while a node's bootstrap failed:
             // its console says so, and such a cluster is not converged.
-            let boots = bootstrap_states(&c, &st.resources).await;
+            let boots = follow::unfinished(&c.session, &st.resources).await;
             let boots_pending = !boots.failed.is_empty() || !boots.unfinished.is_empty();
             if let Output::Json = args.output {
                 let mut doc = serde_json::to_value(&st)

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use kos_cluster::apply::ApplyOptions;
 use kos_cluster::graph::Kind;
 use kos_cluster::plan::Plan;
+use kos_control::report::Report as _;
+use kos_control::retire::{self, Retire, RetireError};
 use kos_control::roll::{AddonImages, ConfigMove};
 use kos_lifecycle::api::chain;
-use kos_lifecycle::membership::Joining;
 use kos_lifecycle::roll::Target;
 
 use super::Failure;
@@ -20,10 +20,12 @@ use crate::cli::UpArgs;
 use crate::cloud::Connected;
 use crate::kube::Kube;
 use crate::local::Local;
+use crate::progress::Lines;
 use kos_control::store::{Records as _, StoreError};
 
 /// Removes the nodes of `batch` (one control plane, or workers of one pool) from the cluster and
-/// their servers from the cloud, as `removal` says.
+/// their servers from the cloud, as `removal` says ([`kos_control::retire::remove`]): this
+/// machine's secrets and the cluster's API client, then the library's steps.
 pub(super) async fn remove(
     c: &Connected,
     p: &Prepared,
@@ -31,23 +33,10 @@ pub(super) async fn remove(
     args: &UpArgs,
     removal: &Plan,
 ) -> Result<(), Failure> {
-    let cluster = &p.graph.cluster;
     let Some(first) = batch.first() else {
         return Ok(());
     };
-    for t in batch {
-        eprintln!(
-            "kos: {cluster}: {} {} ({})",
-            if t.scale_down {
-                "removing"
-            } else {
-                "replacing"
-            },
-            t.logical_id,
-            crate::term::escape(&t.changes.join("; "))
-        );
-    }
-    let local = Local::for_session(&c.session, cluster).map_err(Failure::input)?;
+    let local = Local::for_session(&c.session, &p.graph.cluster).map_err(Failure::input)?;
     let secrets = local
         .pki()
         .map_err(|e| Failure::store(&e))?
@@ -69,117 +58,57 @@ pub(super) async fn remove(
                 &format!("the cluster's API does not answer: {}", chain(&e)),
             )
         })?;
-    for t in batch {
-        drain(c, &kube, t, args.drain_timeout).await?;
-    }
-    // The control plane made again in its place reads its release and certificate names from
-    // kubeadm-config.
-    if batch.iter().any(|t| t.control_plane)
-        && let Some(m) = config_move(c, p).map_err(|e| stop(first, &chain(&e)))?
-    {
-        apply_move(&m, &kube, cluster)
-            .await
-            .map_err(|e| stop(first, &chain(&e)))?;
-    }
-    for t in batch.iter().filter(|t| t.control_plane) {
-        let address = p
-            .decided
-            .plan
-            .actions
-            .iter()
-            .find(|a| a.kind == Kind::Port && a.logical_id == format!("port-{}", t.logical_id))
-            .and_then(|a| a.existing.as_ref())
-            .and_then(|r| r.facts.address.clone());
-        let leaving = [Joining {
-            name: t.name.clone(),
-            address,
-        }];
-        let lines = super::members::remove_stale_members(
-            c,
-            &local,
-            &leaving,
-            if t.scale_down {
-                "the control plane is removed"
-            } else {
-                "its control plane is replaced"
-            },
-        )
-        .await
-        .map_err(|e| {
-            stop(
-                t,
-                &format!("its etcd member cannot be removed: {}", chain(&e)),
-            )
-        })?;
-        for l in lines {
-            eprintln!("kos: {}", crate::term::escape(&l));
-        }
-    }
+    let config_move = if batch.iter().any(|t| t.control_plane) {
+        config_move(c, p).map_err(|e| stop(first, &chain(&e)))?
+    } else {
+        None
+    };
     let bootstrap = KubeadmBootstrap::new(
         &p.spec,
         &p.resolved,
         &c.session,
-        secrets,
+        secrets.clone(),
         &local,
         p.keys
             .as_ref()
             .map(kos_lifecycle::encryption::KeyState::desired),
     )
     .map_err(Failure::input)?;
-    let opts = ApplyOptions {
+    let retire = Retire {
+        session: &c.session,
+        kube: &kube,
+        api_address: &meta.api_address,
+        secrets: &secrets,
+        graph: &p.graph,
+        plan: &p.decided.plan,
+        config_move,
+        bootstrap: &bootstrap,
+        drain_timeout: Duration::from_secs(args.drain_timeout),
         parallelism: usize::from(args.parallelism),
-        ..ApplyOptions::default()
     };
-    let changes = removal.summary().changes();
-    let (tx, progress) = crate::progress::spawn(changes as u64);
-    let result =
-        kos_cluster::apply::apply(&c.session, &p.graph, removal, &bootstrap, opts, tx).await;
+    let (tx, progress) = crate::progress::spawn(removal.summary().changes() as u64);
+    let result = retire::remove(&retire, batch, removal, tx, &Lines).await;
     let _ = progress.await;
     result.map_err(|e| {
-        Failure::cloud_report(miette::miette!(
-            help = "run `kos up` again: it continues the replacement",
-            "{e}"
-        ))
-    })?;
-    // After their servers: a running kubelet would register its Node again.
-    for t in batch {
-        super::drain::remove_node(&kube, &t.name)
-            .await
-            .map_err(|e| {
-                Failure::cloud_report(miette::miette!(
-                    help = "delete it with `kubectl delete node`; the cloud controller also removes Nodes whose server is gone",
-                    "the Node {} of the deleted server cannot be deleted: {}",
-                    t.name,
-                    chain(&e)
-                ))
-            })?;
-    }
-    Ok(())
-}
-
-/// Drains `t`'s node; a PodDisruptionBudget that holds past the timeout stops the run before the
-/// server goes.
-async fn drain(c: &Connected, kube: &Kube, t: &Target, timeout: u64) -> Result<(), Failure> {
-    let opts = kos_lifecycle::drain::Options {
-        timeout: Duration::from_secs(timeout),
-        poll: c
-            .session
-            .pace()
-            .local(Duration::from_secs(2))
-            .max(Duration::from_millis(100)),
-        ..kos_lifecycle::drain::Options::default()
-    };
-    let d = super::drain::drain_node(kube, &t.name, opts, &mut |l| {
-        eprintln!("kos: {}: {}", t.logical_id, crate::term::escape(l));
+        let at = |node: &str| batch.iter().find(|t| t.logical_id == node).unwrap_or(first);
+        match e {
+            RetireError::Drain { node, source } => stop(at(&node), &chain(&source)),
+            RetireError::ConfigMove { node, source } => stop(at(&node), &chain(&source)),
+            RetireError::Members { node, source } => stop(
+                at(&node),
+                &format!("its etcd member cannot be removed: {}", chain(&source)),
+            ),
+            RetireError::Apply(e) => Failure::cloud_report(miette::miette!(
+                help = "run `kos up` again: it continues the replacement",
+                "{e}"
+            )),
+            RetireError::RemoveNode { node, source } => Failure::cloud_report(miette::miette!(
+                help = "delete it with `kubectl delete node`; the cloud controller also removes Nodes whose server is gone",
+                "the Node {node} of the deleted server cannot be deleted: {}",
+                chain(&source)
+            )),
+        }
     })
-    .await
-    .map_err(|e| stop(t, &chain(&e)))?;
-    eprintln!(
-        "kos: {}: drained ({} pod(s) evicted)",
-        t.logical_id,
-        d.evicted.len()
-    );
-    Ok(())
 }
 
 /// Workers a smaller pool count removes: drained before the converge deletes their servers, their
@@ -228,11 +157,21 @@ pub(super) async fn drain_scaled_down(
         }
     };
     for t in &leaving {
-        eprintln!(
-            "kos: {}: removing {} (its pool's count is smaller)",
-            p.graph.cluster, t.logical_id
-        );
-        drain(c, &kube, t, args.drain_timeout).await?;
+        Lines.event(kos_control::report::Event::Leaving {
+            cluster: &p.graph.cluster,
+            node: &t.logical_id,
+            scale_down: true,
+            changes: &t.changes.join("; "),
+        });
+        retire::drain(
+            &c.session,
+            &kube,
+            t,
+            Duration::from_secs(args.drain_timeout),
+            &Lines,
+        )
+        .await
+        .map_err(|e| stop(t, &chain(&e)))?;
     }
     Ok(leaving.into_iter().map(|t| t.name).collect())
 }
@@ -330,7 +269,7 @@ pub(super) async fn before_joins(
     let kube = client(c, p)
         .await
         .map_err(|e| fail(format!("the cluster's API does not answer: {}", chain(&e))))?;
-    apply_move(&m, &kube, cluster)
+    retire::move_config(&m, &kube, cluster, &Lines)
         .await
         .map_err(|e| fail(chain(&e)))
 }
@@ -375,32 +314,6 @@ fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, MoveEr
         sans,
         encryption: needed.encryption && p.keys.is_some(),
     }))
-}
-
-/// `m` applied to kubeadm-config; says what it changed.
-async fn apply_move(
-    m: &ConfigMove,
-    kube: &Kube,
-    cluster: &str,
-) -> Result<(), kos_control::roll::ConfigMoveError> {
-    if !m.apply(kube).await? {
-        return Ok(());
-    }
-    if let Some(v) = &m.version {
-        eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {v}");
-    }
-    if m.encryption {
-        eprintln!(
-            "kos: {cluster}: kubeadm-config gives kube-apiserver its encryption configuration"
-        );
-    }
-    if let Some(sans) = &m.sans {
-        eprintln!(
-            "kos: {cluster}: kubeadm-config names the API {}",
-            sans.join(", ")
-        );
-    }
-    Ok(())
 }
 
 fn stop(t: &Target, why: &str) -> Failure {

@@ -1,0 +1,217 @@
+//! What new nodes of a running cluster need from it before they join: the bootstrap token's Secret
+//! (the first control plane's cleanup deleted the one it was made with) and, for joining control
+//! planes, `kubeadm-certs` (kubeadm's `upload-certs`, done by kos); and both taken away once every
+//! node joined. Nothing here holds the token or a key in an error: the rendered objects never
+//! reach one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kos_bootstrap::{ClusterSecrets, copycerts};
+use kos_lifecycle::api::chain;
+
+use crate::kube::{Kube, KubeError, gone_is_fine};
+use crate::report::{Event, Report};
+
+const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
+
+/// Why the join token or kubeadm-certs could not be put into the cluster, or taken out.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error(transparent)]
+    Api(#[from] KubeError),
+    #[error("cannot render {what}")]
+    Render {
+        what: &'static str,
+        #[source]
+        source: kos_bootstrap::Error,
+    },
+    #[error("{what} as rendered is not a JSON or YAML object")]
+    Rendered { what: &'static str },
+    #[error("the API returned the TTL token without a name or uid")]
+    TokenWithoutName,
+}
+
+fn render(what: &'static str) -> impl FnOnce(kos_bootstrap::Error) -> PushError {
+    move |source| PushError::Render { what, source }
+}
+
+/// Creates the bootstrap token's Secret in the cluster (an existing one is kept).
+///
+/// # Errors
+/// [`PushError`].
+pub async fn ensure_token(kube: &Kube, secrets: &ClusterSecrets) -> Result<(), PushError> {
+    let manifest = kos_bootstrap::bootstrap_token_secret(secrets)
+        .map_err(render("the join token's Secret"))?;
+    let body: serde_json::Value =
+        serde_saphyr::from_str(manifest.yaml.expose()).map_err(|_| PushError::Rendered {
+            what: "the join token's Secret",
+        })?;
+    match kube.post(SECRETS, &body).await {
+        Ok(_) | Err(KubeError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `kubeadm init phase upload-certs`, done by kos: a TTL token (two hours, no usages), the
+/// `kubeadm-certs` Secret it owns with every shared CA and key sealed under
+/// `secrets.certificate_key` (replacing an earlier one), and the Role that lets joining nodes read
+/// it.
+///
+/// # Errors
+/// [`PushError`].
+pub async fn ensure_certs(kube: &Kube, secrets: &ClusterSecrets) -> Result<(), PushError> {
+    let token = copycerts::ttl_token(&mut rand::rng(), time::OffsetDateTime::now_utc())
+        .map_err(render("the kubeadm-certs TTL token"))?;
+    let body: serde_json::Value =
+        serde_json::from_str(token.expose()).map_err(|_| PushError::Rendered {
+            what: "the kubeadm-certs TTL token",
+        })?;
+    let created = kube.post(SECRETS, &body).await?;
+    let (Some(name), Some(uid)) = (
+        created["metadata"]["name"].as_str(),
+        created["metadata"]["uid"].as_str(),
+    ) else {
+        return Err(PushError::TokenWithoutName);
+    };
+    let certs = copycerts::kubeadm_certs(secrets, &secrets.certificate_key, name, uid)
+        .map_err(render("kubeadm-certs"))?;
+    let body: serde_json::Value =
+        serde_json::from_str(certs.expose()).map_err(|_| PushError::Rendered {
+            what: "kubeadm-certs",
+        })?;
+    // kubeadm's CreateOrUpdate: the earlier Secret is sealed under another run's key.
+    gone_is_fine(kube.delete(&certs_path()).await)?;
+    kube.post(SECRETS, &body).await?;
+    for (path, body) in copycerts::rbac() {
+        match kube.post(path, &body).await {
+            Ok(_) | Err(KubeError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// [`ensure_certs`] when `kubeadm-certs` is gone from the cluster (the first control plane's
+/// cleanup deletes it within its first hours).
+///
+/// # Errors
+/// [`PushError`].
+pub async fn ensure_certs_present(kube: &Kube, secrets: &ClusterSecrets) -> Result<(), PushError> {
+    if kube.get_opt(&certs_path()).await?.is_none() {
+        ensure_certs(kube, secrets).await?;
+    }
+    Ok(())
+}
+
+/// Deletes `kubeadm-certs` (one already gone is fine): the certificates must not outlive the joins.
+///
+/// # Errors
+/// The API's.
+pub async fn delete_certs(kube: &Kube) -> Result<(), KubeError> {
+    gone_is_fine(kube.delete(&certs_path()).await)
+}
+
+/// Deletes the join token's Secret (one already gone is fine).
+///
+/// # Errors
+/// The API's.
+pub async fn delete_token(kube: &Kube, secrets: &ClusterSecrets) -> Result<(), KubeError> {
+    gone_is_fine(
+        kube.delete(&format!("{SECRETS}/bootstrap-token-{}", secrets.token.id))
+            .await,
+    )
+}
+
+/// Keeps the join token (and with `certs` kubeadm-certs) in the cluster while new nodes join,
+/// every `poll`: the first control plane's cleanup may delete them again when the nodes it expected
+/// have joined. `connect` makes a client (it fails until the API answers); `pushed` is set, and
+/// [`Event::TokenPushed`] reported, the first time the token is there. Never returns: the caller
+/// drops it when the nodes are followed.
+pub async fn keep_for_joiners<C, F, E>(
+    connect: C,
+    secrets: &ClusterSecrets,
+    certs: bool,
+    poll: Duration,
+    pushed: &AtomicBool,
+    report: &dyn Report,
+) -> std::convert::Infallible
+where
+    C: Fn() -> F,
+    F: Future<Output = Result<Kube, E>>,
+    E: std::error::Error + 'static,
+{
+    loop {
+        match connect().await {
+            Ok(kube) => {
+                match ensure_token(&kube, secrets).await {
+                    Ok(()) => {
+                        if !pushed.swap(true, Ordering::Relaxed) {
+                            report.event(Event::TokenPushed);
+                        }
+                    }
+                    Err(e) => tracing::debug!("join token not created yet: {}", chain(&e)),
+                }
+                if certs && let Err(e) = ensure_certs_present(&kube, secrets).await {
+                    tracing::debug!("kubeadm-certs not put back yet: {}", chain(&e));
+                }
+            }
+            Err(e) => tracing::debug!("join token not created yet: {}", chain(&e)),
+        }
+        tokio::time::sleep(poll.max(Duration::from_millis(500))).await;
+    }
+}
+
+fn certs_path() -> String {
+    format!("{SECRETS}/{}", copycerts::KUBEADM_CERTS)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kos_kube_fake::FakeKube;
+
+    use super::*;
+    use crate::kube::tests::{direct, secrets, serve};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_token_and_certs_are_put_in_kept_and_taken_out() {
+        let s = secrets();
+        let fake = FakeKube::start().await.unwrap();
+        let front = serve(&fake, &s, &["127.0.0.1"], &s);
+        let kube = direct(front.addr().port(), &s);
+        let token = format!("{SECRETS}/bootstrap-token-{}", s.token.id);
+
+        ensure_token(&kube, &s).await.unwrap();
+        // One already there (the cleanup has not run yet) is kept.
+        ensure_token(&kube, &s).await.unwrap();
+        let t = kube.get(&token).await.unwrap();
+        assert_eq!(t["type"], "bootstrap.kubernetes.io/token");
+
+        ensure_certs_present(&kube, &s).await.unwrap();
+        let certs = kube.get(&certs_path()).await.unwrap();
+        let first_uid = certs["metadata"]["uid"].clone();
+        // Owned by its two-hour token, as kubeadm makes it.
+        assert!(certs["metadata"]["ownerReferences"][0]["name"].is_string());
+        // Present: left alone.
+        ensure_certs_present(&kube, &s).await.unwrap();
+        assert_eq!(
+            kube.get(&certs_path()).await.unwrap()["metadata"]["uid"],
+            first_uid
+        );
+        // Put again under a new key: replaced.
+        ensure_certs(&kube, &s).await.unwrap();
+        assert_ne!(
+            kube.get(&certs_path()).await.unwrap()["metadata"]["uid"],
+            first_uid
+        );
+
+        delete_certs(&kube).await.unwrap();
+        delete_token(&kube, &s).await.unwrap();
+        assert!(kube.get_opt(&certs_path()).await.unwrap().is_none());
+        assert!(kube.get_opt(&token).await.unwrap().is_none());
+        // Gone already: fine.
+        delete_certs(&kube).await.unwrap();
+        delete_token(&kube, &s).await.unwrap();
+    }
+}
