@@ -51,10 +51,37 @@ pub enum NodeRole {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot render the bootstrap of {node}: {reason}")]
+#[error("cannot render the bootstrap of {node}")]
 pub struct BootstrapError {
     pub node: String,
-    pub reason: String,
+    /// Why: the implementation's own typed error (never holding a secret).
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl BootstrapError {
+    pub fn new(
+        node: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            node: node.into(),
+            source: source.into(),
+        }
+    }
+
+    /// The cause and its own causes, `: ` between them: what a node's failure says.
+    #[must_use]
+    pub fn reason(&self) -> String {
+        let mut out = self.source.to_string();
+        let mut cur = self.source.source();
+        while let Some(s) = cur {
+            out.push_str(": ");
+            out.push_str(&s.to_string());
+            cur = s.source();
+        }
+        out
+    }
 }
 
 /// Renders a node's user_data (raw bytes; the compute facade base64-encodes and size-checks them).

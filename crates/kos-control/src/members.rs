@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kos_bootstrap::ClusterSecrets;
 use kos_cluster::graph::Kind;
 use kos_cluster::plan::{Op, Plan};
-use kos_lifecycle::etcd::{Dial, EtcdClient, EtcdError, EtcdTls};
+use kos_lifecycle::etcd::{Dial, EtcdClient, EtcdError, EtcdTls, Step};
 use kos_lifecycle::formation::is_control_plane;
 use kos_lifecycle::membership::{Joining, remove_stale};
 use kube::Api;
@@ -135,6 +135,19 @@ struct PortForward {
     pod: String,
 }
 
+impl PortForward {
+    fn step(&self) -> Step {
+        Step::Dial {
+            target: format!("port-forward to {}", self.pod),
+        }
+    }
+}
+
+/// A port-forward that gave no stream for etcd's port.
+#[derive(Debug, thiserror::Error)]
+#[error("no stream for port 2379")]
+struct NoStream;
+
 impl Dial for PortForward {
     type Stream = tokio::io::DuplexStream;
 
@@ -143,9 +156,9 @@ impl Dial for PortForward {
             .pods
             .portforward(&self.pod, &[2379])
             .await
-            .map_err(|e| EtcdError::Transport(format!("port-forward to {}: {e}", self.pod)))?;
+            .map_err(|e| EtcdError::transport(self.step(), e))?;
         pf.take_stream(2379)
-            .ok_or_else(|| EtcdError::Transport(format!("port-forward to {}: no stream", self.pod)))
+            .ok_or_else(|| EtcdError::transport(self.step(), NoStream))
     }
 }
 

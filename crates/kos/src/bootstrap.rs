@@ -258,6 +258,11 @@ struct NoCredential {
     location: String,
 }
 
+/// Keystone made the CCM's credential but did not return its secret.
+#[derive(Debug, thiserror::Error)]
+#[error("Keystone returned no secret")]
+struct NoSecret;
+
 /// A taint that is not `key[=value]:Effect`.
 #[derive(Debug, thiserror::Error)]
 #[error("taint {0:?} is not key[=value]:Effect")]
@@ -287,21 +292,16 @@ fn taint(s: &str) -> Result<Taint, BadTaint> {
 impl Bootstrap for KubeadmBootstrap<'_> {
     /// Written (0600) the moment Keystone returns it: a run killed later keeps it.
     fn keep_ccm_credential(&self, c: &CcmCredential) -> Result<(), BootstrapError> {
-        let fail = |reason: String| BootstrapError {
-            node: "appcred-ccm".into(),
-            reason,
-        };
-        let secret = c
-            .secret
-            .as_ref()
-            .ok_or_else(|| fail("Keystone returned no secret".into()))?;
+        let fail =
+            |e: Box<dyn std::error::Error + Send + Sync>| BootstrapError::new("appcred-ccm", e);
+        let secret = c.secret.as_ref().ok_or_else(|| fail(Box::new(NoSecret)))?;
         self.store
             .put_ccm_credential(&Credential {
                 id: c.id.clone(),
                 name: c.name.clone(),
                 secret: secret.clone(),
             })
-            .map_err(|e| fail(kos_lifecycle::api::chain(&e)))?;
+            .map_err(|e| fail(Box::new(e)))?;
         eprintln!(
             "kos: the CCM's application credential is stored in {} (0600)",
             self.store
@@ -311,18 +311,15 @@ impl Bootstrap for KubeadmBootstrap<'_> {
     }
 
     fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {
-        let fail = |reason: String| BootstrapError {
-            node: node.logical_id.clone(),
-            reason,
+        let fail = |e: Box<dyn std::error::Error + Send + Sync>| {
+            BootstrapError::new(node.logical_id.clone(), e)
         };
         // Recorded before the secrets leave: a later run must know a cluster of this CA existed.
         {
             // Held across the write: servers render in parallel, and owner.json has one temp file.
             let mut done = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
             if !*done {
-                self.store
-                    .mark_delivered()
-                    .map_err(|e| fail(kos_lifecycle::api::chain(&e)))?;
+                self.store.mark_delivered().map_err(|e| fail(Box::new(e)))?;
                 *done = true;
             }
         }
@@ -340,11 +337,11 @@ impl Bootstrap for KubeadmBootstrap<'_> {
                 .iter()
                 .map(|t| taint(t))
                 .collect::<Result<_, _>>()
-                .map_err(|e| fail(e.to_string()))?,
+                .map_err(|e| fail(Box::new(e)))?,
         };
-        let cluster = self.cluster_input(node).map_err(|e| fail(e.to_string()))?;
+        let cluster = self.cluster_input(node).map_err(|e| fail(Box::new(e)))?;
         let ud = kos_bootstrap::render_user_data(&cluster, &input, &self.secrets)
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(Box::new(e)))?;
         tracing::debug!(node = %node.logical_id, bytes = ud.base64_len(), gzipped = ud.gzipped, "user_data rendered");
         Ok(ud.payload().to_vec())
     }

@@ -657,7 +657,7 @@ fn keep_ccm_credential(ctx: &Ctx, bootstrap: &dyn Bootstrap) -> Result<(), Strin
         Some(c) => bootstrap.keep_ccm_credential(&c).map_err(|e| {
             format!(
                 "the new credential's secret could not be kept: {}",
-                e.reason
+                e.reason()
             )
         }),
         None => Ok(()),
@@ -716,7 +716,7 @@ fn user_data(
     bootstrap
         .user_data(&nc)
         .map(Some)
-        .map_err(|e| e.to_string())
+        .map_err(|e| format!("{e}: {}", e.reason()))
 }
 
 /// Renders the user_data of every server this run creates before anything is created, with the
@@ -753,7 +753,7 @@ fn rehearse_bootstrap(
                 ccm_credential_secret: Some(placeholder_secret.clone()),
             };
             let error = match bootstrap.user_data(&nc) {
-                Err(e) => e.reason,
+                Err(e) => e.reason(),
                 Ok(raw) if raw.len().div_ceil(3) * 4 > MAX_USER_DATA_BASE64 => format!(
                     "its user_data is {} bytes after base64 encoding; Nova accepts at most \
                      {MAX_USER_DATA_BASE64}",

@@ -110,11 +110,14 @@ fn dechunk(mut rest: &[u8]) -> Result<Option<Vec<u8>>, EtcdError> {
 }
 
 fn io(e: std::io::Error) -> EtcdError {
-    EtcdError::Transport(e.to_string())
+    EtcdError::transport(super::Step::Connection, e)
 }
 
-fn bad(what: &str) -> EtcdError {
-    EtcdError::Transport(format!("etcd's gateway answered malformed HTTP: {what}"))
+fn bad(what: &'static str) -> EtcdError {
+    EtcdError::Transport {
+        what: super::Step::MalformedHttp(what),
+        source: None,
+    }
 }
 
 #[cfg(test)]

@@ -26,12 +26,16 @@ pub const CLIENT_VALIDITY: Duration = Duration::hours(1);
 /// answers (a kubelet or member that hangs) must fail the run, not hold it forever.
 pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
     #[error("cannot make kos's etcd client identity: {0}")]
     Identity(String),
-    #[error("cannot reach etcd: {0}")]
-    Transport(String),
+    #[error("cannot reach etcd: {what}")]
+    Transport {
+        what: Step,
+        #[source]
+        source: Option<crate::api::Cause>,
+    },
     #[error("etcd answered {path} with HTTP {status}: {message}")]
     Api {
         path: &'static str,
@@ -40,6 +44,50 @@ pub enum EtcdError {
     },
     #[error("etcd's answer to {path} is not what its gateway sends: {reason}")]
     Decode { path: &'static str, reason: String },
+}
+
+/// Where on the way to etcd a call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Opening the stream to `target` (a port-forward to a pod, a TCP address).
+    Dial { target: String },
+    /// The TLS handshake (etcd's certificate, or kos's refused).
+    Tls,
+    /// Reading or writing the connection.
+    Connection,
+    /// No answer to `path` within `after`.
+    Timeout {
+        path: &'static str,
+        after: std::time::Duration,
+    },
+    /// An answer that is not HTTP as etcd's gateway sends it.
+    MalformedHttp(&'static str),
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Dial { target } => f.write_str(target),
+            Step::Tls => f.write_str("TLS with etcd"),
+            Step::Connection => f.write_str("the connection"),
+            Step::Timeout { path, after } => {
+                write!(f, "{path}: no answer within {} s", after.as_secs_f64())
+            }
+            Step::MalformedHttp(what) => {
+                write!(f, "etcd's gateway answered malformed HTTP: {what}")
+            }
+        }
+    }
+}
+
+impl EtcdError {
+    /// A transport failure at `what`, caused by `source`.
+    pub fn transport(what: Step, source: impl Into<crate::api::Cause>) -> EtcdError {
+        EtcdError::Transport {
+            what,
+            source: Some(source.into()),
+        }
+    }
 }
 
 /// Opens a fresh byte stream to one etcd member's client port (2379).
@@ -188,11 +236,12 @@ impl<D: Dial> EtcdClient<D> {
     ) -> Result<T, EtcdError> {
         tokio::time::timeout(self.timeout, self.call_once(path, body))
             .await
-            .map_err(|_| {
-                EtcdError::Transport(format!(
-                    "{path}: no answer within {} s",
-                    self.timeout.as_secs_f64()
-                ))
+            .map_err(|_| EtcdError::Transport {
+                what: Step::Timeout {
+                    path,
+                    after: self.timeout,
+                },
+                source: None,
             })?
     }
 
@@ -204,11 +253,11 @@ impl<D: Dial> EtcdClient<D> {
         let stream = self.dial.dial().await?;
         let connector = tokio_rustls::TlsConnector::from(self.tls.config.clone());
         let name =
-            ServerName::try_from("localhost").map_err(|e| EtcdError::Transport(e.to_string()))?;
+            ServerName::try_from("localhost").map_err(|e| EtcdError::transport(Step::Tls, e))?;
         let mut tls = connector
             .connect(name, stream)
             .await
-            .map_err(|e| EtcdError::Transport(format!("TLS with etcd: {e}")))?;
+            .map_err(|e| EtcdError::transport(Step::Tls, e))?;
         let (status, answer) = http::post(&mut tls, path, body).await?;
         if !(200..300).contains(&status) {
             let e: wire::GatewayError = serde_json::from_slice(&answer).unwrap_or_default();
