@@ -198,7 +198,7 @@ struct Kept(Mutex<(Option<Credential>, Option<Credential>)>);
 
 fn poisoned_store() -> StoreError {
     StoreError::Malformed {
-        path: "(in memory, poisoned)".into(),
+        location: "(in memory, poisoned)".into(),
     }
 }
 
