@@ -44,6 +44,13 @@ pub enum Event<'a> {
         scale_down: bool,
         changes: &'a str,
     },
+    /// `--repair` found unhealthy nodes in `group` (`cp` or a pool) and its health check holds them
+    /// back (`why`: more of the group than `maxUnhealthy` is unhealthy, or the check is off).
+    RepairHeld {
+        cluster: &'a str,
+        group: &'a str,
+        why: &'a str,
+    },
     /// A step of a node's drain (its pods' names: the cluster's text).
     Drain { node: &'a str, line: &'a str },
     /// A node is drained, `evicted` pods evicted.

@@ -3,6 +3,7 @@
 //! and the cloud controller's and CSI's images moved to the cluster's minor
 //! ([`kos_lifecycle::addons`]).
 
+use kos_cluster::spec::ConditionStatus;
 use kos_lifecycle::kubeadm_config::{self, Wanted};
 use kos_lifecycle::roll::Unhealthy;
 use serde_json::{Value, json};
@@ -24,8 +25,14 @@ pub async fn unhealthy(kube: &Kube) -> Result<Vec<Unhealthy>, KubeError> {
             let since = n.not_ready_since.as_deref().and_then(|t| {
                 time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
             })?;
+            // A Ready condition that is missing is the kubelet never reporting: Unknown.
+            let status = match n.ready_status.as_deref() {
+                Some("False") => ConditionStatus::False,
+                _ => ConditionStatus::Unknown,
+            };
             Some(Unhealthy {
                 node: n.name,
+                status,
                 since_unix: since.unix_timestamp(),
             })
         })

@@ -158,6 +158,16 @@ pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
         .iter()
         .map(|p| (p.name.value.to_string(), p.max_unavailable as usize))
         .collect();
+    let health: BTreeMap<String, kos_cluster::spec::HealthCheck> = std::iter::once((
+        control_planes.prefix.to_owned(),
+        spec.control_plane.health_check.clone(),
+    ))
+    .chain(
+        spec.node_pools
+            .iter()
+            .map(|p| (p.name.value.to_string(), p.health_check.clone())),
+    )
+    .collect();
     Ok((
         graph,
         Decided {
@@ -165,6 +175,7 @@ pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
             retirements: succession.retirements,
             surging,
             max_unavailable,
+            health,
         },
     ))
 }

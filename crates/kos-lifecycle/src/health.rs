@@ -6,8 +6,9 @@
 //!
 //! A target is unhealthy when its server is in ERROR (a Machine's failure), its Node was seen and is
 //! gone, it has run longer than `nodeStartupTimeout` without a Node, or one of its Node's conditions
-//! has had an unhealthy status for longer than that condition's timeout (strictly longer: the
-//! deadline is `lastTransitionTime + timeout < now`). A target that is neither unhealthy nor
+//! has had an unhealthy status for its timeout (`lastTransitionTime + timeout <= now`; Cluster API
+//! compares with nanoseconds and `Before`, kos with whole seconds, where a timeout of 0 must take a
+//! node NotReady since this very second, as `--repair-after 0` always did). A target that is neither unhealthy nor
 //! healthy yet (no Node within its startup time, a condition still inside its timeout) is
 //! *pending*: it is not replaced, but it counts against `maxUnhealthy` as Cluster API's "not
 //! started or unhealthy" does. Remediation stops for the whole group while more than
@@ -80,7 +81,7 @@ impl std::fmt::Display for Finding {
                 timeout_secs,
             } => write!(
                 f,
-                "condition {condition} on its Node is reporting status {} for more than {timeout_secs}s",
+                "condition {condition} on its Node is reporting status {} for {timeout_secs}s or more",
                 status.as_str()
             ),
         }
@@ -159,11 +160,10 @@ enum Verdict {
     Healthy,
 }
 
-/// Seconds until `since + timeout` is passed, or `None` when it is (strictly) passed at `now`.
+/// Seconds until `since + timeout` is reached, or `None` when it is at `now`.
 fn left(since: i64, timeout_secs: u64, now: i64) -> Option<u64> {
     let deadline = since.saturating_add(i64::try_from(timeout_secs).unwrap_or(i64::MAX));
-    // Unhealthy once the deadline is strictly before now; recheck a second after it.
-    (deadline >= now).then(|| u64::try_from(deadline - now).unwrap_or(0) + 1)
+    (deadline > now).then(|| u64::try_from(deadline - now).unwrap_or(0))
 }
 
 fn verdict(rule: &HealthCheck, t: &Target, now: i64) -> Verdict {
@@ -260,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn a_condition_is_unhealthy_only_strictly_after_its_timeout() {
+    fn a_condition_is_unhealthy_once_its_timeout_is_reached() {
         let rule = HealthCheck::default();
         let at = |since| {
             assess(
@@ -269,18 +269,17 @@ mod tests {
                 NOW,
             )
         };
-        // Exactly 300 s: still pending (Cluster API's `Before(now)`), a recheck 1 s later.
-        let on_the_dot = at(NOW - 300);
-        assert!(on_the_dot.unhealthy.is_empty());
-        assert_eq!(on_the_dot.recheck_in_secs(), Some(1));
-        let past = at(NOW - 301);
+        let almost = at(NOW - 299);
+        assert!(almost.unhealthy.is_empty());
+        assert_eq!(almost.recheck_in_secs(), Some(1));
+        let past = at(NOW - 300);
         assert_eq!(past.to_replace(), ["n"]);
         assert_eq!(
             past.unhealthy[0].1[0].to_string(),
-            "condition Ready on its Node is reporting status False for more than 300s"
+            "condition Ready on its Node is reporting status False for 300s or more"
         );
         let recent = at(NOW - 60);
-        assert_eq!(recent.pending, [("n".to_owned(), 241)]);
+        assert_eq!(recent.pending, [("n".to_owned(), 240)]);
         let fine = assess(&rule, &[target("n", ready(ConditionStatus::True, 0))], NOW);
         assert_eq!(fine.healthy, ["n"]);
     }
@@ -308,10 +307,10 @@ mod tests {
         };
         assert_eq!(
             assess(&rule, &[booting(NOW - 100)], NOW).pending,
-            [("n".to_owned(), 501)]
+            [("n".to_owned(), 500)]
         );
         assert_eq!(
-            assess(&rule, &[booting(NOW - 601)], NOW).unhealthy[0].1,
+            assess(&rule, &[booting(NOW - 600)], NOW).unhealthy[0].1,
             [Finding::NeverStarted { timeout_secs: 600 }]
         );
         // `nodeStartupTimeout: 0s`: never unhealthy for it, and not pending either.

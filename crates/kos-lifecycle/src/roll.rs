@@ -18,10 +18,14 @@
 //! single one is refused with what to do instead. With `maxSurge: 1` (the default behind a load
 //! balancer) a control plane's successor joins first: [`crate::succession`].
 
+use std::collections::BTreeMap;
+
 use kos_cluster::graph::Kind;
 use kos_cluster::plan::{Action, Op, Plan};
+use kos_cluster::spec::{ConditionStatus, HealthCheck, UnhealthyCondition};
 
 use crate::formation::is_control_plane;
+use crate::health::{self, Remediation};
 use crate::succession::Retirement;
 
 /// One server to replace now.
@@ -301,35 +305,106 @@ pub fn step_plan(plan: &Plan, batch: &[Target]) -> Plan {
         .fold(p, |p, t| removal(&p, t))
 }
 
-/// A node NotReady since `since_unix` (its Ready condition's last transition).
+/// A node whose Ready condition is not True: `status` (False or Unknown) since `since_unix` (the
+/// condition's last transition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unhealthy {
     pub node: String,
+    pub status: ConditionStatus,
     pub since_unix: i64,
 }
 
-/// The servers `kos up --repair` replaces: those whose node has been NotReady for at least `after`
-/// seconds at `now`, in the roll's order (control planes first). A server the plan replaces or
-/// removes anyway is left to that.
+/// What `kos up --repair` found in one turn: the servers to replace and the groups whose health
+/// check holds remediation back (each with why).
+#[derive(Debug, Clone, Default)]
+pub struct Repairs {
+    pub targets: Vec<Target>,
+    pub held: Vec<(String, String)>,
+}
+
+/// The servers `kos up --repair` replaces, in the roll's order (control planes first): each group
+/// (`cp`, a pool) is judged by its `healthCheck` ([`crate::health`]), with the Ready timeouts set to
+/// `after` seconds when the run says so (`--repair-after`). A server the plan replaces or removes
+/// anyway is left to that; a NotReady time ahead of `now` (another machine's clock) counts as now.
 #[must_use]
-pub fn repairs(plan: &Plan, unhealthy: &[Unhealthy], now: i64, after: i64) -> Vec<Target> {
-    let mut out: Vec<Target> = plan
+pub fn repairs(
+    plan: &Plan,
+    rules: &BTreeMap<String, HealthCheck>,
+    unhealthy: &[Unhealthy],
+    now: i64,
+    after: Option<i64>,
+) -> Repairs {
+    let mut groups: BTreeMap<&str, Vec<&Action>> = BTreeMap::new();
+    for a in plan
         .actions
         .iter()
         .filter(|a| a.kind == Kind::Server && matches!(a.op, Op::NoOp | Op::Update))
-        .filter_map(|a| {
-            let u = unhealthy.iter().find(|u| u.node == a.name)?;
-            let for_secs = (now - u.since_unix).max(0);
-            (for_secs >= after).then(|| {
-                Target::replacing(
-                    plan,
-                    a,
-                    vec![format!("NotReady for {for_secs}s (--repair)")],
-                )
+    {
+        groups.entry(group_of(&a.logical_id)).or_default().push(a);
+    }
+    let mut out = Repairs::default();
+    for (group, actions) in groups {
+        let mut rule = rules.get(group).cloned().unwrap_or_default();
+        if let Some(after) = after {
+            let secs = u64::try_from(after).unwrap_or(0);
+            rule.unhealthy_conditions = [ConditionStatus::Unknown, ConditionStatus::False]
+                .into_iter()
+                .map(|status| UnhealthyCondition {
+                    condition: "Ready".into(),
+                    status,
+                    timeout_secs: secs,
+                })
+                .collect();
+        }
+        // The Node of each server; one not listed is Ready (a server without its Node yet is
+        // kos up's own bootstrap wait, not a repair).
+        let targets: Vec<health::Target> = actions
+            .iter()
+            .map(|a| {
+                let ready = match unhealthy.iter().find(|u| u.node == a.name) {
+                    Some(u) => (u.status, u.since_unix.min(now)),
+                    None => (ConditionStatus::True, now),
+                };
+                health::Target {
+                    name: a.name.clone(),
+                    created_unix: now,
+                    error: None,
+                    node: health::NodeSeen::Present(vec![health::NodeCondition {
+                        condition: "Ready".into(),
+                        status: ready.0,
+                        last_transition_unix: ready.1,
+                    }]),
+                }
             })
-        })
-        .collect();
-    out.sort_by_key(|t| !t.control_plane);
+            .collect();
+        let assessed = health::assess(&rule, &targets, now);
+        match assessed.remediation {
+            Remediation::Allowed => {}
+            Remediation::Disabled if assessed.unhealthy.is_empty() => continue,
+            held => {
+                if !assessed.unhealthy.is_empty() {
+                    out.held.push((group.to_owned(), held.to_string()));
+                }
+                continue;
+            }
+        }
+        for (name, _) in &assessed.unhealthy {
+            let Some(a) = actions.iter().find(|a| &a.name == name) else {
+                continue;
+            };
+            let u = unhealthy.iter().find(|u| &u.node == name);
+            let why = match u {
+                Some(u) => format!(
+                    "NotReady for {}s (Ready {} past its health check's timeout; --repair)",
+                    (now - u.since_unix).max(0),
+                    u.status.as_str()
+                ),
+                None => "unhealthy (--repair)".to_owned(),
+            };
+            out.targets.push(Target::replacing(plan, a, vec![why]));
+        }
+    }
+    out.targets.sort_by_key(|t| !t.control_plane);
     out
 }
 
@@ -704,6 +779,7 @@ mod tests {
         ]);
         let u = |n: &str, since| Unhealthy {
             node: format!("kos-demo-{n}"),
+            status: ConditionStatus::Unknown,
             since_unix: since,
         };
         let sick = [
@@ -712,23 +788,89 @@ mod tests {
             u("cp-0", 0),
             u("workers-2", 0),
         ];
-        let t: Vec<String> = repairs(&p, &sick, 400, 300)
-            .into_iter()
-            .map(|t| t.logical_id)
-            .collect();
+        let rules = BTreeMap::new();
+        let ids =
+            |r: Repairs| -> Vec<String> { r.targets.into_iter().map(|t| t.logical_id).collect() };
         assert_eq!(
-            t,
+            ids(repairs(&p, &rules, &sick, 400, Some(290))),
             ["cp-0", "workers-0"],
             "workers-1 too recent, workers-2 rolled anyway"
         );
-        let w0 = repairs(&p, &sick, 400, 300).pop().expect("workers-0");
+        // The spec's default: Ready Unknown for 300 s.
+        assert_eq!(ids(repairs(&p, &rules, &sick, 399, None)), ["cp-0"]);
+        assert_eq!(
+            ids(repairs(&p, &rules, &sick, 400, None)),
+            ["cp-0", "workers-0"]
+        );
+        let w0 = repairs(&p, &rules, &sick, 400, Some(290))
+            .targets
+            .pop()
+            .expect("workers-0");
         assert_eq!(w0.volume.as_deref(), Some("vol-workers-0"));
-        let cp = repairs(&p, &sick, 400, 300).remove(0);
+        assert!(
+            w0.changes[0].starts_with("NotReady for 300s"),
+            "{:?}",
+            w0.changes
+        );
+        let cp = repairs(&p, &rules, &sick, 400, Some(290)).targets.remove(0);
         assert!(check_repair(&p, &cp).is_err(), "the only control plane");
         assert!(check_repair(&p, &w0).is_ok());
-        // A NotReady time ahead of this clock (another machine's) counts as just now.
-        assert!(repairs(&p, &[u("workers-0", 10_000)], 400, 1).is_empty());
-        assert_eq!(repairs(&p, &[u("workers-0", 10_000)], 400, 0).len(), 1);
+        // A NotReady time ahead of this clock (another machine's, or a simulated cloud's faster
+        // one) counts as just now.
+        let ahead = [u("workers-0", 10_000)];
+        assert!(repairs(&p, &rules, &ahead, 400, Some(1)).targets.is_empty());
+        assert_eq!(repairs(&p, &rules, &ahead, 400, Some(0)).targets.len(), 1);
+    }
+
+    #[test]
+    fn repair_follows_each_groups_health_check_and_holds_past_max_unhealthy() {
+        use kos_cluster::spec::MaxUnhealthy;
+        let p = plan(
+            (0..5)
+                .map(|i| action(&format!("workers-{i}"), Kind::Server, Op::NoOp))
+                .collect(),
+        );
+        let sick = |n: usize| -> Vec<Unhealthy> {
+            (0..n)
+                .map(|i| Unhealthy {
+                    node: format!("kos-demo-workers-{i}"),
+                    status: ConditionStatus::False,
+                    since_unix: 0,
+                })
+                .collect()
+        };
+        let rules: BTreeMap<String, HealthCheck> = [(
+            "workers".to_owned(),
+            HealthCheck {
+                max_unhealthy: MaxUnhealthy::Percent(40),
+                ..HealthCheck::default()
+            },
+        )]
+        .into();
+        // Three of five NotReady at once: a partition, not three dead nodes.
+        let three = repairs(&p, &rules, &sick(3), 1000, None);
+        assert!(three.targets.is_empty());
+        assert_eq!(three.held.len(), 1);
+        assert!(
+            three.held[0]
+                .1
+                .contains("(total: 5, unhealthy: 3, maxUnhealthy: 2)"),
+            "{:?}",
+            three.held
+        );
+        assert_eq!(repairs(&p, &rules, &sick(2), 1000, None).targets.len(), 2);
+        // Switched off: nothing replaced, and said so.
+        let off: BTreeMap<String, HealthCheck> = [(
+            "workers".to_owned(),
+            HealthCheck {
+                enabled: false,
+                ..HealthCheck::default()
+            },
+        )]
+        .into();
+        let held = repairs(&p, &off, &sick(1), 1000, None);
+        assert!(held.targets.is_empty());
+        assert_eq!(held.held[0].0, "workers");
     }
 
     #[test]

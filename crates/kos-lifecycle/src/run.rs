@@ -6,7 +6,8 @@
 //! then:
 //!
 //! 1. refuses a replacement no order can make, before anything changes;
-//! 2. with `--repair`, replaces one node NotReady for too long first (the converge would wait for it);
+//! 2. with `--repair`, replaces one node its group's `healthCheck` finds unhealthy first (the
+//!    converge would wait for it), unless more of the group than `maxUnhealthy` is;
 //! 3. converges everything but the servers to replace or retire (a pool's smaller count drained
 //!    first, kubeadm-config moved before a control plane of a new release joins), following the new
 //!    nodes' bootstrap;
@@ -39,6 +40,8 @@ pub struct Decided {
     pub surging: BTreeSet<String>,
     /// A pool's `maxUnavailable` (at least 1 in place); a pool not listed takes 1.
     pub max_unavailable: BTreeMap<String, usize>,
+    /// Each group's `healthCheck` (`cp`, pool names); a group not listed takes the default.
+    pub health: BTreeMap<String, kos_cluster::spec::HealthCheck>,
 }
 
 impl Decided {
@@ -143,6 +146,8 @@ pub trait Cluster {
 
     /// Reads the spec, checks it against the cloud, observes, decides.
     fn prepare(&mut self) -> impl Future<Output = Result<Self::Turn, Self::Error>>;
+    /// `--repair` found unhealthy nodes in `group` that its health check holds back (`why`).
+    fn repair_held(&self, t: &Self::Turn, group: &str, why: &str);
     /// The nodes whose Ready condition is not True, and since when.
     fn unhealthy(
         &self,
@@ -181,10 +186,12 @@ pub trait Cluster {
     fn converged(&self, t: &Self::Turn) -> impl Future<Output = Result<(), Self::Error>>;
 }
 
-/// `--repair`: nodes NotReady for at least `after_secs` are replaced.
+/// `--repair`: nodes their group's `healthCheck` finds unhealthy are replaced.
 #[derive(Debug, Clone, Copy)]
 pub struct Repair {
-    pub after_secs: i64,
+    /// `--repair-after`: how long Ready may be False or Unknown, for every group, instead of the
+    /// health checks' own timeouts.
+    pub after_secs: Option<i64>,
     /// Now, as Unix seconds (the caller's clock).
     pub now: fn() -> i64,
 }
@@ -209,7 +216,12 @@ pub async fn up<C: Cluster>(cluster: &mut C, opts: Options) -> Result<(), C::Err
         run.made.get_or_insert_with(|| d.servers());
         if let Some(repair) = opts.repair {
             let sick = cluster.unhealthy(&turn).await?;
-            if let Some(t) = roll::repairs(&d.plan, &sick, (repair.now)(), repair.after_secs)
+            let found = roll::repairs(&d.plan, &d.health, &sick, (repair.now)(), repair.after_secs);
+            for (group, why) in &found.held {
+                cluster.repair_held(&turn, group, why);
+            }
+            if let Some(t) = found
+                .targets
                 .into_iter()
                 .find(|t| !run.replaced.contains(&t.logical_id))
             {
@@ -340,6 +352,7 @@ mod tests {
             retirements: Vec::new(),
             surging: BTreeSet::new(),
             max_unavailable: BTreeMap::new(),
+            health: BTreeMap::new(),
         }
     }
 
@@ -402,6 +415,9 @@ mod tests {
                 .pop_front()
                 .map(Turn)
                 .ok_or(Error::Script("no more turns"))
+        }
+        fn repair_held(&self, _: &Turn, group: &str, why: &str) {
+            self.did(format!("held {group}: {why}"));
         }
         async fn unhealthy(&self, _: &Turn) -> Result<Vec<Unhealthy>, Error> {
             Ok(self.unhealthy.clone())
@@ -604,11 +620,12 @@ mod tests {
         let mut s = Script::new(vec![d(), d(), d()]);
         s.unhealthy = vec![Unhealthy {
             node: "kos-demo-w-0".into(),
+            status: kos_cluster::spec::ConditionStatus::Unknown,
             since_unix: 100,
         }];
         let repair = |after_secs| Options {
             repair: Some(Repair {
-                after_secs,
+                after_secs: Some(after_secs),
                 now: || 1_000,
             }),
         };
@@ -626,6 +643,7 @@ mod tests {
         let mut s = Script::new(vec![d(), d()]);
         s.unhealthy = vec![Unhealthy {
             node: "kos-demo-w-0".into(),
+            status: kos_cluster::spec::ConditionStatus::Unknown,
             since_unix: 900,
         }];
         run(&mut s, repair(300)).unwrap();

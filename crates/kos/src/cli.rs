@@ -141,18 +141,20 @@ pub struct UpArgs {
     /// How far to follow the cluster once its cloud resources exist.
     #[arg(long, value_enum, default_value_t)]
     pub wait: Wait,
-    /// Also replace nodes NotReady for longer than --repair-after (drained, a control plane's etcd
-    /// member removed first), as Cluster API's MachineHealthCheck does. Servers in ERROR or gone are
-    /// always made again.
+    /// Also replace nodes their group's `healthCheck` finds unhealthy (drained, a control plane's
+    /// etcd member removed first), as Cluster API's MachineHealthCheck does: by default Ready False
+    /// or Unknown for more than 5 minutes, and nothing while more of the group than its
+    /// `maxUnhealthy` is unhealthy. Servers in ERROR or gone are always made again.
     #[arg(long)]
     pub repair: bool,
     /// How long draining one node may take before the run stops, in seconds (a PodDisruptionBudget
     /// that allows no eviction holds it), as Cluster API's nodeDrainTimeout.
     #[arg(long, default_value_t = 600)]
     pub drain_timeout: u64,
-    /// How long a node may be NotReady before --repair replaces it, in seconds.
-    #[arg(long, default_value_t = 300, requires = "repair")]
-    pub repair_after: u64,
+    /// How long a node may be NotReady before --repair replaces it, in seconds, for every group
+    /// (instead of the timeouts of the spec's `healthCheck`, 300 s by default).
+    #[arg(long, requires = "repair")]
+    pub repair_after: Option<u64>,
     /// Replace every control plane made before this run, one at a time, as when its kubeadm
     /// certificates have less than 30 days left (which `kos up` does on its own): the new ones get new
     /// certificates.

@@ -98,6 +98,11 @@ impl kos_control::report::Report for Lines {
                 if scale_down { "removing" } else { "replacing" },
                 crate::term::escape(changes)
             ),
+            E::RepairHeld {
+                cluster,
+                group,
+                why,
+            } => eprintln!("kos: {cluster}: not repairing {group}: {why}"),
             E::Drain { node, line } => eprintln!("kos: {node}: {}", crate::term::escape(line)),
             E::Drained { node, evicted } => {
                 eprintln!("kos: {node}: drained ({evicted} pod(s) evicted)");

@@ -841,6 +841,122 @@ fn repair_replaces_a_node_that_stays_notready() {
     assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
 }
 
+/// A pool's `healthCheck` holds `--repair` back when more of the pool than `maxUnhealthy` is
+/// NotReady at once (a partition, not dead nodes), as Cluster API's MachineHealthCheck does: three
+/// of five workers stopped behind kos's back, at 40 %, are left alone and the run says why; once two
+/// are back, the one left is replaced.
+#[test]
+fn repair_leaves_a_pool_alone_past_its_max_unhealthy() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("minimal.yaml");
+    assert_eq!(minimal.matches("      count: 2\n").count(), 1, "{minimal}");
+    let spec = d.join("five.yaml");
+    std::fs::write(
+        &spec,
+        minimal.replacen(
+            "      count: 2\n",
+            "      count: 5\n      healthCheck:\n        maxUnhealthy: 40%\n",
+            1,
+        ),
+    )
+    .expect("write");
+    let spec = spec.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let rt = runtime();
+    let stopped: Vec<String> = rt.block_on(async {
+        let s = session(&sim.clouds).await;
+        let c = s.compute();
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            let w = server_named(&c, &format!("kos-demo-workers-{i}")).await;
+            c.stop_server(&w.id).await.expect("stop");
+            ids.push(w.id);
+        }
+        ids
+    });
+    eventually(120, "three workers NotReady", || {
+        let clusters = sim_admin(&sim.base, "/_sim/clusters");
+        let not_ready = clusters[0]["nodes"]
+            .as_array()?
+            .iter()
+            .filter(|n| n["ready"] == false)
+            .count();
+        (not_ready == 3).then_some(())
+    });
+    // The held nodes stay NotReady: the held run waits for nothing past the servers.
+    let repair = |wait: &str| {
+        kos_within(
+            d,
+            &sim.clouds,
+            &[
+                "up",
+                "-f",
+                spec,
+                "--cloud",
+                "sim",
+                "--repair",
+                "--repair-after",
+                "0",
+                "--wait",
+                wait,
+            ],
+        )
+    };
+    let held = repair("infra");
+    let out = text(&held);
+    assert_eq!(held.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains(
+            "not repairing workers: remediation is not allowed, the number of not started or \
+             unhealthy nodes exceeds maxUnhealthy (total: 5, unhealthy: 3, maxUnhealthy: 2)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("replacing"), "{out}");
+    let ids = |rt: &tokio::runtime::Runtime| -> Vec<String> {
+        rt.block_on(async {
+            let s = session(&sim.clouds).await;
+            let mut ids = Vec::new();
+            for i in 0..3 {
+                ids.push(
+                    server_named(&s.compute(), &format!("kos-demo-workers-{i}"))
+                        .await
+                        .id,
+                );
+            }
+            ids
+        })
+    };
+    assert_eq!(ids(&rt), stopped, "no server replaced");
+
+    // Two come back: one of five is within 40 %, and it is replaced.
+    rt.block_on(async {
+        let s = session(&sim.clouds).await;
+        for id in &stopped[..2] {
+            s.compute().start_server(id).await.expect("start");
+        }
+    });
+    eventually(120, "one worker NotReady", || {
+        let clusters = sim_admin(&sim.base, "/_sim/clusters");
+        let not_ready = clusters[0]["nodes"]
+            .as_array()?
+            .iter()
+            .filter(|n| n["ready"] == false)
+            .count();
+        (not_ready == 1).then_some(())
+    });
+    let repaired = repair("ready");
+    let out = text(&repaired);
+    assert_eq!(repaired.status.code(), Some(0), "{out}");
+    assert!(out.contains("replacing workers-2 (NotReady for"), "{out}");
+    let now = ids(&rt);
+    assert_eq!(now[..2], stopped[..2]);
+    assert_ne!(now[2], stopped[2], "workers-2 made again");
+}
+
 /// A pod `name` (label `app: <name>`) on `node`, Running and Ready as its kubelet would report it,
 /// and a PodDisruptionBudget `name` that keeps one such pod: its eviction is refused while it is
 /// the only one. `kubectl` runs kubectl against the cluster.

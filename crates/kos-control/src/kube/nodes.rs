@@ -16,6 +16,8 @@ pub struct NodeStatus {
     pub uninitialized: bool,
     /// When its Ready condition last changed (RFC 3339), while it is not True.
     pub not_ready_since: Option<String>,
+    /// Its Ready condition's status (`True`, `False`, `Unknown`), if it has one.
+    pub ready_status: Option<String>,
 }
 
 impl Kube {
@@ -47,6 +49,10 @@ fn node_status(n: &Value) -> NodeStatus {
         not_ready_since: conditions()
             .find(|c| c["type"] == "Ready" && c["status"] != "True")
             .and_then(|c| c["lastTransitionTime"].as_str())
+            .map(str::to_owned),
+        ready_status: conditions()
+            .find(|c| c["type"] == "Ready")
+            .and_then(|c| c["status"].as_str())
             .map(str::to_owned),
     }
 }

@@ -443,7 +443,9 @@ pub(super) async fn up_runs(
         for _ in 0..runs.max(1) {
             let opts = kos_lifecycle::run::Options {
                 repair: args.repair.then_some(kos_lifecycle::run::Repair {
-                    after_secs: i64::try_from(args.repair_after).unwrap_or(i64::MAX),
+                    after_secs: args
+                        .repair_after
+                        .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
                     now: || time::OffsetDateTime::now_utc().unix_timestamp(),
                 }),
             };
@@ -514,6 +516,15 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
         };
         let first = self.first.replace(false);
         prepare(self.c, file, self.renew_before, self.changed.get(), first).await
+    }
+
+    fn repair_held(&self, p: &Prepared, group: &str, why: &str) {
+        use kos_control::report::Report as _;
+        crate::progress::Lines.event(kos_control::report::Event::RepairHeld {
+            cluster: &p.graph.cluster.to_string(),
+            group,
+            why,
+        });
     }
 
     async fn unhealthy(
