@@ -108,11 +108,14 @@ pub async fn reconcile(node: Arc<Node>, st: Arc<NodeController>) -> Result<Actio
 /// Retries with exponential backoff per node. A lost write race is not a failure: it is retried
 /// after the shortest delay (the watch event of the winning write usually triggers it sooner).
 pub fn error_policy(node: Arc<Node>, err: &Error, st: Arc<NodeController>) -> Action {
-    let delay = if err.is_conflict() {
-        st.settings.retry_min
-    } else {
-        st.backoff.failed(&uid(&node))
-    };
+    if err.is_conflict() {
+        // Routine under optimistic concurrency (the kubelet posts its status meanwhile): upstream's
+        // node controller retries it silently (RetryOnConflict), so it is no warning here either.
+        let delay = st.settings.retry_min;
+        tracing::debug!(node = %node.name_any(), retry_in = ?delay, "lost a write race; retrying");
+        return Action::requeue(delay);
+    }
+    let delay = st.backoff.failed(&uid(&node));
     tracing::warn!(
         node = %node.name_any(),
         reason = err.metric_label(),
