@@ -388,18 +388,22 @@ pub fn repairs(
                 continue;
             }
         }
-        for (name, _) in &assessed.unhealthy {
+        for (name, findings) in &assessed.unhealthy {
             let Some(a) = actions.iter().find(|a| &a.name == name) else {
                 continue;
             };
-            let u = unhealthy.iter().find(|u| &u.node == name);
-            let why = match u {
+            // Every unhealthy target here is one of `unhealthy` (the others' Ready is True).
+            let why = match unhealthy.iter().find(|u| &u.node == name) {
                 Some(u) => format!(
                     "NotReady for {}s (Ready {} past its health check's timeout; --repair)",
                     (now - u.since_unix).max(0),
                     u.status.as_str()
                 ),
-                None => "unhealthy (--repair)".to_owned(),
+                None => findings
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
             };
             out.targets.push(Target::replacing(plan, a, vec![why]));
         }

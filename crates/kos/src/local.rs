@@ -664,6 +664,15 @@ impl SecretStore for Local {
 
     fn remove(&self, record: Record) -> Result<(), StoreError> {
         let path = self.path(record);
+        // A directory found without asking the cloud ([`Local::at`]) is only read: kos deletes
+        // only in the directory it keyed by the cloud's identity for this cluster.
+        if self.place.is_none() {
+            return Err(StoreError::Write {
+                record,
+                location: path.display().to_string(),
+                source: "a directory found without the cloud is read-only".into(),
+            });
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -999,6 +1008,9 @@ mod tests {
         for r in Record::ALL {
             assert!(KNOWN_FILES.contains(&Local::file(r)), "{r:?}");
         }
+        // A directory found without the cloud loses nothing.
+        assert!(Local::at(place.dir.clone()).remove(Record::Pki).is_err());
+        assert!(pki.exists());
         local.remove(Record::Pki).unwrap();
         local.remove(Record::Pki).unwrap();
         assert!(!pki.exists());
