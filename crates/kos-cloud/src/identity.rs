@@ -91,18 +91,57 @@ impl IdentityApi<'_> {
     /// Creates an application credential of the session's user on its project. The secret is only
     /// returned here, once.
     ///
+    /// Keystone keeps one access-rule row per user and (service, path, method), shared by that
+    /// user's credentials, and inserts a missing one inside the create's transaction. Two creates of
+    /// one user that insert the same rule at once collide on that row's unique key: the later one
+    /// fails with the 409 of a duplicate name, naming its own credential
+    /// (keystone/application_credential/backends/sql.py, `duplicate_access_rule_for_user_constraint`
+    /// under `handle_conflicts`). Nothing was stored, so such a create is sent again when no
+    /// credential of its name exists; by then the rows it needs are there.
+    ///
     /// Errors: 409 `Conflict` when the user already has one with this name.
     pub async fn create_application_credential(
         &self,
         req: &ApplicationCredentialCreate,
     ) -> Result<NewApplicationCredential, CloudError> {
-        let r = ApiRequest::post(
-            SVC,
-            "application_credential.create",
-            self.path(),
-            body("application_credential", req)?,
-        );
-        let created: CreatedWire = fetch(self.session, r, "application_credential").await?;
+        let mut budget = crate::retry::Budget::default();
+        let created = loop {
+            budget.attempts += 1;
+            let r = ApiRequest::post(
+                SVC,
+                "application_credential.create",
+                self.path(),
+                body("application_credential", req)?,
+            );
+            match fetch::<CreatedWire>(self.session, r, "application_credential").await {
+                Err(e) if e.status() == Some(409) && !req.access_rules.is_empty() => {
+                    if !self
+                        .list_application_credentials(Some(&req.name))
+                        .await?
+                        .is_empty()
+                    {
+                        return Err(e);
+                    }
+                    let Some(delay) = budget.retry(
+                        self.session.retry_policy(),
+                        crate::retry::RetryReason::Contended,
+                        None,
+                        &mut rand::rng(),
+                    ) else {
+                        return Err(e);
+                    };
+                    let wait = self.session.schedule_retry(delay);
+                    self.session.record_retry();
+                    tracing::debug!(
+                        name = %req.name,
+                        delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        "an access rule was being stored by another create; retrying"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                other => break other?,
+            }
+        };
         let secret = created.secret.ok_or_else(|| CloudError::Decode {
             service: SVC,
             operation: "application_credential.create",

@@ -195,6 +195,9 @@ pub enum RetryReason {
     ServerError,
     LoadBalancerBusy,
     Transport,
+    /// A create that lost a race for a row another create was inserting (Keystone's access
+    /// rules): nothing was stored, and the same request succeeds once the other committed.
+    Contended,
 }
 
 impl RetryReason {
@@ -204,7 +207,10 @@ impl RetryReason {
             RetryReason::RateLimited | RetryReason::Overloaded | RetryReason::LoadBalancerBusy => {
                 true
             }
-            RetryReason::Unavailable | RetryReason::ServerError | RetryReason::Transport => false,
+            RetryReason::Unavailable
+            | RetryReason::ServerError
+            | RetryReason::Transport
+            | RetryReason::Contended => false,
         }
     }
 }

@@ -257,6 +257,11 @@ impl Session {
         self.inner.counters.snapshot()
     }
 
+    /// Counts a retry a facade makes itself (one the request path cannot decide alone).
+    pub(crate) fn record_retry(&self) {
+        self.inner.counters.record_retry();
+    }
+
     pub fn project_id(&self) -> &str {
         &self.inner.project_id
     }

@@ -65,3 +65,50 @@ async fn application_credential_lifecycle() -> R {
     assert!(ks.get_application_credential(&id).await?.is_none());
     Ok(())
 }
+
+/// Creates of one user with equal access rules, at once (two clusters made together, the CCM's
+/// and a test's): Keystone fails all but one of those that insert a rule with a 409 naming the
+/// credential (kos-sim holds each insert two real seconds, so they overlap). The facade tells that
+/// from a name in use, since no credential of the name exists, and sends it again: every one is
+/// made. A name that is taken is still a 409.
+#[tokio::test]
+async fn creates_with_shared_access_rules_all_succeed() -> R {
+    use kos_cloud::model::identity::AccessRule;
+    let c = facades_support::start_with(kos_sim::SimConfig {
+        latency: kos_sim::LatencyModel {
+            app_credential_commit_secs: 2000.0,
+            ..kos_sim::LatencyModel::instant()
+        },
+        ..kos_sim::SimConfig::fast()
+    })
+    .await?;
+    let ks = c.session.identity();
+    let req = |name: &str| ApplicationCredentialCreate {
+        name: name.into(),
+        access_rules: vec![AccessRule {
+            service: "compute".into(),
+            method: "GET".into(),
+            path: "/compute/v2.1/servers".into(),
+        }],
+        ..Default::default()
+    };
+    let (a, b, d) = (req("kos-a-ccm"), req("kos-b-ccm"), req("kos-c-ccm"));
+    let made = futures::future::join_all([
+        ks.create_application_credential(&a),
+        ks.create_application_credential(&b),
+        ks.create_application_credential(&d),
+    ])
+    .await;
+    for m in made {
+        let m = m?;
+        assert_eq!(m.credential.access_rules.len(), 1, "{:?}", m.credential);
+    }
+    assert!(c.session.counters().retries >= 1, "no create lost the race");
+    let taken = ks
+        .create_application_credential(&a)
+        .await
+        .err()
+        .ok_or("a taken name was accepted")?;
+    assert_eq!(taken.kind(), Some(ApiErrorKind::Conflict), "{taken}");
+    Ok(())
+}

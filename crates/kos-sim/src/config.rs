@@ -208,6 +208,10 @@ pub struct LatencyModel {
     /// learns the id of the volume it made. Read while the answer waits, so lowering it releases
     /// answers already held. 0 (the default): at once.
     pub volume_create_answer_secs: f64,
+    /// How long an application credential create's transaction holds the access-rule rows it
+    /// inserts before it commits. A create of the same user that inserts one of those rules
+    /// meanwhile fails as Keystone's does on the row's unique key (a 409 naming its credential).
+    pub app_credential_commit_secs: f64,
     /// Volume deleting → gone.
     pub volume_delete_secs: f64,
     /// Volume attaching → in-use, and detaching → available (Nova's attach and detach).
@@ -231,6 +235,8 @@ impl Default for LatencyModel {
             lb_delete_secs: 10.0,
             volume_create_secs: 5.0,
             volume_create_answer_secs: 0.0,
+            // A few of MariaDB's milliseconds for the credential, its roles and its rules.
+            app_credential_commit_secs: 0.02,
             volume_delete_secs: 3.0,
             volume_attach_secs: 3.0,
             volume_extend_secs: 3.0,

@@ -84,7 +84,19 @@ pub struct AccessRule {
     pub method: String,
 }
 
+/// A row of the `access_rule` table: a rule and its user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredAccessRule {
+    pub user_id: String,
+    pub rule: AccessRule,
+}
+
 impl AccessRule {
+    /// Whether `other` is the same row of one user's (the table's unique key, the user aside).
+    fn same_key(&self, other: &AccessRule) -> bool {
+        self.service == other.service && self.path == other.path && self.method == other.method
+    }
+
     fn json(&self) -> Value {
         json!({"id": self.id, "service": self.service, "path": self.path, "method": self.method})
     }
@@ -214,6 +226,11 @@ pub struct KeystoneState {
     pub projects: Vec<Project>,
     pub roles: Vec<Role>,
     pub app_creds: Vec<AppCred>,
+    /// The `access_rule` table: rows outlive the credentials that made them (a credential's delete
+    /// cascades only to its links), so a rule made again keeps its id. States saved before the
+    /// table was kept have their rules only in their credentials.
+    #[serde(default)]
+    pub access_rules: Vec<StoredAccessRule>,
     pub tokens: HashMap<String, Token>,
     /// catalog endpoint ids, stable per service and interface
     pub endpoint_ids: HashMap<String, String>,
@@ -1027,6 +1044,40 @@ async fn create_app_cred(
         .filter(|n| !n.is_empty())
         .ok_or_else(|| SimError::bad_request(SVC, "'name' is a required property"))?
         .to_owned();
+    let (cred, inserts, body) = stage_create(&app, &ctx, &headers, user_id, name, c)?;
+    // The transaction holds its new rows until it commits; the commit then meets the table's unique
+    // keys: (user, name) and (user, service, path, method). A create of the same user that
+    // committed one of them meanwhile wins, and this one fails as Keystone's does: the 409 of
+    // `handle_conflicts`, which names this credential whichever key it was.
+    let hold = app.latency().app_credential_commit_secs;
+    if !inserts.is_empty() && hold > 0.0 {
+        tokio::time::sleep(app.clock.real(hold)).await;
+    }
+    let mut cloud = app.cloud();
+    let ks = &mut cloud.keystone;
+    if name_taken(ks, &cred.user_id, &cred.name)
+        || inserts.iter().any(|r| rule_stored(ks, &cred.user_id, r))
+    {
+        return Err(duplicate(&cred.name));
+    }
+    ks.access_rules
+        .extend(inserts.into_iter().map(|rule| StoredAccessRule {
+            user_id: cred.user_id.clone(),
+            rule,
+        }));
+    ks.app_creds.push(cred);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// A create as far as its transaction's commit: checked, resolved, answered; what it inserts.
+fn stage_create(
+    app: &SharedApp,
+    ctx: &AuthCtx,
+    headers: &HeaderMap,
+    user_id: String,
+    name: String,
+    c: &Value,
+) -> SimResult<(AppCred, Vec<AccessRule>, Value)> {
     let mut cloud = app.cloud();
     let ks = &mut cloud.keystone;
     // keystone/api/users.py `_check_unrestricted_application_credential`: a restricted credential
@@ -1050,18 +1101,8 @@ async fn create_app_cred(
              credentials.",
         ));
     }
-    if ks
-        .app_creds
-        .iter()
-        .any(|a| a.user_id == user_id && a.name == name)
-    {
-        return Err(SimError::conflict(
-            SVC,
-            "Conflict",
-            format!(
-                "Conflict occurred attempting to store application_credential - Duplicate entry found with name {name}."
-            ),
-        ));
+    if name_taken(ks, &user_id, &name) {
+        return Err(duplicate(&name));
     }
     let secret = match s(c, "/secret") {
         Some(sec) => sec.to_owned(),
@@ -1137,6 +1178,12 @@ async fn create_app_cred(
         }
     };
     let access_rules = read_access_rules(ks, &user_id, c.get("access_rules"))?;
+    // The rows this create's transaction inserts: rules no row of the user's holds yet.
+    let inserts: Vec<AccessRule> = access_rules
+        .iter()
+        .filter(|r| !rule_stored(ks, &user_id, r))
+        .cloned()
+        .collect();
     let cred = AppCred {
         id: ids::hex_id(),
         name,
@@ -1152,15 +1199,44 @@ async fn create_app_cred(
         expires_at,
         access_rules,
     };
-    let mut body = json!({"application_credential": app_cred_json(&app, &cred, true)});
+    let mut body = json!({"application_credential": app_cred_json(app, &cred, true)});
     // The create answers with the stored row as given (checked against Keystone 30): the user and
     // `system` too, and `unrestricted` as sent (null when the request left it out).
     let created = &mut body["application_credential"];
     created["user_id"] = json!(cred.user_id);
     created["system"] = Value::Null;
     created["unrestricted"] = c.get("unrestricted").cloned().unwrap_or(Value::Null);
-    ks.app_creds.push(cred);
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    Ok((cred, inserts, body))
+}
+
+fn name_taken(ks: &KeystoneState, user_id: &str, name: &str) -> bool {
+    ks.app_creds
+        .iter()
+        .any(|a| a.user_id == user_id && a.name == name)
+}
+
+/// Whether the user has a row of `rule`'s key (in the table, or in a credential of a state saved
+/// before the table was kept).
+fn rule_stored(ks: &KeystoneState, user_id: &str, rule: &AccessRule) -> bool {
+    ks.access_rules
+        .iter()
+        .any(|s| s.user_id == user_id && s.rule.same_key(rule))
+        || ks
+            .app_creds
+            .iter()
+            .filter(|a| a.user_id == user_id)
+            .any(|a| a.access_rules.iter().any(|r| r.same_key(rule)))
+}
+
+/// keystone/common/sql/core.py `handle_conflicts` for `application_credential`.
+fn duplicate(name: &str) -> SimError {
+    SimError::conflict(
+        SVC,
+        "Conflict",
+        format!(
+            "Conflict occurred attempting to store application_credential - Duplicate entry found with name {name}."
+        ),
+    )
 }
 
 async fn list_app_creds(
@@ -1313,9 +1389,14 @@ fn read_access_rules(
             ));
         }
         let existing = ks
-            .app_creds
+            .access_rules
             .iter()
-            .flat_map(|a| a.access_rules.iter().map(move |r| (a, r)));
+            .map(|s| (s.user_id.as_str(), &s.rule))
+            .chain(
+                ks.app_creds
+                    .iter()
+                    .flat_map(|a| a.access_rules.iter().map(move |r| (a.user_id.as_str(), r))),
+            );
         // By external id, whoever's it is (the backend does not filter that lookup by user).
         let mut found = id.and_then(|x| {
             existing
@@ -1343,11 +1424,8 @@ fn read_access_rules(
         if found.is_none() {
             found = existing
                 .clone()
-                .find(|(a, r)| {
-                    a.user_id == user_id
-                        && r.service == service
-                        && r.path == path
-                        && r.method == method
+                .find(|(u, r)| {
+                    *u == user_id && r.service == service && r.path == path && r.method == method
                 })
                 .map(|(_, r)| r.clone())
                 .or_else(|| {

@@ -367,3 +367,72 @@ async fn each_request_of_a_credential_with_rules_is_recorded_with_the_rules_that
     assert_eq!(seen, want);
     assert_eq!(obs.rule_checks.len(), 1, "only the credential with rules");
 }
+
+/// Keystone's `access_rule` rows are unique per user and (service, path, method), and a create
+/// inserts the ones it needs inside its transaction: of two creates of one user that insert the
+/// same rule at once, the later commit fails with the 409 of a duplicate name (naming its own
+/// credential), and nothing of it is stored. The rows outlive their credentials: a rule made again
+/// after every credential holding it is gone keeps its id.
+#[tokio::test]
+async fn creates_racing_to_insert_one_rule_fail_as_keystones_do() {
+    // Each create that inserts a rule holds it two real seconds before it commits: the two
+    // creates sent together overlap, whatever the machine's load.
+    let h = Harness::with_config(SimConfig {
+        latency: kos_sim::LatencyModel {
+            app_credential_commit_secs: 2000.0,
+            ..kos_sim::LatencyModel::instant()
+        },
+        ..SimConfig::fast()
+    })
+    .await;
+    let rules = json!([{"service": "compute", "method": "GET", "path": "/compute/v2.1/servers"}]);
+    let (a, b) = tokio::join!(
+        create(&h, json!({"name": "race-a", "access_rules": rules})),
+        create(&h, json!({"name": "race-b", "access_rules": rules})),
+    );
+    let (won, lost, loser) = match (a.status, b.status) {
+        (201, 409) => (a, b, "race-b"),
+        (409, 201) => (b, a, "race-a"),
+        other => panic!(
+            "one of two racing creates fails, not {other:?}: {} {}",
+            a.json, b.json
+        ),
+    };
+    assert_eq!(
+        lost.json["error"]["message"],
+        format!(
+            "Conflict occurred attempting to store application_credential - Duplicate entry \
+             found with name {loser}."
+        )
+    );
+    let listed = h.call("GET", &creds_path(&h), None, None).await;
+    let names: Vec<&str> = listed.json["application_credentials"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(!names.contains(&loser), "the loser was stored: {names:?}");
+    // Sent again, it finds the row the winner stored: nothing to insert, no conflict.
+    let again = create(&h, json!({"name": loser, "access_rules": rules})).await;
+    assert_eq!(again.status, 201, "{}", again.json);
+    let rule_id = &won.json["application_credential"]["access_rules"][0]["id"];
+    assert_eq!(
+        &again.json["application_credential"]["access_rules"][0]["id"],
+        rule_id
+    );
+    // Every credential holding the rule deleted, the rule's row stays: a new credential gets it.
+    for c in [&won, &again] {
+        let id = c.json["application_credential"]["id"].as_str().expect("id");
+        let d = h
+            .call("DELETE", &format!("{}/{id}", creds_path(&h)), None, None)
+            .await;
+        assert_eq!(d.status, 204);
+    }
+    let later = create(&h, json!({"name": "later", "access_rules": rules})).await;
+    assert_eq!(later.status, 201, "{}", later.json);
+    assert_eq!(
+        &later.json["application_credential"]["access_rules"][0]["id"],
+        rule_id
+    );
+}
