@@ -14,6 +14,11 @@
 //! cannot confirm anything (NotReady or unreachable), where a pod being deleted for longer than
 //! [`Options::skip_wait_for_delete`] counts as gone (Cluster API's `SkipWaitForDeleteTimeoutSeconds`).
 //!
+//! An answer that may differ on the next try (the API unreachable, 429, a 5xx: a control plane
+//! replaced during a roll, the API load balancer moving its members) does not end the drain: the
+//! call is made again each poll until the drain's timeout, as Cluster API's machine controller
+//! requeues a drain that met an error.
+//!
 //! Every step is decided from what the cluster shows, so draining a node that is already cordoned,
 //! half drained, or gone (no Node object: nothing to drain) does what is left and nothing more.
 
@@ -329,15 +334,18 @@ pub async fn drain(
     opts: Options,
     say: &mut dyn FnMut(&str),
 ) -> Result<Drained, DrainError> {
-    let err = |call: Call| {
-        move |source: ApiError| DrainError::Api {
-            node: node.to_owned(),
-            call,
-            source,
-        }
+    let started = tokio::time::Instant::now();
+    let retried = |call: Call| Patience {
+        node,
+        call,
+        started,
+        opts,
     };
     let mut done = Drained::default();
-    let Some(n) = node_if_any(api, node).await.map_err(err(Call::ReadNode))? else {
+    let Some(n) = retried(Call::ReadNode)
+        .call(|| node_if_any(api, node))
+        .await?
+    else {
         say(&format!(
             "node {node} is not in the cluster: nothing to drain"
         ));
@@ -345,15 +353,14 @@ pub async fn drain(
         return Ok(done);
     };
     if !n.unschedulable {
-        api.cordon(node).await.map_err(err(Call::Cordon))?;
+        retried(Call::Cordon).call(|| api.cordon(node)).await?;
         say(&format!("cordoned node {node}"));
     }
-    let started = tokio::time::Instant::now();
     let mut n = n;
     let mut last_look = false;
     loop {
         let mut evicted_any = false;
-        let pods = api.pods_on(node).await.map_err(err(Call::ListPods))?;
+        let pods = retried(Call::ListPods).call(|| api.pods_on(node)).await?;
         let mut stuck: BTreeMap<String, Stuck> = BTreeMap::new();
         done.left.clear();
         for p in &pods {
@@ -422,13 +429,51 @@ pub async fn drain(
         }
         last_look = waited >= opts.timeout;
         tokio::time::sleep(opts.poll).await;
-        match node_if_any(api, node).await.map_err(err(Call::ReadNode))? {
+        match retried(Call::ReadNode)
+            .call(|| node_if_any(api, node))
+            .await?
+        {
             Some(now) => n = now,
             None => {
                 say(&format!(
                     "node {node} left the cluster while it was drained"
                 ));
                 return Ok(done);
+            }
+        }
+    }
+}
+
+/// One drain call, made again each poll while its answer is transient
+/// ([`ApiError::is_transient`]) and the drain's time lasts.
+#[derive(Clone, Copy)]
+struct Patience<'a> {
+    node: &'a str,
+    call: Call,
+    started: tokio::time::Instant,
+    opts: Options,
+}
+
+impl Patience<'_> {
+    async fn call<T, F, Fut>(self, mut f: F) -> Result<T, DrainError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
+        loop {
+            match f().await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_transient() && self.started.elapsed() < self.opts.timeout => {
+                    tracing::debug!(node = %self.node, call = %self.call, error = %chain(&e), "trying again");
+                    tokio::time::sleep(self.opts.poll).await;
+                }
+                Err(source) => {
+                    return Err(DrainError::Api {
+                        node: self.node.to_owned(),
+                        call: self.call,
+                        source,
+                    });
+                }
             }
         }
     }

@@ -386,7 +386,8 @@ async fn a_missing_node_is_nothing_to_do_and_a_drained_one_stays_drained() {
 }
 
 /// The API failing otherwise stops the drain naming the call, the error kept as its cause: a
-/// refusal is not mistaken for a missing Node, nor a failed delete for a done one.
+/// refusal is not mistaken for a missing Node, nor a failed delete for a done one. A transient
+/// failure (no answer) stops it only once the drain's time is up.
 #[tokio::test]
 async fn api_failures_other_than_not_found_stop_the_drain_with_their_cause() {
     struct Failing {
@@ -426,7 +427,8 @@ async fn api_failures_other_than_not_found_stop_the_drain_with_their_cause() {
             inner: Cluster::with(node(Ready::True, false), vec![held(pod("web-0", None))]),
             cordon,
         };
-        let e = run_on(&c, patient()).await.unwrap_err();
+        let opts = if transient { impatient() } else { patient() };
+        let e = run_on(&c, opts).await.unwrap_err();
         let DrainError::Api { node, call, source } = &e else {
             panic!("{e}")
         };
@@ -458,6 +460,82 @@ async fn api_failures_other_than_not_found_stop_the_drain_with_their_cause() {
 
 async fn run_on(api: &impl NodeApi, opts: Options) -> Result<Drained, DrainError> {
     drain(api, "w-1", opts, &mut |_| {}).await
+}
+
+/// The API out for a while (a control plane replaced mid-roll, the load balancer moving its
+/// members): each call that got no answer, a 503 or a 429 is made again at the next poll, and the
+/// drain ends as it would have. Before, the first such answer ended it.
+#[tokio::test]
+async fn a_drain_outlasts_an_api_outage_shorter_than_its_timeout() {
+    struct Flaky {
+        inner: Cluster,
+        /// Failures still to come: every other call fails (no answer, a 503, a 429 in turn), so
+        /// each of the drain's calls in a row meets one.
+        outage: RefCell<u32>,
+        calls: RefCell<u32>,
+    }
+    impl Flaky {
+        fn fail(&self) -> Result<(), ApiError> {
+            let mut calls = self.calls.borrow_mut();
+            *calls += 1;
+            let mut left = self.outage.borrow_mut();
+            if *left == 0 || (*calls).is_multiple_of(2) {
+                return Ok(());
+            }
+            *left -= 1;
+            Err(match *left % 3 {
+                0 => ApiError::Unreachable(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "connection refused",
+                ))),
+                1 => ApiError::Status {
+                    code: 503,
+                    message: "the server is currently unable to handle the request".into(),
+                },
+                _ => ApiError::Status {
+                    code: 429,
+                    message: "too many requests".into(),
+                },
+            })
+        }
+    }
+    impl NodeApi for Flaky {
+        async fn node(&self, name: &str) -> Result<Node, ApiError> {
+            self.fail()?;
+            self.inner.node(name).await
+        }
+        async fn cordon(&self, name: &str) -> Result<(), ApiError> {
+            self.fail()?;
+            self.inner.cordon(name).await
+        }
+        async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, ApiError> {
+            self.fail()?;
+            self.inner.pods_on(node).await
+        }
+        async fn evict(&self, namespace: &str, name: &str) -> Eviction {
+            self.inner.evict(namespace, name).await
+        }
+        async fn delete_node(&self, name: &str) -> Result<(), ApiError> {
+            self.inner.delete_node(name).await
+        }
+    }
+    // The drain's calls in turn (read, cordon, list, read again, list) each fail once first.
+    for outage in [1, 2, 3, 5] {
+        let c = Flaky {
+            inner: Cluster::with(
+                node(Ready::True, false),
+                vec![held(pod("web-0", Some("ReplicaSet")))],
+            ),
+            outage: RefCell::new(outage),
+            calls: RefCell::new(0),
+        };
+        let d = run_on(&c, patient())
+            .await
+            .unwrap_or_else(|e| panic!("an outage of {outage} calls: {e}"));
+        assert_eq!(d.evicted, ["default/web-0"], "outage of {outage}");
+        assert_eq!(*c.outage.borrow(), 0);
+        assert!(c.inner.node.borrow().as_ref().unwrap().unschedulable);
+    }
 }
 
 #[tokio::test]
