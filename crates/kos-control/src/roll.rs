@@ -1,24 +1,24 @@
-//! What a roll does through the cluster's API besides drains: the nodes that are not Ready (for
-//! `--repair`), kubeadm-config moved before control planes join ([`kos_lifecycle::kubeadm_config`]),
+//! What a roll does through the cluster's API besides drains: the Nodes and which are not Ready
+//! (for `--repair`), kubeadm-config moved before control planes join ([`kos_lifecycle::kubeadm_config`]),
 //! and the cloud controller's and CSI's images moved to the cluster's minor
 //! ([`kos_lifecycle::addons`]).
 
 use kos_cluster::spec::ConditionStatus;
 use kos_lifecycle::kubeadm_config::{self, Wanted};
-use kos_lifecycle::roll::Unhealthy;
+use kos_lifecycle::roll::{NodeHealth, Unhealthy};
 use serde_json::{Value, json};
 
 use crate::kube::{Kube, KubeError};
 
-/// The nodes whose Ready condition is not True, and since when (a node that does not say since
-/// when is left out).
+/// Every Node's name, and those whose Ready condition is not True, since when (one that does not
+/// say since when is left out of those).
 ///
 /// # Errors
 /// The API did not answer or refused the list.
-pub async fn unhealthy(kube: &Kube) -> Result<Vec<Unhealthy>, KubeError> {
-    Ok(kube
-        .nodes()
-        .await?
+pub async fn unhealthy(kube: &Kube) -> Result<NodeHealth, KubeError> {
+    let nodes = kube.nodes().await?;
+    let names = nodes.iter().map(|n| n.name.clone()).collect();
+    let unhealthy = nodes
         .into_iter()
         .filter(|n| !n.ready)
         .filter_map(|n| {
@@ -36,7 +36,8 @@ pub async fn unhealthy(kube: &Kube) -> Result<Vec<Unhealthy>, KubeError> {
                 since_unix: since.unix_timestamp(),
             })
         })
-        .collect())
+        .collect();
+    Ok(NodeHealth { names, unhealthy })
 }
 
 /// The images the cloud controller and the CSI driver run at one Kubernetes minor.

@@ -18,7 +18,7 @@
 //! single one is refused with what to do instead. With `maxSurge: 1` (the default behind a load
 //! balancer) a control plane's successor joins first: [`crate::succession`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kos_cluster::graph::Kind;
 use kos_cluster::plan::{Action, Op, Plan};
@@ -314,6 +314,14 @@ pub struct Unhealthy {
     pub since_unix: i64,
 }
 
+/// The cluster's Nodes as `kos up --repair` judges them: every Node's name, and those whose Ready
+/// condition is not True.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeHealth {
+    pub names: BTreeSet<String>,
+    pub unhealthy: Vec<Unhealthy>,
+}
+
 /// What `kos up --repair` found in one turn: the servers to replace and the groups whose health
 /// check holds remediation back (each with why).
 #[derive(Debug, Clone, Default)]
@@ -325,15 +333,19 @@ pub struct Repairs {
 /// The servers `kos up --repair` replaces, in the roll's order (control planes first): each group
 /// (`cp`, a pool) is judged by its `healthCheck` ([`crate::health`]), with the Ready timeouts set to
 /// `after` seconds when the run says so (`--repair-after`). A server the plan replaces or removes
-/// anyway is left to that; a NotReady time ahead of `now` (another machine's clock) counts as now.
+/// anyway is left to that (one in ERROR is replaced by the plan itself); a server without a Node
+/// is unhealthy once it has run longer than the check's `nodeStartupTimeout` (it never joined, or
+/// its Node was deleted), pending before. A time ahead of `now` (another machine's clock) counts
+/// as now.
 #[must_use]
 pub fn repairs(
     plan: &Plan,
     rules: &BTreeMap<String, HealthCheck>,
-    unhealthy: &[Unhealthy],
+    nodes: &NodeHealth,
     now: i64,
     after: Option<i64>,
 ) -> Repairs {
+    let unhealthy = &nodes.unhealthy;
     let mut groups: BTreeMap<&str, Vec<&Action>> = BTreeMap::new();
     for a in plan
         .actions
@@ -356,24 +368,28 @@ pub fn repairs(
                 })
                 .collect();
         }
-        // The Node of each server; one not listed is Ready (a server without its Node yet is
-        // kos up's own bootstrap wait, not a repair).
+        // The Node of each server: Ready unless listed unhealthy; none at all, judged from when
+        // Nova made the server (unknown: just now).
         let targets: Vec<health::Target> = actions
             .iter()
             .map(|a| {
-                let ready = match unhealthy.iter().find(|u| u.node == a.name) {
-                    Some(u) => (u.status, u.since_unix.min(now)),
-                    None => (ConditionStatus::True, now),
+                let ready = |status, since: i64| {
+                    health::NodeSeen::Present(vec![health::NodeCondition {
+                        condition: "Ready".into(),
+                        status,
+                        last_transition_unix: since.min(now),
+                    }])
+                };
+                let node = match unhealthy.iter().find(|u| u.node == a.name) {
+                    Some(u) => ready(u.status, u.since_unix),
+                    None if nodes.names.contains(&a.name) => ready(ConditionStatus::True, now),
+                    None => health::NodeSeen::NotYet,
                 };
                 health::Target {
                     name: a.name.clone(),
-                    created_unix: now,
+                    created_unix: server_created(a).map_or(now, |t| t.min(now)),
                     error: None,
-                    node: health::NodeSeen::Present(vec![health::NodeCondition {
-                        condition: "Ready".into(),
-                        status: ready.0,
-                        last_transition_unix: ready.1,
-                    }]),
+                    node,
                 }
             })
             .collect();
@@ -410,6 +426,21 @@ pub fn repairs(
     }
     out.targets.sort_by_key(|t| !t.control_plane);
     out
+}
+
+/// When Nova made the server an action keeps (its `created`, RFC 3339).
+fn server_created(a: &Action) -> Option<i64> {
+    let created = a
+        .existing
+        .as_ref()?
+        .facts
+        .machine
+        .as_ref()?
+        .created
+        .as_deref()?;
+    time::OffsetDateTime::parse(created, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(time::OffsetDateTime::unix_timestamp)
 }
 
 /// Whether a control plane may be repaired: it must not be the only one (its etcd is the cluster's).
@@ -772,6 +803,64 @@ mod tests {
         assert_eq!(group_of("big-workers-12"), "big-workers");
     }
 
+    /// Every server of `p` has its Node; `sick` are not Ready.
+    fn health_of(p: &Plan, sick: &[Unhealthy]) -> NodeHealth {
+        NodeHealth {
+            names: p
+                .actions
+                .iter()
+                .filter(|a| a.kind == Kind::Server)
+                .map(|a| a.name.clone())
+                .collect(),
+            unhealthy: sick.to_vec(),
+        }
+    }
+
+    /// A server without a Node is pending for its group's `nodeStartupTimeout` from when Nova
+    /// made it, then unhealthy: it never joined, or its Node was deleted behind kos's back.
+    /// Before, `--repair` took a server without a Node for a healthy one, whatever its age.
+    #[test]
+    fn repair_replaces_a_server_whose_node_never_came_or_went() {
+        let made = |id: &str, created: &str| {
+            let mut a = action(id, Kind::Server, Op::NoOp);
+            if let Some(r) = a.existing.as_mut() {
+                r.facts.machine = Some(kos_cluster::observe::MachineFacts {
+                    created: Some(created.into()),
+                    ..Default::default()
+                });
+            }
+            a
+        };
+        // 2026-01-01T00:00:00Z is 1767225600.
+        let now = 1_767_225_600 + 3600;
+        let p = plan(vec![
+            made("workers-0", "2026-01-01T00:00:00Z"),
+            made("workers-1", "2026-01-01T00:55:00Z"),
+            made("workers-2", "2026-01-01T00:00:00Z"),
+        ]);
+        let mut nodes = health_of(&p, &[]);
+        nodes.names.remove("kos-demo-workers-0");
+        nodes.names.remove("kos-demo-workers-1");
+        let rules = BTreeMap::new();
+        let r = repairs(&p, &rules, &nodes, now, None);
+        let ids: Vec<&str> = r.targets.iter().map(|t| t.logical_id.as_str()).collect();
+        assert_eq!(ids, ["workers-0"], "workers-1 is 5 minutes old: pending");
+        assert_eq!(
+            r.targets[0].changes,
+            ["its Node failed to report startup in 600s"]
+        );
+        // `nodeStartupTimeout: 0s` switches the check off: no Node is never unhealthy.
+        let off: BTreeMap<String, HealthCheck> = [(
+            "workers".to_owned(),
+            HealthCheck {
+                node_startup_timeout_secs: None,
+                ..HealthCheck::default()
+            },
+        )]
+        .into();
+        assert!(repairs(&p, &off, &nodes, now, None).targets.is_empty());
+    }
+
     #[test]
     fn repair_replaces_nodes_notready_long_enough_control_planes_first() {
         let p = plan(vec![
@@ -792,6 +881,7 @@ mod tests {
             u("cp-0", 0),
             u("workers-2", 0),
         ];
+        let sick = health_of(&p, &sick);
         let rules = BTreeMap::new();
         let ids =
             |r: Repairs| -> Vec<String> { r.targets.into_iter().map(|t| t.logical_id).collect() };
@@ -821,7 +911,7 @@ mod tests {
         assert!(check_repair(&p, &w0).is_ok());
         // A NotReady time ahead of this clock (another machine's, or a simulated cloud's faster
         // one) counts as just now.
-        let ahead = [u("workers-0", 10_000)];
+        let ahead = health_of(&p, &[u("workers-0", 10_000)]);
         assert!(repairs(&p, &rules, &ahead, 400, Some(1)).targets.is_empty());
         assert_eq!(repairs(&p, &rules, &ahead, 400, Some(0)).targets.len(), 1);
     }
@@ -834,14 +924,15 @@ mod tests {
                 .map(|i| action(&format!("workers-{i}"), Kind::Server, Op::NoOp))
                 .collect(),
         );
-        let sick = |n: usize| -> Vec<Unhealthy> {
-            (0..n)
+        let sick = |n: usize| -> NodeHealth {
+            let u: Vec<Unhealthy> = (0..n)
                 .map(|i| Unhealthy {
                     node: format!("kos-demo-workers-{i}"),
                     status: ConditionStatus::False,
                     since_unix: 0,
                 })
-                .collect()
+                .collect();
+            health_of(&p, &u)
         };
         let rules: BTreeMap<String, HealthCheck> = [(
             "workers".to_owned(),

@@ -26,7 +26,7 @@ use std::future::Future;
 use kos_cluster::graph::Kind;
 use kos_cluster::plan::Plan;
 
-use crate::roll::{self, RollError, Target, Unhealthy};
+use crate::roll::{self, NodeHealth, RollError, Target};
 use crate::succession::Retirement;
 
 /// What a turn decided from the spec, the cloud and the cluster.
@@ -148,11 +148,8 @@ pub trait Cluster {
     fn prepare(&mut self) -> impl Future<Output = Result<Self::Turn, Self::Error>>;
     /// `--repair` found unhealthy nodes in `group` that its health check holds back (`why`).
     fn repair_held(&self, t: &Self::Turn, group: &str, why: &str);
-    /// The nodes whose Ready condition is not True, and since when.
-    fn unhealthy(
-        &self,
-        t: &Self::Turn,
-    ) -> impl Future<Output = Result<Vec<Unhealthy>, Self::Error>>;
+    /// The cluster's Nodes: every name, and those whose Ready condition is not True, since when.
+    fn unhealthy(&self, t: &Self::Turn) -> impl Future<Output = Result<NodeHealth, Self::Error>>;
     /// Drains the workers `plan` deletes for a smaller count; their node names.
     fn drain_scaled_down(
         &self,
@@ -379,7 +376,7 @@ mod tests {
     struct Script {
         turns: VecDeque<Decided>,
         failed_earlier: VecDeque<Vec<String>>,
-        unhealthy: Vec<Unhealthy>,
+        unhealthy: Vec<crate::roll::Unhealthy>,
         log: RefCell<Vec<String>>,
     }
 
@@ -419,8 +416,19 @@ mod tests {
         fn repair_held(&self, _: &Turn, group: &str, why: &str) {
             self.did(format!("held {group}: {why}"));
         }
-        async fn unhealthy(&self, _: &Turn) -> Result<Vec<Unhealthy>, Error> {
-            Ok(self.unhealthy.clone())
+        async fn unhealthy(&self, t: &Turn) -> Result<NodeHealth, Error> {
+            // Every server of the turn has its Node.
+            Ok(NodeHealth {
+                names: t
+                    .as_ref()
+                    .plan
+                    .actions
+                    .iter()
+                    .filter(|a| a.kind == Kind::Server)
+                    .map(|a| a.name.clone())
+                    .collect(),
+                unhealthy: self.unhealthy.clone(),
+            })
         }
         async fn drain_scaled_down(&self, _: &Turn, plan: &Plan) -> Result<Vec<String>, Error> {
             let gone: Vec<String> = plan
@@ -618,7 +626,7 @@ mod tests {
             ])
         };
         let mut s = Script::new(vec![d(), d(), d()]);
-        s.unhealthy = vec![Unhealthy {
+        s.unhealthy = vec![crate::roll::Unhealthy {
             node: "kos-demo-w-0".into(),
             status: kos_cluster::spec::ConditionStatus::Unknown,
             since_unix: 100,
@@ -641,7 +649,7 @@ mod tests {
             ]
         );
         let mut s = Script::new(vec![d(), d()]);
-        s.unhealthy = vec![Unhealthy {
+        s.unhealthy = vec![crate::roll::Unhealthy {
             node: "kos-demo-w-0".into(),
             status: kos_cluster::spec::ConditionStatus::Unknown,
             since_unix: 900,

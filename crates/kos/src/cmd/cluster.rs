@@ -530,7 +530,7 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
     async fn unhealthy(
         &self,
         p: &Prepared,
-    ) -> Result<Vec<kos_lifecycle::roll::Unhealthy>, Failure> {
+    ) -> Result<kos_lifecycle::roll::NodeHealth, Failure> {
         super::roll::unhealthy(self.c, p).await.map_err(|e| {
             Failure::cloud_report(miette::miette!(
                 help = "--repair needs the cluster's API to answer from here",

@@ -235,7 +235,7 @@ pub(super) enum FollowMinorError {
 pub(super) async fn unhealthy(
     c: &Connected,
     p: &Prepared,
-) -> Result<Vec<kos_lifecycle::roll::Unhealthy>, ApiClientError> {
+) -> Result<kos_lifecycle::roll::NodeHealth, ApiClientError> {
     let kube = client(c, p).await?;
     Ok(kos_control::roll::unhealthy(&kube).await?)
 }
