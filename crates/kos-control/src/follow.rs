@@ -13,7 +13,10 @@ use tokio::time::Instant;
 use kos_lifecycle::api::chain;
 
 use crate::kube::{Kube, NodeStatus};
+
+mod bootstrap;
 use crate::report::{Event, HEARTBEAT, Report};
+pub use bootstrap::{BootstrapError, Wait, bootstrap};
 
 /// What the servers' consoles say of their bootstraps, where that is not "done".
 #[derive(Debug, Default)]
@@ -131,6 +134,22 @@ pub fn kubeadm_seen(console: &str) -> bool {
         matches!(step, "kubeadm-init" | "kubeadm-join" | "bootstrap")
     });
     kubeadm || (state == NodeState::Waiting && console.len() >= SCROLLED)
+}
+
+/// Whether any of `servers` (cloud ids) ran kubeadm as its console shows ([`kubeadm_seen`]); a
+/// console that cannot be read counts as one that did (nothing may be concluded from it).
+pub async fn kubeadm_ran(session: &Session, servers: &[String]) -> bool {
+    for id in servers {
+        match session.compute().console_output(id, None).await {
+            Ok(console) if !kubeadm_seen(&console) => {}
+            Ok(_) => return true,
+            Err(e) => {
+                tracing::info!(server = %id, "console not read: {e}");
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// A server to follow.

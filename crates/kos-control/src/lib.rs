@@ -6,6 +6,9 @@
 //! [`report::Event`]s: front ends (the `kos` CLI, later an operator) render them and keep
 //! arguments, output and exit codes.
 
+/// How a run reaches a cluster's API: the cloud session, the way to an address, the client
+/// builders.
+pub mod connect;
 /// Drains and Node deletions: kos-lifecycle's drain over [`kube::Kube`].
 pub mod drain;
 /// Following a bootstrap: node consoles, then the cluster's API.

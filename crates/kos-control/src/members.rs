@@ -60,6 +60,50 @@ pub enum MembersError {
     },
 }
 
+/// Why the stale members were not removed: what the store keeps, the API, or etcd.
+#[derive(Debug, thiserror::Error)]
+pub enum StaleMembersError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("the API address of the cluster is not known on this machine")]
+    NoAddress,
+    #[error("the cluster's secrets are not on this machine")]
+    NoSecrets,
+    #[error(transparent)]
+    Version(kos_bootstrap::Error),
+    #[error(transparent)]
+    Client(Box<crate::connect::ClientError>),
+    #[error(transparent)]
+    Members(MembersError),
+}
+
+/// [`remove_stale_members`] with the secrets and API address `store` keeps, the API reached as
+/// `cloud` says; the lines to show. Err when etcd cannot be reached: the control planes could not
+/// join, so nothing is created.
+///
+/// # Errors
+/// [`StaleMembersError`].
+pub async fn remove_stale_members_stored<S: crate::store::SecretStore + ?Sized>(
+    cloud: crate::connect::Cloud<'_>,
+    store: &S,
+    joining: &[Joining],
+    why: &str,
+) -> Result<Vec<String>, StaleMembersError> {
+    use crate::store::Records as _;
+    let meta = store.meta()?.ok_or(StaleMembersError::NoAddress)?;
+    let secrets = store.pki()?.ok_or(StaleMembersError::NoSecrets)?;
+    let version: kos_bootstrap::KubeVersion = meta
+        .kubernetes_version
+        .parse()
+        .map_err(StaleMembersError::Version)?;
+    let kube = crate::connect::api_client_at(cloud, &meta.api_address, &version, &secrets)
+        .await
+        .map_err(|e| StaleMembersError::Client(Box::new(e)))?;
+    remove_stale_members(&kube, &meta.api_address, &secrets, joining, why)
+        .await
+        .map_err(StaleMembersError::Members)
+}
+
 /// Removes the members `joining` would collide with, through the cluster's API (`kube`, reached at
 /// `address`); the lines to show, each ending with `why`. Err when etcd cannot be reached: the
 /// control planes could not join, so nothing is created.

@@ -3,8 +3,15 @@
 //! status conditions). Text in an event may come from the cluster or a node's console: a renderer
 //! escapes it before it reaches a terminal.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use kos_cluster::events::Event as ApplyEvent;
+use tokio::sync::mpsc::Sender;
+use tokio::task::JoinHandle;
+
+use crate::follow::NodeState;
 
 /// How long a wait may stay silent: then it reports what it still waits for.
 pub const HEARTBEAT: Duration = Duration::from_secs(30);
@@ -33,9 +40,61 @@ pub enum Event<'a> {
         left: Duration,
         deadline: Duration,
     },
+    /// A converge makes `changes` changes.
+    Changes { cluster: &'a str, changes: usize },
+    /// Why new control planes initialise the cluster or join it (said when a converge makes one).
+    Formation { cluster: &'a str, reason: &'a str },
+    /// The etcd members were not checked before control planes join (`why`): none of an earlier
+    /// life can be registered when no running control plane ran kubeadm (`kubeadm_ran` false);
+    /// otherwise a warning.
+    MembersNotChecked {
+        cluster: &'a str,
+        why: &'a str,
+        kubeadm_ran: bool,
+    },
+    /// A converge's apply finished: `changes` made, the API at `api_address` when known.
+    Applied {
+        cluster: &'a str,
+        changes: usize,
+        api_address: Option<&'a str>,
+    },
     /// The join token is in the cluster for the nodes this run adds (the first time it is seen
     /// there).
     TokenPushed,
+    /// The join token (with `certs`, and kubeadm-certs) was put into the cluster before the new
+    /// nodes boot; `renewed`: the token is a new one.
+    TokenInCluster { certs: bool, renewed: bool },
+    /// The join token could not be put into the cluster (`why`); it was written to `location`
+    /// for a person to run on a control plane.
+    TokenScript { why: &'a str, location: &'a str },
+    /// The join token could not be put into the cluster (`why`), nor written for a person
+    /// (`error`).
+    TokenScriptFailed { why: &'a str, error: &'a str },
+    /// The run does not follow the bootstrap (it was asked to stop at the infrastructure).
+    BootstrapNotFollowed,
+    /// The consoles of `nodes` node(s) are followed, for at most `deadline` of the cloud's time.
+    FollowingConsoles { nodes: usize, deadline: Duration },
+    /// Only nodes an earlier run made failed their bootstrap (`why`): they are made again.
+    FailedEarlier { why: &'a str },
+    /// Every followed node's bootstrap as its console ended it; `deadline` on this machine's clock.
+    Bootstrapped {
+        deadline: Duration,
+        nodes: &'a BTreeMap<String, NodeState>,
+    },
+    /// The run does not check the cluster's API (it was asked to stop at the bootstrap).
+    ApiNotChecked,
+    /// The cluster's API was not checked, and why.
+    ApiSkipped { why: &'a str },
+    /// Waiting for `/readyz` and `nodes` Ready nodes.
+    ApiWaiting { nodes: u32 },
+    /// The API is ready, `nodes` nodes Ready and initialised.
+    ApiReady { nodes: usize },
+    /// kubeadm-certs could not be taken out of the cluster (`why`): it goes with its token.
+    CertsKept { why: &'a str },
+    /// Every node joined: the join token was taken out of the cluster.
+    TokenDeleted,
+    /// The join token could not be taken out of the cluster (`why`): it expires on its own.
+    TokenKept { why: &'a str },
     /// A node leaves the cluster (`scale_down`) or is replaced, for `changes` (the plan's, `; `
     /// between them; the cloud's text).
     Leaving {
@@ -77,6 +136,15 @@ pub enum Event<'a> {
 /// Where a run's [`Event`]s go. Called from the run's task; it must not block for long.
 pub trait Report: Send + Sync {
     fn event(&self, event: Event<'_>);
+
+    /// Where an apply of `total` changes sends its events, and the task to await once the apply
+    /// dropped the sender. Dropped unless a front end renders them.
+    fn apply_progress(&self, total: u64) -> (Sender<ApplyEvent>, JoinHandle<()>) {
+        let _ = total;
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let drained = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        (tx, drained)
+    }
 }
 
 /// Drops every event.

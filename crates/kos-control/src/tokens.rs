@@ -8,10 +8,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kos_bootstrap::{ClusterSecrets, copycerts};
+use kos_cluster::ClusterSpec;
+use kos_cluster::graph::Kind;
+use kos_cluster::plan::{Op, Plan};
 use kos_lifecycle::api::chain;
 
+use crate::connect::{ClientError, Cloud, api_client};
 use crate::kube::{Kube, KubeError, gone_is_fine};
 use crate::report::{Event, Report};
+use crate::store::{Cause, Records, SecretStore};
 
 const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
 
@@ -160,6 +165,111 @@ where
         }
         tokio::time::sleep(poll.max(Duration::from_millis(500))).await;
     }
+}
+
+/// Where the join token goes when the cluster's API cannot be reached from here: something a person
+/// runs on a control plane (the CLI: a 0600 script in the cluster's directory).
+pub trait TokenScript: Send + Sync {
+    /// Writes what creates the token (with `certs`, and kubeadm-certs under
+    /// `secrets.certificate_key`) on a control plane of `cluster`; where it is, for messages.
+    ///
+    /// # Errors
+    /// Why it could not be written (never with the token in it).
+    fn write(&self, cluster: &str, secrets: &ClusterSecrets, certs: bool) -> Result<String, Cause>;
+    /// Removes one an earlier run wrote: it is of no use once the token is in the cluster, and
+    /// holds a token.
+    fn remove(&self);
+}
+
+/// No way around a private API: the joining nodes wait for a token someone else puts there.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoScript;
+
+impl TokenScript for NoScript {
+    fn write(&self, _: &str, _: &ClusterSecrets, _: bool) -> Result<String, Cause> {
+        Err("no place for a token script".into())
+    }
+    fn remove(&self) {}
+}
+
+/// Why the join token or kubeadm-certs could not be put into the cluster from here.
+#[derive(Debug, thiserror::Error)]
+pub enum PushTokenError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Push(#[from] PushError),
+}
+
+/// Nodes a run makes need the bootstrap token in the running cluster (a `renewed` one is unknown to
+/// it; the first control plane's cleanup deleted the old one): its Secret, and with `certs`
+/// kubeadm-certs, created through the API at the address `store` keeps. Best effort: a private API
+/// is out of reach from here, and then the token goes to `script`. Reports what happened.
+#[allow(clippy::too_many_arguments)]
+pub async fn push<S: SecretStore + ?Sized>(
+    cloud: Cloud<'_>,
+    store: &S,
+    spec: &ClusterSpec,
+    secrets: &ClusterSecrets,
+    renewed: bool,
+    certs: bool,
+    script: &dyn TokenScript,
+    report: &dyn Report,
+) {
+    let result = async {
+        let meta = store
+            .meta()
+            .map_err(ClientError::Store)?
+            .ok_or(ClientError::NoAddress)?;
+        let kube = api_client(cloud, spec, &meta.api_address, secrets).await?;
+        ensure_token(&kube, secrets).await?;
+        if certs {
+            ensure_certs(&kube, secrets).await?;
+        }
+        Ok::<(), PushTokenError>(())
+    }
+    .await
+    .map_err(|e| chain(&e));
+    match result {
+        Ok(()) => {
+            report.event(Event::TokenInCluster { certs, renewed });
+            script.remove();
+        }
+        Err(why) => match script.write(spec.name.value.as_str(), secrets, certs) {
+            Ok(location) => report.event(Event::TokenScript {
+                why: &why,
+                location: &location,
+            }),
+            Err(e) => report.event(Event::TokenScriptFailed {
+                why: &why,
+                error: &e.to_string(),
+            }),
+        },
+    }
+}
+
+/// The cloud ids of the control planes `plan` keeps running.
+#[must_use]
+pub fn running_control_planes(plan: &Plan) -> Vec<String> {
+    plan.actions
+        .iter()
+        .filter(|a| {
+            a.kind == Kind::Server && kos_lifecycle::formation::is_control_plane(&a.logical_id)
+        })
+        .filter_map(|a| a.existing.as_ref())
+        .filter(|r| !r.failed)
+        .map(|r| r.id.clone())
+        .collect()
+}
+
+/// Whether the plan makes a control plane (which joins when the cluster is formed).
+#[must_use]
+pub fn joins_control_planes(plan: &Plan) -> bool {
+    plan.actions.iter().any(|a| {
+        a.kind == Kind::Server
+            && matches!(a.op, Op::Create | Op::Replace)
+            && kos_lifecycle::formation::is_control_plane(&a.logical_id)
+    })
 }
 
 fn certs_path() -> String {

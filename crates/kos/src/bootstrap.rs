@@ -17,7 +17,7 @@ use miette::{IntoDiagnostic, WrapErr};
 use secrecy::SecretString;
 
 /// Port of the Kubernetes API on the endpoint.
-pub const API_PORT: u16 = 6443;
+pub use kos_control::connect::API_PORT;
 /// Keystone's default region, for clouds whose profile names none.
 const DEFAULT_REGION: &str = "RegionOne";
 /// The pool name control planes carry in their `kos/pool` label.

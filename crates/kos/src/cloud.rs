@@ -50,7 +50,50 @@ pub struct SimEndpointsError {
     source: reqwest::Error,
 }
 
+/// Why the simulated cloud on this machine gives no way to a cluster's API.
+#[derive(Debug, thiserror::Error)]
+pub enum SimReachError {
+    #[error("the simulated cloud's API endpoints: {0}")]
+    Endpoints(#[source] SimEndpointsError),
+    #[error(
+        "the simulated cloud serves no Kubernetes API at {0} (no control plane ran `kubeadm init` for it)"
+    )]
+    NotServed(String),
+}
+
+/// On a kos-sim cloud on this machine, a cluster's API is reached through the local address it
+/// forwards the endpoint from (`GET /_sim/kube-endpoints`); elsewhere at its own address.
+impl kos_control::connect::Reach for Connected {
+    fn local_address<'a>(
+        &'a self,
+        ep: &'a kos_bootstrap::ApiEndpoint,
+    ) -> kos_control::connect::Reaching<'a> {
+        use kos_control::connect::ReachError;
+        Box::pin(async move {
+            match self.kube_endpoints().await {
+                None => Ok(None),
+                Some(Err(e)) => Err(ReachError(Box::new(SimReachError::Endpoints(e)))),
+                Some(Ok(list)) => {
+                    let want = ep.to_string();
+                    list.iter()
+                        .find(|e| e.endpoint == want)
+                        .map(|e| Some(e.local))
+                        .ok_or_else(|| ReachError(Box::new(SimReachError::NotServed(want))))
+                }
+            }
+        })
+    }
+}
+
 impl Connected {
+    /// The session, and the way to its clusters' APIs, as kos-control takes them.
+    pub fn cloud(&self) -> kos_control::connect::Cloud<'_> {
+        kos_control::connect::Cloud {
+            session: &self.session,
+            reach: self,
+        }
+    }
+
     /// Saves the simulated cloud (nothing to do for a real one), after its clusters' controllers
     /// stopped. Call it on every exit path that may have changed the cloud, errors included.
     pub async fn close(self) -> miette::Result<()> {

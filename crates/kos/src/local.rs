@@ -639,6 +639,24 @@ impl Local {
 
 /// The cluster's records as 0600 files in its 0700 directory, each replaced atomically
 /// ([`write_private`]); `owner.json` says whether the secrets were delivered.
+/// The join token for a private API: `create-bootstrap-token.sh` in the cluster's directory.
+impl kos_control::tokens::TokenScript for Local {
+    fn write(
+        &self,
+        cluster: &str,
+        secrets: &ClusterSecrets,
+        certs: bool,
+    ) -> Result<String, kos_control::store::Cause> {
+        self.write_token_script(cluster, secrets, certs, OffsetDateTime::now_utc())
+            .map(|p| p.display().to_string())
+            .map_err(Into::into)
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_file(self.token_script());
+    }
+}
+
 impl SecretStore for Local {
     fn read(&self, record: Record) -> Result<Option<Sensitive>, StoreError> {
         let path = self.path(record);

@@ -49,11 +49,16 @@ async fn bar(mut rx: mpsc::Receiver<Event>, total: u64) {
 /// How long the plain output may stay silent: then it says what the run still waits for.
 pub use kos_control::report::HEARTBEAT;
 
-/// kos-control's reports as `kos: …` lines on stderr. Text from a node's console or the cluster is
-/// escaped: nothing foreign reaches the terminal as it is.
+/// kos-control's reports as `kos: …` lines on stderr, and the bootstrap's and API's outcome as
+/// lines on stdout. Text from a node's console or the cluster is escaped: nothing foreign reaches
+/// the terminal as it is.
 pub struct Lines;
 
 impl kos_control::report::Report for Lines {
+    fn apply_progress(&self, total: u64) -> (mpsc::Sender<Event>, JoinHandle<()>) {
+        spawn(total)
+    }
+
     fn event(&self, event: kos_control::report::Event<'_>) {
         use kos_control::report::Event as E;
         match event {
@@ -88,6 +93,94 @@ impl kos_control::report::Report for Lines {
             E::TokenPushed => {
                 eprintln!("kos: the join token is in the cluster for the new node(s)")
             }
+            E::Changes { cluster, changes } => {
+                eprintln!("kos: {cluster}: {changes} change(s) to make");
+            }
+            E::Formation { cluster, reason } => eprintln!("kos: {cluster}: {reason}"),
+            E::MembersNotChecked {
+                cluster,
+                why,
+                kubeadm_ran: false,
+            } => eprintln!(
+                "kos: {cluster}: the etcd members were not checked ({why}): no running control plane \
+                 has run kubeadm yet, so none of an earlier life can be registered"
+            ),
+            E::MembersNotChecked {
+                why,
+                kubeadm_ran: true,
+                ..
+            } => eprintln!(
+                "kos: warning: cannot check the etcd members before new control planes \
+                 join ({why})"
+            ),
+            E::Applied {
+                cluster,
+                changes,
+                api_address,
+            } => {
+                println!("Cluster {cluster} is up: {changes} change(s) made.");
+                if let Some(a) = api_address {
+                    println!("API endpoint: https://{a}:6443");
+                }
+            }
+            E::TokenInCluster { certs, renewed } => eprintln!(
+                "kos: the join token{} in the cluster before the new node(s) boot{}",
+                if certs {
+                    " and the control planes' certificates (kubeadm-certs, 2 h) are"
+                } else {
+                    " is"
+                },
+                if renewed { " (renewed)" } else { "" }
+            ),
+            E::TokenScript { why, location } => eprintln!(
+                "kos: warning: the join token cannot be put into the cluster: its API cannot be reached \
+                 from here ({why}): nodes created now can join once it exists. Run {location} (0600, it holds \
+                 the token) on a control plane: `sudo sh create-bootstrap-token.sh`"
+            ),
+            E::TokenScriptFailed { why, error } => eprintln!(
+                "kos: warning: the join token was not created in the cluster ({why}), and its script \
+                 could not be written: {error}"
+            ),
+            E::BootstrapNotFollowed => println!("Bootstrap: not followed (--wait infra)"),
+            E::FollowingConsoles { nodes, deadline } => eprintln!(
+                "kos: phase bootstrap: following {nodes} node(s) on their consoles (for at most {} min of the cloud's time)",
+                deadline.as_secs() / 60
+            ),
+            E::FailedEarlier { why } => eprintln!("kos: bootstrap: {why}"),
+            E::Bootstrapped { deadline, nodes } => {
+                use kos_control::follow::NodeState;
+                println!(
+                    "Bootstrap (deadline {} s on this machine's clock):",
+                    deadline.as_secs()
+                );
+                for (id, state) in nodes {
+                    let shown = match state {
+                        NodeState::Done(outcome) => format!("bootstrap {outcome}"),
+                        NodeState::Running(last) => format!("last step: {last}"),
+                        NodeState::Waiting => "markers scrolled out of its console".into(),
+                        NodeState::Failed { step, reason } => format!("{step} failed: {reason}"),
+                    };
+                    println!("  {id:<24} {shown}");
+                }
+            }
+            E::ApiNotChecked => println!("Kubernetes API: not checked (--wait bootstrap)"),
+            E::ApiSkipped { why } => println!("Kubernetes API: skipped ({why})"),
+            E::ApiWaiting { nodes } => {
+                eprintln!("kos: phase kubernetes: waiting for /readyz and {nodes} Ready node(s)")
+            }
+            E::ApiReady { nodes } => {
+                println!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
+            }
+            E::CertsKept { why } => eprintln!(
+                "kos: warning: kubeadm-certs could not be deleted from the cluster ({why}); \
+                 it goes with its two-hour token"
+            ),
+            E::TokenDeleted => {
+                eprintln!("kos: every node joined: the join token is deleted from the cluster");
+            }
+            E::TokenKept { why } => eprintln!(
+                "kos: warning: the join token could not be deleted from the cluster ({why}); it expires on its own"
+            ),
             E::Leaving {
                 cluster,
                 node,

@@ -4,10 +4,8 @@ use std::cell::Cell;
 use std::path::Path;
 use std::time::Duration;
 
-use kos_cloud::model::TagQuery;
 use kos_cluster::apply::{ApplyOptions, ApplyReport};
 use kos_cluster::graph::{DesiredGraph, Kind};
-use kos_cluster::names::{TAG_CLUSTER, TAG_ID};
 use kos_cluster::plan::{Op, Plan};
 use kos_cluster::resolved::Resolved;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
@@ -18,16 +16,15 @@ use kos_lifecycle::run::{Decided, RunError};
 use miette::IntoDiagnostic;
 
 use super::{Exit, Failure};
-use crate::bootstrap::{API_PORT, KubeadmBootstrap};
+use crate::bootstrap::KubeadmBootstrap;
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
-use crate::kube::{ConnectError, Kube, KubeError};
 use crate::local::Local;
 use crate::progress::Lines;
-use kos_control::follow::{self, ApiPhase, NodeState, Target, Timing};
+use kos_control::follow;
 use kos_control::report::Report as _;
 use kos_control::store::{
-    ClusterMeta, Record, Records as _, SecretStore as _, Secrets, SecretsError, Seen, StoreError,
+    ClusterMeta, Record, Records as _, SecretStore as _, Secrets, SecretsError, Seen,
 };
 use kos_control::tokens;
 
@@ -554,7 +551,7 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
     async fn before_joins(&self, p: &Prepared, plan: &Plan) -> Result<(), Failure> {
         // It changes kubeadm-config only when control planes join a formed cluster (a new
         // cluster has none yet: its secrets may still be refused, exit 3, with nothing changed).
-        if joins_control_planes(plan)
+        if tokens::joins_control_planes(plan)
             && p.formation.formation == kos_cluster::bootstrap::Formation::Formed
         {
             self.changed.set(true);
@@ -681,17 +678,27 @@ async fn converge(
     // an earlier run's create of another control plane failed), the initializer uploads the
     // certificates under the stored key itself, and no etcd member of an earlier life exists. With
     // no control plane running at all, the cluster formed elsewhere (its API answered).
-    let running = running_control_planes(plan);
+    let running = tokens::running_control_planes(plan);
     let kubeadm_ran = formed
-        && joins_control_planes(plan)
-        && (running.is_empty() || super::formation::kubeadm_seen(c, &running).await);
+        && tokens::joins_control_planes(plan)
+        && (running.is_empty() || follow::kubeadm_ran(&c.session, &running).await);
     let certs = exists && kubeadm_ran;
     if certs {
         secrets.certificate_key = kos_bootstrap::token::certificate_key(&mut rand::rng());
     }
     if exists && (token_refreshed || (joiners && formed) || certs) {
         changed.set(true);
-        push_token(c, &local, &p.spec, &secrets, token_refreshed, certs).await;
+        tokens::push(
+            c.cloud(),
+            &local,
+            &p.spec,
+            &secrets,
+            token_refreshed,
+            certs,
+            &local,
+            &Lines,
+        )
+        .await;
     }
     let bootstrap = KubeadmBootstrap::new(
         &p.spec,
@@ -714,11 +721,11 @@ async fn converge(
     }
     // A control plane made again must not find its old etcd member registered.
     if p.formation.formation == kos_cluster::bootstrap::Formation::Formed {
-        let joining = super::members::joining(plan);
+        let joining = kos_control::members::joining(plan);
         if !joining.is_empty() {
             changed.set(true);
-            match super::members::remove_stale_members(
-                c,
+            match kos_control::members::remove_stale_members_stored(
+                c.cloud(),
                 &local,
                 &joining,
                 "its control plane is made again",
@@ -789,7 +796,32 @@ async fn converge(
     match result {
         Ok(report) => {
             summarize(&report);
-            follow_bootstrap(c, &p.spec, &report, &secrets, args.wait, joiners, certs).await
+            let wait = match args.wait {
+                Wait::Infra => follow::Wait::Infra,
+                Wait::Bootstrap => follow::Wait::Bootstrap,
+                Wait::Ready => follow::Wait::Ready,
+            };
+            follow::bootstrap(
+                c.cloud(),
+                &p.spec,
+                &report,
+                &secrets,
+                wait,
+                joiners,
+                certs,
+                &Lines,
+            )
+            .await
+            .map_err(|e| {
+                let text = match &e {
+                    follow::BootstrapError::Client(_) => chain(&e),
+                    _ => e.to_string(),
+                };
+                Failure::cloud_report(match e.help() {
+                    Some(help) => miette::miette!(help = help, "{text}"),
+                    None => miette::miette!("{text}"),
+                })
+            })
         }
         Err(e) => Err(Failure::cloud_report(miette::miette!(
             help = "fix the cause and run `kos up` again: it continues where this run stopped",
@@ -884,377 +916,6 @@ fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> Result
         Recreate::No | Recreate::Asked => {}
     }
     Ok(decided.recreates())
-}
-
-/// Nodes this run makes need the bootstrap token in the running cluster (a renewed one is unknown
-/// to it; the first control plane's cleanup deleted the old one): create its Secret through the API.
-/// Best effort: a private API is out of reach from here, and then the token goes into a script to run
-/// on a control plane.
-async fn push_token(
-    c: &Connected,
-    local: &Local,
-    spec: &ClusterSpec,
-    secrets: &kos_bootstrap::ClusterSecrets,
-    renewed: bool,
-    certs: bool,
-) {
-    let result = async {
-        let meta = local
-            .meta()
-            .map_err(ApiClientError::Store)?
-            .ok_or(ApiClientError::NoAddress)?;
-        let kube = api_client(c, spec, &meta.api_address, secrets).await?;
-        tokens::ensure_token(&kube, secrets).await?;
-        if certs {
-            tokens::ensure_certs(&kube, secrets).await?;
-        }
-        Ok::<(), PushError>(())
-    }
-    .await
-    .map_err(|e| chain(&e));
-    match result {
-        Ok(()) => {
-            eprintln!(
-                "kos: the join token{} in the cluster before the new node(s) boot{}",
-                if certs {
-                    " and the control planes' certificates (kubeadm-certs, 2 h) are"
-                } else {
-                    " is"
-                },
-                if renewed { " (renewed)" } else { "" }
-            );
-            // A script from an earlier run is of no use any more, and holds a token.
-            let _ = std::fs::remove_file(local.token_script());
-        }
-        Err(why) => {
-            let name = spec.name.value.as_str();
-            match local.write_token_script(name, secrets, certs, time::OffsetDateTime::now_utc()) {
-                Ok(path) => eprintln!(
-                    "kos: warning: the join token cannot be put into the cluster: its API cannot be reached \
-                     from here ({why}): nodes created now can join once it exists. Run {} (0600, it holds \
-                     the token) on a control plane: `sudo sh create-bootstrap-token.sh`",
-                    path.display()
-                ),
-                Err(e) => eprintln!(
-                    "kos: warning: the join token was not created in the cluster ({why}), and its script \
-                     could not be written: {e}"
-                ),
-            }
-        }
-    }
-}
-
-/// The cloud ids of the control planes `plan` keeps running.
-fn running_control_planes(plan: &Plan) -> Vec<String> {
-    plan.actions
-        .iter()
-        .filter(|a| {
-            a.kind == Kind::Server && kos_lifecycle::formation::is_control_plane(&a.logical_id)
-        })
-        .filter_map(|a| a.existing.as_ref())
-        .filter(|r| !r.failed)
-        .map(|r| r.id.clone())
-        .collect()
-}
-
-/// Whether the plan makes a control plane (which joins when the cluster is formed).
-fn joins_control_planes(plan: &Plan) -> bool {
-    plan.actions.iter().any(|a| {
-        a.kind == Kind::Server
-            && matches!(a.op, Op::Create | Op::Replace)
-            && kos_lifecycle::formation::is_control_plane(&a.logical_id)
-    })
-}
-
-/// Why the join token or kubeadm-certs could not be put into the cluster from here.
-#[derive(Debug, thiserror::Error)]
-enum PushError {
-    #[error(transparent)]
-    Client(#[from] ApiClientError),
-    #[error(transparent)]
-    Push(#[from] tokens::PushError),
-}
-
-/// Why kos cannot talk to a cluster's API from here.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ApiClientError {
-    #[error("the cluster's secrets are not on this machine")]
-    NoSecrets,
-    #[error("the cluster's API address is not known on this machine")]
-    NoAddress,
-    #[error("the cluster's data on this machine cannot be read")]
-    Local(#[source] Box<dyn std::error::Error + Send + Sync>),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("the simulated cloud's API endpoints: {0}")]
-    SimEndpoints(#[source] cloud::SimEndpointsError),
-    #[error(
-        "the simulated cloud serves no Kubernetes API at {0} (no control plane ran `kubeadm init` for it)"
-    )]
-    NotServed(String),
-    #[error("the spec's Kubernetes version")]
-    Version(#[source] kos_bootstrap::Error),
-    #[error(transparent)]
-    Connect(#[from] ConnectError),
-    #[error(transparent)]
-    Api(#[from] KubeError),
-    #[error("the cluster's API is not ready")]
-    NotReady,
-}
-
-impl ApiClientError {
-    pub(crate) fn local(e: miette::Report) -> ApiClientError {
-        ApiClientError::Local(e.into())
-    }
-}
-
-/// A client of the cluster's API at `address`; on a kos-sim cloud on this machine, through the local
-/// address it forwards the endpoint from (`GET /_sim/kube-endpoints`).
-pub(super) async fn api_client(
-    c: &Connected,
-    spec: &ClusterSpec,
-    address: &str,
-    secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<Kube, ApiClientError> {
-    api_client_at(c, address, &version(spec)?, secrets).await
-}
-
-/// [`api_client`] from what this machine keeps of the cluster (`local`): its secrets and its API
-/// address.
-pub(super) async fn local_api_client(
-    c: &Connected,
-    spec: &ClusterSpec,
-    local: &Local,
-) -> Result<Kube, ApiClientError> {
-    let secrets = local.pki()?.ok_or(ApiClientError::NoSecrets)?;
-    let meta = local.meta()?.ok_or(ApiClientError::NoAddress)?;
-    api_client(c, spec, &meta.api_address, &secrets).await
-}
-
-/// [`api_client`] for a cluster of Kubernetes `v` (the admin group depends on the minor).
-pub(crate) async fn api_client_at(
-    c: &Connected,
-    address: &str,
-    v: &kos_bootstrap::KubeVersion,
-    secrets: &kos_bootstrap::ClusterSecrets,
-) -> Result<Kube, ApiClientError> {
-    let ep = endpoint(address);
-    let local = local_address(c, &ep).await?;
-    Ok(Kube::connect(&ep, local, v, secrets)?)
-}
-
-/// On a kos-sim cloud on this machine, the local address it forwards `ep` from; `None` elsewhere.
-async fn local_address(
-    c: &Connected,
-    ep: &kos_bootstrap::ApiEndpoint,
-) -> Result<Option<std::net::SocketAddr>, ApiClientError> {
-    match c.kube_endpoints().await {
-        None => Ok(None),
-        Some(Err(e)) => Err(ApiClientError::SimEndpoints(e)),
-        Some(Ok(list)) => {
-            let want = ep.to_string();
-            list.iter()
-                .find(|e| e.endpoint == want)
-                .map(|e| Some(e.local))
-                .ok_or(ApiClientError::NotServed(want))
-        }
-    }
-}
-
-fn endpoint(address: &str) -> kos_bootstrap::ApiEndpoint {
-    kos_bootstrap::ApiEndpoint {
-        host: address.to_owned(),
-        port: API_PORT,
-    }
-}
-
-fn version(spec: &ClusterSpec) -> Result<kos_bootstrap::KubeVersion, ApiClientError> {
-    spec.kubernetes_version
-        .to_string()
-        .parse()
-        .map_err(ApiClientError::Version)
-}
-
-/// After the servers are ACTIVE: their consoles' bootstrap markers, then the cluster through its API
-/// when that is reachable from here, as far as `wait` asks. Exit 1 naming the node when a step failed.
-///
-/// `joiners`: this run added nodes to a running cluster. Its join token is created in the cluster as
-/// soon as the API answers (the first control plane's cleanup deleted it when the first nodes had
-/// joined; kubeadm join retries meanwhile), and deleted again once every node is Ready.
-async fn follow_bootstrap(
-    c: &Connected,
-    spec: &ClusterSpec,
-    report: &ApplyReport,
-    secrets: &kos_bootstrap::ClusterSecrets,
-    wait: Wait,
-    joiners: bool,
-    certs: bool,
-) -> Result<Vec<String>, Failure> {
-    if wait == Wait::Infra {
-        println!("Bootstrap: not followed (--wait infra)");
-        return Ok(Vec::new());
-    }
-    // Stated in the cloud's time, which a simulated cloud's answers show running fast.
-    let timing = Timing::of_cloud(&c.session);
-    let cluster_tag = format!("{TAG_CLUSTER}={}", report.cluster);
-    let servers = c
-        .session
-        .compute()
-        .list_servers(&TagQuery::all([cluster_tag]))
-        .await
-        .map_err(Failure::cloud)?;
-    let id_prefix = format!("{TAG_ID}=");
-    let targets: Vec<Target> = servers
-        .into_iter()
-        .filter_map(|s| {
-            let logical = s
-                .tags
-                .iter()
-                .find_map(|t| t.strip_prefix(&id_prefix))?
-                .to_owned();
-            let op = report
-                .nodes
-                .iter()
-                .find(|(id, _)| *id == logical)
-                .map(|(_, op)| *op)?;
-            Some(Target {
-                created_now: matches!(op, Op::Create | Op::Replace),
-                logical_id: logical,
-                server_id: s.id,
-            })
-        })
-        .collect();
-    eprintln!(
-        "kos: phase bootstrap: following {} node(s) on their consoles (for at most {} min of the cloud's time)",
-        targets.len(),
-        timing.deadline.as_secs() / 60
-    );
-    let token_pushed = std::sync::atomic::AtomicBool::new(false);
-    // Kept there while the nodes join: the first control plane's cleanup may delete it again when
-    // the nodes it expected have joined.
-    let push = async {
-        let Some(address) = report.api_address.as_deref().filter(|_| joiners) else {
-            return std::future::pending().await;
-        };
-        let connect = || async { api_client(c, spec, address, secrets).await };
-        tokens::keep_for_joiners(
-            connect,
-            secrets,
-            certs,
-            timing.poll(),
-            &token_pushed,
-            &Lines,
-        )
-        .await
-    };
-    let followed = tokio::select! {
-        f = follow::consoles(&c.session, &targets, &timing, &Lines) => f,
-        never = push => match never {},
-    };
-    let followed = match followed {
-        Ok(f) => f,
-        // Only nodes an interrupted run made failed: `kos up` makes them again.
-        Err(e) if e.failed_now.is_empty() && !e.failed_earlier.is_empty() => {
-            eprintln!("kos: bootstrap: {e}");
-            return Ok(e.failed_earlier);
-        }
-        // A first control plane tries its remaining steps again by itself, every minute: nothing to
-        // make again, and the next `kos up` follows it to the end.
-        Err(e) if !e.retrying.is_empty() => {
-            return Err(Failure::cloud_report(miette::miette!(
-                help = format!(
-                    "{} tries again by itself every minute, and its console says why it has not \
-                     succeeded yet (its log: /var/log/kos-bootstrap.log). Fix that cause if it is yours \
-                     (the CNI manifest's URL, the node's way to the internet); `kos up` again follows \
-                     it until it is done",
-                    e.retrying.join(", ")
-                ),
-                "bootstrap: {e}"
-            )));
-        }
-        Err(e) if e.after_init => {
-            return Err(Failure::cloud_report(miette::miette!(
-                help = format!(
-                    "only the first control plane applies the CNI and the addons, after kubeadm init: a \
-                     control plane made again would join a cluster that never gets them, so kos does not \
-                     make it again. The node's log is /var/log/kos-bootstrap.log; fix the cause, then \
-                     delete the cluster (`kos down {}`) and run `kos up` again",
-                    report.cluster
-                ),
-                "bootstrap: {e}"
-            )));
-        }
-        Err(e) => {
-            return Err(Failure::cloud_report(miette::miette!(
-                help = "the node's log is /var/log/kos-bootstrap.log; its console: `openstack console log show <server>`. \
-                        Fix the cause, delete the node's server and run `kos up` again",
-                "bootstrap: {e}"
-            )));
-        }
-    };
-    println!(
-        "Bootstrap (deadline {} s on this machine's clock):",
-        timing.deadline().as_secs()
-    );
-    for (id, state) in &followed.nodes {
-        let shown = match state {
-            NodeState::Done(outcome) => format!("bootstrap {outcome}"),
-            NodeState::Running(last) => format!("last step: {last}"),
-            NodeState::Waiting => "markers scrolled out of its console".into(),
-            NodeState::Failed { step, reason } => format!("{step} failed: {reason}"),
-        };
-        println!("  {id:<24} {shown}");
-    }
-    if wait == Wait::Bootstrap {
-        println!("Kubernetes API: not checked (--wait bootstrap)");
-        return Ok(Vec::new());
-    }
-    let Some(address) = &report.api_address else {
-        println!("Kubernetes API: skipped (its address is unknown)");
-        return Ok(Vec::new());
-    };
-    let kube = api_client(c, spec, address, secrets).await.map_err(|e| {
-        Failure::cloud_report(miette::miette!("cannot reach the API: {}", chain(&e)))
-    })?;
-    eprintln!(
-        "kos: phase kubernetes: waiting for /readyz and {} Ready node(s)",
-        spec.node_count()
-    );
-    let probe = timing.deadline().min(Duration::from_secs(60));
-    match follow::api(&kube, spec.node_count() as usize, &timing, probe, &Lines).await {
-        Ok(ApiPhase::Ready { nodes }) => {
-            println!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
-            // What the cleanup does after the first nodes: the certificates and the token must not
-            // outlive the joins.
-            if certs && let Err(e) = tokens::delete_certs(&kube).await {
-                eprintln!(
-                    "kos: warning: kubeadm-certs could not be deleted from the cluster ({}); \
-                     it goes with its two-hour token",
-                    chain(&e)
-                );
-            }
-            if token_pushed.load(std::sync::atomic::Ordering::Relaxed) {
-                match tokens::delete_token(&kube, secrets).await {
-                    Ok(()) => eprintln!(
-                        "kos: every node joined: the join token is deleted from the cluster"
-                    ),
-                    Err(e) => eprintln!(
-                        "kos: warning: the join token could not be deleted from the cluster ({}); it expires on its own",
-                        chain(&e)
-                    ),
-                }
-            }
-            Ok(Vec::new())
-        }
-        Ok(ApiPhase::Skipped(why)) => {
-            println!("Kubernetes API: skipped ({why})");
-            Ok(Vec::new())
-        }
-        Err(e) => Err(Failure::cloud_report(miette::miette!(
-            help = "the cloud controller removes the uninitialized taint: check its pods in kube-system",
-            "{e}"
-        ))),
-    }
 }
 
 pub async fn down(args: DownArgs) -> Result<Exit, Failure> {

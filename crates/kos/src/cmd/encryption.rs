@@ -81,7 +81,7 @@ pub(super) async fn keys_for_turn(
 #[derive(Debug, thiserror::Error)]
 enum RewriteError {
     #[error(transparent)]
-    Client(#[from] super::cluster::ApiClientError),
+    Client(#[from] kos_control::connect::ClientError),
     #[error(transparent)]
     Api(#[from] KubeError),
     #[error("{path} kept changing while it was written again")]
@@ -97,7 +97,7 @@ async fn rewrite(
     local: &Local,
     spec: &kos_cluster::ClusterSpec,
 ) -> Result<usize, RewriteError> {
-    let kube = super::cluster::local_api_client(c, spec, local).await?;
+    let kube = kos_control::connect::stored_api_client(c.cloud(), spec, local).await?;
     let list = kube.get("/api/v1/secrets").await?;
     let mut done = 0;
     for item in list["items"].as_array().into_iter().flatten() {

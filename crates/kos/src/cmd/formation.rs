@@ -31,7 +31,7 @@ pub(super) async fn formation(c: &Connected, spec: &ClusterSpec, observed: &Obse
             .iter()
             .filter_map(|id| server_id(observed, id))
             .collect();
-        evidence.kubeadm_seen = Some(kubeadm_seen(c, &servers).await);
+        evidence.kubeadm_seen = Some(kos_control::follow::kubeadm_ran(&c.session, &servers).await);
     }
     let d = decide(&evidence);
     // The run prints the reason when it matters (a control plane is made); this is for -v.
@@ -49,30 +49,15 @@ fn server_id(observed: &Observed, logical_id: &str) -> Option<String> {
         .map(|r| r.id.clone())
 }
 
-/// Whether any of `servers` (cloud ids) ran kubeadm as its console shows; a console that cannot be
-/// read counts as one that did (nothing may be concluded from it).
-pub(super) async fn kubeadm_seen(c: &Connected, servers: &[String]) -> bool {
-    for id in servers {
-        match c.session.compute().console_output(id, None).await {
-            Ok(console) if !kos_control::follow::kubeadm_seen(&console) => {}
-            Ok(_) => return true,
-            Err(e) => {
-                tracing::info!(server = %id, "console not read: {e}");
-                return true;
-            }
-        }
-    }
-    false
-}
-
 /// `None` when nothing here knows where the API of this cluster was (no earlier run on this machine).
 async fn probe(c: &Connected, spec: &ClusterSpec) -> Option<ApiAnswer> {
     let local = Local::for_session(&c.session, spec.name.value.as_str()).ok()?;
     let meta = local.meta().ok()??;
     let secrets = local.pki().ok()??;
     let ask = async {
-        let kube = super::cluster::api_client(c, spec, &meta.api_address, &secrets).await?;
-        Ok::<_, super::cluster::ApiClientError>(kube.readyz().await?)
+        let kube =
+            kos_control::connect::api_client(c.cloud(), spec, &meta.api_address, &secrets).await?;
+        Ok::<_, kos_control::connect::ClientError>(kube.readyz().await?)
     };
     Some(match tokio::time::timeout(API_PROBE, ask).await {
         // Any HTTP answer over TLS verified with the cluster's CA: a cluster of this CA is there.

@@ -17,7 +17,6 @@ use kos_control::drain;
 mod encryption;
 mod formation;
 mod kubeconfig;
-mod members;
 mod roll;
 mod rotate;
 mod sim;

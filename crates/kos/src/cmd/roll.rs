@@ -14,13 +14,14 @@ use kos_lifecycle::api::chain;
 use kos_lifecycle::roll::Target;
 
 use super::Failure;
-use super::cluster::{ApiClientError, Prepared, api_client};
+use super::cluster::Prepared;
 use crate::bootstrap::KubeadmBootstrap;
 use crate::cli::UpArgs;
 use crate::cloud::Connected;
 use crate::kube::Kube;
 use crate::local::Local;
 use crate::progress::Lines;
+use kos_control::connect::{ClientError, api_client, stored_api_client};
 use kos_control::store::{Records as _, StoreError};
 
 /// Removes the nodes of `batch` (one control plane, or workers of one pool) from the cluster and
@@ -50,7 +51,7 @@ pub(super) async fn remove(
                 "the cluster's API address is not known on this machine",
             )
         })?;
-    let kube = api_client(c, &p.spec, &meta.api_address, &secrets)
+    let kube = api_client(c.cloud(), &p.spec, &meta.api_address, &secrets)
         .await
         .map_err(|e| {
             stop(
@@ -195,11 +196,12 @@ pub(super) async fn delete_nodes(c: &Connected, p: &Prepared, names: &[String]) 
 }
 
 /// A client of the cluster's API, when its `/readyz` says ok.
-async fn client(c: &Connected, p: &Prepared) -> Result<Kube, ApiClientError> {
-    let local = Local::for_session(&c.session, &p.graph.cluster).map_err(ApiClientError::local)?;
-    let kube = super::cluster::local_api_client(c, &p.spec, &local).await?;
+async fn client(c: &Connected, p: &Prepared) -> Result<Kube, ClientError> {
+    let local = Local::for_session(&c.session, &p.graph.cluster)
+        .map_err(|e| ClientError::Store(StoreError::Unusable(e.into())))?;
+    let kube = stored_api_client(c.cloud(), &p.spec, &local).await?;
     if !kube.readyz().await? {
-        return Err(ApiClientError::NotReady);
+        return Err(ClientError::NotReady);
     }
     Ok(kube)
 }
@@ -235,7 +237,7 @@ pub(super) enum FollowMinorError {
 pub(super) async fn unhealthy(
     c: &Connected,
     p: &Prepared,
-) -> Result<kos_lifecycle::roll::NodeHealth, ApiClientError> {
+) -> Result<kos_lifecycle::roll::NodeHealth, ClientError> {
     let kube = client(c, p).await?;
     Ok(kos_control::roll::unhealthy(&kube).await?)
 }

@@ -19,12 +19,13 @@ use kos_lifecycle::rotate::{
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
-use super::cluster::{api_client_at, with_cloud};
+use super::cluster::with_cloud;
 use super::{Exit, Failure};
 use crate::cli::RotateCredentialArgs;
 use crate::cloud::Connected;
 use crate::kube::Kube;
 use crate::local::Local;
+use kos_control::connect::api_client_at;
 use kos_control::store::{CredentialRecords, Records as _};
 
 pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
@@ -85,7 +86,7 @@ async fn rotate_now(
         .kubernetes_version
         .parse()
         .map_err(|e| Failure::input(miette::miette!("{}: {e}", local.dir.display())))?;
-    let kube = api_client_at(c, &meta.api_address, &version, &secrets)
+    let kube = api_client_at(c.cloud(), &meta.api_address, &version, &secrets)
         .await
         .map_err(|e| {
             Failure::cloud_report(miette::miette!(

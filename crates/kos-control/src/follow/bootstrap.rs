@@ -1,0 +1,229 @@
+//! A converge's bootstrap followed: the new servers' consoles, then the cluster through its API,
+//! as far as the run asks; the join token kept there while nodes join and taken out after.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kos_bootstrap::ClusterSecrets;
+use kos_cloud::model::TagQuery;
+use kos_cluster::ClusterSpec;
+use kos_cluster::apply::ApplyReport;
+use kos_cluster::names::{TAG_CLUSTER, TAG_ID};
+use kos_cluster::plan::Op;
+use kos_lifecycle::api::chain;
+
+use super::{ApiPhase, FollowError, NotReady, Target, Timing};
+use crate::connect::{ClientError, Cloud, api_client};
+use crate::report::{Event, Report};
+use crate::tokens;
+
+/// How far a run follows a cluster after its infrastructure is converged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Wait {
+    /// Once every resource exists and the servers are ACTIVE.
+    Infra,
+    /// Also every new node's bootstrap markers on its console.
+    Bootstrap,
+    /// Also the Kubernetes API and every node Ready, when the API answers from here.
+    #[default]
+    Ready,
+}
+
+/// Why following the bootstrap stopped the run.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// The cluster's servers could not be listed.
+    #[error("{0}")]
+    List(#[source] kos_cloud::CloudError),
+    /// A first control plane tries its remaining steps again by itself: nothing to make again.
+    #[error("bootstrap: {0}")]
+    Retrying(FollowError),
+    /// A first control plane failed at a step only it runs, after `kubeadm init`.
+    #[error("bootstrap: {error}")]
+    AfterInit { error: FollowError, cluster: String },
+    /// A node this run made failed its bootstrap.
+    #[error("bootstrap: {0}")]
+    Failed(FollowError),
+    #[error("cannot reach the API")]
+    Client(#[source] ClientError),
+    #[error(transparent)]
+    NotReady(#[from] NotReady),
+}
+
+impl BootstrapError {
+    /// What the user can do about it.
+    #[must_use]
+    pub fn help(&self) -> Option<String> {
+        match self {
+            BootstrapError::Retrying(e) => Some(format!(
+                "{} tries again by itself every minute, and its console says why it has not \
+                 succeeded yet (its log: /var/log/kos-bootstrap.log). Fix that cause if it is yours \
+                 (the CNI manifest's URL, the node's way to the internet); `kos up` again follows \
+                 it until it is done",
+                e.retrying.join(", ")
+            )),
+            BootstrapError::AfterInit { cluster, .. } => Some(format!(
+                "only the first control plane applies the CNI and the addons, after kubeadm init: a \
+                 control plane made again would join a cluster that never gets them, so kos does not \
+                 make it again. The node's log is /var/log/kos-bootstrap.log; fix the cause, then \
+                 delete the cluster (`kos down {cluster}`) and run `kos up` again"
+            )),
+            BootstrapError::Failed(_) => Some(
+                "the node's log is /var/log/kos-bootstrap.log; its console: `openstack console log show <server>`. \
+                 Fix the cause, delete the node's server and run `kos up` again"
+                    .into(),
+            ),
+            BootstrapError::NotReady(_) => Some(
+                "the cloud controller removes the uninitialized taint: check its pods in kube-system"
+                    .into(),
+            ),
+            BootstrapError::List(_) | BootstrapError::Client(_) => None,
+        }
+    }
+}
+
+/// What a converge made, followed as far as `wait` asks: the servers' consoles for their bootstrap
+/// markers, then the cluster through its API when that is reachable from here. The nodes an
+/// interrupted run made whose bootstrap failed, to be made again.
+///
+/// `joiners`: this run added nodes to a running cluster. Its join token (with `certs`, and
+/// kubeadm-certs) is put into the cluster as soon as the API answers (the first control plane's
+/// cleanup deleted it when the first nodes had joined; kubeadm join retries meanwhile), and deleted
+/// again once every node is Ready.
+///
+/// # Errors
+/// [`BootstrapError`], naming the node when a step failed.
+#[allow(clippy::too_many_arguments)]
+pub async fn bootstrap(
+    cloud: Cloud<'_>,
+    spec: &ClusterSpec,
+    applied: &ApplyReport,
+    secrets: &ClusterSecrets,
+    wait: Wait,
+    joiners: bool,
+    certs: bool,
+    report: &dyn Report,
+) -> Result<Vec<String>, BootstrapError> {
+    if wait == Wait::Infra {
+        report.event(Event::BootstrapNotFollowed);
+        return Ok(Vec::new());
+    }
+    // Stated in the cloud's time, which a simulated cloud's answers show running fast.
+    let timing = Timing::of_cloud(cloud.session);
+    let cluster_tag = format!("{TAG_CLUSTER}={}", applied.cluster);
+    let servers = cloud
+        .session
+        .compute()
+        .list_servers(&TagQuery::all([cluster_tag]))
+        .await
+        .map_err(BootstrapError::List)?;
+    let id_prefix = format!("{TAG_ID}=");
+    let targets: Vec<Target> = servers
+        .into_iter()
+        .filter_map(|s| {
+            let logical = s
+                .tags
+                .iter()
+                .find_map(|t| t.strip_prefix(&id_prefix))?
+                .to_owned();
+            let op = applied
+                .nodes
+                .iter()
+                .find(|(id, _)| *id == logical)
+                .map(|(_, op)| *op)?;
+            Some(Target {
+                created_now: matches!(op, Op::Create | Op::Replace),
+                logical_id: logical,
+                server_id: s.id,
+            })
+        })
+        .collect();
+    report.event(Event::FollowingConsoles {
+        nodes: targets.len(),
+        deadline: timing.deadline,
+    });
+    let token_pushed = AtomicBool::new(false);
+    // Kept there while the nodes join: the first control plane's cleanup may delete it again when
+    // the nodes it expected have joined.
+    let push = async {
+        let Some(address) = applied.api_address.as_deref().filter(|_| joiners) else {
+            return std::future::pending().await;
+        };
+        let connect = || async { api_client(cloud, spec, address, secrets).await };
+        tokens::keep_for_joiners(
+            connect,
+            secrets,
+            certs,
+            timing.poll(),
+            &token_pushed,
+            report,
+        )
+        .await
+    };
+    let followed = tokio::select! {
+        f = super::consoles(cloud.session, &targets, &timing, report) => f,
+        never = push => match never {},
+    };
+    let followed = match followed {
+        Ok(f) => f,
+        // Only nodes an interrupted run made failed: the run makes them again.
+        Err(e) if e.failed_now.is_empty() && !e.failed_earlier.is_empty() => {
+            report.event(Event::FailedEarlier {
+                why: &e.to_string(),
+            });
+            return Ok(e.failed_earlier);
+        }
+        // A first control plane tries its remaining steps again by itself, every minute: nothing to
+        // make again, and the next run follows it to the end.
+        Err(e) if !e.retrying.is_empty() => return Err(BootstrapError::Retrying(e)),
+        Err(e) if e.after_init => {
+            return Err(BootstrapError::AfterInit {
+                error: e,
+                cluster: applied.cluster.clone(),
+            });
+        }
+        Err(e) => return Err(BootstrapError::Failed(e)),
+    };
+    report.event(Event::Bootstrapped {
+        deadline: timing.deadline(),
+        nodes: &followed.nodes,
+    });
+    if wait == Wait::Bootstrap {
+        report.event(Event::ApiNotChecked);
+        return Ok(Vec::new());
+    }
+    let Some(address) = &applied.api_address else {
+        report.event(Event::ApiSkipped {
+            why: "its address is unknown",
+        });
+        return Ok(Vec::new());
+    };
+    let kube = api_client(cloud, spec, address, secrets)
+        .await
+        .map_err(BootstrapError::Client)?;
+    report.event(Event::ApiWaiting {
+        nodes: spec.node_count(),
+    });
+    let probe = timing.deadline().min(Duration::from_secs(60));
+    match super::api(&kube, spec.node_count() as usize, &timing, probe, report).await? {
+        ApiPhase::Ready { nodes } => {
+            report.event(Event::ApiReady { nodes });
+            // What the cleanup does after the first nodes: the certificates and the token must not
+            // outlive the joins.
+            if certs && let Err(e) = tokens::delete_certs(&kube).await {
+                report.event(Event::CertsKept { why: &chain(&e) });
+            }
+            if token_pushed.load(Ordering::Relaxed) {
+                match tokens::delete_token(&kube, secrets).await {
+                    Ok(()) => report.event(Event::TokenDeleted),
+                    Err(e) => report.event(Event::TokenKept { why: &chain(&e) }),
+                }
+            }
+            Ok(Vec::new())
+        }
+        ApiPhase::Skipped(why) => {
+            report.event(Event::ApiSkipped { why: &why });
+            Ok(Vec::new())
+        }
+    }
+}
