@@ -27,3 +27,5 @@ pub mod roll;
 pub mod store;
 /// The join token and kubeadm-certs put into a running cluster for new nodes, and taken out.
 pub mod tokens;
+/// One turn of a run carried out: the converge.
+pub mod up;

@@ -2,9 +2,9 @@
 
 use std::cell::Cell;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kos_cluster::apply::{ApplyOptions, ApplyReport};
 use kos_cluster::graph::{DesiredGraph, Kind};
 use kos_cluster::plan::{Op, Plan};
 use kos_cluster::resolved::Resolved;
@@ -22,32 +22,8 @@ use crate::cloud::{self, Connected};
 use crate::local::Local;
 use crate::progress::Lines;
 use kos_control::follow;
-use kos_control::report::Report as _;
-use kos_control::store::{
-    ClusterMeta, Record, Records as _, SecretStore as _, Secrets, SecretsError, Seen,
-};
-use kos_control::tokens;
-
-/// A spec read, validated and checked against the cloud, with its desired graph: one turn of a run.
-pub(super) struct Prepared {
-    pub(super) spec: ClusterSpec,
-    pub(super) graph: DesiredGraph,
-    pub(super) resolved: Resolved,
-    formation: kos_lifecycle::formation::Decision,
-    /// The plan, the servers that leave and the groups that surge.
-    pub(super) decided: Decided,
-    /// The cloud shows something tagged for the cluster.
-    seen: bool,
-    /// The Secrets' encryption keys and rotation step (`None`: `kos plan` of a cluster whose keys
-    /// are not made yet).
-    pub(super) keys: Option<kos_lifecycle::encryption::KeyState>,
-}
-
-impl AsRef<Decided> for Prepared {
-    fn as_ref(&self) -> &Decided {
-        &self.decided
-    }
-}
+use kos_control::store::{Records as _, SecretsError};
+use kos_control::up::{ConvergeError, Env, Turn};
 
 /// A spec read and validated, before any cloud is contacted: an unreachable cloud never hides a spec
 /// error, and an invalid spec costs no request.
@@ -152,7 +128,7 @@ async fn prepare(
     renew_before: Option<i64>,
     changed: bool,
     advance: bool,
-) -> Result<Prepared, Failure> {
+) -> Result<Turn, Failure> {
     let looked = look(c, spec, changed).await?;
     let local =
         Local::for_session(&c.session, looked.spec.name.value.as_str()).map_err(Failure::input)?;
@@ -174,7 +150,7 @@ async fn prepare(
             }
         })
     })?;
-    Ok(Prepared {
+    Ok(Turn {
         decided,
         seen: looked.observed.all().next().is_some(),
         spec: looked.spec,
@@ -453,7 +429,7 @@ pub(super) async fn up_runs(
                 renew_before: args
                     .renew_certificates
                     .then(|| time::OffsetDateTime::now_utc().unix_timestamp()),
-                changed: Cell::new(false),
+                changed: AtomicBool::new(false),
                 first: Cell::new(true),
             };
             r = kos_lifecycle::run::up(&mut run, opts)
@@ -484,7 +460,7 @@ struct Up<'a> {
     /// `--renew-certificates`: when the run started.
     renew_before: Option<i64>,
     /// This run may have changed the cloud or the cluster: no failure is exit 3 from then on.
-    changed: Cell<bool>,
+    changed: AtomicBool,
     /// The run's first turn: the only one that moves a key rotation on.
     first: Cell<bool>,
 }
@@ -493,7 +469,7 @@ impl Up<'_> {
     /// Exit 3 promises that nothing changed: once this run changed something, whatever stops it
     /// (a refusal, a spec the cloud no longer passes) is exit 1, and the next `kos up` continues.
     fn kept_promise(&self, f: Failure) -> Failure {
-        if f.code != 3 || !self.changed.get() {
+        if f.code != 3 || !self.changed.load(Ordering::Relaxed) {
             return f;
         }
         Failure::cloud_report(f.report.wrap_err(
@@ -503,19 +479,26 @@ impl Up<'_> {
 }
 
 impl kos_lifecycle::run::Cluster for Up<'_> {
-    type Turn = Prepared;
+    type Turn = Turn;
     type Error = Failure;
 
-    async fn prepare(&mut self) -> Result<Prepared, Failure> {
+    async fn prepare(&mut self) -> Result<Turn, Failure> {
         let file = match self.spec.take() {
             Some(s) => s,
             None => load_spec(&self.args.spec.file)?,
         };
         let first = self.first.replace(false);
-        prepare(self.c, file, self.renew_before, self.changed.get(), first).await
+        prepare(
+            self.c,
+            file,
+            self.renew_before,
+            self.changed.load(Ordering::Relaxed),
+            first,
+        )
+        .await
     }
 
-    fn repair_held(&self, p: &Prepared, group: &str, why: &str) {
+    fn repair_held(&self, p: &Turn, group: &str, why: &str) {
         use kos_control::report::Report as _;
         crate::progress::Lines.event(kos_control::report::Event::RepairHeld {
             cluster: &p.graph.cluster.to_string(),
@@ -524,10 +507,7 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
         });
     }
 
-    async fn unhealthy(
-        &self,
-        p: &Prepared,
-    ) -> Result<kos_lifecycle::roll::NodeHealth, Failure> {
+    async fn unhealthy(&self, p: &Turn) -> Result<kos_lifecycle::roll::NodeHealth, Failure> {
         super::roll::unhealthy(self.c, p).await.map_err(|e| {
             Failure::cloud_report(miette::miette!(
                 help = "--repair needs the cluster's API to answer from here",
@@ -537,47 +517,47 @@ impl kos_lifecycle::run::Cluster for Up<'_> {
         })
     }
 
-    async fn drain_scaled_down(&self, p: &Prepared, plan: &Plan) -> Result<Vec<String>, Failure> {
+    async fn drain_scaled_down(&self, p: &Turn, plan: &Plan) -> Result<Vec<String>, Failure> {
         if plan
             .actions
             .iter()
             .any(|a| a.kind == Kind::Server && a.op == Op::Delete)
         {
-            self.changed.set(true);
+            self.changed.store(true, Ordering::Relaxed);
         }
         super::roll::drain_scaled_down(self.c, p, plan, self.args).await
     }
 
-    async fn before_joins(&self, p: &Prepared, plan: &Plan) -> Result<(), Failure> {
+    async fn before_joins(&self, p: &Turn, plan: &Plan) -> Result<(), Failure> {
         // It changes kubeadm-config only when control planes join a formed cluster (a new
         // cluster has none yet: its secrets may still be refused, exit 3, with nothing changed).
-        if tokens::joins_control_planes(plan)
+        if kos_control::tokens::joins_control_planes(plan)
             && p.formation.formation == kos_cluster::bootstrap::Formation::Formed
         {
-            self.changed.set(true);
+            self.changed.store(true, Ordering::Relaxed);
         }
         super::roll::before_joins(self.c, p, plan).await
     }
 
-    async fn converge(&self, p: &Prepared, plan: &Plan) -> Result<Vec<String>, Failure> {
+    async fn converge(&self, p: &Turn, plan: &Plan) -> Result<Vec<String>, Failure> {
         converge(self.c, self.args, p, plan, &self.changed).await
     }
 
-    async fn delete_nodes(&self, p: &Prepared, names: &[String]) {
+    async fn delete_nodes(&self, p: &Turn, names: &[String]) {
         super::roll::delete_nodes(self.c, p, names).await;
     }
 
     async fn remove(
         &self,
-        p: &Prepared,
+        p: &Turn,
         batch: &[kos_lifecycle::roll::Target],
         plan: &Plan,
     ) -> Result<(), Failure> {
-        self.changed.set(true);
+        self.changed.store(true, Ordering::Relaxed);
         super::roll::remove(self.c, p, batch, self.args, plan).await
     }
 
-    async fn converged(&self, p: &Prepared) -> Result<(), Failure> {
+    async fn converged(&self, p: &Turn) -> Result<(), Failure> {
         // The addons that follow the minor catch up with an upgrade.
         match super::roll::follow_minor(self.c, p).await {
             Ok(moved) => {
@@ -610,223 +590,101 @@ impl From<RunError> for Failure {
     }
 }
 
-/// One converge: everything but the servers to replace made as the spec says, their bootstrap
-/// followed as far as `--wait` asks. The nodes whose bootstrap an interrupted run left failed, to be
-/// made again.
+/// One converge (kos-control's [`kos_control::up::converge`]) with this machine's store, kubeadm's
+/// user_data and the terminal.
 async fn converge(
     c: &Connected,
     args: &UpArgs,
-    p: &Prepared,
+    p: &Turn,
     plan: &Plan,
-    changed: &Cell<bool>,
+    changed: &AtomicBool,
 ) -> Result<Vec<String>, Failure> {
     let local = Local::for_session(&c.session, &p.graph.cluster).map_err(Failure::input)?;
-    let exists = plan
-        .actions
-        .iter()
-        .any(|a| a.kind == Kind::Server && a.existing.is_some());
-    let Secrets {
-        mut secrets,
-        token_refreshed,
-    } = kos_control::store::secrets_for_up(
-        &local,
-        Seen {
-            servers: exists,
-            anything: p.seen,
+    let options = up_options(args);
+    let kubeadm = Kubeadm {
+        session: &c.session,
+        local: &local,
+    };
+    let env = Env {
+        cloud: c.cloud(),
+        store: &local,
+        script: &local,
+        bootstraps: &kubeadm,
+        report: &Lines,
+        options: &options,
+        changed,
+    };
+    kos_control::up::converge(&env, p, plan)
+        .await
+        .map_err(|e| converge_failure(e, &local))
+}
+
+/// What `kos up` was asked for, as kos-control takes it.
+fn up_options(args: &UpArgs) -> kos_control::up::Options {
+    kos_control::up::Options {
+        reuse_local_secrets: args.reuse_local_secrets,
+        recreate_ccm_credential: args.recreate_ccm_credential,
+        parallelism: usize::from(args.parallelism),
+        wait: match args.wait {
+            Wait::Infra => follow::Wait::Infra,
+            Wait::Bootstrap => follow::Wait::Bootstrap,
+            Wait::Ready => follow::Wait::Ready,
         },
-        args.reuse_local_secrets,
-        time::OffsetDateTime::now_utc(),
-    )
-    .map_err(|e| secrets_failure(e, &local))?;
-    let recreate_ccm_credential =
-        ccm_credential_to_recreate(plan, &local, args.recreate_ccm_credential)?;
-    // New nodes of a running cluster need the join token, which the first control plane's
-    // cleanup deleted once the first nodes had joined.
-    // A server an interrupted run made may still be joining: it needs the token as much as one
-    // made now (it is only useful within the token's lifetime).
-    let now = time::OffsetDateTime::now_utc();
-    let joining_since_earlier = plan.actions.iter().any(|a| {
-        a.kind == Kind::Server
-            && a.existing
+        drain_timeout: Duration::from_secs(args.drain_timeout),
+    }
+}
+
+/// kubeadm's user_data through kos-bootstrap, its CCM credential and delivery kept in `local`.
+pub(super) struct Kubeadm<'a> {
+    pub(super) session: &'a kos_cloud::Session,
+    pub(super) local: &'a Local,
+}
+
+impl kos_control::up::Bootstraps for Kubeadm<'_> {
+    fn bootstrap<'a>(
+        &'a self,
+        turn: &'a Turn,
+        secrets: kos_bootstrap::ClusterSecrets,
+    ) -> Result<Box<dyn kos_cluster::bootstrap::Bootstrap + 'a>, kos_control::store::Cause> {
+        match KubeadmBootstrap::new(
+            &turn.spec,
+            &turn.resolved,
+            self.session,
+            secrets,
+            self.local,
+            turn.keys
                 .as_ref()
-                .and_then(|r| r.facts.machine.as_ref())
-                .and_then(|m| m.created.as_deref())
-                .and_then(|t| {
-                    time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
-                        .ok()
-                })
-                .is_some_and(|t| {
-                    now - t
-                        < time::Duration::try_from(kos_bootstrap::DEFAULT_TOKEN_TTL)
-                            .unwrap_or(time::Duration::ZERO)
-                })
-    });
-    let joiners = exists
-        && (joining_since_earlier
-            || plan
-                .actions
-                .iter()
-                .any(|a| a.kind == Kind::Server && matches!(a.op, Op::Create | Op::Replace)));
-    // Before any server is made: a token valid for the boot window exists in the running cluster,
-    // whatever the local copy's age (a node that boots faster than the push below would find none).
-    let formed = p.formation.formation == kos_cluster::bootstrap::Formation::Formed;
-    // Control planes joining a running cluster get its CAs as kubeadm's upload-certs gives them:
-    // from a Secret kos puts there now under a key of this run's, valid two hours. Their user_data
-    // holds the key, never a private key (only the first control plane, which makes the cluster,
-    // carries the PKI).
-    // Whether a running control plane ever ran kubeadm. When none has (the initializer still boots:
-    // an earlier run's create of another control plane failed), the initializer uploads the
-    // certificates under the stored key itself, and no etcd member of an earlier life exists. With
-    // no control plane running at all, the cluster formed elsewhere (its API answered).
-    let running = tokens::running_control_planes(plan);
-    let kubeadm_ran = formed
-        && tokens::joins_control_planes(plan)
-        && (running.is_empty() || follow::kubeadm_ran(&c.session, &running).await);
-    let certs = exists && kubeadm_ran;
-    if certs {
-        secrets.certificate_key = kos_bootstrap::token::certificate_key(&mut rand::rng());
+                .map(kos_lifecycle::encryption::KeyState::desired),
+        ) {
+            Ok(b) => Ok(Box::new(b)),
+            Err(e) => Err(Box::new(super::Diagnosed(e))),
+        }
     }
-    if exists && (token_refreshed || (joiners && formed) || certs) {
-        changed.set(true);
-        tokens::push(
-            c.cloud(),
-            &local,
-            &p.spec,
-            &secrets,
-            token_refreshed,
-            certs,
-            &local,
-            &Lines,
-        )
-        .await;
-    }
-    let bootstrap = KubeadmBootstrap::new(
-        &p.spec,
-        &p.resolved,
-        &c.session,
-        secrets.clone(),
-        &local,
-        p.keys
-            .as_ref()
-            .map(kos_lifecycle::encryption::KeyState::desired),
-    )
-    .map_err(Failure::input)?;
-    let changes = plan.summary().changes();
-    eprintln!("kos: {}: {changes} change(s) to make", p.graph.cluster);
-    if plan.actions.iter().any(|a| {
-        matches!(a.op, Op::Create | Op::Replace)
-            && kos_lifecycle::formation::is_control_plane(&a.logical_id)
-    }) {
-        eprintln!("kos: {}: {}", p.graph.cluster, p.formation.reason);
-    }
-    // A control plane made again must not find its old etcd member registered.
-    if p.formation.formation == kos_cluster::bootstrap::Formation::Formed {
-        let joining = kos_control::members::joining(plan);
-        if !joining.is_empty() {
-            changed.set(true);
-            match kos_control::members::remove_stale_members_stored(
-                c.cloud(),
-                &local,
-                &joining,
-                "its control plane is made again",
-            )
-            .await
-            .map_err(|e| chain(&e))
-            {
-                Ok(lines) => {
-                    for l in lines {
-                        eprintln!("kos: {}", crate::term::escape(&l));
-                    }
+}
+
+/// A converge's failure as the user reads it: bad input (3) before anything changed, else 1.
+fn converge_failure(e: ConvergeError, local: &Local) -> Failure {
+    match e {
+        ConvergeError::Secrets(e) => secrets_failure(e, local),
+        ConvergeError::Store(e) => Failure::store(&e),
+        ConvergeError::Bootstrap(cause) => Failure::input(super::Diagnosed::report(cause)),
+        e => {
+            let text = match &e {
+                ConvergeError::Follow(f) if matches!(**f, follow::BootstrapError::Client(_)) => {
+                    chain(&e)
                 }
-                // No control plane ever ran kubeadm (the initializer still boots, the API is not
-                // wired yet): there is no etcd, so no member of an earlier life to remove.
-                Err(why) if !kubeadm_ran => {
-                    eprintln!(
-                        "kos: {}: the etcd members were not checked ({why}): no running control plane \
-                         has run kubeadm yet, so none of an earlier life can be registered",
-                        p.graph.cluster
-                    );
-                }
-                // Its port exists: it is made again, and its member may still be there.
-                Err(why) if joining.iter().any(|j| j.address.is_some()) => {
-                    return Err(Failure::cloud_report(miette::miette!(
-                        help = "kos reaches etcd through the cluster's API (a port-forward to an \
-                                etcd pod); run `kos up` where that API answers",
-                        "cannot check the etcd members of the control planes to be made again \
-                         ({}): {why}; nothing was created",
-                        joining
-                            .iter()
-                            .map(|j| j.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-                Err(why) => eprintln!(
-                    "kos: warning: cannot check the etcd members before new control planes \
-                     join ({why})"
-                ),
+                _ => e.to_string(),
+            };
+            let report = match e.help() {
+                Some(help) => miette::miette!(help = help, "{text}"),
+                None => miette::miette!("{text}"),
+            };
+            if e.is_input() {
+                Failure::input(report)
+            } else {
+                Failure::cloud_report(report)
             }
         }
-    }
-    let opts = ApplyOptions {
-        parallelism: usize::from(args.parallelism),
-        recreate_ccm_credential,
-        ..ApplyOptions::default()
-    };
-    if changes > 0 {
-        changed.set(true);
-    }
-    let (tx, progress) = crate::progress::spawn(changes as u64);
-    let result = kos_cluster::apply::apply(&c.session, &p.graph, plan, &bootstrap, opts, tx).await;
-    let _ = progress.await;
-    // The API's address is recorded as soon as the cloud gave it, a stopped apply's too: the next
-    // run reaches the cluster through it (the etcd member check, the join token).
-    let api_address = match &result {
-        Ok(report) => report.api_address.as_ref(),
-        Err(e) => e.report.api_address.as_ref(),
-    };
-    if let Some(a) = api_address {
-        local
-            .put_meta(&ClusterMeta {
-                api_address: a.clone(),
-                kubernetes_version: p.spec.kubernetes_version.to_string(),
-            })
-            .map_err(|e| Failure::store(&e))?;
-    }
-    match result {
-        Ok(report) => {
-            summarize(&report);
-            let wait = match args.wait {
-                Wait::Infra => follow::Wait::Infra,
-                Wait::Bootstrap => follow::Wait::Bootstrap,
-                Wait::Ready => follow::Wait::Ready,
-            };
-            follow::bootstrap(
-                c.cloud(),
-                &p.spec,
-                &report,
-                &secrets,
-                wait,
-                joiners,
-                certs,
-                &Lines,
-            )
-            .await
-            .map_err(|e| {
-                let text = match &e {
-                    follow::BootstrapError::Client(_) => chain(&e),
-                    _ => e.to_string(),
-                };
-                Failure::cloud_report(match e.help() {
-                    Some(help) => miette::miette!(help = help, "{text}"),
-                    None => miette::miette!("{text}"),
-                })
-            })
-        }
-        Err(e) => Err(Failure::cloud_report(miette::miette!(
-            help = "fix the cause and run `kos up` again: it continues where this run stopped",
-            "{e}"
-        ))),
     }
 }
 
@@ -859,63 +717,6 @@ fn secrets_failure(e: SecretsError, local: &Local) -> Failure {
         )),
         e @ SecretsError::Generate(_) => Failure::input(miette::miette!("{}", chain(&e))),
     }
-}
-
-fn summarize(report: &ApplyReport) {
-    println!(
-        "Cluster {} is up: {} change(s) made.",
-        report.cluster,
-        report.changes()
-    );
-    if let Some(a) = &report.api_address {
-        println!("API endpoint: https://{a}:6443");
-    }
-}
-
-/// Whether this run makes the CCM credential again ([`kos_lifecycle::rotate::recreate`] decides
-/// from the plan and what the store keeps).
-fn ccm_credential_to_recreate(plan: &Plan, local: &Local, asked: bool) -> Result<bool, Failure> {
-    use kos_lifecycle::rotate::{Recreate, RecreateRefusal};
-    let cluster = plan.cluster.as_str();
-    let pending = local
-        .read(Record::PendingCcmCredential)
-        .map_err(|e| Failure::store(&e))?
-        .is_some();
-    let stored = local.ccm_credential().map_err(|e| Failure::store(&e))?;
-    let decided = kos_lifecycle::rotate::recreate(
-        plan,
-        pending,
-        stored.as_ref().map(|c| c.id.as_str()),
-        asked,
-    )
-    .map_err(|e| match e {
-        RecreateRefusal::Unfinished => Failure::input(miette::miette!(
-            help =
-                format!("run `kos rotate credential {cluster}` again to finish it, then `kos up`"),
-            "a rotation of cluster {cluster}'s CCM application credential has not finished"
-        )),
-        RecreateRefusal::InUse => Failure::input(miette::miette!(
-            help = format!(
-                "`kos rotate credential {cluster}` makes a new one, puts it into the cluster and \
-                 deletes the old one once the CCM and CSI run on the new one"
-            ),
-            "--recreate-ccm-credential would delete the application credential the running cloud \
-             controller and CSI of cluster {cluster} use"
-        )),
-    })?;
-    let lost = |in_use| {
-        Lines.event(kos_control::report::Event::CcmSecretLost {
-            cluster,
-            location: &local.location(Record::CcmCredential),
-            in_use,
-        });
-    };
-    match decided {
-        Recreate::Lost => lost(false),
-        Recreate::LostInUse => lost(true),
-        Recreate::No | Recreate::Asked => {}
-    }
-    Ok(decided.recreates())
 }
 
 pub async fn down(args: DownArgs) -> Result<Exit, Failure> {

@@ -46,6 +46,28 @@ impl From<Exit> for ExitCode {
     }
 }
 
+/// A diagnostic the CLI hands through a library as an error's cause, and takes back as it is.
+#[derive(Debug)]
+pub struct Diagnosed(pub miette::Report);
+
+impl std::fmt::Display for Diagnosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Diagnosed {}
+
+impl Diagnosed {
+    /// The diagnostic of a cause the CLI made; any other cause as its chain.
+    pub fn report(cause: kos_control::store::Cause) -> miette::Report {
+        match cause.downcast::<Diagnosed>() {
+            Ok(d) => d.0,
+            Err(other) => miette::miette!("{}", kos_lifecycle::api::chain(&*other)),
+        }
+    }
+}
+
 /// A failed command: the diagnostic to show and the exit code.
 #[derive(Debug)]
 pub struct Failure {

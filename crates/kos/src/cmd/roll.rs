@@ -14,7 +14,6 @@ use kos_lifecycle::api::chain;
 use kos_lifecycle::roll::Target;
 
 use super::Failure;
-use super::cluster::Prepared;
 use crate::bootstrap::KubeadmBootstrap;
 use crate::cli::UpArgs;
 use crate::cloud::Connected;
@@ -23,13 +22,14 @@ use crate::local::Local;
 use crate::progress::Lines;
 use kos_control::connect::{ClientError, api_client, stored_api_client};
 use kos_control::store::{Records as _, StoreError};
+use kos_control::up::Turn;
 
 /// Removes the nodes of `batch` (one control plane, or workers of one pool) from the cluster and
 /// their servers from the cloud, as `removal` says ([`kos_control::retire::remove`]): this
 /// machine's secrets and the cluster's API client, then the library's steps.
 pub(super) async fn remove(
     c: &Connected,
-    p: &Prepared,
+    p: &Turn,
     batch: &[Target],
     args: &UpArgs,
     removal: &Plan,
@@ -117,7 +117,7 @@ pub(super) async fn remove(
 /// undrained, with a warning.
 pub(super) async fn drain_scaled_down(
     c: &Connected,
-    p: &Prepared,
+    p: &Turn,
     plan: &Plan,
     args: &UpArgs,
 ) -> Result<Vec<String>, Failure> {
@@ -178,7 +178,7 @@ pub(super) async fn drain_scaled_down(
 }
 
 /// Deletes the Nodes of servers that are gone (a running kubelet would have registered them again).
-pub(super) async fn delete_nodes(c: &Connected, p: &Prepared, names: &[String]) {
+pub(super) async fn delete_nodes(c: &Connected, p: &Turn, names: &[String]) {
     if names.is_empty() {
         return;
     }
@@ -196,7 +196,7 @@ pub(super) async fn delete_nodes(c: &Connected, p: &Prepared, names: &[String]) 
 }
 
 /// A client of the cluster's API, when its `/readyz` says ok.
-async fn client(c: &Connected, p: &Prepared) -> Result<Kube, ClientError> {
+async fn client(c: &Connected, p: &Turn) -> Result<Kube, ClientError> {
     let local = Local::for_session(&c.session, &p.graph.cluster)
         .map_err(|e| ClientError::Store(StoreError::Unusable(e.into())))?;
     let kube = stored_api_client(c.cloud(), &p.spec, &local).await?;
@@ -209,10 +209,7 @@ async fn client(c: &Connected, p: &Prepared) -> Result<Kube, ClientError> {
 /// After an upgrade the cloud controller and CSI follow the cluster's minor: every Deployment and
 /// DaemonSet of kube-system running an older release of their images gets the pinned one (its
 /// controller rolls the pods). Nothing to do when the API does not answer from here.
-pub(super) async fn follow_minor(
-    c: &Connected,
-    p: &Prepared,
-) -> Result<Vec<String>, FollowMinorError> {
+pub(super) async fn follow_minor(c: &Connected, p: &Turn) -> Result<Vec<String>, FollowMinorError> {
     let Some(images) = AddonImages::for_minor(p.spec.kubernetes_version.minor())
         .map_err(FollowMinorError::Pins)?
     else {
@@ -236,7 +233,7 @@ pub(super) enum FollowMinorError {
 /// The nodes whose Ready condition is not True, and since when; `Err` when the API does not answer.
 pub(super) async fn unhealthy(
     c: &Connected,
-    p: &Prepared,
+    p: &Turn,
 ) -> Result<kos_lifecycle::roll::NodeHealth, ClientError> {
     let kube = client(c, p).await?;
     Ok(kos_control::roll::unhealthy(&kube).await?)
@@ -247,7 +244,7 @@ pub(super) async fn unhealthy(
 /// the certificate names (a new `apiEndpoint.dnsName`).
 pub(super) async fn before_joins(
     c: &Connected,
-    p: &Prepared,
+    p: &Turn,
     converging: &Plan,
 ) -> Result<(), Failure> {
     let joins = converging
@@ -295,7 +292,7 @@ enum MoveError {
 /// The move kubeadm-config needs, if an existing control plane was made for another release or
 /// other certificate names; `None` otherwise, so that a plain scale-up needs no API from here (a
 /// private endpoint has none).
-fn config_move(c: &Connected, p: &Prepared) -> Result<Option<ConfigMove>, MoveError> {
+fn config_move(c: &Connected, p: &Turn) -> Result<Option<ConfigMove>, MoveError> {
     let wanted = p.spec.kubernetes_version.to_string();
     let needed = kos_lifecycle::kubeadm_config::Needed::of(&p.decided.plan, &p.graph, &wanted);
     if !needed.any() {
