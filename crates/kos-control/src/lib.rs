@@ -1,18 +1,24 @@
-//! What a kos run does to a running cluster, over kos-cloud and kube-rs, with no terminal and no
-//! local files: the one client of a cluster's Kubernetes API ([`kube`]), drains ([`drain`]),
-//! bootstrap following ([`follow`]), stale etcd members ([`members`]), kubeadm-config moves, addon
-//! images and unhealthy nodes ([`roll`]). kos-lifecycle decides; this crate carries its decisions
-//! out through kos-lifecycle's traits. Secrets come in as arguments, progress goes out as
-//! [`report::Event`]s: front ends (the `kos` CLI, later an operator) render them and keep
-//! arguments, output and exit codes.
+//! What a kos run does to a cluster, over kos-cloud and kube-rs, with no terminal and no local
+//! files: the run itself ([`up`]: kos-lifecycle's `run::Cluster`, each turn prepared, converged
+//! and stepped), the one client of a cluster's Kubernetes API ([`kube`], built in [`connect`]),
+//! drains ([`drain`]), bootstrap following ([`follow`]), the join token ([`tokens`]), stale etcd
+//! members ([`members`]), kubeadm-config moves, addon images and unhealthy nodes ([`roll`]),
+//! encryption keys ([`encryption`]), the CCM credential's rotation ([`rotate`]). kos-lifecycle
+//! decides; this crate carries its decisions out through kos-lifecycle's traits. Secrets come from
+//! a [`store::SecretStore`], progress goes out as [`report::Event`]s: front ends (the `kos` CLI,
+//! later an operator) render them and keep arguments, output and exit codes.
 
 /// How a run reaches a cluster's API: the cloud session, the way to an address, the client
 /// builders.
 pub mod connect;
 /// Drains and Node deletions: kos-lifecycle's drain over [`kube::Kube`].
 pub mod drain;
+/// Encryption at rest carried out: each turn's keys, the Secrets' rewrite.
+pub mod encryption;
 /// Following a bootstrap: node consoles, then the cluster's API.
 pub mod follow;
+/// Whether the cluster exists: the evidence kos-lifecycle decides from.
+pub mod formation;
 /// The one client of a cluster's Kubernetes API, on kube-rs.
 pub mod kube;
 /// Stale etcd members removed before control planes join, through a port-forward.
@@ -23,9 +29,12 @@ pub mod report;
 pub mod retire;
 /// Unhealthy nodes, kubeadm-config moves and addon images through the cluster's API.
 pub mod roll;
+/// The CCM credential's rotation carried out: Keystone, the cluster's API, the store.
+pub mod rotate;
 /// What a run keeps of a cluster besides the cloud: the secret-store seam and its records.
 pub mod store;
 /// The join token and kubeadm-certs put into a running cluster for new nodes, and taken out.
 pub mod tokens;
-/// One turn of a run carried out: the converge.
+/// A run (`kos up`'s): its turns prepared, converged and stepped, as kos-lifecycle's
+/// `run::Cluster`.
 pub mod up;

@@ -17,7 +17,7 @@ use crate::follow::NodeState;
 pub const HEARTBEAT: Duration = Duration::from_secs(30);
 
 /// One thing worth telling while a run goes on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
     /// A new bootstrap marker on a node's console (`kernel ok`; the guest's own text).
     Marker { node: &'a str, marker: &'a str },
@@ -39,6 +39,34 @@ pub enum Event<'a> {
         last: &'a str,
         left: Duration,
         deadline: Duration,
+    },
+    /// Preflight's warnings (the spec's spans; render with miette).
+    PreflightWarnings {
+        warnings: &'a kos_cluster::diagnostics::Report,
+    },
+    /// The Secrets' encryption keys moved a step (`shown`: names and phase, never key material).
+    KeysStep { cluster: &'a str, shown: &'a str },
+    /// `secrets` Secrets were written again under the new key.
+    SecretsRewritten { cluster: &'a str, secrets: usize },
+    /// Workers leaving a smaller pool (`nodes`) go undrained: the API does not answer (`why`).
+    NotDrained { nodes: &'a str, why: &'a str },
+    /// The Node of a removed server stays (`why`): the cloud controller removes it.
+    NodeKept { node: &'a str, why: &'a str },
+    /// An addon (`kube-system` workload) moved to the images of Kubernetes 1.`minor`.
+    AddonMoved {
+        cluster: &'a str,
+        addon: &'a str,
+        minor: u32,
+    },
+    /// The addons could not follow the minor (`why`).
+    AddonsNotMoved { why: &'a str },
+    /// A step of the CCM credential's rotation (the cluster's names in it).
+    Rotation { line: &'a str },
+    /// The CCM credential (`credential`: its name, the cloud's text) is rotated, `why`.
+    RotationDue {
+        cluster: &'a str,
+        credential: &'a str,
+        why: &'a str,
     },
     /// A converge makes `changes` changes.
     Changes { cluster: &'a str, changes: usize },

@@ -151,3 +151,13 @@ impl ConfigMove {
         Ok(true)
     }
 }
+
+/// The API server certificate's extra names (`apiServer.certSANs`): the endpoint's address and the
+/// spec's DNS name. The first control plane's ClusterConfiguration lists them, and kos moves
+/// kubeadm-config to them before control planes join under a new name.
+#[must_use]
+pub fn cert_sans(api_address: &str, dns_name: Option<&str>) -> Vec<String> {
+    std::iter::once(api_address.to_owned())
+        .chain(dns_name.map(str::to_owned))
+        .collect()
+}

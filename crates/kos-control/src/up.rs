@@ -25,6 +25,10 @@ use crate::store::{
 };
 use crate::tokens::{self, TokenScript};
 
+mod run;
+pub mod steps;
+pub use run::{Front, Looked, Spec, Up, UpError, look, prepare};
+
 /// A spec checked against the cloud, with its desired graph and what was decided from it: one
 /// turn of a run.
 pub struct Turn {

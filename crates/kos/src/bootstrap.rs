@@ -347,14 +347,7 @@ impl Bootstrap for KubeadmBootstrap<'_> {
     }
 }
 
-/// The API server certificate's extra names (`apiServer.certSANs`): the endpoint's address and the
-/// spec's DNS name. The first control plane's ClusterConfiguration lists them, and kos moves
-/// kubeadm-config to them before control planes join under a new name.
-pub fn cert_sans(api_address: &str, dns_name: Option<&str>) -> Vec<String> {
-    std::iter::once(api_address.to_owned())
-        .chain(dns_name.map(str::to_owned))
-        .collect()
-}
+pub use kos_control::roll::cert_sans;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

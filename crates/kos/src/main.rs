@@ -5,7 +5,6 @@ mod cli;
 mod cloud;
 mod cmd;
 mod files;
-use kos_control::kube;
 mod local;
 mod progress;
 mod term;

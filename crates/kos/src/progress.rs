@@ -93,6 +93,37 @@ impl kos_control::report::Report for Lines {
             E::TokenPushed => {
                 eprintln!("kos: the join token is in the cluster for the new node(s)")
             }
+            E::PreflightWarnings { warnings } => eprintln!(
+                "{}",
+                crate::term::report(&miette::Report::new(warnings.clone()))
+            ),
+            E::KeysStep { cluster, shown } => eprintln!("kos: {cluster}: {shown}"),
+            E::SecretsRewritten { cluster, secrets } => {
+                eprintln!("kos: {cluster}: {secrets} Secret(s) written again under the new key");
+            }
+            E::NotDrained { nodes, why } => eprintln!(
+                "kos: warning: cannot drain {nodes} before removing them ({why}): their pods go with their servers"
+            ),
+            E::NodeKept { node, why } => eprintln!(
+                "kos: warning: the Node {node} of a removed server stays ({why}); the cloud controller removes it"
+            ),
+            E::AddonMoved {
+                cluster,
+                addon,
+                minor,
+            } => eprintln!("kos: {cluster}: {addon} moved to the images of Kubernetes 1.{minor}"),
+            E::AddonsNotMoved { why } => eprintln!(
+                "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {why}"
+            ),
+            E::Rotation { line } => eprintln!("kos: {}", crate::term::escape(line)),
+            E::RotationDue {
+                cluster,
+                credential,
+                why,
+            } => eprintln!(
+                "kos: {cluster}: the CCM application credential {} {why}: rotating it",
+                crate::term::printable(credential)
+            ),
             E::Changes { cluster, changes } => {
                 eprintln!("kos: {cluster}: {changes} change(s) to make");
             }

@@ -1,18 +1,15 @@
 //! `kos plan`, `up`, `down`, `status`, `gc`: a cluster's infrastructure, through kos-cluster.
 
-use std::cell::Cell;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use kos_cluster::graph::{DesiredGraph, Kind};
-use kos_cluster::plan::{Op, Plan};
-use kos_cluster::resolved::Resolved;
+use kos_cluster::Loaded;
+use kos_cluster::graph::Kind;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
-use kos_cluster::{ClusterSpec, Loaded};
 use kos_lifecycle::api::chain;
 use kos_lifecycle::decide::DecideError;
-use kos_lifecycle::run::{Decided, RunError};
+use kos_lifecycle::run::RunError;
 use miette::IntoDiagnostic;
 
 use super::{Exit, Failure};
@@ -21,9 +18,12 @@ use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
 use crate::local::Local;
 use crate::progress::Lines;
+use kos_control::encryption::TurnKeysError;
 use kos_control::follow;
+use kos_control::store::KeysError;
 use kos_control::store::{Records as _, SecretsError};
-use kos_control::up::{ConvergeError, Env, Turn};
+use kos_control::up::steps::StepError;
+use kos_control::up::{ConvergeError, Env, Spec, Turn, Up, UpError};
 
 /// A spec read and validated, before any cloud is contacted: an unreachable cloud never hides a spec
 /// error, and an invalid spec costs no request.
@@ -120,137 +120,34 @@ fn read_bounded(
     }
 }
 
-/// Preflight (all problems at once, nothing created), what the cloud shows, whether the cluster exists
-/// (which decides if a new `cp-0` initializes it or joins it), then the desired graph and the plan.
-async fn prepare(
-    c: &Connected,
-    spec: SpecFile,
-    renew_before: Option<i64>,
-    changed: bool,
-    advance: bool,
-) -> Result<Turn, Failure> {
-    let looked = look(c, spec, changed).await?;
-    let local =
-        Local::for_session(&c.session, looked.spec.name.value.as_str()).map_err(Failure::input)?;
-    let keys = super::encryption::keys_for_turn(c, &local, &looked.spec, &looked.observed, advance)
-        .await?;
-    let record = keys.as_ref().map(|k| k.desired_record());
-    let (graph, decided) = looked.decide(renew_before, record.as_deref()).map_err(|e| {
-        let shown = crate::term::printable(&looked.shown);
-        Failure::input(match e {
-            DecideError::Quorum { .. } => miette::miette!(
-                help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
-                "{shown}: {e}"
-            ),
-            DecideError::Refused { .. } if !changed => {
-                miette::miette!(help = "nothing was changed", "{shown}: {e}")
-            }
-            DecideError::Refused { .. } | DecideError::Version(_) | DecideError::Graph(_) => {
-                miette::miette!("{shown}: {e}")
-            }
-        })
-    })?;
-    Ok(Turn {
-        decided,
-        seen: looked.observed.all().next().is_some(),
-        spec: looked.spec,
-        graph,
-        resolved: looked.resolved,
-        formation: looked.formation,
-        keys,
-    })
+/// The CLI's side of a run: the spec read again per turn, files of the older layout taken over
+/// once the cloud shows the cluster.
+pub(super) struct CliFront<'a> {
+    pub(super) file: &'a Path,
+    pub(super) local: &'a Local,
 }
 
-/// Preflight, what the cloud shows and whether the cluster exists: what a decision is made from.
-/// `changed`: this command already changed the cloud (a later turn of `kos up`), so no message
-/// may say that nothing was.
-async fn look(c: &Connected, spec: SpecFile, changed: bool) -> Result<Looked, Failure> {
-    let SpecFile {
-        loaded,
-        shown,
-        text,
-    } = spec;
-    let pre = kos_cluster::preflight::preflight(&c.session, &loaded.spec, &shown, &text)
-        .await
-        .map_err(|e| {
-            if let Some(q) = &e.quota
-                && !q.short().is_empty()
-            {
-                eprintln!("{q}");
-            }
-            if e.cloud_failed || changed {
-                // A lookup the cloud failed is no fault of the spec's; and a spec that passed in
-                // this run's first turn failing now is what the cloud answered since.
-                Failure::cloud_report(miette::Report::new(e.report).wrap_err(if changed {
-                    "the cloud failed while kos checked the spec against it again, after this run had \
-                     made changes; run the command again: it continues"
-                } else {
-                    "the cloud failed while kos checked the spec against it: nothing was changed; run the \
-                     command again"
-                }))
-            } else {
-                Failure::input(miette::Report::new(e.report))
-            }
-        })?;
-    if !pre.warnings.diagnostics().is_empty() {
-        eprintln!(
-            "{}",
-            crate::term::report(&miette::Report::new(pre.warnings))
-        );
+impl kos_control::up::Front for CliFront<'_> {
+    fn spec(&self) -> Result<Spec, kos_control::store::Cause> {
+        load_spec(self.file)
+            .map(Spec::from)
+            .map_err(|f| Box::new(super::Diagnosed(f.report)) as kos_control::store::Cause)
     }
-    let observed = kos_cluster::observe::observe(&c.session, loaded.spec.name.value.as_str())
-        .await
-        .map_err(Failure::cloud)?;
-    let local =
-        Local::for_session(&c.session, loaded.spec.name.value.as_str()).map_err(Failure::input)?;
-    // The layout before cloud identities shared one directory between projects: only a project
-    // that shows the cluster takes its files.
-    if observed.all().next().is_some() {
-        local
-            .adopt_legacy()
-            .map_err(|e| Failure::cloud_report(miette::miette!("{e}")))?;
+
+    fn seen(&self) -> Result<(), kos_control::store::Cause> {
+        // The layout before cloud identities shared one directory between projects: only a
+        // project that shows the cluster takes its files.
+        self.local.adopt_legacy().map_err(Into::into)
     }
-    let formation = super::formation::formation(c, &loaded.spec, &observed).await;
-    let last_applied = local
-        .meta()
-        .ok()
-        .flatten()
-        .and_then(|meta| meta.kubernetes_version.parse().ok());
-    Ok(Looked {
-        shown,
-        spec: loaded.spec,
-        resolved: pre.resolved,
-        observed,
-        formation,
-        last_applied,
-    })
 }
 
-/// What [`prepare`] looked at before it decided.
-struct Looked {
-    shown: String,
-    spec: ClusterSpec,
-    resolved: Resolved,
-    observed: kos_cluster::observe::Observed,
-    formation: kos_lifecycle::formation::Decision,
-    last_applied: Option<kos_bootstrap::KubeVersion>,
-}
-
-impl Looked {
-    fn decide(
-        &self,
-        renew_before: Option<i64>,
-        encryption: Option<&str>,
-    ) -> Result<(DesiredGraph, Decided), DecideError> {
-        kos_lifecycle::decide::decide(&kos_lifecycle::decide::Inputs {
-            spec: &self.spec,
-            resolved: &self.resolved,
-            observed: &self.observed,
-            formation: self.formation.formation,
-            last_applied: self.last_applied,
-            renew_before,
-            encryption,
-        })
+impl From<SpecFile> for Spec {
+    fn from(f: SpecFile) -> Spec {
+        Spec {
+            spec: f.loaded.spec,
+            shown: f.shown,
+            text: f.text,
+        }
     }
 }
 
@@ -291,7 +188,24 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
             let renew_before = args
                 .renew_certificates
                 .then(|| time::OffsetDateTime::now_utc().unix_timestamp());
-            let p = prepare(&c, spec, renew_before, false, false).await?;
+            let local = Local::for_session(&c.session, spec.loaded.spec.name.value.as_str())
+                .map_err(Failure::input)?;
+            let front = CliFront {
+                file: &args.spec.file,
+                local: &local,
+            };
+            let p = kos_control::up::prepare(
+                c.cloud(),
+                &local,
+                &front,
+                spec.into(),
+                renew_before,
+                false,
+                false,
+                &Lines,
+            )
+            .await
+            .map_err(|e| up_failure(e, &local))?;
             if args.graph.is_some() {
                 print!("{}", p.graph.dot());
                 return Ok(Exit::Ok);
@@ -413,6 +327,15 @@ pub(super) async fn up_runs(
         }
         let mut spec = Some(spec);
         let mut r = Ok(Exit::Ok);
+        let options = up_options(&args);
+        let kubeadm = Kubeadm {
+            session: &c.session,
+            local: &local,
+        };
+        let front = CliFront {
+            file: &args.spec.file,
+            local: &local,
+        };
         for _ in 0..runs.max(1) {
             let opts = kos_lifecycle::run::Options {
                 repair: args.repair.then_some(kos_lifecycle::run::Repair {
@@ -422,20 +345,35 @@ pub(super) async fn up_runs(
                     now: || time::OffsetDateTime::now_utc().unix_timestamp(),
                 }),
             };
-            let mut run = Up {
-                c: &c,
-                args: &args,
-                spec: spec.take(),
-                renew_before: args
-                    .renew_certificates
-                    .then(|| time::OffsetDateTime::now_utc().unix_timestamp()),
-                changed: AtomicBool::new(false),
-                first: Cell::new(true),
+            // A later run reads the spec again.
+            let first = match spec.take() {
+                Some(s) => s,
+                None => match load_spec(&args.spec.file) {
+                    Ok(s) => s,
+                    Err(f) => {
+                        r = Err(f);
+                        break;
+                    }
+                },
             };
-            r = kos_lifecycle::run::up(&mut run, opts)
+            let changed = AtomicBool::new(false);
+            let env = Env {
+                cloud: c.cloud(),
+                store: &local,
+                script: &local,
+                bootstraps: &kubeadm,
+                report: &Lines,
+                options: &options,
+                changed: &changed,
+            };
+            let renew_before = args
+                .renew_certificates
+                .then(|| time::OffsetDateTime::now_utc().unix_timestamp());
+            r = Up::new(env, &front, first.into(), renew_before)
+                .run(opts)
                 .await
                 .map(|()| Exit::Ok)
-                .map_err(|f| run.kept_promise(f));
+                .map_err(|e| up_failure(e, &local));
             let rotating = local
                 .keys()
                 .ok()
@@ -450,134 +388,6 @@ pub(super) async fn up_runs(
     .await
 }
 
-/// `kos up`'s [`kos_lifecycle::run::Cluster`]: the cloud through kos-cluster, the cluster through its
-/// API, the spec read again each turn.
-struct Up<'a> {
-    c: &'a Connected,
-    args: &'a UpArgs,
-    /// Read before the cloud was contacted, for the first turn.
-    spec: Option<SpecFile>,
-    /// `--renew-certificates`: when the run started.
-    renew_before: Option<i64>,
-    /// This run may have changed the cloud or the cluster: no failure is exit 3 from then on.
-    changed: AtomicBool,
-    /// The run's first turn: the only one that moves a key rotation on.
-    first: Cell<bool>,
-}
-
-impl Up<'_> {
-    /// Exit 3 promises that nothing changed: once this run changed something, whatever stops it
-    /// (a refusal, a spec the cloud no longer passes) is exit 1, and the next `kos up` continues.
-    fn kept_promise(&self, f: Failure) -> Failure {
-        if f.code != 3 || !self.changed.load(Ordering::Relaxed) {
-            return f;
-        }
-        Failure::cloud_report(f.report.wrap_err(
-            "kos up stopped after it had made changes; fix the cause and run it again: it continues",
-        ))
-    }
-}
-
-impl kos_lifecycle::run::Cluster for Up<'_> {
-    type Turn = Turn;
-    type Error = Failure;
-
-    async fn prepare(&mut self) -> Result<Turn, Failure> {
-        let file = match self.spec.take() {
-            Some(s) => s,
-            None => load_spec(&self.args.spec.file)?,
-        };
-        let first = self.first.replace(false);
-        prepare(
-            self.c,
-            file,
-            self.renew_before,
-            self.changed.load(Ordering::Relaxed),
-            first,
-        )
-        .await
-    }
-
-    fn repair_held(&self, p: &Turn, group: &str, why: &str) {
-        use kos_control::report::Report as _;
-        crate::progress::Lines.event(kos_control::report::Event::RepairHeld {
-            cluster: &p.graph.cluster.to_string(),
-            group,
-            why,
-        });
-    }
-
-    async fn unhealthy(&self, p: &Turn) -> Result<kos_lifecycle::roll::NodeHealth, Failure> {
-        super::roll::unhealthy(self.c, p).await.map_err(|e| {
-            Failure::cloud_report(miette::miette!(
-                help = "--repair needs the cluster's API to answer from here",
-                "cannot list the cluster's nodes: {}",
-                chain(&e)
-            ))
-        })
-    }
-
-    async fn drain_scaled_down(&self, p: &Turn, plan: &Plan) -> Result<Vec<String>, Failure> {
-        if plan
-            .actions
-            .iter()
-            .any(|a| a.kind == Kind::Server && a.op == Op::Delete)
-        {
-            self.changed.store(true, Ordering::Relaxed);
-        }
-        super::roll::drain_scaled_down(self.c, p, plan, self.args).await
-    }
-
-    async fn before_joins(&self, p: &Turn, plan: &Plan) -> Result<(), Failure> {
-        // It changes kubeadm-config only when control planes join a formed cluster (a new
-        // cluster has none yet: its secrets may still be refused, exit 3, with nothing changed).
-        if kos_control::tokens::joins_control_planes(plan)
-            && p.formation.formation == kos_cluster::bootstrap::Formation::Formed
-        {
-            self.changed.store(true, Ordering::Relaxed);
-        }
-        super::roll::before_joins(self.c, p, plan).await
-    }
-
-    async fn converge(&self, p: &Turn, plan: &Plan) -> Result<Vec<String>, Failure> {
-        converge(self.c, self.args, p, plan, &self.changed).await
-    }
-
-    async fn delete_nodes(&self, p: &Turn, names: &[String]) {
-        super::roll::delete_nodes(self.c, p, names).await;
-    }
-
-    async fn remove(
-        &self,
-        p: &Turn,
-        batch: &[kos_lifecycle::roll::Target],
-        plan: &Plan,
-    ) -> Result<(), Failure> {
-        self.changed.store(true, Ordering::Relaxed);
-        super::roll::remove(self.c, p, batch, self.args, plan).await
-    }
-
-    async fn converged(&self, p: &Turn) -> Result<(), Failure> {
-        // The addons that follow the minor catch up with an upgrade.
-        match super::roll::follow_minor(self.c, p).await {
-            Ok(moved) => {
-                for m in moved {
-                    eprintln!(
-                        "kos: {}: {m} moved to the images of Kubernetes 1.{}",
-                        p.graph.cluster,
-                        p.spec.kubernetes_version.minor()
-                    );
-                }
-            }
-            Err(e) => eprintln!(
-                "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {}",
-                chain(&e)
-            ),
-        }
-        super::rotate::when_due(self.c, &p.spec, &p.decided.plan).await
-    }
-}
-
 /// A decision of the run's, as the user reads it: a refusal is bad input (exit 3, nothing changed).
 impl From<RunError> for Failure {
     fn from(e: RunError) -> Failure {
@@ -590,33 +400,79 @@ impl From<RunError> for Failure {
     }
 }
 
-/// One converge (kos-control's [`kos_control::up::converge`]) with this machine's store, kubeadm's
-/// user_data and the terminal.
-async fn converge(
-    c: &Connected,
-    args: &UpArgs,
-    p: &Turn,
-    plan: &Plan,
-    changed: &AtomicBool,
-) -> Result<Vec<String>, Failure> {
-    let local = Local::for_session(&c.session, &p.graph.cluster).map_err(Failure::input)?;
-    let options = up_options(args);
-    let kubeadm = Kubeadm {
-        session: &c.session,
-        local: &local,
-    };
-    let env = Env {
-        cloud: c.cloud(),
-        store: &local,
-        script: &local,
-        bootstraps: &kubeadm,
-        report: &Lines,
-        options: &options,
-        changed,
-    };
-    kos_control::up::converge(&env, p, plan)
-        .await
-        .map_err(|e| converge_failure(e, &local))
+/// A run's failure as the user reads it: bad input (3) only while nothing was changed, else 1.
+fn up_failure(e: UpError, local: &Local) -> Failure {
+    match e {
+        UpError::AfterChanges(inner) => Failure::cloud_report(up_failure(*inner, local).report.wrap_err(
+            "kos up stopped after it had made changes; fix the cause and run it again: it continues",
+        )),
+        UpError::Spec(cause) => Failure::input(super::Diagnosed::report(cause)),
+        UpError::Preflight { error, changed } => {
+            if let Some(q) = &error.quota
+                && !q.short().is_empty()
+            {
+                eprintln!("{q}");
+            }
+            if error.cloud_failed || changed {
+                // A lookup the cloud failed is no fault of the spec's; and a spec that passed in
+                // this run's first turn failing now is what the cloud answered since.
+                Failure::cloud_report(miette::Report::new(error.report).wrap_err(if changed {
+                    "the cloud failed while kos checked the spec against it again, after this run had \
+                     made changes; run the command again: it continues"
+                } else {
+                    "the cloud failed while kos checked the spec against it: nothing was changed; run the \
+                     command again"
+                }))
+            } else {
+                Failure::input(miette::Report::new(error.report))
+            }
+        }
+        UpError::Observe(e) => Failure::cloud(e),
+        UpError::Seen(cause) => Failure::cloud_report(miette::miette!("{cause}")),
+        UpError::Keys(e) => match *e {
+            TurnKeysError::Keys(KeysError::Store(s)) | TurnKeysError::Store(s) => Failure::store(&s),
+            TurnKeysError::Keys(KeysError::Missing { recorded, location }) => {
+                Failure::input(miette::miette!(
+                    help = "copy encryption.json from the machine that manages the cluster into this directory",
+                    "the cluster's control planes run with encryption keys ({recorded}) that are not on this machine ({location})"
+                ))
+            }
+            e @ TurnKeysError::Rewrite(_) => Failure::cloud_report(miette::miette!(
+                help = "run the command again: it rewrites the Secrets again, then drops the old key",
+                "{e}"
+            )),
+        },
+        UpError::Decide {
+            shown,
+            error,
+            changed,
+        } => {
+            let shown = crate::term::printable(&shown);
+            Failure::input(match error {
+                DecideError::Quorum { .. } => miette::miette!(
+                    help = "keep controlPlane.count at the number of control planes that run, and bring stopped ones back first",
+                    "{shown}: {error}"
+                ),
+                DecideError::Refused { .. } if !changed => {
+                    miette::miette!(help = "nothing was changed", "{shown}: {error}")
+                }
+                DecideError::Refused { .. } | DecideError::Version(_) | DecideError::Graph(_) => {
+                    miette::miette!("{shown}: {error}")
+                }
+            })
+        }
+        UpError::Run(e) => Failure::from(e),
+        UpError::Step(e) => match *e {
+            StepError::Store(s) => Failure::store(&s),
+            StepError::Bootstrap(cause) => Failure::input(super::Diagnosed::report(cause)),
+            e => Failure::cloud_report(match e.help() {
+                Some(help) => miette::miette!(help = help, "{e}"),
+                None => miette::miette!("{e}"),
+            }),
+        },
+        UpError::Converge(e) => converge_failure(*e, local),
+        UpError::Rotate(e) => super::rotate::failure(*e),
+    }
 }
 
 /// What `kos up` was asked for, as kos-control takes it.
@@ -852,15 +708,31 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                 .and_then(|l| l.keys().ok().flatten());
             let record = keys.as_ref().map(|k| k.desired_record());
             // A spec kos up would refuse still shows what exists, and why it is not converged.
-            let (graph, refused) = match spec {
-                Some(spec) => {
-                    let looked = look(&c, spec, false).await?;
+            let (graph, refused) = match (spec, args.file.as_deref()) {
+                (Some(spec), Some(file)) => {
+                    let local =
+                        Local::for_session(&c.session, spec.loaded.spec.name.value.as_str())
+                            .map_err(Failure::input)?;
+                    let front = CliFront {
+                        file,
+                        local: &local,
+                    };
+                    let looked = kos_control::up::look(
+                        c.cloud(),
+                        Some(&local),
+                        &front,
+                        spec.into(),
+                        false,
+                        &Lines,
+                    )
+                    .await
+                    .map_err(|e| up_failure(e, &local))?;
                     match looked.decide(None, record.as_deref()) {
                         Ok((graph, _)) => (Some(graph), None),
                         Err(e) => (None, Some(e.to_string())),
                     }
                 }
-                None => (None, None),
+                _ => (None, None),
             };
             let st = kos_cluster::status::status(&c.session, args.name.as_str(), graph.as_ref())
                 .await

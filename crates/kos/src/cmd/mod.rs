@@ -13,11 +13,8 @@ mod bench_ccm;
 mod bench_csi;
 mod cluster;
 mod doctor;
-use kos_control::drain;
 mod encryption;
-mod formation;
 mod kubeconfig;
-mod roll;
 mod rotate;
 mod sim;
 
