@@ -236,6 +236,12 @@ impl Snapshots {
         Ok(o)
     }
 
+    /// When the listing of the current snapshot started: every snapshot handed out from now on
+    /// started no earlier (refreshes run one at a time).
+    pub fn current_taken_at(&self) -> Option<Instant> {
+        self.current.lock().ok()?.as_ref().map(|o| o.taken_at)
+    }
+
     /// The cloud changed (we wrote, or saw something in transition): the Service whose pass this
     /// is needs a newer snapshot next time (see [`Snapshots::writes`]).
     pub fn invalidate(&self) {

@@ -275,10 +275,16 @@ impl LoadBalancers {
             keys.push(format!("lb/{id}"));
         }
         let now = Instant::now();
-        let max_age = self.settings.snapshot_max_age;
+        // An entry matters while a snapshot whose listing started before it can still be handed
+        // out; snapshots only get newer, so one older than the current snapshot's start no longer
+        // does. (Not by age: a refresh that started before a write and ended after it is
+        // reusable for the max age from its end, and a pass whose own write had been dropped
+        // took it, saw its pool as before its own member PUT and listed the members.)
+        let settled = self.snapshots.current_taken_at();
         let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-        // An entry older than the max age no longer matters: no snapshot that old is reused.
-        dirty.retain(|_, t| t.elapsed() < max_age);
+        if let Some(settled) = settled {
+            dirty.retain(|_, t| *t >= settled);
+        }
         for k in keys {
             dirty.insert(k, now);
         }
