@@ -769,7 +769,8 @@ fn list_response_then(
     let page = paginate_at_most(items, q, MAX_LIMIT, |v| {
         v["id"].as_str().unwrap_or_default().to_owned()
     })
-    .map_err(|m| not_found("Marker", &m))?;
+    // Octavia's `InvalidMarker`: a 400 (a marker whose object was deleted between two pages).
+    .map_err(|m| bad(format!("Supplied pagination marker '{m}' is not valid.")))?;
     let links = next_links(&app.base_url, path, q, page.next_marker.as_deref())
         .unwrap_or_else(|| json!([]));
     let items: Vec<Value> = page

@@ -587,6 +587,16 @@ async fn tag_filters_and_pagination() {
     let only = get(&h, "/loadbalancers?fields=id&fields=name").await.json;
     let first = only["loadbalancers"][0].as_object().expect("object");
     assert_eq!(first.len(), 2, "{first:?}");
+    // A marker Octavia does not know (its object deleted between two pages): `InvalidMarker`,
+    // a 400, not a 404.
+    let gone = "0b7d0b5e-0000-4000-8000-000000000000";
+    let r = get(&h, &format!("/pools?limit=1&marker={gone}")).await;
+    assert_eq!(r.status, 400, "{}", r.json);
+    assert!(
+        r.json.to_string().contains("pagination marker"),
+        "{}",
+        r.json
+    );
 }
 
 /// A pool list pages as every list, and each pool on a page shows its own members' ids (the

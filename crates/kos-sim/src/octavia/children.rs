@@ -565,6 +565,17 @@ pub(super) struct PoolRefs<'a> {
 impl<'a> PoolRefs<'a> {
     /// For every pool (`only` None) or one.
     pub(super) fn of(st: &'a OctaviaState, only: Option<&str>) -> PoolRefs<'a> {
+        let mut r = Self::without_members(st, only);
+        let keep = |id: &str| only.is_none_or(|o| o == id);
+        for m in st.members.iter().filter(|m| keep(&m.pool_id)) {
+            r.members.entry(&m.pool_id).or_default().push(&m.base.id);
+        }
+        r
+    }
+
+    /// Listeners and monitors only: the members are most of the work, and a paged list needs
+    /// those of its page's pools only.
+    fn without_members(st: &'a OctaviaState, only: Option<&str>) -> PoolRefs<'a> {
         let keep = |id: &str| only.is_none_or(|o| o == id);
         let mut r = PoolRefs {
             listeners: HashMap::new(),
@@ -575,9 +586,6 @@ impl<'a> PoolRefs<'a> {
             if let Some(pid) = l.default_pool_id.as_deref().filter(|p| keep(p)) {
                 r.listeners.entry(pid).or_default().push(&l.base.id);
             }
-        }
-        for m in st.members.iter().filter(|m| keep(&m.pool_id)) {
-            r.members.entry(&m.pool_id).or_default().push(&m.base.id);
         }
         // The first monitor of a pool, as `pool_monitor` finds it.
         for h in st.monitors.iter().filter(|h| keep(&h.pool_id)) {
@@ -726,11 +734,15 @@ pub(super) async fn list_pools(
 ) -> SimResult<Json<Value>> {
     let cloud = app.cloud();
     let st = &cloud.octavia;
-    let refs = PoolRefs::of(st, None);
     // The member references (most of a pool list's size: 500 per pool at 500 nodes) are added
     // to the pools of the page only, after filtering and paging; unless a filter names them,
     // then every pool is shown whole first, as the filters see it.
     let late = !q.0.iter().any(|(k, _)| k == "members" || k == "member_id");
+    let refs = if late {
+        PoolRefs::without_members(st, None)
+    } else {
+        PoolRefs::of(st, None)
+    };
     let items = st
         .pools
         .iter()
@@ -742,31 +754,43 @@ pub(super) async fn list_pools(
             }
         })
         .collect();
-    // Under the cloud's lock only the ids are copied (as strings); they become `{"id": …}`
-    // objects once the lock is released, so a large list does not hold up every other call.
+    // The page's pools in order, their `members` left empty until the ids are known.
+    let mut page_ids: Vec<String> = Vec::new();
     let mut listed = list_response_then(&app, &ctx, &q, uri.path(), "pools", items, |mut v| {
-        if late
-            && let Some(id) = v.get("id").and_then(Value::as_str).map(str::to_owned)
-            && let Value::Object(m) = &mut v
-        {
-            let ids = refs.members.get(id.as_str()).into_iter().flatten();
-            m.insert(
-                "members".into(),
-                Value::Array(ids.map(|id| Value::String((*id).clone())).collect()),
-            );
+        if late {
+            page_ids.push(v["id"].as_str().unwrap_or_default().to_owned());
+            if let Value::Object(m) = &mut v {
+                m.insert("members".into(), Value::Array(Vec::new()));
+            }
         }
         v
     })?;
     drop(refs);
+    // Under the cloud's lock only the page's pools' member ids are copied (as strings, in one
+    // pass over the members); they become `{"id": …}` objects once the lock is released, so a
+    // large list does not hold up every other call.
+    let mut ids: HashMap<&str, Vec<String>> = page_ids
+        .iter()
+        .map(|id| (id.as_str(), Vec::new()))
+        .collect();
+    if !ids.is_empty() {
+        for m in &st.members {
+            if let Some(v) = ids.get_mut(m.pool_id.as_str()) {
+                v.push(m.base.id.clone());
+            }
+        }
+    }
     drop(cloud);
-    if late && let Some(pools) = listed.get_mut("pools").and_then(Value::as_array_mut) {
-        for m in pools.iter_mut().filter_map(|p| p.get_mut("members")) {
-            if let Value::Array(ids) = m {
-                for id in ids.iter_mut() {
-                    if let Value::String(s) = id {
-                        *id = json!({"id": std::mem::take(s)});
-                    }
-                }
+    if let Some(pools) = listed.get_mut("pools").and_then(Value::as_array_mut) {
+        for (p, id) in pools.iter_mut().zip(&page_ids) {
+            // (A `fields` selection without `members` left them out.)
+            if let Some(Value::Array(refs)) = p.get_mut("members") {
+                *refs = ids
+                    .remove(id.as_str())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|id| json!({"id": id}))
+                    .collect();
             }
         }
     }
