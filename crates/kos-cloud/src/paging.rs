@@ -18,7 +18,7 @@ use serde::de::{
 };
 use serde_json::Value;
 
-use crate::error::CloudError;
+use crate::error::{ApiErrorKind, CloudError};
 use crate::request::{ApiRequest, ApiResponse};
 use crate::session::Session;
 
@@ -75,7 +75,82 @@ impl Session {
     }
 }
 
+/// How often a sized listing starts again after its marker vanished (see
+/// [`Session::list_all_sized`]).
+const RESTARTS: u32 = 3;
+
 impl Session {
+    /// Every item of the collection `key` that `req` lists, in pages whose `limit` `limit_for`
+    /// chooses from the items listed so far (a list whose items vary widely in size, as pools by
+    /// their member references, keeps each answer small this way).
+    ///
+    /// Every next link of a non-empty page is followed, short page or not: a service that caps
+    /// the page below the asked limit (Octavia's `pagination_max_limit`) sends one on a short
+    /// page. A page whose marker the service no longer knows (its item was deleted between two
+    /// pages: Octavia answers 400, others 404) starts the listing again, up to three times.
+    pub async fn list_all_sized<T: DeserializeOwned>(
+        &self,
+        req: ApiRequest,
+        key: &str,
+        mut limit_for: impl FnMut(&[T]) -> u32,
+    ) -> Result<Vec<T>, CloudError> {
+        let mut restarts = 0;
+        'listing: loop {
+            let mut out: Vec<T> = Vec::new();
+            let mut marker: Option<String> = None;
+            for _ in 0..MAX_PAGES {
+                let mut next = req
+                    .clone()
+                    .query("limit", limit_for(&out).max(1).to_string());
+                if let Some(m) = &marker {
+                    next = next.query("marker", m.clone());
+                }
+                let rsp = match self.send(next).await {
+                    Ok(rsp) => rsp,
+                    Err(e)
+                        if marker.is_some()
+                            && restarts < RESTARTS
+                            && matches!(
+                                e.kind(),
+                                Some(ApiErrorKind::BadRequest | ApiErrorKind::NotFound)
+                            ) =>
+                    {
+                        restarts += 1;
+                        tracing::debug!(
+                            operation = req.operation,
+                            "the page's marker is gone, listing again: {e}"
+                        );
+                        continue 'listing;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let page: Page<T> = decode_page(&rsp, key)?;
+                let n = page.items.len();
+                out.extend(page.items);
+                let Some(m) = page
+                    .next
+                    .filter(|_| n > 0)
+                    .and_then(|q| q.into_iter().find(|(k, _)| k == "marker").map(|(_, v)| v))
+                else {
+                    return Ok(out);
+                };
+                if marker.as_ref() == Some(&m) {
+                    return Err(CloudError::Decode {
+                        service: req.service,
+                        operation: req.operation,
+                        detail: format!("the next link repeats marker {m:?}"),
+                    });
+                }
+                marker = Some(m);
+            }
+            return Err(CloudError::Decode {
+                service: req.service,
+                operation: req.operation,
+                detail: format!("more than {MAX_PAGES} pages"),
+            });
+        }
+    }
+
     /// One page of the collection `key`: at most `limit` items after `marker`, and the marker of
     /// the next page as the service's next link names it (`None`: this was the last page).
     pub async fn list_page<T: DeserializeOwned>(

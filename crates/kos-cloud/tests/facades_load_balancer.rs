@@ -5,12 +5,14 @@
 mod facades_support;
 
 use facades_support::{R, cluster, deadline, network_with_subnet, start, tags};
+use kos_cloud::load_balancer::POOL_PAGE_MEMBER_REFS;
 use kos_cloud::model::load_balancer::{
     HealthMonitorCreate, LbAlgorithm, ListenerCreate, ListenerTimeouts, ListenerUpdate,
     LoadBalancerCreate, LoadBalancerFilter, LoadBalancerUpdate, MemberIds, MemberSpec, MonitorType,
     OperatingStatus, PoolCreate, PoolParent, Protocol, ProvisioningStatus, Vip,
 };
 use kos_cloud::{ApiErrorKind, ServiceKind};
+use kos_sim::FaultRule;
 
 #[tokio::test]
 async fn load_balancer_lifecycle_with_children_and_cascade_delete() -> R {
@@ -213,7 +215,7 @@ async fn project_pools_listed_folded_match_the_plain_list_page_by_page() -> R {
             .operation(ServiceKind::LoadBalancer, "pool.list")
     };
     let before = calls();
-    let folded = lbs.page_size(2).list_project_pools_folded().await?;
+    let folded = lbs.page_size(2).list_project_pools_folded(0).await?;
     assert_eq!(calls() - before, 2, "3 pools in pages of 2");
     assert_eq!(plain.len(), 3);
     assert_eq!(folded.len(), plain.len());
@@ -235,6 +237,50 @@ async fn project_pools_listed_folded_match_the_plain_list_page_by_page() -> R {
     let mut counts: Vec<usize> = folded.iter().map(|f| f.member_ids.count()).collect();
     counts.sort_unstable();
     assert_eq!(counts, vec![0, 2, 3]);
+
+    // Sized by members: small pools fit one page; pools as large as a page's worth of member
+    // references come one a page (a full page asks once more, as Octavia links it).
+    let ids = |f: &[kos_cloud::model::load_balancer::PoolMembersFolded]| {
+        let mut v: Vec<(String, MemberIds)> = f
+            .iter()
+            .map(|f| (f.pool.id.clone(), f.member_ids))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let before = calls();
+    let one = lbs.list_project_pools_folded(0).await?;
+    assert_eq!(calls() - before, 1);
+    assert_eq!(ids(&one), ids(&folded));
+    let before = calls();
+    let large = POOL_PAGE_MEMBER_REFS;
+    let paged = lbs.list_project_pools_folded(large).await?;
+    assert_eq!(calls() - before, 4, "one pool a page");
+    assert_eq!(ids(&paged), ids(&folded));
+
+    // The marker's pool deleted between two pages (Octavia: 400): the listing starts again.
+    c.sim.app().fault_engine().add(FaultRule {
+        id: None,
+        method: Some("GET".into()),
+        path: "/lbaas/pools$".into(),
+        body: None,
+        status: 400,
+        probability: 1.0,
+        count: Some(1),
+        skip: 1,
+        retry_after: None,
+        after_side_effect: false,
+        build_error: false,
+        message: Some("Supplied pagination marker is not valid.".into()),
+    })?;
+    let before = calls();
+    let again = lbs.list_project_pools_folded(large).await?;
+    assert_eq!(
+        calls() - before,
+        6,
+        "a page, the refused one, then all four"
+    );
+    assert_eq!(ids(&again), ids(&folded));
     Ok(())
 }
 

@@ -41,15 +41,27 @@ pub struct Observed {
     member_ids: HashMap<String, MemberIds>,
     /// The write generation it was taken at (see [`Snapshots`]).
     generation: u64,
+    /// The largest membership a pool showed: how the next listing pages the pools.
+    largest_pool: usize,
 }
+
+/// Members per pool assumed by a pool listing with no earlier one to go by (its first page is
+/// sized by it, the next ones by what the first showed).
+const FIRST_MEMBERS_PER_POOL: usize = 500;
 
 impl Observed {
     /// Lists the five resource types of the session's project, concurrently.
     pub async fn take(session: &Session) -> Result<Observed, CloudError> {
-        Self::take_at(session, 0).await
+        Self::take_at(session, 0, FIRST_MEMBERS_PER_POOL).await
     }
 
-    async fn take_at(session: &Session, generation: u64) -> Result<Observed, CloudError> {
+    /// `members_per_pool`: the largest membership expected (see
+    /// `LoadBalancerApi::list_project_pools_folded`).
+    async fn take_at(
+        session: &Session,
+        generation: u64,
+        members_per_pool: usize,
+    ) -> Result<Observed, CloudError> {
         // When the listing starts: a write made while it runs may or may not be in it.
         let started = Instant::now();
         let lb = session.load_balancer();
@@ -66,14 +78,16 @@ impl Observed {
         let (load_balancers, listeners, folded, monitors, floating_ips) = futures::try_join!(
             lb.list_load_balancers(&lbs),
             lb.list_project_listeners(),
-            lb.list_project_pools_folded(),
+            lb.list_project_pools_folded(members_per_pool),
             lb.list_project_health_monitors(),
             net.list_floating_ips(&fips),
         )?;
         let mut member_ids = HashMap::with_capacity(folded.len());
+        let mut largest_pool = 0;
         let pools = folded
             .into_iter()
             .map(|f| {
+                largest_pool = largest_pool.max(f.member_ids.count());
                 member_ids.insert(f.pool.id.clone(), f.member_ids);
                 f.pool
             })
@@ -88,6 +102,7 @@ impl Observed {
             listed_at: Instant::now(),
             member_ids,
             generation,
+            largest_pool,
         })
     }
 
@@ -103,6 +118,7 @@ impl Observed {
             listed_at: Instant::now(),
             member_ids: HashMap::new(),
             generation: 0,
+            largest_pool: 0,
         }
     }
 
@@ -229,7 +245,14 @@ impl Snapshots {
             return Ok(o);
         }
         let generation = self.generation.load(Ordering::SeqCst);
-        let o = Arc::new(Observed::take_at(session, generation).await?);
+        let members_per_pool = self
+            .current
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().map(|o| o.largest_pool))
+            .filter(|n| *n > 0)
+            .unwrap_or(FIRST_MEMBERS_PER_POOL);
+        let o = Arc::new(Observed::take_at(session, generation, members_per_pool).await?);
         if let Ok(mut cur) = self.current.lock() {
             *cur = Some(o.clone());
         }
