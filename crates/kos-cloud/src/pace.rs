@@ -59,6 +59,8 @@ struct State {
     anchor: Option<(Instant, i64)>,
     /// The last windows' bounds of the pace (lower, upper), newest last.
     bounds: VecDeque<(f64, f64)>,
+    /// The latest answer: when it came, and its `Date` (Unix seconds).
+    last: Option<(Instant, i64)>,
 }
 
 impl State {
@@ -78,6 +80,9 @@ impl Pace {
             return;
         };
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.last.is_none_or(|(seen, _)| at >= seen) {
+            s.last = Some((at, secs));
+        }
         let Some((since, from)) = s.anchor else {
             s.anchor = Some((at, secs));
             return;
@@ -124,6 +129,18 @@ impl Pace {
         } else {
             1.0
         }
+    }
+
+    /// Now on the cloud's clock (Unix seconds, to the second its `Date` gives): the latest
+    /// answer's date plus the time since, at the believed pace. `None` before any answer had one.
+    /// What the cloud and its clusters stamp (a server's `created`, a Node condition's
+    /// transition) is compared with this, not with this machine's clock: a simulated cloud's runs
+    /// faster, and a real cloud's may be set otherwise.
+    pub fn now_unix(&self) -> Option<i64> {
+        let rate = self.rate();
+        let (at, secs) = self.state.lock().unwrap_or_else(|p| p.into_inner()).last?;
+        let since = Instant::now().saturating_duration_since(at).as_secs_f64() * rate;
+        Some(secs.saturating_add(since as i64))
     }
 
     /// How long `cloud` (a span of the cloud's time) lasts on this machine.
@@ -176,6 +193,44 @@ mod tests {
                 p.rate()
             })
             .collect()
+    }
+
+    /// Now on the cloud's clock: its latest date, moved on at the believed pace; nothing before
+    /// an answer. A late, older answer does not move it back.
+    #[test]
+    fn the_clouds_now_follows_its_latest_date_at_its_pace() {
+        let p = Pace::default();
+        assert_eq!(p.now_unix(), None);
+        let t0 = Instant::now();
+        let at = |secs: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        p.observe(t0, at(1_800_000_000));
+        let now = p.now_unix().expect("an answer was seen");
+        // Pace 1 (not yet learned): the date plus the (tiny) local time since.
+        assert!((1_800_000_000..1_800_000_010).contains(&now), "{now}");
+        // A cloud 100 times as fast: windows of 20 cloud seconds every 0.2 s here.
+        let p = Pace::default();
+        let base = Instant::now() - Duration::from_secs(1);
+        for i in 0..=5u64 {
+            p.observe(
+                base + Duration::from_millis(200 * i),
+                at(1_800_000_000 + 20 * i),
+            );
+        }
+        let rate = p.rate();
+        assert!(rate >= BELIEVED, "{rate}");
+        let now = p.now_unix().expect("answers were seen");
+        // However slowly this test runs: the last date plus the local time since, at the pace.
+        let since = Instant::now()
+            .saturating_duration_since(base + Duration::from_millis(1000))
+            .as_secs_f64();
+        let most = 1_800_000_100 + (since * rate).ceil() as i64;
+        assert!(
+            (1_800_000_100..=most).contains(&now),
+            "{now} (at most {most})"
+        );
+        // An older answer read late does not take the cloud's clock back.
+        p.observe(base, at(1_700_000_000));
+        assert!(p.now_unix().is_some_and(|n| n >= 1_800_000_100));
     }
 
     /// `n` answers `step` apart, read at once, from one clock.

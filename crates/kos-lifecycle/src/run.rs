@@ -184,26 +184,35 @@ pub trait Cluster {
 }
 
 /// `--repair`: nodes their group's `healthCheck` finds unhealthy are replaced.
-#[derive(Debug, Clone, Copy)]
-pub struct Repair {
+#[derive(Clone, Copy)]
+pub struct Repair<'a> {
     /// `--repair-after`: how long Ready may be False or Unknown, for every group, instead of the
     /// health checks' own timeouts.
     pub after_secs: Option<i64>,
-    /// Now, as Unix seconds (the caller's clock).
-    pub now: fn() -> i64,
+    /// Now, as Unix seconds on the clock of what is judged (the cloud's: servers' `created`,
+    /// and its clusters' Node conditions).
+    pub now: &'a (dyn Fn() -> i64 + Send + Sync),
+}
+
+impl std::fmt::Debug for Repair<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repair")
+            .field("after_secs", &self.after_secs)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a run goes.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Options {
-    pub repair: Option<Repair>,
+pub struct Options<'a> {
+    pub repair: Option<Repair<'a>>,
 }
 
 /// Runs `kos up` until nothing is left to change.
 ///
 /// # Errors
 /// The driver's, and [`RunError`]s converted into its error.
-pub async fn up<C: Cluster>(cluster: &mut C, opts: Options) -> Result<(), C::Error> {
+pub async fn up<C: Cluster>(cluster: &mut C, opts: Options<'_>) -> Result<(), C::Error> {
     let mut run = Run::default();
     loop {
         let turn = cluster.prepare().await?;
@@ -469,7 +478,7 @@ mod tests {
         }
     }
 
-    fn run(script: &mut Script, opts: Options) -> Result<(), Error> {
+    fn run(script: &mut Script, opts: Options<'_>) -> Result<(), Error> {
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
@@ -634,7 +643,7 @@ mod tests {
         let repair = |after_secs| Options {
             repair: Some(Repair {
                 after_secs: Some(after_secs),
-                now: || 1_000,
+                now: &|| 1_000,
             }),
         };
         run(&mut s, repair(300)).unwrap();

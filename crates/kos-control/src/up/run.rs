@@ -342,7 +342,7 @@ impl<'a> Up<'a> {
     /// # Errors
     /// [`UpError`]; once the run changed something, bad input comes as
     /// [`UpError::AfterChanges`].
-    pub async fn run(mut self, opts: run::Options) -> Result<(), UpError> {
+    pub async fn run(mut self, opts: run::Options<'_>) -> Result<(), UpError> {
         let r = run::up(&mut self, opts).await;
         r.map_err(|e| self.kept_promise(e))
     }

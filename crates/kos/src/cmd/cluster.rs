@@ -336,13 +336,21 @@ pub(super) async fn up_runs(
             file: &args.spec.file,
             local: &local,
         };
+        // --repair judges what the cloud and its clusters stamped by the cloud's clock.
+        let session = c.session.clone();
+        let cloud_now = move || {
+            session
+                .pace()
+                .now_unix()
+                .unwrap_or_else(|| time::OffsetDateTime::now_utc().unix_timestamp())
+        };
         for _ in 0..runs.max(1) {
             let opts = kos_lifecycle::run::Options {
                 repair: args.repair.then_some(kos_lifecycle::run::Repair {
                     after_secs: args
                         .repair_after
                         .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
-                    now: || time::OffsetDateTime::now_utc().unix_timestamp(),
+                    now: &cloud_now,
                 }),
             };
             // A later run reads the spec again.
