@@ -2293,3 +2293,47 @@ async fn a_refresh_that_spans_a_passs_own_member_put_is_not_its_view() {
         assert_eq!(c.members(&pool.id).await.len(), 3);
     }
 }
+
+/// However long since a pool's members were last looked at, a node join is one member PUT per
+/// pool and no member list: the pool's member ids are those last seen, so its members are the
+/// ones cached (Octavia never changes a member's address or port), and a membership that needs
+/// the batch replace needs it whatever else drifted. A pass that would change nothing still
+/// lists an old entry's members, so drift the ids do not show is found.
+#[tokio::test]
+async fn a_node_join_past_the_verify_interval_lists_no_members() {
+    let c = cloud().await;
+    let verify = Duration::from_secs(1);
+    let lbs = c.controller_with(
+        c.session.clone(),
+        LbSettings {
+            // Far longer than a convergence takes here, far shorter than the pauses below.
+            member_verify_interval: verify,
+            ..settings("test")
+        },
+        "",
+    );
+    let mut a = service("a", &[("TCP", 80, 30080), ("UDP", 53, 30053)]);
+    converge(&lbs, &mut a, &nodes(2)).await;
+    tokio::time::sleep(verify + Duration::from_millis(200)).await;
+
+    let start = c.seq();
+    converge(&lbs, &mut a, &nodes(3)).await;
+    let log = c.log_since(start);
+    let (lists, puts) = member_calls(&log);
+    assert_eq!(lists, 0, "no pool's members listed");
+    assert_eq!(puts.len(), 2, "every pool: {puts:?}");
+    assert!(puts.values().all(|p| *p == 1), "{puts:?}");
+    for pool in c.lbs().await.iter().flat_map(|l| l.pools.clone()) {
+        assert_eq!(c.members(&pool.id).await.len(), 3);
+    }
+
+    // Nothing to change: an old entry is verified, one list per pool, and no write.
+    tokio::time::sleep(verify + Duration::from_millis(200)).await;
+    let start = c.seq();
+    lbs.invalidate_snapshot();
+    let o = lbs.ensure_service(&a, &nodes(3)).await.expect("resync");
+    assert!(o.converged && o.writes.is_empty(), "{o:#?}");
+    let log = c.log_since(start);
+    assert_eq!(member_calls(&log).0, 2, "each pool verified");
+    assert!(writes(&log).is_empty(), "{:?}", writes(&log));
+}

@@ -21,6 +21,7 @@ use kos_cloud::model::network::{FloatingIp, FloatingIpFilter};
 use kos_cloud::{CloudError, Session};
 use tokio::time::Instant;
 
+use super::desired::DesiredMember;
 use super::plan::{MemberKeys, Membership};
 
 /// One bulk observation.
@@ -340,13 +341,21 @@ impl MemberCache {
     /// From the cache: a listing whose ids the pool still shows, or a membership written here
     /// that the pool now shows as many ids as (then confirmed from this listing on). `created`:
     /// the key of a create that may have made this pool (see [`MemberCache::created`]).
-    /// `serial`: only listed members will do (a fold has no ids).
+    /// `serial`: only listed members will do (a fold has no ids). `want`: the members the pass
+    /// wants in the pool.
+    ///
+    /// Past the verify interval the cache is used only to decide on a write: the same member ids
+    /// are the same members, whose address and port Octavia never changes, so a membership
+    /// unlike `want` needs the batch replace whatever else drifted, and a list would not change
+    /// the plan (a node join costs one PUT per pool, however long since the last look). A
+    /// membership like `want` is listed, so drift in what the ids do not show is still found.
     fn cached(
         &self,
         pool: &Pool,
         ids: MemberIds,
         created: Option<&str>,
         serial: bool,
+        want: &[DesiredMember],
     ) -> Option<Arc<Membership>> {
         let mut entries = self.entries.lock().ok()?;
         if !entries.contains_key(&pool.id)
@@ -355,24 +364,25 @@ impl MemberCache {
             entries.insert(pool.id.clone(), e);
         }
         let e = entries.get_mut(&pool.id)?;
-        if e.fetched.elapsed() >= self.verify_every
-            || (serial && matches!(*e.members, Membership::Folded(_)))
-        {
+        if serial && matches!(*e.members, Membership::Folded(_)) {
             return None;
         }
-        match e.ids {
-            Some(seen) if seen == ids => Some(e.members.clone()),
+        let confirmed = match e.ids {
+            Some(seen) => seen == ids,
             None if e.members.len() == ids.count() => {
                 e.ids = Some(ids);
-                Some(e.members.clone())
+                true
             }
-            _ => None,
-        }
+            None => false,
+        };
+        let verify = e.fetched.elapsed() >= self.verify_every;
+        (confirmed && (!verify || (!serial && !e.members.matches(want)))).then(|| e.members.clone())
     }
 
     /// The pool's members: from the cache when the pool still lists the same member ids (or as
     /// many as this process last wrote), else one list call. The cache keeps them folded unless
-    /// `serial` (see [`Membership`]). `pool`: as `observed` lists it.
+    /// `serial` (see [`Membership`]). `pool`: as `observed` lists it; `want`: the members the
+    /// pass wants in it (see [`MemberCache::cached`] for the verify interval).
     pub async fn members(
         &self,
         session: &Session,
@@ -380,8 +390,9 @@ impl MemberCache {
         pool: &Pool,
         created: Option<&str>,
         serial: bool,
+        want: &[DesiredMember],
     ) -> Result<Arc<Membership>, CloudError> {
-        if let Some(m) = self.cached(pool, observed.member_ids(pool), created, serial) {
+        if let Some(m) = self.cached(pool, observed.member_ids(pool), created, serial, want) {
             return Ok(m);
         }
         let members = session.load_balancer().list_members(&pool.id).await?;

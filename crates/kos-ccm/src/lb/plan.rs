@@ -533,6 +533,13 @@ impl Membership {
         self.len() == 0
     }
 
+    /// Whether a plan would find `want` already in place (the same set of member keys).
+    pub fn matches(&self, want: &[DesiredMember]) -> bool {
+        let want_keys: BTreeSet<MemberKey> = want.iter().map(desired_key).collect();
+        self.folded()
+            .same_keys(&MemberKeys::of_set(want.len(), &want_keys))
+    }
+
     /// The same membership, folded.
     pub fn folded(&self) -> MemberKeys {
         match self {

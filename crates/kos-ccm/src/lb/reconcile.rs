@@ -48,7 +48,9 @@ pub struct LbSettings {
     pub retry_requeue: Duration,
     /// How old a shared snapshot may be when [`LoadBalancers::snapshot`] hands it out.
     pub snapshot_max_age: Duration,
-    /// Pool members are listed again at least this often even when their ids did not change.
+    /// A pool whose cached members are older than this is listed again when they look as
+    /// wanted (drift the member ids do not show: a weight, a name, a monitor port); one about to
+    /// be replaced anyway is not.
     pub member_verify_interval: Duration,
 }
 
@@ -933,6 +935,7 @@ impl LoadBalancers {
                         pool,
                         Some(&created),
                         lbc.provider_requires_serial_api_calls,
+                        &port.members,
                     )
                     .await
                     .map_err(|source| LbError::Cloud {
