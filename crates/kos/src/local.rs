@@ -637,8 +637,6 @@ impl Local {
     }
 }
 
-/// The cluster's records as 0600 files in its 0700 directory, each replaced atomically
-/// ([`write_private`]); `owner.json` says whether the secrets were delivered.
 /// The join token for a private API: `create-bootstrap-token.sh` in the cluster's directory.
 impl kos_control::tokens::TokenScript for Local {
     fn write(
@@ -653,10 +651,15 @@ impl kos_control::tokens::TokenScript for Local {
     }
 
     fn remove(&self) {
-        let _ = std::fs::remove_file(self.token_script());
+        // As the records: a directory found without the cloud ([`Local::at`]) is only read.
+        if self.place.is_some() {
+            let _ = std::fs::remove_file(self.token_script());
+        }
     }
 }
 
+/// The cluster's records as 0600 files in its 0700 directory, each replaced atomically
+/// ([`write_private`]); `owner.json` says whether the secrets were delivered.
 impl SecretStore for Local {
     fn read(&self, record: Record) -> Result<Option<Sensitive>, StoreError> {
         let path = self.path(record);
@@ -984,6 +987,9 @@ mod tests {
             .status()
             .unwrap();
         assert!(check.success());
+        // A directory found without the cloud is only read: its script stays.
+        kos_control::tokens::TokenScript::remove(&local);
+        assert!(path.exists());
     }
 
     #[test]

@@ -473,10 +473,7 @@ fn up_failure(e: UpError, local: &Local) -> Failure {
         UpError::Step(e) => match *e {
             StepError::Store(s) => Failure::store(&s),
             StepError::Bootstrap(cause) => Failure::input(super::Diagnosed::report(cause)),
-            e => Failure::cloud_report(match e.help() {
-                Some(help) => miette::miette!(help = help, "{e}"),
-                None => miette::miette!("{e}"),
-            }),
+            e => Failure::explained(&e.to_string(), e.help(), false),
         },
         UpError::Converge(e) => converge_failure(*e, local),
         UpError::Rotate(e) => super::rotate::failure(*e),
@@ -539,15 +536,7 @@ fn converge_failure(e: ConvergeError, local: &Local) -> Failure {
                 }
                 _ => e.to_string(),
             };
-            let report = match e.help() {
-                Some(help) => miette::miette!(help = help, "{text}"),
-                None => miette::miette!("{text}"),
-            };
-            if e.is_input() {
-                Failure::input(report)
-            } else {
-                Failure::cloud_report(report)
-            }
+            Failure::explained(&text, e.help().as_deref(), e.is_input())
         }
     }
 }

@@ -80,6 +80,19 @@ impl Failure {
     pub fn cloud_report(report: miette::Report) -> Failure {
         Failure { code: 1, report }
     }
+    /// A library error as the user reads it: `text`, with the library's `help` if it has one;
+    /// bad input (3) when `input`, else 1.
+    pub fn explained(text: &str, help: Option<&str>, input: bool) -> Failure {
+        let report = match help {
+            Some(help) => miette::miette!(help = help.to_owned(), "{text}"),
+            None => miette::miette!("{text}"),
+        };
+        if input {
+            Failure::input(report)
+        } else {
+            Failure::cloud_report(report)
+        }
+    }
     pub fn cloud_diagnostic(report: miette::Report) -> Failure {
         Failure::cloud_report(report)
     }

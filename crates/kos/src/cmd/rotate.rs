@@ -52,18 +52,7 @@ pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
 pub(super) fn failure(e: RotateNowError) -> Failure {
     match e {
         RotateNowError::Store(s) => Failure::store(&s),
-        e => {
-            let text = chain(&e);
-            let report = match e.help() {
-                Some(help) => miette::miette!(help = help, "{text}"),
-                None => miette::miette!("{text}"),
-            };
-            if e.is_input() {
-                Failure::input(report)
-            } else {
-                Failure::cloud_report(report)
-            }
-        }
+        e => Failure::explained(&chain(&e), e.help(), e.is_input()),
     }
 }
 
