@@ -28,8 +28,10 @@ use std::time::{Duration, Instant, SystemTime};
 /// on a fast clock, say nothing (half a cloud second reads as 0 or 1 whole seconds).
 pub const SPAN: i64 = 10;
 /// The fewest local time one window spans: on a very fast clock, [`SPAN`] would be a few
-/// milliseconds here, shorter than the jitter of when this machine reads an answer.
-const WINDOW: Duration = Duration::from_millis(50);
+/// milliseconds here, shorter than the jitter of when this machine reads an answer. A loaded
+/// machine (a test suite on two cores) reads answers 100 ms late and more; the windows agree (by
+/// [`AGREE`]) while that is under a third of one.
+const WINDOW: Duration = Duration::from_millis(500);
 /// How many of the latest windows must agree (at most): with up to four API servers whose clocks
 /// are seconds apart, some window among four goes from a later clock to an earlier one.
 pub const WINDOWS: usize = 4;
@@ -40,7 +42,7 @@ const FIRST_WINDOWS: usize = 2;
 const BELIEVED: f64 = 4.0;
 /// One clock's windows agree: each one's range (its lower and upper bound) holds the pace, so no
 /// lower bound exceeds another window's upper bound by more than this. The slack is for when this
-/// machine reads an answer: a saturated client reads some 80 ms late, a third of a window at 50x.
+/// machine reads an answer: a window read a third of its length late on either end still agrees.
 /// Windows between API servers whose clocks disagree are apart by far more.
 const AGREE: f64 = 2.0;
 /// However fast the cloud's clock runs, a wait never ends sooner than this on this machine: what
@@ -207,13 +209,13 @@ mod tests {
         let now = p.now_unix().expect("an answer was seen");
         // Pace 1 (not yet learned): the date plus the (tiny) local time since.
         assert!((1_800_000_000..1_800_000_010).contains(&now), "{now}");
-        // A cloud 100 times as fast: windows of 20 cloud seconds every 0.2 s here.
+        // A cloud 100 times as fast: windows of 50 cloud seconds every 0.5 s here.
         let p = Pace::default();
-        let base = Instant::now() - Duration::from_secs(1);
+        let base = Instant::now() - Duration::from_millis(2500);
         for i in 0..=5u64 {
             p.observe(
-                base + Duration::from_millis(200 * i),
-                at(1_800_000_000 + 20 * i),
+                base + Duration::from_millis(500 * i),
+                at(1_800_000_000 + 50 * i),
             );
         }
         let rate = p.rate();
@@ -221,16 +223,16 @@ mod tests {
         let now = p.now_unix().expect("answers were seen");
         // However slowly this test runs: the last date plus the local time since, at the pace.
         let since = Instant::now()
-            .saturating_duration_since(base + Duration::from_millis(1000))
+            .saturating_duration_since(base + Duration::from_millis(2500))
             .as_secs_f64();
-        let most = 1_800_000_100 + (since * rate).ceil() as i64;
+        let most = 1_800_000_250 + (since * rate).ceil() as i64;
         assert!(
-            (1_800_000_100..=most).contains(&now),
+            (1_800_000_250..=most).contains(&now),
             "{now} (at most {most})"
         );
         // An older answer read late does not take the cloud's clock back.
         p.observe(base, at(1_700_000_000));
-        assert!(p.now_unix().is_some_and(|n| n >= 1_800_000_100));
+        assert!(p.now_unix().is_some_and(|n| n >= 1_800_000_250));
     }
 
     /// `n` answers `step` apart, read at once, from one clock.
@@ -281,7 +283,7 @@ mod tests {
     #[test]
     fn a_scaled_simulator_is_read_within_its_resolution() {
         let p = Pace::default();
-        feed(&p, 100.0, 0.0, steady(Duration::from_millis(60), 10));
+        feed(&p, 100.0, 0.0, steady(Duration::from_millis(60), 30));
         let r = p.rate();
         assert!((80.0..=100.0).contains(&r), "{r}");
         assert!(p.local(Duration::from_secs(180)) < Duration::from_secs(3));
@@ -371,6 +373,27 @@ mod tests {
     }
 
     #[test]
+    fn a_hundredth_of_real_time_on_a_loaded_machine_is_read() {
+        // --time-scale 0.01 (100x) with the whole test suite on two cores: answers every 20 ms,
+        // read up to 150 ms late. Windows of 10 cloud seconds (100 ms here) disagreed and the
+        // pace fell back to 1 (CI's `a_served_simulator_is_timed_by_its_own_clock`).
+        for seed in 1..=20 {
+            let p = Pace::default();
+            let mut j = jitter(seed);
+            let answers = steady(Duration::from_millis(20), 500).map(|a| Answer {
+                late: Duration::from_millis(j(150)),
+                ..a
+            });
+            let seen = feed(&p, 100.0, 0.0, answers);
+            let r = p.rate();
+            assert!((60.0..=101.0).contains(&r), "seed {seed}: {r}");
+            // Believed after two windows (a second here) and held from then on.
+            let held = &seen[100..];
+            assert!(held.iter().all(|r| *r >= 60.0), "seed {seed}: {held:?}");
+        }
+    }
+
+    #[test]
     fn a_stalled_client_does_not_look_faster() {
         // 10x; this process stalls for two seconds (20 cloud s): the answers stamped meanwhile
         // are all read when it wakes. The windows around the stall look slow or fast; the pace
@@ -417,12 +440,12 @@ mod tests {
 
     #[test]
     fn too_few_answers_leave_the_real_pace() {
-        // 100x, answers 60 ms (6 cloud s) apart: a window takes two of them.
+        // 100x, answers 250 ms (25 cloud s) apart: a window takes two of them.
         let p = Pace::default();
-        feed(&p, 100.0, 0.0, steady(Duration::from_millis(60), 4));
+        feed(&p, 100.0, 0.0, steady(Duration::from_millis(250), 4));
         assert_eq!(p.rate(), 1.0, "four answers make one window");
         let p = Pace::default();
-        feed(&p, 100.0, 0.0, steady(Duration::from_millis(60), 5));
+        feed(&p, 100.0, 0.0, steady(Duration::from_millis(250), 5));
         assert!(p.rate() > 50.0, "five answers make two windows");
     }
 
@@ -488,8 +511,8 @@ mod tests {
         let t0 = Instant::now();
         p.observe_header(t0, "Sun, 06 Nov 1994 08:49:37 GMT");
         for i in 1..=5u64 {
-            let t = t0 + Duration::from_millis(100 * i);
-            let s = 37 + 10 * i;
+            let t = t0 + Duration::from_millis(250 * i);
+            let s = 37 + 25 * i;
             let (m, s) = (49 + s / 60, s % 60);
             p.observe_header(t, &format!("Sun, 06 Nov 1994 08:{m:02}:{s:02} GMT"));
         }
