@@ -57,8 +57,41 @@ pub async fn unfinished(session: &Session, resources: &[kos_cluster::observe::Re
 mod api_tests;
 
 const MARKER: &str = "kos-bootstrap: ";
-/// The simulator's cloud-init failure line.
-const CLOUD_INIT_FAILED: &str = "cloud-init: user-data failed: ";
+
+/// cloud-init's console handler writes `<asctime> - <file>[WARNING]: <message>`
+/// (config/cloud.cfg.d/05_logging.cfg), and carries on after each of these: but what follows
+/// them never runs kos's bootstrap, so no marker would ever come and the node would be waited on
+/// for the whole deadline. The messages as cloud-init's code words them:
+/// handlers/__init__.py (a user_data it has no handler for), handlers/jinja_template.py (a
+/// template it ignores), util.py `load_yaml` (a cloud-config it ignores), config/modules.py (a
+/// module that raised: `write_files` writes kos's script and environment, `runcmd` the command
+/// that runs it, `scripts_user`/`scripts-user` runs it) and cc_scripts_user.py.
+const CLOUD_INIT_FATAL: &[&str] = &[
+    "Unhandled non-multipart (",
+    "Unhandled unknown content-type (",
+    "Ignoring jinja template for ",
+    "Failed loading yaml blob",
+    "Running module write_files (",
+    "Running module runcmd (",
+    "Running module scripts_user (",
+    "Running module scripts-user (",
+    "Failed to run module scripts_user (",
+    "Failed to run module scripts-user (",
+];
+
+/// The message of a cloud-init warning on `line` after which kos's bootstrap cannot run.
+fn cloud_init_fatal(line: &str) -> Option<&str> {
+    let (head, message) = line.split_once("[WARNING]: ")?;
+    // `… - util.py[WARNING]: …`: the file name cloud-init's formatter puts before the level.
+    if !head.ends_with(".py") {
+        return None;
+    }
+    let message = message.trim();
+    CLOUD_INIT_FATAL
+        .iter()
+        .any(|p| message.starts_with(p))
+        .then_some(message)
+}
 
 /// A node's bootstrap, as its console shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,8 +121,10 @@ pub fn parse(console: &str) -> (Vec<String>, NodeState) {
     let mut markers = Vec::new();
     let mut state = NodeState::Waiting;
     for line in console.lines() {
-        if let Some(i) = line.find(CLOUD_INIT_FAILED) {
-            let reason = line[i + CLOUD_INIT_FAILED.len()..].trim().to_owned();
+        if let Some(reason) =
+            cloud_init_fatal(line).filter(|_| !matches!(state, NodeState::Done(_)))
+        {
+            let reason = reason.to_owned();
             markers.push(format!("cloud-init failed: {reason}"));
             state = NodeState::Failed {
                 step: "cloud-init".into(),
@@ -580,8 +615,45 @@ mod tests {
         );
         let (_, s) = parse("kos-bootstrap: bootstrap skipped: simulated cloud\n");
         assert_eq!(s, NodeState::Done("skipped: simulated cloud".into()));
-        let (_, s) = parse("x cloud-init: user-data failed: not a cloud-config\n");
-        assert!(matches!(s, NodeState::Failed { step, .. } if step == "cloud-init"));
+        // cloud-init's own warnings after which kos's bootstrap never runs, as a real console
+        // shows them (through the journal), fail the node at once with cloud-init's message.
+        for (line, reason) in [
+            (
+                "[    9.3] cloud-init[700]: 2026-11-30 12:00:00,123 - util.py[WARNING]: Failed loading yaml blob. Invalid format at line 3 column 1: \"x\"",
+                "Failed loading yaml blob. Invalid format at line 3 column 1: \"x\"",
+            ),
+            (
+                "2026-11-30 12:00:00,123 - __init__.py[WARNING]: Unhandled non-multipart (text/x-not-multipart) userdata: 'b'#!/usr/bin/env ruby'...'",
+                "Unhandled non-multipart (text/x-not-multipart) userdata: 'b'#!/usr/bin/env ruby'...'",
+            ),
+            (
+                "2026-11-30 12:00:00,123 - modules.py[WARNING]: Running module write_files (<module 'cloudinit.config.cc_write_files'>) failed",
+                "Running module write_files (<module 'cloudinit.config.cc_write_files'>) failed",
+            ),
+            (
+                "2026-11-30 12:00:00,123 - cc_scripts_user.py[WARNING]: Failed to run module scripts_user (scripts in /var/lib/cloud/instance/scripts)",
+                "Failed to run module scripts_user (scripts in /var/lib/cloud/instance/scripts)",
+            ),
+        ] {
+            let (_, s) = parse(&format!("kos-bootstrap: preflight ok\n{line}\n"));
+            assert_eq!(
+                s,
+                NodeState::Failed {
+                    step: "cloud-init".into(),
+                    reason: reason.into()
+                },
+                "{line}"
+            );
+        }
+        // Warnings kos's bootstrap outlives (another module, a deprecation) are no failure.
+        for line in [
+            "2026-11-30 12:00:00,123 - modules.py[WARNING]: Running module ssh (<module 'cloudinit.config.cc_ssh'>) failed",
+            "2026-11-30 12:00:00,123 - schema.py[WARNING]: Invalid cloud-config provided: x",
+            "kos-bootstrap: preflight ok [WARNING]: Failed loading yaml blob",
+        ] {
+            let (_, s) = parse(&format!("{line}\nkos-bootstrap: preflight ok\n"));
+            assert_eq!(s, NodeState::Running("preflight ok".into()), "{line}");
+        }
         assert_eq!(parse("login:").1, NodeState::Waiting);
         // The first control plane's background cleanup writes its marker after `bootstrap ok`.
         let (m, s) = parse(

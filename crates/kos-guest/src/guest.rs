@@ -255,6 +255,20 @@ pub(crate) fn reason_of(output: &[String]) -> String {
     if r.is_empty() { "no output".into() } else { r }
 }
 
+/// Python logging's default `asctime` (`2026-11-30 12:00:00,123`), as cloud-init stamps its console lines.
+fn asctime(t: OffsetDateTime) -> String {
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02},{:03}",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
 pub(crate) fn secs(n: u64) -> time::Duration {
     time::Duration::seconds(i64::try_from(n).unwrap_or(i64::MAX))
 }
@@ -495,13 +509,12 @@ impl Guest {
             self.say(id, &mut srv, format!("cloud-init: WARNING: {r}"), host);
             self.record(id, Logged::Reported(r), host);
         }
+        let asctime = asctime(host.calendar());
         for f in outcome.failures {
-            self.say(
-                id,
-                &mut srv,
-                format!("cloud-init: user-data failed: {f}"),
-                host,
-            );
+            self.say(id, &mut srv, f.warning(&asctime), host);
+            if let Some(d) = f.detail() {
+                self.say(id, &mut srv, format!("kos-guest: {d}"), host);
+            }
         }
         let mut started = false;
         for cmd in &outcome.commands {

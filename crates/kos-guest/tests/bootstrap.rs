@@ -103,9 +103,15 @@ async fn unsupported_jinja_fails_the_user_data_and_nothing_runs() {
     );
     let mut w = World::new();
     let id = w.boot("w-0", false, text.into_bytes());
+    // As cloud-init's console handler writes it: `<asctime> - <file>[WARNING]: <message>`.
+    let console = w.guest.console(&id);
+    assert_eq!(console.len(), 1, "{console:?}");
+    let (asctime, warning) = console[0].split_once(" - ").expect("a stamped line");
+    assert_eq!(asctime.len(), "2026-11-30 12:00:00,123".len(), "{asctime}");
     assert_eq!(
-        w.guest.console(&id),
-        ["cloud-init: user-data failed: Jinja statement {% ... %} is not simulated by kos-guest"]
+        warning,
+        "jinja_template.py[WARNING]: Ignoring jinja template for /var/lib/cloud/instance/user-data.txt. \
+         Failed to render template. Jinja statement {% ... %} is not simulated by kos-guest"
     );
     assert_eq!(w.guest.program(&id), ProgramState::None);
 }

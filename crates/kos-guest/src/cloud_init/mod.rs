@@ -23,8 +23,59 @@ pub struct Outcome {
     pub commands: Vec<Command>,
     /// What cloud-init warns about or the guest does not simulate: each is reported.
     pub reports: Vec<String>,
-    /// Why the user-data (or a module) failed, each a console line's reason.
-    pub failures: Vec<String>,
+    /// What failed: cloud-init warns about each on the console and goes on without it.
+    pub failures: Vec<Failure>,
+}
+
+/// Something cloud-init gave up on. Real cloud-init logs each at WARNING and carries on, so the
+/// console's warning line is all a watcher sees; the guest words each as cloud-init's own code
+/// does (cloudinit/handlers/__init__.py, handlers/jinja_template.py, util.py `load_yaml`,
+/// config/modules.py), with the guest's reason where cloud-init's message has room for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The user_data (or what it decodes to) is no format cloud-init handles.
+    Unhandled(String),
+    /// A Jinja template cloud-init could not render: it ignores the whole part.
+    Jinja(String),
+    /// A cloud-config that is not YAML, or not a mapping: cloud-init ignores it.
+    Yaml(String),
+    /// A module raised: cloud-init logs only that it failed (the cause goes to its debug log).
+    Module { name: &'static str, detail: String },
+}
+
+impl Failure {
+    /// The console line cloud-init's console handler writes for it, after `asctime`
+    /// (`%(asctime)s - %(filename)s[%(levelname)s]: %(message)s`, config/cloud.cfg.d/05_logging.cfg).
+    pub fn warning(&self, asctime: &str) -> String {
+        let (file, message) = match self {
+            Failure::Unhandled(why) => (
+                "__init__.py",
+                format!("Unhandled non-multipart (text/x-not-multipart) userdata: '{why}...'"),
+            ),
+            Failure::Jinja(why) => (
+                "jinja_template.py",
+                format!(
+                    "Ignoring jinja template for /var/lib/cloud/instance/user-data.txt. Failed to render template. {why}"
+                ),
+            ),
+            Failure::Yaml(why) => ("util.py", format!("Failed loading yaml blob. {why}")),
+            Failure::Module { name, .. } => (
+                "modules.py",
+                format!(
+                    "Running module {name} (<module 'cloudinit.config.cc_{name}' from '/usr/lib/python3/dist-packages/cloudinit/config/cc_{name}.py'>) failed"
+                ),
+            ),
+        };
+        format!("{asctime} - {file}[WARNING]: {message}")
+    }
+
+    /// The guest's own account of a failure whose warning holds no reason.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            Failure::Module { detail, .. } => Some(detail),
+            _ => None,
+        }
+    }
 }
 
 /// Where the image's apt sources are (deb822, as Ubuntu 24.04 and Debian 12 cloud images have
@@ -83,7 +134,7 @@ pub fn run(user_data: Option<&[u8]>, meta: &Metadata, image: &Image, vfs: &mut V
     let parts = match userdata::parts(bytes) {
         Ok(p) => p,
         Err(e) => {
-            out.failures.push(e.to_string());
+            out.failures.push(Failure::Unhandled(e.to_string()));
             return out;
         }
     };
@@ -102,7 +153,7 @@ pub fn run(user_data: Option<&[u8]>, meta: &Metadata, image: &Image, vfs: &mut V
                     }
                 }
                 Err(e) => {
-                    out.failures.push(e);
+                    out.failures.push(Failure::Jinja(e));
                     continue;
                 }
             },
@@ -114,7 +165,7 @@ pub fn run(user_data: Option<&[u8]>, meta: &Metadata, image: &Image, vfs: &mut V
                     Some(m) => m.merge(cc),
                     None => merged = Some(cc),
                 },
-                Err(e) => out.failures.push(e),
+                Err(e) => out.failures.push(Failure::Yaml(e)),
             },
             Part::ShellScript => out
                 .reports
@@ -132,7 +183,10 @@ pub fn run(user_data: Option<&[u8]>, meta: &Metadata, image: &Image, vfs: &mut V
     let files = match cc.write_files(&mut out.reports) {
         Ok(f) => f,
         Err(e) => {
-            out.failures.push(format!("module write_files failed: {e}"));
+            out.failures.push(Failure::Module {
+                name: "write_files",
+                detail: e.to_string(),
+            });
             Vec::new()
         }
     };
@@ -152,12 +206,16 @@ pub fn run(user_data: Option<&[u8]>, meta: &Metadata, image: &Image, vfs: &mut V
             );
         }
         Ok(_) => {}
-        Err(e) => out
-            .failures
-            .push(format!("module apt_configure failed: {e}")),
+        Err(e) => out.failures.push(Failure::Module {
+            name: "apt_configure",
+            detail: e.to_string(),
+        }),
     }
     let commands = cc.runcmd().unwrap_or_else(|e| {
-        out.failures.push(format!("module runcmd failed: {e}"));
+        out.failures.push(Failure::Module {
+            name: "runcmd",
+            detail: e.to_string(),
+        });
         Vec::new()
     });
     for f in files.iter().filter(|f| f.defer) {

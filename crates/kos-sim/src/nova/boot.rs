@@ -1,8 +1,8 @@
 //! What a booting guest does with its user_data, as far as the serial console shows it.
 //!
 //! Nova only checks that user_data is base64; cloud-init on the guest inflates it (gzip), and here
-//! refuses anything but a cloud-config (plain, `## template: jinja`, or MIME multipart) with a failure
-//! line on the console. A kos bootstrap (the `kos-bootstrap` script run from runcmd) writes the markers
+//! refuses anything but a cloud-config (plain, `## template: jinja`, or MIME multipart) with the
+//! warning cloud-init writes on the console when it ignores user_data. A kos bootstrap (the `kos-bootstrap` script run from runcmd) writes the markers
 //! its script writes, in the script's order, spread over the boot. Nothing really runs, so steps that
 //! need a real Kubernetes API end with `skipped: simulated cloud`, never `ok`; so does the final
 //! `bootstrap` marker. A `failed` marker on the console (injected through `/_sim/servers/{id}/console`)
@@ -60,7 +60,7 @@ pub(super) fn inflate(bytes: &[u8]) -> String {
 /// What cloud-init makes of the user_data.
 #[derive(Debug, PartialEq, Eq)]
 enum Kind {
-    /// Refused, with the reason cloud-init logs.
+    /// Ignored, with the warning cloud-init logs (`<file>[WARNING]: <message>`).
     Refused(&'static str),
     /// A cloud-config kos-sim does not look into.
     CloudConfig,
@@ -81,13 +81,20 @@ fn classify(text: &str) -> Kind {
         if head.starts_with("content-type: multipart/") || head.starts_with("mime-version:") {
             return Kind::CloudConfig;
         }
-        return Kind::Refused("user-data is not a cloud-config (first line is not #cloud-config)");
+        // Library mode runs no shell script either (README): stricter than cloud-init, never laxer.
+        return Kind::Refused(
+            "__init__.py[WARNING]: Unhandled non-multipart (text/x-not-multipart) userdata: 'not a cloud-config...'",
+        );
     }
     let Ok(doc) = serde_saphyr::from_str::<Value>(text) else {
-        return Kind::Refused("cloud-config is not valid YAML");
+        return Kind::Refused(
+            "util.py[WARNING]: Failed loading yaml blob. cloud-config is not valid YAML",
+        );
     };
     if !(doc.is_object() || doc.is_null()) {
-        return Kind::Refused("cloud-config is not a mapping");
+        return Kind::Refused(
+            "util.py[WARNING]: Failed loading yaml blob. Yaml load allows (<class 'dict'>,) root types, but got another instead",
+        );
     }
     let runs_kos = doc["runcmd"].as_array().is_some_and(|cmds| {
         cmds.iter().any(|c| match c {
@@ -119,7 +126,7 @@ fn script(user_data: Option<&str>) -> Vec<(f64, String)> {
         Some(Kind::Refused(why)) => {
             return vec![(
                 0.0,
-                format!("[    9.345678] cloud-init[700]: cloud-init: user-data failed: {why}"),
+                format!("[    9.345678] cloud-init[700]: 2026-01-01 00:00:09,345 - {why}"),
             )];
         }
         Some(Kind::Kos(role)) => role,
@@ -232,7 +239,7 @@ mod tests {
         assert!(
             script(Some("#!/bin/sh\n"))[0]
                 .1
-                .contains("cloud-init: user-data failed")
+                .contains("[WARNING]: Unhandled non-multipart")
         );
         assert!(script(Some("#cloud-config\n{}\n")).is_empty());
     }
