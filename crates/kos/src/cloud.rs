@@ -104,7 +104,10 @@ impl Connected {
         Ok(())
     }
 
-    pub fn is_simulated(&self) -> bool {
+    /// The cloud lives in this process (the embedded simulator, `--cloud sim` with no server):
+    /// what it serves is gone when the command ends. Not "is the cloud simulated": a served
+    /// simulator answers as a real cloud does, and is treated as one.
+    pub fn in_process(&self) -> bool {
         self.embedded.is_some()
     }
 

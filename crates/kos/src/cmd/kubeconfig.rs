@@ -130,7 +130,7 @@ async fn find_local(cloud: &str, name: &kos_cluster::names::ClusterName) -> Resu
 /// Where the simulated cloud forwards `endpoint` from on this machine.
 async fn simulated_address(endpoint: &ApiEndpoint) -> Result<std::net::SocketAddr, Failure> {
     let c = crate::cloud::connect(Some(crate::cloud::SIM)).await?;
-    let embedded = c.is_simulated();
+    let embedded = c.in_process();
     let found = c.kube_endpoints().await;
     c.close().await.map_err(Failure::cloud_report)?;
     let want = endpoint.to_string();
