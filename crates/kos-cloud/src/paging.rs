@@ -47,8 +47,10 @@ impl Session {
             let page: Page<T> = decode_page(&rsp, key)?;
             let n = page.items.len();
             out.extend(page.items);
-            let short_page = page_size.is_some_and(|p| n < p as usize);
-            let Some(q) = page.next.filter(|_| n > 0 && !short_page) else {
+            // A short page is not the last one when it links a next: a service cuts pages at
+            // its own cap (Nova's max_limit, Cinder's osapi_max_limit, Glance's api_limit_max,
+            // Octavia's pagination_max_limit) whatever the limit asked.
+            let Some(q) = page.next.filter(|_| n > 0) else {
                 return Ok(out);
             };
             let marker = q

@@ -146,3 +146,37 @@ async fn image_lists_follow_glance_next_links() -> R {
     );
     Ok(())
 }
+
+/// A page the service cut below the asked limit (Glance's `api_limit_max`, 1000, as Nova's
+/// `max_limit` and Cinder's `osapi_max_limit`) still links the next: the listing follows it
+/// instead of taking the short page for the last one.
+#[tokio::test]
+async fn a_page_capped_below_the_asked_limit_is_not_the_last() -> R {
+    let c = start().await?;
+    for i in 0..1001 {
+        let body =
+            json!({"name": format!("img-{i}"), "disk_format": "qcow2", "container_format": "bare"});
+        c.session
+            .send(ApiRequest::post(
+                ServiceKind::Image,
+                "image.create",
+                "images",
+                body,
+            ))
+            .await?;
+    }
+    let all = c
+        .session
+        .image()
+        .list_images(&ImageFilter::default())
+        .await?;
+    assert!(all.len() > 1001, "{}", all.len());
+    let asked_more = c
+        .session
+        .image()
+        .page_size(1500)
+        .list_images(&ImageFilter::default())
+        .await?;
+    assert_eq!(asked_more.len(), all.len());
+    Ok(())
+}
