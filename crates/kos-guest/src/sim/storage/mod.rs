@@ -193,6 +193,43 @@ fn find_driver(cluster: &Cluster, kind: &str) -> Option<Spec> {
     })
 }
 
+/// The sockets' directory of process `pid`: `kos-csi-<pid>-<random>` in the temporary directory.
+fn socket_dir_prefix(pid: u32) -> String {
+    format!("kos-csi-{pid}-")
+}
+
+/// Removes the sockets' directories of runtimes whose process is gone: one killed (a served
+/// simulator's SIGKILL, a test process that exits without dropping its runtime) never removes its
+/// own. Only directories named as [`socket_dir_prefix`] names them whose process no longer runs
+/// (`/proc/<pid>` is gone) are removed; anything else in `temp` is not looked at.
+fn sweep_sockets(temp: &Path) {
+    if !Path::new("/proc/self").exists() {
+        // No way to tell a dead process from a live one here.
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("kos-csi-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir
+            && !Path::new("/proc").join(pid.to_string()).exists()
+            && let Err(err) = std::fs::remove_dir_all(e.path())
+        {
+            tracing::debug!("stale CSI socket directory {:?} stays: {err}", e.path());
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -215,7 +252,12 @@ impl Storage {
             }
         }
         if self.dir.is_none() {
-            match tempfile::Builder::new().prefix("kos-csi-").tempdir() {
+            let temp = std::env::temp_dir();
+            sweep_sockets(&temp);
+            match tempfile::Builder::new()
+                .prefix(&socket_dir_prefix(std::process::id()))
+                .tempdir_in(&temp)
+            {
                 Ok(d) => self.dir = Some(d),
                 Err(e) => {
                     tracing::warn!("no directory for the CSI sockets: {e}");
@@ -628,4 +670,35 @@ fn start(
         template: spec.template.clone(),
         socket: socket.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod sweep_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_dead_runtimes_socket_directory_is_swept() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let t = temp.path();
+        // Above any pid_max (2^22): no such process.
+        let dead = t.join(format!("{}abc", socket_dir_prefix(4_000_000_000)));
+        let live = t.join(format!("{}def", socket_dir_prefix(std::process::id())));
+        let unlike = [
+            t.join("kos-csi-x1Yz"),
+            t.join("kos-csi-12"),
+            t.join("other"),
+        ];
+        for d in [&dead, &live].into_iter().chain(&unlike) {
+            std::fs::create_dir(d).expect("mkdir");
+            std::fs::write(d.join("1-a.sock"), b"").expect("write");
+        }
+        // A file named like a dead runtime's directory is not one.
+        let file = t.join(format!("{}file", socket_dir_prefix(4_000_000_001)));
+        std::fs::write(&file, b"").expect("write");
+        sweep_sockets(t);
+        assert!(!dead.exists());
+        assert!(live.join("1-a.sock").exists());
+        assert!(unlike.iter().all(|d| d.join("1-a.sock").exists()));
+        assert!(file.exists());
+    }
 }
