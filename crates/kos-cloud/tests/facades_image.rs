@@ -101,10 +101,9 @@ async fn duplicate_names_are_an_error_listing_the_ids() -> R {
     Ok(())
 }
 
-#[tokio::test]
-async fn image_lists_follow_glance_next_links() -> R {
-    let c = start().await?;
-    for i in 0..4 {
+/// Registers `n` images named `img-<i>`.
+async fn create_images(c: &facades_support::Cloud, n: usize) -> R {
+    for i in 0..n {
         let body =
             json!({"name": format!("img-{i}"), "disk_format": "qcow2", "container_format": "bare"});
         c.session
@@ -116,6 +115,13 @@ async fn image_lists_follow_glance_next_links() -> R {
             ))
             .await?;
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn image_lists_follow_glance_next_links() -> R {
+    let c = start().await?;
+    create_images(&c, 4).await?;
     let all = c
         .session
         .image()
@@ -153,18 +159,7 @@ async fn image_lists_follow_glance_next_links() -> R {
 #[tokio::test]
 async fn a_page_capped_below_the_asked_limit_is_not_the_last() -> R {
     let c = start().await?;
-    for i in 0..1001 {
-        let body =
-            json!({"name": format!("img-{i}"), "disk_format": "qcow2", "container_format": "bare"});
-        c.session
-            .send(ApiRequest::post(
-                ServiceKind::Image,
-                "image.create",
-                "images",
-                body,
-            ))
-            .await?;
-    }
+    create_images(&c, 1001).await?;
     let all = c
         .session
         .image()

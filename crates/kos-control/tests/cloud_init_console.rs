@@ -49,6 +49,20 @@ fn cloud_init_says(dir: &Path, body: &str) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// What cloud-init's own Jinja handler says rendering a cloud-config whose one value is `value`.
+fn cloud_init_renders(dir: &Path, value: &str) -> String {
+    cloud_init_says(
+        dir,
+        &format!(
+            "from cloudinit.handlers import jinja_template\n\
+             open(DIR + '/data.json', 'w').write(json.dumps({{'v1': {{'instance_id': 'i-1'}}}}))\n\
+             jinja_template.render_jinja_payload_from_file(\
+             '## template: jinja\\n#cloud-config\\nx: {value}\\n', \
+             '/var/lib/cloud/instance/user-data.txt', DIR + '/data.json')"
+        ),
+    )
+}
+
 /// The console as Nova's serial log shows cloud-init's output (through the journal), after kos's
 /// first marker.
 fn console(said: &str) -> String {
@@ -97,14 +111,7 @@ fn user_data_with_no_handler_fails_the_node() {
 #[test]
 fn a_template_cloud_init_ignores_fails_the_node() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let said = cloud_init_says(
-        dir.path(),
-        "from cloudinit.handlers import jinja_template\n\
-         open(DIR + '/data.json', 'w').write(json.dumps({'v1': {'instance_id': 'i-1'}}))\n\
-         jinja_template.render_jinja_payload_from_file(\
-         '## template: jinja\\n#cloud-config\\nx: {{ v1.instance_id() }}\\n', \
-         '/var/lib/cloud/instance/user-data.txt', DIR + '/data.json')",
-    );
+    let said = cloud_init_renders(dir.path(), "{{ v1.instance_id() }}");
     assert_fails(&said, "Ignoring jinja template for ");
 }
 
@@ -135,14 +142,7 @@ fn a_module_cloud_init_only_warns_about_leaves_the_bootstrap_running() {
     let dir = tempfile::tempdir().expect("tempdir");
     // A template variable cloud-init cannot fill is rendered as a placeholder and warned about;
     // kos's bootstrap still runs (its own markers say how it ends).
-    let said = cloud_init_says(
-        dir.path(),
-        "from cloudinit.handlers import jinja_template\n\
-         open(DIR + '/data.json', 'w').write(json.dumps({'v1': {'instance_id': 'i-1'}}))\n\
-         jinja_template.render_jinja_payload_from_file(\
-         '## template: jinja\\n#cloud-config\\nx: {{ v1.nosuchkey }}\\n', \
-         '/var/lib/cloud/instance/user-data.txt', DIR + '/data.json')",
-    );
+    let said = cloud_init_renders(dir.path(), "{{ v1.nosuchkey }}");
     assert!(said.contains("[WARNING]"), "cloud-init said: {said}");
     assert_eq!(
         parse(&console(&said)).1,
