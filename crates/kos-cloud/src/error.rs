@@ -95,6 +95,15 @@ pub enum CloudError {
     /// A wait's deadline passed with the object still in a transitional state.
     #[error("{what}: {detail}")]
     Timeout { what: String, detail: String },
+    /// A Neutron object was made without its tags (they go in a PUT after the create) and that
+    /// PUT failed: the object exists, and only its name finds it.
+    #[error("{key} {id} was created but not tagged: {source}")]
+    CreatedUntagged {
+        /// The collection (`network`, `port`, ...).
+        key: String,
+        id: String,
+        source: Box<CloudError>,
+    },
 }
 
 impl CloudError {
@@ -106,6 +115,7 @@ impl CloudError {
     pub fn status(&self) -> Option<u16> {
         match self {
             CloudError::Api { status, .. } => Some(*status),
+            CloudError::CreatedUntagged { source, .. } => source.status(),
             _ => None,
         }
     }
@@ -130,6 +140,7 @@ impl CloudError {
             CloudError::Ambiguous { .. }
             | CloudError::Transport { .. }
             | CloudError::Timeout { .. } => true,
+            CloudError::CreatedUntagged { source, .. } => source.is_transient(),
             CloudError::Decode { .. }
             | CloudError::Config(_)
             | CloudError::Auth(_)
@@ -142,6 +153,7 @@ impl CloudError {
     pub fn kind(&self) -> Option<ApiErrorKind> {
         match self {
             CloudError::Api { kind, .. } => Some(*kind),
+            CloudError::CreatedUntagged { source, .. } => source.kind(),
             _ => None,
         }
     }

@@ -110,27 +110,14 @@ impl NetworkApi<'_> {
         obj: &mut T,
         tags: &[String],
     ) -> Result<(), CloudError> {
-        let applied = self
-            .set_tags(kind, obj.id(), tags)
-            .await
-            .map_err(|e| match e {
-                CloudError::Api {
-                    service,
-                    operation,
-                    status,
-                    kind: k,
-                    message,
-                    request_id,
-                } => CloudError::Api {
-                    service,
-                    operation,
-                    status,
-                    kind: k,
-                    message: format!("{} {} was created but not tagged: {message}", key, obj.id()),
-                    request_id,
-                },
-                other => other,
-            })?;
+        let applied =
+            self.set_tags(kind, obj.id(), tags)
+                .await
+                .map_err(|e| CloudError::CreatedUntagged {
+                    key: key.to_owned(),
+                    id: obj.id().to_owned(),
+                    source: Box::new(e),
+                })?;
         *obj.tags_mut() = applied;
         Ok(())
     }
@@ -396,7 +383,7 @@ impl NetworkApi<'_> {
     /// With `tags_on_create` (the cloud lists [`PORT_TAGS_ON_CREATE`]) each port's tags go in the POST;
     /// a port that comes back without all of them (or every port, without `tags_on_create`) gets one
     /// tag PUT, all at once. The outer error is the POST's (nothing, or with an ambiguous outcome maybe
-    /// everything, was made); an inner one is that port's tag PUT ("was created but not tagged").
+    /// everything, was made); an inner one is that port's tag PUT ([`CloudError::CreatedUntagged`]).
     pub async fn create_ports(
         &self,
         reqs: &[PortCreate],

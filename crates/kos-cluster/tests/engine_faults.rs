@@ -155,6 +155,47 @@ async fn ambiguous_creates_never_duplicate() -> R {
     down(&c.session, "amb").await
 }
 
+/// A tag PUT refused right after its create (a 409 the request path does not retry) leaves a
+/// network and a security group that exist without kos's tags: the run looks each up by its name
+/// and adopts it instead of making it again, and the first run converges.
+#[tokio::test]
+async fn an_object_made_but_not_tagged_is_adopted_by_name() -> R {
+    let c = start().await?;
+    {
+        let mut f = c.sim.app().fault_engine();
+        for path in [
+            "/v2.0/networks/[^/]+/tags$",
+            "/v2.0/security-groups/[^/]+/tags$",
+        ] {
+            f.add(FaultRule {
+                count: Some(1),
+                ..rule(Some("PUT"), path, 409)
+            })?;
+        }
+    }
+    let shape = Shape {
+        name: "untagged",
+        control_planes: 1,
+        load_balancer: false,
+        boot_volume: false,
+        pools: vec![("workers", 1, "soft-anti-affinity")],
+    };
+    let g = graph(&c.session, &shape).await?;
+    up(&c.session, &g).await?;
+    assert!(duplicates(&c.session, "untagged").await?.is_empty());
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    // Each refused PUT is followed by the adoption's own: two for the one network.
+    let puts = c
+        .session
+        .counters()
+        .operation(kos_cloud::ServiceKind::Network, "network.tags.replace");
+    assert_eq!(
+        puts, 2,
+        "the network's tag PUT was refused, then made again"
+    );
+    down(&c.session, "untagged").await
+}
+
 /// Security-group rules have no name or tags: a create whose answer was lost after Neutron made the
 /// rule (a 500 after the side effect) is found by the rule's content and adopted, and one that failed
 /// without effect (a 502 before it) is made again, in the same run; every rule exists once.

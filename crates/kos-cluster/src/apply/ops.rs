@@ -173,11 +173,14 @@ fn own_tags(ctx: &Ctx, node: &Node) -> TagQuery {
 fn maybe_created(e: &CloudError) -> bool {
     matches!(
         e,
-        CloudError::Ambiguous { .. } | CloudError::Transport { .. } | CloudError::Decode { .. }
+        CloudError::Ambiguous { .. }
+            | CloudError::Transport { .. }
+            | CloudError::Decode { .. }
+            | CloudError::CreatedUntagged { .. }
     ) || matches!(
         e.kind(),
         Some(ApiErrorKind::Server | ApiErrorKind::Unavailable)
-    ) || e.to_string().contains("was created but not tagged")
+    )
 }
 
 /// Creates; when the outcome is unknown, looks the object up by its logical id (name or tags) before

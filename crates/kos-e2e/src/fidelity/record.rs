@@ -81,6 +81,7 @@ pub fn error_kind(e: &CloudError) -> String {
         CloudError::Invalid { .. } => "Invalid".into(),
         CloudError::Failed { .. } => "Failed".into(),
         CloudError::Timeout { .. } => "Timeout".into(),
+        CloudError::CreatedUntagged { source, .. } => error_kind(source),
     }
 }
 
