@@ -13,6 +13,11 @@ use tokio::task::JoinHandle;
 
 use crate::follow::NodeState;
 
+mod summary;
+pub use summary::{
+    Api, Bootstrap, Credential, Encryption, Failure, Node, NodePhase, Outcome, Summarised, Summary,
+};
+
 /// How long a wait may stay silent: then it reports what it still waits for.
 pub const HEARTBEAT: Duration = Duration::from_secs(30);
 
