@@ -160,6 +160,11 @@ pub struct UpArgs {
     /// certificates.
     #[arg(long)]
     pub renew_certificates: bool,
+    /// `json`: stdout carries one JSON document at the end, the run's outcome (changes, API
+    /// endpoint, each node's bootstrap, nodes Ready, the error and its help); progress stays on
+    /// stderr.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 /// How far `kos up` follows a cluster after the infrastructure is converged.
@@ -290,6 +295,10 @@ pub struct RotateCredentialArgs {
     #[arg(long, default_value_t = kos_cluster::credential::DEFAULT_LIFETIME_DAYS,
           value_parser = clap::value_parser!(u32).range(7..=365), value_name = "DAYS")]
     pub lifetime_days: u32,
+    /// `json`: one JSON document on stdout at the end, the credential now in use (never its
+    /// secret), or the error and its help.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 #[derive(Debug, Subcommand)]

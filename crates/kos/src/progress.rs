@@ -1,6 +1,7 @@
 //! Progress of a run: indicatif bars on a terminal, plain lines otherwise (CI logs, pipes).
 
 use std::io::IsTerminal;
+use std::sync::Mutex;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kos_cluster::events::{Event, Phase};
@@ -60,218 +61,299 @@ impl kos_control::report::Report for Lines {
     }
 
     fn event(&self, event: kos_control::report::Event<'_>) {
-        use kos_control::report::Event as E;
-        match event {
-            E::Marker { node, marker } => {
-                eprintln!("kos: {node}: {}", crate::term::printable(marker));
-            }
-            E::Scrolled { node, kib } => eprintln!(
-                "kos: {node}: no bootstrap marker in the last {kib} KiB of its console (created by an earlier \
-                 run, its markers scrolled out): not followed"
-            ),
-            E::ConsolesWaiting {
-                waiting,
-                left,
-                deadline,
-            } => eprintln!(
-                "kos: bootstrap: waiting for {} ({} s left of {} s)",
-                waiting.join(", "),
-                left.as_secs(),
-                deadline.as_secs()
-            ),
-            E::Nodes { summary } => eprintln!("kos: kubernetes: {summary}"),
-            E::NodesWaiting {
-                expected,
-                last,
-                left,
-                deadline,
-            } => eprintln!(
-                "kos: kubernetes: waiting for {expected} Ready node(s): {last} ({} s left of {} s)",
-                left.as_secs(),
-                deadline.as_secs()
-            ),
-            E::TokenPushed => {
-                eprintln!("kos: the join token is in the cluster for the new node(s)")
-            }
-            E::PreflightWarnings { warnings } => eprintln!(
-                "{}",
-                crate::term::report(&miette::Report::new(warnings.clone()))
-            ),
-            E::KeysStep { cluster, shown } => eprintln!("kos: {cluster}: {shown}"),
-            E::SecretsRewritten { cluster, secrets } => {
-                eprintln!("kos: {cluster}: {secrets} Secret(s) written again under the new key");
-            }
-            E::NotDrained { nodes, why } => eprintln!(
-                "kos: warning: cannot drain {nodes} before removing them ({why}): their pods go with their servers"
-            ),
-            E::NodeKept { node, why } => eprintln!(
-                "kos: warning: the Node {node} of a removed server stays ({why}); the cloud controller removes it"
-            ),
-            E::AddonMoved {
-                cluster,
-                addon,
-                minor,
-            } => eprintln!("kos: {cluster}: {addon} moved to the images of Kubernetes 1.{minor}"),
-            E::AddonsNotMoved { why } => eprintln!(
-                "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {why}"
-            ),
-            E::Rotation { line } => eprintln!("kos: {}", crate::term::escape(line)),
-            E::RotationDue {
-                cluster,
-                credential,
-                why,
-            } => eprintln!(
-                "kos: {cluster}: the CCM application credential {} {why}: rotating it",
-                crate::term::printable(credential)
-            ),
-            E::Changes { cluster, changes } => {
-                eprintln!("kos: {cluster}: {changes} change(s) to make");
-            }
-            E::Formation { cluster, reason } => eprintln!("kos: {cluster}: {reason}"),
-            E::MembersNotChecked {
-                cluster,
-                why,
-                kubeadm_ran: false,
-            } => eprintln!(
-                "kos: {cluster}: the etcd members were not checked ({why}): no running control plane \
-                 has run kubeadm yet, so none of an earlier life can be registered"
-            ),
-            E::MembersNotChecked {
-                why,
-                kubeadm_ran: true,
-                ..
-            } => eprintln!(
-                "kos: warning: cannot check the etcd members before new control planes \
-                 join ({why})"
-            ),
-            E::Applied {
-                cluster,
-                changes,
-                api_address,
-            } => {
-                println!("Cluster {cluster} is up: {changes} change(s) made.");
-                if let Some(a) = api_address {
-                    println!("API endpoint: https://{a}:6443");
-                }
-            }
-            E::TokenInCluster { certs, renewed } => eprintln!(
-                "kos: the join token{} in the cluster before the new node(s) boot{}",
-                if certs {
-                    " and the control planes' certificates (kubeadm-certs, 2 h) are"
-                } else {
-                    " is"
-                },
-                if renewed { " (renewed)" } else { "" }
-            ),
-            E::TokenScript { why, location } => eprintln!(
-                "kos: warning: the join token cannot be put into the cluster: its API cannot be reached \
-                 from here ({why}): nodes created now can join once it exists. Run {location} (0600, it holds \
-                 the token) on a control plane: `sudo sh create-bootstrap-token.sh`"
-            ),
-            E::TokenScriptFailed { why, error } => eprintln!(
-                "kos: warning: the join token was not created in the cluster ({why}), and its script \
-                 could not be written: {error}"
-            ),
-            E::BootstrapNotFollowed => println!("Bootstrap: not followed (--wait infra)"),
-            E::FollowingConsoles { nodes, deadline } => eprintln!(
-                "kos: phase bootstrap: following {nodes} node(s) on their consoles (for at most {} min of the cloud's time)",
-                deadline.as_secs() / 60
-            ),
-            E::FailedEarlier { why } => eprintln!("kos: bootstrap: {why}"),
-            E::Bootstrapped { deadline, nodes } => {
-                use kos_control::follow::NodeState;
-                println!(
-                    "Bootstrap (deadline {} s on this machine's clock):",
-                    deadline.as_secs()
-                );
-                for (id, state) in nodes {
-                    let shown = match state {
-                        NodeState::Done(outcome) => format!("bootstrap {outcome}"),
-                        NodeState::Running(last) => format!("last step: {last}"),
-                        NodeState::Waiting => "markers scrolled out of its console".into(),
-                        NodeState::Failed { step, reason } => format!("{step} failed: {reason}"),
-                    };
-                    println!("  {id:<24} {shown}");
-                }
-            }
-            E::ApiNotChecked => println!("Kubernetes API: not checked (--wait bootstrap)"),
-            E::ApiSkipped { why } => println!("Kubernetes API: skipped ({why})"),
-            E::ApiWaiting { nodes } => {
-                eprintln!("kos: phase kubernetes: waiting for /readyz and {nodes} Ready node(s)")
-            }
-            E::ApiReady { nodes } => {
-                println!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
-            }
-            E::CertsKept { why } => eprintln!(
-                "kos: warning: kubeadm-certs could not be deleted from the cluster ({why}); \
-                 it goes with its two-hour token"
-            ),
-            E::TokenDeleted => {
-                eprintln!("kos: every node joined: the join token is deleted from the cluster");
-            }
-            E::TokenKept { why } => eprintln!(
-                "kos: warning: the join token could not be deleted from the cluster ({why}); it expires on its own"
-            ),
-            E::Leaving {
-                cluster,
-                node,
-                scale_down,
-                changes,
-            } => eprintln!(
-                "kos: {cluster}: {} {node} ({})",
-                if scale_down { "removing" } else { "replacing" },
-                crate::term::escape(changes)
-            ),
-            E::RepairHeld {
-                cluster,
-                group,
-                why,
-            } => eprintln!("kos: {cluster}: not repairing {group}: {why}"),
-            E::Drain { node, line } => eprintln!("kos: {node}: {}", crate::term::escape(line)),
-            E::Drained { node, evicted } => {
-                eprintln!("kos: {node}: drained ({evicted} pod(s) evicted)");
-            }
-            E::ConfigMoved {
-                cluster,
-                version,
-                encryption,
-                sans,
-            } => {
-                if let Some(v) = version {
-                    eprintln!("kos: {cluster}: kubeadm-config says Kubernetes {v}");
-                }
-                if encryption {
-                    eprintln!(
-                        "kos: {cluster}: kubeadm-config gives kube-apiserver its encryption configuration"
-                    );
-                }
-                if let Some(sans) = sans {
-                    eprintln!(
-                        "kos: {cluster}: kubeadm-config names the API {}",
-                        sans.join(", ")
-                    );
-                }
-            }
-            E::Member { line } => eprintln!("kos: {}", crate::term::escape(line)),
-            E::CcmSecretLost {
-                cluster,
-                location,
-                in_use: true,
-            } => eprintln!(
-                "kos: warning: the CCM application credential's secret is not stored on this machine ({location}); \
-                 a re-created first control plane cannot get its cloud.conf. `kos rotate credential {cluster}` \
-                 replaces it (in the running cluster too) and stores the new one here"
-            ),
-            E::CcmSecretLost {
-                location,
-                in_use: false,
-                ..
-            } => eprintln!(
-                "kos: the CCM application credential's secret is not stored on this machine ({location}) and no server \
-                 uses it yet (an earlier run stopped before storing it): replacing it"
-            ),
+        for (stream, line) in render(event) {
+            stream.print(&line);
         }
     }
+}
+
+mod live;
+
+/// The report of a run that a person follows (`kos up`, `kos rotate`): [`Lines`], except that on a
+/// terminal (without `-v` or `RUST_LOG`, whose log lines would tear it) the bootstrap phase is a
+/// live table, and that with `--output json` the outcome lines go to stderr too: stdout then
+/// carries only the run's JSON document.
+pub struct Progress {
+    json: bool,
+    live: Option<Mutex<live::Live>>,
+}
+
+impl Progress {
+    /// `json`: stdout is for the JSON document; `verbose`: `-v`'s count.
+    pub fn new(json: bool, verbose: u8) -> Progress {
+        let live = std::io::stderr().is_terminal()
+            && verbose == 0
+            && std::env::var_os("RUST_LOG").is_none();
+        Progress {
+            json,
+            live: live.then(|| Mutex::new(live::Live::default())),
+        }
+    }
+}
+
+impl kos_control::report::Report for Progress {
+    fn apply_progress(&self, total: u64) -> (mpsc::Sender<Event>, JoinHandle<()>) {
+        spawn(total)
+    }
+
+    fn event(&self, event: kos_control::report::Event<'_>) {
+        let print = |lines: Vec<(Stream, String)>| {
+            for (stream, line) in lines {
+                if self.json { Stream::Err } else { stream }.print(&line);
+            }
+        };
+        let Some(live) = &self.live else {
+            print(render(event));
+            return;
+        };
+        let mut live = live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !live.event(&event) {
+            live.suspend(|| print(render(event)));
+        }
+    }
+}
+
+/// Where a line of [`render`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// An outcome (`Cluster demo is up`, the bootstrap's table): stdout.
+    Out,
+    /// Progress and warnings: stderr.
+    Err,
+}
+
+impl Stream {
+    fn print(self, line: &str) {
+        match self {
+            Stream::Out => println!("{line}"),
+            Stream::Err => eprintln!("{line}"),
+        }
+    }
+}
+
+/// The lines [`Lines`] prints for `event`, each with its stream.
+pub fn render(event: kos_control::report::Event<'_>) -> Vec<(Stream, String)> {
+    use kos_control::report::Event as E;
+    let mut out = Vec::new();
+    macro_rules! e {
+        ($($t:tt)*) => { out.push((Stream::Err, format!($($t)*))) };
+    }
+    macro_rules! o {
+        ($($t:tt)*) => { out.push((Stream::Out, format!($($t)*))) };
+    }
+    match event {
+        E::Marker { node, marker } => {
+            e!("kos: {node}: {}", crate::term::printable(marker));
+        }
+        E::Scrolled { node, kib } => e!(
+            "kos: {node}: no bootstrap marker in the last {kib} KiB of its console (created by an earlier \
+             run, its markers scrolled out): not followed"
+        ),
+        E::ConsolesWaiting {
+            waiting,
+            left,
+            deadline,
+        } => e!(
+            "kos: bootstrap: waiting for {} ({} s left of {} s)",
+            waiting.join(", "),
+            left.as_secs(),
+            deadline.as_secs()
+        ),
+        E::Nodes { summary } => e!("kos: kubernetes: {summary}"),
+        E::NodesWaiting {
+            expected,
+            last,
+            left,
+            deadline,
+        } => e!(
+            "kos: kubernetes: waiting for {expected} Ready node(s): {last} ({} s left of {} s)",
+            left.as_secs(),
+            deadline.as_secs()
+        ),
+        E::TokenPushed => {
+            e!("kos: the join token is in the cluster for the new node(s)")
+        }
+        E::PreflightWarnings { warnings } => e!(
+            "{}",
+            crate::term::report(&miette::Report::new(warnings.clone()))
+        ),
+        E::KeysStep { cluster, shown } => e!("kos: {cluster}: {shown}"),
+        E::SecretsRewritten { cluster, secrets } => {
+            e!("kos: {cluster}: {secrets} Secret(s) written again under the new key");
+        }
+        E::NotDrained { nodes, why } => e!(
+            "kos: warning: cannot drain {nodes} before removing them ({why}): their pods go with their servers"
+        ),
+        E::NodeKept { node, why } => e!(
+            "kos: warning: the Node {node} of a removed server stays ({why}); the cloud controller removes it"
+        ),
+        E::AddonMoved {
+            cluster,
+            addon,
+            minor,
+        } => e!("kos: {cluster}: {addon} moved to the images of Kubernetes 1.{minor}"),
+        E::AddonsNotMoved { why } => e!(
+            "kos: warning: the cloud controller and CSI could not be moved to this minor's release: {why}"
+        ),
+        E::Rotation { line } => e!("kos: {}", crate::term::escape(line)),
+        E::RotationDue {
+            cluster,
+            credential,
+            why,
+        } => e!(
+            "kos: {cluster}: the CCM application credential {} {why}: rotating it",
+            crate::term::printable(credential)
+        ),
+        E::Changes { cluster, changes } => {
+            e!("kos: {cluster}: {changes} change(s) to make");
+        }
+        E::Formation { cluster, reason } => e!("kos: {cluster}: {reason}"),
+        E::MembersNotChecked {
+            cluster,
+            why,
+            kubeadm_ran: false,
+        } => e!(
+            "kos: {cluster}: the etcd members were not checked ({why}): no running control plane \
+             has run kubeadm yet, so none of an earlier life can be registered"
+        ),
+        E::MembersNotChecked {
+            why,
+            kubeadm_ran: true,
+            ..
+        } => e!(
+            "kos: warning: cannot check the etcd members before new control planes \
+             join ({why})"
+        ),
+        E::Applied {
+            cluster,
+            changes,
+            api_address,
+        } => {
+            o!("Cluster {cluster} is up: {changes} change(s) made.");
+            if let Some(a) = api_address {
+                o!("API endpoint: https://{a}:6443");
+            }
+        }
+        E::TokenInCluster { certs, renewed } => e!(
+            "kos: the join token{} in the cluster before the new node(s) boot{}",
+            if certs {
+                " and the control planes' certificates (kubeadm-certs, 2 h) are"
+            } else {
+                " is"
+            },
+            if renewed { " (renewed)" } else { "" }
+        ),
+        E::TokenScript { why, location } => e!(
+            "kos: warning: the join token cannot be put into the cluster: its API cannot be reached \
+             from here ({why}): nodes created now can join once it exists. Run {location} (0600, it holds \
+             the token) on a control plane: `sudo sh create-bootstrap-token.sh`"
+        ),
+        E::TokenScriptFailed { why, error } => e!(
+            "kos: warning: the join token was not created in the cluster ({why}), and its script \
+             could not be written: {error}"
+        ),
+        E::BootstrapNotFollowed => o!("Bootstrap: not followed (--wait infra)"),
+        E::FollowingConsoles { nodes, deadline } => e!(
+            "kos: phase bootstrap: following {nodes} node(s) on their consoles (for at most {} min of the cloud's time)",
+            deadline.as_secs() / 60
+        ),
+        E::FailedEarlier { why } => e!("kos: bootstrap: {why}"),
+        E::Bootstrapped { deadline, nodes } => {
+            use kos_control::follow::NodeState;
+            o!(
+                "Bootstrap (deadline {} s on this machine's clock):",
+                deadline.as_secs()
+            );
+            for (id, state) in nodes {
+                let shown = match state {
+                    NodeState::Done(outcome) => format!("bootstrap {outcome}"),
+                    NodeState::Running(last) => format!("last step: {last}"),
+                    NodeState::Waiting => "markers scrolled out of its console".into(),
+                    NodeState::Failed { step, reason } => format!("{step} failed: {reason}"),
+                };
+                o!("  {id:<24} {shown}");
+            }
+        }
+        E::ApiNotChecked => o!("Kubernetes API: not checked (--wait bootstrap)"),
+        E::ApiSkipped { why } => o!("Kubernetes API: skipped ({why})"),
+        E::ApiWaiting { nodes } => {
+            e!("kos: phase kubernetes: waiting for /readyz and {nodes} Ready node(s)")
+        }
+        E::ApiReady { nodes } => {
+            o!("Kubernetes API: ready; {nodes} node(s) Ready and initialised");
+        }
+        E::CertsKept { why } => e!(
+            "kos: warning: kubeadm-certs could not be deleted from the cluster ({why}); \
+             it goes with its two-hour token"
+        ),
+        E::TokenDeleted => {
+            e!("kos: every node joined: the join token is deleted from the cluster");
+        }
+        E::TokenKept { why } => e!(
+            "kos: warning: the join token could not be deleted from the cluster ({why}); it expires on its own"
+        ),
+        E::Leaving {
+            cluster,
+            node,
+            scale_down,
+            changes,
+        } => e!(
+            "kos: {cluster}: {} {node} ({})",
+            if scale_down { "removing" } else { "replacing" },
+            crate::term::escape(changes)
+        ),
+        E::RepairHeld {
+            cluster,
+            group,
+            why,
+        } => e!("kos: {cluster}: not repairing {group}: {why}"),
+        E::Drain { node, line } => e!("kos: {node}: {}", crate::term::escape(line)),
+        E::Drained { node, evicted } => {
+            e!("kos: {node}: drained ({evicted} pod(s) evicted)");
+        }
+        E::ConfigMoved {
+            cluster,
+            version,
+            encryption,
+            sans,
+        } => {
+            if let Some(v) = version {
+                e!("kos: {cluster}: kubeadm-config says Kubernetes {v}");
+            }
+            if encryption {
+                e!(
+                    "kos: {cluster}: kubeadm-config gives kube-apiserver its encryption configuration"
+                );
+            }
+            if let Some(sans) = sans {
+                e!(
+                    "kos: {cluster}: kubeadm-config names the API {}",
+                    sans.join(", ")
+                );
+            }
+        }
+        E::Member { line } => e!("kos: {}", crate::term::escape(line)),
+        E::CcmSecretLost {
+            cluster,
+            location,
+            in_use: true,
+        } => e!(
+            "kos: warning: the CCM application credential's secret is not stored on this machine ({location}); \
+             a re-created first control plane cannot get its cloud.conf. `kos rotate credential {cluster}` \
+             replaces it (in the running cluster too) and stores the new one here"
+        ),
+        E::CcmSecretLost {
+            location,
+            in_use: false,
+            ..
+        } => e!(
+            "kos: the CCM application credential's secret is not stored on this machine ({location}) and no server \
+             uses it yet (an earlier run stopped before storing it): replacing it"
+        ),
+    }
+    out
 }
 
 async fn lines(mut rx: mpsc::Receiver<Event>) {

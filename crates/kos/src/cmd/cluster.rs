@@ -17,9 +17,10 @@ use crate::bootstrap::KubeadmBootstrap;
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
 use crate::local::Local;
-use crate::progress::Lines;
+use crate::progress::{Lines, Progress};
 use kos_control::encryption::TurnKeysError;
 use kos_control::follow;
+use kos_control::report::{Summarised, Summary};
 use kos_control::store::KeysError;
 use kos_control::store::{Records as _, SecretsError};
 use kos_control::up::steps::StepError;
@@ -287,29 +288,40 @@ fn fetch_summary(spec: &kos_cluster::ClusterSpec) -> String {
     out
 }
 
-pub async fn up(args: UpArgs) -> Result<Exit, Failure> {
-    let spec = load_spec(&args.spec.file)?;
-    up_with(args, spec, |_, _| Ok(())).await
+pub async fn up(args: UpArgs, verbose: u8) -> Result<Exit, Failure> {
+    let json = matches!(args.output, Output::Json);
+    let progress = Progress::new(json, verbose);
+    let (summary, r) = match load_spec(&args.spec.file) {
+        Ok(spec) => {
+            let report = Summarised::new(
+                &progress,
+                Summary::new(Some(spec.loaded.spec.name.value.as_str())),
+            );
+            let r = up_runs(args, spec, |_, _| Ok(()), 1, &report).await;
+            (report.summary(), r)
+        }
+        Err(f) => (Summary::new(None), Err(f)),
+    };
+    // The live table ends before the document is printed.
+    drop(progress);
+    if json {
+        super::print_summary(summary, r)
+    } else {
+        r
+    }
 }
 
 /// `kos up`, with `before` run under the cluster's lock before the first turn (`kos rotate
-/// encryption-key` starts its rotation there).
-pub(super) async fn up_with(
-    args: UpArgs,
-    spec: SpecFile,
-    before: impl FnOnce(&Connected, &Local) -> Result<(), Failure>,
-) -> Result<Exit, Failure> {
-    up_runs(args, spec, before, 1).await
-}
-
-/// [`up_with`], run again (at most `runs` times in all) while a key rotation is under way: a run
-/// moves the rotation one step, at its start, since a control plane it made for one step would be
-/// outdated by the next within the same run.
+/// encryption-key` starts its rotation there), run again (at most `runs` times in all) while a key
+/// rotation is under way: a run moves the rotation one step, at its start, since a control plane it
+/// made for one step would be outdated by the next within the same run. Every run reports to
+/// `report`.
 pub(super) async fn up_runs(
     args: UpArgs,
     spec: SpecFile,
     before: impl FnOnce(&Connected, &Local) -> Result<(), Failure>,
     runs: usize,
+    report: &dyn kos_control::report::Report,
 ) -> Result<Exit, Failure> {
     let cloud = args.cloud.cloud.clone();
     with_cloud(cloud.as_deref(), |c| async move {
@@ -370,7 +382,7 @@ pub(super) async fn up_runs(
                 store: &local,
                 script: &local,
                 bootstraps: &kubeadm,
-                report: &Lines,
+                report,
                 options: &options,
                 changed: &changed,
             };

@@ -3,12 +3,35 @@
 //! skipped: `kos_lifecycle::encryption`.
 
 use super::Failure;
+use kos_control::report::{Summarised, Summary};
 use kos_control::store::{Record, Records as _, SecretStore as _};
 
 /// `kos rotate encryption-key NAME -f SPEC`: a new key, then `kos up` carries the rotation
 /// through (control planes replaced three times, every Secret rewritten). Run again after an
 /// interruption, it continues the rotation under way instead of starting another.
-pub async fn rotate(args: crate::cli::RotateEncryptionKeyArgs) -> Result<super::Exit, Failure> {
+pub async fn rotate(
+    args: crate::cli::RotateEncryptionKeyArgs,
+    verbose: u8,
+) -> Result<super::Exit, Failure> {
+    let json = matches!(args.up.output, crate::cli::Output::Json);
+    let progress = crate::progress::Progress::new(json, verbose);
+    let report = Summarised::new(&progress, Summary::new(Some(args.name.as_str())));
+    let r = run(args, &report).await;
+    let summary = report.summary();
+    drop(report);
+    // The live table ends before the document is printed.
+    drop(progress);
+    if json {
+        super::print_summary(summary, r)
+    } else {
+        r
+    }
+}
+
+async fn run(
+    args: crate::cli::RotateEncryptionKeyArgs,
+    report: &Summarised<'_>,
+) -> Result<super::Exit, Failure> {
     let spec = super::cluster::load_spec(&args.up.spec.file)?;
     if spec.loaded.spec.name.value.as_str() != args.name.as_str() {
         return Err(Failure::input(miette::miette!(
@@ -59,6 +82,7 @@ pub async fn rotate(args: crate::cli::RotateEncryptionKeyArgs) -> Result<super::
             Ok(())
         },
         5,
+        report,
     )
     .await
 }

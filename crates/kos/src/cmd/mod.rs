@@ -142,10 +142,106 @@ impl Failure {
     }
 }
 
+/// What `--output json` says of a failure: the message with its causes, the help, and the
+/// diagnostics under it (each of a spec's problems).
+pub fn failure_doc(f: &Failure) -> kos_control::report::Failure {
+    let message = f
+        .report
+        .chain()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ");
+    let details = f
+        .report
+        .related()
+        .map(|related| {
+            related
+                .map(|d| match d.help() {
+                    Some(help) => format!("{d} (help: {help})"),
+                    None => d.to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    kos_control::report::Failure {
+        message,
+        help: f.report.help().map(|h| h.to_string()),
+        details,
+    }
+}
+
+/// Prints a run's summary as `--output json` does (with `r`'s failure, if any) and hands `r` on:
+/// the exit code stays `r`'s, and its diagnostic still goes to stderr.
+pub fn print_summary(
+    mut summary: kos_control::report::Summary,
+    r: Result<Exit, Failure>,
+) -> Result<Exit, Failure> {
+    if let Err(f) = &r {
+        // Exit 3 promises nothing was changed: the input was refused.
+        summary.fail(f.code == 3, failure_doc(f));
+    }
+    match serde_json::to_string_pretty(&summary) {
+        Ok(doc) => println!("{doc}"),
+        Err(e) => eprintln!("kos: cannot write the JSON summary: {e}"),
+    }
+    r
+}
+
+/// The failure document of a command whose `--output json` reports something else on success
+/// (`kos status`, `plan`, …): the same `outcome` and `error` as a run's summary.
+#[derive(serde::Serialize)]
+struct FailureDoc {
+    outcome: kos_control::report::Outcome,
+    error: kos_control::report::Failure,
+}
+
+/// Whether the command prints JSON on stdout (`--output json`).
+fn json(command: &Command) -> bool {
+    use crate::cli::Output::Json;
+    match command {
+        Command::Plan(a) => matches!(a.output, Json),
+        Command::Up(a) => matches!(a.output, Json),
+        Command::Down(a) => matches!(a.output, Json),
+        Command::Status(a) => matches!(a.output, Json),
+        Command::Gc(a) => matches!(a.output, Json),
+        Command::Doctor(a) => matches!(a.output, Json),
+        Command::Artefacts(a) => matches!(a.output, Json),
+        Command::Rotate {
+            command: RotateCommand::Credential(a),
+        } => matches!(a.output, Json),
+        Command::Rotate {
+            command: RotateCommand::EncryptionKey(a),
+        } => matches!(a.up.output, Json),
+        Command::Kubeconfig(_) | Command::Sim { .. } | Command::Bench { .. } => false,
+    }
+}
+
 pub async fn run(cli: Cli) -> Result<Exit, Failure> {
+    let json = json(&cli.command);
+    let runs = matches!(cli.command, Command::Up(_) | Command::Rotate { .. });
+    let r = command(cli).await;
+    // A run prints its own summary, failed or not; another command's failure ends the same way.
+    if let (true, false, Err(f)) = (json, runs, &r) {
+        let doc = FailureDoc {
+            outcome: if f.code == 3 {
+                kos_control::report::Outcome::Refused
+            } else {
+                kos_control::report::Outcome::Failed
+            },
+            error: failure_doc(f),
+        };
+        if let Ok(doc) = serde_json::to_string_pretty(&doc) {
+            println!("{doc}");
+        }
+    }
+    r
+}
+
+async fn command(cli: Cli) -> Result<Exit, Failure> {
+    let verbose = cli.verbose;
     match cli.command {
         Command::Plan(a) => cluster::plan(a).await,
-        Command::Up(a) => cluster::up(a).await,
+        Command::Up(a) => cluster::up(a, verbose).await,
         Command::Down(a) => cluster::down(a).await,
         Command::Status(a) => cluster::status(a).await,
         Command::Gc(a) => cluster::gc(a).await,
@@ -154,10 +250,10 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Kubeconfig(a) => kubeconfig::kubeconfig(a).await,
         Command::Rotate {
             command: RotateCommand::Credential(a),
-        } => rotate::credential(a).await,
+        } => rotate::credential(a, verbose).await,
         Command::Rotate {
             command: RotateCommand::EncryptionKey(a),
-        } => encryption::rotate(a).await,
+        } => encryption::rotate(a, verbose).await,
         Command::Bench {
             command: BenchCommand::Apply(args),
         } => bench::apply(args).await,

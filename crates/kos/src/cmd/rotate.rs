@@ -12,13 +12,17 @@ use kos_lifecycle::api::chain;
 
 use super::cluster::with_cloud;
 use super::{Exit, Failure};
-use crate::cli::RotateCredentialArgs;
+use crate::cli::{Output, RotateCredentialArgs};
 use crate::local::Local;
-use crate::progress::Lines;
+use crate::progress::Progress;
+use kos_control::report::{Summarised, Summary};
 
-pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
+pub async fn credential(args: RotateCredentialArgs, verbose: u8) -> Result<Exit, Failure> {
     let name = args.name.to_string();
-    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+    let json = matches!(args.output, Output::Json);
+    let progress = Progress::new(json, verbose);
+    let report = Summarised::new(&progress, Summary::new(Some(name.as_str())));
+    let r = with_cloud(args.cloud.cloud.as_deref(), |c| async {
         let r = async {
             let local = Local::for_session(&c.session, name.as_str()).map_err(Failure::input)?;
             let _lock = local.lock("rotate credential").map_err(Failure::input)?;
@@ -29,23 +33,34 @@ pub async fn credential(args: RotateCredentialArgs) -> Result<Exit, Failure> {
                 &name,
                 args.lifetime_days,
                 Duration::from_secs(args.timeout),
-                &Lines,
+                &report,
             )
             .await
             .map_err(failure)?;
-            println!(
-                "Cluster {name} uses application credential {} ({}); {} workload(s) rolled, {} old credential(s) deleted.",
-                done.name,
-                done.id,
-                done.rolled.len(),
-                done.deleted.len()
-            );
+            report.update(|s| s.credential = Some((&done).into()));
+            if !json {
+                println!(
+                    "Cluster {name} uses application credential {} ({}); {} workload(s) rolled, {} old credential(s) deleted.",
+                    done.name,
+                    done.id,
+                    done.rolled.len(),
+                    done.deleted.len()
+                );
+            }
             Ok(Exit::Ok)
         }
         .await;
         (c, r)
     })
-    .await
+    .await;
+    let summary = report.summary();
+    drop(report);
+    drop(progress);
+    if json {
+        super::print_summary(summary, r)
+    } else {
+        r
+    }
 }
 
 /// A rotation's failure as the user reads it: bad input (3) when nothing was changed, else 1.
