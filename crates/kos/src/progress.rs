@@ -440,3 +440,66 @@ fn verb(op: Op) -> &'static str {
         Op::NoOp => "checking",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use kos_control::follow::NodeState;
+    use kos_control::report::Event as E;
+
+    use super::{Stream, render};
+
+    #[test]
+    fn outcomes_go_to_stdout_and_progress_to_stderr() {
+        assert_eq!(
+            render(E::Applied {
+                cluster: "demo",
+                changes: 3,
+                api_address: Some("192.0.2.1"),
+            }),
+            vec![
+                (
+                    Stream::Out,
+                    "Cluster demo is up: 3 change(s) made.".to_owned()
+                ),
+                (
+                    Stream::Out,
+                    "API endpoint: https://192.0.2.1:6443".to_owned()
+                ),
+            ]
+        );
+        let mut nodes = BTreeMap::new();
+        nodes.insert("cp-0".to_owned(), NodeState::Done("ok".into()));
+        nodes.insert(
+            "workers-0".to_owned(),
+            NodeState::Running("kernel ok".into()),
+        );
+        assert_eq!(
+            render(E::Bootstrapped {
+                deadline: Duration::from_secs(120),
+                nodes: &nodes,
+            }),
+            vec![
+                (
+                    Stream::Out,
+                    "Bootstrap (deadline 120 s on this machine's clock):".to_owned()
+                ),
+                (Stream::Out, format!("  {:<24} bootstrap ok", "cp-0")),
+                (
+                    Stream::Out,
+                    format!("  {:<24} last step: kernel ok", "workers-0")
+                ),
+            ]
+        );
+        // A marker is the guest's text: escaped, on stderr.
+        assert_eq!(
+            render(E::Marker {
+                node: "cp-0",
+                marker: "kernel ok\u{1b}[2J",
+            }),
+            vec![(Stream::Err, "kos: cp-0: kernel ok\\u{1b}[2J".to_owned())]
+        );
+    }
+}

@@ -199,6 +199,34 @@ fn a_refused_run_ends_with_its_json_document() {
         "{v}"
     );
 
+    // kos rotate encryption-key refuses a cluster whose one control plane cannot be replaced.
+    let spec = example("minimal.yaml");
+    let enc = kos(
+        d,
+        None,
+        &[
+            "rotate",
+            "encryption-key",
+            "demo",
+            "-f",
+            spec.to_str().expect("utf8"),
+            "--cloud",
+            "sim",
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(code(&enc), 3, "{}", text(&enc));
+    let v = doc(&enc);
+    assert_eq!(v["cluster"], "demo", "{v}");
+    assert_eq!(v["outcome"], "refused", "{v}");
+    assert!(
+        v["error"]["help"]
+            .as_str()
+            .is_some_and(|h| h.contains("loadBalancer")),
+        "{v}"
+    );
+
     // Other commands' --output json end a failure the same way: outcome and error.
     let doctor = kos(
         d,
