@@ -95,7 +95,7 @@ fn up_and_rotate_report_one_json_document() {
     let secret = stored["secret"].as_str().expect("a secret");
     assert!(!text(&rot).contains(secret), "{}", text(&rot));
     assert!(
-        !String::from_utf8_lossy(&rot.stdout).contains("uses application credential"),
+        String::from_utf8_lossy(&rot.stderr).contains("uses application credential"),
         "{}",
         text(&rot)
     );

@@ -38,14 +38,18 @@ pub async fn credential(args: RotateCredentialArgs, verbose: u8) -> Result<Exit,
             .await
             .map_err(failure)?;
             report.update(|s| s.credential = Some((&done).into()));
-            if !json {
-                println!(
-                    "Cluster {name} uses application credential {} ({}); {} workload(s) rolled, {} old credential(s) deleted.",
-                    done.name,
-                    done.id,
-                    done.rolled.len(),
-                    done.deleted.len()
-                );
+            let said = format!(
+                "Cluster {name} uses application credential {} ({}); {} workload(s) rolled, {} old credential(s) deleted.",
+                done.name,
+                done.id,
+                done.rolled.len(),
+                done.deleted.len()
+            );
+            // With --output json, stdout is the document's: the line goes with the progress.
+            if json {
+                eprintln!("{said}");
+            } else {
+                println!("{said}");
             }
             Ok(Exit::Ok)
         }
