@@ -14,6 +14,9 @@ use openstack_sdk::{RestError, api::BodyError};
 use serde_json::Value;
 use tracing::Instrument;
 
+/// How often in a row one call renews a refused token.
+const RENEWALS: u32 = 3;
+
 use crate::counters::CallRecord;
 use crate::error::{ApiErrorKind, CloudError};
 use crate::retry::{self, Decision, RetryReason};
@@ -295,11 +298,12 @@ impl Session {
         let policy = self.retry_policy();
         let idempotent = req.is_idempotent();
         let mut budget = retry::Budget::default();
-        // One re-authentication per token that got the call an answer: credentials that Keystone
-        // accepts but a service then rejects must not loop forever, while a token that expires again
-        // during the call's retries (short-lived tokens, a 503 in between) is renewed again. The
-        // retries in between spend the budget, so this ends too.
-        let mut reauthenticated = false;
+        // A refused token is renewed, and renewed again if the new one is refused too, up to
+        // RENEWALS times in a row: a token shorter-lived than a renewal and a retry take has
+        // expired again by then. Credentials that Keystone accepts but a service rejects end the
+        // call after that instead of looping; a token that expires again during the call's
+        // retries (a 503 in between) starts the count again, and the retries spend the budget.
+        let mut renewals = 0;
         loop {
             budget.attempts += 1;
             let attempt = budget.attempts;
@@ -324,18 +328,18 @@ impl Session {
                 Attempt::Answer(rsp) => Some(rsp.status),
                 Attempt::Transport { .. } => None,
             };
-            if !reauthenticated && status == Some(401) {
+            if status == Some(401) && renewals < RENEWALS {
                 self.observe(req, status, elapsed, None);
                 // The token expired or was revoked: nothing was done, so the call is sent again
                 // once the session has a new token and its endpoints back.
                 self.reauthenticate(epoch).await?;
-                reauthenticated = true;
+                renewals += 1;
                 budget.attempts -= 1;
                 continue;
             }
             if status.is_some_and(|s| s != 401) {
                 // The service accepted the new token: a later 401 is a new expiry.
-                reauthenticated = false;
+                renewals = 0;
             }
             let (decision, retry_after, outcome) = match result {
                 Attempt::Answer(rsp) => {
