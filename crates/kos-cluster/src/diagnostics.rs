@@ -446,6 +446,14 @@ impl fmt::Display for Report {
         let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
         let (errors, warnings) = (self.errors().count(), self.warnings().count());
         let name = printable(&self.name);
+        // Lookups the cloud failed say nothing of the spec: it is not called invalid for them.
+        if errors > 0 && self.errors().all(|d| d.code == Code::CloudError) {
+            let lookups = if errors == 1 { "lookup" } else { "lookups" };
+            return write!(
+                f,
+                "`{name}` could not be checked against the cloud: {errors} {lookups} failed"
+            );
+        }
         match (errors, warnings) {
             (0, 0) => write!(f, "`{name}` is valid"),
             (0, w) => write!(f, "`{name}`: {}", plural(w, "warning")),

@@ -916,6 +916,11 @@ async fn a_failing_lookup_is_reported_with_the_other_problems() -> R {
         .await?;
     expect(&e, Code::CloudError, "could not list routers");
     expect(&e, Code::FlavorNotFound, "m1.huge");
+    assert!(
+        e.report.to_string().contains("is invalid: 2 errors"),
+        "{}",
+        e.report
+    );
     Ok(())
 }
 
@@ -933,6 +938,12 @@ async fn a_lookup_the_cloud_failed_marks_the_report_as_the_clouds_failure() -> R
     let e = c.fails(&example("minimal.yaml")?).await?;
     expect(&e, Code::CloudError, "could not list routers");
     assert!(e.cloud_failed);
+    // Nothing wrong was found in the spec: it is not called invalid.
+    let header = e.report.to_string();
+    assert!(
+        header.ends_with("could not be checked against the cloud: 1 lookup failed"),
+        "{header}"
+    );
     let c = start().await?;
     c.sim
         .app()
