@@ -191,7 +191,11 @@ pub async fn connect(cloud: Option<&str>) -> Result<Connected, Failure> {
         match CloudProfile::defined_in(&kos_cloud::Env::process(), SIM)
             .map_err(|e| Failure::connect(&e))?
         {
-            Some(file) => tracing::info!("cloud `sim` from {}", file.display()),
+            // A served simulator's clouds.yaml takes the name from the embedded one: say so.
+            Some(file) => eprintln!(
+                "kos: cloud `sim` from {}",
+                crate::term::printable(&file.display().to_string())
+            ),
             None => {
                 return connect_sim(&data_dir().map_err(Failure::input)?.join("sim"))
                     .await

@@ -73,12 +73,11 @@ fn quiet_on_closed_stdout() {
 /// Logs go to stderr; `-v` raises kos's own level, `RUST_LOG` overrides everything.
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        // The SDK's own errors come back to kos as errors, which say more: its logs only repeat them.
-        // The simulated clusters' cloud controllers and CSI drivers run in-process: their logs are
-        // theirs, not kos's (a `kos` directive covers every `kos_*` target, so each is named).
-        0 => {
-            "warn,kos=info,kos_sim=info,kos_ccm=warn,kos_csi=warn,kos_guest=warn,openstack_sdk=off"
-        }
+        // Progress lines are what a run says; log lines only with -v (warnings always). The SDK's
+        // own errors come back to kos as errors, which say more: its logs only repeat them. The
+        // simulated clusters' cloud controllers and CSI drivers run in-process: their logs are
+        // theirs, not kos's. `kos sim serve` logs what it serves at info.
+        0 => "warn,kos_sim=info,openstack_sdk=off",
         1 => {
             "info,kos=debug,kos_cloud=debug,kos_cluster=debug,kos_sim=debug,kos_ccm=info,kos_csi=info,openstack_sdk=warn"
         }

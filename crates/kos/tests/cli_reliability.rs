@@ -317,4 +317,8 @@ fn a_served_simulator_is_timed_by_its_own_clock() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no deadline in {line:?}"));
     assert_eq!(secs, 120, "{out}");
+    // Progress lines only: no log line without -v (the served cloud's name used to be one).
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.lines().any(|l| l.contains(" INFO ")), "{stderr}");
+    assert!(stderr.contains("kos: cloud `sim` from "), "{stderr}");
 }
