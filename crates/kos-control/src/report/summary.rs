@@ -214,6 +214,10 @@ pub struct Summary {
     pub credential: Option<Credential>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Failure>,
+    /// What the run warned about and went on: preflight's warnings (with their help), nodes
+    /// left undrained or kept, repairs held back, a token or kubeadm-certs left in the cluster.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Summary {
@@ -277,6 +281,33 @@ impl Summary {
                     .get_or_insert_with(Encryption::default)
                     .secrets_rewritten += secrets;
             }
+            Event::PreflightWarnings { warnings } => {
+                for d in warnings.diagnostics() {
+                    // The message names its field already.
+                    self.warnings.push(match &d.help {
+                        Some(help) => format!("{} (help: {help})", d.message),
+                        None => d.message.clone(),
+                    });
+                }
+            }
+            Event::NotDrained { nodes, why } => {
+                self.warnings.push(format!("not drained: {nodes}: {why}"))
+            }
+            Event::NodeKept { node, why } => {
+                self.warnings.push(format!("Node {node} kept: {why}"));
+            }
+            Event::RepairHeld { group, why, .. } => self
+                .warnings
+                .push(format!("repair of {group} held back: {why}")),
+            Event::AddonsNotMoved { why } => {
+                self.warnings.push(format!("addons not moved: {why}"));
+            }
+            Event::TokenKept { why } => self
+                .warnings
+                .push(format!("join token left in the cluster: {why}")),
+            Event::CertsKept { why } => self
+                .warnings
+                .push(format!("kubeadm-certs left in the cluster: {why}")),
             _ => {}
         }
     }
@@ -405,6 +436,41 @@ mod tests {
         assert_eq!(json["kubernetes"]["state"], "ready");
         assert_eq!(json["bootstrap"]["nodes"]["worker-0"]["state"], "failed");
         assert!(json.get("error").is_none(), "{json}");
+    }
+
+    #[test]
+    fn warnings_are_kept_with_their_help() {
+        let mut s = Summary::new(Some("demo"));
+        let mut report = kos_cluster::diagnostics::Report::new("demo.yaml", "");
+        let mut d = kos_cluster::diagnostics::Diagnostic::warning(
+            kos_cluster::diagnostics::Code::QuotaUnchecked,
+            "nodePools[0].flavor",
+            "the compute quota could not be read",
+        );
+        d.help = Some("ask the cloud's admin".into());
+        report.push(d);
+        s.record(&Event::PreflightWarnings { warnings: &report });
+        s.record(&Event::NotDrained {
+            nodes: "workers-2",
+            why: "the API does not answer",
+        });
+        s.record(&Event::Applied {
+            cluster: "demo",
+            changes: 1,
+            api_address: None,
+        });
+        assert_eq!(
+            s.warnings,
+            [
+                "nodePools[0].flavor: the compute quota could not be read (help: ask the cloud's admin)",
+                "not drained: workers-2: the API does not answer",
+            ]
+        );
+        let doc = serde_json::to_value(&s).expect("json");
+        assert_eq!(doc["warnings"].as_array().map(Vec::len), Some(2));
+        // None: no key at all.
+        let doc = serde_json::to_value(Summary::new(None)).expect("json");
+        assert!(doc.get("warnings").is_none());
     }
 
     #[test]
