@@ -71,7 +71,14 @@ async fn run(
                 keys.start_rotation(&mut rand::rng())
                     .map_err(|e| Failure::input(miette::miette!("{e}")))?;
                 local.put_keys(&keys).map_err(|e| Failure::store(&e))?;
-                eprintln!("kos: {}: {}", args.name.as_str(), keys.shown());
+                // The rotation's first step, reported as every later one is.
+                kos_control::report::Report::event(
+                    report,
+                    kos_control::report::Event::KeysStep {
+                        cluster: args.name.as_str(),
+                        shown: &keys.shown(),
+                    },
+                );
             } else {
                 eprintln!(
                     "kos: {}: continuing the rotation under way: {}",
