@@ -91,6 +91,8 @@ pub enum Event<'a> {
         changes: usize,
         api_address: Option<&'a str>,
     },
+    /// A converge's apply stopped on a failure after making `changes` changes (the error follows).
+    ApplyStopped { changes: usize },
     /// The join token is in the cluster for the nodes this run adds (the first time it is seen
     /// there).
     TokenPushed,

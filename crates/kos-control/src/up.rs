@@ -366,6 +366,11 @@ pub async fn converge(env: &Env<'_>, p: &Turn, plan: &Plan) -> Result<Vec<String
             kubernetes_version: p.spec.kubernetes_version.to_string(),
         })?;
     }
+    if let Err(e) = &result {
+        report.event(Event::ApplyStopped {
+            changes: e.report.changes(),
+        });
+    }
     let applied: ApplyReport = result.map_err(ConvergeError::Apply)?;
     report.event(Event::Applied {
         cluster: &applied.cluster,

@@ -277,6 +277,8 @@ pub fn render(event: kos_control::report::Event<'_>) -> Vec<(Stream, String)> {
             }
         }
         E::ApiNotChecked => o!("Kubernetes API: not checked (--wait bootstrap)"),
+        // The error that stopped it follows; its changes count in --output json.
+        E::ApplyStopped { .. } => {}
         E::ApiSkipped { why } => o!("Kubernetes API: skipped ({why})"),
         E::ApiWaiting { nodes } => {
             e!("kos: phase kubernetes: waiting for /readyz and {nodes} Ready node(s)")

@@ -193,7 +193,7 @@ pub struct Summary {
     /// The cluster's name; none when the run stopped before knowing it (an unreadable spec).
     pub cluster: Option<String>,
     pub outcome: Outcome,
-    /// Changes made by the applies that finished (every turn's).
+    /// Changes made by every turn's apply, a stopped one's too.
     pub changes: usize,
     /// `https://<address>:6443`, once known.
     pub api_endpoint: Option<String>,
@@ -243,6 +243,7 @@ impl Summary {
                     self.api_endpoint = Some(format!("https://{a}:6443"));
                 }
             }
+            Event::ApplyStopped { changes } => self.changes += changes,
             Event::ApiNotChecked => self.kubernetes = Some(Api::NotChecked),
             Event::ApiSkipped { why } => {
                 self.kubernetes = Some(Api::Skipped {
@@ -454,6 +455,8 @@ mod tests {
             nodes: "workers-2",
             why: "the API does not answer",
         });
+        // A stopped apply's changes count too.
+        s.record(&Event::ApplyStopped { changes: 4 });
         s.record(&Event::Applied {
             cluster: "demo",
             changes: 1,
@@ -468,6 +471,7 @@ mod tests {
         );
         let doc = serde_json::to_value(&s).expect("json");
         assert_eq!(doc["warnings"].as_array().map(Vec::len), Some(2));
+        assert_eq!(s.changes, 5);
         // None: no key at all.
         let doc = serde_json::to_value(Summary::new(None)).expect("json");
         assert!(doc.get("warnings").is_none());
