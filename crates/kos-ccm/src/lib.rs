@@ -1,6 +1,9 @@
 //! kos-ccm: an OpenStack cloud-controller-manager that reads the upstream CCM's cloud.conf and
 //! honours its annotations, so switching is a change of image.
 
+// The binary sets the allocator up (`malloc`); the library itself has no `unsafe`.
+#![forbid(unsafe_code)]
+
 /// Per-object retry delays after failures.
 pub mod backoff;
 pub mod check;
@@ -10,6 +13,8 @@ pub mod context;
 /// The Service load-balancer controller's core (decide and act, no Kubernetes IO).
 pub mod lb;
 pub mod leader;
+/// glibc allocator settings the binary applies before any thread starts.
+pub mod malloc;
 pub mod metrics;
 /// The node controllers: initialisation, address refresh, lifecycle.
 pub mod node;

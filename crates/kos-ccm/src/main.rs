@@ -91,7 +91,29 @@ async fn sigterm() {
     }
 }
 
+/// glibc's allocator set up as `kos_ccm::malloc` says (its docs say why), unless the
+/// environment tunes it already. Before anything else: the settings must be in place before a
+/// second thread exists, or that thread's arena is already made.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn tune_malloc() {
+    use kos_ccm::malloc::{ARENA_MAX, MMAP_THRESHOLD, tuned_by_env};
+    if tuned_by_env(|k| std::env::var_os(k)) {
+        return;
+    }
+    // SAFETY: mallopt only changes the allocator's parameters, is called while this is the only
+    // thread, and its result (0 on a refused value) leaves glibc's defaults, which work.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, ARENA_MAX);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn tune_malloc() {}
+
 fn main() -> ExitCode {
+    tune_malloc();
     let cli = Cli::parse_from(args());
     match cli.command {
         Some(Command::CheckConfig {
