@@ -67,6 +67,13 @@ pub struct RunArgs {
     /// How often every Service's load balancer is compared with the cloud and repaired.
     #[arg(long, default_value = "5m", value_parser = go_duration)]
     pub lb_resync_period: Duration,
+    /// kos-ccm's own: how often every pool's members are listed even with no sign of a change
+    /// (the deep verify; 0, the default, never). A resync lists a pool's members only when its
+    /// member ids or its load balancer's `updated_at` changed, which every change through
+    /// Octavia's API does; this finds the rest (a change made in the database). At least 1h:
+    /// it costs one call per pool.
+    #[arg(long, default_value = "0s", value_parser = go_duration)]
+    pub lb_member_verify_period: Duration,
     /// How often node addresses and labels are refreshed.
     #[arg(long, default_value = "5m", value_parser = go_duration)]
     pub node_status_update_frequency: Duration,
@@ -152,6 +159,8 @@ pub struct Options {
     pub controllers: BTreeSet<Controller>,
     pub concurrent_service_syncs: usize,
     pub lb_resync_period: Duration,
+    /// `None`: no deep verify of members.
+    pub lb_member_verify_period: Option<Duration>,
     pub node_status_update_frequency: Duration,
     pub node_monitor_period: Duration,
     pub route_reconciliation_period: Duration,
@@ -198,7 +207,14 @@ pub enum OptionsError {
         "--leader-elect-renew-deadline ({renew:?}) must be shorter than --leader-elect-lease-duration ({lease:?})"
     )]
     RenewDeadline { renew: Duration, lease: Duration },
+    #[error(
+        "--lb-member-verify-period ({0:?}) must be 0 (off) or at least 1h: each one lists the members of every pool"
+    )]
+    MemberVerifyPeriod(Duration),
 }
+
+/// The shortest deep-verify period: one member list per pool each time.
+const MIN_MEMBER_VERIFY: Duration = Duration::from_secs(3600);
 
 impl RunArgs {
     pub fn check(&self) -> Result<Options, OptionsError> {
@@ -215,6 +231,10 @@ impl RunArgs {
             return Err(OptionsError::EmptyClusterName);
         }
         let controllers = controllers(&self.controllers)?;
+        let verify = self.lb_member_verify_period;
+        if !verify.is_zero() && verify < MIN_MEMBER_VERIFY {
+            return Err(OptionsError::MemberVerifyPeriod(verify));
+        }
         let leader_election = if self.leader_elect {
             if self.leader_elect_resource_lock != "leases" {
                 return Err(OptionsError::ResourceLock(
@@ -242,6 +262,7 @@ impl RunArgs {
             controllers,
             concurrent_service_syncs: usize::from(self.concurrent_service_syncs),
             lb_resync_period: self.lb_resync_period,
+            lb_member_verify_period: (!verify.is_zero()).then_some(verify),
             node_status_update_frequency: self.node_status_update_frequency,
             node_monitor_period: self.node_monitor_period,
             route_reconciliation_period: self.route_reconciliation_period,
@@ -346,6 +367,9 @@ mod tests {
         assert!(!o.controllers.contains(&Controller::Route));
         assert!(o.controllers.contains(&Controller::Service));
         assert!(o.serve_on.is_none());
+        assert_eq!(o.lb_member_verify_period, None, "no deep verify by default");
+        let o = parse(&["--cloud-config=c", "--lb-member-verify-period=2h"]).expect("ok");
+        assert_eq!(o.lb_member_verify_period, Some(Duration::from_secs(7200)));
         let o = parse(&["--cloud-config=c", "--controllers=service,cloud-node"]).expect("ok");
         assert_eq!(
             o.controllers.into_iter().collect::<Vec<_>>(),
@@ -378,6 +402,10 @@ mod tests {
                 "must be shorter",
             ),
             (vec!["--cloud-config=c", "--lb-resync-period=soon"], "soon"),
+            (
+                vec!["--cloud-config=c", "--lb-member-verify-period=10m"],
+                "at least 1h",
+            ),
         ] {
             let e = parse(&args).expect_err(want);
             assert!(e.contains(want), "{args:?}: {e}");

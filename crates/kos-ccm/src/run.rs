@@ -177,6 +177,7 @@ pub async fn run_with(
         };
         let mut lb_settings = LbSettings::new(opts.cluster_name.clone());
         lb_settings.cluster_id = cluster_id;
+        lb_settings.member_verify_interval = opts.lb_member_verify_period;
         let lbs = Arc::new(LoadBalancers::new(
             session.clone(),
             ctx.config.clone(),

@@ -1261,6 +1261,120 @@ async fn an_idle_resync_through_the_snapshot_is_one_list_per_type_and_no_write()
     }
 }
 
+/// Idle resyncs, one after the other and however long since a pool's members were last listed,
+/// are each one list per resource type and no write: with no deep verify (the default), members
+/// are listed only on a sign of a change. A member changed by hand (its weight: the pool's member
+/// ids stay) is such a sign through its load balancer's `updated_at` (Octavia locks the load
+/// balancer for every member change): the next resync lists that load balancer's pools alone and
+/// puts the weight back, and the resync after that is idle again (this process's own PUT is not read as someone
+/// else's change). Before, a pool whose members looked as wanted was listed once its entry was
+/// older than the verify interval: every other idle resync listed every pool.
+#[tokio::test]
+async fn idle_resyncs_list_no_members_and_a_hand_changed_member_is_put_back() {
+    let c = cloud().await;
+    let lbs = c.controller("test", "create-monitor = true\n");
+    let ns = nodes(3);
+    let mut services: Vec<Service> = (0..3)
+        .map(|i| {
+            let base = 30400 + 10 * i;
+            service(
+                &format!("i{i}"),
+                &[("TCP", 80, base), ("UDP", 53, base + 1)],
+            )
+        })
+        .collect();
+    for s in &mut services {
+        converge(&lbs, s, &ns).await;
+    }
+    // What the periodic resync does: the snapshot forced out, then a pass per Service.
+    async fn resync(
+        c: &Cloud,
+        lbs: &LoadBalancers,
+        services: &[Service],
+        ns: &[Node],
+    ) -> (Vec<LogEntry>, Vec<String>) {
+        let start = c.seq();
+        lbs.invalidate_snapshot();
+        let mut wrote = Vec::new();
+        for s in services {
+            let o = lbs.ensure_service(s, ns).await.expect("resync");
+            wrote.extend(o.writes);
+        }
+        (c.log_since(start), wrote)
+    }
+    fn idle(log: &[LogEntry], wrote: &[String], label: &str) {
+        assert!(wrote.is_empty(), "{label}: {wrote:?}");
+        assert!(writes(log).is_empty(), "{label}: {:?}", writes(log));
+        let mut gets: Vec<&str> = log
+            .iter()
+            .filter(|e| e.method == "GET" && !e.path.starts_with("/identity"))
+            .map(|e| e.operation.as_str())
+            .collect();
+        gets.sort_unstable();
+        assert_eq!(gets.len(), 5, "{label}: one list per type: {gets:#?}");
+        gets.dedup();
+        assert_eq!(gets.len(), 5, "{label}: each type once: {gets:#?}");
+    }
+    // Time between resyncs is no sign of a change (a second here, 5 minutes by default).
+    for round in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let (log, wrote) = resync(&c, &lbs, &services, &ns).await;
+        idle(&log, &wrote, &format!("idle resync {round}"));
+    }
+
+    // A member's weight changed by hand, in a later second than the load balancer's last
+    // change (Octavia's timestamps have whole seconds).
+    let id = lb_id(&services[0]);
+    let pool_id = c.listeners(&id).await[0]
+        .default_pool_id
+        .clone()
+        .expect("pool");
+    let specs: Vec<MemberSpec> = c
+        .members(&pool_id)
+        .await
+        .iter()
+        .enumerate()
+        .map(|(i, m)| MemberSpec {
+            name: m.name.clone(),
+            subnet_id: m.subnet_id.clone(),
+            weight: Some(if i == 0 { 5 } else { 1 }),
+            ..MemberSpec::new(m.address.clone(), m.protocol_port)
+        })
+        .collect();
+    c.session
+        .load_balancer()
+        .replace_members(&pool_id, &specs)
+        .await
+        .expect("a weight changed by hand");
+    c.wait_active(&id).await;
+    assert!(
+        c.members(&pool_id)
+            .await
+            .iter()
+            .any(|m| m.weight == Some(5))
+    );
+    let (log, wrote) = resync(&c, &lbs, &services, &ns).await;
+    let label = "the resync after the change";
+    let (lists, _) = member_calls(&log);
+    // The sign is the load balancer's: both of its pools, and no other.
+    assert_eq!(
+        lists, 2,
+        "{label}: that load balancer's pools alone are listed"
+    );
+    assert_eq!(wrote.len(), 1, "{label}: the weight put back: {wrote:?}");
+    converge(&lbs, &mut services[0], &ns).await;
+    assert!(
+        c.members(&pool_id)
+            .await
+            .iter()
+            .all(|m| m.weight == Some(1)),
+        "the weight is put back"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (log, wrote) = resync(&c, &lbs, &services, &ns).await;
+    idle(&log, &wrote, "the next idle resync");
+}
+
 #[tokio::test]
 async fn a_no_op_resync_makes_no_writes_and_one_list_per_resource_type() {
     let c = cloud().await;
@@ -2307,7 +2421,7 @@ async fn a_node_join_past_the_verify_interval_lists_no_members() {
         c.session.clone(),
         LbSettings {
             // Far longer than a convergence takes here, far shorter than the pauses below.
-            member_verify_interval: verify,
+            member_verify_interval: Some(verify),
             ..settings("test")
         },
         "",

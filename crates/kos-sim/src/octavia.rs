@@ -393,7 +393,8 @@ pub fn advance(cloud: &mut Cloud, cfg: &SimConfig) {
             .iter_mut()
             .filter(|l| ids.contains(l.base.id.as_str()))
         {
-            lb.base.provisioning_status = ACTIVE.into();
+            // Octavia's worker marks it ACTIVE with a row update: `updated_at` moves again.
+            lb.base.touch(ACTIVE);
         }
     }
     if settled {

@@ -2,8 +2,11 @@
 //! (load balancers, listeners, pools, health monitors, floating IPs) of the session's project,
 //! shared by every Service of a resync, so a resync costs five calls whatever the number of
 //! Services. Members are the exception (Octavia lists them per pool only): [`MemberCache`] lists a
-//! pool's members only when the pool's member ids (which the pool list carries) differ from what
-//! was last seen, or when the entry is older than the verify interval.
+//! pool's members only when a cheap signal says they may have changed: the pool's member ids
+//! (which the pool list carries) differ from what was last seen, or its load balancer's
+//! `updated_at` moved (Octavia locks the load balancer, a row update, for every member change),
+//! or this process has no entry (it just started); and, when asked for, at a long deep-verify
+//! interval.
 //!
 //! Guarantee: a snapshot is never newer than the writes it reflects; [`Snapshots`] hands out a
 //! cached snapshot only while no write (and no observed PENDING state) happened since it was taken.
@@ -288,6 +291,15 @@ struct CachedMembers {
     /// The pool's member ids when `members` was last confirmed; `None` for a membership this
     /// process wrote and no pool listing has shown yet.
     ids: Option<MemberIds>,
+    /// The pool's load balancer's `updated_at` when `members` was last confirmed with it
+    /// ACTIVE; `None` until it is seen settled after this process wrote to it (or listed the
+    /// members while a change was in flight): the next settled look adopts it.
+    stamp: Option<String>,
+    /// The load balancer of the pool (once known): this process's own writes to it move its
+    /// `updated_at`, which then is not a sign of someone else's change.
+    lb_id: Option<String>,
+    /// A deep verify was asked for ([`MemberCache::verify_all`]).
+    verify: bool,
     /// Folded for a batch provider (a few bytes a pool), listed for a serial one (its plan
     /// deletes members by id).
     members: Arc<Membership>,
@@ -303,7 +315,11 @@ struct CachedMembers {
 #[derive(Debug)]
 pub struct MemberCache {
     entries: Mutex<HashMap<String, CachedMembers>>,
-    verify_every: Duration,
+    /// The deep verify: entries older than this are listed again when they look as wanted
+    /// (drift no cheap signal shows). `None`: never.
+    verify_every: Option<Duration>,
+    /// How long a fully populated create's members wait for their pool's id.
+    created_ttl: Duration,
     /// The listing the entries were last pruned against (its start): every pass asks for the
     /// shared snapshot, but pruning once per snapshot is enough.
     pruned: Mutex<Option<Instant>>,
@@ -329,11 +345,22 @@ fn as_member(s: &MemberSpec) -> Member {
     }
 }
 
+/// What the pool's load balancer shows of its last change: its `updated_at` while it is ACTIVE,
+/// `None` while a change is in flight (or it is not in the listing).
+fn settled_stamp(observed: &Observed, pool: &Pool) -> Option<String> {
+    let lb = observed.load_balancer(&pool.loadbalancers.first()?.id)?;
+    (lb.provisioning_status == ProvisioningStatus::Active)
+        .then(|| lb.updated_at.clone())
+        .flatten()
+}
+
 impl MemberCache {
-    pub fn new(verify_every: Duration) -> Self {
+    pub fn new(verify_every: Option<Duration>) -> Self {
         MemberCache {
             entries: Mutex::new(HashMap::new()),
             verify_every,
+            // A create takes a minute or two to be listed with its pool; ten is plenty.
+            created_ttl: Duration::from_secs(600),
             pruned: Mutex::new(None),
         }
     }
@@ -344,15 +371,18 @@ impl MemberCache {
     /// `serial`: only listed members will do (a fold has no ids). `want`: the members the pass
     /// wants in the pool.
     ///
-    /// Past the verify interval the cache is used only to decide on a write: the same member ids
-    /// are the same members, whose address and port Octavia never changes, so a membership
-    /// unlike `want` needs the batch replace whatever else drifted, and a list would not change
-    /// the plan (a node join costs one PUT per pool, however long since the last look). A
-    /// membership like `want` is listed, so drift in what the ids do not show is still found.
+    /// `stamp`: the load balancer's `updated_at` if it is settled ([`settled_stamp`]). A moved
+    /// stamp (someone changed the load balancer: a member's weight, by hand) or a deep verify
+    /// due makes the cache usable only to decide on a write: the same member ids are the same
+    /// members, whose address and port Octavia never changes, so a membership unlike `want`
+    /// needs the batch replace whatever else drifted, and a list would not change the plan (a
+    /// node join costs one PUT per pool). A membership like `want` is listed, so drift in what
+    /// the ids do not show is found.
     fn cached(
         &self,
         pool: &Pool,
         ids: MemberIds,
+        stamp: Option<&str>,
         created: Option<&str>,
         serial: bool,
         want: &[DesiredMember],
@@ -375,8 +405,24 @@ impl MemberCache {
             }
             None => false,
         };
-        let verify = e.fetched.elapsed() >= self.verify_every;
-        (confirmed && (!verify || (!serial && !e.members.matches(want)))).then(|| e.members.clone())
+        if !confirmed {
+            return None;
+        }
+        if e.lb_id.is_none() {
+            e.lb_id = pool.loadbalancers.first().map(|r| r.id.clone());
+        }
+        let moved = match (e.stamp.as_deref(), stamp) {
+            (Some(seen), Some(now)) => seen != now,
+            // Written here, or listed mid-change: the first settled look is the baseline.
+            (None, Some(now)) => {
+                e.stamp = Some(now.to_owned());
+                false
+            }
+            // A change in flight: the settled look after it decides.
+            (_, None) => false,
+        };
+        let deep = e.verify || self.verify_every.is_some_and(|v| e.fetched.elapsed() >= v);
+        (!(moved || deep) || (!serial && !e.members.matches(want))).then(|| e.members.clone())
     }
 
     /// The pool's members: from the cache when the pool still lists the same member ids (or as
@@ -392,7 +438,9 @@ impl MemberCache {
         serial: bool,
         want: &[DesiredMember],
     ) -> Result<Arc<Membership>, CloudError> {
-        if let Some(m) = self.cached(pool, observed.member_ids(pool), created, serial, want) {
+        let stamp = settled_stamp(observed, pool);
+        let ids = observed.member_ids(pool);
+        if let Some(m) = self.cached(pool, ids, stamp.as_deref(), created, serial, want) {
             return Ok(m);
         }
         let members = session.load_balancer().list_members(&pool.id).await?;
@@ -408,6 +456,9 @@ impl MemberCache {
                 pool.id.clone(),
                 CachedMembers {
                     ids: Some(ids),
+                    stamp,
+                    lb_id: pool.loadbalancers.first().map(|r| r.id.clone()),
+                    verify: false,
                     members: kept,
                     fetched: Instant::now(),
                 },
@@ -439,6 +490,9 @@ impl MemberCache {
                 key,
                 CachedMembers {
                     ids: None,
+                    stamp: None,
+                    lb_id: None,
+                    verify: false,
                     // Written only by batch replaces and fully populated creates (never for
                     // a serial provider): the fold is all a later pass compares.
                     members: Arc::new(Membership::Folded(MemberKeys::of(
@@ -447,6 +501,30 @@ impl MemberCache {
                     fetched: Instant::now(),
                 },
             );
+        }
+    }
+
+    /// This process changed load balancer `lb_id` (its `updated_at` moves): its pools' entries
+    /// take the next settled stamp as their baseline instead of reading it as someone else's
+    /// change.
+    pub fn lb_written(&self, lb_id: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            for e in entries
+                .values_mut()
+                .filter(|e| e.lb_id.as_deref() == Some(lb_id))
+            {
+                e.stamp = None;
+            }
+        }
+    }
+
+    /// A deep verify: every pool whose membership looks as wanted is listed at its next pass
+    /// (what the deep-verify interval does for entries older than it).
+    pub fn verify_all(&self) {
+        if let Ok(mut entries) = self.entries.lock() {
+            for e in entries.values_mut() {
+                e.verify = true;
+            }
         }
     }
 
@@ -468,10 +546,10 @@ impl MemberCache {
         }
         let pools: HashSet<&str> = observed.pools.iter().map(|p| p.id.as_str()).collect();
         if let Ok(mut entries) = self.entries.lock() {
-            let verify = self.verify_every;
+            let ttl = self.created_ttl;
             entries.retain(|id, e| {
                 if id.starts_with("created/") {
-                    e.fetched.elapsed() < verify
+                    e.fetched.elapsed() < ttl
                 } else {
                     pools.contains(id.as_str())
                 }

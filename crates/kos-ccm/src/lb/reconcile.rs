@@ -48,10 +48,12 @@ pub struct LbSettings {
     pub retry_requeue: Duration,
     /// How old a shared snapshot may be when [`LoadBalancers::snapshot`] hands it out.
     pub snapshot_max_age: Duration,
-    /// A pool whose cached members are older than this is listed again when they look as
-    /// wanted (drift the member ids do not show: a weight, a name, a monitor port); one about to
-    /// be replaced anyway is not.
-    pub member_verify_interval: Duration,
+    /// The deep verify: a pool whose cached members are older than this is listed again when
+    /// they look as wanted, even with no sign of a change (see `observed::MemberCache`); one
+    /// about to be replaced anyway is not. `None` (the default): members are listed only on a
+    /// sign of a change (the pool's member ids, its load balancer's `updated_at`) or after a
+    /// restart.
+    pub member_verify_interval: Option<Duration>,
 }
 
 impl LbSettings {
@@ -63,7 +65,7 @@ impl LbSettings {
             pending_requeue: Duration::from_secs(5),
             retry_requeue: Duration::from_secs(300),
             snapshot_max_age: Duration::from_secs(10),
-            member_verify_interval: Duration::from_secs(600),
+            member_verify_interval: None,
         }
     }
 }
@@ -216,6 +218,13 @@ impl LoadBalancers {
     /// wiring calls it when a periodic resync starts, so drift made behind kos-ccm's back is seen.
     pub fn invalidate_snapshot(&self) {
         self.snapshots.force();
+    }
+
+    /// A deep verify of members: at its next pass, every pool whose cached membership looks as
+    /// wanted is listed (what `member_verify_interval` does for old entries), so drift no cheap
+    /// signal shows is found.
+    pub fn verify_members(&self) {
+        self.members.verify_all();
     }
 
     /// [`ensure`](Self::ensure) with the shared snapshot, new enough to hold this Service's own
@@ -973,7 +982,10 @@ impl LoadBalancers {
         let changed = if let Some(first) = actions.first() {
             info!(lb = %lb.id, action = %first, pending = actions.len() - 1, "changing load balancer");
             self.snapshots.invalidate();
-            match self.apply(first).await {
+            let applied = self.apply(first).await;
+            // Whatever the outcome, the load balancer may have moved on our account.
+            self.members.lb_written(&lb.id);
+            match applied {
                 Ok(()) => {
                     out.writes.push(first.to_string());
                     out.normal(
@@ -1294,7 +1306,10 @@ impl LoadBalancers {
             }
             Some(a) => {
                 self.snapshots.invalidate();
-                match self.apply(&a).await {
+                let applied = self.apply(&a).await;
+                // A shared load balancer: the other Services' pools see our own change.
+                self.members.lb_written(&lb.id);
+                match applied {
                     Ok(()) => {
                         out.writes.push(a.to_string());
                         out.normal(reasons::DELETING, format!("load balancer {}: {a}", lb.id));
