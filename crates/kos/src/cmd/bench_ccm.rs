@@ -74,6 +74,11 @@ struct Report {
     /// OpenStack calls of one resync with nothing to do, by operation.
     resync_calls: BTreeMap<String, u64>,
     resync_writes: u64,
+    /// OpenStack calls of one deep verify of members (`--lb-member-verify-period`, off by
+    /// default): a resync that lists every pool whose members look as wanted. Counted apart
+    /// from the resync above, which never lists members while nothing changed.
+    deep_verify_calls: BTreeMap<String, u64>,
+    deep_verify_writes: u64,
     /// OpenStack calls after one node joined, until every pool had it, by operation.
     node_join_calls: BTreeMap<String, u64>,
     node_join_writes: u64,
@@ -163,6 +168,14 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
         .zip(ccm_resync_cpu_secs)
         .map(|(idle, resync)| idle + resync / 5.0);
 
+    // A deep verify (what --lb-member-verify-period does when it is due): a resync that lists
+    // every pool whose members look as wanted.
+    world.quiesce(scale).await;
+    let before = world.cloud_calls();
+    ccm.command("verify").await?;
+    let deep_verify_calls = since(&world.cloud_calls(), &before);
+    let deep_verify_writes = writes(&deep_verify_calls);
+
     // One node joins: every pool gets it, one batch member PUT each.
     world.quiesce(scale).await;
     let before = world.cloud_calls();
@@ -239,6 +252,8 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
         baseline_time_scale,
         resync_calls,
         resync_writes,
+        deep_verify_calls,
+        deep_verify_writes,
         node_join_calls,
         node_join_writes,
         ccm_peak_rss_mib,
@@ -404,7 +419,16 @@ impl World {
         let mut argv: Vec<String> = wrapper.split_whitespace().map(str::to_owned).collect();
         argv.push(exe.to_string_lossy().into_owned());
         argv.extend(["bench".to_owned(), "ccm-controller".to_owned()]);
-        let mut child = tokio::process::Command::new(&argv[0])
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        // The kos-ccm binary sets glibc's allocator up before its runtime starts; this binary's
+        // runtime is running before it knows it is the controller, so the same settings go in
+        // through the environment (glibc reads them at its start, as mallopt would set them).
+        // Set in this environment (`env -u GLIBC_TUNABLES` in the wrapper: glibc's defaults),
+        // they are the run's own.
+        if !kos_ccm::malloc::tuned_by_env(|k| std::env::var_os(k)) {
+            cmd.env("GLIBC_TUNABLES", kos_ccm::malloc::glibc_tunables());
+        }
+        let mut child = cmd
             .args(&argv[1..])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -640,7 +664,8 @@ impl Ccm {
 
 /// `kos bench ccm-controller`: the controller process of `kos bench ccm` (see the module docs).
 /// Reads its [`ControllerSpec`] from stdin, prints `ready` once connected, then runs the Service
-/// controller; a `resync` line on stdin is one resync (printed `done` after); end of stdin stops it.
+/// controller; a `resync` line on stdin is one resync, `verify` one with a deep verify of members
+/// (each printed `done` after); end of stdin stops it.
 pub async fn controller() -> Result<Exit, Failure> {
     run_controller().await.map_err(Failure::cloud_diagnostic)?;
     Ok(Exit::Ok)
@@ -700,7 +725,11 @@ async fn run_controller() -> miette::Result<()> {
         if stdin.read_line(&mut line).await.into_diagnostic()? == 0 {
             break;
         }
-        if line.trim() == "resync" {
+        let command = line.trim();
+        if command == "resync" || command == "verify" {
+            if command == "verify" {
+                lbs.verify_members();
+            }
             // What the periodic resync does: a fresh observation, then a pass per Service.
             let nodes: Vec<Node> = kube::Api::all(client.clone())
                 .list(&Default::default())
@@ -854,6 +883,15 @@ fn render(r: &Report) -> String {
         r.resync_writes
     );
     for (op, n) in &r.resync_calls {
+        let _ = writeln!(out, "    {n:>6}  {op}");
+    }
+    let _ = writeln!(
+        out,
+        "\n  a deep verify of members (--lb-member-verify-period, off by default): {} calls, {} writes",
+        total(&r.deep_verify_calls),
+        r.deep_verify_writes
+    );
+    for (op, n) in &r.deep_verify_calls {
         let _ = writeln!(out, "    {n:>6}  {op}");
     }
     let _ = writeln!(
