@@ -769,7 +769,7 @@ pub(super) async fn list_pools(
     // Under the cloud's lock only the page's pools' member ids are copied (as strings, in one
     // pass over the members); they become `{"id": …}` objects once the lock is released, so a
     // large list does not hold up every other call.
-    let mut ids: HashMap<&str, Vec<String>> = page_ids
+    let mut ids: HashMap<&str, Vec<String>, IdHash> = page_ids
         .iter()
         .map(|id| (id.as_str(), Vec::new()))
         .collect();
