@@ -462,20 +462,29 @@ fn build_graph(cloud: &mut Cloud, lb_id: &str, i: &Input) -> SimResult<()> {
         let new = mine.clone().filter(|c| c.lb_id() == lb_id).count();
         (mine.count() - new, new)
     }
-    for (limit, (used, new), what) in [
+    /// A quota, how to count what it holds (elsewhere, on this load balancer), its name.
+    type Count<'a> = (i64, &'a dyn Fn() -> (usize, usize), &'a str);
+    let counts: [Count<'_>; 4] = [
         (
             q.listeners,
-            split(&st.listeners, lb_id, project),
+            &|| split(&st.listeners, lb_id, project),
             "Listener",
         ),
-        (q.pools, split(&st.pools, lb_id, project), "Pool"),
-        (q.members, split(&st.members, lb_id, project), "Member"),
+        (q.pools, &|| split(&st.pools, lb_id, project), "Pool"),
+        (q.members, &|| split(&st.members, lb_id, project), "Member"),
         (
             q.health_monitors,
-            split(&st.monitors, lb_id, project),
+            &|| split(&st.monitors, lb_id, project),
             "Health Monitor",
         ),
-    ] {
+    ];
+    for (limit, count, what) in counts {
+        // Unlimited (Octavia's default for members): nothing to count, where counting is a scan
+        // of every member of the cloud per create.
+        if limit < 0 {
+            continue;
+        }
+        let (used, new) = count();
         check_quota(limit, used, new, what)?;
     }
     Ok(())
