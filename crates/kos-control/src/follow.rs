@@ -136,26 +136,33 @@ pub fn parse(console: &str) -> (Vec<String>, NodeState) {
             continue;
         };
         let marker = line[i + MARKER.len()..].trim().to_owned();
-        let (step, outcome) = marker.split_once(' ').unwrap_or((marker.as_str(), ""));
-        let (step, outcome) = (step.to_owned(), outcome.to_owned());
         markers.push(marker.clone());
         if matches!(state, NodeState::Done(_)) {
             continue;
         }
-        if let Some(reason) = outcome.strip_prefix("failed:") {
-            state = NodeState::Failed {
-                step,
-                reason: reason.trim().to_owned(),
-            };
+        state = marker_state(&marker);
+        if matches!(state, NodeState::Failed { .. }) {
             break;
         }
-        state = if step == "bootstrap" {
-            NodeState::Done(outcome)
-        } else {
-            NodeState::Running(marker)
-        };
     }
     (markers, state)
+}
+
+/// What one marker (`kernel ok`, `kubeadm-join failed: …`, `bootstrap ok`) says of its node, taken
+/// alone: [`parse`] adds a console's up.
+#[must_use]
+pub fn marker_state(marker: &str) -> NodeState {
+    let (step, outcome) = marker.split_once(' ').unwrap_or((marker, ""));
+    if let Some(reason) = outcome.strip_prefix("failed:") {
+        NodeState::Failed {
+            step: step.to_owned(),
+            reason: reason.trim().to_owned(),
+        }
+    } else if step == "bootstrap" {
+        NodeState::Done(outcome.to_owned())
+    } else {
+        NodeState::Running(marker.to_owned())
+    }
 }
 
 /// Whether `console` shows that its node ran `kubeadm init` or `join` (whatever the outcome: a

@@ -79,6 +79,22 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Ends a run's output: the live table first, then, with `--output json`, the document of
+    /// `summary` and `r`'s failure; `r` is handed on (its exit code, its diagnostic on stderr).
+    pub fn finish(
+        self,
+        summary: kos_control::report::Summary,
+        r: Result<crate::cmd::Exit, crate::cmd::Failure>,
+    ) -> Result<crate::cmd::Exit, crate::cmd::Failure> {
+        let json = self.json;
+        drop(self);
+        if json {
+            crate::cmd::print_summary(summary, r)
+        } else {
+            r
+        }
+    }
+
     /// `json`: stdout is for the JSON document; `verbose`: `-v`'s count.
     pub fn new(json: bool, verbose: u8) -> Progress {
         let live = std::io::stderr().is_terminal()

@@ -67,6 +67,33 @@ pub struct Node {
     pub reason: Option<String>,
 }
 
+impl Node {
+    /// Takes on `state`, as a marker or the console's end said it. A node left `Waiting` by
+    /// `consoles` after it stopped following it stays not followed.
+    fn set(&mut self, state: NodeState) {
+        match state {
+            NodeState::Waiting => {
+                if self.state != NodePhase::NotFollowed {
+                    self.state = NodePhase::Waiting;
+                }
+            }
+            NodeState::Running(last) => {
+                self.state = NodePhase::Running;
+                self.last_marker = Some(last);
+            }
+            NodeState::Done(outcome) => {
+                self.state = NodePhase::Done;
+                self.outcome = Some(outcome);
+            }
+            NodeState::Failed { step, reason } => {
+                self.state = NodePhase::Failed;
+                self.failed_step = Some(step);
+                self.reason = Some(reason);
+            }
+        }
+    }
+}
+
 /// The bootstrap phase: whether it was followed, and each followed node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Bootstrap {
@@ -93,17 +120,7 @@ impl Bootstrap {
                     return false;
                 }
                 n.last_marker = Some(marker.to_owned());
-                let (step, outcome) = marker.split_once(' ').unwrap_or((marker, ""));
-                if let Some(reason) = outcome.strip_prefix("failed:") {
-                    n.state = NodePhase::Failed;
-                    n.failed_step = Some(step.to_owned());
-                    n.reason = Some(reason.trim().to_owned());
-                } else if step == "bootstrap" {
-                    n.state = NodePhase::Done;
-                    n.outcome = Some(outcome.to_owned());
-                } else {
-                    n.state = NodePhase::Running;
-                }
+                n.set(crate::follow::marker_state(marker));
                 true
             }
             Event::Scrolled { node, .. } => {
@@ -113,28 +130,7 @@ impl Bootstrap {
             Event::Bootstrapped { nodes, .. } => {
                 self.followed = true;
                 for (id, state) in nodes {
-                    let n = self.nodes.entry(id.clone()).or_default();
-                    match state {
-                        NodeState::Waiting => {
-                            // What `consoles` leaves of a node it stopped following.
-                            if n.state != NodePhase::NotFollowed {
-                                n.state = NodePhase::Waiting;
-                            }
-                        }
-                        NodeState::Running(last) => {
-                            n.state = NodePhase::Running;
-                            n.last_marker = Some(last.clone());
-                        }
-                        NodeState::Done(outcome) => {
-                            n.state = NodePhase::Done;
-                            n.outcome = Some(outcome.clone());
-                        }
-                        NodeState::Failed { step, reason } => {
-                            n.state = NodePhase::Failed;
-                            n.failed_step = Some(step.clone());
-                            n.reason = Some(reason.clone());
-                        }
-                    }
+                    self.nodes.entry(id.clone()).or_default().set(state.clone());
                 }
                 true
             }

@@ -302,13 +302,7 @@ pub async fn up(args: UpArgs, verbose: u8) -> Result<Exit, Failure> {
         }
         Err(f) => (Summary::new(None), Err(f)),
     };
-    // The live table ends before the document is printed.
-    drop(progress);
-    if json {
-        super::print_summary(summary, r)
-    } else {
-        r
-    }
+    progress.finish(summary, r)
 }
 
 /// `kos up`, with `before` run under the cluster's lock before the first turn (`kos rotate

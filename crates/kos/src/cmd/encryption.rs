@@ -19,13 +19,7 @@ pub async fn rotate(
     let r = run(args, &report).await;
     let summary = report.summary();
     drop(report);
-    // The live table ends before the document is printed.
-    drop(progress);
-    if json {
-        super::print_summary(summary, r)
-    } else {
-        r
-    }
+    progress.finish(summary, r)
 }
 
 async fn run(

@@ -59,12 +59,7 @@ pub async fn credential(args: RotateCredentialArgs, verbose: u8) -> Result<Exit,
     .await;
     let summary = report.summary();
     drop(report);
-    drop(progress);
-    if json {
-        super::print_summary(summary, r)
-    } else {
-        r
-    }
+    progress.finish(summary, r)
 }
 
 /// A rotation's failure as the user reads it: bad input (3) when nothing was changed, else 1.

@@ -212,14 +212,21 @@ fn sweep_sockets(temp: &Path) {
     };
     for e in entries.flatten() {
         let name = e.file_name();
+        // Exactly `kos-csi-<digits>-<tempfile's alphanumeric suffix>`.
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix("kos-csi-"))
             .and_then(|rest| rest.split_once('-'))
+            .filter(|(pid, suffix)| {
+                pid.bytes().all(|b| b.is_ascii_digit())
+                    && !suffix.is_empty()
+                    && suffix.bytes().all(|b| b.is_ascii_alphanumeric())
+            })
             .and_then(|(pid, _)| pid.parse::<u32>().ok())
         else {
             continue;
         };
+        // `file_type` does not follow a symlink: a link named so is left, and so is what it names.
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
         if is_dir
             && !Path::new("/proc").join(pid.to_string()).exists()
@@ -686,6 +693,8 @@ mod sweep_tests {
         let unlike = [
             t.join("kos-csi-x1Yz"),
             t.join("kos-csi-12"),
+            t.join("kos-csi-+4000000000-abc"),
+            t.join("kos-csi-4000000000-a.b"),
             t.join("other"),
         ];
         for d in [&dead, &live].into_iter().chain(&unlike) {
@@ -695,7 +704,15 @@ mod sweep_tests {
         // A file named like a dead runtime's directory is not one.
         let file = t.join(format!("{}file", socket_dir_prefix(4_000_000_001)));
         std::fs::write(&file, b"").expect("write");
+        // A link named like a dead runtime's directory is left, and what it points at too.
+        let target = t.join("elsewhere");
+        std::fs::create_dir(&target).expect("mkdir");
+        std::fs::write(target.join("keep"), b"").expect("write");
+        let link = t.join(format!("{}lnk", socket_dir_prefix(4_000_000_003)));
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
         sweep_sockets(t);
+        assert!(target.join("keep").exists());
+        assert!(link.exists());
         assert!(!dead.exists());
         assert!(live.join("1-a.sock").exists());
         assert!(unlike.iter().all(|d| d.join("1-a.sock").exists()));
