@@ -31,6 +31,7 @@ pub mod observe;
 pub mod plan;
 pub mod preflight;
 pub mod resolved;
+pub mod schema;
 pub mod spec;
 pub mod status;
 pub mod teardown;

@@ -1,0 +1,7 @@
+//! kos-operator: kos as a Kubernetes controller. A `clusters.kos.dev` resource holds the cluster
+//! document `kos up -f` reads; the operator runs the same turn as `kos up` for each, continuously,
+//! and reports in its status.
+
+#![forbid(unsafe_code)]
+
+pub mod resource;
