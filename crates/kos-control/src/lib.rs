@@ -2,9 +2,9 @@
 //! files: the run itself ([`up`]: kos-lifecycle's `run::Cluster`, each turn prepared, converged
 //! and stepped), the one client of a cluster's Kubernetes API ([`kube`], built in [`connect`]),
 //! drains ([`drain`]), bootstrap following ([`follow`]), the join token ([`tokens`]), stale etcd
-//! members ([`members`]), kubeadm-config moves, addon images and unhealthy nodes ([`roll`]),
-//! encryption keys ([`encryption`]), the CCM credential's rotation ([`rotate`]). kos-lifecycle
-//! decides; this crate carries its decisions out through kos-lifecycle's traits. Secrets come from
+//! members ([`members`]), the nodes' user_data ([`kubeadm`]), kubeadm-config moves, addon images
+//! and unhealthy nodes ([`roll`]), encryption keys ([`encryption`]), the CCM credential's rotation
+//! ([`rotate`]). kos-lifecycle decides; this crate carries its decisions out through kos-lifecycle's traits. Secrets come from
 //! a [`store::SecretStore`], progress goes out as [`report::Event`]s: front ends (the `kos` CLI,
 //! later an operator) render them and keep arguments, output and exit codes.
 
@@ -21,6 +21,8 @@ pub mod follow;
 pub mod formation;
 /// The one client of a cluster's Kubernetes API, on kube-rs.
 pub mod kube;
+/// kubeadm's user_data for a run's turns, rendered with kos-bootstrap.
+pub mod kubeadm;
 /// Stale etcd members removed before control planes join, through a port-forward.
 pub mod members;
 /// What a run reports as it goes, for a front end to render.

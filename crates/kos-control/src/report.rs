@@ -158,6 +158,9 @@ pub enum Event<'a> {
     },
     /// A stale etcd member was removed (etcd's names: the cluster's text).
     Member { line: &'a str },
+    /// The CCM application credential Keystone just made is stored at `location` (readable by
+    /// whoever runs kos for the cluster only).
+    CcmCredentialStored { location: &'a str },
     /// The CCM credential's secret is kept nowhere (`location`: where it should be): servers use
     /// it (`in_use`: it stays, a first control plane made again cannot get its cloud.conf), or none
     /// does yet (it is made again).

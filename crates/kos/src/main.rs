@@ -1,6 +1,5 @@
 //! `kos`: Kubernetes on OpenStack.
 
-mod bootstrap;
 mod cli;
 mod cloud;
 mod cmd;

@@ -353,6 +353,9 @@ pub fn render(event: kos_control::report::Event<'_>) -> Vec<(Stream, String)> {
             }
         }
         E::Member { line } => e!("kos: {}", crate::term::escape(line)),
+        E::CcmCredentialStored { location } => {
+            e!("kos: the CCM's application credential is stored in {location} (0600)");
+        }
         E::CcmSecretLost {
             cluster,
             location,

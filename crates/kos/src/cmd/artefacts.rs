@@ -47,12 +47,12 @@ pub fn of_spec(spec: &kos_cluster::ClusterSpec) -> miette::Result<Vec<Artefact>>
             image: image.clone(),
         },
     };
-    let csi = crate::bootstrap::csi_input(&spec.addons.csi);
+    let csi = kos_control::kubeadm::csi_input(&spec.addons.csi);
     let pin = spec.addons.cni_manifest.as_ref().map(|m| ManifestPin {
         url: m.url.clone(),
         sha256: m.sha256.clone(),
     });
-    let airgap = crate::bootstrap::airgap_input(spec, None);
+    let airgap = kos_control::kubeadm::airgap_input(spec, None);
     kos_bootstrap::artefacts_for(version, cni, pin.as_ref(), &ccm, &csi, &airgap)
         .map_err(|e| miette::miette!("{e}"))
 }

@@ -10,21 +10,21 @@ use kos_cluster::teardown::{TeardownError, TeardownOptions};
 use kos_lifecycle::api::chain;
 use kos_lifecycle::decide::DecideError;
 use kos_lifecycle::run::RunError;
-use miette::IntoDiagnostic;
+use miette::{IntoDiagnostic, WrapErr};
 
 use super::{Exit, Failure};
-use crate::bootstrap::KubeadmBootstrap;
 use crate::cli::{DownArgs, GcArgs, Output, PlanArgs, StatusArgs, UpArgs, Wait};
 use crate::cloud::{self, Connected};
 use crate::local::Local;
 use crate::progress::{Lines, Progress};
 use kos_control::encryption::TurnKeysError;
 use kos_control::follow;
+use kos_control::kubeadm::{Kubeadm, KubeadmError};
 use kos_control::report::{Summarised, Summary};
 use kos_control::store::KeysError;
 use kos_control::store::{Records as _, SecretsError};
 use kos_control::up::steps::StepError;
-use kos_control::up::{ConvergeError, Env, Spec, Turn, Up, UpError};
+use kos_control::up::{ConvergeError, Env, Spec, Up, UpError};
 
 /// A spec read and validated, before any cloud is contacted: an unreachable cloud never hides a spec
 /// error, and an invalid spec costs no request.
@@ -334,9 +334,15 @@ pub(super) async fn up_runs(
         let mut spec = Some(spec);
         let mut r = Ok(Exit::Ok);
         let options = up_options(&args);
+        let ca_cert = match ca_cert(&c.session) {
+            Ok(ca) => ca,
+            Err(e) => return (c, Err(Failure::input(e))),
+        };
         let kubeadm = Kubeadm {
             session: &c.session,
-            local: &local,
+            store: &local,
+            ca_cert,
+            report,
         };
         let front = CliFront {
             file: &args.spec.file,
@@ -478,7 +484,7 @@ fn up_failure(e: UpError, local: &Local) -> Failure {
         UpError::Run(e) => Failure::from(e),
         UpError::Step(e) => match *e {
             StepError::Store(s) => Failure::store(&s),
-            StepError::Bootstrap(cause) => Failure::input(super::Diagnosed::report(cause)),
+            StepError::Bootstrap(cause) => Failure::input(bootstrap_report(cause)),
             e => Failure::explained(&e.to_string(), e.help(), false),
         },
         UpError::Converge(e) => converge_failure(*e, local),
@@ -501,31 +507,31 @@ fn up_options(args: &UpArgs) -> kos_control::up::Options {
     }
 }
 
-/// kubeadm's user_data through kos-bootstrap, its CCM credential and delivery kept in `local`.
-pub(super) struct Kubeadm<'a> {
-    pub(super) session: &'a kos_cloud::Session,
-    pub(super) local: &'a Local,
+/// The PEM of clouds.yaml's `cacert`, which the nodes' cloud.conf names too (`ca-file`).
+fn ca_cert(session: &kos_cloud::Session) -> miette::Result<Option<String>> {
+    session
+        .cacert()
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .into_diagnostic()
+                .wrap_err_with(|| {
+                    format!(
+                        "cannot read the cloud's CA bundle {} (clouds.yaml `cacert`), which the cloud controller needs too",
+                        path.display()
+                    )
+                })
+        })
+        .transpose()
 }
 
-impl kos_control::up::Bootstraps for Kubeadm<'_> {
-    fn bootstrap<'a>(
-        &'a self,
-        turn: &'a Turn,
-        secrets: kos_bootstrap::ClusterSecrets,
-    ) -> Result<Box<dyn kos_cluster::bootstrap::Bootstrap + 'a>, kos_control::store::Cause> {
-        match KubeadmBootstrap::new(
-            &turn.spec,
-            &turn.resolved,
-            self.session,
-            secrets,
-            self.local,
-            turn.keys
-                .as_ref()
-                .map(kos_lifecycle::encryption::KeyState::desired),
-        ) {
-            Ok(b) => Ok(Box::new(b)),
-            Err(e) => Err(Box::new(super::Diagnosed(e))),
-        }
+/// Why a turn's user_data cannot be rendered, as the user reads it.
+fn bootstrap_report(cause: kos_control::store::Cause) -> miette::Report {
+    match cause.downcast::<KubeadmError>() {
+        Ok(e) => match *e {
+            KubeadmError::Version(e) => miette::miette!("{e}"),
+            KubeadmError::Store(e) => miette::miette!("{}", chain(&e)),
+        },
+        Err(other) => super::Diagnosed::report(other),
     }
 }
 
@@ -534,7 +540,7 @@ fn converge_failure(e: ConvergeError, local: &Local) -> Failure {
     match e {
         ConvergeError::Secrets(e) => secrets_failure(e, local),
         ConvergeError::Store(e) => Failure::store(&e),
-        ConvergeError::Bootstrap(cause) => Failure::input(super::Diagnosed::report(cause)),
+        ConvergeError::Bootstrap(cause) => Failure::input(bootstrap_report(cause)),
         e => {
             let text = match &e {
                 ConvergeError::Follow(f) if matches!(**f, follow::BootstrapError::Client(_)) => {

@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use super::{Exit, Failure};
-use crate::bootstrap::API_PORT;
 use crate::cli::KubeconfigArgs;
 use crate::files::write_private;
 use crate::local::Local;
+use kos_control::connect::API_PORT;
 use kos_control::store::Records as _;
 
 /// What `--cloud` means when neither it nor OS_CLOUD is given: the `OS_*` variables' session name.

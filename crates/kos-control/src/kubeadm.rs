@@ -1,6 +1,6 @@
-//! The kubeadm bootstrap behind `kos up`: the [`Bootstrap`] that renders every node's cloud-init
-//! user_data with kos-bootstrap, from the secrets of a [`SecretStore`] (on this machine,
-//! [`crate::local::Local`]).
+//! The kubeadm bootstrap behind a run (`kos up`'s, an operator's): [`Kubeadm`], the
+//! [`Bootstraps`] that makes each turn's [`KubeadmBootstrap`], which renders every node's
+//! cloud-init user_data with kos-bootstrap from the secrets of a [`SecretStore`].
 
 use ipnet::IpNet;
 use kos_bootstrap::{
@@ -11,17 +11,61 @@ use kos_cluster::apply::CcmCredential;
 use kos_cluster::bootstrap::{Bootstrap, BootstrapError, NodeContext, NodeRole};
 use kos_cluster::resolved::Resolved;
 use kos_cluster::{ClusterSpec, spec};
-use kos_control::store::{Records, SecretStore};
 use kos_lifecycle::rotate::Credential;
-use miette::{IntoDiagnostic, WrapErr};
 use secrecy::SecretString;
 
-/// Port of the Kubernetes API on the endpoint.
-pub use kos_control::connect::API_PORT;
+use crate::connect::API_PORT;
+use crate::report::{Event, Report};
+use crate::roll::cert_sans;
+use crate::store::{Cause, Record, Records as _, SecretStore, StoreError};
+use crate::up::{Bootstraps, Turn};
+
 /// Keystone's default region, for clouds whose profile names none.
 const DEFAULT_REGION: &str = "RegionOne";
 /// The pool name control planes carry in their `kos/pool` label.
 const CONTROL_PLANE_POOL: &str = "control-plane";
+
+/// Why a turn's [`KubeadmBootstrap`] cannot be made (nothing was changed). Never holds a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeadmError {
+    /// The spec's Kubernetes version is not one kos-bootstrap renders.
+    #[error(transparent)]
+    Version(kos_bootstrap::Error),
+    /// The stored CCM credential cannot be read (the error names the record and where it is
+    /// kept, never its content).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// kubeadm's user_data through kos-bootstrap for a run's turns, the CCM credential and the
+/// secrets' delivery kept in `store`, what it does told to `report`.
+pub struct Kubeadm<'a> {
+    pub session: &'a kos_cloud::Session,
+    pub store: &'a dyn SecretStore,
+    /// The PEM of the CA bundle that signed the cloud's endpoints (clouds.yaml's `cacert`), for
+    /// cloud.conf's `ca-file`: the front end reads it (a file, a Secret), this crate reads no file.
+    pub ca_cert: Option<String>,
+    pub report: &'a dyn Report,
+}
+
+impl Bootstraps for Kubeadm<'_> {
+    fn bootstrap<'a>(
+        &'a self,
+        turn: &'a Turn,
+        secrets: ClusterSecrets,
+    ) -> Result<Box<dyn Bootstrap + 'a>, Cause> {
+        let b = KubeadmBootstrap::new(
+            self,
+            &turn.spec,
+            &turn.resolved,
+            secrets,
+            turn.keys
+                .as_ref()
+                .map(kos_lifecycle::encryption::KeyState::desired),
+        )?;
+        Ok(Box::new(b))
+    }
+}
 
 /// Renders user_data with kos-bootstrap: cp-0 runs `kubeadm init`, other control planes and workers
 /// join; all get the same CA and token, so they boot in parallel.
@@ -50,6 +94,8 @@ pub struct KubeadmBootstrap<'a> {
     /// Where the secrets are kept: the CCM credential goes there, and the fact that the secrets
     /// were delivered.
     store: &'a dyn SecretStore,
+    /// Told where the CCM credential was stored.
+    report: &'a dyn Report,
     /// The providers every control plane made now runs with (`None`: no encryption at rest).
     encryption: Option<kos_bootstrap::Encryption>,
     /// Mirrors and proxy (spec.mirrors, spec.proxy).
@@ -59,32 +105,20 @@ pub struct KubeadmBootstrap<'a> {
 }
 
 impl<'a> KubeadmBootstrap<'a> {
+    /// One turn's renderer: the spec's cluster, what preflight resolved, the cluster's secrets
+    /// and the providers every control plane made now runs with (`None`: no encryption at rest).
+    ///
+    /// # Errors
+    /// [`KubeadmError`]: the spec's version, the stored CCM credential.
     pub fn new(
+        kubeadm: &Kubeadm<'a>,
         spec: &ClusterSpec,
         resolved: &Resolved,
-        session: &kos_cloud::Session,
         secrets: ClusterSecrets,
-        store: &'a dyn SecretStore,
         encryption: Option<kos_bootstrap::Encryption>,
-    ) -> miette::Result<Self> {
-        let version: KubeVersion = spec
-            .kubernetes_version
-            .to_string()
-            .parse()
-            .map_err(|e| miette::miette!("{e}"))?;
-        let ca_cert = session
-            .cacert()
-            .map(|path| {
-                std::fs::read_to_string(path)
-                    .into_diagnostic()
-                    .wrap_err_with(|| {
-                        format!(
-                            "cannot read the cloud's CA bundle {} (clouds.yaml `cacert`), which the cloud controller needs too",
-                            path.display()
-                        )
-                    })
-            })
-            .transpose()?;
+    ) -> Result<Self, KubeadmError> {
+        let version = kube_version(&spec.kubernetes_version.to_string())?;
+        let (session, store) = (kubeadm.session, kubeadm.store);
         Ok(Self {
             name: spec.name.value.as_str().to_owned(),
             version,
@@ -118,12 +152,11 @@ impl<'a> KubeadmBootstrap<'a> {
             floating_network_id: resolved.external_network.id.clone(),
             service_lb_provider: resolved.service_lb_provider.clone(),
             csi_volume_zone: resolved.csi_volume_zone.clone(),
-            ca_cert,
+            ca_cert: kubeadm.ca_cert.clone(),
             secrets,
-            stored_ccm: store
-                .ccm_credential()
-                .map_err(|e| miette::miette!("{}", kos_lifecycle::api::chain(&e)))?,
+            stored_ccm: stored_ccm(store)?,
             store,
+            report: kubeadm.report,
             encryption,
             airgap: airgap_input(spec, Some(node_cidr(resolved))),
             delivered: std::sync::Mutex::new(false),
@@ -149,9 +182,7 @@ impl<'a> KubeadmBootstrap<'a> {
                 Ok(("unused".into(), SecretString::from("unused")))
             }
             _ => Err(NoCredential {
-                location: self
-                    .store
-                    .location(kos_control::store::Record::CcmCredential),
+                location: self.store.location(Record::CcmCredential),
             }),
         }
     }
@@ -191,6 +222,16 @@ impl<'a> KubeadmBootstrap<'a> {
             airgap: self.airgap.clone(),
         })
     }
+}
+
+/// The spec's version as kos-bootstrap takes it.
+fn kube_version(v: &str) -> Result<KubeVersion, KubeadmError> {
+    v.parse().map_err(KubeadmError::Version)
+}
+
+/// The CCM credential an earlier run stored, if any.
+fn stored_ccm(store: &dyn SecretStore) -> Result<Option<Credential>, KubeadmError> {
+    Ok(store.ccm_credential()?)
 }
 
 /// The node subnet, made or existing.
@@ -302,11 +343,9 @@ impl Bootstrap for KubeadmBootstrap<'_> {
                 secret: secret.clone(),
             })
             .map_err(|e| fail(Box::new(e)))?;
-        eprintln!(
-            "kos: the CCM's application credential is stored in {} (0600)",
-            self.store
-                .location(kos_control::store::Record::CcmCredential)
-        );
+        self.report.event(Event::CcmCredentialStored {
+            location: &self.store.location(Record::CcmCredential),
+        });
         Ok(())
     }
 
@@ -347,12 +386,16 @@ impl Bootstrap for KubeadmBootstrap<'_> {
     }
 }
 
-pub use kos_control::roll::cert_sans;
-
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use kos_bootstrap::Sensitive;
+
     use super::*;
+    use crate::report::Recorded;
+    use crate::store::Memory;
 
     #[test]
     fn taints_parse_both_forms() {
@@ -363,5 +406,150 @@ mod tests {
         );
         assert_eq!(taint("gpu:NoExecute").unwrap().value, None);
         assert!(taint("gpu").is_err() && taint("gpu:Sometimes").is_err());
+    }
+
+    #[test]
+    fn a_version_kos_bootstrap_refuses_is_the_version_error() {
+        let e = kube_version("1.36").unwrap_err();
+        assert!(matches!(e, KubeadmError::Version(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("invalid kubernetes version: \"1.36\" is not MAJOR.MINOR.PATCH"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_stored_credential_is_the_store_error_without_its_secret() {
+        let store = Memory::default();
+        store
+            .write(
+                Record::CcmCredential,
+                &Sensitive::new("{\"id\": \"c1\", \"secret\": hunter2"),
+            )
+            .unwrap();
+        let e = stored_ccm(&store).unwrap_err();
+        assert!(matches!(e, KubeadmError::Store(_)), "{e:?}");
+        let text = kos_lifecycle::api::chain(&e);
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(
+            text.contains(&store.location(Record::CcmCredential)),
+            "{text}"
+        );
+    }
+
+    /// A renderer as `new` makes it, without a cloud session.
+    fn renderer<'a>(store: &'a Memory, report: &'a Recorded) -> KubeadmBootstrap<'a> {
+        let secrets = ClusterSecrets::generate(
+            &mut rand::rng(),
+            time::OffsetDateTime::now_utc(),
+            kos_bootstrap::DEFAULT_TOKEN_TTL,
+        )
+        .unwrap();
+        KubeadmBootstrap {
+            name: "demo".into(),
+            version: kube_version(
+                &spec::KubernetesVersion::default_release()
+                    .unwrap()
+                    .to_string(),
+            )
+            .unwrap(),
+            pod_cidr: "10.244.0.0/16".parse().unwrap(),
+            service_cidr: "10.96.0.0/12".parse().unwrap(),
+            cni: Cni::Calico,
+            ccm: Ccm::Upstream,
+            csi: Csi::Cinder,
+            cni_manifest: None,
+            dns_name: None,
+            expected_nodes: 2,
+            auth_url: "https://keystone.example:5000/v3".into(),
+            region: DEFAULT_REGION.into(),
+            floating_network_id: "ext".into(),
+            service_lb_provider: None,
+            ca_cert: None,
+            csi_volume_zone: None,
+            secrets,
+            stored_ccm: None,
+            store,
+            report,
+            encryption: None,
+            airgap: kos_bootstrap::Airgap::default(),
+            delivered: std::sync::Mutex::new(false),
+        }
+    }
+
+    fn node(logical_id: &str, role: NodeRole) -> NodeContext {
+        NodeContext {
+            cluster: "demo".into(),
+            logical_id: logical_id.into(),
+            role,
+            api_address: "192.0.2.10".into(),
+            labels: BTreeMap::new(),
+            taints: vec![],
+            subnet_id: Some("subnet".into()),
+            ccm_credential_id: None,
+            ccm_credential_secret: None,
+        }
+    }
+
+    #[test]
+    fn the_ccm_credential_is_stored_and_reported_then_the_first_control_plane_renders() {
+        let (store, report) = (Memory::default(), Recorded::default());
+        let b = renderer(&store, &report);
+        let cp0 = node("cp-0", NodeRole::InitControlPlane);
+        assert_eq!(store.delivered().unwrap(), Some(false));
+        // No credential anywhere: the first control plane's cloud.conf cannot be written.
+        let e = kos_lifecycle::api::chain(&b.user_data(&cp0).unwrap_err());
+        assert!(e.contains("kos up --recreate-ccm-credential"), "{e}");
+        // Marked before the secrets would have left.
+        assert_eq!(store.delivered().unwrap(), Some(true));
+        b.keep_ccm_credential(&CcmCredential {
+            id: "c1".into(),
+            name: "kos-demo-ccm".into(),
+            secret: Some(SecretString::from("hunter2")),
+        })
+        .unwrap();
+        assert_eq!(store.ccm_credential().unwrap().unwrap().id, "c1");
+        let location = store.location(Record::CcmCredential);
+        assert_eq!(
+            report.events(),
+            vec![format!(
+                "{:?}",
+                Event::CcmCredentialStored {
+                    location: &location
+                }
+            )]
+        );
+        // The stored copy serves the node whose context carries only the id.
+        let b = KubeadmBootstrap {
+            stored_ccm: store.ccm_credential().unwrap(),
+            ..renderer(&store, &report)
+        };
+        let cp0 = NodeContext {
+            ccm_credential_id: Some("c1".into()),
+            ..cp0
+        };
+        assert!(!b.user_data(&cp0).unwrap().is_empty());
+        let worker = node(
+            "pool-workers-0",
+            NodeRole::Worker {
+                pool: "workers".into(),
+            },
+        );
+        assert!(!b.user_data(&worker).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_credential_keystone_returned_without_its_secret_is_refused() {
+        let (store, report) = (Memory::default(), Recorded::default());
+        let e = renderer(&store, &report)
+            .keep_ccm_credential(&CcmCredential {
+                id: "c1".into(),
+                name: "kos-demo-ccm".into(),
+                secret: None,
+            })
+            .unwrap_err();
+        assert!(kos_lifecycle::api::chain(&e).contains("Keystone returned no secret"));
+        assert!(store.ccm_credential().unwrap().is_none() && report.events().is_empty());
     }
 }
