@@ -215,6 +215,16 @@ fn the_ccm_credential_survives_a_kill_and_a_lost_one_is_replaced_while_nothing_u
     let o = up();
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert!(text(&o).contains("replacing it"), "{}", text(&o));
+    // The new one is stored at once, and the run says where (on stderr).
+    let stored = format!(
+        "kos: the CCM's application credential is stored in {} (0600)",
+        ccm_file(d).display()
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(&stored),
+        "{}",
+        text(&o)
+    );
     assert!(ccm_file(d).exists());
     assert_converged(d, &served.clouds, spec);
 }
