@@ -334,6 +334,7 @@ pub(super) async fn up_runs(
         let mut spec = Some(spec);
         let mut r = Ok(Exit::Ok);
         let options = up_options(&args);
+        // Read here, once, before the first turn: kos-control reads no local file.
         let ca_cert = match ca_cert(&c.session) {
             Ok(ca) => ca,
             Err(e) => return (c, Err(Failure::input(e))),
