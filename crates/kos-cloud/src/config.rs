@@ -378,6 +378,25 @@ impl CloudProfile {
         build(name, &lookup)
     }
 
+    /// The cloud `name` from a clouds.yaml given as text (an operator's: a Secret's `clouds.yaml`
+    /// key); `shown` names it in messages. No secure.yaml is merged, and a `cacert` path in it is
+    /// read from this machine as it names it.
+    pub fn from_clouds_text(shown: &str, text: &str, name: &str) -> Result<Self, CloudError> {
+        let clouds = CloudsDoc::parse(Path::new(shown), text)?;
+        if clouds.cloud(name).is_none() {
+            return Err(CloudError::Config(format!(
+                "cloud '{name}' not found in {shown}; clouds defined there: {}",
+                clouds.cloud_names().join(", ")
+            )));
+        }
+        let lookup = YamlLookup {
+            name,
+            clouds: &clouds,
+            secure: None,
+        };
+        build(name, &lookup)
+    }
+
     /// Bare `OS_*` variables, as an openrc file sets them.
     pub fn from_env(env: &Env) -> Result<Self, CloudError> {
         build("envvars", &EnvLookup(env))
@@ -649,9 +668,14 @@ impl CloudsDoc {
     fn read(path: &Path) -> Result<CloudsDoc, CloudError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| CloudError::Config(format!("cannot read {}: {e}", path.display())))?;
+        Self::parse(path, &text)
+    }
+
+    /// `path` only names the document in messages.
+    fn parse(path: &Path, text: &str) -> Result<CloudsDoc, CloudError> {
         // The parser's message may quote the offending line, which may hold a password: report
         // only where the problem is.
-        let doc: Value = serde_saphyr::from_str(&text).map_err(|e| {
+        let doc: Value = serde_saphyr::from_str(text).map_err(|e| {
             let msg = e.to_string();
             let place = msg
                 .lines()
@@ -841,6 +865,36 @@ mod tests {
     auth_type: v3applicationcredential
     verify: false
 ";
+
+    #[test]
+    fn clouds_yaml_given_as_text() {
+        let p = CloudProfile::from_clouds_text("Secret ns/cloud", CLOUDS, "lab").expect("profile");
+        assert_eq!(p.auth_url, "http://lab:5000/v3");
+        assert!(!p.verify);
+        let ProfileAuth::ApplicationCredential { secret, .. } = &p.auth else {
+            panic!("{:?}", p.auth);
+        };
+        assert_eq!(secret.expose_secret(), "labsecret");
+        let e = CloudProfile::from_clouds_text("Secret ns/cloud", CLOUDS, "nope")
+            .expect_err("no such cloud")
+            .to_string();
+        assert!(
+            e.contains("Secret ns/cloud") && e.contains("lab, prod"),
+            "{e}"
+        );
+        // A broken document's message says where, never the line (it may hold a password).
+        let e = CloudProfile::from_clouds_text(
+            "Secret ns/cloud",
+            "clouds:\n  lab:\n    auth: {password: hunter2-secret\n",
+            "lab",
+        )
+        .expect_err("invalid yaml")
+        .to_string();
+        assert!(
+            e.contains("not valid YAML") && !e.contains("hunter2"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn clouds_yaml_with_secure_yaml() {
