@@ -18,7 +18,7 @@ pub async fn drain_node(
     kube: &Kube,
     node: &str,
     opts: Options,
-    say: &mut dyn FnMut(&str),
+    say: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Drained, DrainError> {
     drain::drain(&Api(kube), node, opts, say).await
 }

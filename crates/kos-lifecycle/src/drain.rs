@@ -332,7 +332,7 @@ pub async fn drain(
     api: &impl NodeApi,
     node: &str,
     opts: Options,
-    say: &mut dyn FnMut(&str),
+    say: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Drained, DrainError> {
     let started = tokio::time::Instant::now();
     let retried = |call: Call| Patience {

@@ -242,7 +242,7 @@ pub async fn rotate(
     api: &impl ClusterApi,
     store: &impl CredentialStore,
     opts: Options,
-    say: &mut dyn FnMut(&str),
+    say: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Rotated, RotateError> {
     let names = credential_names(cluster);
     let conf = api.cloud_conf().await.map_err(RotateError::ReadSecret)?;
