@@ -4,4 +4,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod events;
+pub mod identity;
+pub mod reconcile;
 pub mod resource;
+pub mod status;
+pub mod store;

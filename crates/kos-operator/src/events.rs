@@ -1,0 +1,151 @@
+//! A run's steps as Kubernetes Events on its Cluster: the kos-control [`Report`] the operator
+//! gives a run. Each event kos-control reports that a person would want in `kubectl describe`
+//! becomes an Event (reason, note); the run's outcome is folded into a [`Summary`] as the CLI's
+//! `--output json` folds it.
+
+use kos_control::report::{Event, Report};
+use kube::runtime::events::EventType;
+
+/// One Event to publish: its type, reason (CamelCase) and note.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+impl Note {
+    #[must_use]
+    pub fn event_type(&self) -> EventType {
+        if self.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        }
+    }
+}
+
+/// The Event a step of a run makes, if any (never a secret: kos-control's events carry none).
+#[must_use]
+pub fn note(event: &Event<'_>) -> Option<Note> {
+    let n = |reason: &'static str, note: String| {
+        Some(Note {
+            warning: false,
+            reason,
+            note,
+        })
+    };
+    let w = |reason: &'static str, note: String| {
+        Some(Note {
+            warning: true,
+            reason,
+            note,
+        })
+    };
+    match *event {
+        Event::Changes { changes, .. } => {
+            n("Applying", format!("{changes} change(s) to the cloud"))
+        }
+        Event::Applied { changes, .. } => n("Applied", format!("{changes} change(s) made")),
+        Event::ApplyStopped { changes } => w(
+            "ApplyStopped",
+            format!("the apply stopped after {changes} change(s)"),
+        ),
+        Event::Formation { reason, .. } => n("Formation", reason.to_owned()),
+        Event::FollowingConsoles { nodes, .. } => n(
+            "Bootstrapping",
+            format!("following {nodes} node(s)' bootstrap"),
+        ),
+        Event::FailedEarlier { why } => w("FailedEarlier", why.to_owned()),
+        Event::ApiReady { nodes } => n(
+            "ApiReady",
+            format!("the API is ready, {nodes} node(s) Ready"),
+        ),
+        Event::Leaving {
+            node, scale_down, ..
+        } => n(
+            if scale_down {
+                "ScalingDown"
+            } else {
+                "Replacing"
+            },
+            format!("{node} leaves the cluster"),
+        ),
+        Event::Drained { node, evicted } => n(
+            "Drained",
+            format!("{node} drained, {evicted} pod(s) evicted"),
+        ),
+        Event::NotDrained { nodes, why } => w("NotDrained", format!("{nodes}: {why}")),
+        Event::NodeKept { node, why } => n("NodeKept", format!("{node}: {why}")),
+        Event::RepairHeld { group, why, .. } => w("RepairHeld", format!("{group}: {why}")),
+        Event::Member { line } => n("EtcdMember", line.to_owned()),
+        Event::ConfigMoved { version, .. } => n(
+            "KubeadmConfig",
+            match version {
+                Some(v) => format!("kubeadm-config moved to {v}"),
+                None => "kubeadm-config moved".to_owned(),
+            },
+        ),
+        Event::AddonMoved { addon, minor, .. } => n(
+            "AddonMoved",
+            format!("{addon} moved to Kubernetes 1.{minor}"),
+        ),
+        Event::AddonsNotMoved { why } => w("AddonsNotMoved", why.to_owned()),
+        Event::KeysStep { shown, .. } => n("EncryptionKeys", shown.to_owned()),
+        Event::SecretsRewritten { secrets, .. } => n(
+            "SecretsRewritten",
+            format!("{secrets} Secret(s) written again under the new key"),
+        ),
+        Event::Rotation { line } => n("CredentialRotation", line.to_owned()),
+        Event::RotationDue { why, .. } => n("CredentialRotationDue", why.to_owned()),
+        Event::CcmSecretLost { location, .. } => w(
+            "CcmCredentialLost",
+            format!("the CCM credential's secret is not in {location}"),
+        ),
+        Event::TokenScriptFailed { why, .. } => w("JoinTokenNotPushed", why.to_owned()),
+        _ => None,
+    }
+}
+
+/// Forwards each step's [`Note`] to a channel the reconciler publishes from, and every event to
+/// `inner` (the run's summary).
+pub struct Forward<'a> {
+    pub inner: &'a dyn Report,
+    pub notes: tokio::sync::mpsc::UnboundedSender<Note>,
+}
+
+impl Report for Forward<'_> {
+    fn event(&self, event: Event<'_>) {
+        if let Some(n) = note(&event) {
+            // The publisher is gone only when the reconcile ended: nothing left to tell.
+            let _ = self.notes.send(n);
+        }
+        self.inner.event(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_become_events_and_warnings() {
+        let applied = note(&Event::Applied {
+            cluster: "c",
+            changes: 3,
+            api_address: None,
+        })
+        .expect("an event");
+        assert_eq!(applied.reason, "Applied");
+        assert_eq!(applied.event_type(), EventType::Normal);
+        let held = note(&Event::RepairHeld {
+            cluster: "c",
+            group: "workers",
+            why: "3 of 5 unhealthy",
+        })
+        .expect("an event");
+        assert_eq!(held.event_type(), EventType::Warning);
+        assert!(held.note.contains("workers"));
+        assert!(note(&Event::TokenPushed).is_none());
+    }
+}

@@ -1,0 +1,554 @@
+//! One reconcile of a Cluster: the same turn as `kos up` (kos-control's [`Up`]) with the spec
+//! from the resource, the credential from its identity Secret, the secrets in a Secret it owns;
+//! or, when the Cluster is being deleted, the same teardown as `kos down`.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kos_control::connect::{Cloud, Reach};
+use kos_control::report::{Summarised, Summary};
+use kos_control::store::{Cause, Records as _};
+use kos_control::up::{Env, Front, Spec, Up, UpError};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as Finalizing, finalizer};
+use kube::{Resource as _, ResourceExt as _};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use crate::events::{Forward, Note};
+use crate::identity::{self, IdentityError};
+use crate::resource::{Cluster, ClusterStatus, FINALIZER};
+use crate::status::{self, Verdict};
+use crate::store::{CLUSTER_LABEL, SecretRecords};
+
+/// How the operator runs its reconciles.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A converged Cluster is looked at again after this long (the cloud may have drifted).
+    pub resync: Duration,
+    /// A failed reconcile is tried again after this long.
+    pub retry: Duration,
+    /// Runs at once against one cloud project (its rate limit is shared).
+    pub per_project: usize,
+    /// Cloud calls at once within one run (`kos up --parallelism`).
+    pub parallelism: usize,
+    /// How long a node's drain may take (`kos up --drain-timeout`).
+    pub drain_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            resync: Duration::from_secs(600),
+            retry: Duration::from_secs(60),
+            per_project: 4,
+            parallelism: 10,
+            drain_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: kube::Client,
+    /// How this process reaches a cluster's API address.
+    pub reach: Arc<dyn Reach>,
+    pub reporter: Reporter,
+    pub settings: Settings,
+    /// One semaphore per cloud project.
+    projects: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Context {
+    #[must_use]
+    pub fn new(
+        client: kube::Client,
+        reach: Arc<dyn Reach>,
+        reporter: Reporter,
+        settings: Settings,
+    ) -> Context {
+        Context {
+            client,
+            reach,
+            reporter,
+            settings,
+            projects: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn project(&self, key: String) -> Arc<Semaphore> {
+        let mut map = self
+            .projects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.entry(key)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.settings.per_project.max(1))))
+            .clone()
+    }
+}
+
+/// Why a reconcile did not finish; the Cluster's status says it too.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("the Cluster has no namespace")]
+    NoNamespace,
+    #[error("the Kubernetes API: {0}")]
+    Api(#[source] kube::Error),
+    #[error("{0}")]
+    Identity(#[source] IdentityError),
+    #[error("the cluster's secrets: {0}")]
+    Store(#[source] kos_control::store::StoreError),
+    #[error("{message}")]
+    Run {
+        message: String,
+        #[source]
+        source: UpError,
+    },
+    #[error("tearing the cluster down: {0}")]
+    Teardown(#[source] kos_cluster::teardown::TeardownError),
+    #[error("the admin kubeconfig: {0}")]
+    Kubeconfig(#[source] kos_bootstrap::Error),
+    #[error("the cloud project's run limiter was closed")]
+    Limiter,
+    #[error(transparent)]
+    Finalizer(Box<kube::runtime::finalizer::Error<ReconcileError>>),
+}
+
+/// Reconciles one Cluster: through the finalizer, a run or a teardown.
+///
+/// # Errors
+/// [`ReconcileError`]; the controller tries again after [`Settings::retry`].
+pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let ns = cluster.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, cluster, |event| async {
+        match event {
+            Finalizing::Apply(c) => apply(&c, &ns, &ctx).await,
+            Finalizing::Cleanup(c) => cleanup(&c, &ns, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+}
+
+/// The cluster document kos's reader reads: the resource's name and spec, the operator's own
+/// `identityRef` left out.
+#[must_use]
+pub fn document(cluster: &Cluster) -> String {
+    let doc = json!({
+        "apiVersion": kos_cluster::spec::API_VERSION,
+        "kind": kos_cluster::spec::KIND,
+        "metadata": {"name": cluster.name_any()},
+        "spec": cluster.spec.cluster,
+    });
+    // JSON is YAML; pretty, so a diagnostic's line is one field.
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+/// The spec of a turn: the resource as it was when the reconcile started (an edit starts a new
+/// reconcile).
+struct ResourceFront {
+    shown: String,
+    text: String,
+}
+
+impl ResourceFront {
+    fn load(&self) -> Result<Spec, kos_cluster::SpecErrors> {
+        let loaded = kos_cluster::load(&self.shown, &self.text)?;
+        Ok(Spec {
+            spec: loaded.spec,
+            shown: self.shown.clone(),
+            text: self.text.clone(),
+        })
+    }
+}
+
+impl Front for ResourceFront {
+    fn spec(&self) -> Result<Spec, Cause> {
+        self.load().map_err(|e| Box::new(e) as Cause)
+    }
+
+    fn seen(&self) -> Result<(), Cause> {
+        Ok(())
+    }
+}
+
+/// The spec's problems as one message: each with its field and its fix, as `kos plan` says them.
+#[must_use]
+pub fn spec_message(errors: &kos_cluster::SpecErrors) -> String {
+    errors
+        .errors()
+        .map(|d| match &d.help {
+            Some(h) => format!("{} ({h})", d.message),
+            None => d.message.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, ReconcileError> {
+    let name = cluster.name_any();
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let reference = cluster.object_ref(&());
+    let publish = |n: Note| {
+        let recorder = &recorder;
+        let reference = &reference;
+        async move {
+            let ev = KubeEvent {
+                type_: n.event_type(),
+                reason: n.reason.to_owned(),
+                note: Some(n.note),
+                action: "Reconcile".to_owned(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&ev, reference).await {
+                tracing::warn!(cluster = %name_of(reference), "an Event was not recorded: {e}");
+            }
+        }
+    };
+    let front = ResourceFront {
+        shown: format!("Cluster {ns}/{name}"),
+        text: document(cluster),
+    };
+    let spec = match front.load() {
+        Ok(s) => s,
+        Err(errors) => {
+            let message = spec_message(&errors);
+            write_status(
+                ctx,
+                cluster,
+                ns,
+                &Verdict::Degraded {
+                    reason: "SpecInvalid".into(),
+                    message: message.clone(),
+                },
+                None,
+            )
+            .await?;
+            publish(Note {
+                warning: true,
+                reason: "SpecInvalid",
+                note: message,
+            })
+            .await;
+            // Nothing changes until the spec does.
+            return Ok(Action::await_change());
+        }
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let connected = match identity::connect(&secrets, ns, &cluster.spec.identity_ref).await {
+        Ok(c) => c,
+        Err(e) => {
+            let reason = if e.is_input() {
+                "IdentityInvalid"
+            } else {
+                "CloudUnreachable"
+            };
+            write_status(
+                ctx,
+                cluster,
+                ns,
+                &Verdict::Degraded {
+                    reason: reason.into(),
+                    message: e.to_string(),
+                },
+                None,
+            )
+            .await?;
+            return Err(ReconcileError::Identity(e));
+        }
+    };
+    let session = &connected.session;
+    // Runs against one project share its rate limit: at most `per_project` at once.
+    let permits = ctx.project(format!("{} {}", session.auth_url(), session.project_id()));
+    let _permit = permits
+        .acquire_owned()
+        .await
+        .map_err(|_| ReconcileError::Limiter)?;
+    let owner = cluster
+        .controller_owner_ref(&())
+        .ok_or(ReconcileError::NoNamespace)?;
+    let store = SecretRecords::load(secrets.clone(), ns, &name, owner.clone())
+        .await
+        .map_err(ReconcileError::Store)?;
+    write_status(ctx, cluster, ns, &Verdict::Progressing, None).await?;
+
+    let (notes, mut rx) = tokio::sync::mpsc::unbounded_channel::<Note>();
+    let summary = Summarised::new(&kos_control::report::Silent, Summary::new(Some(&name)));
+    let report = Forward {
+        inner: &summary,
+        notes,
+    };
+    let kubeadm = kos_control::kubeadm::Kubeadm {
+        session,
+        store: &store,
+        ca_cert: connected.ca_pem.clone(),
+        report: &report,
+    };
+    let options = kos_control::up::Options {
+        reuse_local_secrets: false,
+        recreate_ccm_credential: false,
+        parallelism: ctx.settings.parallelism,
+        wait: kos_control::follow::Wait::Ready,
+        drain_timeout: ctx.settings.drain_timeout,
+    };
+    let changed = AtomicBool::new(false);
+    let env = Env {
+        cloud: Cloud {
+            session,
+            reach: ctx.reach.as_ref(),
+        },
+        store: &store,
+        script: &kos_control::tokens::NoScript,
+        bootstraps: &kubeadm,
+        report: &report,
+        options: &options,
+        changed: &changed,
+    };
+    let run = Up::new(env, &front, spec, None).run(kos_lifecycle::run::Options { repair: None });
+    // Events go out while the run goes on.
+    let published = async {
+        while let Some(n) = rx.recv().await {
+            publish(n).await;
+        }
+    };
+    let r = {
+        tokio::pin!(run);
+        tokio::pin!(published);
+        loop {
+            tokio::select! {
+                r = &mut run => break r,
+                () = &mut published => {}
+            }
+        }
+    };
+    drop(report);
+    while let Ok(n) = rx.try_recv() {
+        publish(n).await;
+    }
+    let done = summary.summary();
+    match r {
+        Ok(()) => {
+            let meta = store.meta().map_err(ReconcileError::Store)?;
+            let endpoint = meta.as_ref().map(|m| {
+                format!(
+                    "https://{}:{}",
+                    m.api_address,
+                    kos_control::connect::API_PORT
+                )
+            });
+            write_kubeconfig(&secrets, ns, &name, owner, &store).await?;
+            let extra = StatusExtra {
+                endpoint,
+                version: meta.map(|m| m.kubernetes_version),
+                nodes: status::nodes(&done),
+            };
+            write_status(ctx, cluster, ns, &Verdict::Ready, Some(extra)).await?;
+            Ok(Action::requeue(ctx.settings.resync))
+        }
+        Err(e) => {
+            let reason = if e.is_input() {
+                "SpecRefused"
+            } else {
+                "RunFailed"
+            };
+            let mut message = kos_lifecycle::api::chain(&e);
+            if let Some(help) = e.help() {
+                message = format!("{message} ({help})");
+            }
+            let extra = StatusExtra {
+                endpoint: done.api_endpoint.clone(),
+                version: None,
+                nodes: status::nodes(&done),
+            };
+            write_status(
+                ctx,
+                cluster,
+                ns,
+                &Verdict::Degraded {
+                    reason: reason.into(),
+                    message: message.clone(),
+                },
+                Some(extra),
+            )
+            .await?;
+            publish(Note {
+                warning: true,
+                reason: if e.is_input() {
+                    "SpecRefused"
+                } else {
+                    "RunFailed"
+                },
+                note: message.clone(),
+            })
+            .await;
+            if e.is_input() {
+                // Refused before anything changed: nothing to try until the spec changes.
+                return Ok(Action::await_change());
+            }
+            Err(ReconcileError::Run { message, source: e })
+        }
+    }
+}
+
+fn name_of(r: &k8s_openapi::api::core::v1::ObjectReference) -> String {
+    format!(
+        "{}/{}",
+        r.namespace.as_deref().unwrap_or_default(),
+        r.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// What the status says besides the conditions.
+struct StatusExtra {
+    endpoint: Option<String>,
+    version: Option<String>,
+    nodes: Vec<crate::resource::NodeStatus>,
+}
+
+async fn write_status(
+    ctx: &Context,
+    cluster: &Cluster,
+    ns: &str,
+    verdict: &Verdict,
+    extra: Option<StatusExtra>,
+) -> Result<(), ReconcileError> {
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), ns);
+    // The status as stored now: this reconcile may have written it already.
+    let old: Option<ClusterStatus> = api
+        .get_status(&cluster.name_any())
+        .await
+        .map_err(ReconcileError::Api)?
+        .status;
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let mut next = status::next(old.as_ref(), verdict, cluster.meta().generation, &now);
+    if let Some(x) = extra {
+        if x.endpoint.is_some() {
+            next.endpoint = x.endpoint;
+        }
+        if x.version.is_some() {
+            next.kubernetes_version = x.version;
+        }
+        if !x.nodes.is_empty() {
+            next.nodes = x.nodes;
+        }
+    }
+    api.patch_status(
+        &cluster.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": next })),
+    )
+    .await
+    .map_err(ReconcileError::Api)?;
+    Ok(())
+}
+
+/// The admin kubeconfig as Cluster API keeps it: Secret `<cluster>-kubeconfig`, key `value`,
+/// owned by the Cluster; made again when the API's address changed.
+async fn write_kubeconfig(
+    secrets: &Api<Secret>,
+    ns: &str,
+    name: &str,
+    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    store: &SecretRecords,
+) -> Result<(), ReconcileError> {
+    const ADDRESS: &str = "kos.dev/api-address";
+    let (Some(pki), Some(meta)) = (
+        store.pki().map_err(ReconcileError::Store)?,
+        store.meta().map_err(ReconcileError::Store)?,
+    ) else {
+        return Ok(());
+    };
+    let secret_name = format!("{name}-kubeconfig");
+    let existing = secrets
+        .get_opt(&secret_name)
+        .await
+        .map_err(ReconcileError::Api)?;
+    if existing
+        .as_ref()
+        .and_then(|s| s.metadata.annotations.as_ref())
+        .and_then(|a| a.get(ADDRESS))
+        .is_some_and(|a| *a == meta.api_address)
+    {
+        return Ok(());
+    }
+    let version: kos_bootstrap::KubeVersion = meta
+        .kubernetes_version
+        .parse()
+        .map_err(ReconcileError::Kubeconfig)?;
+    let endpoint = kos_bootstrap::ApiEndpoint {
+        host: meta.api_address.clone(),
+        port: kos_control::connect::API_PORT,
+    };
+    let kc = kos_bootstrap::render_kubeconfig(
+        &mut rand::rng(),
+        name,
+        &endpoint,
+        &version,
+        &pki,
+        time::OffsetDateTime::now_utc(),
+    )
+    .map_err(ReconcileError::Kubeconfig)?;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(secret_name.clone()),
+            namespace: Some(ns.to_owned()),
+            labels: Some([(CLUSTER_LABEL.to_owned(), name.to_owned())].into()),
+            annotations: Some([(ADDRESS.to_owned(), meta.api_address.clone())].into()),
+            owner_references: Some(vec![owner]),
+            resource_version: existing.and_then(|s| s.metadata.resource_version),
+            ..Default::default()
+        },
+        type_: Some("cluster.x-k8s.io/secret".to_owned()),
+        data: Some(
+            [(
+                "value".to_owned(),
+                k8s_openapi::ByteString(kc.expose().as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    let r = if secret.metadata.resource_version.is_some() {
+        secrets
+            .replace(&secret_name, &PostParams::default(), &secret)
+            .await
+    } else {
+        secrets.create(&PostParams::default(), &secret).await
+    };
+    r.map_err(ReconcileError::Api)?;
+    Ok(())
+}
+
+async fn cleanup(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, ReconcileError> {
+    let name = cluster.name_any();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let connected = identity::connect(&secrets, ns, &cluster.spec.identity_ref)
+        .await
+        .map_err(ReconcileError::Identity)?;
+    let session = &connected.session;
+    let permits = ctx.project(format!("{} {}", session.auth_url(), session.project_id()));
+    let _permit = permits
+        .acquire_owned()
+        .await
+        .map_err(|_| ReconcileError::Limiter)?;
+    let opts = kos_cluster::teardown::TeardownOptions::default();
+    let report = kos_cluster::teardown::teardown_with(session, &name, &opts)
+        .await
+        .map_err(ReconcileError::Teardown)?;
+    tracing::info!(cluster = %name, deleted = report.resources.len(), "torn down");
+    // The Secrets it owns go with the Cluster (garbage collection).
+    Ok(Action::await_change())
+}
+
+/// What the controller does after a failed reconcile.
+#[must_use]
+pub fn error_policy(_: Arc<Cluster>, e: &ReconcileError, ctx: Arc<Context>) -> Action {
+    tracing::warn!("reconcile failed: {e}");
+    Action::requeue(ctx.settings.retry)
+}

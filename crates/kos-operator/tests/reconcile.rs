@@ -1,0 +1,251 @@
+//! The operator's controller against kos-kube-fake as the management cluster and kos-sim (its
+//! servers running kos's user_data) as the cloud: a Cluster applied becomes Ready with its
+//! secrets in Secrets it owns; a Cluster kos refuses is Degraded with kos's own message and
+//! nothing is made in the cloud; a deleted Cluster is torn down before it goes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kos_control::connect::{Reach, ReachError, Reaching};
+use kos_operator::reconcile::{self, Context, Settings};
+use kos_operator::resource::Cluster;
+use kos_sim::{SharedApp, Sim, SimConfig};
+use kube::CustomResourceExt as _;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::Controller;
+use kube::runtime::events::Reporter;
+use serde_json::{Value, json};
+
+/// The simulated cloud's forwarders to its clusters' API endpoints (what a workstation or a
+/// management cluster reaches them through).
+struct SimReach(SharedApp);
+
+#[derive(Debug, thiserror::Error)]
+#[error("the simulated cloud serves no API at {0}")]
+struct NotServed(String);
+
+impl Reach for SimReach {
+    fn local_address<'a>(&'a self, ep: &'a kos_bootstrap::ApiEndpoint) -> Reaching<'a> {
+        Box::pin(async move {
+            let want = ep.to_string();
+            let list = self
+                .0
+                .guests()
+                .map(|rt| rt.kube_endpoints())
+                .unwrap_or_default();
+            list.into_iter()
+                .find(|e| e.endpoint == want)
+                .map(|e| Some(e.local))
+                .ok_or_else(|| ReachError(Box::new(NotServed(want))))
+        })
+    }
+}
+
+fn example(name: &str) -> Value {
+    let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_saphyr::from_str(&std::fs::read_to_string(path).expect("example")).expect("yaml")
+}
+
+fn cluster(name: &str, spec: &Value) -> Value {
+    let mut spec = spec.clone();
+    spec["identityRef"] = json!({"name": "cloud", "cloudName": "sim"});
+    json!({
+        "apiVersion": "kos.dev/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+fn condition<'a>(c: &'a Cluster, kind: &str) -> Option<&'a kos_operator::resource::Condition> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.kind == kind)
+}
+
+/// Waits (bounded, so a hang fails rather than blocks) until `done` holds for the Cluster.
+async fn until(
+    api: &Api<Cluster>,
+    name: &str,
+    what: &str,
+    done: impl Fn(Option<&Cluster>) -> bool,
+) {
+    for _ in 0..(std::env::var("KOS_WAIT_TICKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1200))
+    {
+        let c = api.get_opt(name).await.expect("get");
+        if done(c.as_ref()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let c = api.get_opt(name).await.expect("get");
+    panic!("{name}: never {what}: {c:#?}");
+}
+
+async fn servers_tagged(sim: &Sim, cluster: &str) -> usize {
+    let profile =
+        kos_cloud::config::CloudProfile::from_clouds_text("test", &sim.clouds_yaml("sim"), "sim")
+            .expect("profile");
+    let session = kos_cloud::Session::connect(&profile)
+        .await
+        .expect("session");
+    kos_cluster::observe::observe(&session, cluster)
+        .await
+        .expect("observe")
+        .all()
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("kos_operator=debug,kube_runtime=info,warn")
+        .with_test_writer()
+        .try_init();
+    let mut cfg = SimConfig::fast();
+    cfg.project_network = true;
+    let mut sim = Sim::start(cfg).await.expect("sim");
+    assert!(sim.attach_guests(Arc::new(kos_guest::sim::SimGuests::new().expect("guests"))));
+    let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
+    let client = fake.client().expect("client");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &Cluster::crd())
+        .await
+        .expect("crd");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let identity: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cloud"},
+        "stringData": {"clouds.yaml": sim.clouds_yaml("sim")},
+    }))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &identity)
+        .await
+        .expect("identity");
+
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        Arc::new(SimReach(sim.app().clone())),
+        Reporter {
+            controller: "kos-operator".into(),
+            instance: None,
+        },
+        Settings {
+            retry: Duration::from_secs(1),
+            ..Settings::default()
+        },
+    ));
+    let api: Api<Cluster> = Api::all(client.clone());
+    let controller = tokio::spawn(
+        Controller::new(api, kube::runtime::watcher::Config::default())
+            .run(reconcile::reconcile, reconcile::error_policy, ctx)
+            .for_each(|_| async {}),
+    );
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "default");
+    let apply = PatchParams::apply("test");
+
+    // A spec kos refuses (a cluster name longer than kos's 20 characters): Degraded with the
+    // message `kos plan` gives, and nothing in the cloud.
+    let long = "a-cluster-name-too-long";
+    clusters
+        .patch(
+            long,
+            &apply,
+            &Patch::Apply(cluster(long, &example("minimal.yaml")["spec"])),
+        )
+        .await
+        .expect("apply");
+    until(&clusters, long, "Degraded", |c| {
+        c.and_then(|c| condition(c, "Degraded"))
+            .is_some_and(|d| d.status == "True")
+    })
+    .await;
+    let refused = clusters.get(long).await.expect("get");
+    let degraded = condition(&refused, "Degraded").expect("degraded");
+    assert_eq!(degraded.reason, "SpecInvalid");
+    let text =
+        serde_json::to_string(&cluster(long, &example("minimal.yaml")["spec"])).expect("json");
+    let kos_says = kos_cluster::load("x", &text).expect_err("refused");
+    let first = kos_says.errors().next().expect("an error");
+    assert!(
+        degraded.message.contains(&first.message),
+        "{} / {}",
+        degraded.message,
+        first.message
+    );
+    assert_eq!(servers_tagged(&sim, long).await, 0);
+
+    // A valid one becomes Ready.
+    clusters
+        .patch(
+            "demo",
+            &apply,
+            &Patch::Apply(cluster("demo", &example("minimal.yaml")["spec"])),
+        )
+        .await
+        .expect("apply");
+    until(&clusters, "demo", "Ready", |c| {
+        c.and_then(|c| condition(c, "Ready"))
+            .is_some_and(|r| r.status == "True")
+    })
+    .await;
+    let demo = clusters.get("demo").await.expect("get");
+    let status = demo.status.as_ref().expect("status");
+    assert_eq!(status.kubernetes_version.as_deref(), Some("1.36.4"));
+    assert!(
+        status
+            .endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("https://"))
+    );
+    assert_eq!(status.observed_generation, demo.metadata.generation);
+    let state = secrets.get("demo-kos").await.expect("state secret");
+    let data = state.data.as_ref().expect("data");
+    assert!(
+        data.contains_key("pki.json") && data.contains_key("cluster.json"),
+        "{:?}",
+        data.keys()
+    );
+    let owner = &state.metadata.owner_references.as_ref().expect("owned")[0];
+    assert_eq!(owner.uid, demo.metadata.uid.clone().expect("uid"));
+    let kc = secrets.get("demo-kubeconfig").await.expect("kubeconfig");
+    assert!(kc.data.as_ref().is_some_and(|d| d.contains_key("value")));
+    let events = fake.events();
+    for reason in ["Applying", "Applied", "Bootstrapping", "ApiReady"] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e.reason == reason && e.type_ == "Normal"),
+            "no {reason} Event: {events:?}"
+        );
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason == "SpecInvalid" && e.type_ == "Warning"),
+        "{events:?}"
+    );
+    assert!(
+        !status.nodes.is_empty() && status.nodes.iter().all(|n| n.phase == "Done"),
+        "{:?}",
+        status.nodes
+    );
+    assert!(servers_tagged(&sim, "demo").await > 0);
+
+    // Deleted: torn down as `kos down` does, then gone.
+    clusters
+        .delete("demo", &DeleteParams::default())
+        .await
+        .expect("delete");
+    until(&clusters, "demo", "deleted", |c| c.is_none()).await;
+    assert_eq!(servers_tagged(&sim, "demo").await, 0);
+    controller.abort();
+}
