@@ -1,5 +1,5 @@
 //! `/_sim/…`: the simulator's own admin API (not OpenStack): request log, counters, fault rules, rate
-//! limits, token expiry, quotas, state snapshot, the simulated clusters' API endpoints. Unauthenticated: the simulator listens on loopback only.
+//! limits, token expiry, quotas, state snapshot, the simulated clusters' API endpoints and the proxy into them. Unauthenticated: the simulator listens on loopback only.
 
 use std::collections::BTreeMap;
 
@@ -40,6 +40,7 @@ pub fn router() -> Router<SharedApp> {
         .route("/_sim/state", get(state))
         .route("/_sim/clock", get(clock))
         .route("/_sim/kube-endpoints", get(kube_endpoints))
+        .route("/_sim/proxy", get(proxy))
         .route("/_sim/clusters", get(crate::admin_clusters::clusters))
         .route("/_sim/metadata", get(crate::admin_clusters::metadata))
         .route("/_sim/at-rest", get(crate::admin_clusters::at_rest))
@@ -229,6 +230,12 @@ async fn kube_endpoints(State(app): State<SharedApp>) -> Json<Value> {
         .map(|rt| rt.kube_endpoints())
         .unwrap_or_default();
     Json(json!(list))
+}
+
+/// The CONNECT proxy into the clusters' API endpoints (see [`crate::proxy`]):
+/// `{"url": "http://127.0.0.1:41235"}`, for a test that only has the base URL.
+async fn proxy(State(app): State<SharedApp>) -> Json<Value> {
+    Json(json!({"url": app.proxy_url}))
 }
 
 async fn clock(State(app): State<SharedApp>) -> Json<Value> {

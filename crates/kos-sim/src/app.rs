@@ -26,6 +26,8 @@ pub struct App {
     pub clock: Clock,
     /// `http://127.0.0.1:<port>`: used for catalog URLs and links.
     pub base_url: String,
+    /// `http://127.0.0.1:<port>`: the CONNECT proxy into the clusters' API endpoints ([`crate::proxy`]).
+    pub proxy_url: String,
     cloud: Mutex<Cloud>,
     pub faults: Mutex<FaultEngine>,
     pub obs: Mutex<Observations>,
@@ -38,7 +40,7 @@ pub struct App {
 pub type SharedApp = Arc<App>;
 
 impl App {
-    pub fn new(cfg: SimConfig, base_url: String, cloud: Cloud) -> Self {
+    pub fn new(cfg: SimConfig, base_url: String, proxy_url: String, cloud: Cloud) -> Self {
         let clock = Clock::resumed(cfg.time_scale, cloud.now);
         let mut faults = FaultEngine::new(cfg.seed);
         for (svc, rate) in &cfg.rate_limits {
@@ -58,6 +60,7 @@ impl App {
             cfg,
             clock,
             base_url,
+            proxy_url,
             cloud: Mutex::new(cloud),
             faults: Mutex::new(faults),
             obs: Mutex::new(Observations::default()),

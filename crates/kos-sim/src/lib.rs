@@ -12,6 +12,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A second listener on 127.0.0.1 is an HTTP CONNECT proxy ([`proxy`], [`Sim::proxy_url`]) into the
+//! API endpoints of the clusters an attached guest runtime forms: a process that is not kos
+//! (kubectl, kos-operator) reaches `172.24.4.x:6443`, not routable here, with
+//! `HTTPS_PROXY=http://127.0.0.1:PORT`, as it would through a bastion's proxy, and no product code
+//! names a simulator address. It tunnels only to listed endpoints: it is not an open proxy.
+//!
 //! It shares no code with kos-cloud on purpose: a misreading of OpenStack must not be able to hide by
 //! agreeing with itself.
 
@@ -32,6 +38,7 @@ pub mod nova;
 pub mod octavia;
 pub mod paging;
 pub mod persist;
+pub mod proxy;
 pub mod query;
 pub mod routes;
 pub mod service;
@@ -61,6 +68,8 @@ pub struct Sim {
     task: Option<tokio::task::JoinHandle<()>>,
     /// Drives an attached guest runtime while nobody calls the cloud.
     ticker: Option<tokio::task::JoinHandle<()>>,
+    /// The CONNECT proxy's accept loop (its tunnels end with it).
+    proxy: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Sim {
@@ -78,8 +87,12 @@ impl Sim {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let base_url = format!("http://{addr}");
+        // Loopback only, whatever `addr` is: it tunnels into the clusters and asks nobody who calls.
+        let proxy_listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let proxy_url = format!("http://{}", proxy_listener.local_addr()?);
         let cloud = cloud.unwrap_or_else(|| Cloud::seeded(&cfg));
-        let app = Arc::new(App::new(cfg, base_url, cloud));
+        let app = Arc::new(App::new(cfg, base_url, proxy_url, cloud));
+        let proxy = proxy::spawn(proxy_listener, Arc::downgrade(&app));
         let router = router(app.clone());
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -96,6 +109,7 @@ impl Sim {
             shutdown: Some(tx),
             task: Some(task),
             ticker: None,
+            proxy: Some(proxy),
         })
     }
 
@@ -105,6 +119,12 @@ impl Sim {
 
     pub fn base_url(&self) -> &str {
         &self.app.base_url
+    }
+
+    /// The HTTP CONNECT proxy into the clusters' API endpoints (`http://127.0.0.1:PORT`, see
+    /// [`proxy`]): what `HTTPS_PROXY` is set to for a client that must reach `172.24.4.x:6443`.
+    pub fn proxy_url(&self) -> String {
+        self.app.proxy_url.clone()
     }
 
     /// Keystone's URL, as `auth_url` in clouds.yaml.
@@ -190,6 +210,9 @@ impl Sim {
         if let Some(t) = self.ticker.take() {
             t.abort();
         }
+        if let Some(t) = self.proxy.take() {
+            t.abort();
+        }
         self.shutdown_guests().await;
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -203,6 +226,9 @@ impl Sim {
 impl Drop for Sim {
     fn drop(&mut self) {
         if let Some(t) = self.ticker.take() {
+            t.abort();
+        }
+        if let Some(t) = self.proxy.take() {
             t.abort();
         }
         if let Some(tx) = self.shutdown.take() {

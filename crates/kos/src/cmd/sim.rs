@@ -1,6 +1,7 @@
 //! `kos sim serve`: a simulated OpenStack cloud for people (and for the peer-client test). Its servers
 //! run their user_data (kos-guest): a `kos up` against it makes a cluster whose API kubectl reaches
-//! through the local addresses `GET /_sim/kube-endpoints` lists, while it runs.
+//! through the local addresses `GET /_sim/kube-endpoints` lists, or at its floating IP through the
+//! simulator's CONNECT proxy (`HTTPS_PROXY`, printed at start), while it runs.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -47,8 +48,16 @@ pub async fn serve(args: SimServeArgs) -> miette::Result<()> {
     println!("  clouds.yaml (cloud `sim`): {path}");
     println!("  try: OS_CLIENT_CONFIG_FILE={path} openstack --os-cloud sim server list");
     println!(
-        "  admin: {}/_sim/log, /_sim/counters, /_sim/faults, /_sim/kube-endpoints",
+        "  admin: {}/_sim/log, /_sim/counters, /_sim/faults, /_sim/kube-endpoints, /_sim/proxy",
         sim.base_url()
+    );
+    println!(
+        "  proxy into the clusters' API endpoints: {}",
+        sim.proxy_url()
+    );
+    println!(
+        "  for kubectl: export HTTPS_PROXY={} (a cluster's API at its floating IP)",
+        sim.proxy_url()
     );
     // Line-buffered consumers (scripts waiting for the URL) need it now, not at exit.
     std::io::stdout().flush().into_diagnostic()?;
