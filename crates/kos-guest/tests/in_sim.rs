@@ -1,6 +1,7 @@
 //! The guest attached to kos-sim: servers booted through Nova with kos's real user_data make a
 //! cluster whose API is served over TLS with the cluster's CA and reached from this machine through
-//! the endpoint's local address; the CCM the addons deploy runs against it, initialises the nodes
+//! the endpoint's local address, and by curl at the endpoint itself through the simulator's CONNECT
+//! proxy; the CCM the addons deploy runs against it, initialises the nodes
 //! and gives a LoadBalancer Service an Octavia load balancer; the whole state survives a save and
 //! a new process's restore.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -192,6 +193,20 @@ async fn a_cluster_forms_in_the_simulated_cloud_and_its_ccm_runs_in_it() {
         "{status:?}"
     );
 
+    // A client kos did not write (curl) reaches the API at the endpoint itself, not routable here,
+    // through the simulator's CONNECT proxy, verifying the serving certificate for the floating IP.
+    let proxy = cloud.call("GET", "/_sim/proxy", None).await["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(proxy, cloud.sim.proxy_url());
+    let (code, body) = curl_through(&proxy, &s, &endpoint, "/readyz").await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = curl_through(&proxy, &s, &endpoint, "/api/v1/nodes").await;
+    assert_eq!(code, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(2), "{body}");
+
     // The cluster's date is the real one, though the cloud runs a thousand times faster: a token
     // kos writes with an expiration ten minutes from now (on its own clock) outlives more than ten
     // minutes of cloud time, while one already expired is cleaned; the Nodes' conditions carry
@@ -348,7 +363,62 @@ async fn a_cluster_forms_in_the_simulated_cloud_and_its_ccm_runs_in_it() {
             .iter()
             .all(|n| kos_guest::kubelet::ready_status(n) == Some("True"))
     );
+    // The restored simulator's proxy tunnels to the restored endpoint.
+    let (code, body) = curl_through(&cloud.sim.proxy_url(), &s, &endpoint, "/readyz").await;
+    assert_eq!(code, 200, "{body}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `curl --proxy PROXY https://ENDPOINT/PATH` with the cluster's CA and an admin client
+/// certificate, as kubectl with `HTTPS_PROXY` would: the status code and the body.
+async fn curl_through(
+    proxy: &str,
+    s: &ClusterSecrets,
+    endpoint: &str,
+    path: &str,
+) -> (u16, String) {
+    let dir = tempfile_dir();
+    let (cert, key) = kos_bootstrap::pki::sign_client(
+        &mut rand::rng(),
+        &s.ca,
+        kos_bootstrap::pki::CaKind::Cluster,
+        kos_bootstrap::kubeconfig::ADMIN_CN,
+        &["kubeadm:cluster-admins"],
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let files = [
+        ("ca.crt", s.ca.cert_pem.as_str()),
+        ("admin.crt", cert.as_str()),
+        ("admin.key", key.expose()),
+    ];
+    for (name, pem) in files {
+        std::fs::write(dir.join(name), pem).unwrap();
+    }
+    let out = tokio::process::Command::new("curl")
+        .args(["--silent", "--show-error", "--proxy", proxy, "--cacert"])
+        .arg(dir.join("ca.crt"))
+        .arg("--cert")
+        .arg(dir.join("admin.crt"))
+        .arg("--key")
+        .arg(dir.join("admin.key"))
+        .args(["--write-out", "\n%{http_code}"])
+        .arg(format!("https://{endpoint}{path}"))
+        // `--proxy` is the only way out: no NO_PROXY from the environment may bypass it.
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "curl: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (body, code) = stdout.rsplit_once('\n').unwrap();
+    (code.trim().parse().unwrap(), body.to_owned())
 }
 
 fn tempfile_dir() -> std::path::PathBuf {
