@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kos_cluster::graph::Kind;
+use kos_cluster::names::{ClusterName, resource_name};
 use kos_cluster::plan::{Action, Op, Plan};
 use kos_cluster::spec::{ConditionStatus, HealthCheck, UnhealthyCondition};
 
@@ -491,20 +492,37 @@ pub fn group_of(id: &str) -> &str {
 /// The next servers that leave, in the order `retirements` gives: one control plane (quorum's order),
 /// or every retiring server of the first pool with any (its `maxUnavailable` and surge already
 /// bounded how many).
+///
+/// A retirement whose server is gone but whose port or volume is not (a removal killed after the
+/// server's delete) is a step too, finished as any removal goes (what is left of the drain and of a
+/// control plane's etcd member, its port and volume, its Node): the converge leaves a retirement's
+/// parts alone, and [`crate::succession`] holds the pools while a control plane is leaving, so
+/// skipping it would end the run with the pools not rolled.
 #[must_use]
 pub fn next_retirements(plan: &Plan, retirements: &[Retirement]) -> Vec<Target> {
     let present = |r: &&Retirement| {
-        plan.actions
+        let parts = parts_of(&r.id);
+        let deleted = |a: &&Action| a.op == Op::Delete && parts.contains(&a.logical_id);
+        let server = plan
+            .actions
             .iter()
-            .find(|a| a.kind == Kind::Server && a.op == Op::Delete && a.logical_id == r.id)
-            .map(|a| Target {
-                logical_id: r.id.clone(),
-                name: a.name.clone(),
-                control_plane: is_control_plane(&r.id),
-                volume: None,
-                changes: vec![r.why.clone()],
-                scale_down: true,
-            })
+            .filter(deleted)
+            .find(|a| a.kind == Kind::Server && a.logical_id == r.id);
+        let name = match server {
+            Some(a) => a.name.clone(),
+            None if plan.actions.iter().any(|a| deleted(&a)) => ClusterName::new(&plan.cluster)
+                .ok()
+                .map(|c| resource_name(&c, &r.id))?,
+            None => return None,
+        };
+        Some(Target {
+            logical_id: r.id.clone(),
+            name,
+            control_plane: is_control_plane(&r.id),
+            volume: None,
+            changes: vec![r.why.clone()],
+            scale_down: true,
+        })
     };
     let Some(first) = retirements.iter().find_map(|r| present(&r)) else {
         return Vec::new();
@@ -763,6 +781,52 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["cp-1"]
         );
+    }
+
+    /// A removal killed after its server went left its port and volume: the retirement is still a
+    /// step (named as its server was, for its Node and etcd member), deleting what is left; one with
+    /// nothing left is none.
+    #[test]
+    fn a_retirement_whose_server_went_is_finished_by_a_step() {
+        let p = plan(vec![
+            action("cp-3", Kind::Server, Op::NoOp),
+            action("port-cp-2", Kind::Port, Op::Delete),
+            action("vol-cp-2", Kind::Volume, Op::Delete),
+            action("w-0", Kind::Server, Op::Roll),
+        ]);
+        let leave = |id: &str| Retirement {
+            id: id.to_owned(),
+            why: "controlPlane.count is smaller".into(),
+        };
+        assert!(
+            without_retirements(&p, &[leave("cp-2")])
+                .actions
+                .iter()
+                .all(|a| a.op != Op::Delete),
+            "not the converge's"
+        );
+        let batch = next_retirements(&p, &[leave("cp-2")]);
+        assert_eq!(
+            batch,
+            [Target {
+                logical_id: "cp-2".into(),
+                name: "kos-demo-cp-2".into(),
+                control_plane: true,
+                volume: None,
+                changes: vec!["controlPlane.count is smaller".into()],
+                scale_down: true,
+            }]
+        );
+        let step = step_plan(&p, &batch);
+        let mut deleted: Vec<&str> = step
+            .actions
+            .iter()
+            .filter(|a| a.op == Op::Delete)
+            .map(|a| a.logical_id.as_str())
+            .collect();
+        deleted.sort_unstable();
+        assert_eq!(deleted, ["port-cp-2", "vol-cp-2"]);
+        assert!(next_retirements(&p, &[leave("cp-1")]).is_empty());
     }
 
     /// A pool's retiring servers go in one step (their count already bounded by its surge and

@@ -667,6 +667,138 @@ mod tests {
         assert!(!s.log().iter().any(|l| l.starts_with("remove")));
     }
 
+    /// What a turn decides of a cluster with three control planes and a pool `general` of one, both
+    /// with `maxSurge: 1` in three zones, from what the cloud shows (`seen`: servers, and the ports
+    /// and volumes a killed run left) and the servers made for another spec (`old`): the real
+    /// succession, and the plan that goes with it (a server kept is rolled or kept, one missing
+    /// made, the rest deleted).
+    fn from_cloud(seen: &[&str], old: &[&str]) -> Decided {
+        use crate::succession::{self, Rule};
+        use kos_cluster::observe::Observed;
+        let kind = |id: &str| {
+            if id.starts_with("port-") {
+                Kind::Port
+            } else if id.starts_with("vol-") {
+                Kind::Volume
+            } else {
+                Kind::Server
+            }
+        };
+        let found = |id: &str| Resource {
+            kind: kind(id),
+            logical_id: id.into(),
+            id: format!("id-{id}"),
+            name: format!("kos-demo-{id}"),
+            tagged: true,
+            state: "ACTIVE".into(),
+            failed: false,
+            facts: Facts::default(),
+        };
+        let mut observed = Observed::default();
+        for id in seen {
+            observed.resources.insert((*id).into(), vec![found(id)]);
+        }
+        let outdated: BTreeMap<String, String> = old
+            .iter()
+            .map(|id| ((*id).to_owned(), "Kubernetes: 1.35.2 → 1.36.4".to_owned()))
+            .collect();
+        let rule = |prefix, count| Rule {
+            prefix,
+            count,
+            surge: 1,
+            unavailable: 0,
+            zones: 3,
+        };
+        let s =
+            succession::decide(&observed, &outdated, rule("cp", 3), &[rule("general", 1)]).unwrap();
+        let kept: Vec<String> = s
+            .slots
+            .control_plane()
+            .iter()
+            .map(|i| format!("cp-{i}"))
+            .chain(
+                s.slots
+                    .pool("general", 1)
+                    .iter()
+                    .map(|i| format!("general-{i}")),
+            )
+            .collect();
+        let mut actions: Vec<Action> = kept
+            .iter()
+            .map(|id| {
+                let op = match (seen.contains(&id.as_str()), old.contains(&id.as_str())) {
+                    (false, _) => Op::Create,
+                    (true, true) => Op::Roll,
+                    (true, false) => Op::NoOp,
+                };
+                let mut a = server(id, op, &format!("id-{id}"));
+                a.changes = outdated.get(id).cloned().into_iter().collect();
+                a
+            })
+            .collect();
+        let gone = seen.iter().filter(|id| {
+            !kept.iter().any(|k| {
+                [k.clone(), format!("port-{k}"), format!("vol-{k}")].contains(&(**id).to_owned())
+            })
+        });
+        for id in gone {
+            actions.push(Action {
+                logical_id: (*id).into(),
+                kind: kind(id),
+                name: format!("kos-demo-{id}"),
+                op: Op::Delete,
+                reason: "not in the spec".into(),
+                changes: Vec::new(),
+                existing: Some(found(id)),
+            });
+        }
+        let mut d = decided(actions);
+        d.retirements = s.retirements;
+        d.surging = ["cp".to_owned(), "general".to_owned()].into();
+        d
+    }
+
+    /// An upgrade whose last control-plane removal was killed after its server went, before its
+    /// port and volume did: the next run finishes that removal, then the pool, held while a control
+    /// plane was leaving, rolls. (It used to find no server to retire, hold the pool for the port
+    /// and volume, and end with `general-0` on the old release.)
+    #[test]
+    fn a_removal_killed_after_its_server_went_is_finished_and_the_pool_rolls() {
+        let cps = ["cp-3", "cp-4", "cp-5"];
+        let remnant = [cps.as_slice(), &["port-cp-2", "vol-cp-2", "general-0"]].concat();
+        let after = [cps.as_slice(), &["general-0"]].concat();
+        let joined = [cps.as_slice(), &["general-0", "general-3"]].concat();
+        let done = [cps.as_slice(), &["general-3"]].concat();
+        let old = ["general-0"];
+        let mut s = Script::new(vec![
+            from_cloud(&remnant, &old),
+            from_cloud(&after, &old),
+            from_cloud(&joined, &old),
+            from_cloud(&done, &[]),
+        ]);
+        assert_eq!(
+            s.turns[0].retirements.first().map(|r| r.id.as_str()),
+            Some("cp-2"),
+            "what holds no server leaves"
+        );
+        run(&mut s, Options::default()).unwrap();
+        assert_eq!(
+            s.log(),
+            [
+                "prepare",
+                "converge []",
+                "remove cp-2 [Delete port-cp-2, Delete vol-cp-2]",
+                "prepare",
+                "converge [Create general-3]",
+                "prepare",
+                "remove general-0 [Delete general-0]",
+                "prepare",
+                "converge []",
+                "converged",
+            ]
+        );
+    }
+
     /// A node an interrupted run left failed is made again after the converge.
     #[test]
     fn nodes_an_interrupted_run_left_failed_are_made_again() {
