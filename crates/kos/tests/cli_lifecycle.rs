@@ -510,6 +510,80 @@ fn a_pools_new_flavor_and_labels_replace_its_nodes_one_at_a_time() {
     assert_nothing_to_do(d, &sim.clouds, fourth, "both replaced at once");
 }
 
+/// What a removal killed after its control plane's server went leaves: its port (here `port-cp-1`,
+/// tagged as kos tags it), the server and etcd member gone.
+fn leave_port_of_a_removed_control_plane(clouds: &std::path::Path, cluster: &str, index: u32) {
+    runtime().block_on(async {
+        let s = session(clouds).await;
+        let net = s.network();
+        let ports = net.list_ports(&Default::default()).await.expect("ports");
+        let cp0 = ports
+            .iter()
+            .find(|p| p.name == format!("kos-{cluster}-port-cp-0"))
+            .expect("cp-0's port");
+        let id = format!("port-cp-{index}");
+        let mut req = kos_cloud::model::network::PortCreate::new(
+            cp0.network_id.clone(),
+            format!("kos-{cluster}-{id}"),
+        );
+        req.tags = vec![format!("kos-cluster={cluster}"), format!("kos-id={id}")];
+        net.create_port(&req).await.expect("port");
+    });
+}
+
+/// The moment `an_upgrade_killed_at_random_moments_converges_on_the_next_run` once met (seed
+/// 1187414209199043409), made on purpose: a control plane's removal killed after its server went,
+/// its port left. The next `kos up` finishes that removal, then replaces the pool's nodes through
+/// successors. (Before, it counted a control plane as leaving, held the pool for it, found no
+/// server to remove and exited 0 with the pool as it was: an upgrade left a worker on the old
+/// release.)
+#[test]
+fn a_port_left_by_a_killed_control_plane_removal_goes_and_the_pool_still_rolls() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let minimal = up_minimal(d, &sim);
+    leave_port_of_a_removed_control_plane(&sim.clouds, "demo", 1);
+    let (head, pool) = minimal
+        .split_once("  nodePools:")
+        .expect("a nodePools section");
+    let changed = format!(
+        "{head}  nodePools:{}",
+        pool.replacen("flavor: m1.medium", "flavor: m1.large", 1)
+            + "      maxUnavailable: 0\n      maxSurge: 1\n"
+    );
+    let second = d.join("second.yaml");
+    std::fs::write(&second, &changed).expect("write");
+    let second = second.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", second, "--cloud", "sim"]);
+    let out = text(&up);
+    assert_eq!(up.status.code(), Some(0), "{out}");
+    let err = String::from_utf8_lossy(&up.stderr);
+    let cp1 = err.find("removing cp-1").expect("cp-1's removal finished");
+    let w0 = err.find("removing workers-0").expect("workers-0 succeeded");
+    assert!(cp1 < w0, "{out}");
+    let after = flavors(&sim.clouds, "demo");
+    assert!(
+        after
+            .iter()
+            .filter(|(n, _)| n.contains("workers"))
+            .all(|(_, f)| f == "m1.large"),
+        "{after:?}"
+    );
+    let ports = runtime().block_on(async {
+        let s = session(&sim.clouds).await;
+        s.network()
+            .list_ports(&Default::default())
+            .await
+            .expect("ports")
+    });
+    assert!(
+        ports.iter().all(|p| p.name != "kos-demo-port-cp-1"),
+        "{ports:?}"
+    );
+    assert_nothing_to_do(d, &sim.clouds, second, "the port gone, the pool replaced");
+}
+
 /// One control plane's new flavor. Behind a floating IP (the minimal example) it could only be
 /// replaced in place, which loses the cluster: refused before anything is touched. Behind a load
 /// balancer (`maxSurge` defaults to 1, as Cluster API's control plane) a successor joins first: etcd
