@@ -291,15 +291,14 @@ pub fn remakes(plan: &Plan, ids: &[String]) -> Vec<Target> {
 }
 
 /// The plan of one step: every target of `batch` removed, a replaced one with its boot volume, a
-/// retiring one with its port and volume; nothing else changed.
+/// retiring one with its port and volume; nothing else changed. The turn's other deletes are not
+/// this step's: after a converge they are retirements (a successor joined), each its own step,
+/// drained and a control plane's etcd member removed first; deleted along with a server made again
+/// (a remake, a repair), a control plane would leave its member behind.
 #[must_use]
 pub fn step_plan(plan: &Plan, batch: &[Target]) -> Plan {
     let retiring: Vec<&Target> = batch.iter().filter(|t| t.scale_down).collect();
-    let p = if retiring.is_empty() {
-        plan.clone()
-    } else {
-        retirement_of(plan, &retiring)
-    };
+    let p = retirement_of(plan, &retiring);
     batch
         .iter()
         .filter(|t| !t.scale_down)
@@ -865,6 +864,37 @@ mod tests {
         deleted.sort_unstable();
         assert_eq!(deleted, ["port-w-0", "port-w-1", "vol-w-0", "w-0", "w-1"]);
         assert_eq!(group_of("big-workers-12"), "big-workers");
+    }
+
+    /// A server made again (here a control plane whose bootstrap an interrupted run left failed)
+    /// while another leaves: the step deletes the one made again, never the leaving one, whose
+    /// drain and etcd member come first in its own step.
+    #[test]
+    fn a_step_deletes_only_its_own_servers() {
+        let p = plan(vec![
+            action("cp-1", Kind::Server, Op::NoOp),
+            action("cp-3", Kind::Server, Op::NoOp),
+            action("vol-cp-3", Kind::Volume, Op::NoOp),
+            action("cp-0", Kind::Server, Op::Delete),
+            action("port-cp-0", Kind::Port, Op::Delete),
+            action("vol-cp-0", Kind::Volume, Op::Delete),
+        ]);
+        let batch = remakes(&p, &["cp-3".to_owned()]);
+        assert_eq!(batch.len(), 1);
+        let step = step_plan(&p, &batch);
+        let mut deleted: Vec<&str> = step
+            .actions
+            .iter()
+            .filter(|a| a.op == Op::Delete)
+            .map(|a| a.logical_id.as_str())
+            .collect();
+        deleted.sort_unstable();
+        assert_eq!(deleted, ["cp-3", "vol-cp-3"]);
+        assert!(
+            step.actions
+                .iter()
+                .all(|a| a.op == Op::Delete || a.op == Op::NoOp)
+        );
     }
 
     /// Every server of `p` has its Node; `sick` are not Ready.

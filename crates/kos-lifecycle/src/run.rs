@@ -667,6 +667,39 @@ mod tests {
         assert!(!s.log().iter().any(|l| l.starts_with("remove")));
     }
 
+    /// A successor whose bootstrap an interrupted run left failed (`kubeadm-certs` gone before it
+    /// joined) is made again while its predecessor leaves: the remake deletes the successor only.
+    /// (It used to delete the leaving cp-0 with it, undrained and its etcd member left behind: the
+    /// random-kill upgrade's "member outlives its server".)
+    #[test]
+    fn a_remake_leaves_the_retiring_server_to_its_own_step() {
+        let d = || {
+            let mut d = decided(vec![
+                server("cp-1", Op::NoOp, "b"),
+                server("cp-3", Op::NoOp, "d"),
+                server("cp-0", Op::Delete, "a"),
+            ]);
+            d.retirements = vec![Retirement {
+                id: "cp-0".into(),
+                why: "replaced by a successor that joined first (flavor: a → b)".into(),
+            }];
+            d.surging.insert("cp".into());
+            d
+        };
+        let mut s = Script::new(vec![d(), d(), d()]);
+        s.failed_earlier = VecDeque::from([vec!["cp-3".to_owned()]]);
+        let _ = run(&mut s, Options::default());
+        assert_eq!(
+            &s.log()[..4],
+            [
+                "prepare",
+                "converge []",
+                "prepare",
+                "remove cp-3 [Delete cp-3]"
+            ]
+        );
+    }
+
     /// What a turn decides of a cluster with three control planes and a pool `general` of one, both
     /// with `maxSurge: 1` in three zones, from what the cloud shows (`seen`: servers, and the ports
     /// and volumes a killed run left) and the servers made for another spec (`old`): the real
