@@ -6,7 +6,11 @@
 
 pub mod events;
 pub mod identity;
+pub mod manifests;
+pub mod metrics;
+pub mod rbac;
 pub mod reconcile;
 pub mod resource;
+pub mod run;
 pub mod status;
 pub mod store;

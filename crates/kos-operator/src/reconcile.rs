@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 
 use crate::events::{Forward, Note};
 use crate::identity::{self, IdentityError};
-use crate::resource::{Cluster, ClusterStatus, FINALIZER};
+use crate::resource::{Cluster, ClusterStatus, FINALIZER, ORPHAN};
 use crate::status::{self, Verdict};
 use crate::store::{CLUSTER_LABEL, SecretRecords};
 
@@ -276,7 +276,17 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
     let store = SecretRecords::load(secrets.clone(), ns, &name, owner.clone())
         .await
         .map_err(ReconcileError::Store)?;
-    write_status(ctx, cluster, ns, &Verdict::Progressing, None).await?;
+    // A resync of a converged Cluster is not news: Progressing says so only for a new generation
+    // or after a failure.
+    let converged = cluster.status.as_ref().is_some_and(|s| {
+        s.observed_generation == cluster.meta().generation
+            && s.conditions
+                .iter()
+                .any(|c| c.kind == status::READY && c.status == "True")
+    });
+    if !converged {
+        write_status(ctx, cluster, ns, &Verdict::Progressing, None).await?;
+    }
 
     let (notes, mut rx) = tokio::sync::mpsc::unbounded_channel::<Note>();
     let summary = Summarised::new(&kos_control::report::Silent, Summary::new(Some(&name)));
@@ -357,7 +367,13 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
             } else {
                 "RunFailed"
             };
-            let mut message = kos_lifecycle::api::chain(&e);
+            let mut message = match &e {
+                // The problems themselves, as `kos plan` lists them, not only their count.
+                UpError::Preflight { error, .. } => {
+                    format!("{}: {}", error.report, spec_message(&error.report))
+                }
+                e => kos_lifecycle::api::chain(e),
+            };
             if let Some(help) = e.help() {
                 message = format!("{message} ({help})");
             }
@@ -527,6 +543,14 @@ async fn write_kubeconfig(
 
 async fn cleanup(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, ReconcileError> {
     let name = cluster.name_any();
+    if cluster
+        .annotations()
+        .get(ORPHAN)
+        .is_some_and(|v| v == "true")
+    {
+        tracing::info!(cluster = %name, "let go, its cloud resources kept (kos.dev/orphan)");
+        return Ok(Action::await_change());
+    }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let connected = identity::connect(&secrets, ns, &cluster.spec.identity_ref)
         .await

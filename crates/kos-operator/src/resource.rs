@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 /// The finalizer that keeps a Cluster until its cloud resources are gone.
 pub const FINALIZER: &str = "kos.dev/cluster";
+/// A Cluster annotated `kos.dev/orphan: "true"` is let go when deleted, its cloud resources left
+/// running (`kos adopt` takes it back to the CLI so).
+pub const ORPHAN: &str = "kos.dev/orphan";
 
 /// A cluster kos makes and keeps: `spec` is a cluster document's `spec` (as `kos up -f` reads
 /// it) and `identityRef`.

@@ -123,6 +123,11 @@ impl SecretRecords {
             type_: Some(SECRET_TYPE.to_owned()),
             ..Secret::default()
         });
+        // A Secret `kos export` made has no owner yet: it becomes the Cluster's with this write.
+        let owners = next.metadata.owner_references.get_or_insert_with(Vec::new);
+        if !owners.iter().any(|o| o.uid == self.owner.uid) {
+            owners.push(self.owner.clone());
+        }
         let mut data = next.data.take().unwrap_or_default();
         edit(&mut data);
         next.data = Some(data);
