@@ -14,3 +14,4 @@ pub mod resource;
 pub mod run;
 pub mod status;
 pub mod store;
+pub mod transfer;

@@ -53,6 +53,12 @@ pub enum Command {
     Artefacts(ArtefactsArgs),
     /// Write an admin kubeconfig for a cluster, signed offline with its CA (or merge it into yours).
     Kubeconfig(KubeconfigArgs),
+    /// Move a cluster `kos up` made under kos-operator: its Cluster and its records into the
+    /// management cluster (KUBECONFIG), then its files off this machine. No server is touched.
+    Export(ExportArgs),
+    /// Take a cluster back from kos-operator: its records onto this machine, its spec into a file,
+    /// the Cluster let go without tearing anything down. No server is touched.
+    Adopt(AdoptArgs),
     /// Replace a running cluster's credentials without interrupting it.
     Rotate {
         #[command(subcommand)]
@@ -255,6 +261,45 @@ pub struct KubeconfigArgs {
     /// Merge it into the first file of KUBECONFIG (default ~/.kube/config) as context kos-<name>.
     #[arg(long)]
     pub merge: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// The management cluster's kubeconfig (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The namespace the Cluster goes into.
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// The Secret (in that namespace) whose `clouds.yaml` kos-operator reaches the cloud with.
+    #[arg(long, value_name = "SECRET")]
+    pub identity_secret: String,
+    /// The cloud's name in that clouds.yaml.
+    #[arg(long, value_name = "CLOUD")]
+    pub identity_cloud: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AdoptArgs {
+    /// The cluster's name (the Cluster's metadata.name).
+    #[arg(value_parser = cluster_name)]
+    pub name: ClusterName,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// The management cluster's kubeconfig (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The Cluster's namespace.
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// Where the cluster's spec is written for `kos up -f` (default: ./<name>.yaml; never
+    /// overwritten).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -14,6 +14,7 @@ mod bench_csi;
 mod cluster;
 mod doctor;
 mod encryption;
+mod fleet;
 mod kubeconfig;
 mod rotate;
 mod sim;
@@ -212,7 +213,11 @@ fn json(command: &Command) -> bool {
         Command::Rotate {
             command: RotateCommand::EncryptionKey(a),
         } => matches!(a.up.output, Json),
-        Command::Kubeconfig(_) | Command::Sim { .. } | Command::Bench { .. } => false,
+        Command::Kubeconfig(_)
+        | Command::Export(_)
+        | Command::Adopt(_)
+        | Command::Sim { .. }
+        | Command::Bench { .. } => false,
     }
 }
 
@@ -248,6 +253,8 @@ async fn command(cli: Cli) -> Result<Exit, Failure> {
         Command::Doctor(a) => doctor::doctor(a).await,
         Command::Artefacts(a) => artefacts::artefacts(a).await,
         Command::Kubeconfig(a) => kubeconfig::kubeconfig(a).await,
+        Command::Export(a) => fleet::export(a).await,
+        Command::Adopt(a) => fleet::adopt(a).await,
         Command::Rotate {
             command: RotateCommand::Credential(a),
         } => rotate::credential(a, verbose).await,

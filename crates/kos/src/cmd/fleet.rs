@@ -1,0 +1,190 @@
+//! `kos export` and `kos adopt`: a cluster moved between this machine and kos-operator (the
+//! moving itself is kos-operator's `transfer`), without touching a server.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kos_operator::resource::IdentityRef;
+use kos_operator::transfer::{self, TransferError};
+
+use super::{Exit, Failure};
+use crate::cli::{AdoptArgs, ExportArgs};
+use crate::cmd::cluster::{load_spec, with_cloud};
+use crate::local::Local;
+
+/// How long `kos adopt` waits for kos-operator to let the Cluster go.
+const RELEASE_WAIT: Duration = Duration::from_secs(300);
+
+async fn management(path: Option<&Path>) -> Result<kube::Client, Failure> {
+    let config = match path {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| {
+                Failure::input(miette::miette!("--kubeconfig {}: {e}", p.display()))
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| Failure::input(miette::miette!("--kubeconfig {}: {e}", p.display())))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            Failure::input(miette::miette!(
+                help = "point KUBECONFIG (or --kubeconfig) at the cluster kos-operator runs in",
+                "no management cluster: {e}"
+            ))
+        })?,
+    };
+    kube::Client::try_from(config)
+        .map_err(|e| Failure::cloud_report(miette::miette!("the management cluster's client: {e}")))
+}
+
+fn transfer_failure(e: TransferError) -> Failure {
+    let input = matches!(
+        e,
+        TransferError::ClusterExists { .. }
+            | TransferError::SecretExists { .. }
+            | TransferError::NoCluster { .. }
+            | TransferError::NoRecords { .. }
+    );
+    let report = miette::miette!("{}", kos_lifecycle::api::chain(&e));
+    if input {
+        Failure::input(report)
+    } else {
+        Failure::cloud_report(report)
+    }
+}
+
+pub async fn export(args: ExportArgs) -> Result<Exit, Failure> {
+    let spec = load_spec(&args.spec.file)?;
+    let name = spec.loaded.spec.name.value.as_str().to_owned();
+    if !spec.loaded.spec.tags.is_empty() {
+        return Err(Failure::input(miette::miette!(
+            help = "remove metadata.tags from the spec to export it (the cloud's objects keep the tags they have)",
+            "kos-operator does not carry a cluster's cloud tags (metadata.tags) yet"
+        )));
+    }
+    let doc: serde_json::Value = serde_saphyr::from_str(&spec_text(&args.spec.file)?)
+        .map_err(|e| Failure::input(miette::miette!("{}: {e}", spec.shown)))?;
+    let schema: kos_cluster::schema::Spec = serde_json::from_value(doc["spec"].clone())
+        .map_err(|e| Failure::input(miette::miette!("{}: spec: {e}", spec.shown)))?;
+    let client = management(args.kubeconfig.as_deref()).await?;
+    let namespace = args.namespace.clone();
+    let identity = IdentityRef {
+        name: args.identity_secret.clone(),
+        cloud_name: args.identity_cloud.clone(),
+    };
+    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+        let r = async {
+            let local = Local::for_session(&c.session, &name).map_err(Failure::input)?;
+            let _lock = local.lock("export").map_err(Failure::input)?;
+            let place = local.place().ok_or_else(|| {
+                Failure::input(miette::miette!("no local place for cluster {name}"))
+            })?;
+            if !local.has_data() {
+                return Err(Failure::input(miette::miette!(
+                    help =
+                        "run `kos export` where `kos up` made the cluster, with the same --cloud",
+                    "nothing of cluster {name} is kept on this machine ({})",
+                    local.dir.display()
+                )));
+            }
+            let moved = transfer::export(&client, &namespace, &name, schema, identity, &local)
+                .await
+                .map_err(transfer_failure)?;
+            // Its records are the operator's now: two keepers would each rotate and renew.
+            place.remove().map_err(|e| {
+                Failure::cloud_report(miette::miette!(
+                    help =
+                        "the records are in the management cluster: remove the directory by hand",
+                    "{e}"
+                ))
+            })?;
+            println!(
+                "Cluster {namespace}/{name} is kos-operator's now: {moved} record(s) in Secret \
+                 {namespace}/{name}-kos; its files on this machine are removed."
+            );
+            Ok(Exit::Ok)
+        }
+        .await;
+        (c, r)
+    })
+    .await
+}
+
+fn spec_text(path: &Path) -> Result<String, Failure> {
+    std::fs::read_to_string(path).map_err(|e| {
+        Failure::input(miette::miette!(
+            "cannot read the cluster spec {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+pub async fn adopt(args: AdoptArgs) -> Result<Exit, Failure> {
+    let name = args.name.as_str().to_owned();
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}.yaml")));
+    if output.exists() {
+        return Err(Failure::input(miette::miette!(
+            help = "give another path with -o",
+            "{} exists; kos adopt never overwrites a file",
+            output.display()
+        )));
+    }
+    let client = management(args.kubeconfig.as_deref()).await?;
+    let namespace = args.namespace.clone();
+    with_cloud(args.cloud.cloud.as_deref(), |c| async move {
+        let r = async {
+            let local = Local::for_session(&c.session, &name).map_err(Failure::input)?;
+            let _lock = local.lock("adopt").map_err(Failure::input)?;
+            if local.has_data() {
+                return Err(Failure::input(miette::miette!(
+                    help = "a cluster is kept in one place: `kos down` or move the files away first",
+                    "this machine keeps files of a cluster {name} already ({})",
+                    local.dir.display()
+                )));
+            }
+            let adopted = transfer::adopt(&client, &namespace, &name, &local, RELEASE_WAIT)
+                .await
+                .map_err(transfer_failure)?;
+            let doc = serde_json::json!({
+                "apiVersion": kos_cluster::spec::API_VERSION,
+                "kind": kos_cluster::spec::KIND,
+                "metadata": {"name": name},
+                "spec": adopted.spec,
+            });
+            let text = serde_saphyr::to_string(&doc).map_err(|e| {
+                Failure::cloud_report(miette::miette!("the spec of {name}: {e}"))
+            })?;
+            write_new(&output, &text).map_err(|e| {
+                Failure::cloud_report(miette::miette!(
+                    help = "the records are on this machine: write the spec by hand from the Cluster you applied",
+                    "cannot write {}: {e}",
+                    output.display()
+                ))
+            })?;
+            println!(
+                "Cluster {name} is this machine's again: {} record(s) in {}, its spec in {}; \
+                 `kos up -f {}` continues it.",
+                adopted.records,
+                local.dir.display(),
+                output.display(),
+                output.display()
+            );
+            Ok(Exit::Ok)
+        }
+        .await;
+        (c, r)
+    })
+    .await
+}
+
+/// Writes a file that must not exist yet.
+fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}

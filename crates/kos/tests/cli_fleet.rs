@@ -1,0 +1,313 @@
+//! `kos export` and `kos adopt` through the real binary: a cluster `kos up` made on a served
+//! simulated cloud moves under kos-operator (running in this test, kos-kube-fake as the
+//! management cluster), is upgraded 1.35 → 1.36 by it with the same CA, and comes back to the CLI,
+//! with no server touched by either move.
+
+mod support;
+use support::*;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kos_control::connect::{Reach, ReachError, Reaching};
+use kos_operator::reconcile::{Context, Settings};
+use kos_operator::resource::Cluster;
+use kube::CustomResourceExt as _;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// The served simulator's forwarders to its clusters' APIs, as the CLI finds them.
+struct Forwarders(String);
+
+#[derive(Debug, thiserror::Error)]
+#[error("the simulated cloud serves no API at {0}")]
+struct NotServed(String);
+
+impl Reach for Forwarders {
+    fn local_address<'a>(&'a self, ep: &'a kos_bootstrap::ApiEndpoint) -> Reaching<'a> {
+        Box::pin(async move {
+            let list: Vec<Value> = reqwest::get(format!("{}/_sim/kube-endpoints", self.0))
+                .await
+                .map_err(|e| ReachError(Box::new(e)))?
+                .json()
+                .await
+                .map_err(|e| ReachError(Box::new(e)))?;
+            let want = ep.to_string();
+            list.iter()
+                .find(|e| e["endpoint"] == want.as_str())
+                .and_then(|e| e["local"].as_str()?.parse().ok())
+                .map(Some)
+                .ok_or_else(|| ReachError(Box::new(NotServed(want))))
+        })
+    }
+}
+
+fn servers(clouds: &std::path::Path, rt: &tokio::runtime::Runtime) -> Vec<String> {
+    rt.block_on(async {
+        let s = session(clouds).await;
+        let mut names: Vec<String> = s
+            .compute()
+            .list_servers(&kos_cloud::model::TagQuery::all([
+                "kos-cluster=demo".to_owned()
+            ]))
+            .await
+            .expect("servers")
+            .into_iter()
+            .map(|x| x.id)
+            .collect();
+        names.sort();
+        names
+    })
+}
+
+#[test]
+fn a_cli_made_cluster_moves_under_the_operator_is_upgraded_and_comes_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let old = d.join("old.yaml");
+    std::fs::write(
+        &old,
+        std::fs::read_to_string(example("minimal.yaml"))
+            .expect("example")
+            .replace(
+                "kubernetesVersion: \"1.36.4\"",
+                "kubernetesVersion: \"1.35.2\"",
+            )
+            // Behind a load balancer, so the lone control plane can be replaced by a successor:
+            // kos refuses to upgrade one reached through a floating IP.
+            .replace("type: floatingIP", "type: loadBalancer"),
+    )
+    .expect("write");
+    let old = old.to_str().expect("utf8");
+    let up = kos(d, Some(&sim.clouds), &["up", "-f", old, "--cloud", "sim"]);
+    assert_eq!(code(&up), 0, "{}", text(&up));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let made = servers(&sim.clouds, &rt);
+    assert_eq!(made.len(), 3);
+    let pki_before =
+        std::fs::read_to_string(cluster_dir(d, "sim", "demo").join("pki.json")).expect("pki.json");
+
+    // The management cluster, its CRD and the cloud's credential.
+    let fake = rt.block_on(kos_kube_fake::FakeKube::start()).expect("fake");
+    let client = rt.block_on(async { fake.client() }).expect("client");
+    let clouds_text = std::fs::read_to_string(&sim.clouds).expect("clouds.yaml");
+    rt.block_on(async {
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&PostParams::default(), &Cluster::crd())
+            .await
+            .expect("crd");
+        let identity: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "cloud"},
+            "stringData": {"clouds.yaml": clouds_text},
+        }))
+        .expect("secret");
+        Api::<Secret>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &identity)
+            .await
+            .expect("identity");
+    });
+    let kubeconfig = d.join("management.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: m\n  cluster:\n    server: {}\ncontexts:\n- name: m\n  context:\n    cluster: m\n    user: admin\nusers:\n- name: admin\n  user: {{}}\ncurrent-context: m\n",
+            fake.url()
+        ),
+    )
+    .expect("kubeconfig");
+    let kc = kubeconfig.to_str().expect("utf8");
+
+    let export = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "export",
+            "-f",
+            old,
+            "--cloud",
+            "sim",
+            "--kubeconfig",
+            kc,
+            "--identity-secret",
+            "cloud",
+            "--identity-cloud",
+            "sim",
+        ],
+    );
+    assert_eq!(code(&export), 0, "{}", text(&export));
+    assert!(
+        !cluster_dir(d, "sim", "demo").join("pki.json").exists(),
+        "the records left this machine"
+    );
+    let again = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "export",
+            "-f",
+            old,
+            "--cloud",
+            "sim",
+            "--kubeconfig",
+            kc,
+            "--identity-secret",
+            "cloud",
+            "--identity-cloud",
+            "sim",
+        ],
+    );
+    assert_eq!(code(&again), 3, "nothing left to export: {}", text(&again));
+
+    // The operator takes it, and upgrades it.
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        Arc::new(Forwarders(sim.base.clone())),
+        kube::runtime::events::Reporter {
+            controller: "kos-operator".into(),
+            instance: None,
+        },
+        Settings {
+            retry: Duration::from_secs(1),
+            ..Settings::default()
+        },
+    ));
+    let controller = rt.spawn(
+        kube::runtime::Controller::new(
+            Api::<Cluster>::all(client.clone()),
+            kube::runtime::watcher::Config::default(),
+        )
+        .run(
+            kos_operator::reconcile::reconcile,
+            kos_operator::reconcile::error_policy,
+            ctx,
+        )
+        .for_each(|_| async {}),
+    );
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "default");
+    let ready = |generation: i64, version: &'static str| {
+        let clusters = clusters.clone();
+        eventually(
+            600,
+            &format!("Ready at generation {generation}"),
+            move || {
+                let c = rt_get(&clusters)?;
+                let s = c.status.as_ref()?;
+                let ready = s
+                    .conditions
+                    .iter()
+                    .any(|x| x.kind == "Ready" && x.status == "True");
+                (ready
+                    && s.observed_generation == Some(generation)
+                    && s.kubernetes_version.as_deref() == Some(version))
+                .then_some(())
+            },
+        )
+    };
+    ready(1, "1.35.2");
+    assert_eq!(
+        servers(&sim.clouds, &rt),
+        made,
+        "adopting touched no server"
+    );
+    rt.block_on(clusters.patch(
+        "demo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"kubernetesVersion": "1.36.4"}})),
+    ))
+    .expect("upgrade");
+    ready(2, "1.36.4");
+    let state = rt
+        .block_on(Api::<Secret>::namespaced(client.clone(), "default").get("demo-kos"))
+        .expect("state");
+    let pki = state
+        .data
+        .as_ref()
+        .and_then(|d| d.get("pki.json"))
+        .expect("pki");
+    assert_eq!(
+        String::from_utf8_lossy(&pki.0),
+        pki_before,
+        "the cluster's CA came along unchanged"
+    );
+    let list = sim_admin(&sim.base, "/_sim/clusters");
+    let list = list.as_array().expect("clusters");
+    assert_eq!(list.len(), 1, "one cluster, never a second made: {list:?}");
+    assert_eq!(list[0]["violations"], json!([]), "{list:?}");
+    assert!(
+        list[0]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .all(|n| n["version"] == "v1.36.4" && n["ready"] == true),
+        "{list:?}"
+    );
+    let upgraded = servers(&sim.clouds, &rt);
+
+    // And back to the CLI.
+    let adopt = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "adopt",
+            "demo",
+            "--cloud",
+            "sim",
+            "--kubeconfig",
+            kc,
+            "-o",
+            "back.yaml",
+        ],
+    );
+    assert_eq!(code(&adopt), 0, "{}", text(&adopt));
+    assert!(rt_get(&clusters).is_none(), "the Cluster was let go");
+    assert_eq!(
+        servers(&sim.clouds, &rt),
+        upgraded,
+        "letting go tore nothing down"
+    );
+    controller.abort();
+    let plan = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "plan",
+            "-f",
+            "back.yaml",
+            "--cloud",
+            "sim",
+            "--detailed-exitcode",
+        ],
+    );
+    assert_eq!(code(&plan), 0, "nothing to do: {}", text(&plan));
+    let up = kos(
+        d,
+        Some(&sim.clouds),
+        &["up", "-f", "back.yaml", "--cloud", "sim"],
+    );
+    assert_eq!(code(&up), 0, "{}", text(&up));
+    assert_eq!(servers(&sim.clouds, &rt), upgraded);
+    drop(fake);
+}
+
+/// The Cluster `default/demo`, read from a thread outside the runtime.
+fn rt_get(clusters: &Api<Cluster>) -> Option<Cluster> {
+    let clusters = clusters.clone();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(clusters.get_opt("demo"))
+            .expect("get")
+    })
+    .join()
+    .expect("thread")
+}
