@@ -53,6 +53,23 @@ fn cluster(name: &str, version: &str, workers: u32) -> Value {
 struct Operator {
     name: &'static str,
     child: Child,
+    kubeconfig: std::path::PathBuf,
+    proxy: String,
+    logs: std::path::PathBuf,
+    /// Killed by the test: not started again.
+    killed: bool,
+}
+
+impl Operator {
+    /// As a Deployment does: a replica that exited on its own (a Lease lost on a loaded machine
+    /// ends the process) is started again.
+    fn restart_if_exited(&mut self) {
+        if self.killed || !matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let again = start(self.name, &self.kubeconfig, &self.proxy, &self.logs);
+        *self = again;
+    }
 }
 
 impl Drop for Operator {
@@ -66,16 +83,20 @@ fn start(
     name: &'static str,
     kubeconfig: &std::path::Path,
     proxy: &str,
-    log: &std::path::Path,
+    logs: &std::path::Path,
 ) -> Operator {
-    let log = std::fs::File::create(log.join(format!("{name}.log"))).expect("log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(logs.join(format!("{name}.log")))
+        .expect("log");
     let child = Command::new(env!("CARGO_BIN_EXE_kos-operator"))
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args([
             "--leader-elect",
             "--leader-elect-namespace=kos-system",
-            "--leader-elect-lease-duration=3",
-            "--leader-elect-renew-margin=1",
+            "--leader-elect-lease-duration=10",
+            "--leader-elect-renew-margin=5",
             "--metrics-bind-address=0",
             "--health-probe-bind-address=0",
             "--retry-period=1",
@@ -89,7 +110,14 @@ fn start(
         .stderr(log)
         .spawn()
         .expect("spawn kos-operator");
-    Operator { name, child }
+    Operator {
+        name,
+        child,
+        kubeconfig: kubeconfig.to_path_buf(),
+        proxy: proxy.to_owned(),
+        logs: logs.to_path_buf(),
+        killed: false,
+    }
 }
 
 fn condition(c: &Cluster, kind: &str) -> Option<(String, String)> {
@@ -111,10 +139,14 @@ async fn until(
     api: &Api<Cluster>,
     what: &str,
     logs: &std::path::Path,
+    operators: &mut [Operator],
     done: impl Fn(&[Cluster]) -> bool,
 ) {
     let mut last = Vec::new();
     for _ in 0..2400 {
+        for o in operators.iter_mut() {
+            o.restart_if_exited();
+        }
         last = api.list(&Default::default()).await.expect("list").items;
         if done(&last) {
             return;
@@ -248,7 +280,7 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
             .await
             .expect("apply");
     }
-    until(&api, "three Clusters Ready", &logs, |cs| {
+    until(&api, "three Clusters Ready", &logs, &mut operators, |cs| {
         cs.len() == 3 && cs.iter().all(|c| ready_at(c, 1))
     })
     .await;
@@ -264,7 +296,7 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
         .await
         .expect("delete");
     // The leader, killed once the upgrade is under way.
-    until(&api, "the upgrade under way", &logs, |cs| {
+    until(&api, "the upgrade under way", &logs, &mut operators, |cs| {
         cs.iter().any(|c| {
             c.metadata.name.as_deref() == Some("one")
                 && condition(c, "Progressing").is_some_and(|(s, _)| s == "True")
@@ -284,6 +316,7 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
         .iter()
         .position(|o| holder.starts_with(&format!("{}_", o.name)))
         .expect("the holder is one of ours");
+    operators[leader].killed = true;
     operators[leader].child.kill().expect("kill -9");
     let _ = operators[leader].child.wait();
 
@@ -291,6 +324,7 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
         &api,
         "the upgrade and the scale-up done, the third gone",
         &logs,
+        &mut operators,
         |cs| {
             let one = cs
                 .iter()
