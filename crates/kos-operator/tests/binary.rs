@@ -3,7 +3,8 @@
 //! cluster, kos-sim (servers running kos's user_data) the cloud, reached as a real cloud and its
 //! clusters' APIs through kos-sim's HTTP proxy (`HTTPS_PROXY`, as behind a bastion).
 //!
-//! Three Clusters become Ready; then one is upgraded 1.35 → 1.36 while another scales a pool and a
+//! Three Clusters become Ready; a fourth whose spec kos refuses is Degraded and costs nothing in the
+//! cloud; then one is upgraded 1.35 → 1.36 while another scales a pool and a
 //! third is deleted; the leader is killed (-9) during the upgrade and the standby finishes it, with
 //! no invariant of the simulated clusters violated (`/_sim/clusters`), nothing of the deleted one
 //! left in the cloud, and no request outside the RBAC table.
@@ -282,6 +283,44 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
     }
     until(&api, "three Clusters Ready", &logs, &mut operators, |cs| {
         cs.len() == 3 && cs.iter().all(|c| ready_at(c, 1))
+    })
+    .await;
+
+    // A spec kos refuses (a name past kos's 20 characters): Degraded with kos's reason, and
+    // nothing of it in the cloud.
+    let refused = "a-cluster-name-too-long";
+    api.patch(
+        refused,
+        &apply,
+        &Patch::Apply(cluster(refused, "1.36.4", 1)),
+    )
+    .await
+    .expect("apply");
+    until(
+        &api,
+        "the refused spec Degraded",
+        &logs,
+        &mut operators,
+        |cs| {
+            cs.iter().any(|c| {
+                c.metadata.name.as_deref() == Some(refused)
+                    && condition(c, "Degraded")
+                        .is_some_and(|(s, m)| s == "True" && m.contains("name"))
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        tagged(&sim, refused).await,
+        0,
+        "nothing made for a refused spec"
+    );
+    api.delete(refused, &DeleteParams::default())
+        .await
+        .expect("delete the refused one");
+    until(&api, "the refused one gone", &logs, &mut operators, |cs| {
+        cs.iter()
+            .all(|c| c.metadata.name.as_deref() != Some(refused))
     })
     .await;
 
