@@ -377,7 +377,9 @@ async fn curl_through(
     endpoint: &str,
     path: &str,
 ) -> (u16, String) {
-    let dir = tempfile_dir();
+    // Removed on drop, whatever the assertions do (it holds an admin key).
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let (cert, key) = kos_bootstrap::pki::sign_client(
         &mut rand::rng(),
         &s.ca,
@@ -410,7 +412,6 @@ async fn curl_through(
         .output()
         .await
         .unwrap();
-    let _ = std::fs::remove_dir_all(dir);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

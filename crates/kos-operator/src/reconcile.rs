@@ -97,6 +97,9 @@ impl Context {
 pub enum ReconcileError {
     #[error("the Cluster has no namespace")]
     NoNamespace,
+    /// Not stored yet (no uid): nothing can be owned by it.
+    #[error("the Cluster has no uid")]
+    NoUid,
     #[error("the Kubernetes API: {0}")]
     Api(#[source] kube::Error),
     #[error("{0}")]
@@ -272,7 +275,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
         .map_err(|_| ReconcileError::Limiter)?;
     let owner = cluster
         .controller_owner_ref(&())
-        .ok_or(ReconcileError::NoNamespace)?;
+        .ok_or(ReconcileError::NoUid)?;
     let store = SecretRecords::load(secrets.clone(), ns, &name, owner.clone())
         .await
         .map_err(ReconcileError::Store)?;

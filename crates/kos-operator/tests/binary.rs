@@ -9,6 +9,9 @@
 //! no invariant of the simulated clusters violated (`/_sim/clusters`), nothing of the deleted one
 //! left in the cloud, and no request outside the RBAC table.
 
+mod support;
+use support::{example, tagged};
+
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,11 +25,6 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const NS: &str = "fleet";
-
-fn example(name: &str) -> Value {
-    let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_saphyr::from_str(&std::fs::read_to_string(path).expect("example")).expect("yaml")
-}
 
 fn cluster(name: &str, version: &str, workers: u32) -> Value {
     let mut spec = example("minimal.yaml")["spec"].clone();
@@ -195,20 +193,6 @@ fn in_table(r: &kos_kube_fake::Request) -> bool {
                 Scope::Own => r.namespace.as_deref() == Some("kos-system"),
             }
     })
-}
-
-async fn tagged(sim: &Sim, cluster: &str) -> usize {
-    let profile =
-        kos_cloud::config::CloudProfile::from_clouds_text("test", &sim.clouds_yaml("sim"), "sim")
-            .expect("profile");
-    let session = kos_cloud::Session::connect(&profile)
-        .await
-        .expect("session");
-    kos_cluster::observe::observe(&session, cluster)
-        .await
-        .expect("observe")
-        .all()
-        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

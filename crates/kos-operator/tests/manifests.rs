@@ -2,8 +2,10 @@
 //! verb more, and every object is valid for each supported Kubernetes minor by
 //! `kubernetes-validate` (strict; installed by scripts/test), a validator kos did not write.
 
+mod support;
+use support::validator;
+
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Command;
 
 use kos_operator::rbac::{CALLS, Scope};
@@ -120,24 +122,6 @@ fn the_rbac_grants_exactly_the_calls_of_the_table() {
             "Deployment"
         ]
     );
-}
-
-/// `KOS_KUBERNETES_VALIDATE`, then the venv scripts/test installs it into.
-fn validator() -> PathBuf {
-    if let Some(p) = std::env::var_os("KOS_KUBERNETES_VALIDATE") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let p = home.join(".cache/kos/venv/bin/kubernetes-validate");
-    assert!(
-        p.is_file(),
-        "`kubernetes-validate` is required by this test and is missing: run scripts/test (it installs it \
-         into ~/.cache/kos/venv), or `pip install kubernetes-validate==1.37.0` and point \
-         KOS_KUBERNETES_VALIDATE at it"
-    );
-    p
 }
 
 #[test]

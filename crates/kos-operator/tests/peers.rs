@@ -3,26 +3,11 @@
 //! and each example as a Cluster against the CRD's schema (`jsonschema`, with unknown fields
 //! refused as strict field validation refuses them). Both are installed by scripts/test.
 
+mod support;
+use support::validator;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// `KOS_KUBERNETES_VALIDATE`, then the venv scripts/test installs it into.
-fn validator() -> PathBuf {
-    if let Some(p) = std::env::var_os("KOS_KUBERNETES_VALIDATE") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let p = home.join(".cache/kos/venv/bin/kubernetes-validate");
-    assert!(
-        p.is_file(),
-        "`kubernetes-validate` is required by this test and is missing: run scripts/test (it installs it \
-         into ~/.cache/kos/venv), or `pip install kubernetes-validate==1.37.0` and point \
-         KOS_KUBERNETES_VALIDATE at it"
-    );
-    p
-}
 
 fn crd_file(dir: &Path) -> PathBuf {
     let out = Command::new(env!("CARGO_BIN_EXE_kos-operator"))
@@ -105,13 +90,7 @@ if bad:
 fn every_example_is_valid_against_the_crd_schema() {
     let dir = tempfile::tempdir().expect("tempdir");
     let crd = crd_file(dir.path());
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut examples: Vec<PathBuf> = std::fs::read_dir(root.join("../../examples"))
-        .expect("examples")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    examples.push(root.join("tests/fixtures/every-field.yaml"));
+    let examples = support::documents();
     let out = Command::new(validator().with_file_name("python3"))
         .arg("-c")
         .arg(CHECK)

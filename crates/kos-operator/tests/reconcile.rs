@@ -3,6 +3,9 @@
 //! secrets in Secrets it owns; a Cluster kos refuses is Degraded with kos's own message and
 //! nothing is made in the cloud; a deleted Cluster is torn down before it goes.
 
+mod support;
+use support::{example, tagged};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,11 +47,6 @@ impl Reach for SimReach {
     }
 }
 
-fn example(name: &str) -> Value {
-    let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_saphyr::from_str(&std::fs::read_to_string(path).expect("example")).expect("yaml")
-}
-
 fn cluster(name: &str, spec: &Value) -> Value {
     let mut spec = spec.clone();
     spec["identityRef"] = json!({"name": "cloud", "cloudName": "sim"});
@@ -88,20 +86,6 @@ async fn until(
     }
     let c = api.get_opt(name).await.expect("get");
     panic!("{name}: never {what}: {c:#?}");
-}
-
-async fn servers_tagged(sim: &Sim, cluster: &str) -> usize {
-    let profile =
-        kos_cloud::config::CloudProfile::from_clouds_text("test", &sim.clouds_yaml("sim"), "sim")
-            .expect("profile");
-    let session = kos_cloud::Session::connect(&profile)
-        .await
-        .expect("session");
-    kos_cluster::observe::observe(&session, cluster)
-        .await
-        .expect("observe")
-        .all()
-        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -181,7 +165,7 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         degraded.message,
         first.message
     );
-    assert_eq!(servers_tagged(&sim, long).await, 0);
+    assert_eq!(tagged(&sim, long).await, 0);
 
     // A valid one becomes Ready.
     clusters
@@ -238,7 +222,7 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         "{:?}",
         status.nodes
     );
-    assert!(servers_tagged(&sim, "demo").await > 0);
+    assert!(tagged(&sim, "demo").await > 0);
 
     // Deleted: torn down as `kos down` does, then gone.
     clusters
@@ -246,6 +230,6 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         .await
         .expect("delete");
     until(&clusters, "demo", "deleted", |c| c.is_none()).await;
-    assert_eq!(servers_tagged(&sim, "demo").await, 0);
+    assert_eq!(tagged(&sim, "demo").await, 0);
     controller.abort();
 }

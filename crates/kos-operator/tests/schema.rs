@@ -3,8 +3,9 @@
 //! (kos-kube-fake, which prunes and checks custom resources against their CRD's structural schema
 //! as apiextensions does) serves the CRD and refuses what the schema refuses.
 
+mod support;
+
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kos_operator::resource::{Cluster, ClusterSpec};
@@ -15,16 +16,7 @@ use serde_json::{Value, json};
 const UNKNOWN: &str = "zzzUnknownKey";
 
 fn documents() -> Vec<(String, Value)> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("../../examples"))
-        .expect("examples")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files.push(root.join("tests/fixtures/every-field.yaml"));
-    assert!(files.len() >= 5, "{files:?}");
-    files
+    support::documents()
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).expect("read");

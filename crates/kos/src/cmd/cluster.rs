@@ -32,7 +32,7 @@ pub(crate) struct SpecFile {
     pub(crate) loaded: Loaded,
     /// The path as shown in messages, and the text diagnostics point into.
     pub(crate) shown: String,
-    text: String,
+    pub(crate) text: String,
 }
 
 /// Reads (at most [`kos_cluster::MAX_SPEC_BYTES`]) and validates the spec: every problem at once.

@@ -61,7 +61,8 @@ pub async fn export(args: ExportArgs) -> Result<Exit, Failure> {
             "kos-operator does not carry a cluster's cloud tags (metadata.tags) yet"
         )));
     }
-    let doc: serde_json::Value = serde_saphyr::from_str(&spec_text(&args.spec.file)?)
+    // The text load_spec read and validated: the file is not read twice.
+    let doc: serde_json::Value = serde_saphyr::from_str(&spec.text)
         .map_err(|e| Failure::input(miette::miette!("{}: {e}", spec.shown)))?;
     let schema: kos_cluster::schema::Spec = serde_json::from_value(doc["spec"].clone())
         .map_err(|e| Failure::input(miette::miette!("{}: spec: {e}", spec.shown)))?;
@@ -107,15 +108,6 @@ pub async fn export(args: ExportArgs) -> Result<Exit, Failure> {
         (c, r)
     })
     .await
-}
-
-fn spec_text(path: &Path) -> Result<String, Failure> {
-    std::fs::read_to_string(path).map_err(|e| {
-        Failure::input(miette::miette!(
-            "cannot read the cluster spec {}: {e}",
-            path.display()
-        ))
-    })
 }
 
 pub async fn adopt(args: AdoptArgs) -> Result<Exit, Failure> {

@@ -1,0 +1,59 @@
+//! What several of kos-operator's test files share. Each file uses part of it.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+/// An example cluster document (`examples/<name>`), as JSON.
+pub fn example(name: &str) -> Value {
+    let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_saphyr::from_str(&std::fs::read_to_string(path).expect("example")).expect("yaml")
+}
+
+/// Every example, then the fixture with every field the examples leave out.
+pub fn documents() -> Vec<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("../../examples"))
+        .expect("examples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files.push(root.join("tests/fixtures/every-field.yaml"));
+    assert!(files.len() >= 5, "{files:?}");
+    files
+}
+
+/// `kubernetes-validate`: `KOS_KUBERNETES_VALIDATE`, then the venv scripts/test installs it into.
+pub fn validator() -> PathBuf {
+    if let Some(p) = std::env::var_os("KOS_KUBERNETES_VALIDATE") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let p = home.join(".cache/kos/venv/bin/kubernetes-validate");
+    assert!(
+        p.is_file(),
+        "`kubernetes-validate` is required by this test and is missing: run scripts/test (it installs it \
+         into ~/.cache/kos/venv), or `pip install kubernetes-validate==1.37.0` and point \
+         KOS_KUBERNETES_VALIDATE at it"
+    );
+    p
+}
+
+/// How many objects the cloud shows tagged for `cluster`.
+pub async fn tagged(sim: &kos_sim::Sim, cluster: &str) -> usize {
+    let profile =
+        kos_cloud::config::CloudProfile::from_clouds_text("test", &sim.clouds_yaml("sim"), "sim")
+            .expect("profile");
+    let session = kos_cloud::Session::connect(&profile)
+        .await
+        .expect("session");
+    kos_cluster::observe::observe(&session, cluster)
+        .await
+        .expect("observe")
+        .all()
+        .count()
+}
