@@ -1023,7 +1023,8 @@ impl Store {
         }
         self.rv = rv;
         if meta_str(&new, "deletionTimestamp").is_some() && finalizers_empty(&new) {
-            // The last finalizer went: the deletion the client asked for earlier completes.
+            // The last finalizer went: the deletion the client asked for earlier completes,
+            // and the collector finds the dependents dangling.
             self.objects.remove(&key);
             self.record(Change {
                 rv,
@@ -1034,6 +1035,8 @@ impl Store {
                 old: Some(old),
             });
             self.after_write(key.res, &key.name);
+            let uid = meta_str(&new, "uid").unwrap_or_default().to_owned();
+            self.collect_dependents(&key, &uid, &mut BTreeSet::new());
             return Ok(new);
         }
         self.objects.insert(
@@ -1098,7 +1101,12 @@ impl Store {
             }
             Propagation::Background => {
                 let out = self.delete_one(&key)?;
-                self.collect_dependents(&key, &uid, &mut seen);
+                // An owner its finalizers keep still exists: the collector deletes its
+                // dependents once it has gone (when the last finalizer goes), as upstream's
+                // finds them dangling only then.
+                if !self.objects.contains_key(&key) {
+                    self.collect_dependents(&key, &uid, &mut seen);
+                }
                 Ok(out)
             }
             Propagation::Foreground => {
@@ -1284,7 +1292,7 @@ impl Store {
                 .and_then(|s| meta_str(&s.obj, "uid"))
                 .unwrap_or_default()
                 .to_owned();
-            if self.delete_one(&dep).is_ok() {
+            if self.delete_one(&dep).is_ok() && !self.objects.contains_key(&dep) {
                 self.collect_dependents(&dep, &dep_uid, seen);
             }
         }

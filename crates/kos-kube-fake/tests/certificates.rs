@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kos_kube_fake::{FakeError, FakeKube, User};
-use kube::api::ObjectMeta;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -424,5 +424,33 @@ async fn the_garbage_collector_cascades_as_its_service_account() -> R {
     fake.insert(&owned_by("d2", &owner))?;
     fake.delete::<Secret>(Some("default"), "o2")?;
     assert!(fake.get::<ConfigMap>(Some("default"), "d2")?.is_some());
+    Ok(())
+}
+
+/// A controller's finalizer reads what its object owns while it cleans up: the collector deletes
+/// the dependents only once the owner has gone, never when it is merely marked.
+#[tokio::test]
+async fn dependents_stay_while_the_owners_finalizer_holds_it() -> R {
+    let fake = FakeKube::start().await?;
+    let mut held = secret("o3");
+    held.metadata.finalizers = Some(vec!["example.com/cleanup".into()]);
+    let owner = fake.insert(&held)?;
+    fake.insert(&owned_by("d3", &owner))?;
+    fake.delete::<Secret>(Some("default"), "o3")?;
+    let marked = fake
+        .get::<Secret>(Some("default"), "o3")?
+        .expect("kept by its finalizer");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert!(fake.get::<ConfigMap>(Some("default"), "d3")?.is_some());
+    let client = fake.client()?;
+    Api::<Secret>::namespaced(client, "default")
+        .patch(
+            "o3",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+    assert!(fake.get::<Secret>(Some("default"), "o3")?.is_none());
+    assert!(fake.get::<ConfigMap>(Some("default"), "d3")?.is_none());
     Ok(())
 }
