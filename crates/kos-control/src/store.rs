@@ -324,14 +324,34 @@ pub enum SecretsError {
     Orphaned { location: String },
     #[error("the cluster already has servers but its secrets ({location}) are not here")]
     Missing { location: String },
+    /// The cloud shows something of a cluster of this name, no server yet, and no secrets here:
+    /// refused under [`Leftovers::Refuse`].
+    #[error(
+        "the cloud already shows resources of a cluster of this name, and its secrets ({location}) \
+         are not here: someone else may be making it"
+    )]
+    Foreign { location: String },
     #[error("cannot generate the cluster's PKI")]
     Generate(#[source] kos_bootstrap::Error),
+}
+
+/// What a run without the cluster's secrets does when the cloud shows something of it but no
+/// server (nothing holds the secrets yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Leftovers {
+    /// Takes it over with new secrets (the CLI: a run whose files went before any server was made).
+    #[default]
+    Adopt,
+    /// Refuses: another owner may be making it (the operator: a Cluster of the same name in
+    /// another namespace, or a CLI user, in the same cloud project).
+    Refuse,
 }
 
 /// The stored secrets, made on first use. With servers of the cluster in the cloud, new secrets
 /// would make nodes that cannot join it: refused. Secrets once given to servers of a cluster the
 /// cloud no longer shows at all (deleted outside kos, or another project's) are refused unless
-/// `reuse` says so: a new cluster would trust every certificate the old CA signed. A token that
+/// `reuse` says so: a new cluster would trust every certificate the old CA signed. Without stored
+/// secrets, what the cloud shows of the cluster is taken over or refused as `leftovers` says. A token that
 /// expires within [`TOKEN_MARGIN`] is replaced; what changed is stored before any server gets it.
 ///
 /// # Errors
@@ -340,6 +360,7 @@ pub fn secrets_for_up<S: SecretStore + ?Sized>(
     store: &S,
     seen: Seen,
     reuse: bool,
+    leftovers: Leftovers,
     now: OffsetDateTime,
 ) -> Result<Secrets, SecretsError> {
     let mut rng = rand::rng();
@@ -354,6 +375,11 @@ pub fn secrets_for_up<S: SecretStore + ?Sized>(
         Some(s) => (s, false),
         None if seen.servers => {
             return Err(SecretsError::Missing {
+                location: store.location(Record::Pki),
+            });
+        }
+        None if seen.anything && leftovers == Leftovers::Refuse => {
+            return Err(SecretsError::Foreign {
                 location: store.location(Record::Pki),
             });
         }

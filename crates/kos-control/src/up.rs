@@ -77,6 +77,8 @@ pub struct Options {
     pub wait: follow::Wait,
     /// How long a node's drain may take.
     pub drain_timeout: std::time::Duration,
+    /// Without the cluster's secrets: take over what the cloud shows of it before any server, or not.
+    pub leftovers: crate::store::Leftovers,
 }
 
 /// What a run works with besides the turn: the cloud, where the cluster's secrets are kept, where
@@ -212,6 +214,7 @@ pub async fn converge(env: &Env<'_>, p: &Turn, plan: &Plan) -> Result<Vec<String
             anything: p.seen,
         },
         env.options.reuse_local_secrets,
+        env.options.leftovers,
         time::OffsetDateTime::now_utc(),
     )?;
     let recreate_ccm_credential =

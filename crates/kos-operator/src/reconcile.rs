@@ -62,6 +62,16 @@ pub struct Context {
     pub settings: Settings,
     /// One semaphore per cloud project.
     projects: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Which Cluster (namespace, uid) has a cluster name in a cloud project: the cloud knows
+    /// clusters by name alone, so two Clusters of one name in two namespaces would share one.
+    names: Mutex<HashMap<(String, String), Claim>>,
+}
+
+/// A Cluster that has a cluster name in a cloud project.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Claim {
+    namespace: String,
+    uid: String,
 }
 
 impl Context {
@@ -78,6 +88,35 @@ impl Context {
             reporter,
             settings,
             projects: Mutex::new(HashMap::new()),
+            names: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes `name` in `project` for the Cluster, or says which namespace's Cluster has it.
+    fn claim(&self, project: &str, name: &str, claim: &Claim) -> Result<(), String> {
+        let mut map = self
+            .names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = map
+            .entry((project.to_owned(), name.to_owned()))
+            .or_insert_with(|| claim.clone());
+        if held.uid == claim.uid {
+            Ok(())
+        } else {
+            Err(held.namespace.clone())
+        }
+    }
+
+    /// Lets `name` in `project` go, when this Cluster has it.
+    fn release(&self, project: &str, name: &str, claim: &Claim) {
+        let mut map = self
+            .names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (project.to_owned(), name.to_owned());
+        if map.get(&key).is_some_and(|held| held.uid == claim.uid) {
+            map.remove(&key);
         }
     }
 
@@ -267,152 +306,219 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
         }
     };
     let session = &connected.session;
-    // Runs against one project share its rate limit: at most `per_project` at once.
-    let permits = ctx.project(format!("{} {}", session.auth_url(), session.project_id()));
-    let _permit = permits
-        .acquire_owned()
-        .await
-        .map_err(|_| ReconcileError::Limiter)?;
+    let project = format!("{} {}", session.auth_url(), session.project_id());
     let owner = cluster
         .controller_owner_ref(&())
         .ok_or(ReconcileError::NoUid)?;
-    let store = SecretRecords::load(secrets.clone(), ns, &name, owner.clone())
-        .await
-        .map_err(ReconcileError::Store)?;
-    // A resync of a converged Cluster is not news: Progressing says so only for a new generation
-    // or after a failure.
-    let converged = cluster.status.as_ref().is_some_and(|s| {
-        s.observed_generation == cluster.meta().generation
-            && s.conditions
-                .iter()
-                .any(|c| c.kind == status::READY && c.status == "True")
-    });
-    if !converged {
-        write_status(ctx, cluster, ns, &Verdict::Progressing, None).await?;
+    let claim = Claim {
+        namespace: ns.to_owned(),
+        uid: owner.uid.clone(),
+    };
+    if let Err(holder) = ctx.claim(&project, &name, &claim) {
+        let message = format!(
+            "Cluster {holder}/{name} has the name {name} in this cloud project, and the cloud knows \
+             a cluster by its name alone (give this Cluster another name)"
+        );
+        write_status(
+            ctx,
+            cluster,
+            ns,
+            &Verdict::Degraded {
+                reason: "NameTaken".into(),
+                message: message.clone(),
+            },
+            None,
+        )
+        .await?;
+        publish(Note {
+            warning: true,
+            reason: "NameTaken",
+            note: message,
+        })
+        .await;
+        // Looked at again: the name is free once that Cluster has gone.
+        return Ok(Action::requeue(ctx.settings.retry));
     }
+    let store = match SecretRecords::load(secrets.clone(), ns, &name, owner.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            ctx.release(&project, &name, &claim);
+            return Err(ReconcileError::Store(e));
+        }
+    };
+    let result = async {
+        // Runs against one project share its rate limit: at most `per_project` at once.
+        let permits = ctx.project(project.clone());
+        let _permit = permits
+            .acquire_owned()
+            .await
+            .map_err(|_| ReconcileError::Limiter)?;
+        // A resync of a converged Cluster is not news: Progressing says so only for a new generation
+        // or after a failure.
+        let converged = cluster.status.as_ref().is_some_and(|s| {
+            s.observed_generation == cluster.meta().generation
+                && s.conditions
+                    .iter()
+                    .any(|c| c.kind == status::READY && c.status == "True")
+        });
+        if !converged {
+            write_status(ctx, cluster, ns, &Verdict::Progressing, None).await?;
+        }
 
-    let (notes, mut rx) = tokio::sync::mpsc::unbounded_channel::<Note>();
-    let summary = Summarised::new(&kos_control::report::Silent, Summary::new(Some(&name)));
-    let report = Forward {
-        inner: &summary,
-        notes,
-    };
-    let kubeadm = kos_control::kubeadm::Kubeadm {
-        session,
-        store: &store,
-        ca_cert: connected.ca_pem.clone(),
-        report: &report,
-    };
-    let options = kos_control::up::Options {
-        reuse_local_secrets: false,
-        recreate_ccm_credential: false,
-        parallelism: ctx.settings.parallelism,
-        wait: kos_control::follow::Wait::Ready,
-        drain_timeout: ctx.settings.drain_timeout,
-    };
-    let changed = AtomicBool::new(false);
-    let env = Env {
-        cloud: Cloud {
+        let (notes, mut rx) = tokio::sync::mpsc::unbounded_channel::<Note>();
+        let summary = Summarised::new(&kos_control::report::Silent, Summary::new(Some(&name)));
+        let report = Forward {
+            inner: &summary,
+            notes,
+        };
+        let kubeadm = kos_control::kubeadm::Kubeadm {
             session,
-            reach: ctx.reach.as_ref(),
-        },
-        store: &store,
-        script: &kos_control::tokens::NoScript,
-        bootstraps: &kubeadm,
-        report: &report,
-        options: &options,
-        changed: &changed,
-    };
-    let run = Up::new(env, &front, spec, None).run(kos_lifecycle::run::Options { repair: None });
-    // Events go out while the run goes on.
-    let published = async {
-        while let Some(n) = rx.recv().await {
+            store: &store,
+            ca_cert: connected.ca_pem.clone(),
+            report: &report,
+        };
+        let options = kos_control::up::Options {
+            reuse_local_secrets: false,
+            recreate_ccm_credential: false,
+            parallelism: ctx.settings.parallelism,
+            wait: kos_control::follow::Wait::Ready,
+            drain_timeout: ctx.settings.drain_timeout,
+            // Another Cluster of this name (another namespace, another operator) or a CLI user may be
+            // making what the cloud shows.
+            leftovers: kos_control::store::Leftovers::Refuse,
+        };
+        let changed = AtomicBool::new(false);
+        let env = Env {
+            cloud: Cloud {
+                session,
+                reach: ctx.reach.as_ref(),
+            },
+            store: &store,
+            script: &kos_control::tokens::NoScript,
+            bootstraps: &kubeadm,
+            report: &report,
+            options: &options,
+            changed: &changed,
+        };
+        let run =
+            Up::new(env, &front, spec, None).run(kos_lifecycle::run::Options { repair: None });
+        // Events go out while the run goes on.
+        let published = async {
+            while let Some(n) = rx.recv().await {
+                publish(n).await;
+            }
+        };
+        let r = {
+            tokio::pin!(run);
+            tokio::pin!(published);
+            loop {
+                tokio::select! {
+                    r = &mut run => break r,
+                    () = &mut published => {}
+                }
+            }
+        };
+        drop(report);
+        while let Ok(n) = rx.try_recv() {
             publish(n).await;
         }
-    };
-    let r = {
-        tokio::pin!(run);
-        tokio::pin!(published);
-        loop {
-            tokio::select! {
-                r = &mut run => break r,
-                () = &mut published => {}
+        let done = summary.summary();
+        match r {
+            Ok(()) => {
+                let meta = store.meta().map_err(ReconcileError::Store)?;
+                let endpoint = meta.as_ref().map(|m| {
+                    format!(
+                        "https://{}:{}",
+                        m.api_address,
+                        kos_control::connect::API_PORT
+                    )
+                });
+                write_kubeconfig(&secrets, ns, &name, owner, &store).await?;
+                let extra = StatusExtra {
+                    endpoint,
+                    version: meta.map(|m| m.kubernetes_version),
+                    nodes: status::nodes(&done),
+                };
+                write_status(ctx, cluster, ns, &Verdict::Ready, Some(extra)).await?;
+                Ok(Action::requeue(ctx.settings.resync))
             }
-        }
-    };
-    drop(report);
-    while let Ok(n) = rx.try_recv() {
-        publish(n).await;
-    }
-    let done = summary.summary();
-    match r {
-        Ok(()) => {
-            let meta = store.meta().map_err(ReconcileError::Store)?;
-            let endpoint = meta.as_ref().map(|m| {
-                format!(
-                    "https://{}:{}",
-                    m.api_address,
-                    kos_control::connect::API_PORT
-                )
-            });
-            write_kubeconfig(&secrets, ns, &name, owner, &store).await?;
-            let extra = StatusExtra {
-                endpoint,
-                version: meta.map(|m| m.kubernetes_version),
-                nodes: status::nodes(&done),
-            };
-            write_status(ctx, cluster, ns, &Verdict::Ready, Some(extra)).await?;
-            Ok(Action::requeue(ctx.settings.resync))
-        }
-        Err(e) => {
-            let reason = if e.is_input() {
-                "SpecRefused"
-            } else {
-                "RunFailed"
-            };
-            let mut message = match &e {
-                // The problems themselves, as `kos plan` lists them, not only their count.
-                UpError::Preflight { error, .. } => {
-                    format!("{}: {}", error.report, spec_message(&error.report))
-                }
-                e => kos_lifecycle::api::chain(e),
-            };
-            if let Some(help) = e.help() {
-                message = format!("{message} ({help})");
-            }
-            let extra = StatusExtra {
-                endpoint: done.api_endpoint.clone(),
-                version: None,
-                nodes: status::nodes(&done),
-            };
-            write_status(
-                ctx,
-                cluster,
-                ns,
-                &Verdict::Degraded {
-                    reason: reason.into(),
-                    message: message.clone(),
-                },
-                Some(extra),
-            )
-            .await?;
-            publish(Note {
-                warning: true,
-                reason: if e.is_input() {
+            Err(e) => {
+                let reason = if e.is_input() {
                     "SpecRefused"
                 } else {
                     "RunFailed"
-                },
-                note: message.clone(),
-            })
-            .await;
-            if e.is_input() {
-                // Refused before anything changed: nothing to try until the spec changes.
-                return Ok(Action::await_change());
+                };
+                let mut message = match &e {
+                    // The problems themselves, as `kos plan` lists them, not only their count.
+                    UpError::Preflight { error, .. } => {
+                        format!("{}: {}", error.report, spec_message(&error.report))
+                    }
+                    e => kos_lifecycle::api::chain(e),
+                };
+                if let Some(help) = e.help().or_else(|| elsewhere(&e, &name)) {
+                    message = format!("{message} ({help})");
+                }
+                let extra = StatusExtra {
+                    endpoint: done.api_endpoint.clone(),
+                    version: None,
+                    nodes: status::nodes(&done),
+                };
+                write_status(
+                    ctx,
+                    cluster,
+                    ns,
+                    &Verdict::Degraded {
+                        reason: reason.into(),
+                        message: message.clone(),
+                    },
+                    Some(extra),
+                )
+                .await?;
+                publish(Note {
+                    warning: true,
+                    reason: if e.is_input() {
+                        "SpecRefused"
+                    } else {
+                        "RunFailed"
+                    },
+                    note: message.clone(),
+                })
+                .await;
+                if e.is_input() {
+                    // Refused before anything changed: nothing to try until the spec changes.
+                    return Ok(Action::await_change());
+                }
+                Err(ReconcileError::Run { message, source: e })
             }
-            Err(ReconcileError::Run { message, source: e })
         }
     }
+    .await;
+    // A Cluster that has made nothing (its secrets are made before anything in the cloud) holds
+    // no name: the Cluster that has the cloud's cluster of that name may then have it.
+    if matches!(store.pki(), Ok(None)) {
+        ctx.release(&project, &name, &claim);
+    }
+    result
+}
+
+/// What to do when the cloud's cluster of this name is not this Cluster's.
+fn elsewhere(e: &UpError, name: &str) -> Option<String> {
+    use kos_control::store::SecretsError;
+    let UpError::Converge(c) = e else {
+        return None;
+    };
+    matches!(
+        &**c,
+        kos_control::up::ConvergeError::Secrets(
+            SecretsError::Missing { .. } | SecretsError::Foreign { .. }
+        )
+    )
+    .then(|| {
+        format!(
+            "a cluster named {name} in this cloud project is managed elsewhere: `kos export {name}` \
+             moves one the CLI made under the operator; otherwise give this Cluster another name"
+        )
+    })
 }
 
 fn name_of(r: &k8s_openapi::api::core::v1::ObjectReference) -> String {
@@ -559,7 +665,25 @@ async fn cleanup(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, R
         .await
         .map_err(ReconcileError::Identity)?;
     let session = &connected.session;
-    let permits = ctx.project(format!("{} {}", session.auth_url(), session.project_id()));
+    let project = format!("{} {}", session.auth_url(), session.project_id());
+    let owner = cluster
+        .controller_owner_ref(&())
+        .ok_or(ReconcileError::NoUid)?;
+    let claim = Claim {
+        namespace: ns.to_owned(),
+        uid: owner.uid.clone(),
+    };
+    let store = SecretRecords::load(secrets.clone(), ns, &name, owner)
+        .await
+        .map_err(ReconcileError::Store)?;
+    // Its secrets are made before anything in the cloud: without them this Cluster made nothing,
+    // and what the cloud shows of the name is another's (a Cluster elsewhere, the CLI).
+    if store.pki().map_err(ReconcileError::Store)?.is_none() {
+        tracing::info!(cluster = %name, "made nothing in the cloud: nothing to tear down");
+        ctx.release(&project, &name, &claim);
+        return Ok(Action::await_change());
+    }
+    let permits = ctx.project(project.clone());
     let _permit = permits
         .acquire_owned()
         .await
@@ -569,6 +693,7 @@ async fn cleanup(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, R
         .await
         .map_err(ReconcileError::Teardown)?;
     tracing::info!(cluster = %name, deleted = report.resources.len(), "torn down");
+    ctx.release(&project, &name, &claim);
     // The Secrets it owns go with the Cluster (garbage collection).
     Ok(Action::await_change())
 }

@@ -1,7 +1,9 @@
 //! The operator's controller against kos-kube-fake as the management cluster and kos-sim (its
 //! servers running kos's user_data) as the cloud: a Cluster applied becomes Ready with its
 //! secrets in Secrets it owns; a Cluster kos refuses is Degraded with kos's own message and
-//! nothing is made in the cloud; a deleted Cluster is torn down before it goes.
+//! nothing is made in the cloud; a Cluster of a name another namespace's Cluster has in the same
+//! cloud project is refused and its deletion tears nothing down; a deleted Cluster is torn down
+//! before it goes.
 
 mod support;
 use support::{example, tagged};
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kos_control::connect::{Reach, ReachError, Reaching};
 use kos_operator::reconcile::{self, Context, Settings};
@@ -48,12 +50,16 @@ impl Reach for SimReach {
 }
 
 fn cluster(name: &str, spec: &Value) -> Value {
+    cluster_in("default", name, spec)
+}
+
+fn cluster_in(namespace: &str, name: &str, spec: &Value) -> Value {
     let mut spec = spec.clone();
     spec["identityRef"] = json!({"name": "cloud", "cloudName": "sim"});
     json!({
         "apiVersion": "kos.dev/v1alpha1",
         "kind": "Cluster",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     })
 }
@@ -111,6 +117,18 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     }))
     .expect("secret");
     secrets
+        .create(&PostParams::default(), &identity)
+        .await
+        .expect("identity");
+    // Another team's namespace, with a credential for the same cloud project.
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team-b"}})).expect("ns"),
+        )
+        .await
+        .expect("namespace");
+    Api::<Secret>::namespaced(client.clone(), "team-b")
         .create(&PostParams::default(), &identity)
         .await
         .expect("identity");
@@ -176,6 +194,39 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         )
         .await
         .expect("apply");
+    until(&clusters, "demo", "Progressing", |c| {
+        c.and_then(|c| condition(c, "Progressing"))
+            .is_some_and(|p| p.status == "True")
+    })
+    .await;
+    // The same name in another namespace and the same cloud project, which knows clusters by name
+    // alone: refused while default/demo has it, never a second owner of its servers.
+    let team_b: Api<Cluster> = Api::namespaced(client.clone(), "team-b");
+    team_b
+        .patch(
+            "demo",
+            &apply,
+            &Patch::Apply(cluster_in(
+                "team-b",
+                "demo",
+                &example("minimal.yaml")["spec"],
+            )),
+        )
+        .await
+        .expect("apply");
+    until(&team_b, "demo", "Degraded", |c| {
+        c.and_then(|c| condition(c, "Degraded"))
+            .is_some_and(|d| d.status == "True")
+    })
+    .await;
+    let taken = team_b.get("demo").await.expect("get");
+    let degraded = condition(&taken, "Degraded").expect("degraded");
+    assert_eq!(degraded.reason, "NameTaken", "{}", degraded.message);
+    assert!(
+        degraded.message.contains("Cluster default/demo"),
+        "{}",
+        degraded.message
+    );
     until(&clusters, "demo", "Ready", |c| {
         c.and_then(|c| condition(c, "Ready"))
             .is_some_and(|r| r.status == "True")
@@ -222,7 +273,31 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         "{:?}",
         status.nodes
     );
-    assert!(tagged(&sim, "demo").await > 0);
+    let made = tagged(&sim, "demo").await;
+    assert!(made > 0);
+    assert_eq!(
+        condition(&team_b.get("demo").await.expect("get"), "Degraded").map(|d| d.reason.as_str()),
+        Some("NameTaken")
+    );
+    assert!(
+        Api::<Secret>::namespaced(client.clone(), "team-b")
+            .get_opt("demo-kos")
+            .await
+            .expect("get")
+            .is_none_or(|s| s.data.is_none_or(|d| !d.contains_key("pki.json"))),
+        "team-b/demo made secrets"
+    );
+    // Deleting it tears down nothing of default/demo's.
+    team_b
+        .delete("demo", &DeleteParams::default())
+        .await
+        .expect("delete");
+    until(&team_b, "demo", "deleted", |c| c.is_none()).await;
+    assert_eq!(tagged(&sim, "demo").await, made);
+    assert_eq!(
+        condition(&clusters.get("demo").await.expect("get"), "Ready").map(|r| r.status.as_str()),
+        Some("True")
+    );
 
     // Deleted: torn down as `kos down` does, then gone.
     clusters

@@ -12,7 +12,7 @@ const NEW: Seen = Seen {
 #[test]
 fn a_new_cluster_gets_secrets_stored_before_they_are_used() {
     let store = Memory::default();
-    let made = secrets_for_up(&store, NEW, false, now()).unwrap();
+    let made = secrets_for_up(&store, NEW, false, Leftovers::Adopt, now()).unwrap();
     assert!(!made.token_refreshed);
     let kept = store.pki().unwrap().unwrap();
     assert_eq!(kept.ca.cert_pem, made.secrets.ca.cert_pem);
@@ -24,6 +24,7 @@ fn a_new_cluster_gets_secrets_stored_before_they_are_used() {
             anything: true,
         },
         false,
+        Leftovers::Adopt,
         now(),
     )
     .unwrap();
@@ -40,6 +41,7 @@ fn servers_without_secrets_are_refused_and_nothing_is_made() {
             anything: true,
         },
         false,
+        Leftovers::Adopt,
         now(),
     )
     .err()
@@ -49,15 +51,38 @@ fn servers_without_secrets_are_refused_and_nothing_is_made() {
 }
 
 #[test]
+fn leftovers_without_secrets_are_taken_over_or_refused_as_asked() {
+    let network_only = Seen {
+        servers: false,
+        anything: true,
+    };
+    // The CLI: nothing holds secrets yet, so new ones are made.
+    let store = Memory::default();
+    secrets_for_up(&store, network_only, false, Leftovers::Adopt, now()).unwrap();
+    assert!(store.pki().unwrap().is_some());
+    // The operator: someone else may be making it; nothing is stored.
+    let store = Memory::default();
+    let err = secrets_for_up(&store, network_only, false, Leftovers::Refuse, now())
+        .err()
+        .unwrap();
+    assert!(matches!(err, SecretsError::Foreign { .. }), "{err}");
+    assert!(store.pki().unwrap().is_none());
+    // A new cluster is made under either.
+    secrets_for_up(&store, NEW, false, Leftovers::Refuse, now()).unwrap();
+}
+
+#[test]
 fn delivered_secrets_of_a_cluster_the_cloud_lost_need_reuse() {
     let store = Memory::default();
-    let made = secrets_for_up(&store, NEW, false, now()).unwrap();
+    let made = secrets_for_up(&store, NEW, false, Leftovers::Adopt, now()).unwrap();
     // Never delivered: a run that stopped before any server; the CA is taken again.
-    secrets_for_up(&store, NEW, false, now()).unwrap();
+    secrets_for_up(&store, NEW, false, Leftovers::Adopt, now()).unwrap();
     store.mark_delivered().unwrap();
-    let err = secrets_for_up(&store, NEW, false, now()).err().unwrap();
+    let err = secrets_for_up(&store, NEW, false, Leftovers::Adopt, now())
+        .err()
+        .unwrap();
     assert!(matches!(err, SecretsError::Orphaned { .. }), "{err}");
-    let reused = secrets_for_up(&store, NEW, true, now()).unwrap();
+    let reused = secrets_for_up(&store, NEW, true, Leftovers::Adopt, now()).unwrap();
     assert_eq!(reused.secrets.ca.cert_pem, made.secrets.ca.cert_pem);
 }
 
@@ -65,7 +90,7 @@ fn delivered_secrets_of_a_cluster_the_cloud_lost_need_reuse() {
 fn an_expiring_token_is_replaced_and_stored() {
     let store = Memory::default();
     let t0 = now();
-    let made = secrets_for_up(&store, NEW, false, t0).unwrap();
+    let made = secrets_for_up(&store, NEW, false, Leftovers::Adopt, t0).unwrap();
     let later = made.secrets.token.expires - time::Duration::minutes(1);
     let next = secrets_for_up(
         &store,
@@ -74,6 +99,7 @@ fn an_expiring_token_is_replaced_and_stored() {
             anything: true,
         },
         false,
+        Leftovers::Adopt,
         later,
     )
     .unwrap();

@@ -505,6 +505,7 @@ fn up_options(args: &UpArgs) -> kos_control::up::Options {
             Wait::Ready => follow::Wait::Ready,
         },
         drain_timeout: Duration::from_secs(args.drain_timeout),
+        leftovers: kos_control::store::Leftovers::Adopt,
     }
 }
 
@@ -580,6 +581,10 @@ fn secrets_failure(e: SecretsError, local: &Local) -> Failure {
         SecretsError::Missing { location } => Failure::input(miette::miette!(
             help = "copy pki.json from the machine that created the cluster into this directory",
             "the cluster already has servers but its secrets ({location}) are not on this machine"
+        )),
+        e @ SecretsError::Foreign { .. } => Failure::input(miette::miette!(
+            help = "copy pki.json from the machine that manages the cluster into this directory",
+            "{e}"
         )),
         e @ SecretsError::Generate(_) => Failure::input(miette::miette!("{}", chain(&e))),
     }
