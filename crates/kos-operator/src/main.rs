@@ -57,6 +57,9 @@ struct RunArgs {
     /// How long before expiry the holder renews (seconds; less than the duration).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
     leader_elect_renew_margin: u64,
+    /// How often a standby looks whether the Lease was released (seconds).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=60))]
+    leader_elect_retry_period: u64,
     /// Where `/metrics` is served (`host:port`, `:port`; `0` turns it off).
     #[arg(long, default_value = ":8080")]
     metrics_bind_address: String,
@@ -147,6 +150,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
         identity: identity(),
         lease_duration: Duration::from_secs(args.leader_elect_lease_duration),
         renew_margin: Duration::from_secs(args.leader_elect_renew_margin),
+        retry_period: Duration::from_secs(args.leader_elect_retry_period),
     });
     let opts = Options {
         settings: Settings {

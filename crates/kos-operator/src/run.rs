@@ -16,6 +16,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use futures::StreamExt as _;
+use k8s_openapi::api::coordination::v1::Lease;
 use kos_control::connect::Reach;
 use kube::api::Api;
 use kube::runtime::Controller;
@@ -49,6 +50,8 @@ pub struct Leader {
     pub lease_duration: Duration,
     /// How long before expiry the holder renews.
     pub renew_margin: Duration,
+    /// How often a standby looks for a released Lease (client-go's `RetryPeriod`).
+    pub retry_period: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +110,52 @@ fn serve(listener: tokio::net::TcpListener, router: Router) {
     });
 }
 
+/// What a standby does next.
+enum Standby {
+    Won,
+    Lost,
+    Shutdown,
+    Look,
+}
+
+type Campaign = (
+    tokio::sync::watch::Receiver<bool>,
+    tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+);
+
+/// Campaigns for the Lease: whether this replica leads, as it changes.
+async fn watch(client: &kube::Client, l: &Leader) -> Result<Campaign, RunError> {
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &l.name)
+        .with_namespace(&l.namespace)
+        .with_identity(&l.identity)
+        .with_duration(l.lease_duration.as_secs().max(1))
+        .with_grace(l.renew_margin.as_secs().max(1))
+        .build()
+        .await
+        .map_err(|source| RunError::Lease {
+            namespace: l.namespace.clone(),
+            name: l.name.clone(),
+            source,
+        })?;
+    Ok(manager.watch().await)
+}
+
+/// The Lease has no holder (its last one released it). A failed read says no: the campaign's own
+/// reads report the API's trouble.
+async fn released(leases: &Api<Lease>, name: &str) -> bool {
+    match leases.get_opt(name).await {
+        Ok(Some(lease)) => lease
+            .spec
+            .and_then(|s| s.holder_identity)
+            .is_none_or(|h| h.is_empty()),
+        Ok(None) => true,
+        Err(e) => {
+            tracing::debug!("reading Lease {name}: {e}");
+            false
+        }
+    }
+}
+
 /// Runs until `shutdown` completes (then releases the Lease) or the Lease is lost.
 ///
 /// # Errors
@@ -147,39 +196,42 @@ pub async fn run(
     let campaign = match &opts.leader {
         None => None,
         Some(l) => {
-            let wrap = |source| RunError::Lease {
-                namespace: l.namespace.clone(),
-                name: l.name.clone(),
-                source,
-            };
-            let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &l.name)
-                .with_namespace(&l.namespace)
-                .with_identity(&l.identity)
-                .with_duration(l.lease_duration.as_secs().max(1))
-                .with_grace(l.renew_margin.as_secs().max(1))
-                .build()
-                .await
-                .map_err(wrap)?;
-            let (mut leading, task) = manager.watch().await;
+            let (mut leading, mut task) = watch(&client, l).await?;
             served.ready.store(true, Ordering::Relaxed);
             metrics.leading(&l.name, false);
             tracing::info!(identity = %l.identity, lease = %l.name, "standing by for the Lease");
-            let won = tokio::select! {
-                r = leading.wait_for(|l| *l) => Some(r.is_ok()),
-                () = &mut shutdown => None,
-            };
-            match won {
-                Some(true) => {}
-                Some(false) => {
-                    return Err(RunError::LostLease {
-                        namespace: l.namespace.clone(),
-                        name: l.name.clone(),
-                    });
-                }
-                None => {
-                    drop(leading);
-                    let _ = task.await;
-                    return Ok(());
+            let leases: Api<Lease> = Api::namespaced(client.clone(), &l.namespace);
+            loop {
+                let next = tokio::select! {
+                    r = leading.wait_for(|l| *l) => {
+                        if r.is_ok() { Standby::Won } else { Standby::Lost }
+                    }
+                    () = &mut shutdown => Standby::Shutdown,
+                    () = tokio::time::sleep(l.retry_period) => Standby::Look,
+                };
+                match next {
+                    Standby::Won => break,
+                    Standby::Lost => {
+                        return Err(RunError::LostLease {
+                            namespace: l.namespace.clone(),
+                            name: l.name.clone(),
+                        });
+                    }
+                    Standby::Shutdown => {
+                        drop(leading);
+                        let _ = task.await;
+                        return Ok(());
+                    }
+                    // kube-lease-manager's standby sleeps until the holder's Lease would expire;
+                    // a holder that stopped released it, and client-go's standby takes it within
+                    // a retry period: so does this one, campaigning afresh.
+                    Standby::Look => {
+                        if released(&leases, &l.name).await {
+                            drop(leading);
+                            let _ = task.await;
+                            (leading, task) = watch(&client, l).await?;
+                        }
+                    }
                 }
             }
             metrics.leading(&l.name, true);
