@@ -72,6 +72,8 @@ pub fn objects(image: &str) -> Vec<Value> {
                         "containers": [{
                             "name": NAME,
                             "image": image,
+                            // The image has no entrypoint (scripts/image): the command is named.
+                            "command": ["/bin/kos-operator"],
                             "args": [
                                 "--leader-elect",
                                 format!("--metrics-bind-address=:{METRICS_PORT}"),
