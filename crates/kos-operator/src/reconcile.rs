@@ -178,14 +178,18 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
     .map_err(|e| ReconcileError::Finalizer(Box::new(e)))
 }
 
-/// The cluster document kos's reader reads: the resource's name and spec, the operator's own
-/// `identityRef` left out.
+/// The cluster document kos's reader reads: the resource's name, `tags` and spec, the operator's
+/// own `identityRef` left out.
 #[must_use]
 pub fn document(cluster: &Cluster) -> String {
+    let mut metadata = json!({"name": cluster.name_any()});
+    if !cluster.spec.tags.is_empty() {
+        metadata["tags"] = json!(cluster.spec.tags);
+    }
     let doc = json!({
         "apiVersion": kos_cluster::spec::API_VERSION,
         "kind": kos_cluster::spec::KIND,
-        "metadata": {"name": cluster.name_any()},
+        "metadata": metadata,
         "spec": cluster.spec.cluster,
     });
     // JSON is YAML; pretty, so a diagnostic's line is one field.

@@ -32,6 +32,10 @@ pub struct ClusterSpec {
     /// The Secret (in the Cluster's namespace) whose `clouds.yaml` holds the cloud's credential,
     /// and which cloud of it: Cluster API's OpenStack provider's `identityRef`.
     pub identity_ref: IdentityRef,
+    /// Tags put on every cloud object of the cluster besides kos's own: a cluster document's
+    /// `metadata.tags` (Cluster API's OpenStackCluster names them `tags` in its spec too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     #[serde(flatten)]
     pub cluster: kos_cluster::schema::Spec,
 }

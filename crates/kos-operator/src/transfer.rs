@@ -62,6 +62,7 @@ pub async fn export(
     namespace: &str,
     name: &str,
     spec: kos_cluster::schema::Spec,
+    tags: Vec<String>,
     identity: IdentityRef,
     from: &dyn SecretStore,
 ) -> Result<usize, TransferError> {
@@ -126,6 +127,7 @@ pub async fn export(
         name,
         ClusterSpec {
             identity_ref: identity,
+            tags,
             cluster: spec,
         },
     );
@@ -137,9 +139,11 @@ pub async fn export(
     Ok(moved)
 }
 
-/// What `kos adopt` takes back: the Cluster's spec, and how many records moved into the store.
+/// What `kos adopt` takes back: the Cluster's spec and tags, and how many records moved into the
+/// store.
 pub struct Adopted {
     pub spec: kos_cluster::schema::Spec,
+    pub tags: Vec<String>,
     pub records: usize,
 }
 
@@ -227,6 +231,7 @@ pub async fn adopt(
     }
     Ok(Adopted {
         spec: cluster.spec.cluster,
+        tags: cluster.spec.tags,
         records,
     })
 }

@@ -26,7 +26,8 @@ fn documents() -> Vec<(String, Value)> {
         .collect()
 }
 
-/// The CRD's schema of `spec`, without the operator's own `identityRef`.
+/// The CRD's schema of `spec`, without the operator's own `identityRef` and the document's
+/// `metadata.tags` (`tags`).
 fn spec_schema() -> Value {
     let crd = serde_json::to_value(Cluster::crd()).expect("crd");
     let mut spec = crd
@@ -37,6 +38,10 @@ fn spec_schema() -> Value {
         .as_object_mut()
         .expect("properties")
         .remove("identityRef");
+    spec["properties"]
+        .as_object_mut()
+        .expect("properties")
+        .remove("tags");
     spec
 }
 
@@ -148,14 +153,34 @@ fn every_object_the_reader_reads_has_the_fields_the_crd_lists() {
 
 #[test]
 fn every_example_is_a_cluster_resource() {
+    let mut tagged = 0;
     for (name, doc) in documents() {
         let mut spec = doc["spec"].clone();
         spec["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+        if let Some(tags) = doc["metadata"].get("tags") {
+            spec["tags"] = tags.clone();
+            tagged += 1;
+        }
         let parsed: ClusterSpec =
             serde_json::from_value(spec.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
         // Nothing is lost on the way through the types: the operator hands kos this text.
         assert_eq!(serde_json::to_value(&parsed).expect("json"), spec, "{name}");
+        // The document the operator reads is the example's, tags included.
+        let cluster = Cluster::new(doc["metadata"]["name"].as_str().expect("name"), parsed);
+        let read = kos_cluster::load("operator", &kos_operator::reconcile::document(&cluster))
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let original = kos_cluster::load(&name, &serde_json::to_string(&doc).expect("json"))
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let names = |l: &kos_cluster::Loaded| {
+            l.spec
+                .tags
+                .iter()
+                .map(|t| t.as_str().to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&read), names(&original), "{name}");
     }
+    assert!(tagged > 0, "no example has metadata.tags");
 }
 
 #[tokio::test]

@@ -79,7 +79,9 @@ fn a_cli_made_cluster_moves_under_the_operator_is_upgraded_and_comes_back() {
             )
             // Behind a load balancer, so the lone control plane can be replaced by a successor:
             // kos refuses to upgrade one reached through a floating IP.
-            .replace("type: floatingIP", "type: loadBalancer"),
+            .replace("type: floatingIP", "type: loadBalancer")
+            // Cloud tags travel with the cluster both ways.
+            .replace("  name: demo\n", "  name: demo\n  tags: [team=platform]\n"),
     )
     .expect("write");
     let old = old.to_str().expect("utf8");
@@ -287,6 +289,14 @@ fn a_cli_made_cluster_moves_under_the_operator_is_upgraded_and_comes_back() {
         ],
     );
     assert_eq!(code(&plan), 0, "nothing to do: {}", text(&plan));
+    let back: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(d.join("back.yaml")).expect("back.yaml"))
+            .expect("yaml");
+    assert_eq!(
+        back["metadata"]["tags"],
+        serde_json::json!(["team=platform"]),
+        "{back}"
+    );
     let up = kos(
         d,
         Some(&sim.clouds),

@@ -55,12 +55,13 @@ fn transfer_failure(e: TransferError) -> Failure {
 pub async fn export(args: ExportArgs) -> Result<Exit, Failure> {
     let spec = load_spec(&args.spec.file)?;
     let name = spec.loaded.spec.name.value.as_str().to_owned();
-    if !spec.loaded.spec.tags.is_empty() {
-        return Err(Failure::input(miette::miette!(
-            help = "remove metadata.tags from the spec to export it (the cloud's objects keep the tags they have)",
-            "kos-operator does not carry a cluster's cloud tags (metadata.tags) yet"
-        )));
-    }
+    let tags: Vec<String> = spec
+        .loaded
+        .spec
+        .tags
+        .iter()
+        .map(|t| t.as_str().to_owned())
+        .collect();
     // The text load_spec read and validated: the file is not read twice.
     let doc: serde_json::Value = serde_saphyr::from_str(&spec.text)
         .map_err(|e| Failure::input(miette::miette!("{}: {e}", spec.shown)))?;
@@ -87,9 +88,10 @@ pub async fn export(args: ExportArgs) -> Result<Exit, Failure> {
                     local.dir.display()
                 )));
             }
-            let moved = transfer::export(&client, &namespace, &name, schema, identity, &local)
-                .await
-                .map_err(transfer_failure)?;
+            let moved =
+                transfer::export(&client, &namespace, &name, schema, tags, identity, &local)
+                    .await
+                    .map_err(transfer_failure)?;
             // Its records are the operator's now: two keepers would each rotate and renew.
             place.remove().map_err(|e| {
                 Failure::cloud_report(miette::miette!(
@@ -139,10 +141,14 @@ pub async fn adopt(args: AdoptArgs) -> Result<Exit, Failure> {
             let adopted = transfer::adopt(&client, &namespace, &name, &local, RELEASE_WAIT)
                 .await
                 .map_err(transfer_failure)?;
+            let mut metadata = serde_json::json!({"name": name});
+            if !adopted.tags.is_empty() {
+                metadata["tags"] = serde_json::json!(adopted.tags);
+            }
             let doc = serde_json::json!({
                 "apiVersion": kos_cluster::spec::API_VERSION,
                 "kind": kos_cluster::spec::KIND,
-                "metadata": {"name": name},
+                "metadata": metadata,
                 "spec": adopted.spec,
             });
             let text = serde_saphyr::to_string(&doc).map_err(|e| {
