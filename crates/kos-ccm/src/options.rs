@@ -185,6 +185,8 @@ pub struct LeaderElection {
     pub lease_duration: Duration,
     /// Renew this long before the lease runs out: lease duration minus renew deadline.
     pub renew_margin: Duration,
+    /// How often a standby looks for a released Lease (`--leader-elect-retry-period`).
+    pub retry_period: Duration,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -252,6 +254,7 @@ impl RunArgs {
                 name: self.leader_elect_resource_name.clone(),
                 lease_duration: self.leader_elect_lease_duration,
                 renew_margin: self.leader_elect_lease_duration - self.leader_elect_renew_deadline,
+                retry_period: self.leader_elect_retry_period,
             })
         } else {
             None

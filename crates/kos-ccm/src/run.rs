@@ -117,6 +117,7 @@ pub async fn run_with(
             identity: identity.clone(),
             lease_duration: le.lease_duration,
             renew_margin: le.renew_margin,
+            retry_period: le.retry_period,
         }),
         None => Box::new(Unelected),
     };
