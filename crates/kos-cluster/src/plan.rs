@@ -348,12 +348,41 @@ fn fresh_volumes_for_rolled_servers(desired: &DesiredGraph, actions: &mut [Actio
     let volumes: BTreeSet<String> = actions
         .iter()
         .filter(|a| a.kind == Kind::Server && a.op == Op::Roll)
-        .filter_map(|a| match desired.node(&a.logical_id).map(|n| &n.spec) {
-            Some(Desired::Server(s)) => s.volume.clone(),
-            _ => None,
-        })
+        .filter_map(|a| volume_of(desired, a))
         .collect();
     replace_volumes(actions, &volumes);
+    fresh_volumes_for_made_servers(desired, actions);
+}
+
+fn volume_of(desired: &DesiredGraph, a: &Action) -> Option<String> {
+    match desired.node(&a.logical_id).map(|n| &n.spec) {
+        Some(Desired::Server(s)) => s.volume.clone(),
+        _ => None,
+    }
+}
+
+/// A server made while its boot volume exists (the server deleted behind kos's back, or a run
+/// killed between a server's delete and its volume's) would boot the old node's disk: cloud-init
+/// runs the new user_data, and kubeadm's preflight refuses a disk with its files and etcd's data
+/// already there. The volume is made again first. One a killed run made before its server is made
+/// again too: nothing the cloud shows tells the two apart, and a new one costs one create.
+fn fresh_volumes_for_made_servers(desired: &DesiredGraph, actions: &mut [Action]) {
+    let volumes: BTreeSet<String> = actions
+        .iter()
+        .filter(|a| a.kind == Kind::Server && a.op == Op::Create)
+        .filter_map(|a| volume_of(desired, a))
+        .collect();
+    for a in actions.iter_mut() {
+        if a.kind == Kind::Volume
+            && volumes.contains(&a.logical_id)
+            && a.existing.is_some()
+            && matches!(a.op, Op::NoOp | Op::Update | Op::Adopt)
+        {
+            a.op = Op::Replace;
+            a.reason =
+                "its server is made again: a new boot volume, not the old node's disk".into();
+        }
+    }
 }
 
 /// The existing `volumes` are replaced with their servers (a new boot volume each).

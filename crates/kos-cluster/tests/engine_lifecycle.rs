@@ -735,3 +735,53 @@ async fn a_teardown_reports_what_it_found_before_deleting_and_stops_when_that_fa
     assert!(leftovers(s, "found").await?.is_empty());
     Ok(())
 }
+
+/// A worker's server deleted behind kos's back leaves its boot volume, the old node's disk
+/// (kubeadm's files, a kubelet's state). Made again, the server boots a new volume: on the old one
+/// kubeadm's preflight would refuse to join.
+#[tokio::test]
+async fn a_server_gone_while_its_boot_volume_stayed_boots_a_new_volume() -> R {
+    let c = start().await?;
+    let shape = Shape {
+        name: "bv",
+        control_planes: 1,
+        load_balancer: false,
+        boot_volume: true,
+        pools: vec![("workers", 1, "soft-anti-affinity")],
+    };
+    let g = graph(&c.session, &shape).await?;
+    up(&c.session, &g).await?;
+    let before = observe(&c.session, "bv").await?;
+    let old_volume = before.get("vol-workers-0")[0].id.clone();
+    let server = before.get("workers-0")[0].id.clone();
+    c.session.compute().delete_server(&server).await?;
+    for _ in 0..3000 {
+        if c.session.compute().get_server(&server).await?.is_none() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let p = plan_for(&c.session, &g).await?;
+    let op = |id: &str| p.for_node(id).map(|a| a.op);
+    assert_eq!(op("workers-0"), Some(Op::Create), "{}", p.diff(false));
+    assert_eq!(op("vol-workers-0"), Some(Op::Replace), "{}", p.diff(false));
+    // The control plane's volume, whose server runs, is kept.
+    assert_eq!(op("vol-cp-0"), Some(Op::NoOp), "{}", p.diff(false));
+    up(&c.session, &g).await?;
+    assert_eq!(pending(&c.session, &g).await?, 0);
+    let after = observe(&c.session, "bv").await?;
+    let new_volume = &after.get("vol-workers-0")[0].id;
+    assert_ne!(
+        new_volume, &old_volume,
+        "the old node's disk was booted again"
+    );
+    assert!(
+        c.session
+            .block_storage()
+            .get_volume(&old_volume)
+            .await?
+            .is_none(),
+        "the old volume is left"
+    );
+    down(&c.session, "bv").await
+}
