@@ -1,51 +1,263 @@
-//! A CRD's `x-kubernetes-validations`: the CEL rules apiextensions evaluates on every write of a
-//! custom resource, for the part of CEL such rules are usually written in: `self` and `oldSelf`
-//! with field selection, `has()`, `size()`, `!`, `&&`, `||`, parentheses, comparisons (`==`,
-//! `!=`, `<`, `<=`, `>`, `>=`) between those and integer, string, boolean and `null` literals.
-//! That covers every rule of the external-snapshotter's CRDs (snapshot.storage.k8s.io).
+//! A CRD's `x-kubernetes-validations`: the CEL rules apiextensions compiles when a CRD is written
+//! and evaluates on every write of a custom resource, run here with the `cel` crate (CEL's
+//! standard library and macros) plus the Kubernetes library functions in [`library`].
 //!
 //! Semantics as the real server's: a rule runs where it is declared, only when a value is there;
 //! a rule naming `oldSelf` (a transition rule) only on an update whose old object has a value
 //! there; on an update, a value equal to the old one is not checked again (ratcheting, on by
 //! default since 1.30). A failure is a 422 cause at the value's path (or below it by the rule's
 //! `fieldPath`), `Invalid value: "<type>": <message>` or as the rule's `reason` says (Forbidden,
-//! Required, Duplicate); `messageExpression` is not evaluated: the rule's `message` is used, else
-//! `failed rule: <rule>`. Values are correlated with their old ones through object properties
-//! only, not list items. A rule outside this subset is not evaluated (the fake is then more
-//! lenient than the real server for that rule): [`unsupported`] lists them so a test can assert
-//! a CRD has none.
+//! Required, Duplicate); the message is the rule's `messageExpression`'s value when it gives a
+//! non-empty string, else its `message`, else `failed rule: <rule>`. Object properties are seen
+//! under their escaped names (`namespace` as `__namespace__`, `a-b` as `a__dash__b`), as
+//! apiextensions escapes them. Values are correlated with their old ones through object
+//! properties only, not list items.
+//!
+//! On a CRD's write, [`compile_errors`] refuses a rule or message expression that does not parse
+//! or names a variable other than `self`/`oldSelf` or a function the fake does not know (the
+//! real server knows more functions than the fake implements; such a CRD is refused here, which
+//! keeps the fake from being more lenient than the real server). The cost estimate the real server
+//! makes is not computed.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use cel::common::ast::{EntryExpr, Expr};
+use cel::objects::Key;
+use cel::{Context, Env, IdedExpr, Program, Value as Cel};
 use serde_json::Value;
 
 use crate::error::Cause;
 
-/// Every rule of `schema` the evaluator cannot read.
-pub fn unsupported(schema: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    walk_schema(schema, &mut |rule| {
-        if parse(rule).is_none() {
-            out.push(rule.to_owned());
-        }
-    });
-    out
+pub mod library;
+
+/// CEL's standard library and the strings extension (which the Kubernetes environment has,
+/// `ext.Strings` version 2), shared by every evaluation.
+static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
+    let mut env = Env::stdlib();
+    // Only fails on a name declared twice, which the two never do.
+    if let Err(e) = env.add_extension(cel::extensions::strings) {
+        tracing::error!(error = %e, "CEL strings extension not added");
+    }
+    Arc::new(env)
+});
+
+/// The functions a rule may call: CEL's standard ones the `cel` crate implements, and the
+/// Kubernetes library functions of [`library`]. Operators (`_==_`, `@in`, …) are always known.
+const STANDARD: &[&str] = &[
+    "size",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "matches",
+    "int",
+    "uint",
+    "double",
+    "string",
+    "bool",
+    "bytes",
+    "type",
+    "dyn",
+    "has",
+    "all",
+    "exists",
+    "exists_one",
+    "map",
+    "filter",
+    // ext.Strings version 2, in every supported minor's base environment (`format`, `quote`
+    // and `reverse` are left out: not in all of them, or not as the `cel` crate has them).
+    "charAt",
+    "indexOf",
+    "lastIndexOf",
+    "lowerAscii",
+    "upperAscii",
+    "trim",
+    "replace",
+    "split",
+    "substring",
+    "join",
+];
+
+fn known_function(name: &str) -> bool {
+    name.starts_with('_')
+        || name.starts_with('@')
+        || name.starts_with('!')
+        || STANDARD.contains(&name)
+        || library::FUNCTIONS.contains(&name)
 }
 
-fn walk_schema(schema: &Value, f: &mut dyn FnMut(&str)) {
-    for r in rules(schema) {
-        if let Some(rule) = r.get("rule").and_then(Value::as_str) {
-            f(rule);
+/// A rule compiled, or why it cannot be.
+fn compile(source: &str) -> Result<Arc<Program>, String> {
+    thread_local! {
+        static CACHE: std::cell::RefCell<HashMap<String, Arc<Program>>> =
+            std::cell::RefCell::new(HashMap::new());
+    }
+    if let Some(p) = CACHE.with(|c| c.borrow().get(source).cloned()) {
+        return Ok(p);
+    }
+    let program = ENV
+        .compile(source)
+        .map_err(|e| format!("compilation failed: ERROR: <input>: {e}"))?;
+    let (mut vars, mut funcs) = (Vec::new(), Vec::new());
+    free_references(program.expression(), &mut Vec::new(), &mut vars, &mut funcs);
+    if let Some(v) = vars
+        .iter()
+        .find(|v| !matches!(v.as_str(), "self" | "oldSelf"))
+    {
+        return Err(format!(
+            "compilation failed: ERROR: <input>: undeclared reference to '{v}' (in container '')"
+        ));
+    }
+    if let Some(f) = funcs.iter().find(|f| !known_function(f)) {
+        return Err(format!(
+            "compilation failed: ERROR: <input>: undeclared reference to '{f}' (in container '')"
+        ));
+    }
+    let program = Arc::new(program);
+    CACHE.with(|c| {
+        c.borrow_mut()
+            .insert(source.to_owned(), Arc::clone(&program))
+    });
+    Ok(program)
+}
+
+fn uses_old(program: &Program) -> bool {
+    let (mut vars, mut funcs) = (Vec::new(), Vec::new());
+    free_references(program.expression(), &mut Vec::new(), &mut vars, &mut funcs);
+    vars.iter().any(|v| v == "oldSelf")
+}
+
+/// The variables an expression reads that no comprehension (a macro's `x`) binds, and the
+/// functions it calls. The `cel` crate's own `references` counts a macro's variables as free.
+fn free_references(
+    e: &IdedExpr,
+    bound: &mut Vec<String>,
+    vars: &mut Vec<String>,
+    funcs: &mut Vec<String>,
+) {
+    match &e.expr {
+        Expr::Call(c) => {
+            funcs.push(c.func_name.clone());
+            if let Some(t) = &c.target {
+                free_references(t, bound, vars, funcs);
+            }
+            for a in &c.args {
+                free_references(a, bound, vars, funcs);
+            }
+        }
+        Expr::Comprehension(c) => {
+            free_references(&c.iter_range, bound, vars, funcs);
+            free_references(&c.accu_init, bound, vars, funcs);
+            let depth = bound.len();
+            bound.push(c.iter_var.clone());
+            bound.extend(c.iter_var2.clone());
+            bound.push(c.accu_var.clone());
+            for x in [&c.loop_cond, &c.loop_step, &c.result] {
+                free_references(x, bound, vars, funcs);
+            }
+            bound.truncate(depth);
+        }
+        Expr::Ident(name) => {
+            if !name.starts_with('@') && !bound.contains(name) && !TYPES.contains(&name.as_str()) {
+                vars.push(name.clone());
+            }
+        }
+        Expr::List(l) => {
+            for x in &l.elements {
+                free_references(x, bound, vars, funcs);
+            }
+        }
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                match &entry.expr {
+                    EntryExpr::StructField(f) => free_references(&f.value, bound, vars, funcs),
+                    EntryExpr::MapEntry(m) => {
+                        free_references(&m.key, bound, vars, funcs);
+                        free_references(&m.value, bound, vars, funcs);
+                    }
+                }
+            }
+        }
+        Expr::Select(s) => free_references(&s.operand, bound, vars, funcs),
+        // A message literal names a type the Kubernetes environment does not declare.
+        Expr::Struct(s) => vars.push(s.type_name.clone()),
+        Expr::Unspecified | Expr::Literal(_) => {}
+    }
+}
+
+/// Type names a rule may use as values (`type(self.x) == string`).
+const TYPES: &[&str] = &[
+    "int",
+    "uint",
+    "double",
+    "string",
+    "bool",
+    "bytes",
+    "list",
+    "map",
+    "null_type",
+    "type",
+];
+
+/// The causes apiextensions gives a CRD version's schema (at `path`, e.g.
+/// `spec.versions[0].schema.openAPIV3Schema`) whose rules do not compile.
+pub fn compile_errors(schema: &Value, path: &str, out: &mut Vec<Cause>) {
+    for (i, r) in rules(schema).iter().enumerate() {
+        let at = format!("{path}.x-kubernetes-validations[{i}]");
+        let rule = r.get("rule").and_then(Value::as_str).unwrap_or_default();
+        if rule.trim().is_empty() {
+            out.push(Cause {
+                reason: "FieldValueRequired",
+                field: format!("{at}.rule"),
+                message: "Required value: rule is not specified".into(),
+            });
+            continue;
+        }
+        let shown = rule_struct(r);
+        if let Err(e) = compile(rule) {
+            out.push(Cause {
+                reason: "FieldValueInvalid",
+                field: format!("{at}.rule"),
+                message: format!("Invalid value: {shown}: {e}"),
+            });
+        }
+        if let Some(m) = r.get("messageExpression").and_then(Value::as_str)
+            && let Err(e) = compile(m)
+        {
+            out.push(Cause {
+                reason: "FieldValueInvalid",
+                field: format!("{at}.messageExpression"),
+                message: format!("Invalid value: {shown}: messageExpression {e}"),
+            });
         }
     }
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-        for s in props.values() {
-            walk_schema(s, f);
+        for (k, s) in props {
+            compile_errors(s, &format!("{path}.properties[{k}]"), out);
         }
     }
     for k in ["items", "additionalProperties"] {
         if let Some(s) = schema.get(k).filter(|s| s.is_object()) {
-            walk_schema(s, f);
+            compile_errors(s, &format!("{path}.{k}"), out);
         }
     }
+}
+
+/// A rule as Go's `%#v` prints apiextensions' `ValidationRule`, as the real server's message
+/// shows it.
+fn rule_struct(r: &Value) -> String {
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
+    let reason = r.get("reason").and_then(Value::as_str).map_or_else(
+        || "(*apiextensions.FieldValueErrorReason)(nil)".to_owned(),
+        |v| format!("(*apiextensions.FieldValueErrorReason)({v:?})"),
+    );
+    format!(
+        "apiextensions.ValidationRule{{Rule:{:?}, Message:{:?}, MessageExpression:{:?}, Reason:{reason}, FieldPath:{:?}, OptionalOldSelf:(*bool)(nil)}}",
+        s("rule"),
+        s("message"),
+        s("messageExpression"),
+        s("fieldPath"),
+    )
 }
 
 fn rules(schema: &Value) -> &[Value] {
@@ -65,6 +277,17 @@ pub fn check(schema: &Value, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     out
 }
 
+/// Runs `program` with `self` (and `oldSelf`) bound.
+fn run(program: &Program, this: &Cel, old: Option<&Cel>) -> Result<Cel, String> {
+    let mut cx = Context::with_env(Arc::clone(&ENV));
+    library::register(&mut cx);
+    cx.add_variable_from_value("self", this.clone());
+    if let Some(o) = old {
+        cx.add_variable_from_value("oldSelf", o.clone());
+    }
+    program.execute(&cx).map_err(|e| e.to_string())
+}
+
 fn node(schema: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Vec<Cause>) {
     if v.is_null() {
         return;
@@ -73,57 +296,68 @@ fn node(schema: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Ve
     if old == Some(v) {
         return;
     }
+    let this = std::cell::OnceCell::new();
+    let was = std::cell::OnceCell::new();
     for r in rules(schema) {
         let Some(rule) = r.get("rule").and_then(Value::as_str) else {
             continue;
         };
-        let Some(expr) = parse(rule) else {
+        // A rule that does not compile was refused with its CRD.
+        let Ok(program) = compile(rule) else {
             continue;
         };
-        if expr.uses_old() && old.is_none() {
-            continue;
-        }
-        if eval(&expr, v, old) != Some(Val::Bool(true)) {
-            let message = r
-                .get("message")
-                .and_then(Value::as_str)
-                .map_or_else(|| format!("failed rule: {rule}"), str::to_owned);
-            // `fieldPath` (a relative `.a.b`) moves the error below the rule's value.
-            let mut field = path.to_owned();
-            if let Some(rel) = r.get("fieldPath").and_then(Value::as_str) {
-                for part in rel.split('.').filter(|p| !p.is_empty()) {
-                    field = if field.is_empty() {
-                        part.to_owned()
-                    } else {
-                        format!("{field}.{part}")
-                    };
-                }
+        let old_cel = if uses_old(&program) {
+            match old {
+                Some(o) => Some(was.get_or_init(|| to_cel(schema, o))),
+                None => continue,
             }
-            if field.is_empty() {
-                field = "<nil>".into();
+        } else {
+            None
+        };
+        let this = this.get_or_init(|| to_cel(schema, v));
+        let shown = format!("\"{}\"", type_name(v));
+        let message = match run(&program, this, old_cel) {
+            Ok(Cel::Bool(true)) => continue,
+            Ok(Cel::Bool(false)) => failure_message(r, rule, this, old_cel),
+            Ok(other) => format!("rule did not evaluate to a bool: {}", kind(&other)),
+            Err(e) => {
+                out.push(Cause {
+                    reason: "FieldValueInvalid",
+                    field: or_nil(path),
+                    message: format!("Invalid value: {shown}: {e} evaluating rule: {rule}"),
+                });
+                continue;
             }
-            let shown = format!("\"{}\"", type_name(v));
-            let (reason, message) = match r.get("reason").and_then(Value::as_str) {
-                Some("FieldValueForbidden") => {
-                    ("FieldValueForbidden", format!("Forbidden: {message}"))
-                }
-                Some("FieldValueRequired") => {
-                    ("FieldValueRequired", format!("Required value: {message}"))
-                }
-                Some("FieldValueDuplicate") => {
-                    ("FieldValueDuplicate", format!("Duplicate value: {shown}"))
-                }
-                _ => (
-                    "FieldValueInvalid",
-                    format!("Invalid value: {shown}: {message}"),
-                ),
-            };
-            out.push(Cause {
-                reason,
-                field,
-                message,
-            });
+        };
+        // `fieldPath` (a relative `.a.b`) moves the error below the rule's value.
+        let mut field = path.to_owned();
+        if let Some(rel) = r.get("fieldPath").and_then(Value::as_str) {
+            for part in rel.split('.').filter(|p| !p.is_empty()) {
+                field = if field.is_empty() {
+                    part.to_owned()
+                } else {
+                    format!("{field}.{part}")
+                };
+            }
         }
+        let (reason, message) = match r.get("reason").and_then(Value::as_str) {
+            Some("FieldValueForbidden") => ("FieldValueForbidden", format!("Forbidden: {message}")),
+            Some("FieldValueRequired") => {
+                ("FieldValueRequired", format!("Required value: {message}"))
+            }
+            Some("FieldValueDuplicate") => {
+                ("FieldValueDuplicate", format!("Duplicate value: {shown}"))
+            }
+            _ => (
+                "FieldValueInvalid",
+                format!("Invalid value: {shown}: {message}"),
+            ),
+        };
+        out.push(Cause {
+            reason,
+            field: or_nil(&field),
+            message,
+        });
     }
     match v {
         Value::Object(m) => {
@@ -156,6 +390,35 @@ fn node(schema: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Ve
     }
 }
 
+fn or_nil(field: &str) -> String {
+    if field.is_empty() {
+        "<nil>".into()
+    } else {
+        field.to_owned()
+    }
+}
+
+/// The message of a failed rule: its `messageExpression`'s string when that evaluates to a
+/// non-empty one (the real server falls back as this does), else `message`, else the rule.
+fn failure_message(r: &Value, rule: &str, this: &Cel, old: Option<&Cel>) -> String {
+    if let Some(m) = r.get("messageExpression").and_then(Value::as_str)
+        && let Ok(p) = compile(m)
+        && (!uses_old(&p) || old.is_some())
+        && let Ok(Cel::String(s)) = run(&p, this, old)
+        && !s.trim().is_empty()
+        && !s.contains('\n')
+    {
+        return s.to_string();
+    }
+    r.get("message")
+        .and_then(Value::as_str)
+        .map_or_else(|| format!("failed rule: {rule}"), str::to_owned)
+}
+
+fn kind(v: &Cel) -> String {
+    format!("{:?}", v.type_of())
+}
+
 fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Object(_) => "object",
@@ -168,351 +431,98 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-// ------------------------------------------------------------------------------ the language
+/// CEL's reserved words, which apiextensions escapes as `__word__` in property names.
+const RESERVED: &[&str] = &[
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
 
-#[derive(Debug, Clone, PartialEq)]
-enum Expr {
-    /// `self` or `oldSelf` (`old`) and the fields selected from it.
-    Path {
-        old: bool,
-        fields: Vec<String>,
-    },
-    Has(Box<Expr>),
-    Size(Box<Expr>),
-    Int(i64),
-    Str(String),
-    Bool(bool),
-    Null,
-    Not(Box<Expr>),
-    And(Box<Expr>, Box<Expr>),
-    Or(Box<Expr>, Box<Expr>),
-    Cmp(Op, Box<Expr>, Box<Expr>),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Op {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-impl Expr {
-    fn uses_old(&self) -> bool {
-        match self {
-            Expr::Path { old, .. } => *old,
-            Expr::Has(e) | Expr::Size(e) | Expr::Not(e) => e.uses_old(),
-            Expr::And(a, b) | Expr::Or(a, b) | Expr::Cmp(_, a, b) => a.uses_old() || b.uses_old(),
-            _ => false,
-        }
+/// A property name as a rule sees it (apiserver's `cel.Escape`): `None` when it cannot be.
+pub fn escape(name: &str) -> Option<String> {
+    if RESERVED.contains(&name) {
+        return Some(format!("__{name}__"));
     }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Tok {
-    Ident(String),
-    Int(i64),
-    Str(String),
-    Punct(&'static str),
-}
-
-fn lex(src: &str) -> Option<Vec<Tok>> {
-    let b = src.as_bytes();
-    let mut i = 0;
-    let mut out = Vec::new();
-    while i < b.len() {
-        let c = b[i];
-        if c.is_ascii_whitespace() {
-            i += 1;
-        } else if c.is_ascii_alphabetic() || c == b'_' {
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                i += 1;
+    let mut first = true;
+    let mut out = String::new();
+    let mut rest = name;
+    while let Some(c) = rest.chars().next() {
+        if rest.starts_with("__") {
+            out.push_str("__underscores__");
+            rest = &rest[2..];
+            first = false;
+            continue;
+        }
+        match c {
+            '.' => out.push_str("__dot__"),
+            '-' => out.push_str("__dash__"),
+            '/' => out.push_str("__slash__"),
+            c if c.is_ascii_alphabetic() || c == '_' || (!first && c.is_ascii_digit()) => {
+                out.push(c);
             }
-            out.push(Tok::Ident(src[start..i].to_owned()));
-        } else if c.is_ascii_digit() {
-            let start = i;
-            while i < b.len() && b[i].is_ascii_digit() {
-                i += 1;
-            }
-            out.push(Tok::Int(src[start..i].parse().ok()?));
-        } else if c == b'\'' || c == b'"' {
-            let end = src[i + 1..].find(c as char)? + i + 1;
-            let text = &src[i + 1..end];
-            if text.contains('\\') {
-                return None;
-            }
-            out.push(Tok::Str(text.to_owned()));
-            i = end + 1;
-        } else {
-            let two = src.get(i..i + 2).unwrap_or_default();
-            let p = match two {
-                "&&" => "&&",
-                "||" => "||",
-                "==" => "==",
-                "!=" => "!=",
-                "<=" => "<=",
-                ">=" => ">=",
-                _ => match c {
-                    b'!' => "!",
-                    b'(' => "(",
-                    b')' => ")",
-                    b'.' => ".",
-                    b'<' => "<",
-                    b'>' => ">",
-                    _ => return None,
-                },
-            };
-            i += p.len();
-            out.push(Tok::Punct(p));
-        }
-    }
-    Some(out)
-}
-
-fn parse(src: &str) -> Option<Expr> {
-    let toks = lex(src)?;
-    let mut p = Parser { toks, at: 0 };
-    let e = p.or()?;
-    (p.at == p.toks.len()).then_some(e)
-}
-
-struct Parser {
-    toks: Vec<Tok>,
-    at: usize,
-}
-
-impl Parser {
-    fn peek(&self) -> Option<&Tok> {
-        self.toks.get(self.at)
-    }
-
-    fn eat(&mut self, p: &str) -> bool {
-        if matches!(self.peek(), Some(Tok::Punct(x)) if *x == p) {
-            self.at += 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn or(&mut self) -> Option<Expr> {
-        let mut e = self.and()?;
-        while self.eat("||") {
-            e = Expr::Or(Box::new(e), Box::new(self.and()?));
-        }
-        Some(e)
-    }
-
-    fn and(&mut self) -> Option<Expr> {
-        let mut e = self.cmp()?;
-        while self.eat("&&") {
-            e = Expr::And(Box::new(e), Box::new(self.cmp()?));
-        }
-        Some(e)
-    }
-
-    fn cmp(&mut self) -> Option<Expr> {
-        let a = self.unary()?;
-        for (p, op) in [
-            ("==", Op::Eq),
-            ("!=", Op::Ne),
-            ("<=", Op::Le),
-            (">=", Op::Ge),
-            ("<", Op::Lt),
-            (">", Op::Gt),
-        ] {
-            if self.eat(p) {
-                return Some(Expr::Cmp(op, Box::new(a), Box::new(self.unary()?)));
-            }
-        }
-        Some(a)
-    }
-
-    fn unary(&mut self) -> Option<Expr> {
-        if self.eat("!") {
-            return Some(Expr::Not(Box::new(self.unary()?)));
-        }
-        self.primary()
-    }
-
-    fn primary(&mut self) -> Option<Expr> {
-        let t = self.peek()?.clone();
-        self.at += 1;
-        match t {
-            Tok::Punct("(") => {
-                let e = self.or()?;
-                self.eat(")").then_some(e)
-            }
-            Tok::Int(n) => Some(Expr::Int(n)),
-            Tok::Str(s) => Some(Expr::Str(s)),
-            Tok::Ident(id) => match id.as_str() {
-                "true" => Some(Expr::Bool(true)),
-                "false" => Some(Expr::Bool(false)),
-                "null" => Some(Expr::Null),
-                "self" | "oldSelf" => {
-                    let mut fields = Vec::new();
-                    while self.eat(".") {
-                        match self.peek()?.clone() {
-                            Tok::Ident(f) => {
-                                self.at += 1;
-                                fields.push(unescape(&f));
-                            }
-                            _ => return None,
-                        }
-                    }
-                    Some(Expr::Path {
-                        old: id == "oldSelf",
-                        fields,
-                    })
-                }
-                "has" | "size" => {
-                    if !self.eat("(") {
-                        return None;
-                    }
-                    let inner = self.or()?;
-                    if !self.eat(")") {
-                        return None;
-                    }
-                    if id == "has" {
-                        // has() takes a field selection only.
-                        match &inner {
-                            Expr::Path { fields, .. } if !fields.is_empty() => {}
-                            _ => return None,
-                        }
-                        Some(Expr::Has(Box::new(inner)))
-                    } else {
-                        Some(Expr::Size(Box::new(inner)))
-                    }
-                }
-                _ => None,
-            },
-            Tok::Punct(_) => None,
-        }
-    }
-}
-
-/// CEL's escaping of property names: `__namespace__` is `namespace` (a reserved word),
-/// `__dot__`, `__dash__`, `__slash__` and `__underscores__` stand for `.`, `-`, `/` and `__`.
-fn unescape(f: &str) -> String {
-    if let Some(inner) = f.strip_prefix("__").and_then(|x| x.strip_suffix("__"))
-        && !inner.contains("__")
-        && matches!(
-            inner,
-            "true"
-                | "false"
-                | "null"
-                | "in"
-                | "as"
-                | "break"
-                | "const"
-                | "continue"
-                | "else"
-                | "for"
-                | "function"
-                | "if"
-                | "import"
-                | "let"
-                | "loop"
-                | "package"
-                | "namespace"
-                | "return"
-                | "var"
-                | "void"
-                | "while"
-        )
-    {
-        return inner.to_owned();
-    }
-    f.replace("__underscores__", "\u{0}")
-        .replace("__dot__", ".")
-        .replace("__dash__", "-")
-        .replace("__slash__", "/")
-        .replace('\u{0}', "__")
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Val {
-    Bool(bool),
-    Int(i64),
-    Json(Value),
-}
-
-/// `None` is an evaluation error (a missing field selected, a type mismatch): the rule fails,
-/// as on the real server.
-fn eval(e: &Expr, this: &Value, old: Option<&Value>) -> Option<Val> {
-    match e {
-        Expr::Path {
-            old: is_old,
-            fields,
-        } => {
-            let mut v = if *is_old { old? } else { this };
-            for f in fields {
-                v = v.get(f)?;
-            }
-            Some(match v {
-                Value::Bool(b) => Val::Bool(*b),
-                Value::Number(n) if n.is_i64() => Val::Int(n.as_i64()?),
-                other => Val::Json(other.clone()),
-            })
-        }
-        Expr::Has(inner) => {
-            let Expr::Path {
-                old: is_old,
-                fields,
-            } = inner.as_ref()
-            else {
-                return None;
-            };
-            let (last, init) = fields.split_last()?;
-            let mut v = if *is_old { old? } else { this };
-            for f in init {
-                v = v.get(f)?;
-            }
-            Some(Val::Bool(v.as_object()?.contains_key(last)))
-        }
-        Expr::Size(inner) => Some(Val::Int(match eval(inner, this, old)? {
-            Val::Json(Value::String(s)) => i64::try_from(s.chars().count()).ok()?,
-            Val::Json(Value::Array(a)) => i64::try_from(a.len()).ok()?,
-            Val::Json(Value::Object(m)) => i64::try_from(m.len()).ok()?,
             _ => return None,
-        })),
-        Expr::Int(n) => Some(Val::Int(*n)),
-        Expr::Str(s) => Some(Val::Json(Value::String(s.clone()))),
-        Expr::Bool(b) => Some(Val::Bool(*b)),
-        Expr::Null => Some(Val::Json(Value::Null)),
-        Expr::Not(inner) => match eval(inner, this, old)? {
-            Val::Bool(b) => Some(Val::Bool(!b)),
-            _ => None,
+        }
+        first = false;
+        rest = &rest[c.len_utf8()..];
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// A JSON value as CEL sees it under `schema`: integers as `int`, an object with `properties`
+/// keyed by escaped names, a map (`additionalProperties`) by its own keys.
+fn to_cel(schema: &Value, v: &Value) -> Cel {
+    match v {
+        Value::Null => Cel::Null,
+        Value::Bool(b) => Cel::Bool(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Cel::Int(i),
+            None => n
+                .as_u64()
+                .map_or_else(|| Cel::Float(n.as_f64().unwrap_or_default()), Cel::UInt),
         },
-        // CEL's logical operators are commutative over errors: one true side decides.
-        Expr::And(a, b) => match (eval(a, this, old), eval(b, this, old)) {
-            (Some(Val::Bool(false)), _) | (_, Some(Val::Bool(false))) => Some(Val::Bool(false)),
-            (Some(Val::Bool(true)), Some(Val::Bool(true))) => Some(Val::Bool(true)),
-            _ => None,
-        },
-        Expr::Or(a, b) => match (eval(a, this, old), eval(b, this, old)) {
-            (Some(Val::Bool(true)), _) | (_, Some(Val::Bool(true))) => Some(Val::Bool(true)),
-            (Some(Val::Bool(false)), Some(Val::Bool(false))) => Some(Val::Bool(false)),
-            _ => None,
-        },
-        Expr::Cmp(op, a, b) => {
-            let (a, b) = (eval(a, this, old)?, eval(b, this, old)?);
-            let ord = match (&a, &b) {
-                (Val::Int(x), Val::Int(y)) => Some(x.cmp(y)),
-                (Val::Json(Value::String(x)), Val::Json(Value::String(y))) => Some(x.cmp(y)),
-                _ => None,
-            };
-            Some(Val::Bool(match op {
-                Op::Eq => a == b,
-                Op::Ne => a != b,
-                Op::Lt => ord? == std::cmp::Ordering::Less,
-                Op::Le => ord? != std::cmp::Ordering::Greater,
-                Op::Gt => ord? == std::cmp::Ordering::Greater,
-                Op::Ge => ord? != std::cmp::Ordering::Less,
-            }))
+        Value::String(s) => Cel::String(Arc::new(s.clone())),
+        Value::Array(items) => {
+            let item = schema.get("items").unwrap_or(&Value::Null);
+            Cel::List(Arc::new(items.iter().map(|i| to_cel(item, i)).collect()))
+        }
+        Value::Object(m) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let extra = schema.get("additionalProperties").filter(|s| s.is_object());
+            let mut out: HashMap<Key, Cel> = HashMap::new();
+            for (k, child) in m {
+                let (key, s) = match (props.and_then(|p| p.get(k)), extra) {
+                    (Some(s), _) => match escape(k) {
+                        Some(e) => (e, s),
+                        None => continue,
+                    },
+                    (None, Some(s)) => (k.clone(), s),
+                    // Unknown or preserved fields: seen under their escaped names, untyped.
+                    (None, None) => match escape(k) {
+                        Some(e) => (e, &Value::Null),
+                        None => continue,
+                    },
+                };
+                out.insert(Key::String(Arc::new(key)), to_cel(s, child));
+            }
+            Cel::from(out)
         }
     }
 }
@@ -604,9 +614,79 @@ mod tests {
     }
 
     #[test]
-    fn rules_outside_the_subset_are_listed() {
-        let s = json!({"x-kubernetes-validations": [
-            {"rule": "self.all(x, x > 0)"}, {"rule": "self.a == oldSelf.a"}]});
-        assert_eq!(unsupported(&s), ["self.all(x, x > 0)"]);
+    fn rules_that_do_not_compile_are_refused_with_their_crd() {
+        let s = json!({"properties": {"spec": {"x-kubernetes-validations": [
+            {"rule": "self.all(x, x > 0)"}, {"rule": "self.a =="}, {"rule": "foo(self)"},
+            {"rule": "other.a == 1"}, {"rule": "true", "messageExpression": "'a' +"}]}}});
+        let mut out = Vec::new();
+        compile_errors(&s, "spec.versions[0].schema.openAPIV3Schema", &mut out);
+        let at =
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations";
+        assert_eq!(
+            out.iter().map(|c| c.field.as_str()).collect::<Vec<_>>(),
+            [
+                format!("{at}[1].rule"),
+                format!("{at}[2].rule"),
+                format!("{at}[3].rule"),
+                format!("{at}[4].messageExpression"),
+            ]
+        );
+        assert!(
+            out[1].message.contains("undeclared reference to 'foo'"),
+            "{out:?}"
+        );
+        assert!(
+            out[2].message.contains("undeclared reference to 'other'"),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn macros_message_expressions_and_escaped_names_evaluate() {
+        let s = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [{
+                "rule": "self.items.all(p, self.items.exists_one(q, q.name == p.name))",
+                "messageExpression": "'name `' + self.items.filter(p, self.items.filter(q, q.name == p.name).size() > 1)[0].name + '` is used twice'",
+                "message": "names are unique"},
+                {"rule": "!has(self.__namespace__) || self.__namespace__.startsWith('ns-')",
+                 "message": "namespace"},
+                {"rule": "self.items.size() < 3", "messageExpression": "1 + 1",
+                 "message": "fallback"}],
+            "properties": {"namespace": {"type": "string"}, "items": {"type": "array",
+                "items": {"type": "object", "properties": {"name": {"type": "string"}}}}}}}});
+        let ok = json!({"spec": {"namespace": "ns-a", "items": [{"name": "a"}, {"name": "b"}]}});
+        assert!(check(&s, &ok, None).is_empty());
+        let bad = json!({"spec": {"namespace": "a",
+            "items": [{"name": "a"}, {"name": "b"}, {"name": "b"}]}});
+        assert_eq!(
+            fields(&check(&s, &bad, None)),
+            [
+                (
+                    "spec".into(),
+                    "Invalid value: \"object\": name `b` is used twice".into()
+                ),
+                ("spec".into(), "Invalid value: \"object\": namespace".into()),
+                ("spec".into(), "Invalid value: \"object\": fallback".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn names_escape_as_apiextensions_escapes_them() {
+        // The rules of k8s.io/apiserver/pkg/cel's `Escape`.
+        for (name, want) in [
+            ("namespace", Some("__namespace__")),
+            ("if", Some("__if__")),
+            ("foo", Some("foo")),
+            ("a-b", Some("a__dash__b")),
+            ("a.b", Some("a__dot__b")),
+            ("a/b", Some("a__slash__b")),
+            ("a__b", Some("a__underscores__b")),
+            ("_a", Some("_a")),
+            ("1a", None),
+            ("a b", None),
+        ] {
+            assert_eq!(escape(name).as_deref(), want, "{name}");
+        }
     }
 }

@@ -127,6 +127,13 @@ pub fn check(crd: &Value, out: &mut Vec<Cause>) {
                 message: "Required value: schemas are required".into(),
             });
         }
+        if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
+            crate::cel::compile_errors(
+                schema,
+                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                out,
+            );
+        }
     }
 }
 
@@ -193,10 +200,6 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
                 .pointer("/schema/openAPIV3Schema")
                 .cloned()
                 .unwrap_or(Value::Null);
-            // The fake is more lenient than the real server for these: say so.
-            for rule in crate::cel::unsupported(&schema) {
-                tracing::warn!(crd = name, version = s(v, "/name"), %rule, "CEL rule not evaluated by kos-kube-fake");
-            }
             let mut t = ResourceType::new(
                 group,
                 s(v, "/name"),
@@ -278,6 +281,33 @@ mod tests {
         assert_eq!(
             fields,
             ["metadata.name", "spec.versions[0].schema.openAPIV3Schema"]
+        );
+    }
+
+    #[test]
+    fn a_crd_whose_rule_does_not_compile_is_invalid() {
+        let mut c = crd();
+        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object",
+            "properties": {"spec": {"type": "object", "x-kubernetes-validations": [
+                {"rule": "has(self.size)"}, {"rule": "self.size >"}]}}});
+        let mut causes = Vec::new();
+        check(&c, &mut causes);
+        let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[1].rule"
+            ]
+        );
+        assert!(
+            causes[0]
+                .message
+                .starts_with("Invalid value: apiextensions.ValidationRule{Rule:\"self.size >\""),
+            "{causes:?}"
+        );
+        assert!(
+            causes[0].message.contains(": compilation failed: "),
+            "{causes:?}"
         );
     }
 }
