@@ -2,11 +2,9 @@
 //! Namespace, the CRD, a ServiceAccount, the RBAC of [`crate::rbac`] (nothing more), and a
 //! Deployment of two replicas with leader election, probes and a locked-down container.
 
-use kube::CustomResourceExt as _;
 use serde_json::{Value, json};
 
 use crate::rbac::{self, Scope};
-use crate::resource::Cluster;
 
 /// The namespace the operator runs in (its Lease is there).
 pub const NAMESPACE: &str = "kos-system";
@@ -23,7 +21,7 @@ pub fn objects(image: &str) -> Vec<Value> {
     let labels = json!({"app.kubernetes.io/name": NAME});
     vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
-        serde_json::to_value(Cluster::crd()).unwrap_or_default(),
+        serde_json::to_value(crate::resource::crd()).unwrap_or_default(),
         json!({
             "apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": NAME, "namespace": NAMESPACE},

@@ -1,6 +1,7 @@
 //! The `clusters.kos.dev` resource: the cluster document `kos up` reads, with the cloud credential
 //! named as Cluster API's OpenStack provider names it, and the status the operator reports.
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -105,6 +106,200 @@ pub struct NodeStatus {
 /// # Errors
 /// Never in practice: serialising a CRD built from types.
 pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    serde_saphyr::to_string(&crd())
+}
+
+/// A cross-field rule of `kos plan` (kos-cluster's `validate`) as a CEL `x-kubernetes-validations`
+/// entry: the API server refuses at apply time what `kos plan` would refuse, with the message
+/// `kos plan` prints (without its `field: ` prefix, which the server's error carries itself).
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    /// Where the rule sits, from the CRD's `spec`: `spec`, `spec.apiEndpoint`, `spec.nodePools[]`
+    /// (a list's items).
+    pub at: &'static str,
+    /// The CEL expression, true when the value is valid.
+    pub rule: &'static str,
+    /// The message when kos's is a fixed text.
+    pub message: Option<&'static str>,
+    /// The message when kos's names a value.
+    pub message_expression: Option<&'static str>,
+    /// Where below `at` the error is reported (`.apiEndpoint.type`), as `kos plan` reports it.
+    pub field_path: Option<&'static str>,
+}
+
+const fn rule(at: &'static str, rule: &'static str) -> Rule {
+    Rule {
+        at,
+        rule,
+        message: None,
+        message_expression: None,
+        field_path: None,
+    }
+}
+
+impl Rule {
+    const fn message(self, m: &'static str) -> Self {
+        Self {
+            message: Some(m),
+            ..self
+        }
+    }
+    const fn message_expression(self, m: &'static str) -> Self {
+        Self {
+            message_expression: Some(m),
+            ..self
+        }
+    }
+    const fn field(self, f: &'static str) -> Self {
+        Self {
+            field_path: Some(f),
+            ..self
+        }
+    }
+}
+
+/// Every rule of `kos plan` the CRD carries. The ones it cannot carry (they need the cloud, kos's
+/// pinned manifests, CIDR arithmetic no supported minor's CEL has, or are warnings) are listed in
+/// docs/operator.md.
+pub const RULES: &[Rule] = &[
+    rule(
+        "spec",
+        concat!("!(", "has(self.apiEndpoint) && has(self.apiEndpoint.type) && self.apiEndpoint.type == 'floatingIP'", ") || self.controlPlane.count == 1"),
+    )
+    .message_expression(
+        "'a floating-IP endpoint reaches one server, but there are ' + string(self.controlPlane.count) + ' control planes'",
+    )
+    .field(".apiEndpoint.type"),
+    rule(
+        "spec",
+        concat!("!(", "has(self.apiEndpoint) && has(self.apiEndpoint.type) && self.apiEndpoint.type == 'floatingIP'", ") || !has(self.controlPlane.maxSurge) || self.controlPlane.maxSurge == 0"),
+    )
+    .message(
+        "a floating-IP endpoint is its one server's port: no second control plane can join behind it",
+    )
+    .field(".controlPlane.maxSurge"),
+    rule(
+        "spec.apiEndpoint",
+        "!has(self.type) || self.type != 'floatingIP' || !has(self.provider)",
+    )
+    .message_expression(
+        "'provider `' + self.provider + '` is for load balancers, but the endpoint is a floating IP'",
+    )
+    .field(".provider"),
+    rule(
+        "spec.network",
+        "!(has(self.create) && has(self.existing))",
+    )
+    .message("has both `create` and `existing`"),
+    rule("spec.network", "has(self.create) || has(self.existing)")
+        .message("the network needs `create` or `existing`")
+        .field(".create"),
+    // kos reports the second pool of a name at its `name`; a list rule can only point at the list.
+    rule(
+        "spec.nodePools",
+        "self.all(p, self.exists_one(q, q.name == p.name))",
+    )
+    .message_expression(
+        "'pool name `' + self.filter(p, self.filter(q, q.name == p.name).size() > 1)[0].name + '` is used twice'",
+    ),
+    rule(
+        "spec.nodePools[]",
+        "!(self.name == 'cp' || self.name.startsWith('port-') || self.name.startsWith('vol-') || self.name.startsWith('sgroup-'))",
+    )
+    .message_expression(concat!(
+        "'pool name `' + self.name + '` is reserved: ' + (self.name == 'cp' ",
+        "? \"the control plane's servers are `cp-0`, `cp-1`…\" ",
+        ": 'its servers (`' + self.name + '-0`…) would take the ids of the ' + (",
+        "self.name.startsWith('port-') ? 'ports of `' + self.name.substring(5) + '` (`port-' + self.name.substring(5) + '-0`…)' ",
+        ": self.name.startsWith('vol-') ? 'boot volumes of `' + self.name.substring(4) + '` (`vol-' + self.name.substring(4) + '-0`…)' ",
+        ": 'server groups of pools named `' + self.name.substring(7) + '-<n>` (`sgroup-' + self.name.substring(7) + '-0`…)'))",
+    ))
+    .field(".name"),
+    rule(
+        "spec.nodePools[]",
+        "!has(self.maxUnavailable) || self.maxUnavailable != 0 || (has(self.maxSurge) && self.maxSurge != 0)",
+    )
+    .message("maxUnavailable 0 with maxSurge 0: no node could ever be replaced")
+    .field(".maxUnavailable"),
+    rule(
+        "spec.addons",
+        "!has(self.credentialAccessRules) || !self.credentialAccessRules || (has(self.ccm) && self.ccm != 'upstream' && has(self.csi) && self.csi != 'cinder')",
+    )
+    .message_expression(concat!(
+        "\"access rules list only kos-ccm's and kos-csi's requests, and this cluster runs \" + ",
+        "((has(self.ccm) && self.ccm != 'upstream' ? [] : ['ccm: upstream (the default)']) + ",
+        "(has(self.csi) && self.csi != 'cinder' ? [] : ['csi: cinder (the default)'])).join(' and ') + ",
+        "': its credential would be refused on their first request'",
+    ))
+    .field(".credentialAccessRules"),
+    rule("spec.proxy", "has(self.http) || has(self.https)")
+        .message("a proxy needs `http` or `https`"),
+];
+
+/// Bounds the rules' CEL needs: the API server refuses a rule whose estimated cost (which grows
+/// with the lists it iterates) is too high, so a list a rule walks twice is bounded.
+const MAX_ITEMS: &[(&str, u64)] = &[("spec.nodePools", 100)];
+
+/// The CustomResourceDefinition: the schema kube-derive generates from the types, with [`RULES`]
+/// and [`MAX_ITEMS`] added where they apply.
+#[must_use]
+pub fn crd() -> CustomResourceDefinition {
     use kube::CustomResourceExt as _;
-    serde_saphyr::to_string(&Cluster::crd())
+    let mut crd = Cluster::crd();
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        let Ok(mut root) = serde_json::to_value(&*schema) else {
+            continue;
+        };
+        for r in RULES {
+            if let Some(node) = schema_at(&mut root, r.at) {
+                let mut v = serde_json::json!({"rule": r.rule});
+                if let Some(m) = r.message {
+                    v["message"] = m.into();
+                }
+                if let Some(m) = r.message_expression {
+                    v["messageExpression"] = m.into();
+                }
+                if let Some(f) = r.field_path {
+                    v["fieldPath"] = f.into();
+                }
+                match node.as_object_mut().map(|o| {
+                    o.entry("x-kubernetes-validations")
+                        .or_insert_with(|| serde_json::json!([]))
+                }) {
+                    Some(serde_json::Value::Array(list)) => list.push(v),
+                    _ => tracing::error!(at = r.at, "CRD schema has no object for a rule"),
+                }
+            }
+        }
+        for (at, max) in MAX_ITEMS {
+            if let Some(node) = schema_at(&mut root, at).and_then(|n| n.as_object_mut()) {
+                node.insert("maxItems".into(), (*max).into());
+            }
+        }
+        match serde_json::from_value(root) {
+            Ok(s) => *schema = s,
+            Err(e) => tracing::error!(error = %e, "CRD schema with rules does not read back"),
+        }
+    }
+    crd
+}
+
+/// The schema node at a rule's place (`spec.nodePools[]`).
+fn schema_at<'a>(root: &'a mut serde_json::Value, at: &str) -> Option<&'a mut serde_json::Value> {
+    let mut node = root;
+    for part in at.split('.') {
+        let (name, items) = part.strip_suffix("[]").map_or((part, false), |n| (n, true));
+        node = node.get_mut("properties")?.get_mut(name)?;
+        if items {
+            node = node.get_mut("items")?;
+        }
+    }
+    Some(node)
 }

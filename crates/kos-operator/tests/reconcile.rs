@@ -18,7 +18,6 @@ use kos_control::connect::{Reach, ReachError, Reaching};
 use kos_operator::reconcile::{self, Context, Settings};
 use kos_operator::resource::Cluster;
 use kos_sim::{SharedApp, Sim, SimConfig};
-use kube::CustomResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::Controller;
 use kube::runtime::events::Reporter;
@@ -107,7 +106,7 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
     let client = fake.client().expect("client");
     Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &Cluster::crd())
+        .create(&PostParams::default(), &kos_operator::resource::crd())
         .await
         .expect("crd");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");

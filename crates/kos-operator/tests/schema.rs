@@ -9,7 +9,6 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kos_operator::resource::{Cluster, ClusterSpec};
-use kube::CustomResourceExt as _;
 use kube::api::{Api, Patch, PatchParams, PostParams, ValidationDirective};
 use serde_json::{Value, json};
 
@@ -29,7 +28,7 @@ fn documents() -> Vec<(String, Value)> {
 /// The CRD's schema of `spec`, without the operator's own `identityRef` and the document's
 /// `metadata.tags` (`tags`).
 fn spec_schema() -> Value {
-    let crd = serde_json::to_value(Cluster::crd()).expect("crd");
+    let crd = serde_json::to_value(kos_operator::resource::crd()).expect("crd");
     let mut spec = crd
         .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec")
         .expect("spec schema")
@@ -188,7 +187,7 @@ async fn an_api_server_serves_the_crd_and_refuses_what_the_schema_refuses() {
     let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
     let client = fake.client().expect("client");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &Cluster::crd())
+    crds.create(&PostParams::default(), &kos_operator::resource::crd())
         .await
         .expect("the CRD is accepted");
     let clusters: Api<Cluster> = Api::namespaced(client, "default");

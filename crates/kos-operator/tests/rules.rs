@@ -1,0 +1,169 @@
+//! The Cluster CRD's CEL rules refuse what `kos plan` refuses, with its message: each case edits
+//! an example so that kos-cluster's reader refuses it, then applies it to an API server
+//! (kos-kube-fake, which evaluates `x-kubernetes-validations` as apiextensions does) and expects
+//! the same message at the same field.
+
+mod support;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kos_operator::resource::Cluster;
+use kube::api::{Api, Patch, PatchParams, PostParams, ValidationDirective};
+use serde_json::{Value, json};
+
+struct Case {
+    why: &'static str,
+    edit: fn(&mut Value),
+    /// Where `kos plan` reports it.
+    field: &'static str,
+    /// Where the API server reports it, when a rule cannot point where kos does (a list's
+    /// rule is reported at the list, kos names the item).
+    server_field: Option<&'static str>,
+}
+
+fn case(why: &'static str, field: &'static str, edit: fn(&mut Value)) -> Case {
+    Case {
+        why,
+        edit,
+        field,
+        server_field: None,
+    }
+}
+
+fn pool(name: &str) -> Value {
+    json!({"name": name, "count": 1, "flavor": "m1.medium", "image": "ubuntu-24.04"})
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        case(
+            "a floating IP for three control planes",
+            "spec.apiEndpoint.type",
+            |s| s["controlPlane"]["count"] = json!(3),
+        ),
+        case(
+            "a floating IP and a control-plane surge",
+            "spec.controlPlane.maxSurge",
+            |s| s["controlPlane"]["maxSurge"] = json!(1),
+        ),
+        case(
+            "a floating IP with an Octavia provider",
+            "spec.apiEndpoint.provider",
+            |s| s["apiEndpoint"]["provider"] = json!("ovn"),
+        ),
+        case("both network sources", "spec.network", |s| {
+            s["network"]["existing"] = json!({"network": "net", "subnet": "sub"});
+        }),
+        case("no network source", "spec.network.create", |s| {
+            s["network"] = json!({"podCIDR": "10.244.0.0/16"});
+        }),
+        Case {
+            server_field: Some("spec.nodePools"),
+            ..case("two pools of one name", "spec.nodePools[1].name", |s| {
+                s["nodePools"] = json!([pool("web"), pool("web")]);
+            })
+        },
+        case("the pool name cp", "spec.nodePools[1].name", |s| {
+            s["nodePools"] = json!([pool("web"), pool("cp")]);
+        }),
+        case("a pool name port-*", "spec.nodePools[0].name", |s| {
+            s["nodePools"] = json!([pool("port-web"), pool("web")]);
+        }),
+        case("a pool name vol-*", "spec.nodePools[0].name", |s| {
+            s["nodePools"] = json!([pool("vol-web")]);
+        }),
+        case("a pool name sgroup-*", "spec.nodePools[0].name", |s| {
+            s["nodePools"] = json!([pool("sgroup-web")]);
+        }),
+        case(
+            "a pool that can never replace a node",
+            "spec.nodePools[0].maxUnavailable",
+            |s| s["nodePools"][0]["maxUnavailable"] = json!(0),
+        ),
+        case(
+            "access rules with the upstream CCM and cinder",
+            "spec.addons.credentialAccessRules",
+            |s| s["addons"] = json!({"credentialAccessRules": true}),
+        ),
+        case(
+            "access rules with cinder",
+            "spec.addons.credentialAccessRules",
+            |s| {
+                s["addons"] = json!({"credentialAccessRules": true,
+                    "ccm": {"kos": {"image": "registry.example/kos-ccm:1"}}});
+            },
+        ),
+        case("a proxy without a URL", "spec.proxy", |s| {
+            s["proxy"] = json!({"noProxy": [".example"]});
+        }),
+    ]
+}
+
+/// `kos plan`'s message for `field`, without the `field: ` prefix it carries.
+fn kos_message(doc: &Value, field: &str) -> Result<String, String> {
+    let text = serde_saphyr::to_string(doc).map_err(|e| e.to_string())?;
+    let report = match kos_cluster::load("cluster.yaml", &text) {
+        Ok(_) => return Err("kos accepts it".into()),
+        Err(r) => r,
+    };
+    let found = report.errors().find(|d| d.field == field).ok_or_else(|| {
+        format!(
+            "kos reports no error at {field}: {:?}",
+            report.diagnostics()
+        )
+    })?;
+    Ok(found
+        .message
+        .strip_prefix(&format!("{field}: "))
+        .unwrap_or(&found.message)
+        .to_owned())
+}
+
+#[tokio::test]
+async fn the_crd_refuses_what_kos_plan_refuses_with_its_message() {
+    let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
+    let client = fake.client().expect("client");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &kos_operator::resource::crd())
+        .await
+        .expect("the CRD with its rules is accepted");
+    let clusters: Api<Cluster> = Api::namespaced(client, "default");
+    let strict = PatchParams {
+        field_validation: Some(ValidationDirective::Strict),
+        ..PatchParams::apply("test")
+    };
+    let base = support::example("minimal.yaml");
+    let mut failures = Vec::new();
+    for c in cases() {
+        let mut doc = base.clone();
+        (c.edit)(&mut doc["spec"]);
+        let message = match kos_message(&doc, c.field) {
+            Ok(m) => m,
+            Err(e) => {
+                failures.push(format!("{}: {e}", c.why));
+                continue;
+            }
+        };
+        let mut obj = json!({
+            "apiVersion": "kos.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": "refused"},
+            "spec": doc["spec"],
+        });
+        obj["spec"]["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+        // The server shows the type of the value whose rule failed: the lists' rules are on
+        // lists, the others on objects.
+        let want = match c.server_field {
+            Some(f) => format!("{f}: Invalid value: \"array\": {message}"),
+            None => format!("{}: Invalid value: \"object\": {message}", c.field),
+        };
+        match clusters
+            .patch("refused", &strict, &Patch::Apply(&obj))
+            .await
+        {
+            Ok(_) => failures.push(format!("{}: the server accepted it; kos: {message}", c.why)),
+            Err(kube::Error::Api(e)) if e.code == 422 && e.message.contains(&want) => {}
+            Err(e) => failures.push(format!("{}: want `{want}`, got {e}", c.why)),
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
