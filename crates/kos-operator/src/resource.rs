@@ -158,6 +158,41 @@ impl Rule {
     }
 }
 
+/// CEL: `x` is a range kos reads as a cluster range (an IPv4 network address, no host bits).
+macro_rules! v4 {
+    ($x:literal) => {
+        concat!(
+            "(isCIDR(",
+            $x,
+            ") && cidr(",
+            $x,
+            ").ip().family() == 4 && cidr(",
+            $x,
+            ") == cidr(",
+            $x,
+            ").masked())"
+        )
+    };
+}
+
+/// CEL: two network ranges share an address (one holds the other's network address), as kos's
+/// `check_overlap` decides.
+macro_rules! overlap {
+    ($a:literal, $b:literal) => {
+        concat!(
+            "(cidr(",
+            $a,
+            ").containsIP(cidr(",
+            $b,
+            ").ip()) || cidr(",
+            $b,
+            ").containsIP(cidr(",
+            $a,
+            ").ip()))"
+        )
+    };
+}
+
 /// Every rule of `kos plan` the CRD carries. The ones it cannot carry (they need the cloud, kos's
 /// pinned manifests, CIDR arithmetic no supported minor's CEL has, or are warnings) are listed in
 /// docs/operator.md.
@@ -234,6 +269,94 @@ pub const RULES: &[Rule] = &[
     .field(".credentialAccessRules"),
     rule("spec.proxy", "has(self.http) || has(self.https)")
         .message("a proxy needs `http` or `https`"),
+    // The cluster ranges' sizes and overlaps, on ranges kos reads (IPv4 network addresses; others
+    // kos refuses with its own message, and the rules stay silent on them). kos's defaults for an
+    // unset range are written in: 10.244.0.0/16 (pods), 10.96.0.0/12 (services).
+    rule(
+        "spec.network.create",
+        concat!("!", v4!("self.cidr"), " || cidr(self.cidr).prefixLength() <= 28"),
+    )
+    .message_expression("'`' + self.cidr + '` is too small for the node subnet'")
+    .field(".cidr"),
+    rule(
+        "spec.network",
+        concat!("!has(self.podCIDR) || !", v4!("self.podCIDR"), " || cidr(self.podCIDR).prefixLength() <= 24"),
+    )
+    .message_expression("'`' + self.podCIDR + '` is too small for the pod range'")
+    .field(".podCIDR"),
+    rule(
+        "spec.network",
+        concat!("!has(self.serviceCIDR) || !", v4!("self.serviceCIDR"), " || cidr(self.serviceCIDR).prefixLength() <= 24"),
+    )
+    .message_expression("'`' + self.serviceCIDR + '` is too small for the service range'")
+    .field(".serviceCIDR"),
+    rule(
+        "spec.network",
+        concat!("!has(self.serviceCIDR) || !", v4!("self.serviceCIDR"), " || cidr(self.serviceCIDR).prefixLength() >= 12"),
+    )
+    .message_expression(
+        "'`' + self.serviceCIDR + '` is too large for the service range; Kubernetes allows at most /12'",
+    )
+    .field(".serviceCIDR"),
+    // kos blames the range the user wrote, the later one (node, pod, service) if both.
+    rule(
+        "spec.network",
+        concat!(
+            "!(has(self.create) && has(self.podCIDR) && ", v4!("self.create.cidr"), " && ", v4!("self.podCIDR"), ") || !",
+            overlap!("self.create.cidr", "self.podCIDR"),
+        ),
+    )
+    .message_expression("'podCIDR ' + self.podCIDR + ' overlaps create.cidr ' + self.create.cidr")
+    .field(".podCIDR"),
+    rule(
+        "spec.network",
+        concat!(
+            "!(has(self.create) && !has(self.podCIDR) && ", v4!("self.create.cidr"), ") || !",
+            overlap!("self.create.cidr", "'10.244.0.0/16'"),
+        ),
+    )
+    .message_expression("'create.cidr ' + self.create.cidr + ' overlaps podCIDR 10.244.0.0/16'")
+    .field(".create.cidr"),
+    rule(
+        "spec.network",
+        concat!(
+            "!(has(self.create) && has(self.serviceCIDR) && ", v4!("self.create.cidr"), " && ", v4!("self.serviceCIDR"), ") || !",
+            overlap!("self.create.cidr", "self.serviceCIDR"),
+        ),
+    )
+    .message_expression(
+        "'serviceCIDR ' + self.serviceCIDR + ' overlaps create.cidr ' + self.create.cidr",
+    )
+    .field(".serviceCIDR"),
+    rule(
+        "spec.network",
+        concat!(
+            "!(has(self.create) && !has(self.serviceCIDR) && ", v4!("self.create.cidr"), ") || !",
+            overlap!("self.create.cidr", "'10.96.0.0/12'"),
+        ),
+    )
+    .message_expression("'create.cidr ' + self.create.cidr + ' overlaps serviceCIDR 10.96.0.0/12'")
+    .field(".create.cidr"),
+    rule(
+        "spec.network",
+        concat!(
+            "!(has(self.serviceCIDR) && ", v4!("self.serviceCIDR"), " && (!has(self.podCIDR) || ", v4!("self.podCIDR"), ")) || !",
+            overlap!("self.serviceCIDR", "(has(self.podCIDR) ? self.podCIDR : '10.244.0.0/16')"),
+        ),
+    )
+    .message_expression(
+        "'serviceCIDR ' + self.serviceCIDR + ' overlaps podCIDR ' + (has(self.podCIDR) ? self.podCIDR : '10.244.0.0/16')",
+    )
+    .field(".serviceCIDR"),
+    rule(
+        "spec.network",
+        concat!(
+            "!(has(self.podCIDR) && !has(self.serviceCIDR) && ", v4!("self.podCIDR"), ") || !",
+            overlap!("self.podCIDR", "'10.96.0.0/12'"),
+        ),
+    )
+    .message_expression("'podCIDR ' + self.podCIDR + ' overlaps serviceCIDR 10.96.0.0/12'")
+    .field(".podCIDR"),
 ];
 
 /// Bounds the rules' CEL needs: the API server refuses a rule whose estimated cost (which grows
