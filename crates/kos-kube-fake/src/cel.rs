@@ -214,6 +214,7 @@ pub fn compile_errors(schema: &Value, path: &str, out: &mut Vec<Cause>) {
             continue;
         }
         let shown = rule_struct(r);
+        rule_fields(schema, r, &at, out);
         if let Err(e) = compile(rule) {
             out.push(Cause {
                 reason: "FieldValueInvalid",
@@ -222,6 +223,7 @@ pub fn compile_errors(schema: &Value, path: &str, out: &mut Vec<Cause>) {
             });
         }
         if let Some(m) = r.get("messageExpression").and_then(Value::as_str)
+            && !m.trim().is_empty()
             && let Err(e) = compile(m)
         {
             out.push(Cause {
@@ -241,6 +243,134 @@ pub fn compile_errors(schema: &Value, path: &str, out: &mut Vec<Cause>) {
             compile_errors(s, &format!("{path}.{k}"), out);
         }
     }
+}
+
+/// apiextensions' checks of a rule's other fields: `message`, `messageExpression`, `reason`,
+/// `fieldPath`.
+fn rule_fields(schema: &Value, r: &Value, at: &str, out: &mut Vec<Cause>) {
+    let text = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
+    let invalid = |field: &str, value: &str, why: &str| Cause {
+        reason: "FieldValueInvalid",
+        field: format!("{at}.{field}"),
+        message: format!("Invalid value: {value:?}: {why}"),
+    };
+    let (rule, message, expr, path) = (
+        text("rule").trim(),
+        text("message"),
+        text("messageExpression"),
+        text("fieldPath"),
+    );
+    if !message.is_empty() && message.trim().is_empty() {
+        out.push(invalid(
+            "message",
+            message,
+            "message must be non-empty if specified",
+        ));
+    } else if message.trim().contains(['\n', '\r']) {
+        out.push(invalid(
+            "message",
+            message,
+            "message must not contain line breaks",
+        ));
+    } else if rule.contains(['\n', '\r']) && message.trim().is_empty() && expr.trim().is_empty() {
+        out.push(Cause {
+            reason: "FieldValueRequired",
+            field: format!("{at}.message"),
+            message: "Required value: message must be specified if rule contains line breaks"
+                .into(),
+        });
+    }
+    if !expr.is_empty() && expr.trim().is_empty() {
+        out.push(Cause {
+            reason: "FieldValueRequired",
+            field: format!("{at}.messageExpression"),
+            message: "Required value: messageExpression must be non-empty if specified".into(),
+        });
+    }
+    if let Some(reason) = r.get("reason").and_then(Value::as_str)
+        && !REASONS.contains(&reason)
+    {
+        out.push(Cause {
+            reason: "FieldValueNotSupported",
+            field: format!("{at}.reason"),
+            message: format!(
+                "Unsupported value: {reason:?}: supported values: {}",
+                REASONS.map(|r| format!("{r:?}")).join(", ")
+            ),
+        });
+    }
+    if !path.is_empty() && path.trim().is_empty() {
+        out.push(invalid(
+            "fieldPath",
+            path,
+            "fieldPath must be non-empty if specified",
+        ));
+    } else if path.contains(['\n', '\r']) {
+        out.push(invalid(
+            "fieldPath",
+            path,
+            "fieldPath must not contain line breaks",
+        ));
+    } else if !path.is_empty() && !field_path_valid(schema, path.trim()) {
+        out.push(invalid("fieldPath", path, "fieldPath must be a valid path"));
+    }
+}
+
+/// The `reason`s a rule may give (apiextensions' `supportedValidationReason`), sorted.
+const REASONS: [&str; 4] = [
+    "FieldValueDuplicate",
+    "FieldValueForbidden",
+    "FieldValueInvalid",
+    "FieldValueRequired",
+];
+
+/// Whether a rule's relative `fieldPath` (`.a.b`, `.a['b']`, `.list[0]`) names a place the
+/// schema has.
+fn field_path_valid(schema: &Value, path: &str) -> bool {
+    let mut node = schema;
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            let name = &after[..end];
+            let Some(next) = child(node, name) else {
+                return false;
+            };
+            node = next;
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let Some(end) = after.find(']') else {
+                return false;
+            };
+            let key = &after[..end];
+            let quoted = key
+                .strip_prefix('\'')
+                .and_then(|k| k.strip_suffix('\''))
+                .or_else(|| key.strip_prefix('"').and_then(|k| k.strip_suffix('"')));
+            let next = match quoted {
+                Some(name) => child(node, name),
+                None if key.parse::<usize>().is_ok() => node.get("items"),
+                None => None,
+            };
+            let Some(next) = next else {
+                return false;
+            };
+            node = next;
+            rest = &after[end + 1..];
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+fn child<'a>(node: &'a Value, name: &str) -> Option<&'a Value> {
+    if name.is_empty() {
+        return None;
+    }
+    node.get("properties")
+        .and_then(|p| p.get(name))
+        .or_else(|| node.get("additionalProperties").filter(|s| s.is_object()))
 }
 
 /// A rule as Go's `%#v` prints apiextensions' `ValidationRule`, as the real server's message
@@ -638,6 +768,43 @@ mod tests {
         assert!(
             out[2].message.contains("undeclared reference to 'other'"),
             "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_rules_reason_field_path_and_message_are_checked_with_its_crd() {
+        let s = json!({"properties": {"spec": {"properties": {"a": {"type": "object",
+                "properties": {"b": {"type": "string"}}}},
+            "x-kubernetes-validations": [
+                {"rule": "true", "fieldPath": ".a.b"},
+                {"rule": "true", "fieldPath": ".a['b']"},
+                {"rule": "true", "fieldPath": ".a.c"},
+                {"rule": "true", "reason": "FieldValueWrong"},
+                {"rule": "true", "message": "two\nlines"},
+                {"rule": "true", "messageExpression": " "}]}}});
+        let mut out = Vec::new();
+        compile_errors(&s, "x", &mut out);
+        let at = "x.properties[spec].x-kubernetes-validations";
+        assert_eq!(
+            fields(&out),
+            [
+                (
+                    format!("{at}[2].fieldPath"),
+                    "Invalid value: \".a.c\": fieldPath must be a valid path".into()
+                ),
+                (
+                    format!("{at}[3].reason"),
+                    "Unsupported value: \"FieldValueWrong\": supported values: \"FieldValueDuplicate\", \"FieldValueForbidden\", \"FieldValueInvalid\", \"FieldValueRequired\"".into()
+                ),
+                (
+                    format!("{at}[4].message"),
+                    "Invalid value: \"two\\nlines\": message must not contain line breaks".into()
+                ),
+                (
+                    format!("{at}[5].messageExpression"),
+                    "Required value: messageExpression must be non-empty if specified".into()
+                ),
+            ]
         );
     }
 
