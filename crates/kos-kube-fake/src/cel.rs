@@ -215,22 +215,42 @@ pub fn compile_errors(schema: &Value, path: &str, out: &mut Vec<Cause>) {
         }
         let shown = rule_struct(r);
         rule_fields(schema, r, &at, out);
-        if let Err(e) = compile(rule) {
-            out.push(Cause {
+        match compile(rule) {
+            Err(e) => out.push(Cause {
                 reason: "FieldValueInvalid",
                 field: format!("{at}.rule"),
                 message: format!("Invalid value: {shown}: {e}"),
-            });
+            }),
+            Ok(p) if iterates_unbounded(p.expression(), schema, &mut Vec::new()) => {
+                out.push(Cause {
+                    reason: "FieldValueForbidden",
+                    field: format!("{at}.rule"),
+                    message: format!("Forbidden: {COST}"),
+                });
+            }
+            Ok(_) => {}
         }
         if let Some(m) = r.get("messageExpression").and_then(Value::as_str)
             && !m.trim().is_empty()
-            && let Err(e) = compile(m)
         {
-            out.push(Cause {
-                reason: "FieldValueInvalid",
-                field: format!("{at}.messageExpression"),
-                message: format!("Invalid value: {shown}: messageExpression {e}"),
-            });
+            match compile(m) {
+                Err(e) => out.push(Cause {
+                    reason: "FieldValueInvalid",
+                    field: format!("{at}.messageExpression"),
+                    message: format!("Invalid value: {shown}: messageExpression {e}"),
+                }),
+                Ok(p) if iterates_unbounded(p.expression(), schema, &mut Vec::new()) => {
+                    out.push(Cause {
+                        reason: "FieldValueForbidden",
+                        field: format!("{at}.messageExpression"),
+                        message: format!(
+                            "Forbidden: {}",
+                            COST.replacen("rule cost", "messageExpression cost", 1)
+                        ),
+                    });
+                }
+                Ok(_) => {}
+            }
         }
     }
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
@@ -242,6 +262,89 @@ pub fn compile_errors(schema: &Value, path: &str, out: &mut Vec<Cause>) {
         if let Some(s) = schema.get(k).filter(|s| s.is_object()) {
             compile_errors(s, &format!("{path}.{k}"), out);
         }
+    }
+}
+
+/// The real server estimates a rule's cost from the bounds of what it reads and refuses one over
+/// its budget. The fake does not estimate: it refuses the case that always exceeds it, a macro
+/// (`all`, `exists`, `map`, …) over a list without `maxItems` or a map without `maxProperties`,
+/// with the real message (its factor not computed).
+const COST: &str = "estimated rule cost exceeds budget by factor of more than 100x (try simplifying \
+    the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are \
+    declared)";
+
+/// Whether a comprehension in `e` ranges over a value whose schema (followed from `self`, or from
+/// an enclosing comprehension's variable, through fields and indexes) is an unbounded list or map.
+fn iterates_unbounded<'a>(
+    e: &IdedExpr,
+    this: &'a Value,
+    vars: &mut Vec<(String, &'a Value)>,
+) -> bool {
+    match &e.expr {
+        Expr::Comprehension(c) => {
+            let range = schema_of(&c.iter_range, this, vars);
+            if let Some(r) = range {
+                let list = r.get("type").and_then(Value::as_str) == Some("array")
+                    && r.get("maxItems").is_none();
+                let map = r.get("additionalProperties").is_some_and(Value::is_object)
+                    && r.get("maxProperties").is_none();
+                if list || map {
+                    return true;
+                }
+            }
+            let depth = vars.len();
+            if let Some(item) = range.and_then(|r| {
+                r.get("items")
+                    .or_else(|| r.get("additionalProperties").filter(|s| s.is_object()))
+            }) {
+                vars.push((c.iter_var.clone(), item));
+            }
+            let inner = [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]
+            .into_iter()
+            .any(|x| iterates_unbounded(x, this, vars));
+            vars.truncate(depth);
+            inner
+        }
+        Expr::Call(c) => {
+            c.target
+                .as_ref()
+                .is_some_and(|t| iterates_unbounded(t, this, vars))
+                || c.args.iter().any(|a| iterates_unbounded(a, this, vars))
+        }
+        Expr::Select(s) => iterates_unbounded(&s.operand, this, vars),
+        Expr::List(l) => l.elements.iter().any(|x| iterates_unbounded(x, this, vars)),
+        _ => false,
+    }
+}
+
+/// The schema of a `self.a.b` / `x.a[0]` expression, when it can be followed.
+fn schema_of<'a>(e: &IdedExpr, this: &'a Value, vars: &[(String, &'a Value)]) -> Option<&'a Value> {
+    match &e.expr {
+        Expr::Ident(name) if name == "self" => Some(this),
+        Expr::Ident(name) => vars.iter().rev().find(|(v, _)| v == name).map(|(_, s)| *s),
+        Expr::Select(s) if !s.test => {
+            let base = schema_of(&s.operand, this, vars)?;
+            base.get("properties")
+                .and_then(Value::as_object)
+                .and_then(|p| {
+                    p.iter()
+                        .find(|(k, _)| escape(k).as_deref() == Some(s.field.as_str()))
+                        .map(|(_, v)| v)
+                })
+                .or_else(|| base.get("additionalProperties").filter(|s| s.is_object()))
+        }
+        Expr::Call(c) if c.func_name == "_[_]" => {
+            let base = schema_of(c.args.first()?, this, vars)?;
+            base.get("items")
+                .or_else(|| base.get("additionalProperties").filter(|s| s.is_object()))
+        }
+        _ => None,
     }
 }
 
@@ -804,6 +907,30 @@ mod tests {
                     format!("{at}[5].messageExpression"),
                     "Required value: messageExpression must be non-empty if specified".into()
                 ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rule_that_iterates_an_unbounded_list_is_refused_with_its_crd() {
+        let s = json!({"properties": {"spec": {"type": "object", "properties": {
+                "free": {"type": "array", "items": {"type": "object", "properties": {
+                    "tags": {"type": "array", "items": {"type": "string"}}}}},
+                "bounded": {"type": "array", "maxItems": 10, "items": {"type": "object",
+                    "properties": {"tags": {"type": "array", "items": {"type": "string"}}}}}},
+            "x-kubernetes-validations": [
+                {"rule": "self.bounded.all(b, b.tags.size() < 3)"},
+                {"rule": "self.free.all(f, true)"},
+                {"rule": "self.bounded.all(b, b.tags.all(t, t != ''))"},
+                {"rule": "size(self.free) < 3"}]}}});
+        let mut out = Vec::new();
+        compile_errors(&s, "x", &mut out);
+        let at = "x.properties[spec].x-kubernetes-validations";
+        assert_eq!(
+            fields(&out),
+            [
+                (format!("{at}[1].rule"), format!("Forbidden: {COST}")),
+                (format!("{at}[2].rule"), format!("Forbidden: {COST}")),
             ]
         );
     }

@@ -231,3 +231,28 @@ async fn the_crd_refuses_what_kos_plan_refuses_with_its_message() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// The pairwise pool-name rule fits the API server's cost budget only because `nodePools` is
+/// bounded: without its `maxItems` the CRD is refused.
+#[tokio::test]
+async fn the_crd_without_its_list_bound_is_refused() {
+    let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
+    let client = fake.client().expect("client");
+    let mut crd = serde_json::to_value(kos_operator::resource::crd()).expect("json");
+    let pools = crd
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/nodePools")
+        .and_then(Value::as_object_mut)
+        .expect("nodePools");
+    assert!(pools.remove("maxItems").is_some());
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).expect("crd");
+    let r = Api::<CustomResourceDefinition>::all(client)
+        .create(&PostParams::default(), &crd)
+        .await;
+    match r {
+        Err(kube::Error::Api(e)) => assert!(
+            e.message.contains("estimated rule cost exceeds budget"),
+            "{e:?}"
+        ),
+        other => panic!("accepted: {other:?}"),
+    }
+}
