@@ -17,7 +17,9 @@
 //! or names a variable other than `self`/`oldSelf` or a function the fake does not know (the
 //! real server knows more functions than the fake implements; such a CRD is refused here, which
 //! keeps the fake from being more lenient than the real server). The cost estimate the real server
-//! makes is not computed.
+//! makes is not computed; a macro over a list or map without a bound, which is always over budget,
+//! is refused with the real message. Rules are not type-checked as cel-go checks them (the `cel`
+//! crate is dynamically typed): a rule comparing an integer with a string compiles here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};

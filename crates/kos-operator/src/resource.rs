@@ -267,6 +267,24 @@ pub const RULES: &[Rule] = &[
         "': its credential would be refused on their first request'",
     ))
     .field(".credentialAccessRules"),
+    rule("spec.addons", "!has(self.ccm) || self.ccm != 'kos'")
+        .message("`ccm: kos` needs the image kos-ccm runs from: kos publishes none")
+        .field(".ccm"),
+    rule("spec.addons", "!has(self.csi) || self.csi != 'kos'")
+        .message("`csi: kos` needs the image kos-csi runs from: kos publishes none")
+        .field(".csi"),
+    rule(
+        "spec.addons.cniManifest",
+        "self.url.startsWith('https://') && size(self.url) > 8",
+    )
+    .message_expression("'`' + self.url + '` is not an https:// URL'")
+    .field(".url"),
+    rule(
+        "spec.addons.cniManifest",
+        "size(self.sha256) == 64 && self.sha256.matches('^[0-9a-f]+$')",
+    )
+    .message_expression("'`' + self.sha256 + '` is not a sha256 (64 lowercase hex digits)'")
+    .field(".sha256"),
     rule("spec.proxy", "has(self.http) || has(self.https)")
         .message("a proxy needs `http` or `https`"),
     // The cluster ranges' sizes and overlaps, on ranges kos reads (IPv4 network addresses; others

@@ -95,6 +95,28 @@ fn cases() -> Vec<Case> {
         case("a proxy without a URL", "spec.proxy", |s| {
             s["proxy"] = json!({"noProxy": [".example"]});
         }),
+        case("a bare `ccm: kos`", "spec.addons.ccm", |s| {
+            s["addons"] = json!({"ccm": "kos"});
+        }),
+        case("a bare `csi: kos`", "spec.addons.csi", |s| {
+            s["addons"] = json!({"csi": "kos"});
+        }),
+        case(
+            "a CNI manifest over http",
+            "spec.addons.cniManifest.url",
+            |s| {
+                s["addons"] = json!({"cniManifest": {"url": "http://example.com/cni.yaml",
+                "sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}});
+            },
+        ),
+        case(
+            "a CNI manifest's short sha256",
+            "spec.addons.cniManifest.sha256",
+            |s| {
+                s["addons"] = json!({"cniManifest": {"url": "https://example.com/cni.yaml",
+                "sha256": "0123456789ABCDEF"}});
+            },
+        ),
         case("a /29 node subnet", "spec.network.create.cidr", |s| {
             s["network"]["create"]["cidr"] = json!("10.0.0.0/29");
         }),
