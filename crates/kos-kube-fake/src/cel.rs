@@ -223,14 +223,23 @@ pub fn compile_errors(schema: &Value, path: &str, out: &mut Vec<Cause>) {
                 field: format!("{at}.rule"),
                 message: format!("Invalid value: {shown}: {e}"),
             }),
-            Ok(p) if iterates_unbounded(p.expression(), schema, &mut Vec::new()) => {
-                out.push(Cause {
-                    reason: "FieldValueForbidden",
-                    field: format!("{at}.rule"),
-                    message: format!("Forbidden: {COST}"),
-                });
+            Ok(p) => {
+                if let Some(e) = undeclared_field(p.expression(), schema, &mut Vec::new()) {
+                    out.push(Cause {
+                        reason: "FieldValueInvalid",
+                        field: format!("{at}.rule"),
+                        message: format!(
+                            "Invalid value: {shown}: compilation failed: ERROR: <input>: {e}"
+                        ),
+                    });
+                } else if iterates_unbounded(p.expression(), schema, &mut Vec::new()) {
+                    out.push(Cause {
+                        reason: "FieldValueForbidden",
+                        field: format!("{at}.rule"),
+                        message: format!("Forbidden: {COST}"),
+                    });
+                }
             }
-            Ok(_) => {}
         }
         if let Some(m) = r.get("messageExpression").and_then(Value::as_str)
             && !m.trim().is_empty()
@@ -241,6 +250,17 @@ pub fn compile_errors(schema: &Value, path: &str, out: &mut Vec<Cause>) {
                     field: format!("{at}.messageExpression"),
                     message: format!("Invalid value: {shown}: messageExpression {e}"),
                 }),
+                Ok(p) if undeclared_field(p.expression(), schema, &mut Vec::new()).is_some() => {
+                    let e = undeclared_field(p.expression(), schema, &mut Vec::new())
+                        .unwrap_or_default();
+                    out.push(Cause {
+                        reason: "FieldValueInvalid",
+                        field: format!("{at}.messageExpression"),
+                        message: format!(
+                            "Invalid value: {shown}: messageExpression compilation failed: ERROR: <input>: {e}"
+                        ),
+                    });
+                }
                 Ok(p) if iterates_unbounded(p.expression(), schema, &mut Vec::new()) => {
                     out.push(Cause {
                         reason: "FieldValueForbidden",
@@ -325,12 +345,75 @@ fn iterates_unbounded<'a>(
     }
 }
 
+/// A field a rule selects (`self.a`, `has(self.a)`, `x.a` on a macro's variable) that the value's
+/// type does not declare, as cel-go's type check finds it: a property the object's schema does not
+/// list, or one whose schema has no `type` (a `x-kubernetes-preserve-unknown-fields` value that is
+/// not `x-kubernetes-int-or-string`: apiextensions gives CEL no type for it, so rules cannot see
+/// it). The message is cel-go's.
+fn undeclared_field<'a>(
+    e: &IdedExpr,
+    this: &'a Value,
+    vars: &mut Vec<(String, &'a Value)>,
+) -> Option<String> {
+    match &e.expr {
+        Expr::Select(s) => {
+            if let Some(base) = schema_of(&s.operand, this, vars)
+                && let Some(props) = base.get("properties").and_then(Value::as_object)
+                && !base
+                    .get("additionalProperties")
+                    .is_some_and(Value::is_object)
+                && !matches!(s.field.as_str(), "apiVersion" | "kind" | "metadata")
+            {
+                let declared = props
+                    .iter()
+                    .find(|(k, _)| escape(k).as_deref() == Some(s.field.as_str()))
+                    .map(|(_, v)| v);
+                let typed = declared.is_some_and(|v| {
+                    v.get("type").is_some() || v.get("x-kubernetes-int-or-string").is_some()
+                });
+                if !typed {
+                    return Some(format!("undefined field '{}'", s.field));
+                }
+            }
+            undeclared_field(&s.operand, this, vars)
+        }
+        Expr::Comprehension(c) => {
+            if let Some(x) = undeclared_field(&c.iter_range, this, vars) {
+                return Some(x);
+            }
+            let depth = vars.len();
+            if let Some(item) = schema_of(&c.iter_range, this, vars).and_then(|r| {
+                r.get("items")
+                    .or_else(|| r.get("additionalProperties").filter(|s| s.is_object()))
+            }) {
+                vars.push((c.iter_var.clone(), item));
+            }
+            let found = [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result]
+                .into_iter()
+                .find_map(|x| undeclared_field(x, this, vars));
+            vars.truncate(depth);
+            found
+        }
+        Expr::Call(c) => c
+            .target
+            .iter()
+            .map(|t| t.as_ref())
+            .chain(c.args.iter())
+            .find_map(|a| undeclared_field(a, this, vars)),
+        Expr::List(l) => l
+            .elements
+            .iter()
+            .find_map(|x| undeclared_field(x, this, vars)),
+        _ => None,
+    }
+}
+
 /// The schema of a `self.a.b` / `x.a[0]` expression, when it can be followed.
 fn schema_of<'a>(e: &IdedExpr, this: &'a Value, vars: &[(String, &'a Value)]) -> Option<&'a Value> {
     match &e.expr {
         Expr::Ident(name) if name == "self" => Some(this),
         Expr::Ident(name) => vars.iter().rev().find(|(v, _)| v == name).map(|(_, s)| *s),
-        Expr::Select(s) if !s.test => {
+        Expr::Select(s) => {
             let base = schema_of(&s.operand, this, vars)?;
             base.get("properties")
                 .and_then(Value::as_object)
@@ -933,6 +1016,38 @@ mod tests {
             [
                 (format!("{at}[1].rule"), format!("Forbidden: {COST}")),
                 (format!("{at}[2].rule"), format!("Forbidden: {COST}")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rule_reading_an_undeclared_or_untyped_field_does_not_compile() {
+        let s = json!({"properties": {"spec": {"type": "object", "properties": {
+                "a": {"type": "string"},
+                "any": {"x-kubernetes-preserve-unknown-fields": true},
+                "port": {"x-kubernetes-int-or-string": true},
+                "list": {"type": "array", "maxItems": 5, "items": {"type": "object",
+                    "properties": {"n": {"type": "string"}}}}},
+            "x-kubernetes-validations": [
+                {"rule": "has(self.a) && has(self.port) && self.list.all(l, l.n != '')"},
+                {"rule": "self.b == 'x'"},
+                {"rule": "!has(self.any)"},
+                {"rule": "self.list.all(l, l.m != '')"},
+                {"rule": "true", "messageExpression": "self.any"}]}}});
+        let mut out = Vec::new();
+        compile_errors(&s, "x", &mut out);
+        let got: Vec<(String, bool)> = out
+            .iter()
+            .map(|c| (c.field.clone(), c.message.contains("undefined field")))
+            .collect();
+        let at = "x.properties[spec].x-kubernetes-validations";
+        assert_eq!(
+            got,
+            [
+                (format!("{at}[1].rule"), true),
+                (format!("{at}[2].rule"), true),
+                (format!("{at}[3].rule"), true),
+                (format!("{at}[4].messageExpression"), true),
             ]
         );
     }

@@ -193,9 +193,9 @@ macro_rules! overlap {
     };
 }
 
-/// Every rule of `kos plan` the CRD carries. The ones it cannot carry (they need the cloud, kos's
-/// pinned manifests, CIDR arithmetic no supported minor's CEL has, or are warnings) are listed in
-/// docs/operator.md.
+/// Every rule of `kos plan` the CRD carries. The ones it cannot carry are listed in
+/// docs/operator.md: they need the cloud or kos's pinned manifests, are warnings, or read a value
+/// the schema leaves untyped (`ccm`, `csi`, `image`, taints: CEL cannot see those).
 pub const RULES: &[Rule] = &[
     rule(
         "spec",
@@ -256,23 +256,6 @@ pub const RULES: &[Rule] = &[
     )
     .message("maxUnavailable 0 with maxSurge 0: no node could ever be replaced")
     .field(".maxUnavailable"),
-    rule(
-        "spec.addons",
-        "!has(self.credentialAccessRules) || !self.credentialAccessRules || (has(self.ccm) && self.ccm != 'upstream' && has(self.csi) && self.csi != 'cinder')",
-    )
-    .message_expression(concat!(
-        "\"access rules list only kos-ccm's and kos-csi's requests, and this cluster runs \" + ",
-        "((has(self.ccm) && self.ccm != 'upstream' ? [] : ['ccm: upstream (the default)']) + ",
-        "(has(self.csi) && self.csi != 'cinder' ? [] : ['csi: cinder (the default)'])).join(' and ') + ",
-        "': its credential would be refused on their first request'",
-    ))
-    .field(".credentialAccessRules"),
-    rule("spec.addons", "!has(self.ccm) || self.ccm != 'kos'")
-        .message("`ccm: kos` needs the image kos-ccm runs from: kos publishes none")
-        .field(".ccm"),
-    rule("spec.addons", "!has(self.csi) || self.csi != 'kos'")
-        .message("`csi: kos` needs the image kos-csi runs from: kos publishes none")
-        .field(".csi"),
     rule(
         "spec.addons.cniManifest",
         "self.url.startsWith('https://') && size(self.url) > 8",

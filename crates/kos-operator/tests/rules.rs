@@ -79,27 +79,8 @@ fn cases() -> Vec<Case> {
             "spec.nodePools[0].maxUnavailable",
             |s| s["nodePools"][0]["maxUnavailable"] = json!(0),
         ),
-        case(
-            "access rules with the upstream CCM and cinder",
-            "spec.addons.credentialAccessRules",
-            |s| s["addons"] = json!({"credentialAccessRules": true}),
-        ),
-        case(
-            "access rules with cinder",
-            "spec.addons.credentialAccessRules",
-            |s| {
-                s["addons"] = json!({"credentialAccessRules": true,
-                    "ccm": {"kos": {"image": "registry.example/kos-ccm:1"}}});
-            },
-        ),
         case("a proxy without a URL", "spec.proxy", |s| {
             s["proxy"] = json!({"noProxy": [".example"]});
-        }),
-        case("a bare `ccm: kos`", "spec.addons.ccm", |s| {
-            s["addons"] = json!({"ccm": "kos"});
-        }),
-        case("a bare `csi: kos`", "spec.addons.csi", |s| {
-            s["addons"] = json!({"csi": "kos"});
         }),
         case(
             "a CNI manifest over http",
