@@ -361,11 +361,17 @@ pub const RULES: &[Rule] = &[
 ];
 
 /// Bounds the rules' CEL needs: the API server refuses a rule whose estimated cost (which grows
-/// with the lists it iterates) is too high, so a list a rule walks twice is bounded.
-const MAX_ITEMS: &[(&str, u64)] = &[("spec.nodePools", 100)];
+/// with the lists it iterates and the strings it parses) is too high, so a list a rule walks twice
+/// and the ranges the CIDR rules parse several times are bounded (64 characters hold any CIDR).
+const BOUNDS: &[(&str, &str, u64)] = &[
+    ("spec.nodePools", "maxItems", 100),
+    ("spec.network.create.cidr", "maxLength", 64),
+    ("spec.network.podCIDR", "maxLength", 64),
+    ("spec.network.serviceCIDR", "maxLength", 64),
+];
 
 /// The CustomResourceDefinition: the schema kube-derive generates from the types, with [`RULES`]
-/// and [`MAX_ITEMS`] added where they apply.
+/// and [`BOUNDS`] added where they apply.
 #[must_use]
 pub fn crd() -> CustomResourceDefinition {
     use kube::CustomResourceExt as _;
@@ -402,9 +408,9 @@ pub fn crd() -> CustomResourceDefinition {
                 }
             }
         }
-        for (at, max) in MAX_ITEMS {
+        for (at, bound, max) in BOUNDS {
             if let Some(node) = schema_at(&mut root, at).and_then(|n| n.as_object_mut()) {
-                node.insert("maxItems".into(), (*max).into());
+                node.insert((*bound).into(), (*max).into());
             }
         }
         match serde_json::from_value(root) {
