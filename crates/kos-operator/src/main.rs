@@ -215,6 +215,8 @@ fn main() -> ExitCode {
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // A turn's future is deep (kos up's whole run); 2 MiB overflowed in a debug build.
+        .thread_stack_size(8 << 20)
         .build()
     {
         Ok(r) => r,

@@ -350,7 +350,8 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
             return Err(ReconcileError::Store(e));
         }
     };
-    let result = async {
+    // Boxed: the turn's future is large, and inline it overflowed a worker's stack (debug build).
+    let result = Box::pin(async {
         // Runs against one project share its rate limit: at most `per_project` at once.
         let permits = ctx.project(project.clone());
         let _permit = permits
@@ -495,7 +496,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
                 Err(ReconcileError::Run { message, source: e })
             }
         }
-    }
+    })
     .await;
     // A Cluster that has made nothing (its secrets are made before anything in the cloud) holds
     // no name: the Cluster that has the cloud's cluster of that name may then have it.

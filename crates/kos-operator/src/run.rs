@@ -110,6 +110,18 @@ fn serve(listener: tokio::net::TcpListener, router: Router) {
     });
 }
 
+/// Waits for a campaign to end (it releases the Lease when it holds it), at most
+/// [`RELEASE_WAIT`]: an API that no longer answers must not keep a stopping replica alive.
+async fn released_within(
+    task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+) {
+    if tokio::time::timeout(RELEASE_WAIT, task).await.is_err() {
+        tracing::warn!("the Lease was not released within {RELEASE_WAIT:?}: it expires instead");
+    }
+}
+
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
 /// What a standby does next.
 enum Standby {
     Won,
@@ -219,7 +231,7 @@ pub async fn run(
                     }
                     Standby::Shutdown => {
                         drop(leading);
-                        let _ = task.await;
+                        released_within(task).await;
                         return Ok(());
                     }
                     // kube-lease-manager's standby sleeps until the holder's Lease would expire;
@@ -228,7 +240,7 @@ pub async fn run(
                     Standby::Look => {
                         if released(&leases, &l.name).await {
                             drop(leading);
-                            let _ = task.await;
+                            released_within(task).await;
                             (leading, task) = watch(&client, l).await?;
                         }
                     }
@@ -281,7 +293,7 @@ pub async fn run(
             metrics.leading(&l.name, false);
             // Released on the way out: a standby takes over at once, not after the lease runs out.
             drop(leading);
-            let _ = task.await;
+            released_within(task).await;
             if lost {
                 return Err(RunError::LostLease {
                     namespace: l.namespace,

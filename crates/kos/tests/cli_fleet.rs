@@ -15,7 +15,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kos_control::connect::{Reach, ReachError, Reaching};
 use kos_operator::reconcile::{Context, Settings};
 use kos_operator::resource::Cluster;
-use kube::CustomResourceExt as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -103,7 +102,7 @@ fn a_cli_made_cluster_moves_under_the_operator_is_upgraded_and_comes_back() {
     let clouds_text = std::fs::read_to_string(&sim.clouds).expect("clouds.yaml");
     rt.block_on(async {
         Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&PostParams::default(), &Cluster::crd())
+            .create(&PostParams::default(), &kos_operator::resource::crd())
             .await
             .expect("crd");
         let identity: Secret = serde_json::from_value(json!({
