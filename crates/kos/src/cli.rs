@@ -382,6 +382,10 @@ pub enum BenchCommand {
     /// Cinder's realistic create time: time until every claim is Bound and until every volume is
     /// available, against one volume's create; Cinder calls meanwhile and per resync.
     Csi(BenchCsiArgs),
+    /// kos-operator with a fleet on one simulated cloud, the real binary in its own process:
+    /// time until every Cluster is Ready, then one idle resync interval's cloud calls per cluster
+    /// by operation, the operator's peak RSS and idle CPU, beside the goals of issue 22.
+    Operator(BenchOperatorArgs),
     /// The controller process of `bench ccm` (it starts this itself; reads its spec on stdin).
     #[command(hide = true)]
     CcmController,
@@ -399,6 +403,25 @@ pub struct BenchCsiArgs {
     /// the CPU time of the calls is real time (see docs/benchmarks.md).
     #[arg(long, default_value_t = crate::cmd::bench::DEFAULT_TIME_SCALE)]
     pub time_scale: f64,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchOperatorArgs {
+    /// Clusters (one control plane each), created at once.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub clusters: u32,
+    /// Real seconds per cloud second, as the other benches.
+    #[arg(long, default_value_t = crate::cmd::bench::DEFAULT_TIME_SCALE)]
+    pub time_scale: f64,
+    /// The operator's resync period, in cloud seconds (its flag takes whole real seconds: the
+    /// period is rounded to one); the idle interval measured is one period.
+    #[arg(long, default_value_t = 60.0)]
+    pub resync_period: f64,
+    /// The operator's --max-runs-per-project (its default is 4).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub max_runs_per_project: u32,
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
 }

@@ -805,7 +805,7 @@ pub(super) fn peak_rss_mib() -> Option<f64> {
 }
 
 /// VmHWM of process `pid` (or `self`), in MiB.
-fn proc_peak_rss_mib(pid: &str) -> Option<f64> {
+pub(super) fn proc_peak_rss_mib(pid: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: f64 = status
         .lines()
@@ -819,7 +819,7 @@ fn proc_peak_rss_mib(pid: &str) -> Option<f64> {
 
 /// User plus system CPU seconds of process `pid` so far (Linux: `/proc/<pid>/stat` fields 14
 /// and 15, in USER_HZ ticks, 100 a second on Linux).
-fn cpu_secs(pid: &str) -> Option<f64> {
+pub(super) fn cpu_secs(pid: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may hold spaces: count fields after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];

@@ -11,6 +11,7 @@ mod artefacts;
 pub mod bench;
 mod bench_ccm;
 mod bench_csi;
+mod bench_operator;
 mod cluster;
 mod doctor;
 mod encryption;
@@ -270,6 +271,9 @@ async fn command(cli: Cli) -> Result<Exit, Failure> {
         Command::Bench {
             command: BenchCommand::Csi(args),
         } => bench_csi::csi(args).await,
+        Command::Bench {
+            command: BenchCommand::Operator(args),
+        } => bench_operator::operator(args).await,
         Command::Bench {
             command: BenchCommand::CcmController,
         } => bench_ccm::controller().await,
