@@ -162,8 +162,54 @@ impl Observed {
 /// # Errors
 /// The first list call that failed (after the session's retries).
 pub async fn observe(session: &Session, cluster: &str) -> Result<Observed, CloudError> {
+    observe_listed(session, cluster).await.map(|(o, _)| o)
+}
+
+/// The lists an [`observe`] made that preflight asks for too (the project's networks, subnets,
+/// routers, ports, security groups, floating IPs and server groups, the cluster's servers): a
+/// run that looks with both ([`crate::preflight::preflight_listed`]) lists each type once.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub(crate) cluster: String,
+    pub(crate) networks: Vec<Network>,
+    pub(crate) subnets: Vec<Subnet>,
+    pub(crate) routers: Vec<Router>,
+    pub(crate) ports: Vec<Port>,
+    /// All the project's (preflight keeps the cluster's).
+    pub(crate) security_groups: Vec<SecurityGroup>,
+    /// All the project's (preflight keeps the cluster's).
+    pub(crate) floating_ips: Vec<FloatingIp>,
+    /// The cluster's (by its tag).
+    pub(crate) servers: Vec<Server>,
+    pub(crate) server_groups: Vec<ServerGroup>,
+}
+
+/// [`observe`], with the lists it made.
+///
+/// # Errors
+/// The first list call that failed (after the session's retries).
+pub async fn observe_listed(
+    session: &Session,
+    cluster: &str,
+) -> Result<(Observed, Listed), CloudError> {
     let inv = Inventory::fetch(session, Scope::Cluster(cluster)).await?;
-    let mut observed = inv.classify(cluster);
+    let observed = inv.classify(cluster);
+    let listed = Listed {
+        cluster: cluster.to_owned(),
+        networks: inv.networks,
+        subnets: inv.subnets,
+        routers: inv.routers,
+        ports: inv.ports,
+        security_groups: inv.security_groups,
+        floating_ips: inv.floating_ips,
+        servers: inv.servers,
+        server_groups: inv.server_groups,
+    };
+    Ok((members(session, observed).await?, listed))
+}
+
+/// `observed` with its API pool's members.
+async fn members(session: &Session, mut observed: Observed) -> Result<Observed, CloudError> {
     // Members have no tags and hang off the pool: one call for the (one) API pool.
     let pools: Vec<(String, String)> = observed
         .all()

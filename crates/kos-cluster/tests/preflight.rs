@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use ipnet::Ipv4Net;
 use kos_cloud::model::TagQuery;
 use kos_cloud::model::network::{
-    NetworkCreate, NetworkFilter, PortCreate, RouterCreate, Subnet, SubnetCreate,
+    NetworkCreate, NetworkFilter, PortCreate, RouterCreate, SecurityGroupCreate, Subnet,
+    SubnetCreate,
 };
 use kos_cloud::{ApiRequest, CloudProfile, Env, RetryPolicy, ServiceKind, Session};
-use kos_cluster::preflight::{Preflight, PreflightError, Resource, preflight};
+use kos_cluster::observe::observe_listed;
+use kos_cluster::preflight::{Preflight, PreflightError, Resource, preflight, preflight_listed};
 use kos_cluster::resolved::{ExternalNetwork, Resolved, ResolvedMachine, ResolvedNetwork};
 use kos_cluster::{Code, Severity, load};
 use kos_sim::{FaultRule, Service, Sim, SimConfig};
@@ -1059,6 +1061,57 @@ async fn existing_cluster_resources_are_not_counted_twice() -> R {
     let limit = i64::try_from(ports.in_use + ports.need)?;
     c.quotas(|q| q.ports = limit);
     c.run(&text).await?.map_err(|e| format!("{:?}", e.report))?;
+    Ok(())
+}
+
+/// A run observes the cluster and preflights it in one turn: preflight reads the observe's lists
+/// (the project's networks, ports, …, the cluster's servers and groups) and asks for none again,
+/// and finds what it finds alone, for a half-built cluster beside another cluster.
+#[tokio::test]
+async fn after_an_observe_preflight_lists_nothing_again_and_finds_the_same() -> R {
+    let c = start().await?;
+    c.user_network("legacy", "10.1.0.0/24", Some("legacy-router"))
+        .await?;
+    let n = c.session.network();
+    let net = n
+        .create_network(&NetworkCreate {
+            name: "kos-demo-network".into(),
+            tags: vec!["kos-cluster=demo".into(), "kos-id=network".into()],
+            ..Default::default()
+        })
+        .await?;
+    n.create_port(&PortCreate {
+        tags: vec!["kos-cluster=demo".into(), "kos-id=control-plane-0".into()],
+        ..PortCreate::new(&net.id, "kos-demo-control-plane-0")
+    })
+    .await?;
+    // Security groups are counted per cluster: the other cluster's must not count as this one's.
+    for (name, cluster) in [("kos-demo-nodes", "demo"), ("kos-other-nodes", "other")] {
+        n.create_security_group(&SecurityGroupCreate {
+            name: name.into(),
+            description: None,
+            tags: vec![format!("kos-cluster={cluster}"), "kos-id=nodes-sg".into()],
+        })
+        .await?;
+    }
+    let text = example("minimal.yaml")?;
+    let spec = load("cluster.yaml", &text)
+        .map_err(|r| format!("invalid spec: {r:?}"))?
+        .spec;
+    let alone = preflight(&c.session, &spec, "cluster.yaml", &text)
+        .await
+        .map_err(|e| format!("{:?}", e.report))?;
+
+    let before = c.session.counters();
+    let (_, listed) = observe_listed(&c.session, spec.name.value.as_str()).await?;
+    let after = preflight_listed(&c.session, &spec, "cluster.yaml", &text, &listed)
+        .await
+        .map_err(|e| format!("{:?}", e.report))?;
+    let calls = c.session.counters().since(&before);
+    let repeated: Vec<_> = calls.by_operation.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(repeated.is_empty(), "asked twice: {repeated:?}");
+    assert_eq!(format!("{:?}", after.quota), format!("{:?}", alone.quota));
+    assert_eq!(after.resolved, alone.resolved);
     Ok(())
 }
 

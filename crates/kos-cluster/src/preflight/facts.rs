@@ -15,6 +15,7 @@ use kos_cloud::model::network::{
 use kos_cloud::{CloudError, Session};
 
 use crate::names::{TAG_CLUSTER, cluster_tag};
+use crate::observe::Listed;
 use crate::spec::{ClusterSpec, Csi, EndpointKind, ImageRef, Machine, ResourceRef};
 
 type Fetched<T> = Result<T, CloudError>;
@@ -66,13 +67,26 @@ pub(crate) fn uses_csi(spec: &ClusterSpec) -> bool {
     !matches!(spec.addons.csi, Csi::None)
 }
 
+/// What an observe listed already (`Some`), else the list call.
+async fn or_list<T, F: Future<Output = Fetched<T>>>(
+    known: Option<T>,
+    list: impl FnOnce() -> F,
+) -> Fetched<T> {
+    match known {
+        Some(t) => Ok(t),
+        None => list().await,
+    }
+}
+
 /// Runs `f` only when `wanted`, so a service the spec does not use is never called.
 async fn when<T, F: Future<Output = T>>(wanted: bool, f: impl FnOnce() -> F) -> Option<T> {
     if wanted { Some(f().await) } else { None }
 }
 
 impl Facts {
-    pub async fn gather(session: &Session, spec: &ClusterSpec) -> Facts {
+    /// `listed`: what an observe of this cluster listed just before (those lists are not asked
+    /// again); ignored when it is another cluster's.
+    pub async fn gather(session: &Session, spec: &ClusterSpec, listed: Option<&Listed>) -> Facts {
         let (compute, network, image, lb, storage) = (
             session.compute(),
             session.network(),
@@ -82,6 +96,7 @@ impl Facts {
         );
         let tag = cluster_tag(&spec.name);
         let ours = || TagQuery::all([tag.as_str()]);
+        let listed = listed.filter(|l| l.cluster == spec.name.to_string());
         let uses_lb = matches!(
             spec.api_endpoint.kind.value,
             EndpointKind::LoadBalancer { .. }
@@ -157,10 +172,14 @@ impl Facts {
                 futures::join!(
                     compute.list_flavors(),
                     images,
-                    network.list_networks(&all_networks),
-                    network.list_subnets(&all_subnets),
-                    network.list_routers(&all_routers),
-                    network.list_ports(&all_ports),
+                    or_list(listed.map(|l| l.networks.clone()), || network
+                        .list_networks(&all_networks)),
+                    or_list(listed.map(|l| l.subnets.clone()), || network
+                        .list_subnets(&all_subnets)),
+                    or_list(listed.map(|l| l.routers.clone()), || network
+                        .list_routers(&all_routers)),
+                    or_list(listed.map(|l| l.ports.clone()), || network
+                        .list_ports(&all_ports)),
                     when(uses_zones, || compute.availability_zones()),
                 )
             },
@@ -177,11 +196,29 @@ impl Facts {
             },
             async {
                 futures::join!(
-                    compute.list_servers(&our_servers),
+                    or_list(listed.map(|l| l.servers.clone()), || compute
+                        .list_servers(&our_servers)),
                     when(uses_volumes, || storage.list_volumes(&volume_filter)),
-                    network.list_floating_ips(&fips),
-                    network.list_security_groups(&groups),
-                    compute.list_server_groups(),
+                    or_list(
+                        listed.map(|l| l
+                            .floating_ips
+                            .iter()
+                            .filter(|f| f.tags.contains(&tag))
+                            .cloned()
+                            .collect()),
+                        || network.list_floating_ips(&fips)
+                    ),
+                    or_list(
+                        listed.map(|l| l
+                            .security_groups
+                            .iter()
+                            .filter(|g| g.tags.contains(&tag))
+                            .cloned()
+                            .collect()),
+                        || network.list_security_groups(&groups)
+                    ),
+                    or_list(listed.map(|l| l.server_groups.clone()), || compute
+                        .list_server_groups()),
                     when(uses_lb, || lb.list_load_balancers(&all_lbs)),
                 )
             },

@@ -82,7 +82,32 @@ pub async fn preflight(
     file: &str,
     source: &str,
 ) -> Result<Preflight, PreflightError> {
-    let facts = facts::Facts::gather(session, spec).await;
+    checked(session, spec, file, source, None).await
+}
+
+/// [`preflight`] after an observe of the cluster ([`crate::observe::observe_listed`]): the lists
+/// the observe made are read from `listed`, not asked again (a resync lists each type once).
+///
+/// # Errors
+/// As [`preflight`].
+pub async fn preflight_listed(
+    session: &Session,
+    spec: &ClusterSpec,
+    file: &str,
+    source: &str,
+    listed: &crate::observe::Listed,
+) -> Result<Preflight, PreflightError> {
+    checked(session, spec, file, source, Some(listed)).await
+}
+
+async fn checked(
+    session: &Session,
+    spec: &ClusterSpec,
+    file: &str,
+    source: &str,
+    listed: Option<&crate::observe::Listed>,
+) -> Result<Preflight, PreflightError> {
+    let facts = facts::Facts::gather(session, spec, listed).await;
     let mut cx = Cx {
         report: Report::new(file, source),
         cloud_failed: false,

@@ -218,7 +218,8 @@ impl Looked {
     }
 }
 
-/// Preflight, what the cloud shows and whether the cluster exists: what a decision is made from.
+/// What the cloud shows, preflight (on the same lists) and whether the cluster exists: what a
+/// decision is made from.
 /// `store`: where the cluster's records are, when there are any (the API's address and version).
 /// `changed`: the run already changed the cloud (a later turn), so no error may say that nothing
 /// was.
@@ -234,20 +235,28 @@ pub async fn look(
     report: &dyn Report,
 ) -> Result<Looked, UpError> {
     let Spec { spec, shown, text } = spec;
-    let pre = kos_cluster::preflight::preflight(cloud.session, &spec, &shown, &text)
-        .await
-        .map_err(|error| UpError::Preflight {
-            error: Box::new(error),
-            changed,
-        })?;
+    // The observe first: preflight reads the lists it made (the project's networks, ports, …)
+    // rather than asking for them again, so a turn lists each type once. When the observe failed,
+    // preflight asks itself and its report (which lookups failed, every other problem) comes
+    // first, as it would alone.
+    let seen = kos_cluster::observe::observe_listed(cloud.session, spec.name.value.as_str()).await;
+    let pre = match &seen {
+        Ok((_, listed)) => {
+            kos_cluster::preflight::preflight_listed(cloud.session, &spec, &shown, &text, listed)
+                .await
+        }
+        Err(_) => kos_cluster::preflight::preflight(cloud.session, &spec, &shown, &text).await,
+    }
+    .map_err(|error| UpError::Preflight {
+        error: Box::new(error),
+        changed,
+    })?;
+    let (observed, _) = seen.map_err(UpError::Observe)?;
     if !pre.warnings.diagnostics().is_empty() {
         report.event(Event::PreflightWarnings {
             warnings: &pre.warnings,
         });
     }
-    let observed = kos_cluster::observe::observe(cloud.session, spec.name.value.as_str())
-        .await
-        .map_err(UpError::Observe)?;
     if observed.all().next().is_some() {
         front.seen().map_err(UpError::Seen)?;
     }
