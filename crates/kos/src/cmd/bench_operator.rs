@@ -445,6 +445,7 @@ impl World {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         let (mut first, mut half) = (None, None);
         let deadline = Instant::now() + Duration::from_secs(3600);
+        let mut said = (Instant::now(), 0);
         loop {
             if let Some(status) = op.child.try_wait().into_diagnostic()? {
                 return Err(miette!(
@@ -463,12 +464,17 @@ impl World {
             if ready >= n {
                 return Ok((first.unwrap_or(now), half.unwrap_or(now)));
             }
+            // A line now and then: a fleet takes a while on a small machine.
+            if ready != said.1 && said.0.elapsed() > Duration::from_secs(30) {
+                eprintln!("{ready} of {n} Ready after {now:.0} cloud s");
+                said = (Instant::now(), ready);
+            }
             if Instant::now() > deadline {
                 let stuck: Vec<String> = clusters
                     .iter()
                     .filter(|c| !is_ready(c))
                     .take(5)
-                    .map(|c| format!("{}: {}", c.metadata.name.as_deref().unwrap_or("?"), said(c)))
+                    .map(|c| format!("{}: {}", c.metadata.name.as_deref().unwrap_or("?"), told(c)))
                     .collect();
                 return Err(miette!(
                     "only {ready} of {n} Clusters became Ready; for example {stuck:#?}"
@@ -533,7 +539,7 @@ fn is_ready(c: &Cluster) -> bool {
 }
 
 /// A Cluster's conditions that are True, with their messages.
-fn said(c: &Cluster) -> String {
+fn told(c: &Cluster) -> String {
     c.status.as_ref().map_or_else(
         || "no status".to_owned(),
         |s| {
