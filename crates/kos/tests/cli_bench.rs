@@ -1,4 +1,4 @@
-//! `kos bench apply`, `kos bench ccm` and `kos bench csi` run end to end and report in JSON. Figures are a benchmark's,
+//! `kos bench apply`, `kos bench ccm`, `kos bench csi` and `kos bench operator` run end to end and report in JSON. Figures are a benchmark's,
 //! never asserted (the clock runs 500x fast here, so they are noisy anyway).
 
 use std::process::Command;
@@ -123,4 +123,77 @@ fn bench_csi_binds_every_claim_with_shared_lists() {
     assert_eq!(run["idle_calls"], 0, "{r}");
     assert_eq!(run["resync_calls_empty"], 1, "{r}");
     assert_eq!(run["resync_calls_full"], 1, "{r}");
+}
+
+/// `kos bench operator` end to end: the real kos-operator binary (cargo builds it beside kos for
+/// the workspace's tests) over kos-kube-fake and kos-sim with guests. Behaviour only: the report
+/// has every field, the Cluster became Ready and the idle span wrote nothing; never a figure.
+#[test]
+fn bench_operator_reports_ready_idle_calls_and_the_goals() {
+    let operator = std::path::Path::new(KOS).with_file_name("kos-operator");
+    assert!(
+        operator.is_file(),
+        "this test runs the kos-operator binary beside kos: `cargo build -p kos-operator` \
+         (the workspace's `cargo test` builds it)"
+    );
+    let out = Command::new(KOS)
+        .args([
+            "bench",
+            "operator",
+            "--clusters",
+            "1",
+            "--resync-period",
+            "10",
+        ])
+        .args(["--time-scale", "0.05", "--output", "json"])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("kos runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    for field in [
+        "clusters",
+        "time_scale",
+        "max_runs_per_project",
+        "resync_period_secs",
+        "all_ready_secs",
+        "all_ready_wall_secs",
+        "first_ready_secs",
+        "half_ready_secs",
+        "create_calls",
+        "idle_secs",
+        "idle_reconciles",
+        "idle_calls",
+        "idle_calls_per_cluster",
+        "max_lists_per_type_per_cluster",
+        "max_list_operation",
+        "per_object_calls_per_cluster",
+        "idle_non_get_calls",
+        "operator_peak_rss_mib",
+        "operator_mib_per_cluster",
+        "operator_cpu_secs_until_ready",
+        "operator_idle_cpu_secs_per_min",
+        "operator_cpu_secs_per_reconcile",
+        "rss_goal_ratio",
+        "lists_goal_ratio",
+        "peak_rss_mib",
+    ] {
+        assert!(r.get(field).is_some(), "no {field}: {r}");
+    }
+    assert_eq!(r["clusters"], 1, "{r}");
+    assert!(r["all_ready_secs"].as_f64().is_some_and(|s| s > 0.0), "{r}");
+    // The Cluster was made: servers, networks, … were created until it was Ready.
+    assert!(
+        r["create_calls"]["POST /compute/v2.1/servers"].as_u64() == Some(1),
+        "{r}"
+    );
+    // Idle changes nothing: every call that is not a GET is a console read (a POST action).
+    let idle = r["idle_calls"].as_object().expect("calls");
+    let writes: Vec<&String> = idle
+        .keys()
+        .filter(|op| !op.starts_with("GET ") && !op.contains("/identity/"))
+        .filter(|op| op.as_str() != "POST /compute/v2.1/servers/{id}/action")
+        .collect();
+    assert!(writes.is_empty(), "{r}");
 }
