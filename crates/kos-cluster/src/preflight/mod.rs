@@ -107,7 +107,9 @@ async fn checked(
     source: &str,
     listed: Option<&crate::observe::Listed>,
 ) -> Result<Preflight, PreflightError> {
-    let facts = facts::Facts::gather(session, spec, listed).await;
+    // Boxed: the gather is one large future (some twenty lookups joined), and a reconcile that
+    // holds it inline overflowed a 2 MiB worker stack in a debug build.
+    let facts = Box::pin(facts::Facts::gather(session, spec, listed)).await;
     let mut cx = Cx {
         report: Report::new(file, source),
         cloud_failed: false,
