@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kos_control::connect::{Cloud, Reach};
 use kos_control::report::{Summarised, Summary};
 use kos_control::store::{Cause, Records as _};
@@ -65,6 +66,23 @@ pub struct Context {
     /// Which Cluster (namespace, uid) has a cluster name in a cloud project: the cloud knows
     /// clusters by name alone, so two Clusters of one name in two namespaces would share one.
     names: Mutex<HashMap<(String, String), Claim>>,
+}
+
+/// The Cluster's cloud project (as the run limiter and the name claims key it), its owner
+/// reference, and its claim on its name.
+fn claim_of(
+    cluster: &Cluster,
+    ns: &str,
+    session: &kos_cloud::Session,
+) -> Option<(String, OwnerReference, Claim)> {
+    let project = format!("{} {}", session.auth_url(), session.project_id());
+    // None while the Cluster has no uid (not stored yet).
+    let owner = cluster.controller_owner_ref(&())?;
+    let claim = Claim {
+        namespace: ns.to_owned(),
+        uid: owner.uid.clone(),
+    };
+    Some((project, owner, claim))
 }
 
 /// A Cluster that has a cluster name in a cloud project.
@@ -310,14 +328,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
         }
     };
     let session = &connected.session;
-    let project = format!("{} {}", session.auth_url(), session.project_id());
-    let owner = cluster
-        .controller_owner_ref(&())
-        .ok_or(ReconcileError::NoUid)?;
-    let claim = Claim {
-        namespace: ns.to_owned(),
-        uid: owner.uid.clone(),
-    };
+    let (project, owner, claim) = claim_of(cluster, ns, session).ok_or(ReconcileError::NoUid)?;
     if let Err(holder) = ctx.claim(&project, &name, &claim) {
         let message = format!(
             "Cluster {holder}/{name} has the name {name} in this cloud project, and the cloud knows \
@@ -584,7 +595,7 @@ async fn write_kubeconfig(
     secrets: &Api<Secret>,
     ns: &str,
     name: &str,
-    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    owner: OwnerReference,
     store: &SecretRecords,
 ) -> Result<(), ReconcileError> {
     const ADDRESS: &str = "kos.dev/api-address";
@@ -670,14 +681,7 @@ async fn cleanup(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, R
         .await
         .map_err(ReconcileError::Identity)?;
     let session = &connected.session;
-    let project = format!("{} {}", session.auth_url(), session.project_id());
-    let owner = cluster
-        .controller_owner_ref(&())
-        .ok_or(ReconcileError::NoUid)?;
-    let claim = Claim {
-        namespace: ns.to_owned(),
-        uid: owner.uid.clone(),
-    };
+    let (project, owner, claim) = claim_of(cluster, ns, session).ok_or(ReconcileError::NoUid)?;
     let store = SecretRecords::load(secrets.clone(), ns, &name, owner)
         .await
         .map_err(ReconcileError::Store)?;

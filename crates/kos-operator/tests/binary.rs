@@ -207,19 +207,7 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
     let mut sim = Sim::start(cfg).await.expect("sim");
     assert!(sim.attach_guests(Arc::new(kos_guest::sim::SimGuests::new().expect("guests"))));
     let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
-    let out = Command::new(env!("CARGO_BIN_EXE_kos-operator"))
-        .args([
-            "manifests",
-            "--image",
-            "registry.example/kos/kos-operator:0.1.0",
-        ])
-        .output()
-        .expect("manifests");
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&String::from_utf8(out.stdout).expect("utf8")).expect("yaml");
-    for d in docs.iter().filter(|d| d["kind"] != "Deployment") {
-        fake.apply_json(d, "kubectl").expect("apply");
-    }
+    support::apply_manifests(&fake);
     fake.apply_json(
         &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
         "kubectl",
@@ -238,18 +226,7 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
         .expect("identity");
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let token = fake
-        .service_account_token("kos-system", "kos-operator")
-        .expect("token");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: op\nusers:\n- name: op\n  user:\n    token: {token}\ncurrent-context: fake\n",
-            fake.url()
-        ),
-    )
-    .expect("kubeconfig");
+    let kubeconfig = support::operator_kubeconfig(&fake, dir.path());
     let logs = dir.path().join("logs");
     std::fs::create_dir(&logs).expect("logs");
     let proxy = sim.proxy_url();

@@ -5,6 +5,8 @@
 //! ServiceAccount against kos-kube-fake: it takes the Lease, is ready, and stops on SIGTERM.
 //! skopeo and umoci are Debian packages that scripts/test-deps installs; a missing one fails.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -121,16 +123,8 @@ async fn the_image_runs_as_its_deployment_says() -> R {
     );
 
     // The Deployment's container, as `kos-operator manifests` renders it for this image.
-    let out = run(Command::new(env!("CARGO_BIN_EXE_kos-operator")).args([
-        "manifests",
-        "--image",
-        "registry.example/kos/kos-operator:0.1.0",
-    ]))?;
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&out)?;
     let fake = kos_kube_fake::FakeKube::start().await?;
-    for d in docs.iter().filter(|d| d["kind"] != "Deployment") {
-        fake.apply_json(d, "kubectl")?;
-    }
+    let docs = support::apply_manifests(&fake);
     let deployment = docs
         .iter()
         .find(|d| d["kind"] == "Deployment")
@@ -192,15 +186,7 @@ async fn the_image_runs_as_its_deployment_says() -> R {
     .collect::<Vec<_>>()
     .join(":");
     // Outside a pod there is no mounted ServiceAccount token: the same token in a kubeconfig.
-    let token = fake.service_account_token("kos-system", "kos-operator")?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: op\nusers:\n- name: op\n  user:\n    token: {token}\ncurrent-context: fake\n",
-            fake.url()
-        ),
-    )?;
+    let kubeconfig = support::operator_kubeconfig(&fake, dir.path());
     let mut op = Running(
         Command::new(&loader)
             .arg("--library-path")

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NS: &str = "kos-system";
 
@@ -150,32 +150,9 @@ async fn terminate(r: &mut Replica) -> std::process::ExitStatus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_metrics_and_sigterm_hand_the_lease_over() {
     let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
-    let out = Command::new(env!("CARGO_BIN_EXE_kos-operator"))
-        .args([
-            "manifests",
-            "--image",
-            "registry.example/kos/kos-operator:0.1.0",
-        ])
-        .output()
-        .expect("manifests");
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&String::from_utf8(out.stdout).expect("utf8")).expect("yaml");
-    for d in docs.iter().filter(|d| d["kind"] != "Deployment") {
-        fake.apply_json(d, "kubectl").expect("apply");
-    }
+    support::apply_manifests(&fake);
     let dir = tempfile::tempdir().expect("tempdir");
-    let token = fake
-        .service_account_token(NS, "kos-operator")
-        .expect("token");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: op\nusers:\n- name: op\n  user:\n    token: {token}\ncurrent-context: fake\n",
-            fake.url()
-        ),
-    )
-    .expect("kubeconfig");
+    let kubeconfig = support::operator_kubeconfig(&fake, dir.path());
     let logs = dir.path().join("logs");
     std::fs::create_dir(&logs).expect("logs");
     let client = fake.client().expect("client");

@@ -1,7 +1,7 @@
 //! What several of kos-operator's test files share. Each file uses part of it.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -56,4 +56,40 @@ pub async fn tagged(sim: &kos_sim::Sim, cluster: &str) -> usize {
         .expect("observe")
         .all()
         .count()
+}
+
+/// `kos-operator manifests` (for a stand-in image) applied to `fake` as kubectl applies them, all
+/// but the Deployment (a test runs the binary itself); every document, the Deployment included.
+pub fn apply_manifests(fake: &kos_kube_fake::FakeKube) -> Vec<Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kos-operator"))
+        .args([
+            "manifests",
+            "--image",
+            "registry.example/kos/kos-operator:0.1.0",
+        ])
+        .output()
+        .expect("manifests");
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(out.stdout).expect("utf8")).expect("yaml");
+    for d in docs.iter().filter(|d| d["kind"] != "Deployment") {
+        fake.apply_json(d, "kubectl").expect("apply");
+    }
+    docs
+}
+
+/// A kubeconfig in `dir` with the token of the operator's ServiceAccount (what a pod would mount).
+pub fn operator_kubeconfig(fake: &kos_kube_fake::FakeKube, dir: &Path) -> PathBuf {
+    let token = fake
+        .service_account_token("kos-system", "kos-operator")
+        .expect("token");
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: op\nusers:\n- name: op\n  user:\n    token: {token}\ncurrent-context: fake\n",
+            fake.url()
+        ),
+    )
+    .expect("kubeconfig");
+    path
 }
