@@ -2,7 +2,9 @@
 //! OpenStack provider reads it (key `clouds.yaml`, the cloud `cloudName` in it; key `cacert`, the
 //! PEM of the CA that signed the cloud's endpoints, overriding any `cacert` path in clouds.yaml).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Secret;
 use kos_cloud::config::CloudProfile;
@@ -65,7 +67,37 @@ pub struct Connected {
     _ca_file: Option<tempfile::TempPath>,
 }
 
-/// Reads the identity Secret and opens a session with the cloud it names.
+/// The sessions opened, by identity Secret and cloud, with the Secret's resourceVersion they were
+/// opened from: a reconcile whose Secret did not change reuses its session (the token, the
+/// endpoints found) instead of authenticating and discovering again. A session re-authenticates
+/// itself when its token expires.
+#[derive(Default)]
+pub struct Sessions(Mutex<HashMap<Key, (String, Arc<Connected>)>>);
+
+/// The identity Secret's namespace and name, and the cloud's name in its clouds.yaml.
+type Key = (String, String, String);
+
+impl Sessions {
+    fn get(&self, key: &Key, version: &str) -> Option<Arc<Connected>> {
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(key)
+            .filter(|(v, _)| v == version)
+            .map(|(_, c)| c.clone())
+    }
+
+    fn put(&self, key: Key, version: String, c: Arc<Connected>) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, (version, c));
+    }
+}
+
+/// Reads the identity Secret and opens a session with the cloud it names, or takes the one
+/// `sessions` holds for this version of the Secret.
 ///
 /// # Errors
 /// [`IdentityError`].
@@ -73,7 +105,8 @@ pub async fn connect(
     secrets: &Api<Secret>,
     namespace: &str,
     identity: &IdentityRef,
-) -> Result<Connected, IdentityError> {
+    sessions: &Sessions,
+) -> Result<Arc<Connected>, IdentityError> {
     let secret = secrets
         .get_opt(&identity.name)
         .await
@@ -82,6 +115,15 @@ pub async fn connect(
             namespace: namespace.to_owned(),
             name: identity.name.clone(),
         })?;
+    let key = (
+        namespace.to_owned(),
+        identity.name.clone(),
+        identity.cloud_name.clone(),
+    );
+    let version = secret.metadata.resource_version.clone().unwrap_or_default();
+    if let Some(c) = sessions.get(&key, &version).filter(|_| !version.is_empty()) {
+        return Ok(c);
+    }
     let text = |key: &'static str| -> Result<Option<String>, IdentityError> {
         let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(key)) else {
             return Ok(None);
@@ -124,9 +166,11 @@ pub async fn connect(
         }
     };
     let session = Session::connect(&profile).await?;
-    Ok(Connected {
+    let connected = Arc::new(Connected {
         session,
         ca_pem,
         _ca_file: ca_file,
-    })
+    });
+    sessions.put(key, version, connected.clone());
+    Ok(connected)
 }

@@ -63,6 +63,8 @@ pub struct Context {
     pub settings: Settings,
     /// One semaphore per cloud project.
     projects: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// The cloud sessions, reused while their identity Secret is unchanged.
+    sessions: identity::Sessions,
     /// Which Cluster (namespace, uid) has a cluster name in a cloud project: the cloud knows
     /// clusters by name alone, so two Clusters of one name in two namespaces would share one.
     names: Mutex<HashMap<(String, String), Claim>>,
@@ -106,6 +108,7 @@ impl Context {
             reporter,
             settings,
             projects: Mutex::new(HashMap::new()),
+            sessions: identity::Sessions::default(),
             names: Mutex::new(HashMap::new()),
         }
     }
@@ -305,28 +308,29 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
         }
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let connected = match identity::connect(&secrets, ns, &cluster.spec.identity_ref).await {
-        Ok(c) => c,
-        Err(e) => {
-            let reason = if e.is_input() {
-                "IdentityInvalid"
-            } else {
-                "CloudUnreachable"
-            };
-            write_status(
-                ctx,
-                cluster,
-                ns,
-                &Verdict::Degraded {
-                    reason: reason.into(),
-                    message: e.to_string(),
-                },
-                None,
-            )
-            .await?;
-            return Err(ReconcileError::Identity(e));
-        }
-    };
+    let connected =
+        match identity::connect(&secrets, ns, &cluster.spec.identity_ref, &ctx.sessions).await {
+            Ok(c) => c,
+            Err(e) => {
+                let reason = if e.is_input() {
+                    "IdentityInvalid"
+                } else {
+                    "CloudUnreachable"
+                };
+                write_status(
+                    ctx,
+                    cluster,
+                    ns,
+                    &Verdict::Degraded {
+                        reason: reason.into(),
+                        message: e.to_string(),
+                    },
+                    None,
+                )
+                .await?;
+                return Err(ReconcileError::Identity(e));
+            }
+        };
     let session = &connected.session;
     let (project, owner, claim) = claim_of(cluster, ns, session).ok_or(ReconcileError::NoUid)?;
     if let Err(holder) = ctx.claim(&project, &name, &claim) {
@@ -677,7 +681,7 @@ async fn cleanup(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, R
         return Ok(Action::await_change());
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let connected = identity::connect(&secrets, ns, &cluster.spec.identity_ref)
+    let connected = identity::connect(&secrets, ns, &cluster.spec.identity_ref, &ctx.sessions)
         .await
         .map_err(ReconcileError::Identity)?;
     let session = &connected.session;

@@ -307,3 +307,46 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     assert_eq!(tagged(&sim, "demo").await, 0);
     controller.abort();
 }
+
+/// A reconcile whose identity Secret is unchanged reuses the cloud session (no new token, no
+/// discovery again); a changed Secret (a rotated credential) opens a new one.
+#[tokio::test]
+async fn a_session_is_reused_until_its_identity_secret_changes() {
+    let sim = Sim::start(SimConfig::fast()).await.expect("sim");
+    let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
+    let secrets: Api<Secret> = Api::namespaced(fake.client().expect("client"), "default");
+    let identity: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cloud"},
+        "stringData": {"clouds.yaml": sim.clouds_yaml("sim")},
+    }))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &identity)
+        .await
+        .expect("identity");
+    let reference = kos_operator::resource::IdentityRef {
+        name: "cloud".into(),
+        cloud_name: "sim".into(),
+    };
+    let sessions = kos_operator::identity::Sessions::default();
+    let connect = || kos_operator::identity::connect(&secrets, "default", &reference, &sessions);
+    let first = connect().await.expect("connect");
+    let again = connect().await.expect("connect");
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "a second session for the same Secret"
+    );
+    secrets
+        .patch(
+            "cloud",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"rotated": "1"}}})),
+        )
+        .await
+        .expect("change");
+    let after = connect().await.expect("connect");
+    assert!(
+        !Arc::ptr_eq(&first, &after),
+        "the changed Secret's session was the old one"
+    );
+}
