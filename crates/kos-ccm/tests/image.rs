@@ -7,81 +7,22 @@
 
 mod support;
 use support::{R, wait_for_async};
+#[path = "../../../testdata/rust/oci_image.rs"]
+mod oci;
+use oci::{Running, blob, in_image, json_file, repo, run, tool};
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use kos_kube_fake::FakeKube;
 use kos_sim::{Sim, SimConfig};
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tool(name: &str) -> Command {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()));
-    assert!(
-        found,
-        "`{name}` is required by this test and is missing: run scripts/test-deps, or \
-         `apt-get install -y {name}`"
-    );
-    Command::new(name)
-}
-
-fn run(cmd: &mut Command) -> R<String> {
-    let out = cmd.output()?;
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() {
-        return Err(format!("{cmd:?} failed: {said}").into());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Builds the image of the binary this test was built with into `out`.
-fn build(out: &Path) -> R {
-    run(Command::new(repo().join("scripts/image"))
-        .args(["kos-ccm"])
-        .arg(out)
-        .arg("--binary")
-        .arg(env!("CARGO_BIN_EXE_kos-ccm"))
-        .current_dir(repo()))?;
-    Ok(())
-}
-
-fn json_file(p: &Path) -> R<Value> {
-    Ok(serde_json::from_str(&std::fs::read_to_string(p)?)?)
-}
-
-/// The blob behind `sha256:<hex>` in an OCI layout.
-fn blob(layout: &Path, digest: &str) -> R<PathBuf> {
-    let hex = digest
-        .strip_prefix("sha256:")
-        .ok_or_else(|| format!("not a sha256 digest: {digest}"))?;
-    Ok(layout.join("blobs/sha256").join(hex))
-}
-
-/// Kills the image's process when the test ends, however it ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn the_image_is_reproducible_non_root_and_its_binary_runs_as_the_manifest_says() -> R {
     let dir = tempfile::tempdir()?;
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-    build(&a)?;
-    build(&b)?;
+    oci::build("kos-ccm", env!("CARGO_BIN_EXE_kos-ccm"), &a)?;
+    oci::build("kos-ccm", env!("CARGO_BIN_EXE_kos-ccm"), &b)?;
     let index = json_file(&a.join("index.json"))?;
     assert_eq!(
         index,
@@ -197,26 +138,8 @@ async fn the_image_is_reproducible_non_root_and_its_binary_runs_as_the_manifest_
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let loader = ["lib64/ld-linux-x86-64.so.2", "lib/ld-linux-aarch64.so.1"]
-        .iter()
-        .map(|l| rootfs.join(l))
-        .find(|p| p.is_file())
-        .ok_or("no dynamic loader in the image")?;
-    let libs = [
-        "lib",
-        "lib64",
-        "lib/x86_64-linux-gnu",
-        "lib/aarch64-linux-gnu",
-    ]
-    .iter()
-    .map(|d| rootfs.join(d).display().to_string())
-    .collect::<Vec<_>>()
-    .join(":");
     let _ccm = Running(
-        Command::new(&loader)
-            .arg("--library-path")
-            .arg(&libs)
-            .arg(rootfs.join("bin/openstack-cloud-controller-manager"))
+        in_image(&rootfs, "/bin/openstack-cloud-controller-manager")?
             .arg("/bin/openstack-cloud-controller-manager")
             .arg(format!("--cloud-config={}", conf.display()))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
@@ -226,7 +149,6 @@ async fn the_image_is_reproducible_non_root_and_its_binary_runs_as_the_manifest_
                 &format!("--secure-port={port}"),
                 "--v=1",
             ])
-            .env_clear()
             .env("HOME", "/nonexistent")
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -5,7 +5,6 @@
 //! socket. skopeo and umoci (and the tools copied into the image) are Debian packages that
 //! scripts/test-deps installs; a missing one fails the test.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -16,7 +15,9 @@ use serde_json::Value;
 use tokio::net::UnixStream;
 use tonic::transport::{Endpoint, Uri};
 
-type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+#[path = "../../../testdata/rust/oci_image.rs"]
+mod oci;
+use oci::{R, in_image, json_file, repo, run, tool};
 
 /// What the node service runs (crates/kos-csi/src/node/kernel.rs), with a flag that makes each
 /// print its version.
@@ -33,64 +34,6 @@ const TOOLS: &[(&str, &str)] = &[
     ("xfs_growfs", "-V"),
     ("udevadm", "--version"),
 ];
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tool(name: &str) -> Command {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()));
-    assert!(
-        found,
-        "`{name}` is required by this test and is missing: run scripts/test-deps, or \
-         `apt-get install -y {name}`"
-    );
-    Command::new(name)
-}
-
-fn run(cmd: &mut Command) -> R<String> {
-    let out = cmd.output()?;
-    if !out.status.success() {
-        return Err(format!(
-            "{cmd:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn json_file(p: &Path) -> R<Value> {
-    Ok(serde_json::from_str(&std::fs::read_to_string(p)?)?)
-}
-
-/// `<rootfs loader> --library-path <rootfs libs> <rootfs program>`: runs a program of the image with
-/// nothing of this machine's libraries.
-fn in_image(rootfs: &Path, program: &str) -> R<Command> {
-    let loader = ["lib64/ld-linux-x86-64.so.2", "lib/ld-linux-aarch64.so.1"]
-        .iter()
-        .map(|l| rootfs.join(l))
-        .find(|p| p.is_file())
-        .ok_or("no dynamic loader in the image")?;
-    let libs = [
-        "lib",
-        "lib64",
-        "lib/x86_64-linux-gnu",
-        "lib/aarch64-linux-gnu",
-    ]
-    .iter()
-    .map(|d| rootfs.join(d).display().to_string())
-    .collect::<Vec<_>>()
-    .join(":");
-    let mut c = Command::new(loader);
-    c.arg("--library-path")
-        .arg(libs)
-        .arg(rootfs.join(program.trim_start_matches('/')))
-        .env_clear();
-    Ok(c)
-}
 
 #[tokio::test]
 async fn the_image_runs_as_root_with_its_node_tools_and_serves_the_socket() -> R {

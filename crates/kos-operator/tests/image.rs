@@ -5,70 +5,23 @@
 //! ServiceAccount against kos-kube-fake: it takes the Lease, is ready, and stops on SIGTERM.
 //! skopeo and umoci are Debian packages that scripts/test-deps installs; a missing one fails.
 
+#[path = "../../../testdata/rust/oci_image.rs"]
+mod oci;
 mod support;
+use oci::{R, Running, in_image, json_file, run, tool};
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use serde_json::Value;
 
-type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tool(name: &str) -> Command {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()));
-    assert!(
-        found,
-        "`{name}` is required by this test and is missing: run scripts/test-deps, or \
-         `apt-get install -y {name}`"
-    );
-    Command::new(name)
-}
-
-fn run(cmd: &mut Command) -> R<String> {
-    let out = cmd.output()?;
-    if !out.status.success() {
-        return Err(format!(
-            "{cmd:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn json_file(p: &Path) -> R<Value> {
-    Ok(serde_json::from_str(&std::fs::read_to_string(p)?)?)
-}
-
-/// Kills the image's process when the test ends, however it ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_runs_as_its_deployment_says() -> R {
     let dir = tempfile::tempdir()?;
     let layout = dir.path().join("image");
-    run(Command::new(repo().join("scripts/image"))
-        .arg("kos-operator")
-        .arg(&layout)
-        .arg("--binary")
-        .arg(env!("CARGO_BIN_EXE_kos-operator"))
-        .current_dir(repo()))?;
+    oci::build("kos-operator", env!("CARGO_BIN_EXE_kos-operator"), &layout)?;
 
     let reference = format!("oci:{}:kos-operator", layout.display());
     let config: Value = serde_json::from_str(&run(
@@ -92,13 +45,7 @@ async fn the_image_runs_as_its_deployment_says() -> R {
 
     // One layer, owned by root, the binary and the CA bundle in it, no shell.
     let index = json_file(&layout.join("index.json"))?;
-    let digest = |d: &Value| -> R<PathBuf> {
-        let hex = d
-            .as_str()
-            .and_then(|d| d.strip_prefix("sha256:"))
-            .ok_or("not a sha256 digest")?;
-        Ok(layout.join("blobs/sha256").join(hex))
-    };
+    let digest = |d: &Value| oci::blob(&layout, d.as_str().unwrap_or_default());
     let manifest = json_file(&digest(&index["manifests"][0]["digest"])?)?;
     let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
     assert_eq!(layers.len(), 1, "{manifest}");
@@ -170,30 +117,11 @@ async fn the_image_runs_as_its_deployment_says() -> R {
         json_file(&bundle.join("config.json"))?["process"]["user"]["uid"],
         65532
     );
-    let loader = ["lib64/ld-linux-x86-64.so.2", "lib/ld-linux-aarch64.so.1"]
-        .iter()
-        .map(|l| rootfs.join(l))
-        .find(|p| p.is_file())
-        .ok_or("no dynamic loader in the image")?;
-    let libs = [
-        "lib",
-        "lib64",
-        "lib/x86_64-linux-gnu",
-        "lib/aarch64-linux-gnu",
-    ]
-    .iter()
-    .map(|d| rootfs.join(d).display().to_string())
-    .collect::<Vec<_>>()
-    .join(":");
     // Outside a pod there is no mounted ServiceAccount token: the same token in a kubeconfig.
     let kubeconfig = support::operator_kubeconfig(&fake, dir.path());
     let mut op = Running(
-        Command::new(&loader)
-            .arg("--library-path")
-            .arg(&libs)
-            .arg(rootfs.join(command[0].trim_start_matches('/')))
+        in_image(&rootfs, &command[0])?
             .args(&args)
-            .env_clear()
             .env("HOME", "/nonexistent")
             .env("KUBECONFIG", &kubeconfig)
             .env("POD_NAMESPACE", "kos-system")
