@@ -203,18 +203,32 @@ pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Actio
 /// own `identityRef` left out.
 #[must_use]
 pub fn document(cluster: &Cluster) -> String {
-    let mut metadata = json!({"name": cluster.name_any()});
-    if !cluster.spec.tags.is_empty() {
-        metadata["tags"] = json!(cluster.spec.tags);
+    let doc = document_value(
+        &cluster.name_any(),
+        &cluster.spec.tags,
+        &cluster.spec.cluster,
+    );
+    // JSON is YAML; pretty, so a diagnostic's line is one field.
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+/// A cluster document (`kos up -f`'s) of a name, its cloud tags (`metadata.tags`) and a spec.
+#[must_use]
+pub fn document_value(
+    name: &str,
+    tags: &[String],
+    spec: &kos_cluster::schema::Spec,
+) -> serde_json::Value {
+    let mut metadata = json!({"name": name});
+    if !tags.is_empty() {
+        metadata["tags"] = json!(tags);
     }
-    let doc = json!({
+    json!({
         "apiVersion": kos_cluster::spec::API_VERSION,
         "kind": kos_cluster::spec::KIND,
         "metadata": metadata,
-        "spec": cluster.spec.cluster,
-    });
-    // JSON is YAML; pretty, so a diagnostic's line is one field.
-    serde_json::to_string_pretty(&doc).unwrap_or_default()
+        "spec": spec,
+    })
 }
 
 /// The spec of a turn: the resource as it was when the reconcile started (an edit starts a new

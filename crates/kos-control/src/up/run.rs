@@ -239,33 +239,20 @@ pub async fn look(
     // rather than asking for them again, so a turn lists each type once. When the observe failed,
     // preflight asks itself and its report (which lookups failed, every other problem) comes
     // first, as it would alone.
-    // The lookups are boxed: held inline, they made a reconcile's future overflow a 2 MiB worker
-    // stack in a debug build.
+    // The observe is boxed: held inline, it and preflight's lookups made a reconcile's future
+    // overflow a 2 MiB worker stack in a debug build.
     let seen = Box::pin(kos_cluster::observe::observe_listed(
         cloud.session,
         spec.name.value.as_str(),
     ))
     .await;
+    // Preflight boxes its own lookups (`kos_cluster::preflight::checked`).
     let pre = match &seen {
         Ok((_, listed)) => {
-            Box::pin(kos_cluster::preflight::preflight_listed(
-                cloud.session,
-                &spec,
-                &shown,
-                &text,
-                listed,
-            ))
-            .await
+            kos_cluster::preflight::preflight_listed(cloud.session, &spec, &shown, &text, listed)
+                .await
         }
-        Err(_) => {
-            Box::pin(kos_cluster::preflight::preflight(
-                cloud.session,
-                &spec,
-                &shown,
-                &text,
-            ))
-            .await
-        }
+        Err(_) => kos_cluster::preflight::preflight(cloud.session, &spec, &shown, &text).await,
     }
     .map_err(|error| UpError::Preflight {
         error: Box::new(error),

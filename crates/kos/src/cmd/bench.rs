@@ -178,16 +178,7 @@ pub async fn apply(args: BenchApplyArgs) -> Result<Exit, Failure> {
             .collect();
     }
     report.runs = runs;
-    match args.output {
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report)
-                .into_diagnostic()
-                .map_err(Failure::cloud_report)?
-        ),
-        Output::Text => print!("{}", render(&report)),
-    }
-    Ok(Exit::Ok)
+    emit(args.output, &report, render)
 }
 
 /// The benchmark's cluster: `cp` control planes behind a public Octavia LB, one pool of `workers`.
@@ -497,4 +488,22 @@ fn render(r: &Report) -> String {
         out.push_str("sequential: one node at a time, waits included; terraform-like: 10 nodes at a time, each holding its slot while it waits, one GET per resource per poll\n");
     }
     out
+}
+
+/// A benchmark's report on stdout: as JSON under `--output json`, else as `render` writes it.
+pub(super) fn emit<R: serde::Serialize>(
+    output: Output,
+    report: &R,
+    render: impl Fn(&R) -> String,
+) -> Result<Exit, Failure> {
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(report)
+                .into_diagnostic()
+                .map_err(Failure::cloud_report)?
+        ),
+        Output::Text => print!("{}", render(report)),
+    }
+    Ok(Exit::Ok)
 }

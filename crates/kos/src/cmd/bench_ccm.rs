@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::{Exit, Failure};
-use crate::cli::{BenchCcmArgs, Output};
+use crate::cli::BenchCcmArgs;
 
 /// Real time the baseline may take at most: it runs on a faster clock when it would take longer.
 const BASELINE_BUDGET_SECS: f64 = 90.0;
@@ -100,16 +100,7 @@ struct Report {
 
 pub async fn ccm(args: BenchCcmArgs) -> Result<Exit, Failure> {
     let report = measure(&args).await.map_err(Failure::cloud_diagnostic)?;
-    match args.output {
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report)
-                .into_diagnostic()
-                .map_err(Failure::cloud_diagnostic)?
-        ),
-        Output::Text => print!("{}", render(&report)),
-    }
-    Ok(Exit::Ok)
+    super::bench::emit(args.output, &report, render)
 }
 
 async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {

@@ -35,7 +35,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::bench_ccm::{peak_rss_mib, since};
 use super::{Exit, Failure};
-use crate::cli::{BenchCsiArgs, Output};
+use crate::cli::BenchCsiArgs;
 
 /// What the run is held against: every claim Bound within this many times one volume's create.
 const TARGET_RATIO: f64 = 1.2;
@@ -90,16 +90,7 @@ struct Run {
 
 pub async fn csi(args: BenchCsiArgs) -> Result<Exit, Failure> {
     let report = measure(&args).await.map_err(Failure::cloud_diagnostic)?;
-    match args.output {
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report)
-                .into_diagnostic()
-                .map_err(Failure::cloud_diagnostic)?
-        ),
-        Output::Text => print!("{}", render(&report)),
-    }
-    Ok(Exit::Ok)
+    super::bench::emit(args.output, &report, render)
 }
 
 async fn measure(args: &BenchCsiArgs) -> miette::Result<Report> {

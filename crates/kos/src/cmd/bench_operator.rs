@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use super::bench_ccm::{cpu_secs, proc_peak_rss_mib, since};
 use super::{Exit, Failure};
-use crate::cli::{BenchOperatorArgs, Output};
+use crate::cli::BenchOperatorArgs;
 
 const NS: &str = "fleet";
 
@@ -96,16 +96,7 @@ struct Report {
 
 pub async fn operator(args: BenchOperatorArgs) -> Result<Exit, Failure> {
     let report = measure(&args).await.map_err(Failure::cloud_diagnostic)?;
-    match args.output {
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report)
-                .into_diagnostic()
-                .map_err(Failure::cloud_diagnostic)?
-        ),
-        Output::Text => print!("{}", render(&report)),
-    }
-    Ok(Exit::Ok)
+    super::bench::emit(args.output, &report, render)
 }
 
 /// `kos-operator` beside this binary (cargo puts both in one target directory; a release

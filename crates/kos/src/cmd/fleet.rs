@@ -141,16 +141,7 @@ pub async fn adopt(args: AdoptArgs) -> Result<Exit, Failure> {
             let adopted = transfer::adopt(&client, &namespace, &name, &local, RELEASE_WAIT)
                 .await
                 .map_err(transfer_failure)?;
-            let mut metadata = serde_json::json!({"name": name});
-            if !adopted.tags.is_empty() {
-                metadata["tags"] = serde_json::json!(adopted.tags);
-            }
-            let doc = serde_json::json!({
-                "apiVersion": kos_cluster::spec::API_VERSION,
-                "kind": kos_cluster::spec::KIND,
-                "metadata": metadata,
-                "spec": adopted.spec,
-            });
+            let doc = kos_operator::reconcile::document_value(&name, &adopted.tags, &adopted.spec);
             let text = serde_saphyr::to_string(&doc).map_err(|e| {
                 Failure::cloud_report(miette::miette!("the spec of {name}: {e}"))
             })?;
