@@ -358,6 +358,50 @@ async fn a_lost_placement_race_is_booted_again_in_the_same_run() -> R {
     down(&c.session, "race").await
 }
 
+/// After a lost race Nova's scheduler may still count the deleted boot on the host it was turned away
+/// from (its cached instances per host are set right by the compute host's next instance sync), so the
+/// next boot of that server finds "No valid host" (seen on minicloud, where the group fills every host).
+/// kos boots it once more after that sync instead of failing the run; a "No valid host" without a lost
+/// race before it still fails at once (`server_error_stops_with_its_fault_and_removes_its_port`).
+#[tokio::test]
+async fn no_valid_host_after_a_lost_race_is_booted_again_after_the_sync() -> R {
+    let c = start().await?;
+    let mut shape = Shape::small("stale", 2);
+    shape.pools[0].2 = "anti-affinity";
+    let g = graph(&c.session, &shape).await?;
+    let one = |message: &str| FaultRule {
+        method: Some("POST".into()),
+        body: Some(r#""name": ?"kos-stale-workers-1""#.into()),
+        count: Some(1),
+        build_error: true,
+        message: Some(message.into()),
+        ..rule(None, "^/compute/v2.1/servers$", 500)
+    };
+    // The first matching rule that fires wins: the race first, then the stale view.
+    c.sim.app().fault_engine().add(one(
+        "Exceeded maximum number of retries. Exhausted all hosts available for retrying build \
+         failures for instance {id}.",
+    ))?;
+    c.sim.app().fault_engine().add(one(
+        "No valid host was found. There are not enough hosts available.",
+    ))?;
+    attempt(&c, &g).await?;
+    let posts = c
+        .sim
+        .app()
+        .observations()
+        .log
+        .iter()
+        .filter(|e| e.operation == "POST /compute/v2.1/servers")
+        .count();
+    assert_eq!(posts, 5, "three servers, one booted three times");
+    let o = observe(&c.session, "stale").await?;
+    assert_eq!(o.all().filter(|r| r.kind == Kind::Server).count(), 3);
+    assert!(o.all().all(|r| !r.failed), "nothing left in ERROR");
+    assert!(duplicates(&c.session, "stale").await?.is_empty());
+    down(&c.session, "stale").await
+}
+
 /// Nova's late anti-affinity check, modelled by kos-sim (a scheduler whose hosts are claimed after it
 /// chose them): three members of one anti-affinity group booted at once on three hosts collide, and
 /// one runs out of its three attempts ("Exceeded max scheduling attempts 3 … Anti-affinity instance

@@ -63,6 +63,10 @@ pub struct ApplyOptions {
     /// Delete and recreate the CCM application credential (its secret cannot be read back: use this when
     /// the stored copy is lost).
     pub recreate_ccm_credential: bool,
+    /// How long Nova's scheduler may still count a deleted boot on the host it was turned away from:
+    /// its `scheduler_instance_sync_interval` (120 s by default) and a margin. A server that lost a
+    /// placement race and then finds "No valid host" boots again after this long.
+    pub scheduler_sync: Duration,
 }
 
 impl Default for ApplyOptions {
@@ -80,6 +84,7 @@ impl Default for ApplyOptions {
             waits_hold_slots: false,
             clock: WaitClock::Cloud,
             recreate_ccm_credential: false,
+            scheduler_sync: Duration::from_secs(130),
         }
     }
 }
@@ -123,6 +128,7 @@ impl ApplyOptions {
                 delete: d,
             },
             clock: WaitClock::Local,
+            scheduler_sync: Duration::from_millis(50),
             ..Self::default()
         }
     }

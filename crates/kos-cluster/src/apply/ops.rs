@@ -1196,6 +1196,8 @@ async fn create_server(
         facts: crate::observe::Facts::default(),
     };
     let mut attempt = 1;
+    // Whether an earlier boot of this server lost a placement race in this run.
+    let mut raced = false;
     loop {
         let created = create_or_find(
             ctx,
@@ -1220,23 +1222,36 @@ async fn create_server(
                     port_id: Some(port.id),
                 });
             }
-            Err(e) if lost_placement_race(&e) && attempt < BOOT_ATTEMPTS => {
+            Err(e)
+                if attempt < BOOT_ATTEMPTS
+                    && (lost_placement_race(&e) || (raced && no_valid_host(&e))) =>
+            {
                 // The port stays (Nova unbinds it); the server goes, then boots again once its peers
                 // have landed and the scheduler sees where they are.
+                let stale = !lost_placement_race(&e);
+                raced = true;
                 attempt += 1;
-                tracing::warn!(node = %node.id, attempt, "Nova lost a placement race, booting again: {e}");
+                let why = if stale {
+                    "Nova's scheduler still counts the boot that lost a placement race"
+                } else {
+                    "Nova lost a placement race"
+                };
+                tracing::warn!(node = %node.id, attempt, "{why}, booting again: {e}");
                 emit(
                     ctx.events.as_ref(),
                     Event::Waiting {
                         id: node.id.clone(),
-                        what: format!(
-                            "boot again: Nova lost a placement race (attempt {attempt} of {BOOT_ATTEMPTS})"
-                        ),
+                        what: format!("boot again: {why} (attempt {attempt} of {BOOT_ATTEMPTS})"),
                     },
                 );
                 d.delete_one(&res(Kind::Server, &created.id, &node.id))
                     .await?;
-                tokio::time::sleep(race_backoff(ctx, node, attempt)).await;
+                let pause = if stale {
+                    ctx.waiter.local_span(ctx.opts.scheduler_sync)
+                } else {
+                    race_backoff(ctx, node, attempt)
+                };
+                tokio::time::sleep(pause).await;
             }
             Err(e) => {
                 // The server failed: remove it and its port (unbound once the server is gone), so
@@ -1264,7 +1279,7 @@ const BOOT_ATTEMPTS: u32 = 3;
 /// `build_instances`): its alternates ran out ("Exhausted all hosts …"), or its attempts did
 /// (`populate_retry`: "Exceeded max scheduling attempts N … Last exception: Anti-affinity instance
 /// group policy was violated"). Attempts exhausted for another reason, or a plain "No valid host" (a
-/// lack of room), fail the run at once.
+/// lack of room), fail the run at once, unless this server lost a race before ([`no_valid_host`]).
 fn lost_placement_race(e: &CloudError) -> bool {
     if !matches!(e, CloudError::Failed { .. }) {
         return false;
@@ -1273,6 +1288,19 @@ fn lost_placement_race(e: &CloudError) -> bool {
     text.contains("Exhausted all hosts available for retrying build failures")
         || (text.contains("Exceeded max scheduling attempts")
             && text.contains("instance group policy was violated"))
+}
+
+/// Nova found no host for the server at all (nova/conductor/manager.py `NoValidHost`).
+///
+/// Right after a lost race this can be the race's aftermath: Nova's scheduler keeps its own view of
+/// the instances each compute host holds, and a boot that lost a race can stay in the view of the host
+/// it was turned away from after the server is deleted (the group's member list keeps deleted servers;
+/// the host's cached instances are set right only by the compute host's next
+/// `_sync_scheduler_instance_info`). On a cloud with as many hosts as the group has members (seen on
+/// minicloud) the next boot into the group then finds no host until that sync has run
+/// ([`super::ApplyOptions::scheduler_sync`]).
+fn no_valid_host(e: &CloudError) -> bool {
+    matches!(e, CloudError::Failed { .. }) && e.to_string().contains("No valid host was found")
 }
 
 /// A few poll intervals, growing with the attempt and spread by the node's id, so that boots that

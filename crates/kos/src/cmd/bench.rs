@@ -282,6 +282,7 @@ async fn run(
             volume: scaled(defaults.deadlines.volume),
             delete: scaled(defaults.deadlines.delete),
         },
+        scheduler_sync: scaled(defaults.scheduler_sync),
         ..defaults
     };
     // Done times of every node, in cloud seconds from the apply's start.
