@@ -194,6 +194,55 @@ pub async fn kubeadm_ran(session: &Session, servers: &[String]) -> bool {
     false
 }
 
+/// The consoles seen done, by server id, with their state: a bootstrap that finished stays finished,
+/// so a process that runs turn after turn on one cluster (the operator) reads a server's console
+/// until it shows the end, and not at every resync after (one cloud call per server per turn
+/// otherwise). A console that scrolled past its markers is kept too. A failed one is not: it is
+/// read and reported again. The CLI starts each run with none.
+#[derive(Debug, Default)]
+pub struct FinishedConsoles(std::sync::Mutex<BTreeMap<String, NodeState>>);
+
+impl FinishedConsoles {
+    fn get(&self, server_id: &str) -> Option<NodeState> {
+        self.lock().get(server_id).cloned()
+    }
+
+    /// After a console phase over `targets`: what is known finished of them, nothing else (servers
+    /// gone or made again drop out).
+    fn keep(&self, targets: &[Target], states: &BTreeMap<String, NodeState>, scrolled: &[String]) {
+        let mut map = self.lock();
+        map.clear();
+        for t in targets {
+            match states.get(&t.logical_id) {
+                Some(s @ NodeState::Done(_)) => {
+                    map.insert(t.server_id.clone(), s.clone());
+                }
+                Some(s) if scrolled.contains(&t.logical_id) => {
+                    map.insert(t.server_id.clone(), s.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// How many servers are remembered.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, NodeState>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// A server to follow.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -327,19 +376,35 @@ pub fn retrying(state: &NodeState) -> bool {
 ///
 /// # Errors
 /// The failed nodes with their own reasons, or the nodes still running at the deadline.
+///
+/// A target `finished` remembers is not read again; `finished` is left holding what is known
+/// finished of `targets` when all are.
 pub async fn consoles(
     session: &Session,
     targets: &[Target],
     timing: &Timing,
+    finished: &FinishedConsoles,
     report: &dyn Report,
 ) -> Result<Followed, FollowError> {
     let start = Instant::now();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let mut states: BTreeMap<String, NodeState> = targets
-        .iter()
-        .map(|t| (t.logical_id.clone(), NodeState::Waiting))
-        .collect();
-    let mut pending: Vec<Target> = targets.to_vec();
+    let mut states: BTreeMap<String, NodeState> = BTreeMap::new();
+    let mut pending: Vec<Target> = Vec::new();
+    let mut scrolled_ids: Vec<String> = Vec::new();
+    for t in targets {
+        match finished.get(&t.server_id) {
+            Some(state) => {
+                if !state.finished() {
+                    scrolled_ids.push(t.logical_id.clone());
+                }
+                states.insert(t.logical_id.clone(), state);
+            }
+            None => {
+                states.insert(t.logical_id.clone(), NodeState::Waiting);
+                pending.push(t.clone());
+            }
+        }
+    }
     let mut interval = timing.poll();
     let mut said = Instant::now();
     while !pending.is_empty() {
@@ -382,6 +447,7 @@ pub async fn consoles(
                     node: &t.logical_id,
                     kib: console.len() / 1024,
                 });
+                scrolled_ids.push(t.logical_id.clone());
             } else if !state.finished() {
                 still.push(t.clone());
             }
@@ -470,6 +536,7 @@ pub async fn consoles(
         };
         tokio::time::sleep(interval).await;
     }
+    finished.keep(targets, &states, &scrolled_ids);
     Ok(Followed { nodes: states })
 }
 

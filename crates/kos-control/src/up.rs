@@ -93,6 +93,8 @@ pub struct Env<'a> {
     pub options: &'a Options,
     /// Set once the run may have changed the cloud or the cluster.
     pub changed: &'a AtomicBool,
+    /// The consoles seen done by earlier turns of this process ([`follow::FinishedConsoles`]).
+    pub consoles: &'a follow::FinishedConsoles,
 }
 
 impl Env<'_> {
@@ -388,6 +390,7 @@ pub async fn converge(env: &Env<'_>, p: &Turn, plan: &Plan) -> Result<Vec<String
         env.options.wait,
         joiners,
         certs,
+        env.consoles,
         report,
     )
     .await

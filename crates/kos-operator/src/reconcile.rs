@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kos_control::connect::{Cloud, Reach};
+use kos_control::follow::FinishedConsoles;
 use kos_control::report::{Summarised, Summary};
 use kos_control::store::{Cause, Records as _};
 use kos_control::up::{Env, Front, Spec, Up, UpError};
@@ -68,6 +69,8 @@ pub struct Context {
     /// Which Cluster (namespace, uid) has a cluster name in a cloud project: the cloud knows
     /// clusters by name alone, so two Clusters of one name in two namespaces would share one.
     names: Mutex<HashMap<(String, String), Claim>>,
+    /// Per Cluster (uid), the consoles its turns have seen done: a resync reads none of them again.
+    consoles: Mutex<HashMap<String, Arc<FinishedConsoles>>>,
 }
 
 /// The Cluster's cloud project (as the run limiter and the name claims key it), its owner
@@ -110,6 +113,7 @@ impl Context {
             projects: Mutex::new(HashMap::new()),
             sessions: identity::Sessions::default(),
             names: Mutex::new(HashMap::new()),
+            consoles: Mutex::new(HashMap::new()),
         }
     }
 
@@ -129,6 +133,34 @@ impl Context {
         }
     }
 
+    /// The cloud sessions this process keeps, by identity Secret.
+    #[must_use]
+    pub fn sessions(&self) -> &identity::Sessions {
+        &self.sessions
+    }
+
+    /// The consoles the Cluster's turns have seen done.
+    fn consoles(&self, claim: &Claim) -> Arc<FinishedConsoles> {
+        Arc::clone(
+            self.consoles
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(claim.uid.clone())
+                .or_default(),
+        )
+    }
+
+    /// How many servers' consoles are remembered as done, over every Cluster.
+    #[must_use]
+    pub fn finished_consoles(&self) -> usize {
+        self.consoles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .map(|c| c.len())
+            .sum()
+    }
+
     /// Lets `name` in `project` go, when this Cluster has it.
     fn release(&self, project: &str, name: &str, claim: &Claim) {
         let mut map = self
@@ -139,6 +171,10 @@ impl Context {
         if map.get(&key).is_some_and(|held| held.uid == claim.uid) {
             map.remove(&key);
         }
+        self.consoles
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&claim.uid);
     }
 
     fn project(&self, key: String) -> Arc<Semaphore> {
@@ -422,6 +458,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
             leftovers: kos_control::store::Leftovers::Refuse,
         };
         let changed = AtomicBool::new(false);
+        let consoles = ctx.consoles(&claim);
         let env = Env {
             cloud: Cloud {
                 session,
@@ -433,6 +470,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
             report: &report,
             options: &options,
             changed: &changed,
+            consoles: &consoles,
         };
         let run =
             Up::new(env, &front, spec, None).run(kos_lifecycle::run::Options { repair: None });

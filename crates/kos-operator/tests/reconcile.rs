@@ -147,7 +147,7 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     let api: Api<Cluster> = Api::all(client.clone());
     let controller = tokio::spawn(
         Controller::new(api, kube::runtime::watcher::Config::default())
-            .run(reconcile::reconcile, reconcile::error_policy, ctx)
+            .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
             .for_each(|_| async {}),
     );
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "default");
@@ -271,6 +271,48 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         !status.nodes.is_empty() && status.nodes.iter().all(|n| n.phase == "Done"),
         "{:?}",
         status.nodes
+    );
+    // A resync of the Ready cluster lists its servers once and reads no console: the consoles its
+    // turns saw done are remembered (before, every resync listed the servers again to follow them
+    // and read each one's console). One turn, called here with the controller stopped.
+    controller.abort();
+    let _ = controller.await;
+    assert_eq!(ctx.finished_consoles(), 3, "minimal.yaml's three servers");
+    // The operator's own calls, as its session counts them (the simulated cluster's CCM calls the
+    // cloud too).
+    let reference = kos_operator::resource::IdentityRef {
+        name: "cloud".into(),
+        cloud_name: "sim".into(),
+    };
+    let session = kos_operator::identity::connect(&secrets, "default", &reference, ctx.sessions())
+        .await
+        .expect("the operator's session");
+    let before = session.session.counters();
+    let demo = Arc::new(clusters.get("demo").await.expect("get"));
+    reconcile::reconcile(demo, ctx.clone())
+        .await
+        .expect("resync");
+    let calls = session.session.counters().since(&before);
+    let compute = kos_cloud::ServiceKind::Compute;
+    assert_eq!(calls.operation(compute, "server.list"), 1, "{calls:?}");
+    assert_eq!(
+        calls.operation(compute, "server.console_output"),
+        0,
+        "{calls:?}"
+    );
+    let lists: Vec<_> = calls
+        .by_operation
+        .iter()
+        .filter(|((_, op), n)| op.ends_with(".list") && **n > 1)
+        .collect();
+    assert!(lists.is_empty(), "listed more than once: {lists:?}");
+    let controller = tokio::spawn(
+        Controller::new(
+            Api::<Cluster>::all(client.clone()),
+            kube::runtime::watcher::Config::default(),
+        )
+        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+        .for_each(|_| async {}),
     );
     let made = tagged(&sim, "demo").await;
     assert!(made > 0);

@@ -156,6 +156,9 @@ pub struct ApplyReport {
     pub api_address: Option<String>,
     /// Every desired node with what was done to it.
     pub nodes: Vec<(String, Op)>,
+    /// Every desired server's id as the run left it (made, made again or found), by logical id: what
+    /// follows the run reads their consoles without listing the servers again.
+    pub servers: BTreeMap<String, String>,
     /// Logical ids deleted by the prune phase.
     pub deleted: Vec<String>,
     #[serde(skip)]
@@ -624,6 +627,9 @@ fn finish(
     });
     match out {
         Ok(o) => {
+            if node.kind == Kind::Server {
+                report.servers.insert(node.id.clone(), o.id.clone());
+            }
             ctx.set_output(&node.id, o);
             emit(
                 ctx.events.as_ref(),

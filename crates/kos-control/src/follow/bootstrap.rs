@@ -5,14 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kos_bootstrap::ClusterSecrets;
-use kos_cloud::model::TagQuery;
 use kos_cluster::ClusterSpec;
 use kos_cluster::apply::ApplyReport;
-use kos_cluster::names::{TAG_CLUSTER, TAG_ID};
 use kos_cluster::plan::Op;
 use kos_lifecycle::api::chain;
 
-use super::{ApiPhase, FollowError, NotReady, Target, Timing};
+use super::{ApiPhase, FinishedConsoles, FollowError, NotReady, Target, Timing};
 use crate::connect::{ClientError, Cloud, api_client};
 use crate::report::{Event, Report};
 use crate::tokens;
@@ -32,9 +30,6 @@ pub enum Wait {
 /// Why following the bootstrap stopped the run.
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
-    /// The cluster's servers could not be listed.
-    #[error("{0}")]
-    List(#[source] kos_cloud::CloudError),
     /// A first control plane tries its remaining steps again by itself: nothing to make again.
     #[error("bootstrap: {0}")]
     Retrying(FollowError),
@@ -77,7 +72,7 @@ impl BootstrapError {
                 "the cloud controller removes the uninitialized taint: check its pods in kube-system"
                     .into(),
             ),
-            BootstrapError::List(_) | BootstrapError::Client(_) => None,
+            BootstrapError::Client(_) => None,
         }
     }
 }
@@ -91,6 +86,8 @@ impl BootstrapError {
 /// cleanup deleted it when the first nodes had joined; kubeadm join retries meanwhile), and deleted
 /// again once every node is Ready.
 ///
+/// `finished`: the consoles already seen done, not read again ([`FinishedConsoles`]).
+///
 /// # Errors
 /// [`BootstrapError`], naming the node when a step failed.
 #[allow(clippy::too_many_arguments)]
@@ -102,6 +99,7 @@ pub async fn bootstrap(
     wait: Wait,
     joiners: bool,
     certs: bool,
+    finished: &FinishedConsoles,
     report: &dyn Report,
 ) -> Result<Vec<String>, BootstrapError> {
     if wait == Wait::Infra {
@@ -110,31 +108,15 @@ pub async fn bootstrap(
     }
     // Stated in the cloud's time, which a simulated cloud's answers show running fast.
     let timing = Timing::of_cloud(cloud.session);
-    let cluster_tag = format!("{TAG_CLUSTER}={}", applied.cluster);
-    let servers = cloud
-        .session
-        .compute()
-        .list_servers(&TagQuery::all([cluster_tag]))
-        .await
-        .map_err(BootstrapError::List)?;
-    let id_prefix = format!("{TAG_ID}=");
-    let targets: Vec<Target> = servers
-        .into_iter()
-        .filter_map(|s| {
-            let logical = s
-                .tags
-                .iter()
-                .find_map(|t| t.strip_prefix(&id_prefix))?
-                .to_owned();
-            let op = applied
-                .nodes
-                .iter()
-                .find(|(id, _)| *id == logical)
-                .map(|(_, op)| *op)?;
+    // The servers as the run left them: listed once by its observe, never again here.
+    let targets: Vec<Target> = applied
+        .nodes
+        .iter()
+        .filter_map(|(logical, op)| {
             Some(Target {
                 created_now: matches!(op, Op::Create | Op::Replace),
-                logical_id: logical,
-                server_id: s.id,
+                logical_id: logical.clone(),
+                server_id: applied.servers.get(logical)?.clone(),
             })
         })
         .collect();
@@ -161,7 +143,7 @@ pub async fn bootstrap(
         .await
     };
     let followed = tokio::select! {
-        f = super::consoles(cloud.session, &targets, &timing, report) => f,
+        f = super::consoles(cloud.session, &targets, &timing, finished, report) => f,
         never = push => match never {},
     };
     let followed = match followed {

@@ -378,6 +378,8 @@ pub(super) async fn up_runs(
                 },
             };
             let changed = AtomicBool::new(false);
+            // One run: every console it follows is read.
+            let consoles = follow::FinishedConsoles::default();
             let env = Env {
                 cloud: c.cloud(),
                 store: &local,
@@ -386,6 +388,7 @@ pub(super) async fn up_runs(
                 report,
                 options: &options,
                 changed: &changed,
+                consoles: &consoles,
             };
             let renew_before = args
                 .renew_certificates
