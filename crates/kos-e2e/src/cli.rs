@@ -33,6 +33,9 @@ pub struct CliCloud {
     pub wait: String,
     /// The longest one command may take.
     pub timeout: Duration,
+    /// `HTTPS_PROXY` for kos: the way to the clusters' APIs (a simulated cloud's CONNECT proxy);
+    /// `None` keeps the caller's environment.
+    pub proxy: Option<String>,
 }
 
 /// A `kos` CLI with its own data directory.
@@ -145,6 +148,12 @@ impl Kos {
         }
         if let Some(f) = &self.cloud.file {
             cmd.env("OS_CLIENT_CONFIG_FILE", f);
+        }
+        if let Some(p) = &self.cloud.proxy {
+            for var in ["https_proxy", "NO_PROXY", "no_proxy"] {
+                cmd.env_remove(var);
+            }
+            cmd.env("HTTPS_PROXY", p);
         }
         let line = format!("kos {} --cloud {}", args.join(" "), self.cloud.name);
         let child = cmd.spawn().with_context(|| format!("starting `{line}`"))?;

@@ -119,6 +119,8 @@ impl Target {
                     // Its guests run user_data (kos-guest): follow the markers and the API to Ready.
                     wait: "ready".into(),
                     timeout: Duration::from_secs(300),
+                    // Its clusters' APIs at their floating IPs, as through a bastion's proxy.
+                    proxy: Some(sim.proxy_url()),
                 };
                 Ok(Ctx::new(session, profile, every, cli, Some((sim, dir))))
             }
@@ -134,6 +136,7 @@ impl Target {
                     isolated: false,
                     wait: cli::real_cloud_wait()?,
                     timeout: Duration::from_secs(20 * 60),
+                    proxy: None,
                 };
                 Ok(Ctx::new(
                     session,

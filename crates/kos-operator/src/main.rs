@@ -114,20 +114,7 @@ async fn client(path: Option<&PathBuf>) -> Result<kube::Client, String> {
         })?,
     };
     let mut config = config;
-    // As client-go's ProxyFromEnvironment: `HTTPS_PROXY` never applies to a loopback API server
-    // (kube-rs would proxy it unless NO_PROXY names it).
-    let host = config
-        .cluster_url
-        .host()
-        .unwrap_or_default()
-        .trim_matches(['[', ']']);
-    if host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-    {
-        config.proxy_url = None;
-    }
+    kos_control::kube::direct_where_kubectl_is(&mut config);
     kube::Client::try_from(config).map_err(|e| format!("the Kubernetes client: {e}"))
 }
 

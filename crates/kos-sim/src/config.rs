@@ -14,6 +14,9 @@ use crate::service::Service;
 pub struct SimConfig {
     /// Real seconds per cloud second. 1.0 is real time; tests use ~0.001.
     pub time_scale: f64,
+    /// The CONNECT proxy's port on 127.0.0.1 (0 picks a free one): a fixed one lets a user export
+    /// `HTTPS_PROXY` before the simulator has said where it listens.
+    pub proxy_port: u16,
     pub latency: LatencyModel,
     /// Lifetime of an issued Keystone token, in cloud seconds.
     pub token_lifetime_secs: f64,
@@ -66,6 +69,7 @@ impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             time_scale: 1.0,
+            proxy_port: 0,
             latency: LatencyModel::default(),
             token_lifetime_secs: 3600.0,
             region: "RegionOne".into(),

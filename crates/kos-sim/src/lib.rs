@@ -88,7 +88,8 @@ impl Sim {
         let addr = listener.local_addr()?;
         let base_url = format!("http://{addr}");
         // Loopback only, whatever `addr` is: it tunnels into the clusters and asks nobody who calls.
-        let proxy_listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let proxy_listener =
+            TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], cfg.proxy_port))).await?;
         let proxy_url = format!("http://{}", proxy_listener.local_addr()?);
         let cloud = cloud.unwrap_or_else(|| Cloud::seeded(&cfg));
         let app = Arc::new(App::new(cfg, base_url, proxy_url, cloud));

@@ -357,6 +357,10 @@ pub struct SimServeArgs {
     /// Port on 127.0.0.1 (0 picks a free one).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
+    /// Port on 127.0.0.1 of the CONNECT proxy into the clusters' API endpoints, for `HTTPS_PROXY`
+    /// (overrides the config file's `proxy_port`; 0 picks a free one).
+    #[arg(long)]
+    pub proxy_port: Option<u16>,
     /// Simulator config (YAML: time_scale, latency, faults, rate_limits, quotas, ...).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use kos_cloud::Session;
 use kos_cloud::config::{CloudProfile, IdOrName, ProfileAuth};
 use kos_guest::sim::SimGuests;
-use kos_sim::guests::KubeEndpoint;
 use kos_sim::{Sim, SimConfig};
 use miette::{IntoDiagnostic, WrapErr};
 use secrecy::SecretString;
@@ -41,28 +40,16 @@ struct Embedded {
     _lock: File,
 }
 
-/// The simulated cloud's list of the API endpoints it forwards could not be read.
+/// The embedded simulated cloud serves no Kubernetes API at the endpoint.
 #[derive(Debug, thiserror::Error)]
-#[error("{url}: {source}")]
-pub struct SimEndpointsError {
-    url: String,
-    #[source]
-    source: reqwest::Error,
-}
+#[error(
+    "the simulated cloud serves no Kubernetes API at {0} (no control plane ran `kubeadm init` for it)"
+)]
+pub struct NotServed(String);
 
-/// Why the simulated cloud on this machine gives no way to a cluster's API.
-#[derive(Debug, thiserror::Error)]
-pub enum SimReachError {
-    #[error("the simulated cloud's API endpoints: {0}")]
-    Endpoints(#[source] SimEndpointsError),
-    #[error(
-        "the simulated cloud serves no Kubernetes API at {0} (no control plane ran `kubeadm init` for it)"
-    )]
-    NotServed(String),
-}
-
-/// On a kos-sim cloud on this machine, a cluster's API is reached through the local address it
-/// forwards the endpoint from (`GET /_sim/kube-endpoints`); elsewhere at its own address.
+/// A cluster of the embedded simulated cloud, which lives in this process, is reached through the
+/// local address its guests forward the endpoint from. Any other cloud's (a served simulator's
+/// too) at its own address, through `HTTPS_PROXY` when set, as kubectl reaches it.
 impl kos_control::connect::Reach for Connected {
     fn local_address<'a>(
         &'a self,
@@ -70,17 +57,19 @@ impl kos_control::connect::Reach for Connected {
     ) -> kos_control::connect::Reaching<'a> {
         use kos_control::connect::ReachError;
         Box::pin(async move {
-            match self.kube_endpoints().await {
-                None => Ok(None),
-                Some(Err(e)) => Err(ReachError(Box::new(SimReachError::Endpoints(e)))),
-                Some(Ok(list)) => {
-                    let want = ep.to_string();
-                    list.iter()
-                        .find(|e| e.endpoint == want)
-                        .map(|e| Some(e.local))
-                        .ok_or_else(|| ReachError(Box::new(SimReachError::NotServed(want))))
-                }
-            }
+            let Some(e) = &self.embedded else {
+                return Ok(None);
+            };
+            let want = ep.to_string();
+            e.sim
+                .app()
+                .guests()
+                .map(|rt| rt.kube_endpoints())
+                .unwrap_or_default()
+                .into_iter()
+                .find(|e| e.endpoint == want)
+                .map(|e| Some(e.local))
+                .ok_or_else(|| ReachError(Box::new(NotServed(want))))
         })
     }
 }
@@ -103,71 +92,6 @@ impl Connected {
         }
         Ok(())
     }
-
-    /// The cloud lives in this process (the embedded simulator, `--cloud sim` with no server):
-    /// what it serves is gone when the command ends. Not "is the cloud simulated": a served
-    /// simulator answers as a real cloud does, and is treated as one.
-    pub fn in_process(&self) -> bool {
-        self.embedded.is_some()
-    }
-
-    /// The local addresses of the clusters' API endpoints when the cloud is a kos-sim on this
-    /// machine (embedded, or served with an auth_url on loopback): its `GET /_sim/kube-endpoints`.
-    /// `None` for any other cloud.
-    pub async fn kube_endpoints(&self) -> Option<Result<Vec<KubeEndpoint>, SimEndpointsError>> {
-        let base = sim_base_url(self.session.auth_url())?;
-        let url = format!("{base}/_sim/kube-endpoints");
-        // Bounded like every other call: a hung endpoint must not hold the run.
-        let client = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .timeout(std::time::Duration::from_secs(15))
-            .build();
-        let r = match client {
-            Ok(client) => client.get(&url).send().await,
-            Err(source) => return Some(Err(SimEndpointsError { url, source })),
-        };
-        let r = match r {
-            Ok(r) => r,
-            Err(source) => return Some(Err(SimEndpointsError { url, source })),
-        };
-        if r.status() == reqwest::StatusCode::NOT_FOUND {
-            // A real Keystone that happens to listen on loopback.
-            return None;
-        }
-        let list: Result<Vec<Endpoint>, _> = r.json().await;
-        Some(
-            list.map(|l| {
-                l.into_iter()
-                    .map(|e| KubeEndpoint {
-                        endpoint: e.endpoint,
-                        local: e.local,
-                    })
-                    .collect()
-            })
-            .map_err(|source| SimEndpointsError { url, source }),
-        )
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct Endpoint {
-    endpoint: String,
-    local: SocketAddr,
-}
-
-/// `http://127.0.0.1:PORT` of a kos-sim whose Keystone is `auth_url`; `None` off loopback.
-fn sim_base_url(auth_url: &str) -> Option<String> {
-    let u = url::Url::parse(auth_url).ok()?;
-    let loopback = match u.host()? {
-        url::Host::Domain(d) => d == "localhost",
-        url::Host::Ipv4(ip) => ip.is_loopback(),
-        url::Host::Ipv6(ip) => ip.is_loopback(),
-    };
-    if !loopback {
-        return None;
-    }
-    let port = u.port_or_known_default()?;
-    Some(format!("{}://{}:{port}", u.scheme(), u.host_str()?))
 }
 
 /// kos's data directory: `$KOS_DATA_DIR`, else the platform's (`~/.local/share/kos`).

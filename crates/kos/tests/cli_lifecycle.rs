@@ -722,13 +722,9 @@ fn a_single_control_planes_new_flavor_joins_a_successor_first() {
     let kc = kos_within(d, &sim.clouds, &["kubeconfig", "solo", "--cloud", "sim"]);
     assert_eq!(kc.status.code(), Some(0), "{}", text(&kc));
     let by_name = || {
-        std::process::Command::new(kubectl_binary())
-            .arg("--kubeconfig")
-            .arg(d.join("kubeconfig-solo"))
+        kubectl_with(d, &d.join("kubeconfig-solo"))
             .args(["--tls-server-name", "api.solo.example.com"])
             .args(["get", "--raw", "/readyz"])
-            .current_dir(d)
-            .env_remove("KUBECONFIG")
             .output()
             .expect("kubectl runs")
     };
@@ -1219,12 +1215,8 @@ fn an_upgrade_replaces_control_planes_then_workers_within_the_skew_policy() {
     );
     assert_eq!(code(&kc), 0, "{}", text(&kc));
     let prod_kubectl = |args: &[&str]| {
-        std::process::Command::new(kubectl_binary())
-            .arg("--kubeconfig")
-            .arg(d.join("kubeconfig-prod"))
+        kubectl_with(d, &d.join("kubeconfig-prod"))
             .args(args)
-            .current_dir(d)
-            .env_remove("KUBECONFIG")
             .output()
             .expect("kubectl")
     };

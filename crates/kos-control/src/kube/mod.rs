@@ -18,6 +18,7 @@ pub use error::{KubeError, gone_is_fine};
 pub use nodes::NodeStatus;
 #[cfg(test)]
 pub(crate) use nodes::UNINITIALIZED;
+pub use proxy::direct_where_kubectl_is;
 
 #[cfg(test)]
 pub(crate) mod tests;

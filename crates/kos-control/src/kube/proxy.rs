@@ -66,11 +66,41 @@ pub fn from_env(host: &str) -> Option<String> {
     )
 }
 
+/// `config` without a proxy where kubectl (Go's `ProxyFromEnvironment`) would go direct: to a
+/// loopback API server, or one `NO_PROXY` names. kube-rs applies `HTTPS_PROXY` to every API server
+/// (it matches `NO_PROXY` against the proxy's own URL), so a management cluster on this machine (a
+/// kind cluster, a simulated one) would be sent to the proxy, which cannot reach it.
+pub fn direct_where_kubectl_is(config: &mut kube::Config) {
+    let host = config.cluster_url.host().unwrap_or_default();
+    let no_proxy = ["NO_PROXY", "no_proxy"]
+        .iter()
+        .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()));
+    if for_host(host, Some("http://proxy"), no_proxy.as_deref()).is_none() {
+        config.proxy_url = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::for_host;
 
     const P: Option<&str> = Some("http://proxy.example:3128");
+
+    /// kube-rs took `HTTPS_PROXY` for a loopback management cluster too (`kos export` with a
+    /// simulated cloud's proxy exported failed with "tunnel error: unsuccessful").
+    #[test]
+    fn a_loopback_api_server_is_never_proxied() {
+        for url in [
+            "https://127.0.0.1:6443",
+            "https://localhost:6443",
+            "https://[::1]:6443",
+        ] {
+            let mut config = kube::Config::new(url.parse().expect("url"));
+            config.proxy_url = Some("http://proxy.example:3128".parse().expect("proxy"));
+            super::direct_where_kubectl_is(&mut config);
+            assert_eq!(config.proxy_url, None, "{url}");
+        }
+    }
 
     #[test]
     fn no_proxy_and_loopback_go_direct() {

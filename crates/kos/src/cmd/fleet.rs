@@ -16,7 +16,7 @@ use crate::local::Local;
 const RELEASE_WAIT: Duration = Duration::from_secs(300);
 
 async fn management(path: Option<&Path>) -> Result<kube::Client, Failure> {
-    let config = match path {
+    let mut config = match path {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| {
                 Failure::input(miette::miette!("--kubeconfig {}: {e}", p.display()))
@@ -32,6 +32,9 @@ async fn management(path: Option<&Path>) -> Result<kube::Client, Failure> {
             ))
         })?,
     };
+    // A management cluster on this machine is reached directly whatever HTTPS_PROXY says, as
+    // kubectl reaches it.
+    kos_control::kube::direct_where_kubectl_is(&mut config);
     kube::Client::try_from(config)
         .map_err(|e| Failure::cloud_report(miette::miette!("the management cluster's client: {e}")))
 }

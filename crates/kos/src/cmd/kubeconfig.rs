@@ -2,10 +2,9 @@
 //! stored secrets, usable as soon as the API answers; written 0600, or merged into the user's kubeconfig
 //! as context `kos-<name>`.
 //!
-//! On the simulated cloud (`--cloud sim`) the cluster's endpoint is reached through the local address
-//! the simulator forwards it from (`GET /_sim/kube-endpoints`): the kubeconfig's `server` is that
-//! address and its `tls-server-name` the endpoint's host, so kubectl verifies the real serving
-//! certificate.
+//! On the simulated cloud too the kubeconfig's `server` is the cluster's endpoint: kubectl reaches it
+//! through the simulator's CONNECT proxy (`HTTPS_PROXY`, which `kos sim serve` prints), as it would
+//! through a bastion's.
 
 use std::path::PathBuf;
 
@@ -63,14 +62,15 @@ pub async fn kubeconfig(args: KubeconfigArgs) -> Result<Exit, Failure> {
     .map_err(|e| {
         Failure::cloud_report(miette::miette!("cannot sign the admin certificate: {e}"))
     })?;
-    let kc = if cloud == crate::cloud::SIM {
-        let local = simulated_address(&endpoint).await?;
-        kos_bootstrap::Sensitive::new(
-            through(kc.expose(), local, &endpoint.host).map_err(Failure::cloud_report)?,
-        )
-    } else {
-        kc
-    };
+    if cloud == crate::cloud::SIM {
+        // The endpoint is the simulated cloud's floating IP, routed nowhere on this machine: kubectl
+        // gets there as through a bastion's proxy.
+        eprintln!(
+            "kos: note: kubectl reaches a simulated cluster's API through the simulator's proxy: \
+             export the HTTPS_PROXY `kos sim serve` prints (the embedded cloud serves it only while \
+             a kos command runs)"
+        );
+    }
     let context = context_name(name);
     if args.merge {
         let path = user_kubeconfig().map_err(Failure::input)?;
@@ -125,49 +125,6 @@ async fn find_local(cloud: &str, name: &kos_cluster::names::ClusterName) -> Resu
             local
         }
     }
-}
-
-/// Where the simulated cloud forwards `endpoint` from on this machine.
-async fn simulated_address(endpoint: &ApiEndpoint) -> Result<std::net::SocketAddr, Failure> {
-    let c = crate::cloud::connect(Some(crate::cloud::SIM)).await?;
-    let embedded = c.in_process();
-    let found = c.kube_endpoints().await;
-    c.close().await.map_err(Failure::cloud_report)?;
-    let want = endpoint.to_string();
-    let local = match found {
-        Some(Ok(list)) => list
-            .into_iter()
-            .find(|e| e.endpoint == want)
-            .map(|e| e.local),
-        Some(Err(e)) => {
-            return Err(Failure::cloud_report(miette::miette!(
-                "cannot read the simulated cloud's API endpoints: {e}"
-            )));
-        }
-        None => None,
-    };
-    let local = local.ok_or_else(|| {
-        Failure::cloud_report(miette::miette!(
-            help = "run `kos up` for it first; `kos status` shows what the cluster has",
-            "the simulated cloud serves no Kubernetes API at {want}"
-        ))
-    })?;
-    if embedded {
-        eprintln!(
-            "kos: note: the embedded simulated cloud serves {local} only while a kos command runs;              keep one running with `kos sim serve` (see README) to use this kubeconfig"
-        );
-    }
-    Ok(local)
-}
-
-/// The kubeconfig `kc` pointed at `local`, verifying the server certificate for `host`.
-fn through(kc: &str, local: std::net::SocketAddr, host: &str) -> miette::Result<String> {
-    let mut doc: Value = serde_saphyr::from_str(kc).into_diagnostic()?;
-    for c in doc["clusters"].as_array_mut().into_iter().flatten() {
-        c["cluster"]["server"] = json!(format!("https://{local}"));
-        c["cluster"]["tls-server-name"] = json!(host);
-    }
-    serde_saphyr::to_string(&doc).into_diagnostic()
 }
 
 /// The first file of `KUBECONFIG`, else `~/.kube/config`: where kubectl writes too.

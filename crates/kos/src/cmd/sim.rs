@@ -1,7 +1,7 @@
 //! `kos sim serve`: a simulated OpenStack cloud for people (and for the peer-client test). Its servers
-//! run their user_data (kos-guest): a `kos up` against it makes a cluster whose API kubectl reaches
-//! through the local addresses `GET /_sim/kube-endpoints` lists, or at its floating IP through the
-//! simulator's CONNECT proxy (`HTTPS_PROXY`, printed at start), while it runs.
+//! run their user_data (kos-guest): a `kos up` against it makes a cluster whose API kubectl and kos
+//! reach at its floating IP through the simulator's CONNECT proxy (`HTTPS_PROXY`, printed at
+//! start), while it runs.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -30,10 +30,20 @@ pub async fn serve(args: SimServeArgs) -> miette::Result<()> {
         }
         cfg.time_scale = scale;
     }
+    if let Some(port) = args.proxy_port {
+        cfg.proxy_port = port;
+    }
+    let proxy_port = cfg.proxy_port;
     let mut sim = Sim::serve(cfg, SocketAddr::from(([127, 0, 0, 1], args.port)), None)
         .await
         .into_diagnostic()
-        .wrap_err_with(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
+        .wrap_err_with(|| match proxy_port {
+            0 => format!("cannot listen on 127.0.0.1:{}", args.port),
+            p => format!(
+                "cannot listen on 127.0.0.1:{} and the proxy's 127.0.0.1:{p}",
+                args.port
+            ),
+        })?;
     let guests = kos_guest::sim::SimGuests::new().map_err(|e| miette::miette!("{e}"))?;
     sim.attach_guests(std::sync::Arc::new(guests));
     // It holds the simulator's password: 0600 like every file kos writes secrets into.
@@ -56,7 +66,7 @@ pub async fn serve(args: SimServeArgs) -> miette::Result<()> {
         sim.proxy_url()
     );
     println!(
-        "  for kubectl: export HTTPS_PROXY={} (a cluster's API at its floating IP)",
+        "  for kubectl and kos: export HTTPS_PROXY={} (a cluster's API at its floating IP)",
         sim.proxy_url()
     );
     // Line-buffered consumers (scripts waiting for the URL) need it now, not at exit.

@@ -12,6 +12,39 @@ use serde_json::Value;
 
 pub const KOS: &str = env!("CARGO_BIN_EXE_kos");
 
+/// The served simulators' CONNECT proxies, by the simulator's base URL (`http://127.0.0.1:PORT`):
+/// kos and kubectl reach a simulated cluster's API through it (`HTTPS_PROXY`), as a user does.
+static PROXIES: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The proxy of the served simulator the clouds.yaml `clouds` points at, if any.
+pub fn proxy_for(clouds: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(clouds).ok()?;
+    PROXIES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .find(|(base, _)| text.contains(&format!("{base}/")))
+        .map(|(_, proxy)| proxy.clone())
+}
+
+/// `cmd` without the developer's proxies, and through `clouds`' simulator's proxy when it has one.
+fn proxied(cmd: &mut Command, clouds: Option<&Path>) {
+    for var in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    if let Some(proxy) = clouds.and_then(proxy_for) {
+        cmd.env("HTTPS_PROXY", proxy);
+    }
+}
+
 /// python-openstackclient: `KOS_OPENSTACK_CLI`, then `$HOME/.cache/kos/venv/bin/openstack` (where `.ci/run`
 /// installs it), then `PATH`. Without it the calling test fails, saying how to install it.
 pub fn openstack_cli() -> PathBuf {
@@ -77,6 +110,7 @@ fn isolate(mut cmd: Command, data: &Path, clouds: Option<&Path>) -> Command {
     if let Some(c) = clouds {
         cmd.env("OS_CLIENT_CONFIG_FILE", c);
     }
+    proxied(&mut cmd, clouds);
     cmd
 }
 
@@ -148,11 +182,23 @@ pub fn serve_with(dir: &Path, time_scale: &str, config: Option<&Path>) -> Served
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let first = lines.next().and_then(Result::ok).unwrap_or_default();
     assert!(first.contains("listening"), "{first}");
-    let base = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {first:?}"))
-        .to_owned();
+    let url_in = |line: &str| {
+        line.split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned()
+    };
+    let base = url_in(&first);
+    let proxy = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("proxy into the clusters' API endpoints"))
+        .map(|l| url_in(&l))
+        .expect("kos sim serve names its proxy");
+    PROXIES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(base.clone(), proxy);
     // Drain what it prints so that it never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     Served {
@@ -397,14 +443,22 @@ pub fn kubectl_binary() -> PathBuf {
 
 /// kubectl with `dir`'s `kubeconfig-demo` (what `kos kubeconfig demo` writes there), nothing else.
 pub fn kubectl(dir: &Path, args: &[&str]) -> Output {
-    Command::new(kubectl_binary())
-        .arg("--kubeconfig")
-        .arg(dir.join("kubeconfig-demo"))
+    kubectl_with(dir, &dir.join("kubeconfig-demo"))
         .args(args)
-        .current_dir(dir)
-        .env_remove("KUBECONFIG")
         .output()
         .expect("kubectl runs")
+}
+
+/// kubectl with the kubeconfig `kubeconfig` only, in `dir`, through the proxy of the served
+/// simulator whose clouds.yaml is in `dir` (a simulated cluster's API is at its floating IP).
+pub fn kubectl_with(dir: &Path, kubeconfig: &Path) -> Command {
+    let mut cmd = Command::new(kubectl_binary());
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .current_dir(dir)
+        .env_remove("KUBECONFIG");
+    proxied(&mut cmd, Some(&dir.join("clouds.yaml")));
+    cmd
 }
 
 /// The simulator's whole state (`GET /_sim/state`).
