@@ -68,9 +68,10 @@ impl RotateNowError {
         )
     }
 
-    /// What the user can do about it.
+    /// What the user can do about it, said to `to`.
     #[must_use]
-    pub fn help(&self) -> Option<&'static str> {
+    pub fn help(&self, to: kos_lifecycle::audience::Audience) -> Option<&'static str> {
+        use kos_lifecycle::audience::Audience;
         match self {
             RotateNowError::Roles(_) => Some(
                 "ask the cloud's administrators for the member role on the project; nothing was changed",
@@ -81,9 +82,14 @@ impl RotateNowError {
             RotateNowError::Client { .. } => {
                 Some("the cluster's API must answer from this machine: nothing was changed")
             }
-            RotateNowError::Rotate(_) => {
-                Some("run `kos rotate credential` again: it continues where this run stopped")
-            }
+            RotateNowError::Rotate(_) => Some(match to {
+                Audience::Cli => {
+                    "run `kos rotate credential` again: it continues where this run stopped"
+                }
+                Audience::Operator => {
+                    "the operator tries again by itself: it continues where this rotation stopped"
+                }
+            }),
             RotateNowError::Store(_) | RotateNowError::Version { .. } => None,
         }
     }

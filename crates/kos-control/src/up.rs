@@ -12,6 +12,7 @@ use kos_cluster::graph::{DesiredGraph, Kind};
 use kos_cluster::plan::{Op, Plan};
 use kos_cluster::resolved::Resolved;
 use kos_lifecycle::api::chain;
+use kos_lifecycle::audience::Audience;
 use kos_lifecycle::encryption::KeyState;
 use kos_lifecycle::rotate::{Recreate, RecreateRefusal};
 use kos_lifecycle::run::Decided;
@@ -159,9 +160,9 @@ impl ConvergeError {
         )
     }
 
-    /// What the user can do about it.
+    /// What the user can do about it, said to `to`.
     #[must_use]
-    pub fn help(&self) -> Option<String> {
+    pub fn help(&self, to: Audience) -> Option<String> {
         match self {
             ConvergeError::CcmCredential {
                 refusal: RecreateRefusal::Unfinished,
@@ -176,15 +177,24 @@ impl ConvergeError {
                 "`kos rotate credential {cluster}` makes a new one, puts it into the cluster and \
                  deletes the old one once the CCM and CSI run on the new one"
             )),
-            ConvergeError::Members { .. } => Some(
-                "kos reaches etcd through the cluster's API (a port-forward to an etcd pod); run \
-                 `kos up` where that API answers"
-                    .into(),
-            ),
-            ConvergeError::Apply(_) => Some(
-                "fix the cause and run `kos up` again: it continues where this run stopped".into(),
-            ),
-            ConvergeError::Follow(e) => e.help(),
+            ConvergeError::Members { .. } => Some(match to {
+                Audience::Cli => {
+                    "kos reaches etcd through the cluster's API (a port-forward to an etcd \
+                               pod); run `kos up` where that API answers"
+                        .into()
+                }
+                Audience::Operator => {
+                    "kos reaches etcd through the cluster's API (a port-forward to an \
+                                    etcd pod), which must answer from where the operator runs; it \
+                                    tries again by itself"
+                        .into()
+                }
+            }),
+            ConvergeError::Apply(_) => Some(format!(
+                "fix the cause, then {}: it continues where this run stopped",
+                to.again()
+            )),
+            ConvergeError::Follow(e) => e.help(to),
             ConvergeError::Secrets(_) | ConvergeError::Store(_) | ConvergeError::Bootstrap(_) => {
                 None
             }

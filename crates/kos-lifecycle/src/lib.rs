@@ -3,6 +3,7 @@
 //! steps decided from what the cloud and the cluster show, so a run killed anywhere is finished by
 //! running it again.
 //!
+//! - [`audience`]: who a failure's help speaks to (the CLI's user or kos-operator's).
 //! - [`formation`]: whether a cluster exists for the spec's control planes, which decides whether a new
 //!   control plane runs `kubeadm init` or joins; decided from the cloud and the cluster, never from a name.
 //! - [`decide`]: one turn's decision from the spec and what the cloud shows: the desired graph, the
@@ -31,6 +32,7 @@
 
 pub mod addons;
 pub mod api;
+pub mod audience;
 pub mod decide;
 pub mod drain;
 pub mod encryption;

@@ -115,18 +115,22 @@ pub enum RunError {
 }
 
 impl RunError {
-    /// What the user can do.
+    /// What the user can do, said to `to`.
     #[must_use]
-    pub fn help(&self) -> &'static str {
+    pub fn help(&self, to: crate::audience::Audience) -> String {
         match self {
-            RunError::Refused(e) => e.help(),
-            RunError::ReplacedAgain { .. } => {
-                "the node's console (`openstack console log show <server>`) and `kos plan` say why; \
-                 fix the cause and run `kos up` again"
-            }
-            RunError::SucceededAgain { .. } => {
-                "`kos plan` says what differs; fix the cause and run `kos up` again"
-            }
+            RunError::Refused(e) => e.help().into(),
+            RunError::ReplacedAgain { .. } => format!(
+                "the node's console (`openstack console log show <server>`) and {} say why; fix \
+                 the cause, then {}",
+                to.plan(),
+                to.again()
+            ),
+            RunError::SucceededAgain { .. } => format!(
+                "{} says what differs; fix the cause, then {}",
+                to.plan(),
+                to.again()
+            ),
         }
     }
 

@@ -527,7 +527,10 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
                     }
                     e => kos_lifecycle::api::chain(e),
                 };
-                if let Some(help) = e.help().or_else(|| elsewhere(&e, &name)) {
+                if let Some(help) = e
+                    .help(kos_lifecycle::audience::Audience::Operator)
+                    .or_else(|| elsewhere(&e, &name))
+                {
                     message = format!("{message} ({help})");
                 }
                 let extra = StatusExtra {

@@ -14,6 +14,7 @@ use super::{ApiPhase, FinishedConsoles, FollowError, NotReady, Target, Timing};
 use crate::connect::{ClientError, Cloud, api_client};
 use crate::report::{Event, Report};
 use crate::tokens;
+use kos_lifecycle::audience::Audience;
 
 /// How far a run follows a cluster after its infrastructure is converged.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,28 +47,42 @@ pub enum BootstrapError {
 }
 
 impl BootstrapError {
-    /// What the user can do about it.
+    /// What the user can do about it, said to `to`.
     #[must_use]
-    pub fn help(&self) -> Option<String> {
+    pub fn help(&self, to: Audience) -> Option<String> {
         match self {
             BootstrapError::Retrying(e) => Some(format!(
                 "{} tries again by itself every minute, and its console says why it has not \
                  succeeded yet (its log: /var/log/kos-bootstrap.log). Fix that cause if it is yours \
-                 (the CNI manifest's URL, the node's way to the internet); `kos up` again follows \
-                 it until it is done",
-                e.retrying.join(", ")
+                 (the CNI manifest's URL, the node's way to the internet); {}",
+                e.retrying.join(", "),
+                match to {
+                    Audience::Cli => "`kos up` again follows it until it is done",
+                    Audience::Operator => "the operator follows it until it is done",
+                }
             )),
             BootstrapError::AfterInit { cluster, .. } => Some(format!(
                 "only the first control plane applies the CNI and the addons, after kubeadm init: a \
                  control plane made again would join a cluster that never gets them, so kos does not \
-                 make it again. The node's log is /var/log/kos-bootstrap.log; fix the cause, then \
-                 delete the cluster (`kos down {cluster}`) and run `kos up` again"
+                 make it again. The node's log is /var/log/kos-bootstrap.log; fix the cause, then {}",
+                match to {
+                    Audience::Cli => format!(
+                        "delete the cluster (`kos down {cluster}`) and run `kos up` again"
+                    ),
+                    Audience::Operator => {
+                        "delete the Cluster (the operator tears the cluster down) and create it again"
+                            .to_owned()
+                    }
+                }
             )),
-            BootstrapError::Failed(_) => Some(
-                "the node's log is /var/log/kos-bootstrap.log; its console: `openstack console log show <server>`. \
-                 Fix the cause, delete the node's server and run `kos up` again"
-                    .into(),
-            ),
+            BootstrapError::Failed(_) => Some(format!(
+                "the node's log is /var/log/kos-bootstrap.log; its console: `openstack console log \
+                 show <server>`. Fix the cause and delete the node's server; {}",
+                match to {
+                    Audience::Cli => "`kos up` again makes it again",
+                    Audience::Operator => "the operator makes it again",
+                }
+            )),
             BootstrapError::NotReady(_) => Some(
                 "the cloud controller removes the uninitialized taint: check its pods in kube-system"
                     .into(),
@@ -206,6 +221,43 @@ pub async fn bootstrap(
         ApiPhase::Skipped(why) => {
             report.event(Event::ApiSkipped { why: &why });
             Ok(Vec::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::follow::Stopped;
+
+    fn failed(after_init: bool, retrying: Vec<String>) -> FollowError {
+        FollowError {
+            stopped: Stopped::Failed(vec!["cp-0 failed at cni: no route".into()]),
+            failed_earlier: Vec::new(),
+            failed_now: vec!["cp-0".into()],
+            after_init,
+            retrying,
+        }
+    }
+
+    /// kos-operator puts the help into a Cluster's Degraded condition: it tells what the operator
+    /// does, never a CLI command its user may not have.
+    #[test]
+    fn the_operator_is_told_what_it_does_and_the_cli_what_to_run() {
+        let errors = [
+            BootstrapError::Retrying(failed(false, vec!["cp-0".into()])),
+            BootstrapError::AfterInit {
+                error: failed(true, Vec::new()),
+                cluster: "demo".into(),
+            },
+            BootstrapError::Failed(failed(false, Vec::new())),
+        ];
+        for e in &errors {
+            let cli = e.help(Audience::Cli).expect("help");
+            let operator = e.help(Audience::Operator).expect("help");
+            assert!(cli.contains("`kos up` again"), "{cli}");
+            assert!(!operator.contains("`kos "), "{operator}");
+            assert!(operator.contains("the operator"), "{operator}");
         }
     }
 }

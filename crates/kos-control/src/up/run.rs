@@ -14,6 +14,7 @@ use kos_cluster::plan::{Op, Plan};
 use kos_cluster::preflight::PreflightError;
 use kos_cluster::resolved::Resolved;
 use kos_lifecycle::api::chain;
+use kos_lifecycle::audience::Audience;
 use kos_lifecycle::decide::DecideError;
 use kos_lifecycle::run::{self, Decided, RunError};
 
@@ -150,9 +151,9 @@ impl UpError {
         }
     }
 
-    /// What the user can do about it.
+    /// What the user can do about it, said to `to`.
     #[must_use]
-    pub fn help(&self) -> Option<String> {
+    pub fn help(&self, to: Audience) -> Option<String> {
         match self {
             UpError::Decide {
                 error: DecideError::Quorum { .. },
@@ -171,16 +172,22 @@ impl UpError {
                     "copy encryption.json from the machine that manages the cluster into this directory"
                         .into(),
                 ),
-                TurnKeysError::Rewrite(_) => Some(
-                    "run the command again: it rewrites the Secrets again, then drops the old key"
-                        .into(),
-                ),
+                TurnKeysError::Rewrite(_) => Some(match to {
+                    Audience::Cli => {
+                        "run the command again: it rewrites the Secrets again, then drops the old key"
+                    }
+                    Audience::Operator => {
+                        "the operator tries again by itself: it rewrites the Secrets again, then \
+                         drops the old key"
+                    }
+                }
+                .into()),
                 _ => None,
             },
-            UpError::Run(e) => Some(e.help().into()),
-            UpError::Step(e) => e.help().map(Into::into),
-            UpError::Converge(e) => e.help(),
-            UpError::Rotate(e) => e.help().map(Into::into),
+            UpError::Run(e) => Some(e.help(to)),
+            UpError::Step(e) => e.help(to),
+            UpError::Converge(e) => e.help(to),
+            UpError::Rotate(e) => e.help(to).map(Into::into),
             _ => None,
         }
     }

@@ -8,6 +8,7 @@ use kos_cluster::apply::ApplyError;
 use kos_cluster::graph::Kind;
 use kos_cluster::plan::{Action, Op, Plan};
 use kos_lifecycle::api::chain;
+use kos_lifecycle::audience::Audience;
 use kos_lifecycle::drain::DrainError;
 use kos_lifecycle::roll::{NodeHealth, Target};
 
@@ -46,21 +47,30 @@ pub enum StepError {
 }
 
 impl StepError {
-    /// What the user can do about it.
+    /// What the user can do about it, said to `to`.
     #[must_use]
-    pub fn help(&self) -> Option<&'static str> {
+    pub fn help(&self, to: Audience) -> Option<String> {
+        let again = to.again();
         match self {
-            StepError::Replace { .. } => {
-                Some("nothing of it was deleted; fix the cause and run `kos up` again")
-            }
-            StepError::Apply(_) => Some("run `kos up` again: it continues the replacement"),
+            StepError::Replace { .. } => Some(format!(
+                "nothing of it was deleted; fix the cause, then {again}"
+            )),
+            StepError::Apply(_) => Some(format!("{again}: it continues the replacement")),
             StepError::RemoveNode { .. } => Some(
-                "delete it with `kubectl delete node`; the cloud controller also removes Nodes whose server is gone",
+                "delete it with `kubectl delete node`; the cloud controller also removes Nodes whose \
+                 server is gone"
+                    .into(),
             ),
-            StepError::Join { .. } => {
-                Some("nothing was changed; fix the cause and run `kos up` again")
-            }
-            StepError::Unhealthy(_) => Some("--repair needs the cluster's API to answer from here"),
+            StepError::Join { .. } => Some(format!(
+                "nothing was changed; fix the cause, then {again}"
+            )),
+            StepError::Unhealthy(_) => Some(match to {
+                Audience::Cli => "--repair needs the cluster's API to answer from here".into(),
+                Audience::Operator => {
+                    "health checks need the cluster's API to answer from where the operator runs"
+                        .into()
+                }
+            }),
             StepError::Store(_) | StepError::Bootstrap(_) => None,
         }
     }

@@ -8,6 +8,7 @@ use kos_cluster::Loaded;
 use kos_cluster::graph::Kind;
 use kos_cluster::teardown::{TeardownError, TeardownOptions};
 use kos_lifecycle::api::chain;
+use kos_lifecycle::audience::Audience;
 use kos_lifecycle::decide::DecideError;
 use kos_lifecycle::run::RunError;
 use miette::{IntoDiagnostic, WrapErr};
@@ -415,7 +416,7 @@ pub(super) async fn up_runs(
 /// A decision of the run's, as the user reads it: a refusal is bad input (exit 3, nothing changed).
 impl From<RunError> for Failure {
     fn from(e: RunError) -> Failure {
-        let report = miette::miette!(help = e.help(), "{e}");
+        let report = miette::miette!(help = e.help(Audience::Cli), "{e}");
         if e.is_refusal() {
             Failure::input(report)
         } else {
@@ -489,7 +490,7 @@ fn up_failure(e: UpError, local: &Local) -> Failure {
         UpError::Step(e) => match *e {
             StepError::Store(s) => Failure::store(&s),
             StepError::Bootstrap(cause) => Failure::input(bootstrap_report(cause)),
-            e => Failure::explained(&e.to_string(), e.help(), false),
+            e => Failure::explained(&e.to_string(), e.help(Audience::Cli).as_deref(), false),
         },
         UpError::Converge(e) => converge_failure(*e, local),
         UpError::Rotate(e) => super::rotate::failure(*e),
@@ -553,7 +554,7 @@ fn converge_failure(e: ConvergeError, local: &Local) -> Failure {
                 }
                 _ => e.to_string(),
             };
-            Failure::explained(&text, e.help().as_deref(), e.is_input())
+            Failure::explained(&text, e.help(Audience::Cli).as_deref(), e.is_input())
         }
     }
 }

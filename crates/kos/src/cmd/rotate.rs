@@ -9,6 +9,7 @@ use kos_cluster::graph::Kind;
 use kos_cluster::observe::Resource;
 use kos_control::rotate::{self, RotateNowError, left, unix};
 use kos_lifecycle::api::chain;
+use kos_lifecycle::audience::Audience;
 
 use super::cluster::with_cloud;
 use super::{Exit, Failure};
@@ -66,7 +67,7 @@ pub async fn credential(args: RotateCredentialArgs, verbose: u8) -> Result<Exit,
 pub(super) fn failure(e: RotateNowError) -> Failure {
     match e {
         RotateNowError::Store(s) => Failure::store(&s),
-        e => Failure::explained(&chain(&e), e.help(), e.is_input()),
+        e => Failure::explained(&chain(&e), e.help(Audience::Cli), e.is_input()),
     }
 }
 
