@@ -14,11 +14,14 @@ mod bench_csi;
 mod bench_operator;
 mod cluster;
 mod doctor;
+mod down;
 mod encryption;
 mod fleet;
+mod gc;
 mod kubeconfig;
 mod rotate;
 mod sim;
+mod status;
 
 use std::process::ExitCode;
 
@@ -248,9 +251,9 @@ async fn command(cli: Cli) -> Result<Exit, Failure> {
     match cli.command {
         Command::Plan(a) => cluster::plan(a).await,
         Command::Up(a) => cluster::up(a, verbose).await,
-        Command::Down(a) => cluster::down(a).await,
-        Command::Status(a) => cluster::status(a).await,
-        Command::Gc(a) => cluster::gc(a).await,
+        Command::Down(a) => down::down(a).await,
+        Command::Status(a) => status::status(a).await,
+        Command::Gc(a) => gc::gc(a).await,
         Command::Doctor(a) => doctor::doctor(a).await,
         Command::Artefacts(a) => artefacts::artefacts(a).await,
         Command::Kubeconfig(a) => kubeconfig::kubeconfig(a).await,
