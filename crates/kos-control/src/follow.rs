@@ -374,11 +374,11 @@ pub fn retrying(state: &NodeState) -> bool {
 /// ([`Event::Marker`]), a node not followed ([`Event::Scrolled`]) and, when nothing changed for a
 /// while, what it still waits for ([`Event::ConsolesWaiting`]).
 ///
-/// # Errors
-/// The failed nodes with their own reasons, or the nodes still running at the deadline.
-///
 /// A target `finished` remembers is not read again; `finished` is left holding what is known
 /// finished of `targets` when all are.
+///
+/// # Errors
+/// The failed nodes with their own reasons, or the nodes still running at the deadline.
 pub async fn consoles(
     session: &Session,
     targets: &[Target],
