@@ -110,6 +110,11 @@ impl<'a> Cluster<'a> {
                 first.line,
                 first.output()
             );
+            if first.stderr.contains("No valid host was found") {
+                // Nova's scheduler may still count the lost boot on the free host until the compute
+                // hosts' instance sync (120 s by default): a run at once would meet the same view.
+                tokio::time::sleep(std::time::Duration::from_secs(130)).await;
+            }
             let again = self.kos.up(spec).await?;
             self.converged(spec).await?;
             return Ok(again);
