@@ -328,6 +328,24 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
             }
         }
     };
+    // Degraded for `reason` in the status, and said so in a Warning Event.
+    let degraded = |reason: &'static str, message: String, extra: Option<StatusExtra>| {
+        let publish = &publish;
+        async move {
+            let verdict = Verdict::Degraded {
+                reason: reason.into(),
+                message: message.clone(),
+            };
+            write_status(ctx, cluster, ns, &verdict, extra).await?;
+            publish(Note {
+                warning: true,
+                reason,
+                note: message,
+            })
+            .await;
+            Ok::<(), ReconcileError>(())
+        }
+    };
     let front = ResourceFront {
         shown: format!("Cluster {ns}/{name}"),
         text: document(cluster),
@@ -335,24 +353,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
     let spec = match front.load() {
         Ok(s) => s,
         Err(errors) => {
-            let message = spec_message(&errors);
-            write_status(
-                ctx,
-                cluster,
-                ns,
-                &Verdict::Degraded {
-                    reason: "SpecInvalid".into(),
-                    message: message.clone(),
-                },
-                None,
-            )
-            .await?;
-            publish(Note {
-                warning: true,
-                reason: "SpecInvalid",
-                note: message,
-            })
-            .await;
+            degraded("SpecInvalid", spec_message(&errors), None).await?;
             // Nothing changes until the spec does.
             return Ok(Action::await_change());
         }
@@ -388,23 +389,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
             "Cluster {holder}/{name} has the name {name} in this cloud project, and the cloud knows \
              a cluster by its name alone (give this Cluster another name)"
         );
-        write_status(
-            ctx,
-            cluster,
-            ns,
-            &Verdict::Degraded {
-                reason: "NameTaken".into(),
-                message: message.clone(),
-            },
-            None,
-        )
-        .await?;
-        publish(Note {
-            warning: true,
-            reason: "NameTaken",
-            note: message,
-        })
-        .await;
+        degraded("NameTaken", message, None).await?;
         // Looked at again: the name is free once that Cluster has gone.
         return Ok(Action::requeue(ctx.settings.retry));
     }
@@ -538,27 +523,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
                     version: None,
                     nodes: status::nodes(&done),
                 };
-                write_status(
-                    ctx,
-                    cluster,
-                    ns,
-                    &Verdict::Degraded {
-                        reason: reason.into(),
-                        message: message.clone(),
-                    },
-                    Some(extra),
-                )
-                .await?;
-                publish(Note {
-                    warning: true,
-                    reason: if e.is_input() {
-                        "SpecRefused"
-                    } else {
-                        "RunFailed"
-                    },
-                    note: message.clone(),
-                })
-                .await;
+                degraded(reason, message.clone(), Some(extra)).await?;
                 if e.is_input() {
                     // Refused before anything changed: nothing to try until the spec changes.
                     return Ok(Action::await_change());

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kos_operator::rbac::{CALLS, Scope};
 use kos_operator::resource::Cluster;
 use kos_sim::{Sim, SimConfig};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const NS: &str = "fleet";
@@ -215,15 +215,7 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
     .expect("namespace");
     let client = fake.client().expect("client");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let identity: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "cloud"},
-        "stringData": {"clouds.yaml": sim.clouds_yaml("sim")},
-    }))
-    .expect("secret");
-    secrets
-        .create(&PostParams::default(), &identity)
-        .await
-        .expect("identity");
+    support::create_identity(&secrets, &sim).await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = support::operator_kubeconfig(&fake, dir.path());

@@ -110,15 +110,7 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         .await
         .expect("crd");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
-    let identity: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "cloud"},
-        "stringData": {"clouds.yaml": sim.clouds_yaml("sim")},
-    }))
-    .expect("secret");
-    secrets
-        .create(&PostParams::default(), &identity)
-        .await
-        .expect("identity");
+    let reference = support::create_identity(&secrets, &sim).await;
     // Another team's namespace, with a credential for the same cloud project.
     Api::<Namespace>::all(client.clone())
         .create(
@@ -127,10 +119,7 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         )
         .await
         .expect("namespace");
-    Api::<Secret>::namespaced(client.clone(), "team-b")
-        .create(&PostParams::default(), &identity)
-        .await
-        .expect("identity");
+    support::create_identity(&Api::namespaced(client.clone(), "team-b"), &sim).await;
 
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -280,10 +269,6 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     assert_eq!(ctx.finished_consoles(), 3, "minimal.yaml's three servers");
     // The operator's own calls, as its session counts them (the simulated cluster's CCM calls the
     // cloud too).
-    let reference = kos_operator::resource::IdentityRef {
-        name: "cloud".into(),
-        cloud_name: "sim".into(),
-    };
     let session = kos_operator::identity::connect(&secrets, "default", &reference, ctx.sessions())
         .await
         .expect("the operator's session");
@@ -357,19 +342,7 @@ async fn a_session_is_reused_until_its_identity_secret_changes() {
     let sim = Sim::start(SimConfig::fast()).await.expect("sim");
     let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
     let secrets: Api<Secret> = Api::namespaced(fake.client().expect("client"), "default");
-    let identity: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "cloud"},
-        "stringData": {"clouds.yaml": sim.clouds_yaml("sim")},
-    }))
-    .expect("secret");
-    secrets
-        .create(&PostParams::default(), &identity)
-        .await
-        .expect("identity");
-    let reference = kos_operator::resource::IdentityRef {
-        name: "cloud".into(),
-        cloud_name: "sim".into(),
-    };
+    let reference = support::create_identity(&secrets, &sim).await;
     let sessions = kos_operator::identity::Sessions::default();
     let connect = || kos_operator::identity::connect(&secrets, "default", &reference, &sessions);
     let first = connect().await.expect("connect");

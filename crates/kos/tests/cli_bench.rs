@@ -5,17 +5,31 @@ use std::process::Command;
 
 const KOS: &str = env!("CARGO_BIN_EXE_kos");
 
-#[test]
-fn bench_apply_reports_the_bound_the_runs_and_their_calls() {
+/// `kos <args>`, which must succeed and print its report as JSON on stdout.
+fn bench_json(args: &[&str]) -> serde_json::Value {
     let out = Command::new(KOS)
-        .args(["bench", "apply", "--workers", "2", "--time-scale", "0.002"])
-        .args(["--baselines", "--output", "json"])
+        .args(args)
         .env_remove("RUST_LOG")
         .output()
         .expect("kos runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+#[test]
+fn bench_apply_reports_the_bound_the_runs_and_their_calls() {
+    let r = bench_json(&[
+        "bench",
+        "apply",
+        "--workers",
+        "2",
+        "--time-scale",
+        "0.002",
+        "--baselines",
+        "--output",
+        "json",
+    ]);
     let bound = &r["lower_bound"];
     assert!(bound["secs"].as_f64().is_some_and(|s| s > 60.0), "{bound}");
     let path: Vec<&str> = bound["path"]
@@ -47,15 +61,18 @@ fn bench_apply_reports_the_bound_the_runs_and_their_calls() {
 /// member PUT per pool), never a time.
 #[test]
 fn bench_ccm_reports_addresses_resync_and_node_join() {
-    let out = Command::new(KOS)
-        .args(["bench", "ccm", "--services", "3", "--nodes", "2"])
-        .args(["--time-scale", "0.002", "--output", "json"])
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("kos runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let r = bench_json(&[
+        "bench",
+        "ccm",
+        "--services",
+        "3",
+        "--nodes",
+        "2",
+        "--time-scale",
+        "0.002",
+        "--output",
+        "json",
+    ]);
     assert!(r["kos_secs"].as_f64().is_some_and(|s| s > 0.0), "{r}");
     assert!(r["baseline_secs"].as_f64().is_some_and(|s| s > 0.0), "{r}");
     assert_eq!(r["resync_writes"], 0, "{r}");
@@ -96,15 +113,16 @@ fn bench_ccm_reports_addresses_resync_and_node_join() {
 /// wait behind CreateVolume, nothing polls when idle, a resync is one list), never a time.
 #[test]
 fn bench_csi_binds_every_claim_with_shared_lists() {
-    let out = Command::new(KOS)
-        .args(["bench", "csi", "--claims", "5", "--workers", "3"])
-        .args(["--output", "json"])
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("kos runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let r = bench_json(&[
+        "bench",
+        "csi",
+        "--claims",
+        "5",
+        "--workers",
+        "3",
+        "--output",
+        "json",
+    ]);
     assert_eq!(r["claims"], 5, "{r}");
     let run = &r["kos"];
     assert_eq!(run["failed"], 0, "{r}");
@@ -136,22 +154,18 @@ fn bench_operator_reports_ready_idle_calls_and_the_goals() {
         "this test runs the kos-operator binary beside kos: `cargo build -p kos-operator` \
          (the workspace's `cargo test` builds it)"
     );
-    let out = Command::new(KOS)
-        .args([
-            "bench",
-            "operator",
-            "--clusters",
-            "1",
-            "--resync-period",
-            "10",
-        ])
-        .args(["--time-scale", "0.05", "--output", "json"])
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("kos runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let r = bench_json(&[
+        "bench",
+        "operator",
+        "--clusters",
+        "1",
+        "--resync-period",
+        "10",
+        "--time-scale",
+        "0.05",
+        "--output",
+        "json",
+    ]);
     for field in [
         "clusters",
         "time_scale",

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
 
 /// An example cluster document (`examples/<name>`), as JSON.
 pub fn example(name: &str) -> Value {
@@ -92,4 +94,25 @@ pub fn operator_kubeconfig(fake: &kos_kube_fake::FakeKube, dir: &Path) -> PathBu
     )
     .expect("kubeconfig");
     path
+}
+
+/// The identity Secret `cloud` (`sim`'s clouds.yaml, cloud `sim`) made in `secrets`' namespace, and
+/// the `identityRef` a Cluster there names it by.
+pub async fn create_identity(
+    secrets: &Api<Secret>,
+    sim: &kos_sim::Sim,
+) -> kos_operator::resource::IdentityRef {
+    let identity: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cloud"},
+        "stringData": {"clouds.yaml": sim.clouds_yaml("sim")},
+    }))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &identity)
+        .await
+        .expect("identity");
+    kos_operator::resource::IdentityRef {
+        name: "cloud".into(),
+        cloud_name: "sim".into(),
+    }
 }

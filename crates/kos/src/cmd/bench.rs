@@ -491,6 +491,26 @@ fn render(r: &Report) -> String {
     out
 }
 
+/// When the first and half of `n` things were done, while a bench waits for all of them.
+#[derive(Debug, Default)]
+pub(super) struct Milestones {
+    first: Option<f64>,
+    half: Option<f64>,
+}
+
+impl Milestones {
+    /// `done` of `n` at `now`: the first's and the half's times once all are done.
+    pub(super) fn saw(&mut self, done: usize, n: usize, now: f64) -> Option<(f64, f64)> {
+        if done > 0 {
+            self.first.get_or_insert(now);
+        }
+        if done * 2 >= n {
+            self.half.get_or_insert(now);
+        }
+        (done >= n).then(|| (self.first.unwrap_or(now), self.half.unwrap_or(now)))
+    }
+}
+
 /// A benchmark's report on stdout: as JSON under `--output json`, else as `render` writes it.
 pub(super) fn emit<R: serde::Serialize>(
     output: Output,

@@ -485,7 +485,7 @@ impl World {
             kube::Api::namespaced(self.fake.client().into_diagnostic()?, "default");
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         let mut addressed = std::collections::HashSet::new();
-        let (mut first, mut half) = (None, None);
+        let mut milestones = super::bench::Milestones::default();
         let stream = watcher(api, watcher::Config::default()).applied_objects();
         let mut stream = std::pin::pin!(stream);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(1800);
@@ -513,14 +513,8 @@ impl World {
             }
             let done = addressed.len();
             let now = t0.elapsed().as_secs_f64() / scale;
-            if done > 0 {
-                first.get_or_insert(now);
-            }
-            if done * 2 >= n {
-                half.get_or_insert(now);
-            }
-            if done >= n {
-                return Ok((first.unwrap_or(now), half.unwrap_or(now)));
+            if let Some(times) = milestones.saw(done, n, now) {
+                return Ok(times);
             }
         }
     }

@@ -436,7 +436,7 @@ impl World {
         op: &mut Operator,
     ) -> miette::Result<(f64, f64)> {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
-        let (mut first, mut half) = (None, None);
+        let mut milestones = super::bench::Milestones::default();
         let deadline = Instant::now() + Duration::from_secs(3600);
         let mut said = (Instant::now(), 0);
         loop {
@@ -448,14 +448,8 @@ impl World {
             let clusters: Vec<Cluster> = self.fake.list(Some(NS)).into_diagnostic()?;
             let ready = clusters.iter().filter(|c| is_ready(c)).count();
             let now = t0.elapsed().as_secs_f64() / scale;
-            if ready > 0 {
-                first.get_or_insert(now);
-            }
-            if ready * 2 >= n {
-                half.get_or_insert(now);
-            }
-            if ready >= n {
-                return Ok((first.unwrap_or(now), half.unwrap_or(now)));
+            if let Some(times) = milestones.saw(ready, n, now) {
+                return Ok(times);
             }
             // A line now and then: a fleet takes a while on a small machine.
             if ready != said.1 && said.0.elapsed() > Duration::from_secs(30) {

@@ -112,8 +112,10 @@ impl<'a> Cluster<'a> {
             );
             if first.stderr.contains("No valid host was found") {
                 // Nova's scheduler may still count the lost boot on the free host until the compute
-                // hosts' instance sync (120 s by default): a run at once would meet the same view.
-                tokio::time::sleep(std::time::Duration::from_secs(130)).await;
+                // hosts' instance sync: a run at once would meet the same view. As long as kos
+                // itself waits for it.
+                tokio::time::sleep(kos_cluster::apply::ApplyOptions::default().scheduler_sync)
+                    .await;
             }
             let again = self.kos.up(spec).await?;
             self.converged(spec).await?;
