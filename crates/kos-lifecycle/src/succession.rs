@@ -386,6 +386,18 @@ mod tests {
         assert_eq!(ids(&s), (vec![1], vec!["cp-0".to_owned()]));
     }
 
+    /// A run killed while a single control plane's successor boots: the next run finds it in BUILD
+    /// (no etcd member yet) and goes on (it was refused: "1 of 2 members are healthy").
+    #[test]
+    fn a_booting_successor_of_a_single_control_plane_is_waited_for() {
+        let o = observed(&[("cp-0", "ACTIVE"), ("cp-1", "BUILD")]);
+        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
+        assert_eq!(ids(&s), (vec![1], vec!["cp-0".to_owned()]));
+        // A control plane stopped is still unhealthy: with it, quorum is lost.
+        let o = observed(&[("cp-0", "ACTIVE"), ("cp-1", "SHUTOFF")]);
+        assert!(decide(&o, &outdated(&["cp-0"]), rule(1, true), &[]).is_err());
+    }
+
     /// Without surge, outdated control planes stay (replaced in place by `roll`); only a smaller
     /// count retires, the newest first.
     #[test]
