@@ -40,6 +40,9 @@ pub struct Inputs<'a> {
     /// ([`crate::encryption::KeyState::desired_record`]); `None` leaves encryption out of the
     /// decision (a cluster whose keys are not known here).
     pub encryption: Option<&'a str>,
+    /// Servers (`cp-1`) the cluster shows no Node of, when it was asked: they have not joined, and
+    /// nothing they replace leaves yet.
+    pub not_joined: &'a BTreeSet<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +130,7 @@ pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
         &succession::outdated(&first),
         control_planes,
         &pools,
+        i.not_joined,
     )
     .map_err(|source| DecideError::Quorum { count, source })?;
     let (graph, plan) = if succession.slots == provisional {
@@ -173,6 +177,7 @@ pub fn decide(i: &Inputs<'_>) -> Result<(DesiredGraph, Decided), DecideError> {
         Decided {
             plan,
             retirements: succession.retirements,
+            waiting: succession.waiting,
             surging,
             max_unavailable,
             health,

@@ -127,11 +127,11 @@ fn unhealthy_names<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String>
 }
 
 /// The control planes whose server holds a stacked etcd member (kubeadm's layout): every tagged
-/// control-plane server not in ERROR, healthy while ACTIVE; with their index. A server still in
-/// BUILD (a successor an interrupted run made) has no member yet: it joins, and the converge waits
-/// until it is Ready, before any control plane leaves, so the leave is decided for the cluster it
-/// joins; counted unhealthy, a single control plane's successor booting made every re-run refuse
-/// with "etcd has lost quorum".
+/// control-plane server not in ERROR or BUILD, healthy while ACTIVE; with their index. A server
+/// still in BUILD (a successor an interrupted run made) has no member yet: kubeadm adds it after
+/// boot (and [`crate::succession`] lets nothing it replaces leave before it is up); counted as an
+/// unhealthy member, a single control plane's successor booting made every re-run refuse with
+/// "etcd has lost quorum".
 pub(crate) fn running_members(observed: &kos_cluster::observe::Observed) -> Vec<(u32, Member)> {
     let mut out = Vec::new();
     for (id, found) in &observed.resources {
@@ -148,11 +148,14 @@ pub(crate) fn running_members(observed: &kos_cluster::observe::Observed) -> Vec<
         else {
             continue;
         };
+        if server.state == "BUILD" {
+            continue;
+        }
         out.push((
             index,
             Member {
                 name: id.clone(),
-                healthy: matches!(server.state.as_str(), "ACTIVE" | "BUILD"),
+                healthy: server.state == "ACTIVE",
             },
         ));
     }

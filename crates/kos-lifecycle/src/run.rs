@@ -42,6 +42,9 @@ pub struct Decided {
     pub max_unavailable: BTreeMap<String, usize>,
     /// Each group's `healthCheck` (`cp`, pool names); a group not listed takes the default.
     pub health: BTreeMap<String, kos_cluster::spec::HealthCheck>,
+    /// Servers that have not joined yet, for which what they replace stays this turn
+    /// ([`crate::succession`]).
+    pub waiting: Vec<String>,
 }
 
 impl Decided {
@@ -112,6 +115,12 @@ pub enum RunError {
         "{id} was made by this run to succeed an outdated server, and is outdated itself: {why}"
     )]
     SucceededAgain { id: String, why: String },
+    #[error(
+        "{} booted and finished its bootstrap, but the cluster shows no Node of it: what it \
+         replaces stays",
+        ids.join(", ")
+    )]
+    NeverJoined { ids: Vec<String> },
 }
 
 impl RunError {
@@ -129,6 +138,11 @@ impl RunError {
             RunError::SucceededAgain { .. } => format!(
                 "{} says what differs; fix the cause, then {}",
                 to.plan(),
+                to.again()
+            ),
+            RunError::NeverJoined { .. } => format!(
+                "the node's log is /var/log/kos-bootstrap.log, its console `openstack console log \
+                 show <server>`; delete its server to have it made again, then {}",
                 to.again()
             ),
         }
@@ -245,12 +259,28 @@ pub async fn up<C: Cluster>(cluster: &mut C, opts: Options<'_>) -> Result<(), C:
         cluster.before_joins(&turn, &converging).await?;
         let failed_earlier = cluster.converge(&turn, &converging).await?;
         cluster.delete_nodes(&turn, &scaled_down).await;
-        // A converge that changed nothing leaves the cloud as this turn saw it: no second look.
-        let fresh = if converging.summary().changes() == 0 && failed_earlier.is_empty() {
+        // A converge that changed nothing leaves the cloud as this turn saw it: no second look,
+        // unless servers that had not joined held a leave back (the converge followed them since).
+        let waited = d.waiting.clone();
+        let fresh = if converging.summary().changes() == 0
+            && failed_earlier.is_empty()
+            && waited.is_empty()
+        {
             turn
         } else {
             cluster.prepare().await?
         };
+        // Followed to the end of their bootstrap and still not joined: looking again would not end.
+        let never: Vec<String> = fresh
+            .as_ref()
+            .waiting
+            .iter()
+            .filter(|id| waited.contains(id))
+            .cloned()
+            .collect();
+        if !never.is_empty() {
+            return Err(RunError::NeverJoined { ids: never }.into());
+        }
         if !failed_earlier.is_empty() {
             let batch = roll::remakes(&fresh.as_ref().plan, &failed_earlier);
             run.step(cluster, &fresh, &batch).await?;
@@ -363,6 +393,7 @@ mod tests {
             surging: BTreeSet::new(),
             max_unavailable: BTreeMap::new(),
             health: BTreeMap::new(),
+            waiting: Vec::new(),
         }
     }
 
@@ -584,6 +615,52 @@ mod tests {
         );
     }
 
+    /// A turn that kept an outdated control plane for a successor that had not joined looks again
+    /// after its converge (which changed nothing but followed the successor): then it leaves. One
+    /// that still has not joined stops the run rather than looking forever.
+    #[test]
+    fn a_successor_not_joined_is_looked_at_again_after_the_converge() {
+        let waiting = || {
+            let mut d = decided(vec![
+                server("cp-0", Op::NoOp, "a"),
+                server("cp-1", Op::NoOp, "b"),
+            ]);
+            d.waiting = vec!["cp-1".into()];
+            d
+        };
+        let mut leaving = decided(vec![
+            server("cp-0", Op::Delete, "a"),
+            server("cp-1", Op::NoOp, "b"),
+        ]);
+        leaving.retirements = vec![Retirement {
+            id: "cp-0".into(),
+            why: "replaced by a successor that joined first (flavor: a → b)".into(),
+        }];
+        let done = decided(vec![server("cp-1", Op::NoOp, "b")]);
+        let mut s = Script::new(vec![waiting(), leaving, done]);
+        run(&mut s, Options::default()).unwrap();
+        assert_eq!(
+            s.log(),
+            [
+                "prepare",
+                "converge []",
+                "prepare",
+                "remove cp-0 [Delete cp-0]",
+                "prepare",
+                "converge []",
+                "converged"
+            ],
+        );
+        let mut s = Script::new(vec![waiting(), waiting()]);
+        let e = run(&mut s, Options::default()).unwrap_err();
+        assert_eq!(
+            e,
+            Error::Run(RunError::NeverJoined {
+                ids: vec!["cp-1".into()]
+            })
+        );
+    }
+
     /// A successor this run made, outdated itself, is not succeeded again; one made before is.
     #[test]
     fn a_successor_made_by_this_run_and_outdated_stops_it() {
@@ -746,8 +823,14 @@ mod tests {
             unavailable: 0,
             zones: 3,
         };
-        let s =
-            succession::decide(&observed, &outdated, rule("cp", 3), &[rule("general", 1)]).unwrap();
+        let s = succession::decide(
+            &observed,
+            &outdated,
+            rule("cp", 3),
+            &[rule("general", 1)],
+            &BTreeSet::new(),
+        )
+        .unwrap();
         let kept: Vec<String> = s
             .slots
             .control_plane()

@@ -42,6 +42,9 @@ pub struct Retirement {
 pub struct Succession {
     pub slots: Slots,
     pub retirements: Vec<Retirement>,
+    /// Servers that have not joined yet (`cp-1`), for which something that would leave stays: the
+    /// run looks again once the converge followed them.
+    pub waiting: Vec<String>,
 }
 
 /// What decides one group of servers: the control planes (`cp`) or a pool.
@@ -120,6 +123,9 @@ pub fn outdated(plan: &Plan) -> BTreeMap<String, String> {
 /// order) and each pool (which leave as steps when it surges; otherwise the converge drains and
 /// deletes them).
 ///
+/// `not_joined`: servers the cluster shows no Node of (`cp-1`), as far as it is known. They, and
+/// those still in BUILD, have not joined: nothing they would replace leaves before they have.
+///
 /// # Errors
 /// A control-plane removal no order can make while keeping etcd's quorum: the message names the
 /// control planes at fault.
@@ -128,8 +134,17 @@ pub fn decide(
     outdated: &BTreeMap<String, String>,
     control_planes: Rule<'_>,
     pools: &[Rule<'_>],
+    not_joined: &BTreeSet<String>,
 ) -> Result<Succession, QuorumError> {
-    let (kept, leaving) = group(observed, outdated, control_planes, true, true);
+    let mut waiting = Vec::new();
+    let (kept, leaving) = group(
+        observed,
+        outdated,
+        control_planes,
+        (true, true),
+        not_joined,
+        &mut waiting,
+    );
     // Control planes first: a pool's successors (of a new release, say) wait until no control plane
     // is outdated, joining or leaving, as a kubelet must not be newer than the API servers.
     let settled = leaving.is_empty()
@@ -146,7 +161,14 @@ pub fn decide(
     let mut slots = Slots::control_planes(kept);
     let mut retirements = control_plane_order(observed, &leaving)?;
     for rule in pools {
-        let (kept, leaving) = group(observed, outdated, *rule, settled, !rolling);
+        let (kept, leaving) = group(
+            observed,
+            outdated,
+            *rule,
+            (settled, !rolling),
+            not_joined,
+            &mut waiting,
+        );
         slots = slots.with_pool(rule.prefix, kept);
         if rule.surge > 0 {
             retirements.extend(leaving.iter().map(|i| format!("{}-{i}", rule.prefix)));
@@ -165,7 +187,11 @@ pub fn decide(
             Retirement { id, why }
         })
         .collect();
-    Ok(Succession { slots, retirements })
+    Ok(Succession {
+        slots,
+        retirements,
+        waiting,
+    })
 }
 
 /// Server health by index: `None` no server (or one in ERROR, which never booted), else whether it
@@ -184,14 +210,26 @@ fn health(observed: &Observed, prefix: &str) -> BTreeMap<u32, bool> {
         .collect()
 }
 
+/// Whether server `<prefix>-<index>` is still being built by Nova.
+fn building(observed: &Observed, prefix: &str, index: u32) -> bool {
+    observed
+        .resources
+        .get(&format!("{prefix}-{index}"))
+        .into_iter()
+        .flatten()
+        .any(|r| r.kind == Kind::Server && r.tagged && !r.failed && r.state == "BUILD")
+}
+
 /// One group: the indexes kept (with those joining) and those leaving, in the order they leave.
 /// `replace`: whether its outdated servers may be succeeded now; `grow`: whether servers may join.
+/// The servers that have not joined and hold a leave back go to `waiting`.
 fn group(
     observed: &Observed,
     outdated: &BTreeMap<String, String>,
     rule: Rule<'_>,
-    replace: bool,
-    grow: bool,
+    (replace, grow): (bool, bool),
+    not_joined: &BTreeSet<String>,
+    waiting: &mut Vec<String>,
 ) -> (Vec<u32>, Vec<u32>) {
     let exist = existing(observed, rule.prefix);
     let health = health(observed, rule.prefix);
@@ -200,11 +238,26 @@ fn group(
     };
     let count = rule.count as usize;
     let outdated_n = exist.iter().filter(|&&i| is_outdated(i)).count();
-    let excess = exist.len().saturating_sub(count);
+    // A server still booting (BUILD) or without a Node (a successor an interrupted run made) has
+    // not joined: what it would replace stays until a later turn finds it joined, as the converge
+    // follows it first. Counted, a single control plane left the load balancer's pool before its
+    // successor could join through it.
+    let unjoined: Vec<u32> = exist
+        .iter()
+        .copied()
+        .filter(|&i| {
+            building(observed, rule.prefix, i)
+                || not_joined.contains(&format!("{}-{i}", rule.prefix))
+        })
+        .collect();
     // Beyond the excess, `maxUnavailable` outdated ones may leave before their successors join.
     let short = count.saturating_sub(exist.len());
     let early = (rule.unavailable as usize).saturating_sub(short);
-    let leaving_n = excess.max(outdated_n.min(excess + early));
+    let leaving_of = |excess: usize| excess.max(outdated_n.min(excess + early));
+    let leaving_n = leaving_of((exist.len() - unjoined.len()).saturating_sub(count));
+    if leaving_of(exist.len().saturating_sub(count)) > leaving_n {
+        waiting.extend(unjoined.iter().map(|i| format!("{}-{i}", rule.prefix)));
+    }
 
     // Who leaves: what the spec replaces first (the oldest: the one whose successor was made for
     // it), then what holds no server, then unhealthy ones, then the newest.
@@ -328,6 +381,16 @@ mod tests {
         }
     }
 
+    /// With no Node known missing.
+    fn decide4(
+        observed: &Observed,
+        outdated: &BTreeMap<String, String>,
+        control_planes: Rule<'_>,
+        pools: &[Rule<'_>],
+    ) -> Result<Succession, QuorumError> {
+        decide(observed, outdated, control_planes, pools, &BTreeSet::new())
+    }
+
     fn ids(s: &Succession) -> (Vec<u32>, Vec<String>) {
         (
             s.slots.control_plane().to_vec(),
@@ -339,12 +402,12 @@ mod tests {
 
     #[test]
     fn a_new_cluster_counts_from_zero_and_what_a_crash_left_is_completed() {
-        let s = decide(&Observed::default(), &outdated(&[]), rule(3, true), &[]).unwrap();
+        let s = decide4(&Observed::default(), &outdated(&[]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2], vec![]));
         // A crash left cp-1's port alone: it is cp-1's still, and no fourth is made.
         let o = observed(&[("cp-0", "ACTIVE"), ("port-cp-1", "DOWN")]);
         assert_eq!(provisional(&o, 3, &[]).control_plane(), [0, 1, 2]);
-        let s = decide(&o, &outdated(&[]), rule(3, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&[]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2], vec![]));
     }
 
@@ -353,11 +416,11 @@ mod tests {
     fn a_successor_joins_before_the_oldest_outdated_leaves() {
         let o = observed(&THREE);
         let old = outdated(&["cp-0", "cp-1", "cp-2"]);
-        let s = decide(&o, &old, rule(3, true), &[]).unwrap();
+        let s = decide4(&o, &old, rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2, 3], vec![]));
 
         let o = observed(&[THREE.as_slice(), &[("cp-3", "ACTIVE")]].concat());
-        let s = decide(&o, &old, rule(3, true), &[]).unwrap();
+        let s = decide4(&o, &old, rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![1, 2, 3], vec!["cp-0".to_owned()]));
         assert!(
             s.retirements[0].why.contains("flavor: a → b"),
@@ -367,11 +430,11 @@ mod tests {
 
         // cp-0 gone: the next successor takes its free index.
         let o = observed(&[("cp-1", "ACTIVE"), ("cp-2", "ACTIVE"), ("cp-3", "ACTIVE")]);
-        let s = decide(&o, &outdated(&["cp-1", "cp-2"]), rule(3, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&["cp-1", "cp-2"]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2, 3], vec![]));
         // Done: nothing joins, nothing leaves.
         let o = observed(&[("cp-0", "ACTIVE"), ("cp-4", "ACTIVE"), ("cp-3", "ACTIVE")]);
-        let s = decide(&o, &outdated(&[]), rule(3, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&[]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 3, 4], vec![]));
     }
 
@@ -379,23 +442,50 @@ mod tests {
     #[test]
     fn a_single_control_plane_is_replaced_through_two() {
         let o = observed(&[("cp-0", "ACTIVE")]);
-        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1], vec![]));
         let o = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE")]);
-        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![1], vec!["cp-0".to_owned()]));
     }
 
     /// A run killed while a single control plane's successor boots: the next run finds it in BUILD
-    /// (no etcd member yet) and goes on (it was refused: "1 of 2 members are healthy").
+    /// (no etcd member yet) and keeps both, so the converge follows it to Ready with cp-0 still in
+    /// the load balancer's pool (it was refused: "1 of 2 members are healthy"; then cp-0 left the
+    /// pool at once and cp-1 never reached the API to join).
     #[test]
     fn a_booting_successor_of_a_single_control_plane_is_waited_for() {
         let o = observed(&[("cp-0", "ACTIVE"), ("cp-1", "BUILD")]);
-        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
+        assert_eq!(ids(&s), (vec![0, 1], vec![]));
+        assert_eq!(s.waiting, ["cp-1"]);
+        // Up, but its Node is not there yet (killed after the boot): still waited for.
+        let o = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE")]);
+        let unjoined = BTreeSet::from(["cp-1".to_owned()]);
+        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true), &[], &unjoined).unwrap();
+        assert_eq!(
+            (ids(&s), s.waiting),
+            ((vec![0, 1], vec![]), vec!["cp-1".to_owned()])
+        );
+        // Joined: now cp-0 leaves.
+        let s = decide4(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![1], vec!["cp-0".to_owned()]));
+        assert!(s.waiting.is_empty());
+        // Three, one successor booting: no fifth joins, none leaves.
+        let o = observed(&[THREE.as_slice(), &[("cp-3", "BUILD")]].concat());
+        let old = outdated(&["cp-0", "cp-1", "cp-2"]);
+        let s = decide4(&o, &old, rule(3, true), &[]).unwrap();
+        assert_eq!(ids(&s), (vec![0, 1, 2, 3], vec![]));
+        // A smaller count still retires what exceeds it beside the booting one, which has no
+        // member to lose and goes first.
+        let s = decide4(&o, &outdated(&[]), rule(1, true), &[]).unwrap();
+        assert_eq!(
+            ids(&s),
+            (vec![0, 1], vec!["cp-3".to_owned(), "cp-2".to_owned()])
+        );
         // A control plane stopped is still unhealthy: with it, quorum is lost.
         let o = observed(&[("cp-0", "ACTIVE"), ("cp-1", "SHUTOFF")]);
-        assert!(decide(&o, &outdated(&["cp-0"]), rule(1, true), &[]).is_err());
+        assert!(decide4(&o, &outdated(&["cp-0"]), rule(1, true), &[]).is_err());
     }
 
     /// Without surge, outdated control planes stay (replaced in place by `roll`); only a smaller
@@ -403,9 +493,9 @@ mod tests {
     #[test]
     fn without_surge_only_a_smaller_count_retires() {
         let o = observed(&THREE);
-        let s = decide(&o, &outdated(&["cp-0"]), rule(3, false), &[]).unwrap();
+        let s = decide4(&o, &outdated(&["cp-0"]), rule(3, false), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2], vec![]));
-        let s = decide(&o, &outdated(&[]), rule(1, false), &[]).unwrap();
+        let s = decide4(&o, &outdated(&[]), rule(1, false), &[]).unwrap();
         assert_eq!(
             ids(&s),
             (vec![0], vec!["cp-2".to_owned(), "cp-1".to_owned()])
@@ -418,25 +508,25 @@ mod tests {
         // cp-0 stopped: it leaves first (as Cluster API's control plane prefers unhealthy machines),
         // and the healthy cp-1 stays.
         let o = observed(&[("cp-0", "SHUTOFF"), ("cp-1", "ACTIVE"), ("cp-2", "ACTIVE")]);
-        let s = decide(&o, &outdated(&[]), rule(1, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&[]), rule(1, true), &[]).unwrap();
         assert_eq!(
             ids(&s),
             (vec![1], vec!["cp-0".to_owned(), "cp-2".to_owned()])
         );
         // Two of three stopped: quorum is lost already; nothing is removed.
         let o = observed(&[("cp-0", "SHUTOFF"), ("cp-1", "SHUTOFF"), ("cp-2", "ACTIVE")]);
-        let e = decide(&o, &outdated(&[]), rule(1, true), &[]).unwrap_err();
+        let e = decide4(&o, &outdated(&[]), rule(1, true), &[]).unwrap_err();
         assert!(
             e.to_string().contains("cp-0") && e.to_string().contains("cp-1"),
             "{e}"
         );
         // A server in ERROR never booted: it leaves first, with nothing to lose.
         let o = observed(&[("cp-0", "ACTIVE"), ("cp-1", "ACTIVE"), ("cp-2", "ERROR")]);
-        let s = decide(&o, &outdated(&[]), rule(1, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&[]), rule(1, true), &[]).unwrap();
         assert_eq!(ids(&s).1, ["cp-2", "cp-1"]);
         // A port a crash left behind leaves before any member.
         let o = observed(&[THREE.as_slice(), &[("port-cp-3", "DOWN")]].concat());
-        let s = decide(&o, &outdated(&[]), rule(3, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&[]), rule(3, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![0, 1, 2], vec!["cp-3".to_owned()]));
     }
 
@@ -444,7 +534,7 @@ mod tests {
     #[test]
     fn scale_down_and_replacement_together_retire_the_outdated() {
         let o = observed(&[THREE.as_slice(), &[("cp-3", "ACTIVE"), ("cp-4", "ACTIVE")]].concat());
-        let s = decide(&o, &outdated(&["cp-0", "cp-1", "cp-2"]), rule(3, true), &[]).unwrap();
+        let s = decide4(&o, &outdated(&["cp-0", "cp-1", "cp-2"]), rule(3, true), &[]).unwrap();
         let (slots, gone) = ids(&s);
         assert_eq!(slots, [2, 3, 4]);
         assert_eq!(gone.len(), 2);
@@ -455,7 +545,7 @@ mod tests {
     #[test]
     fn a_successor_joins_in_the_zone_it_replaces() {
         let o = observed(&[("cp-1", "ACTIVE"), ("cp-2", "ACTIVE"), ("cp-3", "ACTIVE")]);
-        let s = decide(
+        let s = decide4(
             &o,
             &outdated(&["cp-1", "cp-2"]),
             Rule {
@@ -494,40 +584,40 @@ mod tests {
         let w = [("w-0", "ACTIVE"), ("w-1", "ACTIVE"), ("w-2", "ACTIVE")];
         let o = observed(&[CP.as_slice(), &w].concat());
         let old = outdated(&["w-0", "w-1", "w-2"]);
-        let s = decide(&o, &old, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        let s = decide4(&o, &old, rule(1, true), &[pool(3, 1, 0)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3], vec![]));
         assert_eq!(s.slots.control_plane(), [0]);
 
         let o = observed(&[CP.as_slice(), &w, &[("w-3", "ACTIVE")]].concat());
-        let s = decide(&o, &old, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        let s = decide4(&o, &old, rule(1, true), &[pool(3, 1, 0)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![1, 2, 3], vec!["w-0".to_owned()]));
         assert!(s.retirements[0].why.starts_with("replaced by a successor"));
 
         // While a control plane is outdated (or its successor joins), the pool waits.
         let o = observed(&[CP.as_slice(), &w].concat());
         let both = outdated(&["cp-0", "w-0", "w-1", "w-2"]);
-        let s = decide(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        let s = decide4(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
         assert_eq!(s.slots.control_plane(), [0, 1]);
         assert_eq!(pool_ids(&s), (vec![0, 1, 2], vec![]));
         let o = observed(&[CP.as_slice(), &[("cp-1", "ACTIVE")], &w].concat());
-        let s = decide(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        let s = decide4(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
         assert_eq!(
             pool_ids(&s),
             (vec![0, 1, 2], vec!["cp-0".to_owned()]),
             "cp-0 still leaves"
         );
         let o = observed(&[[("cp-1", "ACTIVE")].as_slice(), &w].concat());
-        let s = decide(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
+        let s = decide4(&o, &both, rule(1, true), &[pool(3, 1, 0)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3], vec![]), "now the pool");
 
         // Nor does a pool grow (a larger count) while a control plane is outdated; a new cluster's
         // pools are made with its control planes.
         let o = observed(&[CP.as_slice(), &w].concat());
-        let s = decide(&o, &outdated(&["cp-0"]), rule(1, true), &[pool(5, 0, 1)]).unwrap();
+        let s = decide4(&o, &outdated(&["cp-0"]), rule(1, true), &[pool(5, 0, 1)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![0, 1, 2], vec![]));
-        let s = decide(&o, &outdated(&[]), rule(1, true), &[pool(5, 0, 1)]).unwrap();
+        let s = decide4(&o, &outdated(&[]), rule(1, true), &[pool(5, 0, 1)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3, 4], vec![]));
-        let s = decide(
+        let s = decide4(
             &Observed::default(),
             &outdated(&[]),
             rule(3, true),
@@ -537,7 +627,7 @@ mod tests {
         assert_eq!(pool_ids(&s), (vec![0, 1], vec![]));
 
         // Without surge the pool is left to the in-place roll: nothing joins or leaves here.
-        let s = decide(&observed(&w), &old, rule(1, true), &[pool(3, 0, 1)]).unwrap();
+        let s = decide4(&observed(&w), &old, rule(1, true), &[pool(3, 0, 1)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![0, 1, 2], vec![]));
     }
 
@@ -548,13 +638,13 @@ mod tests {
         let w = [("w-0", "ACTIVE"), ("w-1", "ACTIVE"), ("w-2", "ACTIVE")];
         let old = outdated(&["w-0", "w-1", "w-2"]);
         let o = observed(&[CP.as_slice(), &w].concat());
-        let s = decide(&o, &old, rule(1, true), &[pool(3, 2, 0)]).unwrap();
+        let s = decide4(&o, &old, rule(1, true), &[pool(3, 2, 0)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![0, 1, 2, 3, 4], vec![]));
         // maxUnavailable 1 as well: one outdated may leave at once while two join.
-        let s = decide(&o, &old, rule(1, true), &[pool(3, 2, 1)]).unwrap();
+        let s = decide4(&o, &old, rule(1, true), &[pool(3, 2, 1)]).unwrap();
         assert_eq!(pool_ids(&s), (vec![1, 2, 3, 4], vec!["w-0".to_owned()]));
         let five = [CP.as_slice(), &w, &[("w-3", "ACTIVE"), ("w-4", "ACTIVE")]].concat();
-        let s = decide(&observed(&five), &old, rule(1, true), &[pool(3, 2, 1)]).unwrap();
+        let s = decide4(&observed(&five), &old, rule(1, true), &[pool(3, 2, 1)]).unwrap();
         assert_eq!(
             pool_ids(&s),
             (
@@ -576,7 +666,7 @@ mod tests {
             ("w-x-0", "ACTIVE"),
         ];
         for surge in [0, 1] {
-            let s = decide(
+            let s = decide4(
                 &observed(&w),
                 &outdated(&[]),
                 rule(1, true),

@@ -9,6 +9,7 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use kos_cloud::model::TagQuery;
+use kos_cloud::model::compute::ServerStatus;
 use support::*;
 
 /// Generous for a loaded 2-core machine: an HA `up` on the simulated cloud takes seconds to a minute.
@@ -839,6 +840,75 @@ fn a_pools_new_server_group_policy_replaces_its_nodes_into_a_new_group() {
     assert_eq!(nodes.len(), 3, "{clusters}");
     assert!(nodes.iter().all(|n| n["ready"] == true), "{clusters}");
     assert_nothing_to_do(d, &sim.clouds, spec, "the group made again");
+}
+
+/// A run killed while a single control plane's successor boots (its server just made, then once
+/// it is ACTIVE but may not have joined): the next plain `kos up` keeps the old control plane in the
+/// API's load balancer until the successor's Node is there, then retires it. (Before, the next run
+/// took the old one out of the pool at once, and the successor, which joins through it, never did:
+/// "bootstrap did not finish"; before that, it refused with "etcd has lost quorum".)
+#[test]
+fn a_run_killed_while_a_successor_boots_is_finished_by_the_next() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let minimal = std::fs::read_to_string(example("minimal.yaml")).expect("minimal.yaml");
+    let balanced = minimal
+        .replacen("  apiEndpoint:\n    type: floatingIP\n", "", 1)
+        .replacen("name: demo", "name: solo", 1)
+        .replacen("      count: 2\n", "      count: 1\n", 1);
+    assert!(!balanced.contains("floatingIP") && balanced.contains("count: 1\n      flavor"));
+    let spec = d.join("solo.yaml");
+    std::fs::write(&spec, &balanced).expect("write");
+    let spec = spec.to_str().expect("utf8");
+    let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+
+    let status = |name: &str| {
+        runtime().block_on(async {
+            let s = session(&sim.clouds).await;
+            s.compute()
+                .list_servers(&TagQuery::all(["kos-cluster=solo".to_owned()]))
+                .await
+                .ok()?
+                .into_iter()
+                .find(|x| x.name == name)
+                .map(|x| x.status)
+        })
+    };
+    // cp-0 → cp-1 (killed as soon as cp-1 exists), then cp-1 → cp-0 (killed once it is ACTIVE).
+    let moments = [
+        ("m1.large", "kos-solo-cp-1", "kos-solo-cp-0", false),
+        ("m1.medium", "kos-solo-cp-0", "kos-solo-cp-1", true),
+    ];
+    for (flavor, successor, old, active) in moments {
+        std::fs::write(
+            spec,
+            balanced.replacen("flavor: m1.medium", &format!("flavor: {flavor}"), 1),
+        )
+        .expect("write");
+        let child = spawn(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+        eventually(600, successor, || {
+            let s = status(successor)?;
+            (!active || s == ServerStatus::Active).then_some(())
+        });
+        kill(child);
+        let up = kos_within(d, &sim.clouds, &["up", "-f", spec, "--cloud", "sim"]);
+        let out = text(&up);
+        assert_eq!(up.status.code(), Some(0), "{successor}: {out}");
+        let after = flavors(&sim.clouds, "solo");
+        assert_eq!(
+            after.get(successor).map(String::as_str),
+            Some(flavor),
+            "{after:?}"
+        );
+        assert!(!after.contains_key(old), "{after:?}");
+        let c = solo_without_violations(&sim.base);
+        let members = c["etcd"]["members"].as_array().expect("members");
+        assert_eq!(members.len(), 1, "{c}");
+        assert_eq!(members[0]["name"], successor, "{c}");
+        assert_nothing_to_do(d, &sim.clouds, spec, successor);
+    }
 }
 
 /// The simulated cluster `solo` (the cloud also runs `demo`), which must show no invariant violated.

@@ -5,6 +5,7 @@
 //! front end needs to pick an exit code ([`UpError::is_input`]) and what the user can do
 //! ([`UpError::help`]).
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kos_cluster::ClusterSpec;
@@ -204,7 +205,8 @@ pub struct Looked {
 }
 
 impl Looked {
-    /// The desired graph and the decision.
+    /// The desired graph and the decision. `not_joined`: servers (`cp-1`) the cluster shows no
+    /// Node of ([`not_joined`]).
     ///
     /// # Errors
     /// The decision's refusals.
@@ -212,6 +214,7 @@ impl Looked {
         &self,
         renew_before: Option<i64>,
         encryption: Option<&str>,
+        not_joined: &BTreeSet<String>,
     ) -> Result<(DesiredGraph, Decided), DecideError> {
         kos_lifecycle::decide::decide(&kos_lifecycle::decide::Inputs {
             spec: &self.spec,
@@ -221,6 +224,7 @@ impl Looked {
             last_applied: self.last_applied,
             renew_before,
             encryption,
+            not_joined,
         })
     }
 }
@@ -317,13 +321,23 @@ pub async fn prepare(
     .await
     .map_err(|e| UpError::Keys(Box::new(e)))?;
     let record = keys.as_ref().map(|k| k.desired_record());
-    let (graph, decided) = looked
-        .decide(renew_before, record.as_deref())
-        .map_err(|error| UpError::Decide {
-            shown: looked.shown.clone(),
-            error,
-            changed,
-        })?;
+    let decide = |not_joined: &BTreeSet<String>| {
+        looked
+            .decide(renew_before, record.as_deref(), not_joined)
+            .map_err(|error| UpError::Decide {
+                shown: looked.shown.clone(),
+                error,
+                changed,
+            })
+    };
+    let (mut graph, mut decided) = decide(&BTreeSet::new())?;
+    // A control plane leaves only once the control planes that stay have joined: the converge
+    // takes the leaving one out of the API's load balancer, through which a successor an
+    // interrupted run left booting still has to join.
+    let missing = not_joined(cloud, store, &looked.spec, &decided).await;
+    if !missing.is_empty() {
+        (graph, decided) = decide(&missing)?;
+    }
     Ok(Turn {
         decided,
         seen: looked.observed.all().next().is_some(),
@@ -333,6 +347,49 @@ pub async fn prepare(
         formation: looked.formation,
         keys,
     })
+}
+
+const NODES_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// When a control plane would leave: the control planes that stay whose server runs but whose Node
+/// the cluster does not show (a successor an interrupted run made, still joining). Nothing when
+/// none leaves, or when the API does not answer (the leave's drain then stops the run).
+pub async fn not_joined(
+    cloud: Cloud<'_>,
+    store: &dyn SecretStore,
+    spec: &ClusterSpec,
+    decided: &Decided,
+) -> BTreeSet<String> {
+    let leaving = decided
+        .retirements
+        .iter()
+        .any(|r| kos_lifecycle::formation::is_control_plane(&r.id));
+    if !leaving {
+        return BTreeSet::new();
+    }
+    let nodes = async {
+        let kube = crate::connect::stored_api_client(cloud, spec, store).await?;
+        Ok::<_, crate::connect::ClientError>(kube.nodes().await?)
+    };
+    // As long as the formation's probe: an API that never answers from here holds up no run.
+    let names: BTreeSet<String> = match tokio::time::timeout(NODES_WAIT, nodes).await {
+        Ok(Ok(nodes)) => nodes.into_iter().map(|n| n.name).collect(),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %chain(&e), "no Nodes to tell which control planes joined");
+            return BTreeSet::new();
+        }
+        Err(_) => return BTreeSet::new(),
+    };
+    decided
+        .plan
+        .actions
+        .iter()
+        .filter(|a| a.kind == Kind::Server && a.op != Op::Delete)
+        .filter(|a| kos_lifecycle::formation::is_control_plane(&a.logical_id))
+        .filter(|a| a.existing.as_ref().is_some_and(|r| !r.failed))
+        .filter(|a| !names.contains(&a.name))
+        .map(|a| a.logical_id.clone())
+        .collect()
 }
 
 /// One run: kos-lifecycle's [`run::Cluster`] over the cloud, the cluster's API and its store.

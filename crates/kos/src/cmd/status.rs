@@ -39,7 +39,7 @@ pub async fn status(args: StatusArgs) -> Result<Exit, Failure> {
                     )
                     .await
                     .map_err(|e| up_failure(e, &local))?;
-                    match looked.decide(None, record.as_deref()) {
+                    match looked.decide(None, record.as_deref(), &Default::default()) {
                         Ok((graph, _)) => (Some(graph), None),
                         Err(e) => (None, Some(e.to_string())),
                     }
