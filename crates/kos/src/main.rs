@@ -75,8 +75,10 @@ fn init_tracing(verbose: u8) {
         // Progress lines are what a run says; log lines only with -v (warnings always). The SDK's
         // own errors come back to kos as errors, which say more: its logs only repeat them. The
         // simulated clusters' cloud controllers and CSI drivers run in-process: their logs are
-        // theirs, not kos's. `kos sim serve` logs what it serves at info.
-        0 => "warn,kos_sim=info,openstack_sdk=off",
+        // theirs, not kos's. `kos sim serve` logs what it serves at info. kube-rs logs every
+        // failed request at ERROR (twice a second while an API is unreachable); kos waits and
+        // says what it waits for.
+        0 => "warn,kos_sim=info,openstack_sdk=off,kube_client=off",
         1 => {
             "info,kos=debug,kos_cloud=debug,kos_cluster=debug,kos_sim=debug,kos_ccm=info,kos_csi=info,openstack_sdk=warn"
         }
