@@ -34,11 +34,11 @@ pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// The taint the node lifecycle controller puts on a node whose kubelet stopped reporting.
 pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
-/// What the drain says to do when a budget blocks it.
-const BUDGET_HELP: &str = "raise the budget's maxUnavailable, scale its workload, or evict by hand; \
-                           then run `kos up` again";
+/// What the drain says to do when a budget blocks it. How the run comes again is the step's help,
+/// worded for its audience (the CLI's user or kos-operator's).
+const BUDGET_HELP: &str = "raise the budget's maxUnavailable, scale its workload, or evict by hand";
 /// What the drain says to do when pods stay for another reason.
-const OTHER_HELP: &str = "evict or delete them by hand (see why above); then run `kos up` again";
+const OTHER_HELP: &str = "evict or delete them by hand (see why above)";
 
 /// The Ready condition of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

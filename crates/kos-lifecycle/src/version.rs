@@ -21,7 +21,7 @@ pub enum VersionError {
     },
     #[error(
         "the cluster runs Kubernetes {oldest}; {wanted} is more than one minor newer{path}. Set kubernetesVersion \
-         to the next minor, run `kos up`, and go on from there"
+         to the next minor and, once that is rolled out, to the one after"
     )]
     Jump {
         oldest: KubeVersion,
@@ -86,6 +86,8 @@ mod tests {
                 .contains("one minor at a time: 1.34 → 1.35 → 1.36"),
             "{jump}"
         );
+        // kos-operator puts it in a Cluster's Degraded condition as it is: no CLI command in it.
+        assert!(!jump.to_string().contains("kos "), "{jump}");
         assert!(matches!(
             check_change(&[v("1.36.4")], v("1.35.9")),
             Err(VersionError::Downgrade { .. })

@@ -242,7 +242,7 @@ async fn a_budget_that_never_allows_it_times_out_naming_the_budget() {
         "pod default/web-1 cannot be evicted: PodDisruptionBudget default/web allows no disruption",
         TOO_MANY,
         "The disruption budget web needs 2 healthy pods and has 2 currently",
-        "raise the budget's maxUnavailable, scale its workload, or evict by hand; then run `kos up` again",
+        "raise the budget's maxUnavailable, scale its workload, or evict by hand",
     ] {
         assert!(text.contains(want), "{want:?} not in {text}");
     }
