@@ -114,8 +114,8 @@ pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
 /// `kos plan` prints (without its `field: ` prefix, which the server's error carries itself).
 #[derive(Debug, Clone, Copy)]
 pub struct Rule {
-    /// Where the rule sits, from the CRD's `spec`: `spec`, `spec.apiEndpoint`, `spec.nodePools[]`
-    /// (a list's items).
+    /// Where the rule sits, from the CRD's root: `` (the object), `spec`, `spec.apiEndpoint`,
+    /// `spec.nodePools[]` (a list's items).
     pub at: &'static str,
     /// The CEL expression, true when the value is valid.
     pub rule: &'static str,
@@ -197,6 +197,16 @@ macro_rules! overlap {
 /// docs/operator.md: they need the cloud or kos's pinned manifests, are warnings, or read a value
 /// the schema leaves untyped (`ccm`, `csi`, `image`, taints: CEL cannot see those).
 pub const RULES: &[Rule] = &[
+    // The Cluster's name is the cluster's (kos-cluster `ClusterName`): a DNS label of at most 20
+    // characters. The API server already holds `metadata.name` to a DNS subdomain; what a label
+    // adds is no `.`. At the root, where a rule may read `self.metadata.name` (and nothing else of
+    // the metadata); reported there (`<nil>`), as a root rule's failure is.
+    rule("", "self.metadata.name.size() <= 20").message_expression(
+        "'`' + self.metadata.name + '` is ' + string(self.metadata.name.size()) + ' characters long; the limit is 20'",
+    ),
+    rule("", "!self.metadata.name.contains('.')").message_expression(
+        "'`' + self.metadata.name + '` contains `.`, which is not allowed here'",
+    ),
     rule(
         "spec",
         concat!("!(", "has(self.apiEndpoint) && has(self.apiEndpoint.type) && self.apiEndpoint.type == 'floatingIP'", ") || self.controlPlane.count == 1"),
@@ -421,9 +431,12 @@ pub fn crd() -> CustomResourceDefinition {
     crd
 }
 
-/// The schema node at a rule's place (`spec.nodePools[]`).
+/// The schema node at a rule's place (`spec.nodePools[]`; `` the root).
 fn schema_at<'a>(root: &'a mut serde_json::Value, at: &str) -> Option<&'a mut serde_json::Value> {
     let mut node = root;
+    if at.is_empty() {
+        return Some(node);
+    }
     for part in at.split('.') {
         let (name, items) = part.strip_suffix("[]").map_or((part, false), |n| (n, true));
         node = node.get_mut("properties")?.get_mut(name)?;

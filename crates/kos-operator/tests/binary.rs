@@ -239,13 +239,13 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
     })
     .await;
 
-    // A spec kos refuses (a name past kos's 20 characters): Degraded with kos's reason, and
-    // nothing of it in the cloud.
-    let refused = "a-cluster-name-too-long";
+    // A spec kos refuses that the CRD cannot (a release outside kos's pins): Degraded with kos's
+    // reason, and nothing of it in the cloud.
+    let refused = "refused";
     api.patch(
         refused,
         &apply,
-        &Patch::Apply(cluster(refused, "1.36.4", 1)),
+        &Patch::Apply(cluster(refused, "1.30.2", 1)),
     )
     .await
     .expect("apply");
@@ -257,8 +257,9 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
         |cs| {
             cs.iter().any(|c| {
                 c.metadata.name.as_deref() == Some(refused)
-                    && condition(c, "Degraded")
-                        .is_some_and(|(s, m)| s == "True" && m.contains("name"))
+                    && condition(c, "Degraded").is_some_and(|(s, m)| {
+                        s == "True" && m.contains("outside the supported releases")
+                    })
             })
         },
     )

@@ -184,15 +184,16 @@ async fn probes_metrics_and_sigterm_hand_the_lease_over() {
     // The leader reconciles: a Cluster whose spec kos refuses needs no cloud.
     let mut spec = support::example("minimal.yaml")["spec"].clone();
     spec["identityRef"] = json!({"name": "cloud", "cloudName": "sim"});
+    spec["kubernetesVersion"] = json!("1.30.2");
     let cluster = json!({
         "apiVersion": "kos.dev/v1alpha1",
         "kind": "Cluster",
-        "metadata": {"name": "a-cluster-name-too-long", "namespace": "default"},
+        "metadata": {"name": "refused", "namespace": "default"},
         "spec": spec,
     });
     Api::<kos_operator::resource::Cluster>::namespaced(client.clone(), "default")
         .patch(
-            "a-cluster-name-too-long",
+            "refused",
             &PatchParams::apply("kubectl"),
             &Patch::Apply(&cluster),
         )

@@ -142,15 +142,13 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "default");
     let apply = PatchParams::apply("test");
 
-    // A spec kos refuses (a cluster name longer than kos's 20 characters): Degraded with the
+    // A spec kos refuses that the CRD cannot (a release outside kos's pins): Degraded with the
     // message `kos plan` gives, and nothing in the cloud.
-    let long = "a-cluster-name-too-long";
+    let long = "refused";
+    let mut old_release = example("minimal.yaml")["spec"].clone();
+    old_release["kubernetesVersion"] = "1.30.2".into();
     clusters
-        .patch(
-            long,
-            &apply,
-            &Patch::Apply(cluster(long, &example("minimal.yaml")["spec"])),
-        )
+        .patch(long, &apply, &Patch::Apply(cluster(long, &old_release)))
         .await
         .expect("apply");
     until(&clusters, long, "Degraded", |c| {
@@ -161,10 +159,13 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     let refused = clusters.get(long).await.expect("get");
     let degraded = condition(&refused, "Degraded").expect("degraded");
     assert_eq!(degraded.reason, "SpecInvalid");
-    let text =
-        serde_json::to_string(&cluster(long, &example("minimal.yaml")["spec"])).expect("json");
+    let text = serde_json::to_string(&cluster(long, &old_release)).expect("json");
     let kos_says = kos_cluster::load("x", &text).expect_err("refused");
-    let first = kos_says.errors().next().expect("an error");
+    // (kos's reader also refuses the Cluster's own metadata.namespace: not a cluster document's.)
+    let first = kos_says
+        .errors()
+        .find(|d| d.field == "spec.kubernetesVersion")
+        .expect("the release refused");
     assert!(
         degraded.message.contains(&first.message),
         "{} / {}",

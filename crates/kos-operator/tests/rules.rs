@@ -259,3 +259,53 @@ async fn the_crd_without_its_list_bound_is_refused() {
         other => panic!("accepted: {other:?}"),
     }
 }
+
+/// The Cluster's name is the cluster's: longer than kos's 20 characters, or with a `.` (which the
+/// API server allows in a name), `kubectl apply` is refused with the message `kos plan` gives at
+/// `metadata.name` (before, it was accepted and only the reconcile said so, as Degraded).
+#[tokio::test]
+async fn the_crd_refuses_a_name_kos_refuses_with_its_message() {
+    let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
+    let client = fake.client().expect("client");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &kos_operator::resource::crd())
+        .await
+        .expect("the CRD with its rules is accepted");
+    let clusters: Api<Cluster> = Api::namespaced(client, "default");
+    let apply = PatchParams::apply("test");
+    let base = support::example("minimal.yaml");
+    let object = |name: &str| {
+        let mut obj = json!({
+            "apiVersion": "kos.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": name},
+            "spec": base["spec"],
+        });
+        obj["spec"]["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+        obj
+    };
+    for name in ["a-cluster-name-too-long", "demo.example"] {
+        let mut doc = base.clone();
+        doc["metadata"]["name"] = json!(name);
+        let messages = kos_messages(&doc, "metadata.name").expect("kos refuses it");
+        match clusters
+            .patch(name, &apply, &Patch::Apply(&object(name)))
+            .await
+        {
+            Err(kube::Error::Api(e))
+                if e.code == 422
+                    && messages.iter().any(|m| {
+                        e.message
+                            .contains(&format!("<nil>: Invalid value: \"object\": {m}"))
+                    }) => {}
+            other => panic!("{name}: want one of {messages:?}, got {other:?}"),
+        }
+    }
+    // At the limit, accepted.
+    let name = "twenty-characters-ok";
+    assert_eq!(name.len(), 20);
+    clusters
+        .patch(name, &apply, &Patch::Apply(&object(name)))
+        .await
+        .expect("a name of 20 characters");
+}
