@@ -199,6 +199,12 @@ pub trait Cluster {
     /// Nothing left to change: what follows the cluster's minor catches up (best effort), and the
     /// CCM's credential is rotated if it is near its expiry (an error fails the run).
     fn converged(&self, t: &Self::Turn) -> impl Future<Output = Result<(), Self::Error>>;
+    /// Whether a converge follows new nodes until they joined (not when told to stop once the
+    /// servers are ACTIVE): if not, a server that has not joined ends the run, to be continued by
+    /// the next, rather than stopping it.
+    fn follows_joins(&self) -> bool {
+        true
+    }
 }
 
 /// `--repair`: nodes their group's `healthCheck` finds unhealthy are replaced.
@@ -270,6 +276,12 @@ pub async fn up<C: Cluster>(cluster: &mut C, opts: Options<'_>) -> Result<(), C:
         } else {
             cluster.prepare().await?
         };
+        // A successor whose bootstrap failed is made again (it joins as a new one).
+        if !failed_earlier.is_empty() {
+            let batch = roll::remakes(&fresh.as_ref().plan, &failed_earlier);
+            run.step(cluster, &fresh, &batch).await?;
+            continue;
+        }
         // Followed to the end of their bootstrap and still not joined: looking again would not end.
         let never: Vec<String> = fresh
             .as_ref()
@@ -279,12 +291,10 @@ pub async fn up<C: Cluster>(cluster: &mut C, opts: Options<'_>) -> Result<(), C:
             .cloned()
             .collect();
         if !never.is_empty() {
+            if !cluster.follows_joins() {
+                return cluster.converged(&fresh).await;
+            }
             return Err(RunError::NeverJoined { ids: never }.into());
-        }
-        if !failed_earlier.is_empty() {
-            let batch = roll::remakes(&fresh.as_ref().plan, &failed_earlier);
-            run.step(cluster, &fresh, &batch).await?;
-            continue;
         }
         let batch = fresh.as_ref().next_step().map_err(RunError::from)?;
         if batch.is_empty() {
@@ -422,6 +432,8 @@ mod tests {
         failed_earlier: VecDeque<Vec<String>>,
         unhealthy: Vec<crate::roll::Unhealthy>,
         log: RefCell<Vec<String>>,
+        /// `--wait infra`: converges do not follow new nodes.
+        infra: bool,
     }
 
     impl Script {
@@ -510,6 +522,9 @@ mod tests {
         async fn converged(&self, _: &Turn) -> Result<(), Error> {
             self.did("converged".into());
             Ok(())
+        }
+        fn follows_joins(&self) -> bool {
+            !self.infra
         }
     }
 
@@ -659,6 +674,12 @@ mod tests {
                 ids: vec!["cp-1".into()]
             })
         );
+        // Told not to follow new nodes (`--wait infra`): the run ends, cp-0 still there, and the
+        // next continues.
+        let mut s = Script::new(vec![waiting(), waiting()]);
+        s.infra = true;
+        run(&mut s, Options::default()).unwrap();
+        assert_eq!(s.log(), ["prepare", "converge []", "prepare", "converged"]);
     }
 
     /// A successor this run made, outdated itself, is not succeeded again; one made before is.
@@ -768,6 +789,31 @@ mod tests {
             d
         };
         let mut s = Script::new(vec![d(), d(), d()]);
+        s.failed_earlier = VecDeque::from([vec!["cp-3".to_owned()]]);
+        let _ = run(&mut s, Options::default());
+        assert_eq!(
+            &s.log()[..4],
+            [
+                "prepare",
+                "converge []",
+                "prepare",
+                "remove cp-3 [Delete cp-3]"
+            ]
+        );
+        // As the cloud and the cluster show it now: cp-3 has no Node, so cp-0 waits for it. Its
+        // failed bootstrap is made again, not taken for a successor that never joins (the
+        // random-kill upgrade stopped there with "cp-3 … shows no Node").
+        let waiting = || {
+            let mut d = decided(vec![
+                server("cp-0", Op::NoOp, "a"),
+                server("cp-1", Op::NoOp, "b"),
+                server("cp-3", Op::NoOp, "d"),
+            ]);
+            d.waiting = vec!["cp-3".into()];
+            d.surging.insert("cp".into());
+            d
+        };
+        let mut s = Script::new(vec![waiting(), waiting(), waiting()]);
         s.failed_earlier = VecDeque::from([vec!["cp-3".to_owned()]]);
         let _ = run(&mut s, Options::default());
         assert_eq!(

@@ -241,13 +241,16 @@ fn group(
     // A server still booting (BUILD) or without a Node (a successor an interrupted run made) has
     // not joined: what it would replace stays until a later turn finds it joined, as the converge
     // follows it first. Counted, a single control plane left the load balancer's pool before its
-    // successor could join through it.
+    // successor could join through it. While outdated ones are replaced, an index with no server
+    // yet (its port made, then the run killed) is such a successor too; otherwise it is what a
+    // crash left, and leaves first.
     let unjoined: Vec<u32> = exist
         .iter()
         .copied()
         .filter(|&i| {
             building(observed, rule.prefix, i)
                 || not_joined.contains(&format!("{}-{i}", rule.prefix))
+                || (outdated_n > 0 && !is_outdated(i) && !health.contains_key(&i))
         })
         .collect();
     // Beyond the excess, `maxUnavailable` outdated ones may leave before their successors join.
@@ -471,6 +474,14 @@ mod tests {
         let s = decide4(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
         assert_eq!(ids(&s), (vec![1], vec!["cp-0".to_owned()]));
         assert!(s.waiting.is_empty());
+        // Killed after the successor's port, before its server: it is made, cp-0 stays (it was
+        // chosen to leave as "what holds no server" kept, and no member would remain: refused).
+        let o = observed(&[("cp-0", "ACTIVE"), ("port-cp-1", "DOWN")]);
+        let s = decide4(&o, &outdated(&["cp-0"]), rule(1, true), &[]).unwrap();
+        assert_eq!(
+            (ids(&s), s.waiting),
+            ((vec![0, 1], vec![]), vec!["cp-1".to_owned()])
+        );
         // Three, one successor booting: no fifth joins, none leaves.
         let o = observed(&[THREE.as_slice(), &[("cp-3", "BUILD")]].concat());
         let old = outdated(&["cp-0", "cp-1", "cp-2"]);

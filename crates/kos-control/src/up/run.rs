@@ -521,6 +521,10 @@ impl run::Cluster for Up<'_> {
         Ok(steps::remove(&self.env, p, batch, plan).await?)
     }
 
+    fn follows_joins(&self) -> bool {
+        self.env.options.wait != crate::follow::Wait::Infra
+    }
+
     async fn converged(&self, p: &Turn) -> Result<(), UpError> {
         let report = self.env.report;
         // The addons that follow the minor catch up with an upgrade.
