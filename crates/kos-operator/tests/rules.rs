@@ -177,15 +177,21 @@ fn kos_messages(doc: &Value, field: &str) -> Result<Vec<String>, String> {
     Ok(found)
 }
 
-#[tokio::test]
-async fn the_crd_refuses_what_kos_plan_refuses_with_its_message() {
+/// An API server with the Cluster CRD, and its Clusters in `default` (the server lives as long as
+/// the first).
+async fn with_the_crd() -> (kos_kube_fake::FakeKube, Api<Cluster>) {
     let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
     let client = fake.client().expect("client");
     Api::<CustomResourceDefinition>::all(client.clone())
         .create(&PostParams::default(), &kos_operator::resource::crd())
         .await
         .expect("the CRD with its rules is accepted");
-    let clusters: Api<Cluster> = Api::namespaced(client, "default");
+    (fake, Api::namespaced(client, "default"))
+}
+
+#[tokio::test]
+async fn the_crd_refuses_what_kos_plan_refuses_with_its_message() {
+    let (_fake, clusters) = with_the_crd().await;
     let strict = PatchParams {
         field_validation: Some(ValidationDirective::Strict),
         ..PatchParams::apply("test")
@@ -265,13 +271,7 @@ async fn the_crd_without_its_list_bound_is_refused() {
 /// `metadata.name` (before, it was accepted and only the reconcile said so, as Degraded).
 #[tokio::test]
 async fn the_crd_refuses_a_name_kos_refuses_with_its_message() {
-    let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
-    let client = fake.client().expect("client");
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &kos_operator::resource::crd())
-        .await
-        .expect("the CRD with its rules is accepted");
-    let clusters: Api<Cluster> = Api::namespaced(client, "default");
+    let (_fake, clusters) = with_the_crd().await;
     let apply = PatchParams::apply("test");
     let base = support::example("minimal.yaml");
     let object = |name: &str| {
