@@ -194,9 +194,9 @@ pub fn decide(
     })
 }
 
-/// Server health by index: `None` no server (or one in ERROR, which never booted), else whether it
-/// is ACTIVE.
-fn health(observed: &Observed, prefix: &str) -> BTreeMap<u32, bool> {
+/// Server state by index (`ACTIVE`, `BUILD`, `SHUTOFF`, …); none for no server (or one in ERROR,
+/// which never booted).
+fn states<'a>(observed: &'a Observed, prefix: &str) -> BTreeMap<u32, &'a str> {
     observed
         .resources
         .iter()
@@ -205,19 +205,9 @@ fn health(observed: &Observed, prefix: &str) -> BTreeMap<u32, bool> {
             let server = found
                 .iter()
                 .find(|r| r.kind == Kind::Server && r.tagged && !r.failed)?;
-            Some((i, server.state == "ACTIVE"))
+            Some((i, server.state.as_str()))
         })
         .collect()
-}
-
-/// Whether server `<prefix>-<index>` is still being built by Nova.
-fn building(observed: &Observed, prefix: &str, index: u32) -> bool {
-    observed
-        .resources
-        .get(&format!("{prefix}-{index}"))
-        .into_iter()
-        .flatten()
-        .any(|r| r.kind == Kind::Server && r.tagged && !r.failed && r.state == "BUILD")
 }
 
 /// One group: the indexes kept (with those joining) and those leaving, in the order they leave.
@@ -232,7 +222,7 @@ fn group(
     waiting: &mut Vec<String>,
 ) -> (Vec<u32>, Vec<u32>) {
     let exist = existing(observed, rule.prefix);
-    let health = health(observed, rule.prefix);
+    let states = states(observed, rule.prefix);
     let is_outdated = |i: u32| {
         replace && rule.surge > 0 && outdated.contains_key(&format!("{}-{i}", rule.prefix))
     };
@@ -248,9 +238,9 @@ fn group(
         .iter()
         .copied()
         .filter(|&i| {
-            building(observed, rule.prefix, i)
+            states.get(&i) == Some(&"BUILD")
                 || not_joined.contains(&format!("{}-{i}", rule.prefix))
-                || (outdated_n > 0 && !is_outdated(i) && !health.contains_key(&i))
+                || (outdated_n > 0 && !is_outdated(i) && !states.contains_key(&i))
         })
         .collect();
     // Beyond the excess, `maxUnavailable` outdated ones may leave before their successors join.
@@ -266,7 +256,7 @@ fn group(
     // it), then what holds no server, then unhealthy ones, then the newest.
     let mut candidates: Vec<u32> = exist.iter().copied().collect();
     candidates.sort_by_key(|&i| {
-        let up = match health.get(&i) {
+        let up = match states.get(&i).map(|s| *s == "ACTIVE") {
             None => 0,
             Some(false) => 1,
             Some(true) => 2,
