@@ -20,8 +20,22 @@ pub const TAG_ID: &str = "kos-id";
 /// `lb::naming::CLUSTER_TAG_KEY`). Distinct from [`TAG_CLUSTER`] so that no Service can claim what kos
 /// made (the API load balancer); reserved here so that no extra tag on kos's objects carries it.
 pub const TAG_CCM_CLUSTER: &str = "kos-ccm-cluster";
+/// Every tag key kos sets begins so (`kos-cluster`, `kos-id`, `kos-ccm-cluster` and the records a
+/// server carries: `kos-k8s`, `kos-node`, `kos-enc`, …): a user's tag `kos-<key>=…` is refused, as
+/// one of a record's key would shadow the record (a `kos-node=` of the user's would make every plan
+/// see changed labels and replace every node, again and again).
+pub const KOS_TAG_PREFIX: &str = "kos-";
 /// Nova's limit on one tag.
 pub const NOVA_TAG_MAX: usize = 60;
+/// Nova's limit on the tags of one server (`MAX_TAGS`; a create with more is refused).
+pub const NOVA_TAGS_PER_SERVER: usize = 50;
+/// The most tags kos itself puts on one server: a control plane's `kos-cluster` and `kos-id`, its
+/// record (`kos-k8s`, `kos-node` and the six cluster settings of `graph::record`) and kos-lifecycle's
+/// `kos-enc`. `graph::record`'s tests keep it true.
+pub const KOS_SERVER_TAGS_MAX: usize = 11;
+/// The most tags a cluster document may add (`metadata.tags`): every server carries them beside
+/// kos's own.
+pub const USER_TAGS_MAX: usize = NOVA_TAGS_PER_SERVER - KOS_SERVER_TAGS_MAX;
 /// Limit on cluster names: `kos-<cluster>-` leaves 38 characters of the 63-character hostname for the logical id.
 pub const CLUSTER_NAME_MAX: usize = 20;
 /// Limit on node pool names, so that a pool's logical ids (`<pool>-<index>`) fit the hostname with the cluster.
@@ -75,7 +89,7 @@ pub enum NameError {
     BadEnd,
     /// A tag that would impersonate kos's own tags.
     #[error("uses the key `{0}`, which kos sets itself")]
-    Reserved(&'static str),
+    Reserved(String),
 }
 
 /// Checks a DNS-1123 label (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`) of at most `max` characters.
@@ -115,14 +129,12 @@ pub fn check_nova_tag(s: &str) -> Result<(), NameError> {
     if let Some(c) = s.chars().find(|c| matches!(c, '/' | ',')) {
         return Err(NameError::InvalidChar(c));
     }
-    for key in [TAG_CLUSTER, TAG_ID, TAG_CCM_CLUSTER] {
-        if s.strip_prefix(key)
-            .is_some_and(|rest| rest.starts_with('='))
-        {
-            return Err(NameError::Reserved(key));
+    match s.split_once('=') {
+        Some((key, _)) if key.starts_with(KOS_TAG_PREFIX) => {
+            Err(NameError::Reserved(key.to_owned()))
         }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Checks a Kubernetes label key, `[prefix/]name`.
@@ -300,12 +312,26 @@ mod tests {
         assert_eq!(check_nova_tag("team=web"), Ok(()));
         assert_eq!(check_nova_tag("a,b"), Err(NameError::InvalidChar(',')));
         assert_eq!(check_nova_tag("a/b"), Err(NameError::InvalidChar('/')));
-        assert_eq!(check_nova_tag("kos-id=x"), Err(NameError::Reserved(TAG_ID)));
-        assert_eq!(
-            check_nova_tag("kos-ccm-cluster=x"),
-            Err(NameError::Reserved(TAG_CCM_CLUSTER))
-        );
-        assert_eq!(check_nova_tag("kos-ccm=x"), Ok(()));
+        // Every key kos sets, the records a server carries included: a user's `kos-node=` would
+        // shadow the node's record (this once passed, and `kos-ccm=x` was asserted to).
+        for key in [
+            TAG_CLUSTER,
+            TAG_ID,
+            TAG_CCM_CLUSTER,
+            crate::graph::record::TAG_KUBERNETES,
+            crate::graph::record::TAG_NODE,
+            crate::graph::record::TAG_CCM,
+            crate::graph::record::TAG_API_DNS,
+            "kos-enc",
+        ] {
+            assert_eq!(
+                check_nova_tag(&format!("{key}=x")),
+                Err(NameError::Reserved(key.to_owned())),
+                "{key}"
+            );
+        }
+        assert_eq!(check_nova_tag("kos-demo"), Ok(()));
+        assert_eq!(check_nova_tag("team=kos-x"), Ok(()));
         assert!(check_nova_tag(&"x".repeat(61)).is_err());
     }
 

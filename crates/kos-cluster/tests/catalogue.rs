@@ -179,6 +179,12 @@ const CASES: &[Case] = &[
         code: Code::Tag, message: "tag `team=a,b` contains `,`", line: 5, help: "without `/` or `,`" },
     Case { name: "extra tag using a kos key", edits: &[("  name: demo\n", "  name: demo\n  tags: [kos-cluster=other]\n")],
         code: Code::Tag, message: "uses the key `kos-cluster`", line: 5, help: "" },
+    // A record's key: a user's `kos-node=` would shadow the node's record (accepted before).
+    Case { name: "extra tag using a record's key", edits: &[("  name: demo\n", "  name: demo\n  tags: [kos-node=0123456789abcdef]\n")],
+        code: Code::Tag, message: "uses the key `kos-node`", line: 5, help: "keys starting `kos-`" },
+    // Nova refuses a server with more than 50 tags; a control plane carries 11 of kos's (accepted before).
+    Case { name: "more extra tags than a server has room for", edits: &[("  name: demo\n", "  name: demo\n  tags: [t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20, t21, t22, t23, t24, t25, t26, t27, t28, t29, t30, t31, t32, t33, t34, t35, t36, t37, t38, t39]\n")],
+        code: Code::Tag, message: "metadata.tags: 40 tags; the limit is 39", line: 5, help: "Nova keeps at most 50" },
     Case { name: "wrong apiVersion", edits: &[("kos.dev/v1alpha1", "kos.dev/v1")],
         code: Code::ApiVersion, message: "`kos.dev/v1` is not supported", line: 1, help: "`kos.dev/v1alpha1`" },
     Case { name: "wrong kind", edits: &[("kind: Cluster", "kind: Machine")],

@@ -206,6 +206,16 @@ mod tests {
             "{t:?}"
         );
         assert_eq!(tags(&spec()).len(), 2);
+        // With `kos-cluster`, `kos-id` and kos-lifecycle's `kos-enc`, a control plane carries
+        // names::KOS_SERVER_TAGS_MAX of kos's tags; the user's `metadata.tags` get the rest of
+        // Nova's 50, and every record key is one the user may not write.
+        assert_eq!(2 + t.len() + 1, crate::names::KOS_SERVER_TAGS_MAX);
+        for tag in &t {
+            assert!(
+                crate::names::Tag::new(tag).is_err(),
+                "{tag} is not reserved"
+            );
+        }
         let mut want = cp.cluster.clone().expect("a control plane's record");
         assert!(cluster_changes(&t, &want).is_empty());
         want.cni = "cilium".into();

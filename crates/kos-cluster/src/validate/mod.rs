@@ -97,7 +97,7 @@ fn metadata(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<(Spanned<ClusterName>, Vec
     let name = m.req(cx, "name", |cx, f| {
         name_value(cx, f, ClusterName::new, "cluster name", CLUSTER_NAME_MAX)
     });
-    let tags = m.or(cx, "tags", Vec::new(), |cx, f| list(cx, f, tag));
+    let tags = m.or(cx, "tags", Vec::new(), tags);
     Some((name?, tags?))
 }
 
@@ -144,9 +144,38 @@ fn suggest_label(s: &str, max: usize) -> Option<String> {
     names::check_dns_label(&fixed, max).ok().map(|()| fixed)
 }
 
+/// `metadata.tags`: each a tag Nova keeps, and no more than a server has room for beside kos's own
+/// (Nova refuses a server with more than 50; known here, it must not first fail at a create).
+fn tags(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Vec<Tag>> {
+    let read = list(cx, f, tag);
+    if let Value::Seq(items) = &f.node.value
+        && items.len() > names::USER_TAGS_MAX
+    {
+        return f.invalid(
+            cx,
+            Code::Tag,
+            format!(
+                "{} tags; the limit is {}",
+                items.len(),
+                names::USER_TAGS_MAX
+            ),
+            "too many tags",
+            format!(
+                "every server carries these tags, and Nova keeps at most {} on a server, of which \
+                 kos uses up to {} itself; keep at most {}",
+                names::NOVA_TAGS_PER_SERVER,
+                names::KOS_SERVER_TAGS_MAX,
+                names::USER_TAGS_MAX
+            ),
+        );
+    }
+    read
+}
+
 fn tag(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<Tag> {
     let s = scalar(cx, f)?;
-    let help = "Nova tags are at most 60 characters without `/` or `,`; `kos-cluster=` and `kos-id=` are kos's own";
+    let help = "Nova tags are at most 60 characters without `/` or `,`; keys starting `kos-` \
+                (`kos-cluster=`, `kos-id=`, `kos-k8s=`, …) are kos's own";
     f.check(
         cx,
         Tag::new(&s.value),
