@@ -193,6 +193,20 @@ macro_rules! overlap {
     };
 }
 
+/// CEL (a pool's rule): its name's length is not one the schema allows, which the schema reports.
+macro_rules! pool_name_sized {
+    () => {
+        "(self.name.size() < 1 || self.name.size() > 20)"
+    };
+}
+
+/// CEL (a tag's rule): the tag is empty or too long, which an earlier rule reports.
+macro_rules! tag_sized {
+    () => {
+        "(self.size() < 1 || self.size() > 60)"
+    };
+}
+
 /// Every rule of `kos plan` the CRD carries. The ones it cannot carry are listed in
 /// docs/operator.md: they need the cloud or kos's pinned manifests, are warnings, or read a value
 /// the schema leaves untyped (`ccm`, `csi`, `image`, taints: CEL cannot see those).
@@ -260,6 +274,37 @@ pub const RULES: &[Rule] = &[
         ": 'server groups of pools named `' + self.name.substring(7) + '-<n>` (`sgroup-' + self.name.substring(7) + '-0`…)'))",
     ))
     .field(".name"),
+    // A pool name is a DNS label (kos-cluster `check_dns_label`); the schema holds its length to
+    // 1–20, these name the first rule it breaks in kos's order and words: an uppercase letter, a
+    // character outside `[a-z0-9-]`, a bad first or last character.
+    rule(
+        "spec.nodePools[]",
+        concat!(pool_name_sized!(), " || !self.name.matches('[A-Z]')"),
+    )
+    .message_expression(
+        "'`' + self.name + '` contains the uppercase letter `' + self.name.find('[A-Z]') + '`; DNS names are lowercase'",
+    )
+    .field(".name"),
+    rule(
+        "spec.nodePools[]",
+        concat!(pool_name_sized!(), " || self.name.matches('[A-Z]') || self.name.matches('^[a-z0-9-]*$')"),
+    )
+    .message_expression(
+        "'`' + self.name + '` contains `' + self.name.find('[^a-z0-9-]') + '`, which is not allowed here'",
+    )
+    .field(".name"),
+    rule(
+        "spec.nodePools[]",
+        concat!(pool_name_sized!(), " || !self.name.matches('^[a-z0-9-]*$') || self.name.matches('^[a-z0-9]')"),
+    )
+    .message_expression("'`' + self.name + '` must start with a letter or digit'")
+    .field(".name"),
+    rule(
+        "spec.nodePools[]",
+        concat!(pool_name_sized!(), " || !self.name.matches('^[a-z0-9-]*$') || self.name.matches('[a-z0-9]$')"),
+    )
+    .message_expression("'`' + self.name + '` must end with a letter or digit'")
+    .field(".name"),
     rule(
         "spec.nodePools[]",
         "!has(self.maxUnavailable) || self.maxUnavailable != 0 || (has(self.maxSurge) && self.maxSurge != 0)",
@@ -278,6 +323,29 @@ pub const RULES: &[Rule] = &[
     )
     .message_expression("'`' + self.sha256 + '` is not a sha256 (64 lowercase hex digits)'")
     .field(".sha256"),
+    // The extra tags (a cluster document's `metadata.tags`, kos-cluster `check_nova_tag`), in
+    // kos's order: empty or longer than Nova's 60, a `/` or `,`, a key of kos's (`kos-…=`); and no
+    // more than a server holds beside kos's own (names::USER_TAGS_MAX).
+    rule("spec.tags", "self.size() <= 39")
+        .message_expression("string(self.size()) + ' tags; the limit is 39'"),
+    rule("spec.tags[]", "self.size() > 0").message("tag `` is empty"),
+    rule("spec.tags[]", "self.size() <= 60").message_expression(
+        "'tag `' + self + '` is ' + string(self.size()) + ' characters long; the limit is 60'",
+    ),
+    rule(
+        "spec.tags[]",
+        concat!(tag_sized!(), " || !self.matches('[/,]')"),
+    )
+    .message_expression(
+        "'tag `' + self + '` contains `' + self.find('[/,]') + '`, which is not allowed here'",
+    ),
+    rule(
+        "spec.tags[]",
+        concat!(tag_sized!(), " || self.matches('[/,]') || !self.matches('^kos-[^=]*=')"),
+    )
+    .message_expression(
+        "'tag `' + self + '` uses the key `' + self.substring(0, self.indexOf('=')) + '`, which kos sets itself'",
+    ),
     rule("spec.proxy", "has(self.http) || has(self.https)")
         .message("a proxy needs `http` or `https`"),
     // The cluster ranges' sizes and overlaps, on ranges kos reads (IPv4 network addresses; others
@@ -375,6 +443,10 @@ pub const RULES: &[Rule] = &[
 /// and the ranges the CIDR rules parse several times are bounded (64 characters hold any CIDR).
 const BOUNDS: &[(&str, &str, u64)] = &[
     ("spec.nodePools", "maxItems", 100),
+    // Nova keeps at most 50 tags on a server (kos refuses more than 39 with its own message); a
+    // Neutron tag is at most 255 characters (kos refuses more than 60 with its own).
+    ("spec.tags", "maxItems", 50),
+    ("spec.tags[]", "maxLength", 255),
     ("spec.network.create.cidr", "maxLength", 64),
     ("spec.network.podCIDR", "maxLength", 64),
     ("spec.network.serviceCIDR", "maxLength", 64),

@@ -75,6 +75,30 @@ fn cases() -> Vec<Case> {
             s["nodePools"] = json!([pool("sgroup-web")]);
         }),
         case(
+            "a pool name with an uppercase letter",
+            "spec.nodePools[0].name",
+            |s| {
+                s["nodePools"] = json!([pool("Web")]);
+            },
+        ),
+        case("a pool name with a `_`", "spec.nodePools[0].name", |s| {
+            s["nodePools"] = json!([pool("web_1")]);
+        }),
+        case(
+            "a pool name starting with `-`",
+            "spec.nodePools[1].name",
+            |s| {
+                s["nodePools"] = json!([pool("web"), pool("-db")]);
+            },
+        ),
+        case(
+            "a pool name ending with `-`",
+            "spec.nodePools[0].name",
+            |s| {
+                s["nodePools"] = json!([pool("web-")]);
+            },
+        ),
+        case(
             "a pool that can never replace a node",
             "spec.nodePools[0].maxUnavailable",
             |s| s["nodePools"][0]["maxUnavailable"] = json!(0),
@@ -308,4 +332,89 @@ async fn the_crd_refuses_a_name_kos_refuses_with_its_message() {
         .patch(name, &apply, &Patch::Apply(&object(name)))
         .await
         .expect("a name of 20 characters");
+}
+
+/// The extra tags (`metadata.tags` in a cluster document, `spec.tags` in a Cluster) are refused at
+/// apply time as `kos plan` refuses them, with its message: the server reports the Cluster's field.
+#[tokio::test]
+async fn the_crd_refuses_tags_kos_refuses_with_its_message() {
+    let (_fake, clusters) = with_the_crd().await;
+    let apply = PatchParams::apply("test");
+    let base = support::example("minimal.yaml");
+    let many: Vec<String> = (0..=kos_cluster::names::USER_TAGS_MAX)
+        .map(|i| format!("t{i}"))
+        .collect();
+    let cases: Vec<(Value, &str, &str, &str)> = vec![
+        (json!([""]), "metadata.tags[0]", "spec.tags[0]", "string"),
+        (
+            json!(["x".repeat(61)]),
+            "metadata.tags[0]",
+            "spec.tags[0]",
+            "string",
+        ),
+        (
+            json!(["team", "team=a,b"]),
+            "metadata.tags[1]",
+            "spec.tags[1]",
+            "string",
+        ),
+        (json!(["a/b"]), "metadata.tags[0]", "spec.tags[0]", "string"),
+        (
+            json!(["kos-cluster=other"]),
+            "metadata.tags[0]",
+            "spec.tags[0]",
+            "string",
+        ),
+        (
+            json!(["kos-node=0123456789abcdef"]),
+            "metadata.tags[0]",
+            "spec.tags[0]",
+            "string",
+        ),
+        (json!(many), "metadata.tags", "spec.tags", "array"),
+    ];
+    let mut failures = Vec::new();
+    for (tags, field, server_field, shown) in cases {
+        let mut doc = base.clone();
+        doc["metadata"]["tags"] = tags.clone();
+        let messages = match kos_messages(&doc, field) {
+            Ok(m) => m,
+            Err(e) => {
+                failures.push(format!("{tags}: {e}"));
+                continue;
+            }
+        };
+        let mut obj = json!({
+            "apiVersion": "kos.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": "refused"},
+            "spec": base["spec"],
+        });
+        obj["spec"]["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+        obj["spec"]["tags"] = tags.clone();
+        let wants: Vec<String> = messages
+            .iter()
+            .map(|m| format!("{server_field}: Invalid value: \"{shown}\": {m}"))
+            .collect();
+        match clusters.patch("refused", &apply, &Patch::Apply(&obj)).await {
+            Err(kube::Error::Api(e))
+                if e.code == 422 && wants.iter().any(|w| e.message.contains(w)) => {}
+            other => failures.push(format!("{tags}: want one of {wants:?}, got {other:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    // Tags kos takes are taken.
+    let mut obj = json!({
+        "apiVersion": "kos.dev/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "tagged"},
+        "spec": base["spec"],
+    });
+    obj["spec"]["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+    obj["spec"]["tags"] = json!(&many[1..]);
+    obj["spec"]["tags"][0] = json!("team=kos-x");
+    clusters
+        .patch("tagged", &apply, &Patch::Apply(&obj))
+        .await
+        .expect("39 tags kos takes");
 }

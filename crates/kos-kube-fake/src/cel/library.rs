@@ -1,13 +1,14 @@
 //! The Kubernetes CEL library functions (k8s.io/apiserver/pkg/cel/library) the fake implements:
-//! the `net.CIDR` library (`cidr.go`) and the part of the `net.IP` one (`ip.go`) it leans on. Both
-//! are in the base environment of every minor kos supports (since 1.31). Their behaviour follows
-//! upstream's code, quirks included (`containsCIDR` compares the other range's address under this
-//! range's length, unmasked).
+//! the `net.CIDR` library (`cidr.go`), the part of the `net.IP` one (`ip.go`) it leans on, and the
+//! regex library (`regex.go`: `find`, `findAll`). All are in the base environment of every minor
+//! kos supports (since 1.31; the regex library since 1.24). Their behaviour follows upstream's
+//! code, quirks included (`containsCIDR` compares the other range's address under this range's
+//! length, unmasked).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use cel::extractors::This;
+use cel::extractors::{Arguments, This};
 use cel::objects::Opaque;
 use cel::{Context, ExecutionError, Value};
 use ipnet::IpNet;
@@ -23,6 +24,8 @@ pub const FUNCTIONS: &[&str] = &[
     "masked",
     "prefixLength",
     "family",
+    "find",
+    "findAll",
 ];
 
 /// Adds the library's functions to an evaluation's context.
@@ -37,6 +40,8 @@ pub fn register(cx: &mut Context<'_, '_>) {
         cx.add_function("masked", masked),
         cx.add_function("prefixLength", prefix_length),
         cx.add_function("family", family),
+        cx.add_function("find", find),
+        cx.add_function("findAll", find_all),
     ];
     // Only a name the standard library declares conflicts, and none of these is one.
     for e in added.into_iter().filter_map(Result::err) {
@@ -200,6 +205,41 @@ fn family(This(this): This<Arc<dyn Opaque>>) -> Result<i64, ExecutionError> {
     }
 }
 
+/// Go's `regexp.Compile` as upstream's regex library reports its failure. The `regex` crate reads
+/// RE2's syntax (both refuse backreferences and lookaround).
+fn regex(pattern: &str, function: &str) -> Result<regex::Regex, ExecutionError> {
+    regex::Regex::new(pattern).map_err(|e| err(function, format!("Illegal regex: {e}")))
+}
+
+/// `<string>.find(<regex>)`: the first match, `""` when there is none.
+fn find(This(s): This<Arc<String>>, pattern: Arc<String>) -> Result<Value, ExecutionError> {
+    let re = regex(&pattern, "find")?;
+    let found = re.find(&s).map_or("", |m| m.as_str());
+    Ok(Value::String(Arc::new(found.to_owned())))
+}
+
+/// `<string>.findAll(<regex>)` and `<string>.findAll(<regex>, <limit>)`: every match, or the
+/// first `limit` (Go's `FindAllString`: a negative limit is no limit, 0 gives none).
+fn find_all(
+    This(s): This<Arc<String>>,
+    Arguments(args): Arguments,
+) -> Result<Value, ExecutionError> {
+    let (pattern, limit) = match args.as_slice() {
+        [Value::String(p)] => (p, -1),
+        [Value::String(p), Value::Int(n)] => (p, *n),
+        _ => return Err(ExecutionError::no_such_overload("findAll", vec![])),
+    };
+    let re = regex(pattern, "findAll")?;
+    let all = re
+        .find_iter(&s)
+        .map(|m| Value::String(Arc::new(m.as_str().to_owned())));
+    let found: Vec<Value> = match usize::try_from(limit) {
+        Ok(n) => all.take(n).collect(),
+        Err(_) => all.collect(),
+    };
+    Ok(Value::List(Arc::new(found)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +368,56 @@ mod tests {
             assert_eq!(eval(expr), Ok(want), "{expr}");
         }
         for bad in ["cidr('192.168.0.0/')", "cidr('2001:db8::/')", "ip('1.2.3')"] {
+            assert!(eval(bad).is_err(), "{bad}");
+        }
+    }
+    /// Upstream's `regex.go`: the first match or `""`, every match or the first `limit`, an
+    /// illegal pattern an error.
+    #[test]
+    fn regex_functions_give_upstreams_values() {
+        let strings = |v: &[&str]| -> Value {
+            Value::List(Arc::new(
+                v.iter()
+                    .map(|s| Value::String(Arc::new((*s).to_owned())))
+                    .collect(),
+            ))
+        };
+        for (expr, want) in [
+            (
+                "'abc 123'.find('[0-9]+')",
+                Value::String(Arc::new("123".into())),
+            ),
+            (
+                "'abc 123'.find('[0-9]*')",
+                Value::String(Arc::new(String::new())),
+            ),
+            (
+                "'abc'.find('[0-9]+')",
+                Value::String(Arc::new(String::new())),
+            ),
+            (
+                "'Web_1'.find('[^a-z0-9-]')",
+                Value::String(Arc::new("W".into())),
+            ),
+            ("'123 abc 456'.findAll('[0-9]+')", strings(&["123", "456"])),
+            ("'123 abc 456'.findAll('[0-9]+', 1)", strings(&["123"])),
+            ("'123 abc 456'.findAll('[0-9]+', 0)", strings(&[])),
+            (
+                "'123 abc 456'.findAll('[0-9]+', -1)",
+                strings(&["123", "456"]),
+            ),
+            (
+                "'abc 123'.findAll('[0-9]*')",
+                strings(&["", "", "", "", "123"]),
+            ),
+        ] {
+            assert_eq!(eval(expr), Ok(want), "{expr}");
+        }
+        for bad in [
+            "'abc'.find('[')",
+            "'abc'.findAll('(')",
+            "'abc'.findAll('a', 'b')",
+        ] {
             assert!(eval(bad).is_err(), "{bad}");
         }
     }
