@@ -685,14 +685,17 @@ fn node(schema: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Ve
                 if path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
                     continue;
                 }
-                let Some(s) = props.and_then(|p| p.get(k)).or(extra) else {
+                let declared = props.and_then(|p| p.get(k));
+                let Some(s) = declared.or(extra) else {
                     continue;
                 };
                 let child_old = old.and_then(|o| o.get(k));
-                let child_path = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
+                // A property is a child (`a.b`), a map's entry a key (`a[b]`): apiextensions'
+                // `fldPath.Child(k)` and `fldPath.Key(k)`.
+                let child_path = match (declared.is_some(), path.is_empty()) {
+                    (true, true) => k.clone(),
+                    (true, false) => format!("{path}.{k}"),
+                    (false, _) => format!("{path}[{k}]"),
                 };
                 node(s, child, child_old, &child_path, out);
             }
@@ -928,6 +931,26 @@ mod tests {
                 ("spec.a".into(), "Required value: a please".into()),
                 ("spec".into(), "Forbidden: no b".into()),
             ]
+        );
+    }
+
+    /// A map's entry is reported at `map[key]` (apiextensions' `fldPath.Key`), a property at
+    /// `object.property` (this once reported the entry at `labels.x`).
+    #[test]
+    fn a_maps_entry_is_reported_at_its_key() {
+        let s = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "labels": {"type": "object", "maxProperties": 8, "additionalProperties": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "self.size() <= 3", "message": "too long"}]}}}}}});
+        assert_eq!(
+            fields(&check(
+                &s,
+                &json!({"spec": {"labels": {"a/b": "long", "c": "ok"}}}),
+                None
+            )),
+            [(
+                "spec.labels[a/b]".into(),
+                "Invalid value: \"string\": too long".into()
+            )]
         );
     }
 
