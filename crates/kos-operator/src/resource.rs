@@ -207,6 +207,14 @@ macro_rules! tag_sized {
     };
 }
 
+/// CEL (a label value's rule): the value is empty (which is allowed) or too long (which an
+/// earlier rule reports).
+macro_rules! label_value_sized {
+    () => {
+        "(self.size() == 0 || self.size() > 63)"
+    };
+}
+
 /// Every rule of `kos plan` the CRD carries. The ones it cannot carry are listed in
 /// docs/operator.md: they need the cloud or kos's pinned manifests, are warnings, or read a value
 /// the schema leaves untyped (`ccm`, `csi`, `image`, taints: CEL cannot see those).
@@ -305,6 +313,30 @@ pub const RULES: &[Rule] = &[
     )
     .message_expression("'`' + self.name + '` must end with a letter or digit'")
     .field(".name"),
+    // A label's value (kos-cluster `check_label_value`): empty, or at most 63 of `[A-Za-z0-9._-]`
+    // with a letter or digit at both ends, the first rule broken named. Keys stay `kos plan`'s:
+    // a schema cannot bound a map key's length, and a rule reading keys would be over the
+    // server's cost budget.
+    rule("spec.nodePools[].labels{}", "self.size() <= 63").message_expression(
+        "'label value `' + self + '` is ' + string(self.size()) + ' characters long; the limit is 63'",
+    ),
+    rule(
+        "spec.nodePools[].labels{}",
+        concat!(label_value_sized!(), " || self.matches('^[A-Za-z0-9._-]*$')"),
+    )
+    .message_expression(
+        "'label value `' + self + '` contains `' + self.find('[^A-Za-z0-9._-]') + '`, which is not allowed here'",
+    ),
+    rule(
+        "spec.nodePools[].labels{}",
+        concat!(label_value_sized!(), " || !self.matches('^[A-Za-z0-9._-]*$') || self.matches('^[A-Za-z0-9]')"),
+    )
+    .message_expression("'label value `' + self + '` must start with a letter or digit'"),
+    rule(
+        "spec.nodePools[].labels{}",
+        concat!(label_value_sized!(), " || !self.matches('^[A-Za-z0-9._-]*$') || self.matches('[A-Za-z0-9]$')"),
+    )
+    .message_expression("'label value `' + self + '` must end with a letter or digit'"),
     rule(
         "spec.nodePools[]",
         "!has(self.maxUnavailable) || self.maxUnavailable != 0 || (has(self.maxSurge) && self.maxSurge != 0)",
@@ -447,6 +479,9 @@ const BOUNDS: &[(&str, &str, u64)] = &[
     // Neutron tag is at most 255 characters (kos refuses more than 60 with its own).
     ("spec.tags", "maxItems", 50),
     ("spec.tags[]", "maxLength", 255),
+    // A pool's labels: every value's rules run once per label.
+    ("spec.nodePools[].labels", "maxProperties", 64),
+    ("spec.nodePools[].labels{}", "maxLength", 255),
     ("spec.network.create.cidr", "maxLength", 64),
     ("spec.network.podCIDR", "maxLength", 64),
     ("spec.network.serviceCIDR", "maxLength", 64),
@@ -503,17 +538,22 @@ pub fn crd() -> CustomResourceDefinition {
     crd
 }
 
-/// The schema node at a rule's place (`spec.nodePools[]`; `` the root).
+/// The schema node at a rule's place (`spec.nodePools[]` a list's items, `labels{}` a map's
+/// values; `` the root).
 fn schema_at<'a>(root: &'a mut serde_json::Value, at: &str) -> Option<&'a mut serde_json::Value> {
     let mut node = root;
     if at.is_empty() {
         return Some(node);
     }
     for part in at.split('.') {
-        let (name, items) = part.strip_suffix("[]").map_or((part, false), |n| (n, true));
+        let (name, inner) = match (part.strip_suffix("[]"), part.strip_suffix("{}")) {
+            (Some(n), _) => (n, Some("items")),
+            (_, Some(n)) => (n, Some("additionalProperties")),
+            _ => (part, None),
+        };
         node = node.get_mut("properties")?.get_mut(name)?;
-        if items {
-            node = node.get_mut("items")?;
+        if let Some(inner) = inner {
+            node = node.get_mut(inner)?;
         }
     }
     Some(node)

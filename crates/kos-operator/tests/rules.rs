@@ -15,9 +15,10 @@ struct Case {
     edit: fn(&mut Value),
     /// Where `kos plan` reports it.
     field: &'static str,
-    /// Where the API server reports it, when a rule cannot point where kos does (a list's
-    /// rule is reported at the list, kos names the item).
-    server_field: Option<&'static str>,
+    /// Where the API server reports it and the type it shows, when a rule cannot point where
+    /// kos does (a list's rule is reported at the list, kos names the item; a map's entry is
+    /// `map[key]`, kos writes `map.key`).
+    server_field: Option<(&'static str, &'static str)>,
 }
 
 fn case(why: &'static str, field: &'static str, edit: fn(&mut Value)) -> Case {
@@ -57,7 +58,7 @@ fn cases() -> Vec<Case> {
             s["network"] = json!({"podCIDR": "10.244.0.0/16"});
         }),
         Case {
-            server_field: Some("spec.nodePools"),
+            server_field: Some(("spec.nodePools", "array")),
             ..case("two pools of one name", "spec.nodePools[1].name", |s| {
                 s["nodePools"] = json!([pool("web"), pool("web")]);
             })
@@ -98,6 +99,44 @@ fn cases() -> Vec<Case> {
                 s["nodePools"] = json!([pool("web-")]);
             },
         ),
+        Case {
+            server_field: Some(("spec.nodePools[0].labels[tier]", "string")),
+            ..case(
+                "a label value with a space",
+                "spec.nodePools[0].labels.tier",
+                |s| {
+                    s["nodePools"][0]["labels"] = json!({"tier": "front end"});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.nodePools[0].labels[example.com/tier]", "string")),
+            ..case(
+                "a label value too long",
+                "spec.nodePools[0].labels.example.com/tier",
+                |s| s["nodePools"][0]["labels"] = json!({"example.com/tier": "x".repeat(64)}),
+            )
+        },
+        Case {
+            server_field: Some(("spec.nodePools[0].labels[b]", "string")),
+            ..case(
+                "a label value starting with `.`",
+                "spec.nodePools[0].labels.b",
+                |s| {
+                    s["nodePools"][0]["labels"] = json!({"a": "", "b": ".x"});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.nodePools[0].labels[tier]", "string")),
+            ..case(
+                "a label value ending with `_`",
+                "spec.nodePools[0].labels.tier",
+                |s| {
+                    s["nodePools"][0]["labels"] = json!({"tier": "web_"});
+                },
+            )
+        },
         case(
             "a pool that can never replace a node",
             "spec.nodePools[0].maxUnavailable",
@@ -245,7 +284,7 @@ async fn the_crd_refuses_what_kos_plan_refuses_with_its_message() {
         let wants: Vec<String> = messages
             .iter()
             .map(|m| match c.server_field {
-                Some(f) => format!("{f}: Invalid value: \"array\": {m}"),
+                Some((f, shown)) => format!("{f}: Invalid value: \"{shown}\": {m}"),
                 None => format!("{}: Invalid value: \"object\": {m}", c.field),
             })
             .collect();
