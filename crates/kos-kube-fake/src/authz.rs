@@ -349,41 +349,74 @@ pub fn authorize(store: &Store, user: &User, info: &RequestInfo) -> Result<Strin
     Err(forbidden_because(user, info, &node_reason))
 }
 
+/// The RBAC objects as the authorizer reads them, parsed once per write to a role or binding
+/// ([`Store::rbac_view`]) instead of on every request: each binding in the store's order (by
+/// namespace, then name) with the rules of the role it refers to at that time (none when that role
+/// does not exist, as in RBAC).
+#[derive(Debug, Default)]
+pub struct RbacView {
+    cluster: Vec<(ClusterRoleBinding, Vec<PolicyRule>)>,
+    namespaced: std::collections::BTreeMap<String, Vec<(RoleBinding, Vec<PolicyRule>)>>,
+}
+
+impl RbacView {
+    pub(crate) fn build(store: &Store) -> RbacView {
+        let cluster = all::<ClusterRoleBinding>(store, "clusterrolebindings", None)
+            .into_iter()
+            .filter(|b| b.role_ref.kind == "ClusterRole")
+            .map(|b| {
+                let rules = role_rules(store, "ClusterRole", "", &b.role_ref.name);
+                (b, rules)
+            })
+            .collect();
+        let mut namespaced: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+        for b in all::<RoleBinding>(store, "rolebindings", None) {
+            let ns = b.metadata.namespace.clone().unwrap_or_default();
+            let rules = role_rules(store, &b.role_ref.kind, &ns, &b.role_ref.name);
+            namespaced.entry(ns).or_default().push((b, rules));
+        }
+        RbacView {
+            cluster,
+            namespaced,
+        }
+    }
+}
+
 /// The RBAC authorizer: why it allows, or `None`.
 fn rbac(store: &Store, user: &User, info: &RequestInfo) -> Option<String> {
-    for b in all::<ClusterRoleBinding>(store, "clusterrolebindings", None) {
+    let view = store.rbac_view();
+    for (b, rules) in &view.cluster {
         let subjects = b.subjects.as_deref().unwrap_or_default();
-        if b.role_ref.kind != "ClusterRole" || !subjects.iter().any(|s| applies_to(s, user, "")) {
+        if !subjects.iter().any(|s| applies_to(s, user, "")) {
             continue;
         }
-        let rules = role_rules(store, "ClusterRole", "", &b.role_ref.name);
         if rules.iter().any(|r| rule_allows(info, r)) {
             return Some(format!(
                 "RBAC: allowed by ClusterRoleBinding \"{}\" of ClusterRole \"{}\"",
-                b.metadata.name.unwrap_or_default(),
+                b.metadata.name.as_deref().unwrap_or_default(),
                 b.role_ref.name
             ));
         }
     }
-    if !info.namespace.is_empty() {
-        for b in all::<RoleBinding>(store, "rolebindings", Some(&info.namespace)) {
-            let subjects = b.subjects.as_deref().unwrap_or_default();
-            if !subjects
-                .iter()
-                .any(|s| applies_to(s, user, &info.namespace))
-            {
-                continue;
-            }
-            let rules = role_rules(store, &b.role_ref.kind, &info.namespace, &b.role_ref.name);
-            if rules.iter().any(|r| rule_allows(info, r)) {
-                return Some(format!(
-                    "RBAC: allowed by RoleBinding \"{}/{}\" of {} \"{}\"",
-                    info.namespace,
-                    b.metadata.name.unwrap_or_default(),
-                    b.role_ref.kind,
-                    b.role_ref.name
-                ));
-            }
+    if info.namespace.is_empty() {
+        return None;
+    }
+    for (b, rules) in view.namespaced.get(&info.namespace).into_iter().flatten() {
+        let subjects = b.subjects.as_deref().unwrap_or_default();
+        if !subjects
+            .iter()
+            .any(|s| applies_to(s, user, &info.namespace))
+        {
+            continue;
+        }
+        if rules.iter().any(|r| rule_allows(info, r)) {
+            return Some(format!(
+                "RBAC: allowed by RoleBinding \"{}/{}\" of {} \"{}\"",
+                info.namespace,
+                b.metadata.name.as_deref().unwrap_or_default(),
+                b.role_ref.kind,
+                b.role_ref.name
+            ));
         }
     }
     None

@@ -50,6 +50,51 @@ struct Stored {
     owners: Ownership,
 }
 
+impl Key {
+    /// Every key of type `res`, in the map's order (type, namespace, name).
+    fn of_type(res: usize) -> std::ops::Range<Key> {
+        let at = |res| Key {
+            res,
+            ns: String::new(),
+            name: String::new(),
+        };
+        at(res)..at(res + 1)
+    }
+}
+
+/// The stored objects, and a count of the writes to each type. Every insert and remove goes
+/// through here (the map is read through `Deref` only), so what is built from one type's objects
+/// (the RBAC authorizer's view) knows when it is stale.
+#[derive(Debug, Default)]
+struct Objects {
+    map: BTreeMap<Key, Stored>,
+    writes: BTreeMap<usize, u64>,
+}
+
+impl std::ops::Deref for Objects {
+    type Target = BTreeMap<Key, Stored>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl Objects {
+    fn insert(&mut self, key: Key, stored: Stored) -> Option<Stored> {
+        *self.writes.entry(key.res).or_default() += 1;
+        self.map.insert(key, stored)
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<Stored> {
+        *self.writes.entry(key.res).or_default() += 1;
+        self.map.remove(key)
+    }
+
+    /// How many writes type `res` has seen.
+    fn writes(&self, res: usize) -> u64 {
+        self.writes.get(&res).copied().unwrap_or_default()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ChangeKind {
     Added,
@@ -125,7 +170,9 @@ impl Scope {
 #[derive(Debug)]
 pub(crate) struct Store {
     pub types: Vec<ResourceType>,
-    objects: BTreeMap<Key, Stored>,
+    objects: Objects,
+    /// [`Store::rbac_view`]'s last view and the RBAC writes it was built after.
+    rbac_view: std::sync::Mutex<Option<(u64, std::sync::Arc<crate::authz::RbacView>)>>,
     rv: u64,
     log: VecDeque<Change>,
     history: usize,
@@ -225,7 +272,8 @@ impl Store {
     pub fn new(types: Vec<ResourceType>, history: usize, service_cidr: Ipv4Net) -> Store {
         Store {
             types,
-            objects: BTreeMap::new(),
+            objects: Objects::default(),
+            rbac_view: std::sync::Mutex::new(None),
             // A real cluster never starts at 0; neither should clients assume it does.
             rv: 1000,
             log: VecDeque::new(),
@@ -256,20 +304,9 @@ impl Store {
         let Some(res) = self.secrets() else { return };
         let default = self.encryption.clone();
         let writer = writer.unwrap_or(&default);
-        let range = |res: usize| {
-            Key {
-                res,
-                ns: String::new(),
-                name: String::new(),
-            }..Key {
-                res: res + 1,
-                ns: String::new(),
-                name: String::new(),
-            }
-        };
         let live: Vec<(Key, String, Value)> = self
             .objects
-            .range(range(res))
+            .range(Key::of_type(res))
             .filter_map(|(k, s)| {
                 let rv = meta_str(&s.obj, "resourceVersion").unwrap_or_default();
                 let fresh = self.at_rest.get(k).is_none_or(|(have, _)| have != rv);
@@ -381,6 +418,33 @@ impl Store {
         self.rv
     }
 
+    /// The RBAC authorizer's view of the roles and bindings, built again only after a write to
+    /// one of them (the writes of the four types only grow, so their sum names one state).
+    pub fn rbac_view(&self) -> std::sync::Arc<crate::authz::RbacView> {
+        let writes: u64 = [
+            "clusterroles",
+            "clusterrolebindings",
+            "roles",
+            "rolebindings",
+        ]
+        .iter()
+        .filter_map(|p| self.type_index("rbac.authorization.k8s.io", "v1", p))
+        .map(|r| self.objects.writes(r))
+        .sum();
+        let mut cache = self
+            .rbac_view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, view)) = &*cache
+            && *at == writes
+        {
+            return view.clone();
+        }
+        let view = std::sync::Arc::new(crate::authz::RbacView::build(self));
+        *cache = Some((writes, view.clone()));
+        view
+    }
+
     pub fn type_index(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
         self.types.iter().position(|t| {
             t.is_served() && t.group == group && t.version == version && t.plural == plural
@@ -427,8 +491,8 @@ impl Store {
         fields: &FieldSelector,
     ) -> Vec<Value> {
         self.objects
-            .iter()
-            .filter(|(k, _)| k.res == res && ns.is_none_or(|n| k.ns == n))
+            .range(Key::of_type(res))
+            .filter(|(k, _)| ns.is_none_or(|n| k.ns == n))
             .filter(|(k, _)| fields.single_name().is_none_or(|n| k.name == n))
             .filter(|(_, s)| labels.matches(&s.obj) && fields.matches(&s.obj))
             .map(|(_, s)| s.obj.clone())

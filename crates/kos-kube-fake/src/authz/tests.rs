@@ -503,3 +503,39 @@ fn denials_are_the_apiservers_403() {
         json!({"name": "d", "group": "apps", "kind": "deployments"})
     );
 }
+
+/// The authorizer reads a view of the roles and bindings built once per write to them: every
+/// write of a binding or a role is seen by the next request, as the RBAC authorizer's informers
+/// see it.
+#[test]
+fn every_write_of_a_role_or_binding_is_seen_by_the_next_request() {
+    let mut s = store();
+    let u = user("ann", &[]);
+    let pods = "/api/v1/namespaces/app/pods";
+    let bindings = s
+        .type_index("rbac.authorization.k8s.io", "v1", "rolebindings")
+        .expect("rolebindings");
+    assert!(!can(&s, &u, "GET", pods));
+    role(
+        &mut s,
+        "app",
+        "reader",
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]),
+    );
+    let ann = json!([{"kind": "User", "name": "ann"}]);
+    binding(&mut s, "app", "ann-reads", "Role", "reader", ann.clone());
+    assert!(can(&s, &u, "GET", pods));
+    s.delete(bindings, "app", "ann-reads", &json!({}), false)
+        .expect("delete");
+    assert!(!can(&s, &u, "GET", pods));
+    // A binding to a role that does not exist grants nothing until the role is made.
+    binding(&mut s, "app", "ann-lists", "ClusterRole", "lister", ann);
+    assert!(!can(&s, &u, "GET", pods));
+    cluster_role(
+        &mut s,
+        "lister",
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]),
+    );
+    assert!(can(&s, &u, "GET", pods));
+    assert!(!can(&s, &u, "GET", "/api/v1/namespaces/other/pods"));
+}
