@@ -193,10 +193,16 @@ fn main() -> ExitCode {
             }
         };
     }
+    // kube-client's trace layer logs every failed request at ERROR, twice a second for a
+    // cluster whose API does not answer yet while it is made; the reconcile says what failed
+    // (its status, a WARN line), so those lines stay out unless RUST_LOG asks for them.
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openstack_sdk=warn")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(
+                    "info,openstack_sdk=warn,kube_client::client::builder=off",
+                )
+            }),
         )
         .with_writer(std::io::stderr)
         .init();
