@@ -12,6 +12,7 @@ pub mod rbac;
 pub mod reconcile;
 pub mod resource;
 pub mod run;
+pub mod slots;
 pub mod status;
 pub mod store;
 pub mod transfer;

@@ -20,11 +20,11 @@ use kube::runtime::events::{Event as KubeEvent, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as Finalizing, finalizer};
 use kube::{Resource as _, ResourceExt as _};
 use serde_json::json;
-use tokio::sync::Semaphore;
 
 use crate::events::{Forward, Note};
 use crate::identity::{self, IdentityError};
 use crate::resource::{Cluster, ClusterStatus, FINALIZER, ORPHAN};
+use crate::slots::{Slots, Turn};
 use crate::status::{self, Verdict};
 use crate::store::{CLUSTER_LABEL, SecretRecords};
 
@@ -62,8 +62,8 @@ pub struct Context {
     pub reach: Arc<dyn Reach>,
     pub reporter: Reporter,
     pub settings: Settings,
-    /// One semaphore per cloud project.
-    projects: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// The run slots of each cloud project.
+    projects: Mutex<HashMap<String, Arc<Slots>>>,
     /// The cloud sessions, reused while their identity Secret is unchanged.
     sessions: identity::Sessions,
     /// Which Cluster (namespace, uid) has a cluster name in a cloud project: the cloud knows
@@ -177,13 +177,13 @@ impl Context {
             .remove(&claim.uid);
     }
 
-    fn project(&self, key: String) -> Arc<Semaphore> {
+    fn project(&self, key: String) -> Arc<Slots> {
         let mut map = self
             .projects
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.entry(key)
-            .or_insert_with(|| Arc::new(Semaphore::new(self.settings.per_project.max(1))))
+            .or_insert_with(|| Arc::new(Slots::new(self.settings.per_project)))
             .clone()
     }
 }
@@ -402,12 +402,6 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
     };
     // Boxed: the turn's future is large, and inline it overflowed a worker's stack (debug build).
     let result = Box::pin(async {
-        // Runs against one project share its rate limit: at most `per_project` at once.
-        let permits = ctx.project(project.clone());
-        let _permit = permits
-            .acquire_owned()
-            .await
-            .map_err(|_| ReconcileError::Limiter)?;
         // A resync of a converged Cluster is not news: Progressing says so only for a new generation
         // or after a failure.
         let converged = cluster.status.as_ref().is_some_and(|s| {
@@ -416,6 +410,14 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
                     .iter()
                     .any(|c| c.kind == status::READY && c.status == "True")
         });
+        // Runs against one project share its rate limit: at most `per_project` at once, of which
+        // resyncs of converged Clusters at most half.
+        let turn = if converged { Turn::Resync } else { Turn::Work };
+        let _slot = ctx
+            .project(project.clone())
+            .take(turn)
+            .await
+            .map_err(|_| ReconcileError::Limiter)?;
         if !converged {
             write_status(ctx, cluster, ns, &Verdict::Progressing, None).await?;
         }
@@ -716,9 +718,9 @@ async fn cleanup(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, R
         ctx.release(&project, &name, &claim);
         return Ok(Action::await_change());
     }
-    let permits = ctx.project(project.clone());
-    let _permit = permits
-        .acquire_owned()
+    let _slot = ctx
+        .project(project.clone())
+        .take(Turn::Work)
         .await
         .map_err(|_| ReconcileError::Limiter)?;
     let opts = kos_cluster::teardown::TeardownOptions::default();
