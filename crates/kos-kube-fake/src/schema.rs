@@ -74,6 +74,9 @@ pub fn decode(rt: &ResourceType, obj: &mut Value) -> ApiResult<Vec<String>> {
                     continue;
                 }
                 match props.and_then(|p| p.get(&k)) {
+                    Some(s) if m.get(&k).is_some_and(|v| null_to_drop(v, s)) => {
+                        m.remove(&k);
+                    }
                     Some(s) => {
                         if let Some(v) = m.get_mut(&k) {
                             prune(v, s, &k, &mut unknown);
@@ -221,6 +224,15 @@ fn preserves(schema: &Value) -> bool {
         == Some(true)
 }
 
+/// A `null` where the schema allows none and has no default: apiextensions drops the field or
+/// map entry before validating (`PruneNonNullableNullsWithoutDefaults`), so `labels: {a: null}`
+/// is stored as `labels: {}`, never refused. A list's `null` items are kept (and refused).
+fn null_to_drop(v: &Value, schema: &Value) -> bool {
+    v.is_null()
+        && schema.get("nullable").and_then(Value::as_bool) != Some(true)
+        && schema.get("default").is_none()
+}
+
 /// Structural pruning of a custom resource's field against its schema.
 fn prune(v: &mut Value, schema: &Value, path: &str, unknown: &mut Vec<String>) {
     match v {
@@ -239,6 +251,9 @@ fn prune(v: &mut Value, schema: &Value, path: &str, unknown: &mut Vec<String>) {
                     _ => None,
                 });
                 match sub {
+                    Some(s) if m.get(&key).is_some_and(|x| null_to_drop(x, s)) => {
+                        m.remove(&key);
+                    }
                     Some(s) => {
                         if let Some(x) = m.get_mut(&key) {
                             prune(x, s, &p, unknown);
@@ -643,6 +658,24 @@ mod tests {
             .collect();
         fields.sort();
         assert_eq!(fields, ["spec.colour", "spec.size"]);
+        // A null the schema does not allow is dropped, not refused (a map's entry, a property,
+        // a top-level field); a null in a list is still refused.
+        let mut nulls = json!({"spec": {"size": 1, "colour": null, "labels": {"k": null, "j": "v"}},
+            "list": [null]});
+        let mut with_list = rt.clone();
+        if let Some(c) = with_list.custom.as_mut() {
+            c.schema["properties"]["list"] = json!({"type": "array", "items": {"type": "string"}});
+        }
+        assert!(decode(&with_list, &mut nulls)?.is_empty());
+        assert_eq!(nulls["spec"], json!({"size": 1, "labels": {"j": "v"}}));
+        let causes: Vec<String> = validate_custom(&with_list, &nulls)
+            .into_iter()
+            .map(|c| c.field)
+            .collect();
+        assert_eq!(causes, ["list[0]"]);
+        let mut top = json!({"spec": null});
+        decode(&rt, &mut top)?;
+        assert_eq!(top, json!({}));
         let mut missing = json!({"spec": {}});
         decode(&rt, &mut missing)?;
         let causes = validate_custom(&rt, &missing);
