@@ -8,7 +8,8 @@
 //! - Custom resources are pruned and checked against their CRD version's structural schema:
 //!   `properties`, `additionalProperties`, `items`, `x-kubernetes-preserve-unknown-fields`,
 //!   `x-kubernetes-embedded-resource`, `x-kubernetes-int-or-string`, and `type`, `nullable`,
-//!   `required` and `enum` (422, as apiextensions' validation answers). Bounds
+//!   `required` and `enum` (422, as apiextensions' validation answers); a `null` the schema
+//!   does not allow and has no default for is dropped first, as apiextensions prunes it. Bounds
 //!   (`minimum`, `maxLength`, `pattern`, `maxItems`, …) are checked, formats are not; CEL rules
 //!   are, by [`crate::cel`].
 //!
