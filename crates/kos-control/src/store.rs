@@ -475,6 +475,10 @@ impl<S: SecretStore + ?Sized> kos_lifecycle::rotate::CredentialStore for Credent
         self.0.pending_ccm_credential().map_err(lifecycle)
     }
 
+    fn committed(&self) -> Result<Option<Credential>, kos_lifecycle::rotate::StoreError> {
+        self.0.ccm_credential().map_err(lifecycle)
+    }
+
     fn keep_pending(&self, c: &Credential) -> Result<(), kos_lifecycle::rotate::StoreError> {
         self.0.put_pending_ccm_credential(c).map_err(lifecycle)
     }

@@ -166,6 +166,8 @@ pub enum StoreError {
 pub trait CredentialStore {
     /// A credential made by a rotation that has not finished.
     fn pending(&self) -> Result<Option<Credential>, StoreError>;
+    /// The current credential, as the last [`CredentialStore::commit`] kept it.
+    fn committed(&self) -> Result<Option<Credential>, StoreError>;
     fn keep_pending(&self, c: &Credential) -> Result<(), StoreError>;
     /// The rotation is done: `c` is the current credential, nothing is pending.
     fn commit(&self, c: &Credential) -> Result<(), StoreError>;
@@ -256,8 +258,18 @@ pub async fn rotate(
         .pending()
         .map_err(RotateError::Store)?
         .filter(|p| listed.iter().any(|l| l.id == p.id));
+    // A rotation that stopped after its credential went live and was kept (deleting the old one
+    // failed): only the old one is left to delete, not another credential to roll out.
+    let live_and_kept = match pending {
+        Some(_) => None,
+        None if listed.len() > 1 => store
+            .committed()
+            .map_err(RotateError::Store)?
+            .filter(|c| c.id == in_use && listed.iter().any(|l| l.id == c.id)),
+        None => None,
+    };
     let mut deleted = Vec::new();
-    let target = match pending {
+    let target = match pending.or(live_and_kept) {
         Some(p) => {
             say(&format!("continuing the rotation to {} ({})", p.name, p.id));
             p

@@ -273,6 +273,11 @@ fn an_unfinished_rotation_is_finished_by_running_it_again() {
     assert_eq!(code(&rot), 0, "{}", text(&rot));
     let after = credentials(&sim.base);
     assert_eq!(after.len(), 1, "{after:?}");
+    // The new credential was live and kept: only the old one's deletion was left.
+    assert_eq!(
+        after[0].1, live,
+        "a third credential was made: {both:?} {after:?}"
+    );
     assert_eq!(secret_credential_id(d), after[0].1);
     let up = kos(d, Some(&sim.clouds), &["up", "-f", spec, "--cloud", "sim"]);
     assert_eq!(code(&up), 0, "{}", text(&up));

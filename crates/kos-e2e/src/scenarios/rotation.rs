@@ -206,6 +206,9 @@ impl CredentialStore for Kept {
     fn pending(&self) -> Result<Option<Credential>, StoreError> {
         Ok(self.0.lock().map_err(|_| poisoned_store())?.0.clone())
     }
+    fn committed(&self) -> Result<Option<Credential>, StoreError> {
+        Ok(self.0.lock().map_err(|_| poisoned_store())?.1.clone())
+    }
     fn keep_pending(&self, c: &Credential) -> Result<(), StoreError> {
         self.0.lock().map_err(|_| poisoned_store())?.0 = Some(c.clone());
         Ok(())

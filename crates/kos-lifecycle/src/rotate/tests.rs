@@ -205,6 +205,9 @@ impl CredentialStore for World {
     fn pending(&self) -> Result<Option<Credential>, StoreError> {
         Ok(self.pending.borrow().clone())
     }
+    fn committed(&self) -> Result<Option<Credential>, StoreError> {
+        Ok(self.committed.borrow().clone())
+    }
     fn keep_pending(&self, c: &Credential) -> Result<(), StoreError> {
         self.step()?;
         *self.pending.borrow_mut() = Some(c.clone());
@@ -319,6 +322,7 @@ async fn killed_at_any_step_a_second_run_finishes_it() {
         let w = World::new();
         *w.die_at.borrow_mut() = Some(die);
         let first = run(&w).await;
+        let kept_first = w.committed.borrow().as_ref().map(|c| c.id.clone());
         *w.die_at.borrow_mut() = None;
         let r = run(&w)
             .await
@@ -353,6 +357,11 @@ async fn killed_at_any_step_a_second_run_finishes_it() {
         if first.is_ok() {
             // Killed after everything that matters: the second run rotated once more.
             assert_ne!(r.id, "new-1");
+        } else if kept_first.as_deref() == Some("new-1") {
+            // Killed after the new credential was kept, before the old one went: the second run
+            // only deleted it (no third credential to roll out).
+            assert_eq!(r.id, "new-1", "killed at step {die}");
+            assert_eq!(*w.made.borrow(), 1, "killed at step {die}");
         }
     }
 }
