@@ -1,7 +1,8 @@
 //! The CCM credential's rotation ([`kos_lifecycle::rotate`]) carried out: Keystone through the
 //! session, the cluster through its API with kos's admin certificate, the credential kept in the
-//! cluster's [`SecretStore`]. `kos rotate credential` runs it, and a run once nothing is left to
-//! change when the credential is due ([`when_due`]).
+//! cluster's [`SecretStore`]. `kos rotate credential` runs it, a run once nothing is left to
+//! change when the credential is due ([`when_due`]), and the operator's runs before a turn when a
+//! rotation has not finished or the secret is lost ([`mend`]).
 
 use std::time::Duration;
 
@@ -211,6 +212,52 @@ pub async fn when_due<S: SecretStore + ?Sized>(
     )
     .await
     .map(|_| ())
+}
+
+/// Before a turn, when the run mends the CCM credential itself ([`crate::up::CcmMending::Run`]):
+/// finishes the rotation a stopped run left (two credentials, or a new one kept but not yet
+/// live), or rotates a credential whose secret is kept nowhere while servers use it (a first
+/// control plane made again could not get its cloud.conf). The rotation continues from what
+/// Keystone, the cluster and the store show. Whether it rotated: the turn is then looked at again.
+///
+/// # Errors
+/// [`RotateNowError`].
+pub async fn mend<S: SecretStore + ?Sized>(
+    cloud: Cloud<'_>,
+    store: &S,
+    spec: &ClusterSpec,
+    plan: &Plan,
+    report: &dyn Report,
+) -> Result<bool, RotateNowError> {
+    let pending = store.read(Record::PendingCcmCredential)?.is_some();
+    let stored = store.ccm_credential()?;
+    let why = match rotate::recreate(plan, pending, stored.as_ref().map(|c| c.id.as_str()), false) {
+        Err(rotate::RecreateRefusal::Unfinished) => "has a rotation that has not finished",
+        Ok(rotate::Recreate::LostInUse) => "has its secret kept nowhere while servers use it",
+        Ok(_) | Err(rotate::RecreateRefusal::InUse) => return Ok(false),
+    };
+    let name = spec.name.value.as_str();
+    let credential = plan
+        .actions
+        .iter()
+        .filter(|a| a.kind == Kind::AppCredential)
+        .find_map(|a| a.existing.as_ref())
+        .map_or("", |r| r.name.as_str());
+    report.event(Event::RotationDue {
+        cluster: name,
+        credential,
+        why,
+    });
+    rotate_now(
+        cloud,
+        store,
+        name,
+        spec.addons.credential_lifetime_days(),
+        Duration::from_secs(600),
+        report,
+    )
+    .await?;
+    Ok(true)
 }
 
 /// An RFC 3339 time as Unix seconds.

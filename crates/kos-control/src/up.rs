@@ -80,6 +80,22 @@ pub struct Options {
     pub drain_timeout: std::time::Duration,
     /// Without the cluster's secrets: take over what the cloud shows of it before any server, or not.
     pub leftovers: crate::store::Leftovers,
+    /// Who mends the CCM credential when a rotation has not finished or its secret is kept
+    /// nowhere while servers use it.
+    pub ccm_mending: CcmMending,
+}
+
+/// Who mends the CCM credential when a rotation of it has not finished (a run stopped within it),
+/// or when its secret is kept nowhere while servers use it (so a first control plane made again
+/// could not get its cloud.conf).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CcmMending {
+    /// The user, with `kos rotate credential`: the run refuses (an unfinished rotation) or warns
+    /// (a lost secret). The CLI: its user may keep the secret on another machine.
+    User,
+    /// The run itself rotates the credential before its turn (the rotation continues where the
+    /// stopped one left off). The operator: no one else keeps the cluster's secrets.
+    Run,
 }
 
 /// What a run works with besides the turn: the cloud, where the cluster's secrets are kept, where

@@ -443,6 +443,9 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
             // Another Cluster of this name (another namespace, another operator) or a CLI user may be
             // making what the cloud shows.
             leftovers: kos_control::store::Leftovers::Refuse,
+            // No one else keeps the cluster's secrets: a rotation a killed leader left, or a
+            // credential whose secret is lost, is mended here.
+            ccm_mending: kos_control::up::CcmMending::Run,
         };
         let changed = AtomicBool::new(false);
         let consoles = ctx.consoles(&claim);

@@ -292,6 +292,99 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         .filter(|((_, op), n)| op.ends_with(".list") && **n > 1)
         .collect();
     assert!(lists.is_empty(), "listed more than once: {lists:?}");
+
+    // The CCM credential, mended by the operator itself: no one else keeps the cluster's secrets.
+    // Before, both cases below left the Cluster Degraded for good, asking for `kos rotate
+    // credential`, a CLI command with no files to run on.
+    // 1. Its secret lost from the state Secret while the servers use it: rotated.
+    let first_id = ccm_credentials(&sim).await;
+    assert_eq!(first_id.len(), 1, "{first_id:?}");
+    assert_eq!(
+        stored_credential_id(&secrets).await.as_deref(),
+        Some(first_id[0].as_str())
+    );
+    let mut lost = secrets.get("demo-kos").await.expect("state secret");
+    lost.data
+        .as_mut()
+        .expect("data")
+        .remove("ccm-credential.json");
+    secrets
+        .replace("demo-kos", &PostParams::default(), &lost)
+        .await
+        .expect("lose the credential's secret");
+    reconcile::reconcile(
+        Arc::new(clusters.get("demo").await.expect("get")),
+        ctx.clone(),
+    )
+    .await
+    .expect("mended");
+    let second_id = ccm_credentials(&sim).await;
+    assert_eq!(second_id.len(), 1, "{second_id:?}");
+    assert_ne!(second_id, first_id, "the credential was not rotated");
+    assert_eq!(
+        stored_credential_id(&secrets).await.as_deref(),
+        Some(second_id[0].as_str())
+    );
+    // 2. A rotation stopped after the new credential went live (as by a leader killed there, here
+    // by Keystone refusing the old one's deletion): finished by the next turn.
+    let admin = reqwest::Client::new();
+    let base = sim.base_url();
+    let at = (time::OffsetDateTime::now_utc() - time::Duration::days(1))
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("a time");
+    let r = admin
+        .post(format!(
+            "{base}/_sim/app-credentials/{}/expiry",
+            second_id[0]
+        ))
+        .json(&json!({"expires_at": at}))
+        .send()
+        .await
+        .expect("expire");
+    assert_eq!(r.status().as_u16(), 204);
+    let r = admin
+        .post(format!("{base}/_sim/faults"))
+        .json(&json!({"method": "DELETE", "path": "application_credentials/", "status": 403}))
+        .send()
+        .await
+        .expect("fault");
+    assert_eq!(r.status().as_u16(), 201);
+    let _ = reconcile::reconcile(
+        Arc::new(clusters.get("demo").await.expect("get")),
+        ctx.clone(),
+    )
+    .await;
+    let both = ccm_credentials(&sim).await;
+    assert_eq!(both.len(), 2, "the rotation did not stop midway: {both:?}");
+    let r = admin
+        .delete(format!("{base}/_sim/faults"))
+        .send()
+        .await
+        .expect("faults");
+    assert!(r.status().is_success());
+    reconcile::reconcile(
+        Arc::new(clusters.get("demo").await.expect("get")),
+        ctx.clone(),
+    )
+    .await
+    .expect("finished");
+    let last = ccm_credentials(&sim).await;
+    assert_eq!(last.len(), 1, "{last:?}");
+    assert!(
+        both.contains(&last[0]) && last != second_id,
+        "{both:?} {last:?}"
+    );
+    assert_eq!(
+        stored_credential_id(&secrets).await.as_deref(),
+        Some(last[0].as_str())
+    );
+    let demo = clusters.get("demo").await.expect("get");
+    assert_eq!(
+        condition(&demo, "Ready").map(|r| r.status.as_str()),
+        Some("True"),
+        "{:?}",
+        demo.status
+    );
     let controller = tokio::spawn(
         Controller::new(
             Api::<Cluster>::all(client.clone()),
@@ -334,6 +427,37 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     until(&clusters, "demo", "deleted", |c| c.is_none()).await;
     assert_eq!(tagged(&sim, "demo").await, 0);
     controller.abort();
+}
+
+/// The ids of cluster demo's CCM credentials in the simulated Keystone.
+async fn ccm_credentials(sim: &Sim) -> Vec<String> {
+    let state: Value = reqwest::get(format!("{}/_sim/state", sim.base_url()))
+        .await
+        .expect("state")
+        .json()
+        .await
+        .expect("json");
+    let mut ids: Vec<String> = state["keystone"]["app_creds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| {
+            c["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("kos-demo-ccm"))
+        })
+        .filter_map(|c| c["id"].as_str().map(str::to_owned))
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The id of the CCM credential the state Secret `demo-kos` keeps.
+async fn stored_credential_id(secrets: &Api<Secret>) -> Option<String> {
+    let state = secrets.get("demo-kos").await.expect("state secret");
+    let bytes = state.data?.remove("ccm-credential.json")?;
+    let v: Value = serde_json::from_slice(&bytes.0).expect("json");
+    v["id"].as_str().map(str::to_owned)
 }
 
 /// A reconcile whose identity Secret is unchanged reuses the cloud session (no new token, no

@@ -451,22 +451,37 @@ impl run::Cluster for Up<'_> {
     type Error = UpError;
 
     async fn prepare(&mut self) -> Result<Turn, UpError> {
-        let spec = match self.spec.take() {
-            Some(s) => s,
-            None => self.front.spec().map_err(UpError::Spec)?,
-        };
-        let first = self.first.swap(false, Ordering::Relaxed);
-        prepare(
-            self.env.cloud,
-            self.env.store,
-            self.front,
-            spec,
-            self.renew_before,
-            self.changed(),
-            first,
-            self.env.report,
-        )
-        .await
+        let mut mended = false;
+        loop {
+            let spec = match self.spec.take() {
+                Some(s) => s,
+                None => self.front.spec().map_err(UpError::Spec)?,
+            };
+            let first = self.first.swap(false, Ordering::Relaxed);
+            let turn = prepare(
+                self.env.cloud,
+                self.env.store,
+                self.front,
+                spec,
+                self.renew_before,
+                self.changed(),
+                first,
+                self.env.report,
+            )
+            .await?;
+            // Once: a rotation that leaves the credential still to mend failed, and says so.
+            if mended || self.env.options.ccm_mending != super::CcmMending::Run {
+                return Ok(turn);
+            }
+            let cloud = self.env.cloud;
+            let (store, report) = (self.env.store, self.env.report);
+            mended =
+                crate::rotate::mend(cloud, store, &turn.spec, &turn.decided.plan, report).await?;
+            if !mended {
+                return Ok(turn);
+            }
+            self.set_changed();
+        }
     }
 
     fn repair_held(&self, p: &Turn, group: &str, why: &str) {

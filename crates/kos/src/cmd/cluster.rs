@@ -509,6 +509,8 @@ fn up_options(args: &UpArgs) -> kos_control::up::Options {
         },
         drain_timeout: Duration::from_secs(args.drain_timeout),
         leftovers: kos_control::store::Leftovers::Adopt,
+        // Its user may keep the credential's secret on another machine.
+        ccm_mending: kos_control::up::CcmMending::User,
     }
 }
 
