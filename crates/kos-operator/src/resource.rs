@@ -470,6 +470,40 @@ pub const RULES: &[Rule] = &[
     .field(".podCIDR"),
 ];
 
+/// CEL: a version of kos's form, `1.MINOR.PATCH` with or without a `v` (as kos reads it, spaces
+/// around it allowed), which the rule after the form's reports about.
+const VERSION_FORM: &str =
+    r"self.matches('^\\s*v?(0|[1-9][0-9]*)[.](0|[1-9][0-9]*)[.](0|[1-9][0-9]*)\\s*$')";
+
+/// `kos plan`'s rules for `kubernetesVersion` (kos-cluster `KubernetesVersion::parse`), in its
+/// order: the form, Kubernetes 1.x, a minor of kos's pins table (the CRD is generated with the
+/// table of the binary that prints it, as every run checks against that table too).
+fn version_rules() -> Vec<serde_json::Value> {
+    let minors = kos_cluster::spec::KubernetesVersion::supported_minors();
+    let quoted: Vec<String> = minors.iter().map(|m| format!("'{m}'")).collect();
+    let supported: Vec<String> = minors.iter().map(|m| format!("1.{m}")).collect();
+    vec![
+        serde_json::json!({
+            "rule": VERSION_FORM,
+            "messageExpression": "'`' + self + '` is not a version of the form `1.MINOR.PATCH`'",
+        }),
+        serde_json::json!({
+            "rule": format!("!{VERSION_FORM} || self.find('[0-9]+') == '1'"),
+            "messageExpression": "'`' + self + '` has major version ' + self.find('[0-9]+') + '; Kubernetes releases are 1.x'",
+        }),
+        serde_json::json!({
+            "rule": format!(
+                "!{VERSION_FORM} || self.find('[0-9]+') != '1' || self.findAll('[0-9]+')[1] in [{}]",
+                quoted.join(", ")
+            ),
+            "messageExpression": format!(
+                "'`' + self + '` is outside the supported releases ({})'",
+                supported.join(", ")
+            ),
+        }),
+    ]
+}
+
 /// Bounds the rules' CEL needs: the API server refuses a rule whose estimated cost (which grows
 /// with the lists it iterates and the strings it parses) is too high, so a list a rule walks twice
 /// and the ranges the CIDR rules parse several times are bounded (64 characters hold any CIDR).
@@ -482,13 +516,15 @@ const BOUNDS: &[(&str, &str, u64)] = &[
     // A pool's labels: every value's rules run once per label.
     ("spec.nodePools[].labels", "maxProperties", 64),
     ("spec.nodePools[].labels{}", "maxLength", 255),
+    // A release is a few characters; its rules run regular expressions over it.
+    ("spec.kubernetesVersion", "maxLength", 64),
     ("spec.network.create.cidr", "maxLength", 64),
     ("spec.network.podCIDR", "maxLength", 64),
     ("spec.network.serviceCIDR", "maxLength", 64),
 ];
 
-/// The CustomResourceDefinition: the schema kube-derive generates from the types, with [`RULES`]
-/// and [`BOUNDS`] added where they apply.
+/// The CustomResourceDefinition: the schema kube-derive generates from the types, with [`RULES`],
+/// the version's rules and [`BOUNDS`] added where they apply.
 #[must_use]
 pub fn crd() -> CustomResourceDefinition {
     use kube::CustomResourceExt as _;
@@ -504,25 +540,32 @@ pub fn crd() -> CustomResourceDefinition {
         let Ok(mut root) = serde_json::to_value(&*schema) else {
             continue;
         };
-        for r in RULES {
-            if let Some(node) = schema_at(&mut root, r.at) {
-                let mut v = serde_json::json!({"rule": r.rule});
-                if let Some(m) = r.message {
-                    v["message"] = m.into();
-                }
-                if let Some(m) = r.message_expression {
-                    v["messageExpression"] = m.into();
-                }
-                if let Some(f) = r.field_path {
-                    v["fieldPath"] = f.into();
-                }
-                match node.as_object_mut().map(|o| {
-                    o.entry("x-kubernetes-validations")
-                        .or_insert_with(|| serde_json::json!([]))
-                }) {
-                    Some(serde_json::Value::Array(list)) => list.push(v),
-                    _ => tracing::error!(at = r.at, "CRD schema has no object for a rule"),
-                }
+        let table = RULES.iter().map(|r| {
+            let mut v = serde_json::json!({"rule": r.rule});
+            if let Some(m) = r.message {
+                v["message"] = m.into();
+            }
+            if let Some(m) = r.message_expression {
+                v["messageExpression"] = m.into();
+            }
+            if let Some(f) = r.field_path {
+                v["fieldPath"] = f.into();
+            }
+            (r.at, v)
+        });
+        let versions = version_rules()
+            .into_iter()
+            .map(|v| ("spec.kubernetesVersion", v));
+        for (at, v) in table.chain(versions) {
+            let Some(node) = schema_at(&mut root, at) else {
+                continue;
+            };
+            match node.as_object_mut().map(|o| {
+                o.entry("x-kubernetes-validations")
+                    .or_insert_with(|| serde_json::json!([]))
+            }) {
+                Some(serde_json::Value::Array(list)) => list.push(v),
+                _ => tracing::error!(at, "CRD schema has no object for a rule"),
             }
         }
         for (at, bound, max) in BOUNDS {

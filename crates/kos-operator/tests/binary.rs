@@ -239,16 +239,14 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
     })
     .await;
 
-    // A spec kos refuses that the CRD cannot (a release outside kos's pins): Degraded with kos's
-    // reason, and nothing of it in the cloud.
+    // A spec kos refuses that the CRD cannot (a label key: no rule reads a map's keys): Degraded
+    // with kos's reason, and nothing of it in the cloud.
     let refused = "refused";
-    api.patch(
-        refused,
-        &apply,
-        &Patch::Apply(cluster(refused, "1.30.2", 1)),
-    )
-    .await
-    .expect("apply");
+    let mut bad_label = cluster(refused, "1.36.4", 1);
+    bad_label["spec"]["nodePools"][0]["labels"] = json!({"-tier": "web"});
+    api.patch(refused, &apply, &Patch::Apply(bad_label))
+        .await
+        .expect("apply");
     until(
         &api,
         "the refused spec Degraded",
@@ -258,7 +256,9 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
             cs.iter().any(|c| {
                 c.metadata.name.as_deref() == Some(refused)
                     && condition(c, "Degraded").is_some_and(|(s, m)| {
-                        s == "True" && m.contains("outside the supported releases")
+                        s == "True"
+                            && m.contains("-tier")
+                            && m.contains("must start with a letter or digit")
                     })
             })
         },

@@ -184,7 +184,7 @@ async fn probes_metrics_and_sigterm_hand_the_lease_over() {
     // The leader reconciles: a Cluster whose spec kos refuses needs no cloud.
     let mut spec = support::example("minimal.yaml")["spec"].clone();
     spec["identityRef"] = json!({"name": "cloud", "cloudName": "sim"});
-    spec["kubernetesVersion"] = json!("1.30.2");
+    spec["nodePools"][0]["labels"] = json!({"-tier": "web"});
     let cluster = json!({
         "apiVersion": "kos.dev/v1alpha1",
         "kind": "Cluster",

@@ -142,13 +142,13 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "default");
     let apply = PatchParams::apply("test");
 
-    // A spec kos refuses that the CRD cannot (a release outside kos's pins): Degraded with the
-    // message `kos plan` gives, and nothing in the cloud.
+    // A spec kos refuses that the CRD cannot (a label key: a schema cannot bound a key's length,
+    // so no rule reads keys): Degraded with the message `kos plan` gives, and nothing in the cloud.
     let long = "refused";
-    let mut old_release = example("minimal.yaml")["spec"].clone();
-    old_release["kubernetesVersion"] = "1.30.2".into();
+    let mut bad_label = example("minimal.yaml")["spec"].clone();
+    bad_label["nodePools"][0]["labels"] = json!({"-tier": "web"});
     clusters
-        .patch(long, &apply, &Patch::Apply(cluster(long, &old_release)))
+        .patch(long, &apply, &Patch::Apply(cluster(long, &bad_label)))
         .await
         .expect("apply");
     until(&clusters, long, "Degraded", |c| {
@@ -159,13 +159,13 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
     let refused = clusters.get(long).await.expect("get");
     let degraded = condition(&refused, "Degraded").expect("degraded");
     assert_eq!(degraded.reason, "SpecInvalid");
-    let text = serde_json::to_string(&cluster(long, &old_release)).expect("json");
+    let text = serde_json::to_string(&cluster(long, &bad_label)).expect("json");
     let kos_says = kos_cluster::load("x", &text).expect_err("refused");
     // (kos's reader also refuses the Cluster's own metadata.namespace: not a cluster document's.)
     let first = kos_says
         .errors()
-        .find(|d| d.field == "spec.kubernetesVersion")
-        .expect("the release refused");
+        .find(|d| d.field.starts_with("spec.nodePools[0].labels"))
+        .expect("the label key refused");
     assert!(
         degraded.message.contains(&first.message),
         "{} / {}",

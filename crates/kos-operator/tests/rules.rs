@@ -137,6 +137,32 @@ fn cases() -> Vec<Case> {
                 },
             )
         },
+        Case {
+            server_field: Some(("spec.kubernetesVersion", "string")),
+            ..case(
+                "a release without its patch",
+                "spec.kubernetesVersion",
+                |s| {
+                    s["kubernetesVersion"] = json!("1.36");
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.kubernetesVersion", "string")),
+            ..case("a release of Kubernetes 2", "spec.kubernetesVersion", |s| {
+                s["kubernetesVersion"] = json!("v2.1.0");
+            })
+        },
+        Case {
+            server_field: Some(("spec.kubernetesVersion", "string")),
+            ..case(
+                "a release outside kos's pins",
+                "spec.kubernetesVersion",
+                |s| {
+                    s["kubernetesVersion"] = json!("1.30.2");
+                },
+            )
+        },
         case(
             "a pool that can never replace a node",
             "spec.nodePools[0].maxUnavailable",
@@ -302,6 +328,39 @@ async fn the_crd_refuses_what_kos_plan_refuses_with_its_message() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Every release kos supports passes the version's rules, written as kos takes it (with or
+/// without a `v`).
+#[tokio::test]
+async fn the_crd_takes_every_release_kos_takes() {
+    let (_fake, clusters) = with_the_crd().await;
+    let apply = PatchParams::apply("test");
+    let base = support::example("minimal.yaml");
+    let minors = kos_cluster::spec::KubernetesVersion::supported_minors();
+    assert_eq!(minors.len(), 3, "{minors:?}");
+    for (i, release) in minors
+        .iter()
+        .flat_map(|m| [format!("1.{m}.0"), format!("v1.{m}.12")])
+        .enumerate()
+    {
+        let mut doc = base.clone();
+        doc["spec"]["kubernetesVersion"] = json!(release);
+        let text = serde_saphyr::to_string(&doc).expect("yaml");
+        kos_cluster::load("cluster.yaml", &text).expect("kos takes it");
+        let name = format!("release-{i}");
+        let mut obj = json!({
+            "apiVersion": "kos.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": name},
+            "spec": doc["spec"],
+        });
+        obj["spec"]["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+        clusters
+            .patch(&name, &apply, &Patch::Apply(&obj))
+            .await
+            .unwrap_or_else(|e| panic!("{release}: {e}"));
+    }
 }
 
 /// The pairwise pool-name rule fits the API server's cost budget only because `nodePools` is
