@@ -504,6 +504,50 @@ fn version_rules() -> Vec<serde_json::Value> {
     ]
 }
 
+/// CEL: the nodes the spec asks for, the control planes and every pool's count.
+const NODES: &str =
+    "(self.controlPlane.count + (has(self.nodePools) ? self.nodePools.map(p, p.count).sum() : 0))";
+
+/// `kos plan`'s rules between the ranges and the number of nodes (kos-cluster `check_capacity`):
+/// each node takes an address of the node subnet, of which Neutron and Octavia take 5, and a /24
+/// of the pod range (kos's default `10.244.0.0/16` for an unset one). On ranges kos reads and of a
+/// size kos allows (the rules above report the others); CEL has no power, so a range's size is
+/// looked up by its prefix length.
+fn capacity_rules() -> Vec<serde_json::Value> {
+    let sizes = |top: u32, last: u32| {
+        let list: Vec<String> = (0..=last)
+            .map(|p| (1u64 << (top - p)).to_string())
+            .collect();
+        format!("[{}]", list.join(", "))
+    };
+    let node = "self.network.create.cidr";
+    let room = format!("({}[cidr({node}).prefixLength()] - 5)", sizes(32, 28));
+    let pods = "(has(self.network.podCIDR) ? self.network.podCIDR : '10.244.0.0/16')";
+    let per_node = format!("{}[cidr({pods}).prefixLength()]", sizes(24, 24));
+    vec![
+        serde_json::json!({
+            "rule": format!(
+                "!has(self.network.create) || !{} || cidr({node}).prefixLength() > 28 || {NODES} <= {room}",
+                v4!("self.network.create.cidr"),
+            ),
+            "messageExpression": format!(
+                "{node} + ' has room for ' + string({room}) + ' nodes, the spec asks for ' + string({NODES})"
+            ),
+            "fieldPath": ".network.create.cidr",
+        }),
+        serde_json::json!({
+            "rule": format!(
+                "(has(self.network.podCIDR) && !{}) || cidr({pods}).prefixLength() > 24 || {NODES} <= {per_node}",
+                v4!("self.network.podCIDR"),
+            ),
+            "messageExpression": format!(
+                "{pods} + ' gives ' + string({per_node}) + ' nodes a /24 each, the spec asks for ' + string({NODES}) + ' nodes'"
+            ),
+            "fieldPath": ".network.podCIDR",
+        }),
+    ]
+}
+
 /// Bounds the rules' CEL needs: the API server refuses a rule whose estimated cost (which grows
 /// with the lists it iterates and the strings it parses) is too high, so a list a rule walks twice
 /// and the ranges the CIDR rules parse several times are bounded (64 characters hold any CIDR).
@@ -524,7 +568,7 @@ const BOUNDS: &[(&str, &str, u64)] = &[
 ];
 
 /// The CustomResourceDefinition: the schema kube-derive generates from the types, with [`RULES`],
-/// the version's rules and [`BOUNDS`] added where they apply.
+/// the version's and the capacity's rules and [`BOUNDS`] added where they apply.
 #[must_use]
 pub fn crd() -> CustomResourceDefinition {
     use kube::CustomResourceExt as _;
@@ -556,7 +600,8 @@ pub fn crd() -> CustomResourceDefinition {
         let versions = version_rules()
             .into_iter()
             .map(|v| ("spec.kubernetesVersion", v));
-        for (at, v) in table.chain(versions) {
+        let capacity = capacity_rules().into_iter().map(|v| ("spec", v));
+        for (at, v) in table.chain(versions).chain(capacity) {
             let Some(node) = schema_at(&mut root, at) else {
                 continue;
             };

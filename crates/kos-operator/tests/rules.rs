@@ -190,6 +190,34 @@ fn cases() -> Vec<Case> {
         case("a /29 node subnet", "spec.network.create.cidr", |s| {
             s["network"]["create"]["cidr"] = json!("10.0.0.0/29");
         }),
+        case(
+            "more nodes than the node subnet has room for",
+            "spec.network.create.cidr",
+            |s| {
+                s["network"]["create"]["cidr"] = json!("10.0.0.0/28");
+                s["apiEndpoint"] = json!({"type": "loadBalancer"});
+                s["controlPlane"]["count"] = json!(3);
+                s["nodePools"] = json!([pool("web"), pool("db")]);
+                s["nodePools"][1]["count"] = json!(8);
+            },
+        ),
+        case(
+            "more nodes than the default pod range has /24s",
+            "spec.network.podCIDR",
+            |s| {
+                s["network"]["create"]["cidr"] = json!("10.0.0.0/20");
+                s["nodePools"][0]["count"] = json!(256);
+            },
+        ),
+        case(
+            "more nodes than the pod range has /24s",
+            "spec.network.podCIDR",
+            |s| {
+                s["network"]["podCIDR"] = json!("10.200.0.0/22");
+                s["nodePools"] = json!([pool("web"), pool("db")]);
+                s["nodePools"][1]["count"] = json!(3);
+            },
+        ),
         case("a /25 pod range", "spec.network.podCIDR", |s| {
             s["network"]["podCIDR"] = json!("10.244.0.0/25");
         }),
@@ -360,6 +388,43 @@ async fn the_crd_takes_every_release_kos_takes() {
             .patch(&name, &apply, &Patch::Apply(&obj))
             .await
             .unwrap_or_else(|e| panic!("{release}: {e}"));
+    }
+}
+
+/// At the ranges' limits (11 nodes in a /28 node subnet, 256 in the default pod range's /24s)
+/// kos and the CRD take the spec.
+#[tokio::test]
+async fn the_crd_takes_as_many_nodes_as_the_ranges_have_room_for() {
+    let (_fake, clusters) = with_the_crd().await;
+    let apply = PatchParams::apply("test");
+    let base = support::example("minimal.yaml");
+    let full_subnet = |s: &mut Value| {
+        s["network"]["create"]["cidr"] = json!("10.0.0.0/28");
+        s["apiEndpoint"] = json!({"type": "loadBalancer"});
+        s["controlPlane"]["count"] = json!(3);
+        s["nodePools"][0]["count"] = json!(8);
+    };
+    let full_pods = |s: &mut Value| {
+        s["network"]["create"]["cidr"] = json!("10.0.0.0/20");
+        s["nodePools"][0]["count"] = json!(255);
+    };
+    for (i, edit) in [full_subnet, full_pods].into_iter().enumerate() {
+        let mut doc = base.clone();
+        edit(&mut doc["spec"]);
+        let text = serde_saphyr::to_string(&doc).expect("yaml");
+        kos_cluster::load("cluster.yaml", &text).expect("kos takes it");
+        let name = format!("full-{i}");
+        let mut obj = json!({
+            "apiVersion": "kos.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": name},
+            "spec": doc["spec"],
+        });
+        obj["spec"]["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+        clusters
+            .patch(&name, &apply, &Patch::Apply(&obj))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
 

@@ -1,7 +1,8 @@
 //! The Kubernetes CEL library functions (k8s.io/apiserver/pkg/cel/library) the fake implements:
 //! the `net.CIDR` library (`cidr.go`), the part of the `net.IP` one (`ip.go`) it leans on, and the
-//! regex library (`regex.go`: `find`, `findAll`). All are in the base environment of every minor
-//! kos supports (since 1.31; the regex library since 1.24). Their behaviour follows upstream's
+//! regex library (`regex.go`: `find`, `findAll`) and the lists library's `sum` (`lists.go`). All
+//! are in the base environment of every minor kos supports (since 1.31; the regex and lists
+//! libraries since 1.24). Their behaviour follows upstream's
 //! code, quirks included (`containsCIDR` compares the other range's address under this range's
 //! length, unmasked).
 
@@ -26,6 +27,7 @@ pub const FUNCTIONS: &[&str] = &[
     "family",
     "find",
     "findAll",
+    "sum",
 ];
 
 /// Adds the library's functions to an evaluation's context.
@@ -42,6 +44,7 @@ pub fn register(cx: &mut Context<'_, '_>) {
         cx.add_function("family", family),
         cx.add_function("find", find),
         cx.add_function("findAll", find_all),
+        cx.add_function("sum", sum),
     ];
     // Only a name the standard library declares conflicts, and none of these is one.
     for e in added.into_iter().filter_map(Result::err) {
@@ -240,6 +243,32 @@ fn find_all(
     Ok(Value::List(Arc::new(found)))
 }
 
+/// `<list>.sum()`: the sum of a list of ints, uints or doubles (upstream's `lists.go`; its
+/// durations are not modelled), `0` for an empty list; an int or uint that overflows is an error,
+/// as CEL's `+` is.
+fn sum(This(list): This<Arc<Vec<Value>>>) -> Result<Value, ExecutionError> {
+    let overflow = || err("sum", "integer overflow".into());
+    let mut items = list.iter();
+    let Some(first) = items.next() else {
+        return Ok(Value::Int(0));
+    };
+    let mut total = first.clone();
+    for v in items {
+        total = match (&total, v) {
+            (Value::Int(a), Value::Int(b)) => Value::Int(a.checked_add(*b).ok_or_else(overflow)?),
+            (Value::UInt(a), Value::UInt(b)) => {
+                Value::UInt(a.checked_add(*b).ok_or_else(overflow)?)
+            }
+            (Value::Float(a), Value::Float(b)) => Value::Float(a + b),
+            _ => return Err(ExecutionError::no_such_overload("sum", vec![])),
+        };
+    }
+    match total {
+        Value::Int(_) | Value::UInt(_) | Value::Float(_) => Ok(total),
+        _ => Err(ExecutionError::no_such_overload("sum", vec![])),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,6 +400,29 @@ mod tests {
             assert!(eval(bad).is_err(), "{bad}");
         }
     }
+    /// Upstream's `lists.go` `sum`: ints, uints and doubles summed, `0` for an empty list; an
+    /// overflow or a list of other values an error.
+    #[test]
+    fn sum_gives_upstreams_values() {
+        for (expr, want) in [
+            ("[1, 2, 3].sum()", Value::Int(6)),
+            ("[].sum()", Value::Int(0)),
+            ("[1u, 2u].sum()", Value::UInt(3)),
+            ("[0.5, 0.25].sum()", Value::Float(0.75)),
+            ("[{'c': 2}, {'c': 3}].map(p, p.c).sum()", Value::Int(5)),
+        ] {
+            assert_eq!(eval(expr), Ok(want), "{expr}");
+        }
+        for bad in [
+            "[9223372036854775807, 1].sum()",
+            "['a', 'b'].sum()",
+            "[1, 2u].sum()",
+            "['a'].sum()",
+        ] {
+            assert!(eval(bad).is_err(), "{bad}");
+        }
+    }
+
     /// Upstream's `regex.go`: the first match or `""`, every match or the first `limit`, an
     /// illegal pattern an error.
     #[test]
