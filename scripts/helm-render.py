@@ -7,7 +7,7 @@ behind a C ABI): the `helm lint` and `helm template` of a machine without the he
 Prints one JSON object: {"helm": <Helm version>, "lint": <lint report>, "manifests": {template path:
 rendered text}} when the chart renders, or {"helm", "lint", "error": <Helm's message>} when a template
 fails (a `required` or `fail` of the chart). Exits 0 then; 2 on bad usage or when the SDK is missing.
-crates/kos-csi/tests/charts.rs runs it with the Python of scripts/test's venv.
+crates/kos-csi/tests/charts.rs and crates/kos-operator/tests/chart.rs run it with the Python of scripts/test's venv.
 """
 
 import argparse

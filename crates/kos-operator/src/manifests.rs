@@ -1,6 +1,8 @@
 //! What `kubectl apply` needs to run kos-operator, as `kos-operator manifests` prints it: its
 //! Namespace, the CRD, a ServiceAccount, the RBAC of [`crate::rbac`] (nothing more), and a
-//! Deployment of two replicas with leader election, probes and a locked-down container.
+//! Deployment of two replicas with leader election, probes and a locked-down container. The chart
+//! (charts/kos-operator) renders the same objects with its default values; tests/chart.rs keeps
+//! the two equal.
 
 use serde_json::{Value, json};
 
@@ -70,6 +72,7 @@ pub fn objects(image: &str) -> Vec<Value> {
                         "containers": [{
                             "name": NAME,
                             "image": image,
+                            "imagePullPolicy": "IfNotPresent",
                             // The image has no entrypoint (scripts/image): the command is named.
                             "command": ["/bin/kos-operator"],
                             "args": [
