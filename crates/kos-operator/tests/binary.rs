@@ -3,8 +3,9 @@
 //! cluster, kos-sim (servers running kos's user_data) the cloud, reached as a real cloud and its
 //! clusters' APIs through kos-sim's HTTP proxy (`HTTPS_PROXY`, as behind a bastion).
 //!
-//! Three Clusters become Ready; a fourth whose spec kos refuses is Degraded and costs nothing in the
-//! cloud; then one is upgraded 1.35 → 1.36 while another scales a pool and a
+//! Three Clusters applied with the real kubectl become Ready (`kubectl get clusters` shows them so),
+//! one the CRD refuses is refused by kubectl with kos plan's message; a fourth whose spec kos refuses
+//! (and the CRD cannot) is Degraded and costs nothing in the cloud; then one is upgraded 1.35 → 1.36 while another scales a pool and a
 //! third is deleted; the leader is killed (-9) during the upgrade and the standby finishes it, with
 //! no invariant of the simulated clusters violated (`/_sim/clusters`), nothing of the deleted one
 //! left in the cloud, and no request outside the RBAC table.
@@ -229,15 +230,51 @@ async fn a_fleet_is_made_changed_and_kept_through_a_leader_killed_mid_upgrade() 
 
     let api: Api<Cluster> = Api::namespaced(client.clone(), NS);
     let apply = PatchParams::apply("kubectl");
-    for (name, version) in [("one", "1.35.2"), ("two", "1.36.4"), ("three", "1.36.4")] {
-        api.patch(name, &apply, &Patch::Apply(cluster(name, version, 1)))
-            .await
-            .expect("apply");
-    }
+    // Applied with the real kubectl (server-side, the field manager of the changes applied below);
+    // a spec the CRD's rules refuse is refused by it with kos plan's message, before the operator
+    // sees anything.
+    let mut bad = cluster("bad", "1.30.2", 1);
+    bad["spec"]["network"]["create"]["cidr"] = json!("10.9.0.0/24");
+    let (ok, _, err) = support::kubectl(
+        &fake,
+        &["apply", "--server-side", "-f", "-"],
+        Some(&serde_json::to_string(&bad).expect("json")),
+    )
+    .await;
+    assert!(
+        !ok && err.contains("`1.30.2` is outside the supported releases"),
+        "kubectl apply of a release kos refuses: {err}"
+    );
+    let docs: Vec<String> = [("one", "1.35.2"), ("two", "1.36.4"), ("three", "1.36.4")]
+        .iter()
+        .map(|(name, version)| serde_saphyr::to_string(&cluster(name, version, 1)).expect("yaml"))
+        .collect();
+    let (ok, out, err) = support::kubectl(
+        &fake,
+        &["apply", "--server-side", "-f", "-"],
+        Some(&format!("---\n{}", docs.join("---\n"))),
+    )
+    .await;
+    assert!(ok, "kubectl apply: {out}{err}");
     until(&api, "three Clusters Ready", &logs, &mut operators, |cs| {
         cs.len() == 3 && cs.iter().all(|c| ready_at(c, 1))
     })
     .await;
+    // kubectl's table: the CRD's printer columns read the status.
+    let (ok, table, err) = support::kubectl(&fake, &["-n", NS, "get", "clusters"], None).await;
+    assert!(ok, "kubectl get clusters: {err}");
+    for (name, version) in [("one", "1.35.2"), ("two", "1.36.4")] {
+        let row = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row {name}: {table}"));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells.get(1..3), Some(&["True", version][..]), "{table}");
+        assert!(
+            cells.get(3).is_some_and(|e| e.starts_with("https://")),
+            "{table}"
+        );
+    }
 
     // A spec kos refuses that the CRD cannot (a label key: no rule reads a map's keys): Degraded
     // with kos's reason, and nothing of it in the cloud.

@@ -116,3 +116,70 @@ pub async fn create_identity(
         cloud_name: "sim".into(),
     }
 }
+
+/// The real kubectl (`KOS_KUBECTL`, else `/usr/bin/kubectl`, else `PATH`), as the operator's users
+/// run it; scripts/test-deps installs Debian's kubernetes-client.
+pub fn kubectl_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("KOS_KUBECTL") {
+        return PathBuf::from(p);
+    }
+    std::iter::once(PathBuf::from("/usr/bin"))
+        .chain(
+            std::env::var_os("PATH")
+                .iter()
+                .flat_map(std::env::split_paths),
+        )
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file())
+        .expect(
+            "kubectl is required by this test and was not found (KOS_KUBECTL, /usr/bin/kubectl, \
+             PATH): `apt-get install kubernetes-client`, as scripts/test-deps does",
+        )
+}
+
+/// `kubectl ARGS` as an admin of `fake` (with `stdin` piped in when given): whether it exited 0,
+/// stdout, stderr. Run off the async workers (kubectl may take a while on a loaded machine).
+pub async fn kubectl(
+    fake: &kos_kube_fake::FakeKube,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    let home = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        home.path().join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             users:\n- name: admin\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\n\
+             current-context: fake\n",
+            fake.url()
+        ),
+    )
+    .expect("kubeconfig");
+    let mut cmd = std::process::Command::new(kubectl_binary());
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("KUBECONFIG", home.path().join("kubeconfig"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let input = stdin.unwrap_or_default().to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let mut child = cmd.spawn().expect("run kubectl");
+        if let Some(mut pipe) = child.stdin.take() {
+            pipe.write_all(input.as_bytes()).expect("kubectl's stdin");
+        }
+        let out = child.wait_with_output().expect("kubectl");
+        drop(home);
+        out
+    })
+    .await
+    .expect("kubectl's thread");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
