@@ -215,6 +215,16 @@ macro_rules! label_value_sized {
     };
 }
 
+/// CEL message: a range that is not a CIDR.
+const NOT_A_CIDR: &str = "'`' + self + '` is not a CIDR'";
+/// CEL: a CIDR that is a network address (or no CIDR, which the rule before reports).
+const HOST_BITS_RULE: &str = "!isCIDR(self) || cidr(self) == cidr(self).masked()";
+const HOST_BITS: &str = "'`' + self + '` has host bits set'";
+/// CEL: an IPv4 range (or one the rules before report).
+const IPV4_RULE: &str =
+    "!isCIDR(self) || cidr(self) != cidr(self).masked() || cidr(self).ip().family() == 4";
+const IPV6: &str = "'`' + self + '` is IPv6; kos builds IPv4 clusters'";
+
 /// Every rule of `kos plan` the CRD carries. The ones it cannot carry are listed in
 /// docs/operator.md: they need the cloud or kos's pinned manifests, are warnings, or read a value
 /// the schema leaves untyped (`ccm`, `csi`, `image`, taints: CEL cannot see those).
@@ -378,6 +388,29 @@ pub const RULES: &[Rule] = &[
     .message_expression(
         "'tag `' + self + '` uses the key `' + self.substring(0, self.indexOf('=')) + '`, which kos sets itself'",
     ),
+    // The ranges' syntax (kos-cluster `any_cidr`, `cluster_cidr`), in kos's order: a CIDR, then a
+    // network address, then IPv4 for the cluster's own ranges. The rules between ranges (below)
+    // stay silent on a range these report.
+    rule("spec.network.create.cidr", "isCIDR(self)").message_expression(NOT_A_CIDR),
+    rule("spec.network.create.cidr", HOST_BITS_RULE).message_expression(HOST_BITS),
+    rule("spec.network.create.cidr", IPV4_RULE).message_expression(IPV6),
+    rule("spec.network.podCIDR", "isCIDR(self)").message_expression(NOT_A_CIDR),
+    rule("spec.network.podCIDR", HOST_BITS_RULE).message_expression(HOST_BITS),
+    rule("spec.network.podCIDR", IPV4_RULE).message_expression(IPV6),
+    rule("spec.network.serviceCIDR", "isCIDR(self)").message_expression(NOT_A_CIDR),
+    rule("spec.network.serviceCIDR", HOST_BITS_RULE).message_expression(HOST_BITS),
+    rule("spec.network.serviceCIDR", IPV4_RULE).message_expression(IPV6),
+    // Source ranges, IPv4 or IPv6.
+    rule("spec.apiEndpoint.allowedCIDRs[]", "isCIDR(self)").message_expression(NOT_A_CIDR),
+    rule("spec.apiEndpoint.allowedCIDRs[]", HOST_BITS_RULE).message_expression(HOST_BITS),
+    rule("spec.network.ssh.allowedCIDRs[]", "isCIDR(self)").message_expression(NOT_A_CIDR),
+    rule("spec.network.ssh.allowedCIDRs[]", HOST_BITS_RULE).message_expression(HOST_BITS),
+    // The node subnet's DNS servers (kos-cluster `parsed::<Ipv4Addr>`).
+    rule(
+        "spec.network.create.dnsServers[]",
+        "isIP(self) && ip(self).family() == 4",
+    )
+    .message_expression("'`' + self + '` is not an IPv4 address'"),
     rule("spec.proxy", "has(self.http) || has(self.https)")
         .message("a proxy needs `http` or `https`"),
     // The cluster ranges' sizes and overlaps, on ranges kos reads (IPv4 network addresses; others
@@ -563,6 +596,14 @@ const BOUNDS: &[(&str, &str, u64)] = &[
     // A release is a few characters; its rules run regular expressions over it.
     ("spec.kubernetesVersion", "maxLength", 64),
     ("spec.network.create.cidr", "maxLength", 64),
+    // Source ranges (security-group rules and a listener's allowed CIDRs: a project holds 100
+    // rules a group by default) and the subnet's DNS servers (Neutron keeps 5 by default).
+    ("spec.apiEndpoint.allowedCIDRs", "maxItems", 100),
+    ("spec.apiEndpoint.allowedCIDRs[]", "maxLength", 64),
+    ("spec.network.ssh.allowedCIDRs", "maxItems", 100),
+    ("spec.network.ssh.allowedCIDRs[]", "maxLength", 64),
+    ("spec.network.create.dnsServers", "maxItems", 16),
+    ("spec.network.create.dnsServers[]", "maxLength", 64),
     ("spec.network.podCIDR", "maxLength", 64),
     ("spec.network.serviceCIDR", "maxLength", 64),
 ];

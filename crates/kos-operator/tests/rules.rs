@@ -218,6 +218,60 @@ fn cases() -> Vec<Case> {
                 s["nodePools"][1]["count"] = json!(3);
             },
         ),
+        Case {
+            server_field: Some(("spec.network.create.cidr", "string")),
+            ..case(
+                "a node subnet that is not a CIDR",
+                "spec.network.create.cidr",
+                |s| {
+                    s["network"]["create"]["cidr"] = json!("10.0.0/24");
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.network.podCIDR", "string")),
+            ..case("a pod range with host bits", "spec.network.podCIDR", |s| {
+                s["network"]["podCIDR"] = json!("10.244.1.0/16");
+            })
+        },
+        Case {
+            server_field: Some(("spec.network.serviceCIDR", "string")),
+            ..case("an IPv6 service range", "spec.network.serviceCIDR", |s| {
+                s["network"]["serviceCIDR"] = json!("fd00::/108");
+            })
+        },
+        Case {
+            server_field: Some(("spec.apiEndpoint.allowedCIDRs[1]", "string")),
+            ..case(
+                "an API source range with host bits",
+                "spec.apiEndpoint.allowedCIDRs[1]",
+                |s| {
+                    s["controlPlane"]["count"] = json!(1);
+                    s["apiEndpoint"] = json!({"type": "loadBalancer",
+                        "allowedCIDRs": ["192.0.2.0/24", "2001:db8::1/64"]});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.network.ssh.allowedCIDRs[0]", "string")),
+            ..case(
+                "an SSH source that is not a CIDR",
+                "spec.network.ssh.allowedCIDRs[0]",
+                |s| {
+                    s["network"]["ssh"] = json!({"allowedCIDRs": ["198.51.100.7"]});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.network.create.dnsServers[1]", "string")),
+            ..case(
+                "a DNS server that is not an IPv4 address",
+                "spec.network.create.dnsServers[1]",
+                |s| {
+                    s["network"]["create"]["dnsServers"] = json!(["1.1.1.1", "2606:4700::1111"]);
+                },
+            )
+        },
         case("a /25 pod range", "spec.network.podCIDR", |s| {
             s["network"]["podCIDR"] = json!("10.244.0.0/25");
         }),
