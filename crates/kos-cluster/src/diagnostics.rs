@@ -370,7 +370,8 @@ impl Report {
                 })
                 .collect();
             Arc::new(View {
-                source: NamedSource::new(printable(&self.name), shown.text).with_language("yaml"),
+                source: NamedSource::new(printable(&self.name), masked_credentials(&shown.text))
+                    .with_language("yaml"),
                 diagnostics,
             })
         })
@@ -574,6 +575,27 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// The source as shown: edits (a replaced byte range) applied in order, and the map from the original's byte
 /// offsets to the shown text's.
+/// `text` with what may be a URL's credentials (`user:password@` after `scheme://`, before the
+/// first `/`, space or quote) masked byte for byte, so that every span stays where it was: a
+/// report's snippet goes to terminals and CI logs, which must never show a mirror's or a proxy's
+/// password from the spec.
+fn masked_credentials(text: &str) -> String {
+    let mut out = text.as_bytes().to_vec();
+    let mut from = 0;
+    while let Some(found) = text[from..].find("://") {
+        let start = from + found + 3;
+        let end = text[start..]
+            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, '"' | '\'' | '`'))
+            .map_or(text.len(), |e| start + e);
+        // `start` follows `://` and the `@` is ASCII: the masked bytes are whole characters.
+        if let Some(at) = text[start..end].rfind('@') {
+            out[start..start + at].fill(b'*');
+        }
+        from = start;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
+}
+
 struct Excerpt {
     text: String,
     /// `(start, end, replacement length)` of each edit, by start.

@@ -235,6 +235,8 @@ const CASES: &[Case] = &[
         code: Code::UnknownField, message: "spec.mirrors.registry: unknown field", line: 17, help: "did you mean `registries`?" },
     Case { name: "proxy without a URL", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy:\n    noProxy: [mirror.example]\n  nodePools")],
         code: Code::MissingField, message: "spec.proxy: a proxy needs `http` or `https`", line: 16, help: "https: http://proxy.example:3128" },
+    Case { name: "proxy with a password, malformed", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy: {https: \"http://kos:s3cret-pw@proxy.example:99999\"}\n  nodePools")],
+        code: Code::InvalidValue, message: "spec.proxy.https: `http://***@proxy.example:99999` has a port that is not a number from 1 to 65535", line: 16, help: "" },
     Case { name: "proxy port out of range", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  proxy: {https: \"http://proxy.example:99999\"}\n  nodePools")],
         code: Code::InvalidValue, message: "has a port that is not a number", line: 16, help: "" },
     Case { name: "partly mirrored without a proxy (warning)", edits: &[(CP_IMAGE, "    image: ubuntu-24.04\n  mirrors:\n    registries: {registry.k8s.io: \"https://mirror.example:5000\"}\n  nodePools")],
@@ -413,6 +415,35 @@ fn rendered_report_names_file_lines_and_fixes() {
         "e.g. `gpu-pool`",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+}
+
+/// A proxy's or a mirror's password in the spec never reaches the rendered report: not in a
+/// message, not in the snippet of the line (masked there byte for byte, the labels still in place).
+#[test]
+fn a_rendered_report_shows_no_password_of_a_url() {
+    use miette::{GraphicalReportHandler, GraphicalTheme};
+    let text = edit(&[(
+        CP_IMAGE,
+        "    image: ubuntu-24.04\n  proxy: {https: \"http://kos:s3cret-pw@proxy.example:99999\"}\n  mirrors:\n    manifests: \"https://u:m1rror-pw@mirror.example/files\"\n  nodePools",
+    )]);
+    let report = load("c.yaml", &text).expect_err("invalid");
+    let mut out = String::new();
+    GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor())
+        .with_width(120)
+        .render_report(&mut out, &report)
+        .expect("renders");
+    assert!(
+        !out.contains("s3cret-pw") && !out.contains("m1rror-pw"),
+        "{out}"
+    );
+    for shown in [
+        "http://*************@proxy.example:99999",
+        "https://***********@mirror.example/files",
+        "has a port that is not a number",
+        "carries credentials",
+    ] {
+        assert!(out.contains(shown), "missing {shown:?} in:\n{out}");
     }
 }
 

@@ -20,7 +20,7 @@ fn url(cx: &mut Cx<'_>, f: &Field<'_>, what: &str, credentials: bool) -> Option<
         Code::InvalidValue,
         "not an http(s) URL",
         format!("give {what} as `https://host[:port][/path]`"),
-        |e| format!("`{}` {e}", s.value),
+        |e| format!("`{}` {e}", without_userinfo(&s.value)),
     )?;
     if u.has_userinfo() && !credentials {
         return f.invalid(
@@ -34,6 +34,18 @@ fn url(cx: &mut Cx<'_>, f: &Field<'_>, what: &str, credentials: bool) -> Option<
         );
     }
     Some(u)
+}
+
+/// A URL that did not parse, with what may be its credentials (`user:password@` after the
+/// scheme, before the first `/`) masked as a parsed one's are ([`HttpUrl::redacted`]): the
+/// message goes to logs, CI output and a Cluster's status and Events.
+fn without_userinfo(s: &str) -> String {
+    let start = s.find("://").map_or(0, |i| i + 3);
+    let end = s[start..].find('/').map_or(s.len(), |i| start + i);
+    match s[start..end].rfind('@') {
+        Some(at) => format!("{}***{}", &s[..start], &s[start + at..]),
+        None => s.to_owned(),
+    }
 }
 
 /// A registry mirror: `scheme://host[:port]`; containerd appends `/v2/…` itself.
@@ -219,4 +231,26 @@ pub(super) fn check_unmirrored(cx: &mut Cx<'_>, m: &Obj<'_>, mirrors: &Mirrors, 
         .label(span, "partly mirrored")
         .help("mirror them too (`kos artefacts -f <spec>` lists everything), or give `proxy` for the rest"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_userinfo;
+
+    /// What may be credentials goes; an `@` in the path, or none, leaves the URL as it is.
+    #[test]
+    fn a_malformed_urls_credentials_are_masked() {
+        for (raw, shown) in [
+            (
+                "http://kos:pw@proxy.example:99999",
+                "http://***@proxy.example:99999",
+            ),
+            ("http://kos:p@ss@proxy.example", "http://***@proxy.example"),
+            ("kos:pw@proxy.example:3128", "***@proxy.example:3128"),
+            ("https://mirror.example/a@b", "https://mirror.example/a@b"),
+            ("https://mirror.example:0", "https://mirror.example:0"),
+        ] {
+            assert_eq!(without_userinfo(raw), shown, "{raw}");
+        }
+    }
 }
