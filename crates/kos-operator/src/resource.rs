@@ -581,6 +581,101 @@ fn capacity_rules() -> Vec<serde_json::Value> {
     ]
 }
 
+/// CEL: `x` shown as kos shows a URL in a message (`without_userinfo`, `HttpUrl::redacted`): what
+/// may be credentials, up to the last `@` before the first `/` after `://`, masked as `***`.
+fn redacted(x: &str) -> String {
+    format!(
+        "({x}.find('^(.*?://)?[^/]*@') == '' ? {x} : {x}.find('^.*?://') + '***' + {x}.substring(size({x}.find('^(.*?://)?[^/]*@')) - 1))"
+    )
+}
+
+/// What a URL field takes besides an `http(s)://host[:port][/path]` (kos-cluster's airgap `url`).
+#[derive(Clone, Copy, PartialEq)]
+enum UrlKind {
+    /// A proxy: credentials allowed.
+    Proxy,
+    /// A package or manifest mirror: no credentials.
+    Mirror,
+    /// A registry mirror: no credentials, no path.
+    Registry,
+}
+
+/// `kos plan`'s rules for a URL (kos-cluster `HttpUrl::parse`, then the field's own), in its
+/// order and words, each silent on what an earlier one reports: the scheme; a space, quote or
+/// control character; a query or fragment; no host; a port outside 1–65535; credentials; a
+/// registry mirror's path. kos trims the value first, and so do the rules.
+fn url_rules(kind: UrlKind) -> Vec<serde_json::Value> {
+    let t = "self.trim()";
+    let shown = redacted("self");
+    let scheme = format!("({t}.startsWith('https://') || {t}.startsWith('http://'))");
+    let character = format!(r#"{t}.matches('[\\p{{Cc}}\\p{{Z}}"\'\\\\`$]')"#);
+    let query = format!("{t}.matches('[?#]')");
+    let no_host = format!(r"{t}.matches('^https?://([^/]*@)?(\\[\\])?(:[^/:\\]]*)?(/.*)?$')");
+    // The authority after the credentials, and its port after the last `:` (none when that part
+    // holds a `]`: an IPv6 host without a port).
+    let host_port = format!("{t}.substring(size({t}.find('^https?://([^/]*@)?'))).find('^[^/]*')");
+    let port = format!("{host_port}.find('[^:]*$')");
+    let has_port = format!(r"{host_port}.matches(':[^:\\]]*$')");
+    let port_ok = format!(
+        "({port}.matches('^[+]?[0-9]+$') && size({port}) <= 18 && int({port}) >= 1 && int({port}) <= 65535)"
+    );
+    let credentials = format!("{t}.matches('^https?://[^/]*@')");
+    let said = |what: &str| format!("'`' + {shown} + '` {what}'");
+    // (what holds when the value is fine, the message, what the next rules stay silent on).
+    let mut steps = vec![
+        (
+            format!("!{character}"),
+            said("has a space, a quote or a control character"),
+            character,
+        ),
+        (format!("!{query}"), said("has a query or fragment"), query),
+        (format!("!{no_host}"), said("has no host"), no_host),
+        (
+            format!("!{has_port} || {port_ok}"),
+            said("has a port that is not a number from 1 to 65535"),
+            format!("({has_port} && !{port_ok})"),
+        ),
+    ];
+    if kind != UrlKind::Proxy {
+        steps.push((
+            format!("!{credentials}"),
+            format!("'`' + {} + '` carries credentials'", redacted(t)),
+            credentials,
+        ));
+    }
+    if kind == UrlKind::Registry {
+        steps.push((
+            format!("{t}.matches('^https?://[^/]*/?$')"),
+            format!("'the registry mirror `' + {t} + '` has a path'"),
+            String::new(),
+        ));
+    }
+    let mut rules = vec![serde_json::json!({
+        "rule": scheme,
+        "messageExpression": said("does not start with http:// or https://"),
+    })];
+    let mut silent_on = vec![format!("!{scheme}")];
+    for (holds, message, reported) in steps {
+        rules.push(serde_json::json!({
+            "rule": format!("{} || {holds}", silent_on.join(" || ")),
+            "messageExpression": message,
+        }));
+        silent_on.push(reported);
+    }
+    rules
+}
+
+/// The URL fields and what each takes.
+const URLS: &[(&str, UrlKind)] = &[
+    ("spec.mirrors.registries{}", UrlKind::Registry),
+    ("spec.mirrors.packages.kubernetes", UrlKind::Mirror),
+    ("spec.mirrors.packages.os", UrlKind::Mirror),
+    ("spec.mirrors.packages.osSecurity", UrlKind::Mirror),
+    ("spec.mirrors.manifests", UrlKind::Mirror),
+    ("spec.proxy.http", UrlKind::Proxy),
+    ("spec.proxy.https", UrlKind::Proxy),
+];
+
 /// Bounds the rules' CEL needs: the API server refuses a rule whose estimated cost (which grows
 /// with the lists it iterates and the strings it parses) is too high, so a list a rule walks twice
 /// and the ranges the CIDR rules parse several times are bounded (64 characters hold any CIDR).
@@ -602,6 +697,16 @@ const BOUNDS: &[(&str, &str, u64)] = &[
     ("spec.apiEndpoint.allowedCIDRs[]", "maxLength", 64),
     ("spec.network.ssh.allowedCIDRs", "maxItems", 100),
     ("spec.network.ssh.allowedCIDRs[]", "maxLength", 64),
+    // URLs: their rules run a few regular expressions over each; the registries' map is walked
+    // per entry.
+    ("spec.mirrors.registries", "maxProperties", 64),
+    ("spec.mirrors.registries{}", "maxLength", 1024),
+    ("spec.mirrors.packages.kubernetes", "maxLength", 1024),
+    ("spec.mirrors.packages.os", "maxLength", 1024),
+    ("spec.mirrors.packages.osSecurity", "maxLength", 1024),
+    ("spec.mirrors.manifests", "maxLength", 1024),
+    ("spec.proxy.http", "maxLength", 1024),
+    ("spec.proxy.https", "maxLength", 1024),
     ("spec.network.create.dnsServers", "maxItems", 16),
     ("spec.network.create.dnsServers[]", "maxLength", 64),
     ("spec.network.podCIDR", "maxLength", 64),
@@ -609,7 +714,7 @@ const BOUNDS: &[(&str, &str, u64)] = &[
 ];
 
 /// The CustomResourceDefinition: the schema kube-derive generates from the types, with [`RULES`],
-/// the version's and the capacity's rules and [`BOUNDS`] added where they apply.
+/// the version's, the capacity's and the URLs' rules and [`BOUNDS`] added where they apply.
 #[must_use]
 pub fn crd() -> CustomResourceDefinition {
     use kube::CustomResourceExt as _;
@@ -642,7 +747,10 @@ pub fn crd() -> CustomResourceDefinition {
             .into_iter()
             .map(|v| ("spec.kubernetesVersion", v));
         let capacity = capacity_rules().into_iter().map(|v| ("spec", v));
-        for (at, v) in table.chain(versions).chain(capacity) {
+        let urls = URLS
+            .iter()
+            .flat_map(|(at, kind)| url_rules(*kind).into_iter().map(move |v| (*at, v)));
+        for (at, v) in table.chain(versions).chain(capacity).chain(urls) {
             let Some(node) = schema_at(&mut root, at) else {
                 continue;
             };

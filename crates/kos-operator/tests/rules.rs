@@ -272,6 +272,82 @@ fn cases() -> Vec<Case> {
                 },
             )
         },
+        Case {
+            server_field: Some(("spec.proxy.https", "string")),
+            ..case("a proxy without a scheme", "spec.proxy.https", |s| {
+                s["proxy"] = json!({"https": "proxy.example:3128"});
+            })
+        },
+        Case {
+            server_field: Some(("spec.proxy.http", "string")),
+            ..case(
+                "a proxy with a password and a bad port",
+                "spec.proxy.http",
+                |s| {
+                    s["proxy"] = json!({"http": "http://kos:s3cret@proxy.example:99999"});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.mirrors.manifests", "string")),
+            ..case(
+                "a manifest mirror with a space",
+                "spec.mirrors.manifests",
+                |s| {
+                    s["mirrors"] = json!({"manifests": "https://mirror example/files"});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.mirrors.packages.os", "string")),
+            ..case(
+                "an OS mirror with a query",
+                "spec.mirrors.packages.os",
+                |s| {
+                    s["mirrors"] = json!({"packages": {"os": "https://mirror.example/ubuntu?x=1"}});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.mirrors.packages.kubernetes", "string")),
+            ..case(
+                "a package mirror without a host",
+                "spec.mirrors.packages.kubernetes",
+                |s| {
+                    s["mirrors"] = json!({"packages": {"kubernetes": "https://:8080/k8s"}});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.mirrors.packages.osSecurity", "string")),
+            ..case(
+                "a package mirror with a port 0",
+                "spec.mirrors.packages.osSecurity",
+                |s| {
+                    s["mirrors"] = json!({"packages": {"osSecurity": "http://[fd00::1]:0/ubuntu"}});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.mirrors.manifests", "string")),
+            ..case(
+                "a manifest mirror with credentials",
+                "spec.mirrors.manifests",
+                |s| {
+                    s["mirrors"] = json!({"manifests": "https://u:secret@mirror.example/files"});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.mirrors.registries[registry.k8s.io]", "string")),
+            ..case(
+                "a registry mirror with a path",
+                "spec.mirrors.registries.registry.k8s.io",
+                |s| {
+                    s["mirrors"] = json!({"registries": {"registry.k8s.io": "https://mirror.example:5000/k8s"}});
+                },
+            )
+        },
         case("a /25 pod range", "spec.network.podCIDR", |s| {
             s["network"]["podCIDR"] = json!("10.244.0.0/25");
         }),
@@ -480,6 +556,46 @@ async fn the_crd_takes_as_many_nodes_as_the_ranges_have_room_for() {
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+}
+
+/// Mirrors and a proxy kos takes (a proxy's credentials, an IPv6 host, a port, a registry mirror
+/// with a trailing `/`, an `@` in a path) pass the URL rules.
+#[tokio::test]
+async fn the_crd_takes_the_urls_kos_takes() {
+    let (_fake, clusters) = with_the_crd().await;
+    let apply = PatchParams::apply("test");
+    let mut doc = support::example("minimal.yaml");
+    doc["spec"]["mirrors"] = json!({
+        "registries": {
+            "registry.k8s.io": "https://mirror.example:5000/",
+            "docker.io": "http://[fd00::5]:5000",
+            "quay.io": "https://quay-mirror.example",
+        },
+        "packages": {
+            "kubernetes": "https://mirror.example/pkgs.k8s.io/@stable",
+            "os": "http://[fd00::6]/ubuntu",
+            "osSecurity": "https://mirror.example:8443/ubuntu-security/",
+        },
+        "manifests": "https://mirror.example/files",
+    });
+    doc["spec"]["proxy"] = json!({
+        "http": "http://kos:s3cret@proxy.example:3128",
+        "https": "http://proxy.example:3128/",
+        "noProxy": [".example"],
+    });
+    let text = serde_saphyr::to_string(&doc).expect("yaml");
+    kos_cluster::load("cluster.yaml", &text).expect("kos takes it");
+    let mut obj = json!({
+        "apiVersion": "kos.dev/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "mirrored"},
+        "spec": doc["spec"],
+    });
+    obj["spec"]["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+    clusters
+        .patch("mirrored", &apply, &Patch::Apply(&obj))
+        .await
+        .expect("URLs kos takes");
 }
 
 /// The pairwise pool-name rule fits the API server's cost budget only because `nodePools` is
