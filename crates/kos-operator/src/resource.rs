@@ -225,6 +225,11 @@ const IPV4_RULE: &str =
     "!isCIDR(self) || cidr(self) != cidr(self).masked() || cidr(self).ip().family() == 4";
 const IPV6: &str = "'`' + self + '` is IPv6; kos builds IPv4 clusters'";
 
+/// CEL: a duration kos reads (a number of at most 15 digits a part, kos's own bound being u64's
+/// seconds).
+const DURATION_RULE: &str = "self.matches('^(0|([0-9]{1,15}[hms])+)$')";
+const NOT_A_DURATION: &str = "'`' + self + '` is not a duration'";
+
 /// Every rule of `kos plan` the CRD carries. The ones it cannot carry are listed in
 /// docs/operator.md: they need the cloud or kos's pinned manifests, are warnings, or read a value
 /// the schema leaves untyped (`ccm`, `csi`, `image`, taints: CEL cannot see those).
@@ -411,6 +416,34 @@ pub const RULES: &[Rule] = &[
         "isIP(self) && ip(self).family() == 4",
     )
     .message_expression("'`' + self + '` is not an IPv4 address'"),
+    // A health check's durations (kos-cluster `parse_duration`: `0`, or whole numbers with `h`, `m`
+    // or `s`).
+    rule("spec.controlPlane.healthCheck.nodeStartupTimeout", DURATION_RULE)
+        .message_expression(NOT_A_DURATION),
+    rule(
+        "spec.controlPlane.healthCheck.unhealthyConditions[].timeout",
+        DURATION_RULE,
+    )
+    .message_expression(NOT_A_DURATION),
+    rule("spec.nodePools[].healthCheck.nodeStartupTimeout", DURATION_RULE)
+        .message_expression(NOT_A_DURATION),
+    rule(
+        "spec.nodePools[].healthCheck.unhealthyConditions[].timeout",
+        DURATION_RULE,
+    )
+    .message_expression(NOT_A_DURATION),
+    // What the nodes reach without the proxy (kos-cluster airgap `no_proxy_entry`), and the
+    // mirrors' CA bundle (PEM certificates, never a private key).
+    rule(
+        "spec.proxy.noProxy[]",
+        r"self.trim().matches('^[A-Za-z0-9.:/\\[\\]-]*$')",
+    )
+    .message_expression("'`' + self.trim() + '` is not a host, domain or CIDR'"),
+    rule(
+        "spec.mirrors.caBundle",
+        "self.contains('-----BEGIN CERTIFICATE-----') && !self.contains('PRIVATE KEY')",
+    )
+    .message("not a PEM certificate bundle"),
     rule("spec.proxy", "has(self.http) || has(self.https)")
         .message("a proxy needs `http` or `https`"),
     // The cluster ranges' sizes and overlaps, on ranges kos reads (IPv4 network addresses; others
@@ -707,6 +740,41 @@ const BOUNDS: &[(&str, &str, u64)] = &[
     ("spec.mirrors.manifests", "maxLength", 1024),
     ("spec.proxy.http", "maxLength", 1024),
     ("spec.proxy.https", "maxLength", 1024),
+    // A health check's conditions (Cluster API's hold a few) and its durations.
+    (
+        "spec.controlPlane.healthCheck.unhealthyConditions",
+        "maxItems",
+        16,
+    ),
+    (
+        "spec.controlPlane.healthCheck.unhealthyConditions[].timeout",
+        "maxLength",
+        64,
+    ),
+    (
+        "spec.controlPlane.healthCheck.nodeStartupTimeout",
+        "maxLength",
+        64,
+    ),
+    (
+        "spec.nodePools[].healthCheck.unhealthyConditions",
+        "maxItems",
+        16,
+    ),
+    (
+        "spec.nodePools[].healthCheck.unhealthyConditions[].timeout",
+        "maxLength",
+        64,
+    ),
+    (
+        "spec.nodePools[].healthCheck.nodeStartupTimeout",
+        "maxLength",
+        64,
+    ),
+    // `noProxy` (hosts and domains: a DNS name is at most 253 characters) and the CA bundle.
+    ("spec.proxy.noProxy", "maxItems", 256),
+    ("spec.proxy.noProxy[]", "maxLength", 253),
+    ("spec.mirrors.caBundle", "maxLength", 262_144),
     ("spec.network.create.dnsServers", "maxItems", 16),
     ("spec.network.create.dnsServers[]", "maxLength", 64),
     ("spec.network.podCIDR", "maxLength", 64),

@@ -348,6 +348,53 @@ fn cases() -> Vec<Case> {
                 },
             )
         },
+        Case {
+            server_field: Some(("spec.controlPlane.healthCheck.nodeStartupTimeout", "string")),
+            ..case(
+                "a control plane's startup timeout without a unit",
+                "spec.controlPlane.healthCheck.nodeStartupTimeout",
+                |s| {
+                    s["controlPlane"]["healthCheck"] = json!({"nodeStartupTimeout": "600"});
+                },
+            )
+        },
+        Case {
+            server_field: Some((
+                "spec.nodePools[0].healthCheck.unhealthyConditions[1].timeout",
+                "string",
+            )),
+            ..case(
+                "a pool's condition timeout in days",
+                "spec.nodePools[0].healthCheck.unhealthyConditions[1].timeout",
+                |s| {
+                    s["nodePools"][0]["healthCheck"] = json!({"unhealthyConditions": [
+                        {"type": "Ready", "status": "False", "timeout": "5m"},
+                        {"type": "Ready", "status": "Unknown", "timeout": "1d"},
+                    ]});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.proxy.noProxy[1]", "string")),
+            ..case(
+                "a noProxy entry with a wildcard",
+                "spec.proxy.noProxy[1]",
+                |s| {
+                    s["proxy"] = json!({"https": "http://proxy.example:3128",
+                    "noProxy": [".example.com", "*.svc"]});
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.mirrors.caBundle", "string")),
+            ..case(
+                "a CA bundle that is a file name",
+                "spec.mirrors.caBundle",
+                |s| {
+                    s["mirrors"] = json!({"caBundle": "mirror-ca.crt"});
+                },
+            )
+        },
         case("a /25 pod range", "spec.network.podCIDR", |s| {
             s["network"]["podCIDR"] = json!("10.244.0.0/25");
         }),
@@ -559,9 +606,10 @@ async fn the_crd_takes_as_many_nodes_as_the_ranges_have_room_for() {
 }
 
 /// Mirrors and a proxy kos takes (a proxy's credentials, an IPv6 host, a port, a registry mirror
-/// with a trailing `/`, an `@` in a path) pass the URL rules.
+/// with a trailing `/`, an `@` in a path, `noProxy` hosts, domains and CIDRs, a CA bundle) and
+/// health checks' durations pass the syntax rules.
 #[tokio::test]
-async fn the_crd_takes_the_urls_kos_takes() {
+async fn the_crd_takes_the_urls_durations_and_bundles_kos_takes() {
     let (_fake, clusters) = with_the_crd().await;
     let apply = PatchParams::apply("test");
     let mut doc = support::example("minimal.yaml");
@@ -581,8 +629,14 @@ async fn the_crd_takes_the_urls_kos_takes() {
     doc["spec"]["proxy"] = json!({
         "http": "http://kos:s3cret@proxy.example:3128",
         "https": "http://proxy.example:3128/",
-        "noProxy": [".example"],
+        "noProxy": [".example", "10.0.0.0/8", "[fd00::1]", "mirror.example:5000"],
     });
+    doc["spec"]["mirrors"]["caBundle"] =
+        json!("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+    doc["spec"]["controlPlane"]["healthCheck"] = json!({"nodeStartupTimeout": "0",
+        "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "1h30m"}]});
+    doc["spec"]["nodePools"][0]["healthCheck"] = json!({"nodeStartupTimeout": "20m",
+        "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}]});
     let text = serde_saphyr::to_string(&doc).expect("yaml");
     kos_cluster::load("cluster.yaml", &text).expect("kos takes it");
     let mut obj = json!({
