@@ -622,6 +622,42 @@ fn redacted(x: &str) -> String {
     )
 }
 
+/// `kos plan`'s rules for the API's DNS name (kos-cluster `check_dns_subdomain`, on the name
+/// without its trailing dots): its length, then label by label, the first broken rule of the
+/// first label that breaks one, in kos's words.
+fn dns_name_rules() -> Vec<serde_json::Value> {
+    let name = "self.find('^(.*[^.])?')";
+    let label_ok =
+        "(l.size() >= 1 && l.size() <= 63 && l.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$'))";
+    let bad = format!("{name}.split('.').filter(l, !{label_ok})[0]");
+    let shown = "'`' + self + '` '";
+    vec![
+        serde_json::json!({
+            "rule": format!("{name}.size() >= 1"),
+            "messageExpression": format!("{shown} + 'is empty'"),
+        }),
+        serde_json::json!({
+            "rule": format!("{name}.size() <= 253"),
+            "messageExpression": format!(
+                "{shown} + 'is ' + string({name}.size()) + ' characters long; the limit is 253'"
+            ),
+        }),
+        serde_json::json!({
+            "rule": format!(
+                "{name}.size() < 1 || {name}.size() > 253 || {name}.split('.').all(l, {label_ok})"
+            ),
+            "messageExpression": format!(
+                "{shown} + ({bad}.size() == 0 ? 'is empty' \
+                 : {bad}.size() > 63 ? 'is ' + string({bad}.size()) + ' characters long; the limit is 63' \
+                 : {bad}.matches('[A-Z]') ? 'contains the uppercase letter `' + {bad}.find('[A-Z]') + '`; DNS names are lowercase' \
+                 : !{bad}.matches('^[a-z0-9-]*$') ? 'contains `' + {bad}.find('[^a-z0-9-]') + '`, which is not allowed here' \
+                 : !{bad}.matches('^[a-z0-9]') ? 'must start with a letter or digit' \
+                 : 'must end with a letter or digit')"
+            ),
+        }),
+    ]
+}
+
 /// What a URL field takes besides an `http(s)://host[:port][/path]` (kos-cluster's airgap `url`).
 #[derive(Clone, Copy, PartialEq)]
 enum UrlKind {
@@ -771,6 +807,8 @@ const BOUNDS: &[(&str, &str, u64)] = &[
         "maxLength",
         64,
     ),
+    // The API's DNS name: 253 characters, and a few trailing dots.
+    ("spec.apiEndpoint.dnsName", "maxLength", 260),
     // `noProxy` (hosts and domains: a DNS name is at most 253 characters) and the CA bundle.
     ("spec.proxy.noProxy", "maxItems", 256),
     ("spec.proxy.noProxy[]", "maxLength", 253),
@@ -782,7 +820,8 @@ const BOUNDS: &[(&str, &str, u64)] = &[
 ];
 
 /// The CustomResourceDefinition: the schema kube-derive generates from the types, with [`RULES`],
-/// the version's, the capacity's and the URLs' rules and [`BOUNDS`] added where they apply.
+/// the version's, the capacity's, the URLs' and the DNS name's rules and [`BOUNDS`] added where
+/// they apply.
 #[must_use]
 pub fn crd() -> CustomResourceDefinition {
     use kube::CustomResourceExt as _;
@@ -818,7 +857,15 @@ pub fn crd() -> CustomResourceDefinition {
         let urls = URLS
             .iter()
             .flat_map(|(at, kind)| url_rules(*kind).into_iter().map(move |v| (*at, v)));
-        for (at, v) in table.chain(versions).chain(capacity).chain(urls) {
+        let dns_name = dns_name_rules()
+            .into_iter()
+            .map(|v| ("spec.apiEndpoint.dnsName", v));
+        for (at, v) in table
+            .chain(versions)
+            .chain(capacity)
+            .chain(urls)
+            .chain(dns_name)
+        {
             let Some(node) = schema_at(&mut root, at) else {
                 continue;
             };

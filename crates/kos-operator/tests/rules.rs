@@ -395,6 +395,56 @@ fn cases() -> Vec<Case> {
                 },
             )
         },
+        Case {
+            server_field: Some(("spec.apiEndpoint.dnsName", "string")),
+            ..case(
+                "an API DNS name with an uppercase letter",
+                "spec.apiEndpoint.dnsName",
+                |s| {
+                    s["apiEndpoint"]["dnsName"] = json!("api.Example.com");
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.apiEndpoint.dnsName", "string")),
+            ..case(
+                "an API DNS name with an empty label",
+                "spec.apiEndpoint.dnsName",
+                |s| {
+                    s["apiEndpoint"]["dnsName"] = json!("api..example.com.");
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.apiEndpoint.dnsName", "string")),
+            ..case(
+                "an API DNS name with an underscore after a bad label",
+                "spec.apiEndpoint.dnsName",
+                |s| {
+                    s["apiEndpoint"]["dnsName"] = json!("k8s.my_corp.Example.com");
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.apiEndpoint.dnsName", "string")),
+            ..case(
+                "an API DNS name whose label ends with `-`",
+                "spec.apiEndpoint.dnsName",
+                |s| {
+                    s["apiEndpoint"]["dnsName"] = json!("api-.example.com");
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.apiEndpoint.dnsName", "string")),
+            ..case(
+                "an API DNS name's label too long",
+                "spec.apiEndpoint.dnsName",
+                |s| {
+                    s["apiEndpoint"]["dnsName"] = json!(format!("{}.example.com", "a".repeat(64)));
+                },
+            )
+        },
         case("a /25 pod range", "spec.network.podCIDR", |s| {
             s["network"]["podCIDR"] = json!("10.244.0.0/25");
         }),
@@ -607,7 +657,7 @@ async fn the_crd_takes_as_many_nodes_as_the_ranges_have_room_for() {
 
 /// Mirrors and a proxy kos takes (a proxy's credentials, an IPv6 host, a port, a registry mirror
 /// with a trailing `/`, an `@` in a path, `noProxy` hosts, domains and CIDRs, a CA bundle) and
-/// health checks' durations pass the syntax rules.
+/// health checks' durations and the API's DNS name (a trailing dot) pass the syntax rules.
 #[tokio::test]
 async fn the_crd_takes_the_urls_durations_and_bundles_kos_takes() {
     let (_fake, clusters) = with_the_crd().await;
@@ -631,6 +681,7 @@ async fn the_crd_takes_the_urls_durations_and_bundles_kos_takes() {
         "https": "http://proxy.example:3128/",
         "noProxy": [".example", "10.0.0.0/8", "[fd00::1]", "mirror.example:5000"],
     });
+    doc["spec"]["apiEndpoint"]["dnsName"] = json!("api.k8s-1.example.com.");
     doc["spec"]["mirrors"]["caBundle"] =
         json!("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
     doc["spec"]["controlPlane"]["healthCheck"] = json!({"nodeStartupTimeout": "0",
