@@ -658,6 +658,121 @@ fn dns_name_rules() -> Vec<serde_json::Value> {
     ]
 }
 
+/// The base64 alphabet, by index.
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// A regular expression the base64 of an SSH key blob starts with when the blob starts with
+/// `algorithm` as an SSH string (a u32 length, then the name: RFC 4253 §6.6), whatever follows:
+/// the whole 3-byte groups' characters, then the characters of a last partial group as a class of
+/// the values the unknown bits allow.
+fn blob_prefix(algorithm: &str) -> String {
+    let len = u32::try_from(algorithm.len()).unwrap_or(u32::MAX);
+    let bytes: Vec<u8> = len
+        .to_be_bytes()
+        .iter()
+        .chain(algorithm.as_bytes())
+        .copied()
+        .collect();
+    let char_at = |i: u8| char::from(BASE64[usize::from(i & 63)]);
+    let class = |first: u8, count: u8| -> String {
+        let chars: String = (first..first + count).map(char_at).collect();
+        format!("[{chars}]")
+    };
+    let mut out = String::from("^");
+    for g in bytes.chunks(3) {
+        match *g {
+            [a, b, c] => {
+                for i in [
+                    a >> 2,
+                    ((a & 3) << 4) | (b >> 4),
+                    ((b & 15) << 2) | (c >> 6),
+                    c,
+                ] {
+                    out.push(char_at(i));
+                }
+            }
+            [a, b] => {
+                out.push(char_at(a >> 2));
+                out.push(char_at(((a & 3) << 4) | (b >> 4)));
+                out.push_str(&class((b & 15) << 2, 4));
+            }
+            [a] => {
+                out.push(char_at(a >> 2));
+                out.push_str(&class((a & 3) << 4, 16));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `kos plan`'s rules for `sshPublicKey` (kos-cluster `SshPublicKey::parse`), in its order and
+/// words: not a PEM block, one line, a known algorithm, base64 key data (canonical, as the
+/// `base64` crate's standard engine decodes it), whose start names the same algorithm. CEL has no
+/// base64: the last is checked on the encoded text, whose first characters an algorithm fixes.
+fn ssh_key_rules() -> Vec<serde_json::Value> {
+    let line = "self.trim()";
+    let algorithm = format!(r"{line}.find('^[^\\s]+')");
+    let blob = format!(r"{line}.substring({algorithm}.size()).trim().find('^[^\\s]*')");
+    let known: Vec<String> = kos_cluster::spec::SshPublicKey::ALGORITHMS
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect();
+    let known = format!("{algorithm} in [{}]", known.join(", "));
+    let base64 = format!(
+        "{blob}.matches('^([A-Za-z0-9+/]{{4}})*([A-Za-z0-9+/]{{2}}[AEIMQUYcgkosw048]=|[A-Za-z0-9+/][AQgw]==)?$') && {blob}.size() > 0"
+    );
+    let matching: Vec<String> = kos_cluster::spec::SshPublicKey::ALGORITHMS
+        .iter()
+        .map(|a| {
+            format!(
+                "({algorithm} == '{a}' && {blob}.matches('{}'))",
+                blob_prefix(a)
+            )
+        })
+        .collect();
+    let pem = format!("{line}.startsWith('-----BEGIN')");
+    let lines = format!("{line}.contains('\\n')");
+    let steps = [
+        (
+            format!("!{lines}"),
+            "'the key spans several lines; give exactly one key'".to_owned(),
+            lines,
+        ),
+        (
+            known.clone(),
+            format!(
+                "'the key starts with `' + {algorithm} + '`, which is not an SSH key algorithm'"
+            ),
+            format!("!({known})"),
+        ),
+        (
+            base64.clone(),
+            "'the key has no valid base64 key data after the algorithm'".to_owned(),
+            format!("!({base64})"),
+        ),
+        (
+            format!("({})", matching.join(" || ")),
+            "'the key has key data that does not match its algorithm (truncated or mixed up?)'"
+                .to_owned(),
+            String::new(),
+        ),
+    ];
+    let mut rules = vec![serde_json::json!({
+        "rule": format!("!{pem}"),
+        "messageExpression": "'the key is a PEM block, probably a private key'",
+    })];
+    let mut silent_on = vec![pem];
+    for (holds, message, reported) in steps {
+        rules.push(serde_json::json!({
+            "rule": format!("{} || {holds}", silent_on.join(" || ")),
+            "messageExpression": message,
+        }));
+        silent_on.push(reported);
+    }
+    rules
+}
+
 /// What a URL field takes besides an `http(s)://host[:port][/path]` (kos-cluster's airgap `url`).
 #[derive(Clone, Copy, PartialEq)]
 enum UrlKind {
@@ -807,6 +922,8 @@ const BOUNDS: &[(&str, &str, u64)] = &[
         "maxLength",
         64,
     ),
+    // An SSH public key line: an RSA key of 16384 bits is about 2.8 KB of base64.
+    ("spec.sshPublicKey", "maxLength", 8192),
     // The API's DNS name: 253 characters, and a few trailing dots.
     ("spec.apiEndpoint.dnsName", "maxLength", 260),
     // `noProxy` (hosts and domains: a DNS name is at most 253 characters) and the CA bundle.
@@ -820,8 +937,8 @@ const BOUNDS: &[(&str, &str, u64)] = &[
 ];
 
 /// The CustomResourceDefinition: the schema kube-derive generates from the types, with [`RULES`],
-/// the version's, the capacity's, the URLs' and the DNS name's rules and [`BOUNDS`] added where
-/// they apply.
+/// the version's, the capacity's, the URLs', the DNS name's and the SSH key's rules and
+/// [`BOUNDS`] added where they apply.
 #[must_use]
 pub fn crd() -> CustomResourceDefinition {
     use kube::CustomResourceExt as _;
@@ -860,11 +977,15 @@ pub fn crd() -> CustomResourceDefinition {
         let dns_name = dns_name_rules()
             .into_iter()
             .map(|v| ("spec.apiEndpoint.dnsName", v));
+        let ssh_key = ssh_key_rules()
+            .into_iter()
+            .map(|v| ("spec.sshPublicKey", v));
         for (at, v) in table
             .chain(versions)
             .chain(capacity)
             .chain(urls)
             .chain(dns_name)
+            .chain(ssh_key)
         {
             let Some(node) = schema_at(&mut root, at) else {
                 continue;

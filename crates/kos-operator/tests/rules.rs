@@ -30,6 +30,13 @@ fn case(why: &'static str, field: &'static str, edit: fn(&mut Value)) -> Case {
     }
 }
 
+/// Public keys kos takes (built, not generated: a key's blob is its algorithm as an SSH string,
+/// then its parameters).
+const ED25519: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhscHR4f me@host";
+const RSA: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQAABw4VHCMqMTg/Rk1UW2JpcHd+hYyTmqGor7a9xMvS2eDn7vX8AwoRGB8mLTQ7QklQV15lbHN6gYiPlp2kq7K5wMfO1dzj6vH4/wYNFBsiKTA3PkVMU1phaG92fYSLkpmgp661vMPK0djf5u30+wIJEBceJSwzOkFIT1ZdZGtyeYCHjpWco6qxuL/GzdTb4unw9/4FDBMaISgvNj1ES1JZYGdudXyDipGYn6attLvCydDX3uXs8/oBCA8WHSQrMjlAR05VXGNqcXh/ho2Um6KpsLe+xczT2uHo7/b9BAsSGSAnLjU8Q0pRWF9mbXR7gomQl56lrLO6wcjP1t3k6/L5 ops";
+const ECDSA: &str = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBAABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhscHR4fICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+
 fn pool(name: &str) -> Value {
     json!({"name": name, "count": 1, "flavor": "m1.medium", "image": "ubuntu-24.04"})
 }
@@ -445,6 +452,54 @@ fn cases() -> Vec<Case> {
                 },
             )
         },
+        Case {
+            server_field: Some(("spec.sshPublicKey", "string")),
+            ..case("a private key as the SSH key", "spec.sshPublicKey", |s| {
+                s["sshPublicKey"] = json!(
+                    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n"
+                );
+            })
+        },
+        Case {
+            server_field: Some(("spec.sshPublicKey", "string")),
+            ..case("two SSH keys", "spec.sshPublicKey", |s| {
+                s["sshPublicKey"] = json!(format!("{ED25519}\n{RSA}"));
+            })
+        },
+        Case {
+            server_field: Some(("spec.sshPublicKey", "string")),
+            ..case("a DSA key", "spec.sshPublicKey", |s| {
+                s["sshPublicKey"] = json!("ssh-dss AAAAB3NzaC1kc3MAAACBAP me");
+            })
+        },
+        Case {
+            server_field: Some(("spec.sshPublicKey", "string")),
+            ..case(
+                "an SSH key whose data is not base64",
+                "spec.sshPublicKey",
+                |s| {
+                    s["sshPublicKey"] = json!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA!! me");
+                },
+            )
+        },
+        Case {
+            server_field: Some(("spec.sshPublicKey", "string")),
+            ..case("an SSH key without data", "spec.sshPublicKey", |s| {
+                s["sshPublicKey"] = json!("ssh-ed25519");
+            })
+        },
+        Case {
+            server_field: Some(("spec.sshPublicKey", "string")),
+            ..case("an Ed25519 key named RSA", "spec.sshPublicKey", |s| {
+                s["sshPublicKey"] = json!(ED25519.replacen("ssh-ed25519", "ssh-rsa", 1));
+            })
+        },
+        Case {
+            server_field: Some(("spec.sshPublicKey", "string")),
+            ..case("a truncated SSH key", "spec.sshPublicKey", |s| {
+                s["sshPublicKey"] = json!("ssh-rsa AAAAB3Nz");
+            })
+        },
         case("a /25 pod range", "spec.network.podCIDR", |s| {
             s["network"]["podCIDR"] = json!("10.244.0.0/25");
         }),
@@ -658,6 +713,42 @@ async fn the_crd_takes_as_many_nodes_as_the_ranges_have_room_for() {
 /// Mirrors and a proxy kos takes (a proxy's credentials, an IPv6 host, a port, a registry mirror
 /// with a trailing `/`, an `@` in a path, `noProxy` hosts, domains and CIDRs, a CA bundle) and
 /// health checks' durations and the API's DNS name (a trailing dot) pass the syntax rules.
+/// Public keys kos takes of three algorithms (one whose name leaves a partial base64 group, one
+/// with padding), with and without a comment, with spaces around, pass the SSH key's rules.
+#[tokio::test]
+async fn the_crd_takes_the_ssh_keys_kos_takes() {
+    let (_fake, clusters) = with_the_crd().await;
+    let apply = PatchParams::apply("test");
+    let base = support::example("minimal.yaml");
+    for (i, key) in [
+        ED25519.to_owned(),
+        RSA.to_owned(),
+        ECDSA.to_owned(),
+        format!("  {ED25519}\n"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut doc = base.clone();
+        doc["spec"]["sshPublicKey"] = json!(key);
+        let text = serde_saphyr::to_string(&doc).expect("yaml");
+        kos_cluster::load("cluster.yaml", &text)
+            .unwrap_or_else(|e| panic!("kos takes {key}: {e:?}"));
+        let name = format!("key-{i}");
+        let mut obj = json!({
+            "apiVersion": "kos.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": name},
+            "spec": doc["spec"],
+        });
+        obj["spec"]["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+        clusters
+            .patch(&name, &apply, &Patch::Apply(&obj))
+            .await
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+    }
+}
+
 #[tokio::test]
 async fn the_crd_takes_the_urls_durations_and_bundles_kos_takes() {
     let (_fake, clusters) = with_the_crd().await;
