@@ -360,13 +360,13 @@ pub const RULES: &[Rule] = &[
     .field(".maxUnavailable"),
     rule(
         "spec.addons.cniManifest",
-        "self.url.startsWith('https://') && size(self.url) > 8",
+        "self.url.trim().size() == 0 || (self.url.startsWith('https://') && size(self.url) > 8)",
     )
     .message_expression("'`' + self.url + '` is not an https:// URL'")
     .field(".url"),
     rule(
         "spec.addons.cniManifest",
-        "size(self.sha256) == 64 && self.sha256.matches('^[0-9a-f]+$')",
+        "self.sha256.trim().size() == 0 || (size(self.sha256) == 64 && self.sha256.matches('^[0-9a-f]+$'))",
     )
     .message_expression("'`' + self.sha256 + '` is not a sha256 (64 lowercase hex digits)'")
     .field(".sha256"),
@@ -860,6 +860,42 @@ const URLS: &[(&str, UrlKind)] = &[
     ("spec.proxy.https", UrlKind::Proxy),
 ];
 
+/// The strings kos-cluster reads with `string`, which refuses an empty or blank one ("must not be
+/// empty") before any other rule: the CRD says so first, and its other rules at these places stay
+/// silent on a blank value.
+const NOT_EMPTY: &[&str] = &[
+    "spec.network.externalNetwork",
+    "spec.network.create.cidr",
+    "spec.network.podCIDR",
+    "spec.network.serviceCIDR",
+    "spec.network.existing.network",
+    "spec.network.existing.subnet",
+    "spec.network.existing.router",
+    "spec.network.ssh.allowedCIDRs[]",
+    "spec.apiEndpoint.allowedCIDRs[]",
+    "spec.controlPlane.flavor",
+    "spec.controlPlane.availabilityZones[]",
+    "spec.controlPlane.bootVolume.type",
+    "spec.controlPlane.bootVolume.availabilityZone",
+    "spec.nodePools[].flavor",
+    "spec.nodePools[].availabilityZones[]",
+    "spec.nodePools[].bootVolume.type",
+    "spec.nodePools[].bootVolume.availabilityZone",
+    "spec.addons.csiAvailabilityZone",
+    "spec.addons.cniManifest.url",
+    "spec.addons.cniManifest.sha256",
+    "spec.sshPublicKey",
+    "spec.mirrors.registries{}",
+    "spec.mirrors.caBundle",
+    "spec.mirrors.packages.kubernetes",
+    "spec.mirrors.packages.os",
+    "spec.mirrors.packages.osSecurity",
+    "spec.mirrors.manifests",
+    "spec.proxy.http",
+    "spec.proxy.https",
+    "spec.proxy.noProxy[]",
+];
+
 /// Bounds the rules' CEL needs: the API server refuses a rule whose estimated cost (which grows
 /// with the lists it iterates and the strings it parses) is too high, so a list a rule walks twice
 /// and the ranges the CIDR rules parse several times are bounded (64 characters hold any CIDR).
@@ -987,6 +1023,12 @@ pub fn crd() -> CustomResourceDefinition {
             .chain(dns_name)
             .chain(ssh_key)
         {
+            let mut v = v;
+            if NOT_EMPTY.contains(&at)
+                && let Some(rule) = v["rule"].as_str()
+            {
+                v["rule"] = format!("self.trim().size() == 0 || ({rule})").into();
+            }
             let Some(node) = schema_at(&mut root, at) else {
                 continue;
             };
@@ -996,6 +1038,23 @@ pub fn crd() -> CustomResourceDefinition {
             }) {
                 Some(serde_json::Value::Array(list)) => list.push(v),
                 _ => tracing::error!(at, "CRD schema has no object for a rule"),
+            }
+        }
+        for at in NOT_EMPTY {
+            let Some(node) = schema_at(&mut root, at).and_then(|n| n.as_object_mut()) else {
+                tracing::error!(at, "CRD schema has no string for a rule");
+                continue;
+            };
+            let rule = serde_json::json!({
+                "rule": "self.trim().size() > 0",
+                "message": "must not be empty",
+            });
+            match node
+                .entry("x-kubernetes-validations")
+                .or_insert_with(|| serde_json::json!([]))
+            {
+                serde_json::Value::Array(list) => list.insert(0, rule),
+                _ => tracing::error!(at, "CRD schema has no list of rules"),
             }
         }
         for (at, bound, max) in BOUNDS {
@@ -1030,4 +1089,37 @@ fn schema_at<'a>(root: &'a mut serde_json::Value, at: &str) -> Option<&'a mut se
         }
     }
     Some(node)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every place a rule or a bound names is in the schema: a misspelt one would be skipped.
+    #[test]
+    fn every_rule_and_bound_names_a_place_in_the_schema() {
+        use kube::CustomResourceExt as _;
+        let crd = Cluster::crd();
+        let schema = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .expect("schema");
+        let mut root = serde_json::to_value(schema).expect("json");
+        let places = RULES
+            .iter()
+            .map(|r| r.at)
+            .chain(NOT_EMPTY.iter().copied())
+            .chain(URLS.iter().map(|(at, _)| *at))
+            .chain(BOUNDS.iter().map(|(at, _, _)| *at))
+            .chain([
+                "spec.kubernetesVersion",
+                "spec.apiEndpoint.dnsName",
+                "spec.sshPublicKey",
+            ]);
+        let missing: Vec<&str> = places
+            .filter(|at| schema_at(&mut root, at).is_none())
+            .collect();
+        assert!(missing.is_empty(), "{missing:?}");
+    }
 }
