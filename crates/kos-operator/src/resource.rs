@@ -570,6 +570,29 @@ fn version_rules() -> Vec<serde_json::Value> {
     ]
 }
 
+/// `kos plan`'s rule for a CNI without a verified manifest in kos's pins table (kos-cluster
+/// `check_cni_pinned`): refused unless the spec pins its own `cniManifest`. The CRD is generated
+/// with the table of the binary that prints it.
+fn cni_rules() -> Vec<serde_json::Value> {
+    let verified: Vec<String> = kos_bootstrap::addons::Pins::builtin()
+        .map(|p| {
+            p.cni
+                .iter()
+                .filter(|(_, pin)| pin.verified && !pin.url.is_empty())
+                .map(|(key, _)| format!("'{key}'"))
+                .collect()
+        })
+        .unwrap_or_default();
+    vec![serde_json::json!({
+        "rule": format!(
+            "!has(self.cni) || has(self.cniManifest) || self.cni in [{}]",
+            verified.join(", ")
+        ),
+        "messageExpression": "'kos has no verified manifest for CNI `' + self.cni + '`: its first control plane would refuse to install it'",
+        "fieldPath": ".cni",
+    })]
+}
+
 /// CEL: the nodes the spec asks for, the control planes and every pool's count.
 const NODES: &str =
     "(self.controlPlane.count + (has(self.nodePools) ? self.nodePools.map(p, p.count).sum() : 0))";
@@ -973,8 +996,8 @@ const BOUNDS: &[(&str, &str, u64)] = &[
 ];
 
 /// The CustomResourceDefinition: the schema kube-derive generates from the types, with [`RULES`],
-/// the version's, the capacity's, the URLs', the DNS name's and the SSH key's rules and
-/// [`BOUNDS`] added where they apply.
+/// the rules built beside it (the version's, the capacity's, the CNI's, the URLs', the DNS
+/// name's and the SSH key's) and [`BOUNDS`] added where they apply.
 #[must_use]
 pub fn crd() -> CustomResourceDefinition {
     use kube::CustomResourceExt as _;
@@ -1007,6 +1030,7 @@ pub fn crd() -> CustomResourceDefinition {
             .into_iter()
             .map(|v| ("spec.kubernetesVersion", v));
         let capacity = capacity_rules().into_iter().map(|v| ("spec", v));
+        let cni = cni_rules().into_iter().map(|v| ("spec.addons", v));
         let urls = URLS
             .iter()
             .flat_map(|(at, kind)| url_rules(*kind).into_iter().map(move |v| (*at, v)));
@@ -1019,6 +1043,7 @@ pub fn crd() -> CustomResourceDefinition {
         for (at, v) in table
             .chain(versions)
             .chain(capacity)
+            .chain(cni)
             .chain(urls)
             .chain(dns_name)
             .chain(ssh_key)

@@ -561,6 +561,13 @@ fn cases() -> Vec<Case> {
                 s["network"] = json!({"existing": {"network": "net", "subnet": ""}});
             })
         },
+        case(
+            "a CNI kos has no verified manifest for",
+            "spec.addons.cni",
+            |s| {
+                s["addons"] = json!({"cni": "cilium"});
+            },
+        ),
         case("a /25 pod range", "spec.network.podCIDR", |s| {
             s["network"]["podCIDR"] = json!("10.244.0.0/25");
         }),
@@ -788,7 +795,8 @@ async fn the_crd_takes_as_many_nodes_as_the_ranges_have_room_for() {
 
 /// Mirrors and a proxy kos takes (a proxy's credentials, an IPv6 host, a port, a registry mirror
 /// with a trailing `/`, an `@` in a path, `noProxy` hosts, domains and CIDRs, a CA bundle) and
-/// health checks' durations and the API's DNS name (a trailing dot) pass the syntax rules.
+/// health checks' durations, the API's DNS name (a trailing dot) and a CNI with the user's own
+/// manifest pass the rules.
 /// Public keys kos takes of three algorithms (one whose name leaves a partial base64 group, one
 /// with padding), with and without a comment, with spaces around, pass the SSH key's rules.
 #[tokio::test]
@@ -849,6 +857,10 @@ async fn the_crd_takes_the_urls_durations_and_bundles_kos_takes() {
         "noProxy": [".example", "10.0.0.0/8", "[fd00::1]", "mirror.example:5000"],
     });
     doc["spec"]["apiEndpoint"]["dnsName"] = json!("api.k8s-1.example.com.");
+    // A CNI without a verified manifest of kos's, with one the user vouches for.
+    doc["spec"]["addons"] = json!({"cni": "cilium", "cniManifest": {
+        "url": "https://mirror.example/cilium.yaml",
+        "sha256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}});
     doc["spec"]["mirrors"]["caBundle"] =
         json!("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
     doc["spec"]["controlPlane"]["healthCheck"] = json!({"nodeStartupTimeout": "0",
