@@ -781,16 +781,32 @@ fn ssh_key_rules() -> Vec<serde_json::Value> {
             String::new(),
         ),
     ];
-    let mut rules = vec![serde_json::json!({
-        "rule": format!("!{pem}"),
-        "messageExpression": "'the key is a PEM block, probably a private key'",
-    })];
-    let mut silent_on = vec![pem];
-    for (holds, message, reported) in steps {
-        rules.push(serde_json::json!({
-            "rule": format!("{} || {holds}", silent_on.join(" || ")),
-            "messageExpression": message,
-        }));
+    in_order(
+        (
+            format!("!{pem}"),
+            "'the key is a PEM block, probably a private key'".to_owned(),
+            pem,
+        ),
+        steps,
+    )
+}
+
+/// Rules in kos's order: each `(what holds when the value is fine, its message, what the rules
+/// after it stay silent on)` is checked only where none of the earlier ones fails, so a value
+/// gets the message of the first rule it breaks, as `kos plan` gives one.
+fn in_order(
+    first: (String, String, String),
+    rest: impl IntoIterator<Item = (String, String, String)>,
+) -> Vec<serde_json::Value> {
+    let mut rules = Vec::new();
+    let mut silent_on: Vec<String> = Vec::new();
+    for (holds, message, reported) in std::iter::once(first).chain(rest) {
+        let rule = if silent_on.is_empty() {
+            holds
+        } else {
+            format!("{} || {holds}", silent_on.join(" || "))
+        };
+        rules.push(serde_json::json!({"rule": rule, "messageExpression": message}));
         silent_on.push(reported);
     }
     rules
@@ -857,19 +873,14 @@ fn url_rules(kind: UrlKind) -> Vec<serde_json::Value> {
             String::new(),
         ));
     }
-    let mut rules = vec![serde_json::json!({
-        "rule": scheme,
-        "messageExpression": said("does not start with http:// or https://"),
-    })];
-    let mut silent_on = vec![format!("!{scheme}")];
-    for (holds, message, reported) in steps {
-        rules.push(serde_json::json!({
-            "rule": format!("{} || {holds}", silent_on.join(" || ")),
-            "messageExpression": message,
-        }));
-        silent_on.push(reported);
-    }
-    rules
+    in_order(
+        (
+            scheme.clone(),
+            said("does not start with http:// or https://"),
+            format!("!{scheme}"),
+        ),
+        steps,
+    )
 }
 
 /// The URL fields and what each takes.

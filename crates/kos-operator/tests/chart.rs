@@ -7,7 +7,6 @@
 //! (`kubernetes-validate`, strict).
 
 mod support;
-use support::validator;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -300,27 +299,5 @@ fn every_object_the_chart_renders_is_valid_for_each_supported_minor() {
     let (objects, _) = rendered(&format!(
         "image:\n  repository: {REPOSITORY}\nextraEnv: [{{name: NO_PROXY, value: .svc}}]\n"
     ));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut files = Vec::new();
-    for (i, o) in objects.iter().enumerate() {
-        let path = dir.path().join(format!("{i}.yaml"));
-        std::fs::write(&path, serde_saphyr::to_string(o).expect("yaml")).expect("write");
-        files.push(path);
-    }
-    let minors = kos_cluster::spec::KubernetesVersion::supported_minors();
-    assert_eq!(minors.len(), 3, "{minors:?}");
-    for minor in minors {
-        let out = Command::new(validator())
-            .args(["--strict", "--no-warn", "--quiet", "-k"])
-            .arg(format!("1.{minor}.0"))
-            .args(&files)
-            .output()
-            .expect("run kubernetes-validate");
-        assert!(
-            out.status.success(),
-            "1.{minor}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    support::validate_for_each_minor(&objects);
 }

@@ -3,7 +3,6 @@
 //! `kubernetes-validate` (strict; installed by scripts/test), a validator kos did not write.
 
 mod support;
-use support::validator;
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -126,30 +125,5 @@ fn the_rbac_grants_exactly_the_calls_of_the_table() {
 
 #[test]
 fn every_object_is_valid_for_each_supported_minor() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let minors: Vec<u32> = kos_bootstrap::addons::Pins::builtin()
-        .expect("pins")
-        .supported_minors()
-        .collect();
-    assert_eq!(minors.len(), 3, "{minors:?}");
-    let mut files = Vec::new();
-    for (i, o) in objects().iter().enumerate() {
-        let path = dir.path().join(format!("{i}.yaml"));
-        std::fs::write(&path, serde_saphyr::to_string(o).expect("yaml")).expect("write");
-        files.push(path);
-    }
-    for minor in minors {
-        let out = Command::new(validator())
-            .args(["--strict", "--no-warn", "--quiet", "-k"])
-            .arg(format!("1.{minor}.0"))
-            .args(&files)
-            .output()
-            .expect("run kubernetes-validate");
-        assert!(
-            out.status.success(),
-            "1.{minor}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    support::validate_for_each_minor(&objects());
 }

@@ -183,3 +183,31 @@ pub async fn kubectl(
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// `kubernetes-validate --strict` of `objects` for each Kubernetes minor kos supports: panics
+/// naming the minor and what the validator said.
+pub fn validate_for_each_minor(objects: &[Value]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut files = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        let path = dir.path().join(format!("{i}.yaml"));
+        std::fs::write(&path, serde_saphyr::to_string(o).expect("yaml")).expect("write");
+        files.push(path);
+    }
+    let minors = kos_cluster::spec::KubernetesVersion::supported_minors();
+    assert_eq!(minors.len(), 3, "{minors:?}");
+    for minor in minors {
+        let out = std::process::Command::new(validator())
+            .args(["--strict", "--no-warn", "--quiet", "-k"])
+            .arg(format!("1.{minor}.0"))
+            .args(&files)
+            .output()
+            .expect("run kubernetes-validate");
+        assert!(
+            out.status.success(),
+            "1.{minor}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
