@@ -183,9 +183,15 @@ impl ConvergeError {
             ConvergeError::CcmCredential {
                 refusal: RecreateRefusal::Unfinished,
                 cluster,
-            } => Some(format!(
-                "run `kos rotate credential {cluster}` again to finish it, then `kos up`"
-            )),
+            } => Some(match to {
+                Audience::Cli => format!(
+                    "run `kos rotate credential {cluster}` again to finish it, then `kos up`"
+                ),
+                // Reached only when the run does not mend the credential itself (CcmMending).
+                Audience::Operator => {
+                    "the operator finishes the rotation before its next turn".to_owned()
+                }
+            }),
             ConvergeError::CcmCredential {
                 refusal: RecreateRefusal::InUse,
                 cluster,
@@ -457,4 +463,23 @@ fn ccm_credential_to_recreate(
         Recreate::No | Recreate::Asked => {}
     }
     Ok(decided.recreates())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operator's users get no CLI command to run for a credential refusal: the operator
+    /// mends the credential itself ([`CcmMending::Run`]).
+    #[test]
+    fn an_unfinished_rotations_help_names_no_cli_command_to_the_operator() {
+        let e = ConvergeError::CcmCredential {
+            refusal: RecreateRefusal::Unfinished,
+            cluster: "demo".into(),
+        };
+        let cli = e.help(Audience::Cli).expect("help");
+        assert!(cli.contains("kos rotate credential demo"), "{cli}");
+        let operator = e.help(Audience::Operator).expect("help");
+        assert!(!operator.contains("`kos "), "{operator}");
+    }
 }
