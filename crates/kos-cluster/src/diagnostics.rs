@@ -575,21 +575,19 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// The source as shown: edits (a replaced byte range) applied in order, and the map from the original's byte
 /// offsets to the shown text's.
-/// `text` with what may be a URL's credentials (`user:password@` after `scheme://`, before the
-/// first `/`, space or quote) masked byte for byte, so that every span stays where it was: a
-/// report's snippet goes to terminals and CI logs, which must never show a mirror's or a proxy's
-/// password from the spec.
+/// `text` with what may be a URL's credentials (`user:password@` after `scheme://`, as
+/// [`crate::spec::userinfo_end`] finds them; a password with a space included, at the cost of
+/// masking a little more on a line whose next `@` is not a URL's) masked byte for byte, so that
+/// every span stays where it was: a report's snippet goes to terminals and CI logs, which must
+/// never show a mirror's or a proxy's password from the spec.
 fn masked_credentials(text: &str) -> String {
     let mut out = text.as_bytes().to_vec();
     let mut from = 0;
     while let Some(found) = text[from..].find("://") {
         let start = from + found + 3;
-        let end = text[start..]
-            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, '"' | '\'' | '`'))
-            .map_or(text.len(), |e| start + e);
         // `start` follows `://` and the `@` is ASCII: the masked bytes are whole characters.
-        if let Some(at) = text[start..end].rfind('@') {
-            out[start..start + at].fill(b'*');
+        if let Some(at) = crate::spec::userinfo_end(text, start) {
+            out[start..at].fill(b'*');
         }
         from = start;
     }

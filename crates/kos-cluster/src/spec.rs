@@ -967,8 +967,8 @@ impl HttpUrl {
             return Err(UrlError::Query);
         }
         let end = rest.find('/').map_or(s.len(), |i| start + i);
-        let (userinfo, host_start) = match s[start..end].rfind('@') {
-            Some(at) => (Some(start..start + at), start + at + 1),
+        let (userinfo, host_start) = match userinfo_end(s, start) {
+            Some(at) => (Some(start..at), at + 1),
             None => (None, start),
         };
         let authority = &s[host_start..end];
@@ -1036,6 +1036,16 @@ impl HttpUrl {
             None => self.text.clone(),
         }
     }
+}
+
+/// Where a URL's credentials (`user:password@`) end, for a URL whose authority starts at byte
+/// `start` (just after `scheme://`): the last `@` before the first `/` or line break. Shared by the
+/// parser and by what masks credentials in messages and snippets, so they agree on what is one.
+#[must_use]
+pub fn userinfo_end(s: &str, start: usize) -> Option<usize> {
+    let rest = s.get(start..)?;
+    let end = rest.find(['/', '\n']).unwrap_or(rest.len());
+    rest[..end].rfind('@').map(|at| start + at)
 }
 
 /// `host[:port]` → host and port; an IPv6 host keeps its brackets.

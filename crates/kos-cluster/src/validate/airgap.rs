@@ -41,9 +41,8 @@ fn url(cx: &mut Cx<'_>, f: &Field<'_>, what: &str, credentials: bool) -> Option<
 /// message goes to logs, CI output and a Cluster's status and Events.
 fn without_userinfo(s: &str) -> String {
     let start = s.find("://").map_or(0, |i| i + 3);
-    let end = s[start..].find('/').map_or(s.len(), |i| start + i);
-    match s[start..end].rfind('@') {
-        Some(at) => format!("{}***{}", &s[..start], &s[start + at..]),
+    match crate::spec::userinfo_end(s, start) {
+        Some(at) => format!("{}***{}", &s[..start], &s[at..]),
         None => s.to_owned(),
     }
 }
