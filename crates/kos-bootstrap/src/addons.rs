@@ -67,6 +67,14 @@ pub struct CniPin {
     pub images: Vec<String>,
 }
 
+impl CniPin {
+    /// Whether the table vouches for this manifest: a verified checksum of a real URL.
+    #[must_use]
+    pub fn vouched(&self) -> bool {
+        self.verified && !self.url.is_empty()
+    }
+}
+
 /// An untagged image reference of a manifest and the release tag it gets.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -182,9 +190,7 @@ impl Pins {
 
     /// Whether the table vouches for `cni`'s manifest (a verified checksum of a real URL).
     pub fn cni_verified(&self, cni: Cni) -> bool {
-        self.cni
-            .get(cni.key())
-            .is_some_and(|p| p.verified && !p.url.is_empty())
+        self.cni.get(cni.key()).is_some_and(CniPin::vouched)
     }
 
     /// The images of a Kubernetes minor, `None` when kos does not support it.

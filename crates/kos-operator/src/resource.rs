@@ -578,7 +578,7 @@ fn cni_rules() -> Vec<serde_json::Value> {
         .map(|p| {
             p.cni
                 .iter()
-                .filter(|(_, pin)| pin.verified && !pin.url.is_empty())
+                .filter(|(_, pin)| pin.vouched())
                 .map(|(key, _)| format!("'{key}'"))
                 .collect()
         })

@@ -1125,7 +1125,7 @@ fn check_cni_pinned(cx: &mut Cx<'_>, m: &Obj<'_>, cni: Cni) {
     let verified = kos_bootstrap::addons::Pins::builtin().is_ok_and(|p| {
         p.cni
             .get(key)
-            .is_some_and(|pin| pin.verified && !pin.url.is_empty())
+            .is_some_and(kos_bootstrap::addons::CniPin::vouched)
     });
     if verified {
         return;
