@@ -86,7 +86,13 @@ impl BootstrapError {
 
 /// Renders a node's user_data (raw bytes; the compute facade base64-encodes and size-checks them).
 pub trait Bootstrap: Send + Sync {
+    /// What the server gets: the bytes leave this machine in the create request that follows.
     fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError>;
+
+    /// The same rendering as [`Bootstrap::user_data`], only to check it (size, inputs) before
+    /// anything is created: nothing leaves this machine, so an implementation that records that
+    /// its secrets were handed out must not record it here.
+    fn rehearse(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError>;
 
     /// Keeps the CCM's application credential, called the moment Keystone has returned it and
     /// before any node that needs it starts: Keystone shows the secret once, and a run killed after
@@ -105,6 +111,10 @@ impl Bootstrap for MarkerBootstrap {
     /// Its nodes carry no cloud.conf: there is nothing to keep the secret for.
     fn keep_ccm_credential(&self, _: &CcmCredential) -> Result<(), BootstrapError> {
         Ok(())
+    }
+
+    fn rehearse(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {
+        self.user_data(node)
     }
 
     fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {

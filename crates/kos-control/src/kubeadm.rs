@@ -350,18 +350,32 @@ impl Bootstrap for KubeadmBootstrap<'_> {
     }
 
     fn user_data(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {
-        let fail = |e: Box<dyn std::error::Error + Send + Sync>| {
-            BootstrapError::new(node.logical_id.clone(), e)
-        };
         // Recorded before the secrets leave: a later run must know a cluster of this CA existed.
         {
             // Held across the write: servers render in parallel, and owner.json has one temp file.
             let mut done = self.delivered.lock().unwrap_or_else(|p| p.into_inner());
             if !*done {
-                self.store.mark_delivered().map_err(|e| fail(Box::new(e)))?;
+                self.store
+                    .mark_delivered()
+                    .map_err(|e| BootstrapError::new(node.logical_id.clone(), e))?;
                 *done = true;
             }
         }
+        self.render(node)
+    }
+
+    /// Not recorded as delivered: a run stopped after its rehearsal has handed nothing out, and
+    /// the next run must take its secrets as its own.
+    fn rehearse(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {
+        self.render(node)
+    }
+}
+
+impl KubeadmBootstrap<'_> {
+    fn render(&self, node: &NodeContext) -> Result<Vec<u8>, BootstrapError> {
+        let fail = |e: Box<dyn std::error::Error + Send + Sync>| {
+            BootstrapError::new(node.logical_id.clone(), e)
+        };
         let (role, pool) = match &node.role {
             NodeRole::InitControlPlane => (Role::InitControlPlane, CONTROL_PLANE_POOL),
             NodeRole::JoinControlPlane => (Role::JoinControlPlane, CONTROL_PLANE_POOL),
@@ -498,7 +512,19 @@ mod tests {
         let b = renderer(&store, &report);
         let cp0 = node("cp-0", NodeRole::InitControlPlane);
         assert_eq!(store.delivered().unwrap(), Some(false));
+        // A rehearsal renders the same, and hands nothing out.
+        let worker = node(
+            "pool-workers-0",
+            NodeRole::Worker {
+                pool: "workers".into(),
+            },
+        );
+        assert!(!b.rehearse(&worker).unwrap().is_empty());
+        assert_eq!(store.delivered().unwrap(), Some(false));
         // No credential anywhere: the first control plane's cloud.conf cannot be written.
+        let e = kos_lifecycle::api::chain(&b.rehearse(&cp0).unwrap_err());
+        assert!(e.contains("kos up --recreate-ccm-credential"), "{e}");
+        assert_eq!(store.delivered().unwrap(), Some(false));
         let e = kos_lifecycle::api::chain(&b.user_data(&cp0).unwrap_err());
         assert!(e.contains("kos up --recreate-ccm-credential"), "{e}");
         // Marked before the secrets would have left.
@@ -530,12 +556,6 @@ mod tests {
             ..cp0
         };
         assert!(!b.user_data(&cp0).unwrap().is_empty());
-        let worker = node(
-            "pool-workers-0",
-            NodeRole::Worker {
-                pool: "workers".into(),
-            },
-        );
         assert!(!b.user_data(&worker).unwrap().is_empty());
     }
 

@@ -290,3 +290,54 @@ fn a_second_run_of_one_cluster_stops_naming_the_first_and_one_ca_is_made() {
     assert_eq!(code(&again), 0, "{}", text(&again));
     assert!(same_ca(), "one CA throughout");
 }
+
+/// A run stopped after it wrote the cluster's CA and rehearsed every server's user_data, before
+/// the cloud had anything of it (here every create is refused), handed the secrets to no one: the
+/// next plain run takes them as its own. The rehearsal used to record them as delivered, so that
+/// run refused ("were given to servers of a cluster the cloud shows no trace of").
+#[test]
+fn secrets_of_a_run_that_made_nothing_are_the_next_runs_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let served = serve(d);
+    let spec = example("minimal.yaml");
+    let spec = spec.to_str().expect("utf8");
+    let (status, _) = admin(
+        &served.base,
+        reqwest::Method::POST,
+        "/_sim/faults",
+        Some(serde_json::json!({
+            "method": "POST",
+            "path": "^/(network|compute|load-balancer|volume)/|/application_credentials$",
+            "status": 403
+        })),
+    );
+    assert_eq!(status, 201);
+    let refused = kos(
+        d,
+        Some(&served.clouds),
+        &["up", "-f", spec, "--cloud", "sim"],
+    );
+    assert_ne!(code(&refused), 0, "{}", text(&refused));
+    let pki = cluster_dir(d, "sim", "demo").join("pki.json");
+    assert!(
+        pki.exists(),
+        "the run stopped before its CA: {}",
+        text(&refused)
+    );
+    // Compared, never printed: it holds private keys.
+    let ca = std::fs::read(&pki).expect("pki.json");
+    let (status, _) = admin(&served.base, reqwest::Method::DELETE, "/_sim/faults", None);
+    assert_eq!(status, 204);
+    let o = kos(
+        d,
+        Some(&served.clouds),
+        &["up", "-f", spec, "--cloud", "sim", "--wait", "infra"],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(
+        std::fs::read(&pki).expect("pki.json"),
+        ca,
+        "one CA throughout"
+    );
+}

@@ -764,7 +764,7 @@ fn rehearse_bootstrap(
                 ccm_credential_id: Some("0".repeat(32)),
                 ccm_credential_secret: Some(placeholder_secret.clone()),
             };
-            let error = match bootstrap.user_data(&nc) {
+            let error = match bootstrap.rehearse(&nc) {
                 Err(e) => e.reason(),
                 Ok(raw) if raw.len().div_ceil(3) * 4 > MAX_USER_DATA_BASE64 => format!(
                     "its user_data is {} bytes after base64 encoding; Nova accepts at most \
