@@ -11,13 +11,15 @@
 //! (Δdate − 1 s) / Δlocal, and that bound is only close to the truth when Δdate is many seconds:
 //! a window closes once its dates are [`SPAN`] cloud seconds apart (and [`WINDOW`] apart here),
 //! however long that takes on this machine. A window whose date goes back closes at once with a
-//! bound of 0. The pace believed is the smallest lower bound of the last [`WINDOWS`] windows, if
-//! they agree (one clock's windows all hold its pace between their lower and upper bounds): a
-//! step, an answer from a server that is ahead, or an answer this machine read late (a busy or
-//! stalled process) makes one window look fast but not all of them, and the window before a late
-//! answer looks slow. Until [`FIRST_WINDOWS`] windows are seen, whenever they disagree, and
-//! whenever the bound is below [`BELIEVED`], the pace is 1: deadlines then stay as long as a real
-//! cloud's, the safe side.
+//! bound of 0. A pace is believed once the last [`WINDOWS`] windows agree (one clock's windows all
+//! hold its pace between their lower and upper bounds) and their smallest lower bound is at least
+//! [`BELIEVED`]: a step, an answer from a server that is ahead, or an answer this machine read
+//! late (a busy or stalled process) makes one window look fast but not all of them, and the
+//! window before a late answer looks slow. Until then the pace is 1: deadlines stay as long as a
+//! real cloud's, the safe side. A believed pace moves to each later agreement's bound; between
+//! agreements it holds, unless the clock goes back or [`SLOWER`] windows in a row show it clearly
+//! slower (their upper bounds below the pace by [`AGREE`]): then it is 1 again until the windows
+//! agree. A window that only looks faster never raises it.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -38,6 +40,9 @@ pub const WINDOWS: usize = 4;
 /// How many windows are enough to believe a fast clock at all. Early in a run that is few; the
 /// callers ask again as the run goes, so a misreading does not last.
 const FIRST_WINDOWS: usize = 2;
+/// How many windows in a row must show a clock slower than the pace believed (by [`AGREE`]) for
+/// it to be doubted: one such window is what an answer read late makes.
+const SLOWER: usize = 2;
 /// A bound below this is a real cloud's clock read through whole seconds and skew.
 const BELIEVED: f64 = 4.0;
 /// One clock's windows agree: each one's range (its lower and upper bound) holds the pace, so no
@@ -63,6 +68,10 @@ struct State {
     bounds: VecDeque<(f64, f64)>,
     /// The latest answer: when it came, and its `Date` (Unix seconds).
     last: Option<(Instant, i64)>,
+    /// The pace believed (`None`: 1, a real cloud's).
+    believed: Option<f64>,
+    /// How many windows in a row showed the clock slower than believed.
+    slower: usize,
 }
 
 impl State {
@@ -72,6 +81,38 @@ impl State {
             self.bounds.pop_front();
         }
         self.anchor = Some((at, secs));
+        let slower = self.believed.is_some_and(|pace| bounds.1 * AGREE < pace);
+        self.slower = if slower { self.slower + 1 } else { 0 };
+        self.believed = match self.agreed() {
+            Some(pace) => Some(pace),
+            // A clock gone back: nothing can be believed.
+            None if bounds.1 == 0.0 => None,
+            // A late read makes windows disagree without the clock changing, and the window it
+            // closes look slow (by up to its length over the time it was late); the window after
+            // starts late and looks fast. A clock that slowed shows in window after window.
+            None if self.slower >= SLOWER => None,
+            None => self.believed,
+        };
+    }
+
+    /// The smallest lower bound of the last windows, when there are enough of them, they agree
+    /// and it is fast enough to be believed.
+    fn agreed(&self) -> Option<f64> {
+        if self.bounds.len() < FIRST_WINDOWS {
+            return None;
+        }
+        let least = self
+            .bounds
+            .iter()
+            .map(|b| b.0)
+            .fold(f64::INFINITY, f64::min);
+        let most = self.bounds.iter().map(|b| b.0).fold(0.0, f64::max);
+        let ceiling = self
+            .bounds
+            .iter()
+            .map(|b| b.1)
+            .fold(f64::INFINITY, f64::min);
+        (least >= BELIEVED && most <= ceiling * AGREE).then_some(least)
     }
 }
 
@@ -120,17 +161,7 @@ impl Pace {
     /// Cloud seconds per local second: 1 for a real cloud.
     pub fn rate(&self) -> f64 {
         let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.bounds.len() < FIRST_WINDOWS {
-            return 1.0;
-        }
-        let least = s.bounds.iter().map(|b| b.0).fold(f64::INFINITY, f64::min);
-        let most = s.bounds.iter().map(|b| b.0).fold(0.0, f64::max);
-        let ceiling = s.bounds.iter().map(|b| b.1).fold(f64::INFINITY, f64::min);
-        if least >= BELIEVED && most <= ceiling * AGREE {
-            least
-        } else {
-            1.0
-        }
+        s.believed.unwrap_or(1.0)
     }
 
     /// Now on the cloud's clock (Unix seconds, to the second its `Date` gives): the latest
@@ -391,6 +422,53 @@ mod tests {
             let held = &seen[100..];
             assert!(held.iter().all(|r| *r >= 60.0), "seed {seed}: {held:?}");
         }
+    }
+
+    #[test]
+    fn a_believed_pace_holds_through_answers_read_very_late() {
+        // 100x with the whole test suite on two cores: most answers read within 30 ms, and now
+        // and then one a third of a second late (the process was not scheduled). The windows
+        // around such an answer disagree; the pace believed stays (CI's
+        // `a_served_simulator_is_timed_by_its_own_clock` got a real cloud's deadline).
+        for seed in 1..=20 {
+            let p = Pace::default();
+            let mut j = jitter(seed);
+            let answers = steady(Duration::from_millis(20), 1000).map(|a| Answer {
+                late: Duration::from_millis(if j(25) == 0 { 350 } else { j(30) }),
+                ..a
+            });
+            let seen = feed(&p, 100.0, 0.0, answers);
+            let first = seen.iter().position(|r| *r >= 40.0);
+            let first = first.unwrap_or_else(|| panic!("seed {seed}: never believed"));
+            let held = &seen[first..];
+            let top = held.iter().copied().fold(0.0, f64::max);
+            assert!(top <= 101.0, "seed {seed}: {top}");
+            let low = held.iter().copied().fold(f64::INFINITY, f64::min);
+            // 1800 cloud seconds are then at most 45 s here: the local floor.
+            assert!(low >= 40.0, "seed {seed}: fell to {low}");
+        }
+    }
+
+    #[test]
+    fn a_clock_that_slows_down_is_doubted_within_a_few_windows() {
+        // 100x for five seconds, then the clock runs at 1x (a simulator's scale changed): the
+        // pace held so far must not outlive the evidence.
+        let p = Pace::default();
+        let t0 = Instant::now();
+        let date = |cloud: f64| SystemTime::UNIX_EPOCH + Duration::from_secs(cloud as u64);
+        let mut cloud = 1_800_000_000.0;
+        let mut seen = Vec::new();
+        for i in 0..2000u64 {
+            cloud += if i < 250 { 2.0 } else { 0.02 };
+            p.observe(t0 + Duration::from_millis(20 * i), date(cloud));
+            seen.push(p.rate());
+        }
+        assert!(seen[249] >= 60.0, "{}", seen[249]);
+        // A window spans at least 10 cloud seconds: ten seconds here at 1x. Two of them, and
+        // the one the change falls in.
+        let back = seen[250..].iter().position(|r| *r == 1.0).map(|n| n + 250);
+        assert!(back.is_some_and(|n| n <= 250 + 1600), "{back:?}");
+        assert!(seen[back.unwrap_or(0)..].iter().all(|r| *r == 1.0));
     }
 
     #[test]
