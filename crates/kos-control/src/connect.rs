@@ -48,6 +48,27 @@ pub struct Cloud<'a> {
     pub reach: &'a dyn Reach,
 }
 
+impl Cloud<'_> {
+    /// Now on the cloud's clock ([`cloud_now`]).
+    #[must_use]
+    pub fn now(&self) -> time::OffsetDateTime {
+        cloud_now(self.session)
+    }
+}
+
+/// Now on the cloud's clock, as its answers' `Date` shows it (this machine's before any answer):
+/// what kos stamps for the cluster to compare with its own clock (a token's expiration) and
+/// compares with what the cloud stamped (a server's `created`). The servers keep the cloud's
+/// time; this machine's may be off by hours.
+#[must_use]
+pub fn cloud_now(session: &Session) -> time::OffsetDateTime {
+    session
+        .pace()
+        .now_unix()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .unwrap_or_else(time::OffsetDateTime::now_utc)
+}
+
 /// Why kos cannot talk to a cluster's API from here.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

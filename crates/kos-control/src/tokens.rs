@@ -65,8 +65,13 @@ pub async fn ensure_token(kube: &Kube, secrets: &ClusterSecrets) -> Result<(), P
 ///
 /// # Errors
 /// [`PushError`].
-pub async fn ensure_certs(kube: &Kube, secrets: &ClusterSecrets) -> Result<(), PushError> {
-    let token = copycerts::ttl_token(&mut rand::rng(), time::OffsetDateTime::now_utc())
+/// `now`: on the cloud's clock ([`crate::connect::cloud_now`]), which the token cleaner keeps.
+pub async fn ensure_certs(
+    kube: &Kube,
+    secrets: &ClusterSecrets,
+    now: time::OffsetDateTime,
+) -> Result<(), PushError> {
+    let token = copycerts::ttl_token(&mut rand::rng(), now)
         .map_err(render("the kubeadm-certs TTL token"))?;
     let body: serde_json::Value =
         serde_json::from_str(token.expose()).map_err(|_| PushError::Rendered {
@@ -102,9 +107,13 @@ pub async fn ensure_certs(kube: &Kube, secrets: &ClusterSecrets) -> Result<(), P
 ///
 /// # Errors
 /// [`PushError`].
-pub async fn ensure_certs_present(kube: &Kube, secrets: &ClusterSecrets) -> Result<(), PushError> {
+pub async fn ensure_certs_present(
+    kube: &Kube,
+    secrets: &ClusterSecrets,
+    now: time::OffsetDateTime,
+) -> Result<(), PushError> {
     if kube.get_opt(&certs_path()).await?.is_none() {
-        ensure_certs(kube, secrets).await?;
+        ensure_certs(kube, secrets, now).await?;
     }
     Ok(())
 }
@@ -131,10 +140,12 @@ pub async fn delete_token(kube: &Kube, secrets: &ClusterSecrets) -> Result<(), K
 /// Keeps the join token (and with `certs` kubeadm-certs) in the cluster while new nodes join,
 /// every `poll`: the first control plane's cleanup may delete them again when the nodes it expected
 /// have joined. `connect` makes a client (it fails until the API answers); `pushed` is set, and
-/// [`Event::TokenPushed`] reported, the first time the token is there. Never returns: the caller
-/// drops it when the nodes are followed.
+/// [`Event::TokenPushed`] reported, the first time the token is there; `now` is the cloud's clock.
+/// Never returns: the caller drops it when the nodes are followed.
+#[allow(clippy::too_many_arguments)]
 pub async fn keep_for_joiners<C, F, E>(
     connect: C,
+    now: &(dyn Fn() -> time::OffsetDateTime + Send + Sync),
     secrets: &ClusterSecrets,
     certs: bool,
     poll: Duration,
@@ -157,7 +168,7 @@ where
                     }
                     Err(e) => tracing::debug!("join token not created yet: {}", chain(&e)),
                 }
-                if certs && let Err(e) = ensure_certs_present(&kube, secrets).await {
+                if certs && let Err(e) = ensure_certs_present(&kube, secrets, now()).await {
                     tracing::debug!("kubeadm-certs not put back yet: {}", chain(&e));
                 }
             }
@@ -172,10 +183,17 @@ where
 pub trait TokenScript: Send + Sync {
     /// Writes what creates the token (with `certs`, and kubeadm-certs under
     /// `secrets.certificate_key`) on a control plane of `cluster`; where it is, for messages.
+    /// `now`: the cloud's clock, which the control plane keeps.
     ///
     /// # Errors
     /// Why it could not be written (never with the token in it).
-    fn write(&self, cluster: &str, secrets: &ClusterSecrets, certs: bool) -> Result<String, Cause>;
+    fn write(
+        &self,
+        cluster: &str,
+        secrets: &ClusterSecrets,
+        certs: bool,
+        now: time::OffsetDateTime,
+    ) -> Result<String, Cause>;
     /// Removes one an earlier run wrote: it is of no use once the token is in the cluster, and
     /// holds a token.
     fn remove(&self);
@@ -186,7 +204,13 @@ pub trait TokenScript: Send + Sync {
 pub struct NoScript;
 
 impl TokenScript for NoScript {
-    fn write(&self, _: &str, _: &ClusterSecrets, _: bool) -> Result<String, Cause> {
+    fn write(
+        &self,
+        _: &str,
+        _: &ClusterSecrets,
+        _: bool,
+        _: time::OffsetDateTime,
+    ) -> Result<String, Cause> {
         Err("no place for a token script".into())
     }
     fn remove(&self) {}
@@ -224,7 +248,7 @@ pub async fn push<S: SecretStore + ?Sized>(
         let kube = api_client(cloud, spec, &meta.api_address, secrets).await?;
         ensure_token(&kube, secrets).await?;
         if certs {
-            ensure_certs(&kube, secrets).await?;
+            ensure_certs(&kube, secrets, cloud.now()).await?;
         }
         Ok::<(), PushTokenError>(())
     }
@@ -235,7 +259,7 @@ pub async fn push<S: SecretStore + ?Sized>(
             report.event(Event::TokenInCluster { certs, renewed });
             script.remove();
         }
-        Err(why) => match script.write(spec.name.value.as_str(), secrets, certs) {
+        Err(why) => match script.write(spec.name.value.as_str(), secrets, certs, cloud.now()) {
             Ok(location) => report.event(Event::TokenScript {
                 why: &why,
                 location: &location,
@@ -298,19 +322,20 @@ mod tests {
         let t = kube.get(&token).await.unwrap();
         assert_eq!(t["type"], "bootstrap.kubernetes.io/token");
 
-        ensure_certs_present(&kube, &s).await.unwrap();
+        let now = time::OffsetDateTime::now_utc();
+        ensure_certs_present(&kube, &s, now).await.unwrap();
         let certs = kube.get(&certs_path()).await.unwrap();
         let first_uid = certs["metadata"]["uid"].clone();
         // Owned by its two-hour token, as kubeadm makes it.
         assert!(certs["metadata"]["ownerReferences"][0]["name"].is_string());
         // Present: left alone.
-        ensure_certs_present(&kube, &s).await.unwrap();
+        ensure_certs_present(&kube, &s, now).await.unwrap();
         assert_eq!(
             kube.get(&certs_path()).await.unwrap()["metadata"]["uid"],
             first_uid
         );
         // Put again under a new key: replaced.
-        ensure_certs(&kube, &s).await.unwrap();
+        ensure_certs(&kube, &s, now).await.unwrap();
         assert_ne!(
             kube.get(&certs_path()).await.unwrap()["metadata"]["uid"],
             first_uid

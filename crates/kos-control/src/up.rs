@@ -249,7 +249,8 @@ pub async fn converge(env: &Env<'_>, p: &Turn, plan: &Plan) -> Result<Vec<String
         },
         env.options.reuse_local_secrets,
         env.options.leftovers,
-        time::OffsetDateTime::now_utc(),
+        // The cluster compares the token's expiration with the cloud's clock.
+        env.cloud.now(),
     )?;
     let recreate_ccm_credential =
         ccm_credential_to_recreate(plan, store, env.options.recreate_ccm_credential, report)?;
@@ -257,7 +258,8 @@ pub async fn converge(env: &Env<'_>, p: &Turn, plan: &Plan) -> Result<Vec<String
     // cleanup deleted once the first nodes had joined.
     // A server an interrupted run made may still be joining: it needs the token as much as one
     // made now (it is only useful within the token's lifetime).
-    let now = time::OffsetDateTime::now_utc();
+    // Nova stamped `created` by the cloud's clock.
+    let now = env.cloud.now();
     let joining_since_earlier = plan.actions.iter().any(|a| {
         a.kind == Kind::Server
             && a.existing

@@ -709,7 +709,15 @@ impl Guest {
                     .text(&format!("{pki}/ca.crt"))
                     .zip(cp.vfs.text(&format!("{pki}/ca.key")))
                     .map(|(cert, key)| crate::certificates::Ca { cert, key });
-                crate::certificates::run_controllers(&c.kube, &c.csrs_seen, ca.as_ref(), now)?;
+                // What it signs is verified in-process by TLS on this machine's clock (rustls
+                // reads the system time), which a fast simulated cloud's date runs ahead of.
+                let signed_at = OffsetDateTime::now_utc();
+                crate::certificates::run_controllers(
+                    &c.kube,
+                    &c.csrs_seen,
+                    ca.as_ref(),
+                    signed_at,
+                )?;
             }
             let nodes = c.kube.list::<k8s_openapi::api::core::v1::Node>(None)?;
             for n in nodes {

@@ -152,9 +152,9 @@ pub trait Host: Send + Sync {
     /// The host's clock: when steps, retries and background jobs are due.
     fn now(&self) -> OffsetDateTime;
     /// The date on the servers' clocks: what the cluster stamps (token expirations, Node conditions)
-    /// and compares with the timestamps others wrote (a token's `expiration`, written by kos on its
-    /// own machine). A real node keeps NTP's time, as kos's machine does; a simulator that runs the
-    /// cloud faster than real time keeps this one at the real date.
+    /// and compares with the timestamps others wrote (a token's `expiration`, which kos writes by
+    /// the cloud's clock). A real node keeps the time the cloud's API servers keep (NTP); a
+    /// simulator's is the cloud's date, at its time scale.
     fn calendar(&self) -> OffsetDateTime;
     /// Appends a line to a server's console log.
     fn console(&self, server: &ServerId, line: &str);

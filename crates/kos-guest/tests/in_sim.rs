@@ -176,6 +176,8 @@ async fn a_cluster_forms_in_the_simulated_cloud_and_its_ccm_runs_in_it() {
         done.then_some(list.items)
     })
     .await;
+    // This machine's clock when the nodes were seen Ready: their conditions were stamped before.
+    let seen_ready = time::OffsetDateTime::now_utc().unix_timestamp();
     let mut pids: Vec<String> = initialised
         .iter()
         .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
@@ -207,11 +209,13 @@ async fn a_cluster_forms_in_the_simulated_cloud_and_its_ccm_runs_in_it() {
     let listed: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(listed["items"].as_array().map(Vec::len), Some(2), "{body}");
 
-    // The cluster's date is the real one, though the cloud runs a thousand times faster: a token
-    // kos writes with an expiration ten minutes from now (on its own clock) outlives more than ten
-    // minutes of cloud time, while one already expired is cleaned; the Nodes' conditions carry
-    // today's time. Before, the guest dated everything in cloud time, and a join late in a long
-    // run found kos's fresh token already deleted.
+    // The cluster's date is the cloud's, the one its `Date` header shows, though that runs a
+    // thousand times faster than this machine's: a token whose expiration kos wrote ten minutes
+    // past the cloud's now is expired two real seconds later (2000 s of the cloud's) and
+    // cleaned, one ten hours past it is kept, and the Nodes' conditions carry the cloud's date.
+    // Before, the guest dated everything by this machine's clock while the cloud's servers
+    // (Nova's `created`) and its `Date` said otherwise, and a Node NotReady for a second looked
+    // NotReady for hours to anyone judging by the cloud's clock.
     let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), "kube-system");
     let token = |id: &str, expires: time::OffsetDateTime| -> Secret {
         let expiration = expires
@@ -227,24 +231,23 @@ async fn a_cluster_forms_in_the_simulated_cloud_and_its_ccm_runs_in_it() {
         }))
         .unwrap()
     };
-    let wall = time::OffsetDateTime::now_utc();
+    let date = cloud.date().await;
     for (id, expires) in [
-        ("fresh1", wall + time::Duration::minutes(10)),
-        ("stale1", wall - time::Duration::minutes(1)),
+        ("soon01", date + time::Duration::minutes(10)),
+        ("later1", date + time::Duration::hours(10)),
     ] {
         secrets
             .create(&Default::default(), &token(id, expires))
             .await
             .unwrap();
     }
-    // At 1/1000 of real time, 2 s are 2000 s of the cloud's, past the fresh token's ten minutes.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     eventually(
         60,
-        "the token cleaner to delete the expired token",
+        "the token cleaner to delete the token expired by the cloud's clock",
         || async {
             secrets
-                .get_opt("bootstrap-token-stale1")
+                .get_opt("bootstrap-token-soon01")
                 .await
                 .ok()?
                 .is_none()
@@ -254,13 +257,15 @@ async fn a_cluster_forms_in_the_simulated_cloud_and_its_ccm_runs_in_it() {
     .await;
     assert!(
         secrets
-            .get_opt("bootstrap-token-fresh1")
+            .get_opt("bootstrap-token-later1")
             .await
             .unwrap()
             .is_some(),
-        "a token expiring in ten real minutes was deleted"
+        "a token expiring in ten of the cloud's hours was deleted"
     );
-    for n in &initialised {
+    let after = cloud.date().await.unix_timestamp();
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    for n in nodes.list(&Default::default()).await.unwrap() {
         let ready = n
             .status
             .as_ref()
@@ -269,11 +274,19 @@ async fn a_cluster_forms_in_the_simulated_cloud_and_its_ccm_runs_in_it() {
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0.as_second())
             .unwrap();
-        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        // Stamped after the cluster formed (the first `Date` above was read after that), by
+        // the cloud's clock: this machine's is far behind it by now.
         assert!(
-            ready <= now + 60,
-            "a Ready condition dated {}s after the real time",
-            ready - now
+            ready <= after + 1,
+            "a Ready condition dated {}s after the cloud's date",
+            ready - after
+        );
+        // Booting and joining took the cloud minutes and this machine seconds.
+        assert!(
+            ready > seen_ready + 5,
+            "a Ready condition dated by this machine's clock ({}s before it saw it), not the \
+             cloud's",
+            seen_ready - ready
         );
     }
 

@@ -40,8 +40,9 @@ pub struct App {
 pub type SharedApp = Arc<App>;
 
 impl App {
-    pub fn new(cfg: SimConfig, base_url: String, proxy_url: String, cloud: Cloud) -> Self {
+    pub fn new(cfg: SimConfig, base_url: String, proxy_url: String, mut cloud: Cloud) -> Self {
         let clock = Clock::resumed(cfg.time_scale, cloud.now);
+        cloud.epoch = Some(clock.epoch().into());
         let mut faults = FaultEngine::new(cfg.seed);
         for (svc, rate) in &cfg.rate_limits {
             faults.set_rate_limit(*svc, Some(*rate));

@@ -60,6 +60,13 @@ impl Clock {
         self.started_wall + self.started.elapsed().div_f64(self.scale)
     }
 
+    /// The cloud's wall clock at simulated time 0: [`Clock::wall`] is this plus [`Clock::now`].
+    pub fn epoch(&self) -> SystemTime {
+        self.started_wall
+            .checked_sub(Duration::from_secs_f64(self.offset.max(0.0)))
+            .unwrap_or(self.started_wall)
+    }
+
     pub fn scale(&self) -> f64 {
         self.scale
     }

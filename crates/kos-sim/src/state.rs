@@ -37,6 +37,10 @@ pub struct Cloud {
     /// The attached guest runtime's hooks (see [`crate::guests`]); not part of the saved cloud.
     #[serde(skip)]
     pub guests: crate::guests::Hooks,
+    /// The cloud's date at simulated time 0 (its clock's [`crate::clock::Clock::epoch`]): set by
+    /// the app that serves it, so that what the services stamp agrees with its `Date` header.
+    #[serde(skip)]
+    pub epoch: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The internet as the servers see it: every URL answers, but those an outage makes unreachable.
@@ -136,6 +140,22 @@ impl Cloud {
             .first()
             .cloned()
             .unwrap_or_else(|| "nova".into())
+    }
+
+    /// The cloud's date now: what its services and its servers' clocks stamp, the date its
+    /// `Date` header shows. A cloud no app serves (unit tests) keeps this machine's date.
+    #[must_use]
+    pub fn date(&self) -> chrono::DateTime<chrono::Utc> {
+        self.date_at(self.now)
+    }
+
+    /// The cloud's date at simulated time `at`.
+    #[must_use]
+    pub fn date_at(&self, at: SimTime) -> chrono::DateTime<chrono::Utc> {
+        match self.epoch {
+            Some(epoch) => epoch + chrono::Duration::microseconds((at.0.max(0.0) * 1e6) as i64),
+            None => chrono::Utc::now(),
+        }
     }
 
     /// Moves every resource whose deadline has passed to its next state.

@@ -644,8 +644,9 @@ impl kos_control::tokens::TokenScript for Local {
         cluster: &str,
         secrets: &ClusterSecrets,
         certs: bool,
+        now: OffsetDateTime,
     ) -> Result<String, kos_control::store::Cause> {
-        self.write_token_script(cluster, secrets, certs, OffsetDateTime::now_utc())
+        self.write_token_script(cluster, secrets, certs, now)
             .map(|p| p.display().to_string())
             .map_err(Into::into)
     }

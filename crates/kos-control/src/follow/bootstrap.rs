@@ -147,8 +147,10 @@ pub async fn bootstrap(
             return std::future::pending().await;
         };
         let connect = || async { api_client(cloud, spec, address, secrets).await };
+        let now = || cloud.now();
         tokens::keep_for_joiners(
             connect,
+            &now,
             secrets,
             certs,
             timing.poll(),

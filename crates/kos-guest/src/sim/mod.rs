@@ -13,9 +13,9 @@
 //! Time: steps, retries and background jobs are due on the cloud's clock, anchored to the wall clock
 //! when the runtime first ran (`epoch + simulated seconds`), so a saved cloud resumes with its
 //! guests where both stopped. The date the cluster stamps and compares (bootstrap-token
-//! expirations, Node conditions) is the real one ([`Host::calendar`]): kos writes a token's
-//! expiration on its own clock, and a cloud that runs a thousand times faster would otherwise
-//! expire it within seconds.
+//! expirations, Node conditions) is the cloud's, the one its `Date` header shows
+//! ([`Host::calendar`]): a real cloud's servers keep the time its API servers keep, and kos stamps
+//! what the cluster compares (a token's expiration) by that clock.
 
 pub mod apiserver;
 pub mod ccm;
@@ -168,6 +168,7 @@ impl SimGuests {
 struct HostView<'h, 'a> {
     host: Mutex<&'h mut GuestHost<'a>>,
     now: OffsetDateTime,
+    calendar: OffsetDateTime,
 }
 
 impl Host for HostView<'_, '_> {
@@ -175,10 +176,9 @@ impl Host for HostView<'_, '_> {
         self.now
     }
 
-    /// The real date, whatever the cloud's time scale: kos writes a token's expiration as now + 2 h
-    /// on its own clock, and a cloud running a thousand times faster would expire it in seconds.
+    /// The cloud's date (its `Date` header), at its time scale.
     fn calendar(&self) -> OffsetDateTime {
-        OffsetDateTime::now_utc()
+        self.calendar
     }
 
     fn console(&self, server: &ServerId, line: &str) {
@@ -242,9 +242,15 @@ impl Inner {
         f: impl FnOnce(&mut Guest, &HostView<'_, '_>) -> Result<(), crate::GuestError>,
     ) {
         let now = guest_time(self.epoch(host.now()), host.now());
+        let date = host.cloud().date_at(host.now());
+        let calendar = OffsetDateTime::from_unix_timestamp_nanos(
+            date.timestamp_nanos_opt().map_or(0, i128::from),
+        )
+        .unwrap_or(now);
         let view = HostView {
             host: Mutex::new(host),
             now,
+            calendar,
         };
         if let Err(e) = f(&mut self.guest, &view) {
             tracing::warn!("kos-guest: {e}");

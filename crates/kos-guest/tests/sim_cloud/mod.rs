@@ -61,6 +61,20 @@ impl Cloud {
         serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 
+    /// The cloud's date, as its `Date` header shows it (whole seconds).
+    pub async fn date(&self) -> time::OffsetDateTime {
+        let r = self
+            .http
+            .get(format!("{}/compute/v2.1/", self.sim.base_url()))
+            .header("x-auth-token", &self.token)
+            .send()
+            .await
+            .unwrap();
+        let date = r.headers()["date"].to_str().unwrap().to_owned();
+        time::OffsetDateTime::parse(&date, &time::format_description::well_known::Rfc2822)
+            .unwrap_or_else(|e| panic!("Date {date:?}: {e}"))
+    }
+
     pub async fn first(&self, path: &str, key: &str) -> Value {
         self.call("GET", path, None).await[key][0].clone()
     }

@@ -378,9 +378,10 @@ pub fn advance(cloud: &mut Cloud, _cfg: &SimConfig) {
 
 /// Server → ERROR with `message` as its fault (the admin API's "break this server").
 pub fn force_server_error(cloud: &mut Cloud, server_id: &str, message: &str) -> bool {
+    let date = cloud.date();
     match cloud.nova.server_mut(server_id) {
         Some(s) if s.delete_at.is_none() => {
-            servers::set_error(s, 500, message);
+            servers::set_error(s, 500, message, date);
             let now = cloud.now;
             crate::guests::raise(cloud, now, server_id, crate::guests::GuestEvent::Shutdown);
             true
@@ -393,10 +394,11 @@ pub fn force_server_error(cloud: &mut Cloud, server_id: &str, message: &str) -> 
 /// ERROR on no host, its ports are released (pre-created ones unbound and kept, as Nova does) and it
 /// stays a member of its server groups.
 pub fn fail_build(cloud: &mut Cloud, server_id: &str, code: u16, message: &str) {
+    let date = cloud.date();
     let Some(s) = cloud.nova.server_mut(server_id) else {
         return;
     };
-    servers::set_error(s, code, message);
+    servers::set_error(s, code, message, date);
     s.host = None;
     s.pending_console.clear();
     let s = s.clone();

@@ -6,7 +6,6 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use base64::Engine;
-use chrono::Utc;
 use serde_json::{Value, json};
 
 use super::digest::{hex, md5};
@@ -344,6 +343,7 @@ pub async fn create_keypair(
     .ok_or_else(|| bad("Keypair data is invalid: failed to generate fingerprint"))?;
 
     let mut cloud = app.cloud();
+    let cloud_date = cloud.date();
     let quota = cloud.quotas.key_pairs;
     let nova = &mut cloud.nova;
     let mine = nova
@@ -371,7 +371,7 @@ pub async fn create_keypair(
         key_type: key_type.to_owned(),
         public_key,
         fingerprint,
-        created_at: Utc::now(),
+        created_at: cloud_date,
     };
     let mut v = keypair_body(&k, mv, false);
     v["user_id"] = json!(k.user_id);

@@ -640,7 +640,7 @@ fn host_id(project_id: &str, host: Option<&str>) -> String {
     }
 }
 
-pub(super) fn set_error(s: &mut Server, code: u16, message: &str) {
+pub(super) fn set_error(s: &mut Server, code: u16, message: &str, date: DateTime<Utc>) {
     s.vm_state = "error".into();
     s.task_state = None;
     s.power_state = 0;
@@ -648,9 +648,9 @@ pub(super) fn set_error(s: &mut Server, code: u16, message: &str) {
     s.fault = Some(Fault {
         code,
         message: message.to_owned(),
-        created: Utc::now(),
+        created: date,
     });
-    s.updated = Utc::now();
+    s.updated = date;
 }
 
 fn kernel_log(s: &Server) -> Vec<String> {
@@ -668,7 +668,8 @@ fn kernel_log(s: &Server) -> Vec<String> {
 }
 
 fn cloud_init_log(cloud: &Cloud, s: &Server) -> Vec<String> {
-    let ts = Utc::now().format("%a, %d %b %Y %H:%M:%S +0000").to_string();
+    let date = cloud.date();
+    let ts = date.format("%a, %d %b %Y %H:%M:%S +0000").to_string();
     let ver = "Cloud-init v. 24.1.3-0ubuntu3.3";
     let mut out = vec![
         format!("[    4.512345] cloud-init[512]: {ver} running 'init-local' at {ts}. Up 4.51 seconds."),
@@ -721,6 +722,7 @@ pub async fn create(
     let mut req = parse_create(&body, mv)?;
     let mut guard = app.cloud();
     let cloud = &mut *guard;
+    let date = cloud.date();
     let project = ctx.project_id.clone();
 
     let flavor = cloud
@@ -933,7 +935,7 @@ pub async fn create(
     {
         grp.members.push(id.clone());
     }
-    let stamp = Utc::now();
+    let stamp = date;
     let mut server = Server {
         id: id.clone(),
         hostname: req
@@ -988,7 +990,7 @@ pub async fn create(
         placement: pending,
     };
     match &host {
-        None => set_error(&mut server, 500, NO_VALID_HOST),
+        None => set_error(&mut server, 500, NO_VALID_HOST, date),
         Some(host) => {
             // Still scheduling while its host is to pass Nova's late check (`placement`).
             if server.placement.is_none() {
@@ -1011,6 +1013,7 @@ pub async fn create(
                     &mut server,
                     500,
                     &format!("Build of instance {id} aborted: {msg}"),
+                    date,
                 );
             } else {
                 server.console = kernel_log(&server);
@@ -1235,6 +1238,7 @@ pub(super) fn advance(cloud: &mut Cloud) {
 /// Finishes the attaches and detaches whose time has come: the volume `in-use` with its attachment
 /// listed, or detached and the block device mapping gone.
 fn settle_attachments(cloud: &mut Cloud) {
+    let date = cloud.date();
     let now = cloud.now;
     let mut due = Vec::new();
     let mut connecting = Vec::new();
@@ -1263,7 +1267,7 @@ fn settle_attachments(cloud: &mut Cloud) {
                 cinder::detach(cloud, &a.volume_id, &server_id);
                 if let Some(s) = cloud.nova.server_mut(&server_id) {
                     s.volumes.retain(|v| v.volume_id != a.volume_id);
-                    s.updated = Utc::now();
+                    s.updated = date;
                 }
             }
         }
@@ -1271,6 +1275,7 @@ fn settle_attachments(cloud: &mut Cloud) {
 }
 
 fn try_activate(cloud: &mut Cloud, id: &str) {
+    let date = cloud.date();
     let Some(s) = cloud.nova.server(id) else {
         return;
     };
@@ -1331,7 +1336,7 @@ fn try_activate(cloud: &mut Cloud, id: &str) {
         s.vm_state = "active".into();
         s.task_state = None;
         s.power_state = 1;
-        let t = Utc::now();
+        let t = date;
         s.launched_at = Some(t);
         s.updated = t;
         s.console.extend(log);
@@ -1352,18 +1357,20 @@ fn s_ports(cloud: &Cloud, id: &str) -> Vec<String> {
 }
 
 fn fail_build(cloud: &mut Cloud, id: &str, msg: &str) {
+    let date = cloud.date();
     if let Some(s) = cloud.nova.server_mut(id) {
-        set_error(s, 500, msg);
+        set_error(s, 500, msg, date);
     }
 }
 
 fn finish_task(cloud: &mut Cloud, id: &str) {
+    let date = cloud.date();
     let Some(s) = cloud.nova.server_mut(id) else {
         return;
     };
     let task = s.task_state.take();
     let at = s.task_until.take().unwrap_or(cloud.now);
-    s.updated = Utc::now();
+    s.updated = date;
     let port_status = match task.as_deref() {
         Some("powering-off") => {
             s.vm_state = "stopped".into();
@@ -1803,6 +1810,7 @@ pub async fn update(
     };
     let hostname = opt_str(u, "hostname")?;
     let mut cloud = app.cloud();
+    let date = cloud.date();
     let s = find_mut(&mut cloud, &ctx, &id)?;
     if let Some(n) = name {
         s.name = n;
@@ -1824,7 +1832,7 @@ pub async fn update(
     if let Some(dc) = opt_str(u, "OS-DCF:diskConfig")? {
         s.disk_config = dc;
     }
-    s.updated = Utc::now();
+    s.updated = date;
     let s = find(&cloud, &ctx, &id)?;
     Ok(reply(
         StatusCode::OK,
@@ -1839,6 +1847,7 @@ pub async fn delete(
 ) -> SimResult<StatusCode> {
     let delete_secs = app.latency().server_delete_secs;
     let mut cloud = app.cloud();
+    let date = cloud.date();
     let now = cloud.now;
     let s = find_mut(&mut cloud, &ctx, &id)?;
     if s.locked && !ctx.is_admin() {
@@ -1848,7 +1857,7 @@ pub async fn delete(
         s.task_state = Some("deleting".into());
         s.task_until = None;
         s.delete_at = Some(now.after(delete_secs));
-        s.updated = Utc::now();
+        s.updated = date;
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -1877,10 +1886,10 @@ fn require_state(s: &Server, action: &str, vm_states: &[&str]) -> SimResult<()> 
     Ok(())
 }
 
-fn start_task(s: &mut Server, task: &str, until: SimTime) {
+fn start_task(s: &mut Server, task: &str, until: SimTime, date: DateTime<Utc>) {
     s.task_state = Some(task.to_owned());
     s.task_until = Some(until);
-    s.updated = Utc::now();
+    s.updated = date;
 }
 
 pub async fn action(
@@ -1898,6 +1907,7 @@ pub async fn action(
     };
     let mut cloud = app.cloud();
     let until = cloud.now.after(ACTION_SECS);
+    let date = cloud.date();
     let s = find_mut(&mut cloud, &ctx, &id)?;
     let locked_out = s.locked && !ctx.is_admin();
     match name.as_str() {
@@ -1928,12 +1938,12 @@ pub async fn action(
         }
         "os-stop" => {
             require_state(s, "stop", &["active", "error"])?;
-            start_task(s, "powering-off", until);
+            start_task(s, "powering-off", until, date);
             Ok(StatusCode::ACCEPTED.into_response())
         }
         "os-start" => {
             require_state(s, "start", &["stopped"])?;
-            start_task(s, "powering-on", until);
+            start_task(s, "powering-on", until, date);
             Ok(StatusCode::ACCEPTED.into_response())
         }
         "reboot" => {
@@ -1941,7 +1951,7 @@ pub async fn action(
             match kind.to_ascii_uppercase().as_str() {
                 "SOFT" => {
                     require_state(s, "reboot", &["active"])?;
-                    start_task(s, "rebooting", until);
+                    start_task(s, "rebooting", until, date);
                 }
                 "HARD" => {
                     if !["active", "stopped", "error"].contains(&s.vm_state.as_str())
@@ -1949,7 +1959,7 @@ pub async fn action(
                     {
                         return Err(invalid_state("reboot", s));
                     }
-                    start_task(s, "rebooting_hard", until);
+                    start_task(s, "rebooting_hard", until, date);
                 }
                 _ => {
                     return Err(invalid(
@@ -2031,10 +2041,11 @@ pub async fn replace_tags(
     let body = parse_body(&body)?;
     let tags = check_tags(body.get("tags").unwrap_or(&Value::Null))?;
     let mut cloud = app.cloud();
+    let date = cloud.date();
     let s = find_mut(&mut cloud, &ctx, &id)?;
     taggable(s, "update tags")?;
     s.tags = tags;
-    s.updated = Utc::now();
+    s.updated = date;
     Ok(reply(StatusCode::OK, json!({"tags": s.tags})))
 }
 
@@ -2046,10 +2057,11 @@ pub async fn delete_tags(
 ) -> SimResult<StatusCode> {
     tags_api(mv)?;
     let mut cloud = app.cloud();
+    let date = cloud.date();
     let s = find_mut(&mut cloud, &ctx, &id)?;
     taggable(s, "delete tags")?;
     s.tags.clear();
-    s.updated = Utc::now();
+    s.updated = date;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -2083,6 +2095,7 @@ pub async fn add_tag(
     check_tag(&tag)?;
     let base = app.base_url.clone();
     let mut cloud = app.cloud();
+    let date = cloud.date();
     let s = find_mut(&mut cloud, &ctx, &id)?;
     taggable(s, "update tag")?;
     if s.tags.contains(&tag) {
@@ -2094,7 +2107,7 @@ pub async fn add_tag(
         )));
     }
     s.tags.push(tag.clone());
-    s.updated = Utc::now();
+    s.updated = date;
     let mut r = StatusCode::CREATED.into_response();
     if let Ok(v) = HeaderValue::from_str(&format!("{base}{P}/servers/{id}/tags/{tag}")) {
         r.headers_mut().insert(header::LOCATION, v);
@@ -2110,6 +2123,7 @@ pub async fn delete_tag(
 ) -> SimResult<StatusCode> {
     tags_api(mv)?;
     let mut cloud = app.cloud();
+    let date = cloud.date();
     let s = find_mut(&mut cloud, &ctx, &id)?;
     taggable(s, "delete tag")?;
     let before = s.tags.len();
@@ -2117,7 +2131,7 @@ pub async fn delete_tag(
     if s.tags.len() == before {
         return Err(tag_not_found(&tag, &id));
     }
-    s.updated = Utc::now();
+    s.updated = date;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -2144,6 +2158,7 @@ async fn write_metadata(
     let body = parse_body(&body)?;
     let new = check_metadata(body.get("metadata").unwrap_or(&Value::Null))?;
     let mut cloud = app.cloud();
+    let date = cloud.date();
     let s = find_mut(&mut cloud, &ctx, &id)?;
     let mut merged = if replace {
         BTreeMap::new()
@@ -2153,7 +2168,7 @@ async fn write_metadata(
     merged.extend(new);
     check_metadata_count(merged.len())?;
     s.metadata = merged;
-    s.updated = Utc::now();
+    s.updated = date;
     Ok(reply(StatusCode::OK, json!({"metadata": s.metadata})))
 }
 
@@ -2206,12 +2221,13 @@ pub async fn set_metadata_item(
         .ok_or_else(|| bad("Request body and URI mismatch"))?
         .clone();
     let mut cloud = app.cloud();
+    let date = cloud.date();
     let s = find_mut(&mut cloud, &ctx, &id)?;
     if !s.metadata.contains_key(&key) {
         check_metadata_count(s.metadata.len() + 1)?;
     }
     s.metadata.insert(key.clone(), value.clone());
-    s.updated = Utc::now();
+    s.updated = date;
     Ok(reply(StatusCode::OK, json!({"meta": {key: value}})))
 }
 
@@ -2221,9 +2237,10 @@ pub async fn delete_metadata_item(
     Path((id, key)): Path<(String, String)>,
 ) -> SimResult<StatusCode> {
     let mut cloud = app.cloud();
+    let date = cloud.date();
     let s = find_mut(&mut cloud, &ctx, &id)?;
     s.metadata.remove(&key).ok_or_else(meta_not_found)?;
-    s.updated = Utc::now();
+    s.updated = date;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -2417,6 +2434,7 @@ pub async fn attach_volume(
     let cfg = &app.cfg;
     let attach_secs = app.latency().volume_attach_secs;
     let mut guard = app.cloud();
+    let date = guard.date();
     let cloud = &mut *guard;
     let s = find(cloud, &ctx, &id)?;
     if s.delete_at.is_some() || !["active", "stopped"].contains(&s.vm_state.as_str()) {
@@ -2495,7 +2513,7 @@ pub async fn attach_volume(
         o.remove("bdm_uuid");
     }
     s.volumes.push(a);
-    s.updated = Utc::now();
+    s.updated = date;
     Ok(reply(StatusCode::OK, json!({"volumeAttachment": v})))
 }
 
@@ -2523,6 +2541,7 @@ pub async fn detach_volume(
     Path((id, volume_id)): Path<(String, String)>,
 ) -> SimResult<StatusCode> {
     let mut guard = app.cloud();
+    let date = guard.date();
     let cloud = &mut *guard;
     let s = find(cloud, &ctx, &id)?;
     if cinder::volume_status(cloud, &volume_id).is_none() {
@@ -2556,6 +2575,6 @@ pub async fn detach_volume(
             connect_at: None,
         });
     }
-    s.updated = Utc::now();
+    s.updated = date;
     Ok(StatusCode::ACCEPTED)
 }
