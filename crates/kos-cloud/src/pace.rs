@@ -7,19 +7,26 @@
 //! session learns that from the answers themselves, never by asking whether the cloud is simulated.
 //!
 //! The header has whole seconds, and a real cloud's API servers may disagree by seconds (or a clock
-//! may be stepped). So a window between two answers gives only a lower bound of the pace,
-//! (Δdate − 1 s) / Δlocal, and that bound is only close to the truth when Δdate is many seconds:
-//! a window closes once its dates are [`SPAN`] cloud seconds apart (and [`WINDOW`] apart here),
-//! however long that takes on this machine. A window whose date goes back closes at once with a
-//! bound of 0. A pace is believed once the last [`WINDOWS`] windows agree (one clock's windows all
-//! hold its pace between their lower and upper bounds) and their smallest lower bound is at least
-//! [`BELIEVED`]: a step, an answer from a server that is ahead, or an answer this machine read
-//! late (a busy or stalled process) makes one window look fast but not all of them, and the
-//! window before a late answer looks slow. Until then the pace is 1: deadlines stay as long as a
-//! real cloud's, the safe side. A believed pace moves to each later agreement's bound; between
-//! agreements it holds, unless the clock goes back or [`SLOWER`] windows in a row show it clearly
-//! slower (their upper bounds below the pace by [`AGREE`]): then it is 1 again until the windows
-//! agree. A window that only looks faster never raises it.
+//! may be stepped). So a window between two answers gives only bounds of the pace,
+//! (Δdate ∓ 1 s) / Δlocal, close to the truth only when Δdate is many seconds: a window closes once
+//! its dates are [`SPAN`] cloud seconds apart (and [`WINDOW`] apart here), however long that takes
+//! on this machine. A window whose date goes back closes at once and says nothing, unless it went
+//! back less than requests in parallel explain ([`OUT_OF_ORDER`] at the pace believed, at least
+//! [`BACK`]): an answer stamped before the window's first and read after it is only skipped.
+//!
+//! This machine reads an answer late when it is busy (a test suite on two cores: a third of a
+//! second and more), never early: a window that ends on a late answer looks slow, the next, which
+//! starts on it, fast. Over consecutive windows that cancels out, the earliness of each inner
+//! answer counting once against and once for: so the pace is read over the last [`WINDOWS`]
+//! windows together, (Σ Δdate − 1 s) / (Σ Δlocal + [`LATE`]), the allowance for a late first
+//! answer keeping it a lower bound. It is believed when there are at least [`FIRST_WINDOWS`], none
+//! went back, it is at least [`BELIEVED`], and the windows' own lower bounds are within [`SPREAD`]
+//! of each other: a clock stepped forward, or an answer from an API server that is ahead, makes one
+//! window look many times faster than the rest, which late reads do not. Until then the pace is 1:
+//! deadlines stay as long as a real cloud's, the safe side. A believed pace moves to each later
+//! reading; between them it holds, unless the clock goes back or the last [`SLOWER`] windows
+//! together show it clearly slower (their upper bound below the pace by [`DOUBT`]): then it is 1
+//! again until a reading is believed.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -30,26 +37,34 @@ use std::time::{Duration, Instant, SystemTime};
 /// on a fast clock, say nothing (half a cloud second reads as 0 or 1 whole seconds).
 pub const SPAN: i64 = 10;
 /// The fewest local time one window spans: on a very fast clock, [`SPAN`] would be a few
-/// milliseconds here, shorter than the jitter of when this machine reads an answer. A loaded
-/// machine (a test suite on two cores) reads answers 100 ms late and more; the windows agree (by
-/// [`AGREE`]) while that is under a third of one.
+/// milliseconds here, shorter than the jitter of when this machine reads an answer.
 const WINDOW: Duration = Duration::from_millis(500);
-/// How many of the latest windows must agree (at most): with up to four API servers whose clocks
+/// How many of the latest windows the pace is read over: with up to four API servers whose clocks
 /// are seconds apart, some window among four goes from a later clock to an earlier one.
 pub const WINDOWS: usize = 4;
 /// How many windows are enough to believe a fast clock at all. Early in a run that is few; the
 /// callers ask again as the run goes, so a misreading does not last.
 const FIRST_WINDOWS: usize = 2;
-/// How many windows in a row must show a clock slower than the pace believed (by [`AGREE`]) for
-/// it to be doubted: one such window is what an answer read late makes.
+/// How late this machine may have read the first answer of a reading: the allowance that keeps a
+/// reading a lower bound.
+const LATE: f64 = 0.25;
+/// How many of the latest windows, together, must show a clock slower than the pace believed for
+/// it to be doubted: one alone is what an answer read late makes.
 const SLOWER: usize = 2;
-/// A bound below this is a real cloud's clock read through whole seconds and skew.
+/// A reading below this is a real cloud's clock read through whole seconds and skew.
 const BELIEVED: f64 = 4.0;
-/// One clock's windows agree: each one's range (its lower and upper bound) holds the pace, so no
-/// lower bound exceeds another window's upper bound by more than this. The slack is for when this
-/// machine reads an answer: a window read a third of its length late on either end still agrees.
-/// Windows between API servers whose clocks disagree are apart by far more.
-const AGREE: f64 = 2.0;
+/// How far apart the windows' lower bounds of one clock may be: a window that ends on an answer read
+/// a third of its length late looks three times slower than one that starts on it. A step or a
+/// server's skew worth a reading of [`BELIEVED`] makes one window more than this apart.
+const SPREAD: f64 = 5.0;
+/// How long a request may take (this machine's time): an answer stamped at its start and read at
+/// its end is read after answers to later requests.
+const OUT_OF_ORDER: Duration = Duration::from_secs(1);
+/// The least step back of the cloud's date (seconds) that is a clock going back rather than an
+/// answer read out of order: a real cloud's NTP step, or API servers a minute apart.
+const BACK: f64 = 60.0;
+/// How much slower than the pace believed the last windows must show the clock to doubt it.
+const DOUBT: f64 = 2.0;
 /// However fast the cloud's clock runs, a wait never ends sooner than this on this machine: what
 /// kos and the cloud's own processes do takes this machine's time.
 pub const LOCAL_FLOOR: Duration = Duration::from_secs(120);
@@ -64,55 +79,77 @@ pub struct Pace {
 struct State {
     /// The answer the current window started with: when it came, and its `Date` (Unix seconds).
     anchor: Option<(Instant, i64)>,
-    /// The last windows' bounds of the pace (lower, upper), newest last.
-    bounds: VecDeque<(f64, f64)>,
+    /// The last windows, newest last.
+    windows: VecDeque<Window>,
     /// The latest answer: when it came, and its `Date` (Unix seconds).
     last: Option<(Instant, i64)>,
     /// The pace believed (`None`: 1, a real cloud's).
     believed: Option<f64>,
-    /// How many windows in a row showed the clock slower than believed.
-    slower: usize,
+}
+
+/// One window: how many whole seconds its dates span (`None`: its date went back) and how long it
+/// lasted here (seconds).
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    cloud: Option<i64>,
+    local: f64,
 }
 
 impl State {
-    fn close(&mut self, bounds: (f64, f64), at: Instant, secs: i64) {
-        self.bounds.push_back(bounds);
-        while self.bounds.len() > WINDOWS {
-            self.bounds.pop_front();
+    fn close(&mut self, window: Window, at: Instant, secs: i64) {
+        self.windows.push_back(window);
+        while self.windows.len() > WINDOWS {
+            self.windows.pop_front();
         }
         self.anchor = Some((at, secs));
-        let slower = self.believed.is_some_and(|pace| bounds.1 * AGREE < pace);
-        self.slower = if slower { self.slower + 1 } else { 0 };
-        self.believed = match self.agreed() {
-            Some(pace) => Some(pace),
+        self.believed = match (self.reading(), self.believed) {
+            (Some(pace), _) => Some(pace),
             // A clock gone back: nothing can be believed.
-            None if bounds.1 == 0.0 => None,
-            // A late read makes windows disagree without the clock changing, and the window it
-            // closes look slow (by up to its length over the time it was late); the window after
-            // starts late and looks fast. A clock that slowed shows in window after window.
-            None if self.slower >= SLOWER => None,
-            None => self.believed,
+            _ if window.cloud.is_none() => None,
+            (None, Some(pace)) if self.slower(pace) => None,
+            (None, held) => held,
         };
     }
 
-    /// The smallest lower bound of the last windows, when there are enough of them, they agree
-    /// and it is fast enough to be believed.
-    fn agreed(&self) -> Option<f64> {
-        if self.bounds.len() < FIRST_WINDOWS {
+    /// How far (cloud seconds) an answer's date may be behind the anchor's and be one stamped
+    /// before it but read after it (requests in parallel): [`OUT_OF_ORDER`] at the pace believed
+    /// (never a window's alone: a server that is ahead makes one look fast), and never less than
+    /// [`BACK`]. A clock stepped back, or an API server behind by more, is farther.
+    fn out_of_order(&self) -> f64 {
+        (self.believed.unwrap_or(1.0) * OUT_OF_ORDER.as_secs_f64()).max(BACK)
+    }
+
+    /// The pace over the last windows, when it can be believed.
+    fn reading(&self) -> Option<f64> {
+        if self.windows.len() < FIRST_WINDOWS {
             return None;
         }
-        let least = self
-            .bounds
-            .iter()
-            .map(|b| b.0)
-            .fold(f64::INFINITY, f64::min);
-        let most = self.bounds.iter().map(|b| b.0).fold(0.0, f64::max);
-        let ceiling = self
-            .bounds
-            .iter()
-            .map(|b| b.1)
-            .fold(f64::INFINITY, f64::min);
-        (least >= BELIEVED && most <= ceiling * AGREE).then_some(least)
+        let mut cloud = 0;
+        let mut local = 0.0;
+        let mut least = f64::INFINITY;
+        let mut most = 0.0_f64;
+        for w in &self.windows {
+            let c = w.cloud?;
+            cloud += c;
+            local += w.local;
+            let lower = (c - 1) as f64 / w.local;
+            least = least.min(lower);
+            most = most.max(lower);
+        }
+        let pace = (cloud - 1) as f64 / (local + LATE);
+        (pace >= BELIEVED && least > 0.0 && most <= least * SPREAD).then_some(pace)
+    }
+
+    /// Whether the last [`SLOWER`] windows together show the clock slower than `pace` by [`DOUBT`].
+    fn slower(&self, pace: f64) -> bool {
+        if self.windows.len() < SLOWER {
+            return false;
+        }
+        let last = self.windows.iter().rev().take(SLOWER);
+        let (cloud, local) = last.fold((0, 0.0), |(c, l), w| {
+            (c + w.cloud.unwrap_or(0), l + w.local)
+        });
+        (cloud + 1) as f64 / local * DOUBT < pace
     }
 }
 
@@ -123,7 +160,8 @@ impl Pace {
             return;
         };
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.last.is_none_or(|(seen, _)| at >= seen) {
+        // The latest date: an answer read later may have been stamped earlier.
+        if s.last.is_none_or(|(seen, date)| at >= seen && secs >= date) {
             s.last = Some((at, secs));
         }
         let Some((since, from)) = s.anchor else {
@@ -131,23 +169,33 @@ impl Pace {
             return;
         };
         let cloud = secs - from;
-        if cloud < 0 {
-            // A clock stepped back, or a server behind the last one: nothing can be read from
-            // this window, and the pace must not stay fast on older windows alone.
-            s.close((0.0, 0.0), at, secs);
+        let local = at.saturating_duration_since(since);
+        if cloud < 0 && ((-cloud) as f64) <= s.out_of_order() {
+            // Stamped before the anchor and read after it: requests run in parallel.
             return;
         }
-        let local = at.saturating_duration_since(since);
+        if cloud < 0 {
+            // A clock stepped back, or a server behind the last one: nothing can be read from
+            // this window, and the pace must not stay fast on older windows alone. Read after
+            // the latest date, it is the cloud's date now.
+            if s.last.is_none_or(|(seen, _)| at >= seen) {
+                s.last = Some((at, secs));
+            }
+            let window = Window {
+                cloud: None,
+                local: local.as_secs_f64(),
+            };
+            s.close(window, at, secs);
+            return;
+        }
         if cloud < SPAN || local < WINDOW {
             return;
         }
-        // The true difference is within one second of the difference of the whole seconds.
-        let local = local.as_secs_f64();
-        s.close(
-            ((cloud - 1) as f64 / local, (cloud + 1) as f64 / local),
-            at,
-            secs,
-        );
+        let window = Window {
+            cloud: Some(cloud),
+            local: local.as_secs_f64(),
+        };
+        s.close(window, at, secs);
     }
 
     /// Records the `Date` header `value` of an answer that came at `at`; an unreadable one is
@@ -442,11 +490,63 @@ mod tests {
             let first = first.unwrap_or_else(|| panic!("seed {seed}: never believed"));
             let held = &seen[first..];
             let top = held.iter().copied().fold(0.0, f64::max);
-            assert!(top <= 101.0, "seed {seed}: {top}");
+            // A reading that starts on an answer read later than LATE is that much fast: 0.1 s
+            // over the two seconds of four windows.
+            assert!(top <= 105.0, "seed {seed}: {top}");
             let low = held.iter().copied().fold(f64::INFINITY, f64::min);
             // 1800 cloud seconds are then at most 45 s here: the local floor.
             assert!(low >= 40.0, "seed {seed}: fell to {low}");
         }
+    }
+
+    #[test]
+    fn a_machine_loaded_from_the_start_still_reads_the_pace() {
+        // 100x, every answer read up to 300 ms late, from the first: single windows disagree
+        // threefold, and a deadline taken two seconds in must already see the pace.
+        for seed in 1..=20 {
+            let p = Pace::default();
+            let mut j = jitter(seed);
+            let answers = steady(Duration::from_millis(20), 500).map(|a| Answer {
+                late: Duration::from_millis(j(300)),
+                ..a
+            });
+            let seen = feed(&p, 100.0, 0.0, answers);
+            let held = &seen[100..];
+            let low = held.iter().copied().fold(f64::INFINITY, f64::min);
+            let top = held.iter().copied().fold(0.0, f64::max);
+            assert!(low >= 40.0, "seed {seed}: {low}");
+            assert!(top <= 105.0, "seed {seed}: {top}");
+        }
+    }
+
+    #[test]
+    fn answers_read_out_of_order_do_not_look_like_a_clock_gone_back() {
+        // 100x, requests in parallel: one answer in three is read 150 ms late, after answers to
+        // requests sent later, so its date (whole seconds) is up to 15 s behind theirs. That is
+        // not a clock gone back (CI's `a_served_simulator_is_timed_by_its_own_clock`: the
+        // console reads of a bootstrap run in parallel, and the pace fell back to 1).
+        let p = Pace::default();
+        let t0 = Instant::now();
+        let mut reads: Vec<(Duration, i64)> = (0..600u64)
+            .map(|i| {
+                let stamped = Duration::from_millis(20 * i);
+                let late = Duration::from_millis(if i % 3 == 0 { 150 } else { 0 });
+                let date = 1_800_000_000 + (stamped.as_secs_f64() * 100.0) as i64;
+                (stamped + late, date)
+            })
+            .collect();
+        reads.sort_by_key(|r| r.0);
+        let seen: Vec<f64> = reads
+            .into_iter()
+            .map(|(at, date)| {
+                let date = SystemTime::UNIX_EPOCH + Duration::from_secs(date.unsigned_abs());
+                p.observe(t0 + at, date);
+                p.rate()
+            })
+            .collect();
+        let held = &seen[150..];
+        let low = held.iter().copied().fold(f64::INFINITY, f64::min);
+        assert!(low >= 40.0, "fell to {low}");
     }
 
     #[test]
