@@ -145,6 +145,9 @@ pub enum Event<'a> {
         group: &'a str,
         why: &'a str,
     },
+    /// A node is neither healthy nor unhealthy yet (NotReady, or not joined, within its health
+    /// check's timeout): it may be unhealthy in `secs` seconds of the cloud's clock.
+    HealthRecheck { cluster: &'a str, secs: u64 },
     /// A step of a node's drain (its pods' names: the cluster's text).
     Drain { node: &'a str, line: &'a str },
     /// A node is drained, `evicted` pods evicted.

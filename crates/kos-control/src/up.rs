@@ -230,7 +230,14 @@ impl ConvergeError {
 ///
 /// # Errors
 /// [`ConvergeError`].
-pub async fn converge(env: &Env<'_>, p: &Turn, plan: &Plan) -> Result<Vec<String>, ConvergeError> {
+/// `not_ready`: nodes the turn's health check leaves not healthy, which the API's Ready wait does
+/// not count on.
+pub async fn converge(
+    env: &Env<'_>,
+    p: &Turn,
+    plan: &Plan,
+    not_ready: usize,
+) -> Result<Vec<String>, ConvergeError> {
     let store = env.store;
     let report = env.report;
     let cluster = p.graph.cluster.as_str();
@@ -424,6 +431,7 @@ pub async fn converge(env: &Env<'_>, p: &Turn, plan: &Plan) -> Result<Vec<String
         env.options.wait,
         joiners,
         certs,
+        not_ready,
         env.consoles,
         report,
     )

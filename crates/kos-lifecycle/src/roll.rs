@@ -328,6 +328,12 @@ pub struct NodeHealth {
 pub struct Repairs {
     pub targets: Vec<Target>,
     pub held: Vec<(String, String)>,
+    /// In how many seconds (of the judging clock) a node now pending (NotReady, not joined yet)
+    /// may become unhealthy, the soonest: when a controller should look again.
+    pub recheck_secs: Option<u64>,
+    /// How many nodes are not healthy and stay as they are this turn (pending, or held by their
+    /// group's `maxUnhealthy`): the turn does not wait for them to be Ready.
+    pub left_not_healthy: usize,
 }
 
 /// The servers `kos up --repair` replaces, in the roll's order (control planes first): each group
@@ -394,12 +400,20 @@ pub fn repairs(
             })
             .collect();
         let assessed = health::assess(&rule, &targets, now);
+        if rule.enabled
+            && let Some(secs) = assessed.recheck_in_secs()
+        {
+            out.recheck_secs = Some(out.recheck_secs.map_or(secs, |s| s.min(secs)));
+        }
         match assessed.remediation {
-            Remediation::Allowed => {}
+            Remediation::Allowed => out.left_not_healthy += assessed.pending.len(),
             Remediation::Disabled if assessed.unhealthy.is_empty() => continue,
             held => {
                 if !assessed.unhealthy.is_empty() {
                     out.held.push((group.to_owned(), held.to_string()));
+                }
+                if matches!(held, Remediation::Restricted { .. }) {
+                    out.left_not_healthy += assessed.pending.len() + assessed.unhealthy.len();
                 }
                 continue;
             }
@@ -411,7 +425,7 @@ pub fn repairs(
             // Every unhealthy target here is one of `unhealthy` (the others' Ready is True).
             let why = match unhealthy.iter().find(|u| &u.node == name) {
                 Some(u) => format!(
-                    "NotReady for {}s (Ready {} past its health check's timeout; --repair)",
+                    "NotReady for {}s (Ready {} past its health check's timeout)",
                     (now - u.since_unix).max(0),
                     u.status.as_str()
                 ),

@@ -160,12 +160,18 @@ impl RunError {
 pub trait Cluster {
     /// One turn's view: the [`Decided`] and whatever the driver keeps with it (the spec, the graph).
     type Turn: AsRef<Decided>;
-    type Error: From<RunError>;
+    type Error: From<RunError> + std::fmt::Display;
 
     /// Reads the spec, checks it against the cloud, observes, decides.
     fn prepare(&mut self) -> impl Future<Output = Result<Self::Turn, Self::Error>>;
     /// `--repair` found unhealthy nodes in `group` that its health check holds back (`why`).
     fn repair_held(&self, t: &Self::Turn, group: &str, why: &str);
+    /// A node is not healthy yet not unhealthy for long enough: it may be in `secs` of the
+    /// judging clock (a controller looks again then).
+    fn recheck_health(&self, _t: &Self::Turn, _secs: u64) {}
+    /// How many nodes the turn's health check found not healthy and leaves as they are: its
+    /// converge does not wait for them to be Ready (0: every node). Told at every turn.
+    fn tolerate_not_ready(&self, _t: &Self::Turn, _count: usize) {}
     /// The cluster's Nodes: every name, and those whose Ready condition is not True, since when.
     fn unhealthy(&self, t: &Self::Turn) -> impl Future<Output = Result<NodeHealth, Self::Error>>;
     /// Drains the workers `plan` deletes for a smaller count; their node names.
@@ -216,6 +222,17 @@ pub struct Repair<'a> {
     /// Now, as Unix seconds on the clock of what is judged (the cloud's: servers' `created`,
     /// and its clusters' Node conditions).
     pub now: &'a (dyn Fn() -> i64 + Send + Sync),
+    /// An unhealthy node that cannot be replaced (the only control plane): the run fails (the
+    /// CLI's `--repair`: the user asked for it), or the group is held and the run goes on (a
+    /// controller, whose every turn would fail otherwise).
+    pub unrepairable: Unrepairable,
+}
+
+/// What a run does with an unhealthy node it cannot replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unrepairable {
+    Refuse,
+    Hold,
 }
 
 impl std::fmt::Debug for Repair<'_> {
@@ -244,22 +261,67 @@ pub async fn up<C: Cluster>(cluster: &mut C, opts: Options<'_>) -> Result<(), C:
         // A replacement that cannot be done is refused before the first change.
         d.check().map_err(RunError::from)?;
         run.made.get_or_insert_with(|| d.servers());
-        if let Some(repair) = opts.repair {
-            let sick = cluster.unhealthy(&turn).await?;
+        // Only servers that stay are judged: none (a cluster being made) asks nothing of it.
+        let judged = d.plan.actions.iter().any(|a| {
+            a.kind == Kind::Server
+                && matches!(
+                    a.op,
+                    kos_cluster::plan::Op::NoOp | kos_cluster::plan::Op::Update
+                )
+        });
+        let repair = opts.repair.filter(|_| judged);
+        let seen = match repair {
+            Some(repair) => match cluster.unhealthy(&turn).await {
+                Ok(sick) => Some((repair, sick)),
+                // Nothing is judged without the Nodes (each would look never joined). A
+                // controller's turn goes on: its converge may be what mends the cluster (a
+                // control plane's server made again).
+                Err(e) if repair.unrepairable == Unrepairable::Hold => {
+                    cluster.repair_held(
+                        &turn,
+                        "every group",
+                        &format!("the cluster's Nodes cannot be read: {e}"),
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
+            },
+            None => None,
+        };
+        let mut left_not_healthy = 0;
+        if let Some((repair, sick)) = seen {
             let found = roll::repairs(&d.plan, &d.health, &sick, (repair.now)(), repair.after_secs);
+            left_not_healthy = found.left_not_healthy;
             for (group, why) in &found.held {
                 cluster.repair_held(&turn, group, why);
             }
-            if let Some(t) = found
+            if let Some(secs) = found.recheck_secs {
+                cluster.recheck_health(&turn, secs);
+            }
+            let mut next = None;
+            for t in found
                 .targets
                 .into_iter()
-                .find(|t| !run.replaced.contains(&t.logical_id))
+                .filter(|t| !run.replaced.contains(&t.logical_id))
             {
-                roll::check_repair(&d.plan, &t).map_err(RunError::from)?;
+                match roll::check_repair(&d.plan, &t) {
+                    Ok(()) => {
+                        next = Some(t);
+                        break;
+                    }
+                    Err(e) if repair.unrepairable == Unrepairable::Hold => {
+                        cluster.repair_held(&turn, roll::group_of(&t.logical_id), &e.to_string());
+                        left_not_healthy += 1;
+                    }
+                    Err(e) => return Err(RunError::from(e).into()),
+                }
+            }
+            if let Some(t) = next {
                 run.step(cluster, &turn, &[t]).await?;
                 continue;
             }
         }
+        cluster.tolerate_not_ready(&turn, left_not_healthy);
         let converging = d.converging();
         let scaled_down = cluster.drain_scaled_down(&turn, &converging).await?;
         cluster.before_joins(&turn, &converging).await?;
@@ -419,6 +481,11 @@ mod tests {
         Run(RunError),
         Script(&'static str),
     }
+    impl std::fmt::Display for Error {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{self:?}")
+        }
+    }
     impl From<RunError> for Error {
         fn from(e: RunError) -> Self {
             Error::Run(e)
@@ -471,6 +538,14 @@ mod tests {
         }
         fn repair_held(&self, _: &Turn, group: &str, why: &str) {
             self.did(format!("held {group}: {why}"));
+        }
+        fn recheck_health(&self, _: &Turn, secs: u64) {
+            self.did(format!("recheck in {secs}s"));
+        }
+        fn tolerate_not_ready(&self, _: &Turn, count: usize) {
+            if count > 0 {
+                self.did(format!("tolerate {count}"));
+            }
         }
         async fn unhealthy(&self, t: &Turn) -> Result<NodeHealth, Error> {
             // Every server of the turn has its Node.
@@ -746,6 +821,7 @@ mod tests {
             repair: Some(Repair {
                 after_secs: Some(after_secs),
                 now: &|| 1_000,
+                unrepairable: Unrepairable::Refuse,
             }),
         };
         run(&mut s, repair(300)).unwrap();
@@ -767,6 +843,64 @@ mod tests {
         }];
         run(&mut s, repair(300)).unwrap();
         assert!(!s.log().iter().any(|l| l.starts_with("remove")));
+        // NotReady for 100 s of its 300: looked at again when it may be unhealthy, and not
+        // waited for meanwhile.
+        assert!(
+            s.log().contains(&"recheck in 200s".to_owned()),
+            "{:?}",
+            s.log()
+        );
+        assert!(s.log().contains(&"tolerate 1".to_owned()), "{:?}", s.log());
+    }
+
+    /// The only control plane NotReady past its timeout cannot be replaced: `--repair` (Refuse)
+    /// fails the run; a controller (Hold) says so, replaces the worker that can be, and converges.
+    #[test]
+    fn an_unrepairable_control_plane_fails_a_cli_repair_and_is_held_by_a_controller() {
+        let d = || {
+            decided(vec![
+                server("cp-0", Op::NoOp, "a"),
+                server("w-0", Op::NoOp, "b"),
+            ])
+        };
+        let sick = || {
+            ["kos-demo-cp-0", "kos-demo-w-0"]
+                .map(|node| crate::roll::Unhealthy {
+                    node: node.into(),
+                    status: kos_cluster::spec::ConditionStatus::Unknown,
+                    since_unix: 100,
+                })
+                .to_vec()
+        };
+        let repair = |unrepairable| Options {
+            repair: Some(Repair {
+                after_secs: None,
+                now: &|| 1_000,
+                unrepairable,
+            }),
+        };
+        let mut s = Script::new(vec![d(), d(), d()]);
+        s.unhealthy = sick();
+        let e = run(&mut s, repair(Unrepairable::Refuse)).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Error::Run(RunError::Refused(RollError::SingleControlPlane { .. }))
+            ),
+            "{e:?}"
+        );
+        let mut s = Script::new(vec![d(), d(), d()]);
+        s.unhealthy = sick();
+        run(&mut s, repair(Unrepairable::Hold)).unwrap();
+        let log = s.log();
+        assert!(log.iter().any(|l| l.starts_with("held cp: ")), "{log:?}");
+        assert!(
+            log.contains(&"remove w-0 [Delete w-0]".to_owned()),
+            "{log:?}"
+        );
+        // The held control plane is not waited for.
+        assert!(log.contains(&"tolerate 1".to_owned()), "{log:?}");
+        assert_eq!(log.last().map(String::as_str), Some("converged"), "{log:?}");
     }
 
     /// A successor whose bootstrap an interrupted run left failed (`kubeadm-certs` gone before it

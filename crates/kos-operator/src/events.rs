@@ -62,14 +62,18 @@ pub fn note(event: &Event<'_>) -> Option<Note> {
             format!("the API is ready, {nodes} node(s) Ready"),
         ),
         Event::Leaving {
-            node, scale_down, ..
+            node,
+            scale_down,
+            changes,
+            ..
         } => n(
             if scale_down {
                 "ScalingDown"
             } else {
                 "Replacing"
             },
-            format!("{node} leaves the cluster"),
+            // Why: the plan's changes, or what its health check found.
+            format!("{node} leaves the cluster: {changes}"),
         ),
         Event::Drained { node, evicted } => n(
             "Drained",
@@ -112,10 +116,38 @@ pub fn note(event: &Event<'_>) -> Option<Note> {
 pub struct Forward<'a> {
     pub inner: &'a dyn Report,
     pub notes: tokio::sync::mpsc::UnboundedSender<Note>,
+    /// The soonest a node's health must be looked at again, in the cloud's seconds.
+    pub recheck: &'a Recheck,
+}
+
+/// The soonest of the turn's [`Event::HealthRecheck`]s.
+#[derive(Debug, Default)]
+pub struct Recheck(std::sync::Mutex<Option<u64>>);
+
+impl Recheck {
+    fn saw(&self, secs: u64) {
+        let mut soonest = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *soonest = Some(soonest.map_or(secs, |s| s.min(secs)));
+    }
+
+    /// In how many of the cloud's seconds, if a node's health must be looked at again.
+    #[must_use]
+    pub fn secs(&self) -> Option<u64> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl Report for Forward<'_> {
     fn event(&self, event: Event<'_>) {
+        if let Event::HealthRecheck { secs, .. } = event {
+            self.recheck.saw(secs);
+        }
         if let Some(n) = note(&event) {
             // The publisher is gone only when the reconcile ended: nothing left to tell.
             let _ = self.notes.send(n);

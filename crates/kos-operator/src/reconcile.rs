@@ -21,7 +21,7 @@ use kube::runtime::finalizer::{Event as Finalizing, finalizer};
 use kube::{Resource as _, ResourceExt as _};
 use serde_json::json;
 
-use crate::events::{Forward, Note};
+use crate::events::{Forward, Note, Recheck};
 use crate::identity::{self, IdentityError};
 use crate::resource::{Cluster, ClusterStatus, FINALIZER, ORPHAN};
 use crate::slots::{Slots, Turn};
@@ -424,9 +424,11 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
 
         let (notes, mut rx) = tokio::sync::mpsc::unbounded_channel::<Note>();
         let summary = Summarised::new(&kos_control::report::Silent, Summary::new(Some(&name)));
+        let recheck = Recheck::default();
         let report = Forward {
             inner: &summary,
             notes,
+            recheck: &recheck,
         };
         let kubeadm = kos_control::kubeadm::Kubeadm {
             session,
@@ -462,8 +464,17 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
             changed: &changed,
             consoles: &consoles,
         };
-        let run =
-            Up::new(env, &front, spec, None).run(kos_lifecycle::run::Options { repair: None });
+        // Health checks judge what the cloud and its clusters stamp by the cloud's clock.
+        let cloud_now = || kos_control::connect::cloud_now(session).unix_timestamp();
+        let run = Up::new(env, &front, spec, None).run(kos_lifecycle::run::Options {
+            repair: Some(kos_lifecycle::run::Repair {
+                // Each group's own healthCheck.
+                after_secs: None,
+                now: &cloud_now,
+                // Every later turn would fail too: the group is held, and the rest goes on.
+                unrepairable: kos_lifecycle::run::Unrepairable::Hold,
+            }),
+        });
         // Events go out while the run goes on.
         let published = async {
             while let Some(n) = rx.recv().await {
@@ -502,7 +513,14 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
                     nodes: status::nodes(&done),
                 };
                 write_status(ctx, cluster, ns, &Verdict::Ready, Some(extra)).await?;
-                Ok(Action::requeue(ctx.settings.resync))
+                // A node NotReady within its timeout is looked at when it may have run out (a
+                // second late, so that it has), not a resync later.
+                let due = recheck.secs().map(|secs| {
+                    session.pace().local(Duration::from_secs(secs)) + Duration::from_secs(1)
+                });
+                Ok(Action::requeue(due.map_or(ctx.settings.resync, |d| {
+                    d.min(ctx.settings.resync)
+                })))
             }
             Err(e) => {
                 let reason = if e.is_input() {

@@ -327,6 +327,10 @@ pub fn render(event: kos_control::report::Event<'_>) -> Vec<(Stream, String)> {
             group,
             why,
         } => e!("kos: {cluster}: not repairing {group}: {why}"),
+        E::HealthRecheck { cluster, secs } => e!(
+            "kos: {cluster}: a node is not healthy but inside its health check's timeout: \
+             unhealthy in {secs}s at the earliest (the cloud's clock)"
+        ),
         E::Drain { node, line } => e!("kos: {node}: {}", crate::term::escape(line)),
         E::Drained { node, evicted } => {
             e!("kos: {node}: drained ({evicted} pod(s) evicted)");

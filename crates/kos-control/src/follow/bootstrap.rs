@@ -114,6 +114,7 @@ pub async fn bootstrap(
     wait: Wait,
     joiners: bool,
     certs: bool,
+    not_ready: usize,
     finished: &FinishedConsoles,
     report: &dyn Report,
 ) -> Result<Vec<String>, BootstrapError> {
@@ -200,11 +201,13 @@ pub async fn bootstrap(
     let kube = api_client(cloud, spec, address, secrets)
         .await
         .map_err(BootstrapError::Client)?;
+    // Nodes the health check leaves not healthy are not waited for.
+    let nodes = (spec.node_count() as usize).saturating_sub(not_ready);
     report.event(Event::ApiWaiting {
-        nodes: spec.node_count(),
+        nodes: u32::try_from(nodes).unwrap_or(u32::MAX),
     });
     let probe = timing.deadline().min(Duration::from_secs(60));
-    match super::api(&kube, spec.node_count() as usize, &timing, probe, report).await? {
+    match super::api(&kube, nodes, &timing, probe, report).await? {
         ApiPhase::Ready { nodes } => {
             report.event(Event::ApiReady { nodes });
             // What the cleanup does after the first nodes: the certificates and the token must not

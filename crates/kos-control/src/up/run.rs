@@ -402,6 +402,8 @@ pub struct Up<'a> {
     renew_before: Option<i64>,
     /// The run's first turn: the only one that moves a key rotation on.
     first: AtomicBool,
+    /// Nodes this turn's health check leaves not healthy: its converge does not wait for them.
+    not_ready: std::sync::atomic::AtomicUsize,
 }
 
 impl<'a> Up<'a> {
@@ -414,6 +416,7 @@ impl<'a> Up<'a> {
             spec: Some(spec),
             renew_before,
             first: AtomicBool::new(true),
+            not_ready: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -492,6 +495,17 @@ impl run::Cluster for Up<'_> {
         });
     }
 
+    fn tolerate_not_ready(&self, _: &Turn, count: usize) {
+        self.not_ready.store(count, Ordering::Relaxed);
+    }
+
+    fn recheck_health(&self, p: &Turn, secs: u64) {
+        self.env.report.event(Event::HealthRecheck {
+            cluster: &p.graph.cluster,
+            secs,
+        });
+    }
+
     async fn unhealthy(&self, p: &Turn) -> Result<kos_lifecycle::roll::NodeHealth, UpError> {
         Ok(steps::unhealthy(&self.env, p).await?)
     }
@@ -519,7 +533,8 @@ impl run::Cluster for Up<'_> {
     }
 
     async fn converge(&self, p: &Turn, plan: &Plan) -> Result<Vec<String>, UpError> {
-        Ok(super::converge(&self.env, p, plan).await?)
+        let not_ready = self.not_ready.load(Ordering::Relaxed);
+        Ok(super::converge(&self.env, p, plan, not_ready).await?)
     }
 
     async fn delete_nodes(&self, p: &Turn, names: &[String]) {

@@ -186,9 +186,7 @@ pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
     let fetch = fetch_summary(&spec.loaded.spec);
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
-            let renew_before = args
-                .renew_certificates
-                .then(|| time::OffsetDateTime::now_utc().unix_timestamp());
+            let renew_before = renew_before(&c.session, args.renew_certificates).await;
             let local = Local::for_session(&c.session, spec.loaded.spec.name.value.as_str())
                 .map_err(Failure::input)?;
             let front = CliFront {
@@ -351,12 +349,7 @@ pub(super) async fn up_runs(
         };
         // --repair judges what the cloud and its clusters stamped by the cloud's clock.
         let session = c.session.clone();
-        let cloud_now = move || {
-            session
-                .pace()
-                .now_unix()
-                .unwrap_or_else(|| time::OffsetDateTime::now_utc().unix_timestamp())
-        };
+        let cloud_now = move || kos_control::connect::cloud_now(&session).unix_timestamp();
         for _ in 0..runs.max(1) {
             let opts = kos_lifecycle::run::Options {
                 repair: args.repair.then_some(kos_lifecycle::run::Repair {
@@ -364,6 +357,8 @@ pub(super) async fn up_runs(
                         .repair_after
                         .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
                     now: &cloud_now,
+                    // The user asked for the repair: what cannot be done fails the run.
+                    unrepairable: kos_lifecycle::run::Unrepairable::Refuse,
                 }),
             };
             // A later run reads the spec again.
@@ -390,9 +385,7 @@ pub(super) async fn up_runs(
                 changed: &changed,
                 consoles: &consoles,
             };
-            let renew_before = args
-                .renew_certificates
-                .then(|| time::OffsetDateTime::now_utc().unix_timestamp());
+            let renew_before = renew_before(&c.session, args.renew_certificates).await;
             r = Up::new(env, &front, first.into(), renew_before)
                 .run(opts)
                 .await
@@ -593,4 +586,18 @@ fn secrets_failure(e: SecretsError, local: &Local) -> Failure {
         )),
         e @ SecretsError::Generate(_) => Failure::input(miette::miette!("{}", chain(&e))),
     }
+}
+
+/// `--renew-certificates`: control planes made before now are replaced, now on the cloud's clock,
+/// which Nova stamps their `created` by. Keystone's answer does not go through kos's request path,
+/// so a session has seen no `Date` before its first call: one cheap call shows it (its failure
+/// leaves this machine's clock, and the run meets the cloud's error itself).
+async fn renew_before(session: &kos_cloud::Session, renew: bool) -> Option<i64> {
+    if !renew {
+        return None;
+    }
+    if session.pace().now_unix().is_none() {
+        let _ = session.compute().availability_zones().await;
+    }
+    Some(kos_control::connect::cloud_now(session).unix_timestamp())
 }
