@@ -193,7 +193,11 @@ pub async fn observe_listed(
     cluster: &str,
 ) -> Result<(Observed, Listed), CloudError> {
     let inv = Inventory::fetch(session, Scope::Cluster(cluster)).await?;
-    let observed = inv.classify(cluster);
+    let mut observed = inv.classify(cluster);
+    // Measured against what Nova stamped: the cloud's clock, as its answers just showed it.
+    if let Some(now) = session.pace().now_unix() {
+        observed.at_unix = Some(now);
+    }
     let listed = Listed {
         cluster: cluster.to_owned(),
         networks: inv.networks,
