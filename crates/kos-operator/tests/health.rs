@@ -6,7 +6,7 @@
 //! its five workers.
 
 mod support;
-use support::example;
+use support::{SimReach, example};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,38 +15,13 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kos_cloud::model::TagQuery;
-use kos_control::connect::{Reach, ReachError, Reaching};
 use kos_operator::reconcile::{self, Context, Settings};
 use kos_operator::resource::Cluster;
-use kos_sim::{SharedApp, Sim, SimConfig};
+use kos_sim::{Sim, SimConfig};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::Controller;
 use kube::runtime::events::Reporter;
 use serde_json::{Value, json};
-
-/// The simulated cloud's forwarders to its clusters' API endpoints.
-struct SimReach(SharedApp);
-
-#[derive(Debug, thiserror::Error)]
-#[error("the simulated cloud serves no API at {0}")]
-struct NotServed(String);
-
-impl Reach for SimReach {
-    fn local_address<'a>(&'a self, ep: &'a kos_bootstrap::ApiEndpoint) -> Reaching<'a> {
-        Box::pin(async move {
-            let want = ep.to_string();
-            let list = self
-                .0
-                .guests()
-                .map(|rt| rt.kube_endpoints())
-                .unwrap_or_default();
-            list.into_iter()
-                .find(|e| e.endpoint == want)
-                .map(|e| Some(e.local))
-                .ok_or_else(|| ReachError(Box::new(NotServed(want))))
-        })
-    }
-}
 
 /// Waits (bounded: a hang fails) until `done` gives something.
 async fn until<T, F: std::future::Future<Output = Option<T>>>(
@@ -98,6 +73,16 @@ async fn worker_ids(session: &kos_cloud::Session) -> Vec<Option<String>> {
                 .map(|s| s.id.clone())
         })
         .collect()
+}
+
+/// Whether Cluster `demo` is Ready.
+async fn cluster_ready(clusters: &Api<Cluster>) -> Option<()> {
+    let c = clusters.get_opt("demo").await.ok()??;
+    c.status?
+        .conditions
+        .iter()
+        .any(|c| c.kind == "Ready" && c.status == "True")
+        .then_some(())
 }
 
 /// A change to the Cluster's metadata: the controller looks at it (a resync would).
@@ -174,25 +159,12 @@ async fn a_partition_is_held_and_a_node_notready_past_its_check_is_replaced() {
     })
     .await;
     // Its first turn done: the Cluster is Ready.
-    until("the Cluster Ready", || async {
-        let c = clusters.get_opt("demo").await.ok()??;
-        c.status?
-            .conditions
-            .iter()
-            .any(|c| c.kind == "Ready" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    until("the Cluster Ready", || cluster_ready(&clusters)).await;
 
     // The turn its own status write starts ends too: a turn that began with every node Ready
     // waits for them all (a gap the closing note names).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let profile =
-        kos_cloud::config::CloudProfile::from_clouds_text("test", &sim.clouds_yaml("sim"), "sim")
-            .expect("profile");
-    let session = kos_cloud::Session::connect(&profile)
-        .await
-        .expect("session");
+    let session = support::session(&sim).await;
     let stopped: Vec<String> = worker_ids(&session).await.into_iter().flatten().collect();
     assert_eq!(stopped.len(), 3);
     for id in &stopped {
@@ -277,14 +249,6 @@ async fn a_partition_is_held_and_a_node_notready_past_its_check_is_replaced() {
     let now: Vec<String> = worker_ids(&session).await.into_iter().flatten().collect();
     assert_eq!(now[..2], stopped[..2], "only the one NotReady is replaced");
     // The turn that replaced it ends Ready.
-    until("the Cluster Ready again", || async {
-        let c = clusters.get_opt("demo").await.ok()??;
-        c.status?
-            .conditions
-            .iter()
-            .any(|c| c.kind == "Ready" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    until("the Cluster Ready again", || cluster_ready(&clusters)).await;
     controller.abort();
 }

@@ -6,7 +6,7 @@
 //! before it goes.
 
 mod support;
-use support::{example, tagged};
+use support::{SimReach, example, tagged};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,39 +14,13 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kos_control::connect::{Reach, ReachError, Reaching};
 use kos_operator::reconcile::{self, Context, Settings};
 use kos_operator::resource::Cluster;
-use kos_sim::{SharedApp, Sim, SimConfig};
+use kos_sim::{Sim, SimConfig};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::Controller;
 use kube::runtime::events::Reporter;
 use serde_json::{Value, json};
-
-/// The simulated cloud's forwarders to its clusters' API endpoints (what a workstation or a
-/// management cluster reaches them through).
-struct SimReach(SharedApp);
-
-#[derive(Debug, thiserror::Error)]
-#[error("the simulated cloud serves no API at {0}")]
-struct NotServed(String);
-
-impl Reach for SimReach {
-    fn local_address<'a>(&'a self, ep: &'a kos_bootstrap::ApiEndpoint) -> Reaching<'a> {
-        Box::pin(async move {
-            let want = ep.to_string();
-            let list = self
-                .0
-                .guests()
-                .map(|rt| rt.kube_endpoints())
-                .unwrap_or_default();
-            list.into_iter()
-                .find(|e| e.endpoint == want)
-                .map(|e| Some(e.local))
-                .ok_or_else(|| ReachError(Box::new(NotServed(want))))
-        })
-    }
-}
 
 fn cluster(name: &str, spec: &Value) -> Value {
     cluster_in("default", name, spec)

@@ -45,14 +45,47 @@ pub fn validator() -> PathBuf {
     p
 }
 
-/// How many objects the cloud shows tagged for `cluster`.
-pub async fn tagged(sim: &kos_sim::Sim, cluster: &str) -> usize {
+/// The simulated cloud's forwarders to its clusters' API endpoints (what a workstation or a
+/// management cluster reaches them through).
+pub struct SimReach(pub kos_sim::SharedApp);
+
+#[derive(Debug, thiserror::Error)]
+#[error("the simulated cloud serves no API at {0}")]
+struct NotServed(String);
+
+impl kos_control::connect::Reach for SimReach {
+    fn local_address<'a>(
+        &'a self,
+        ep: &'a kos_bootstrap::ApiEndpoint,
+    ) -> kos_control::connect::Reaching<'a> {
+        Box::pin(async move {
+            let want = ep.to_string();
+            let list = self
+                .0
+                .guests()
+                .map(|rt| rt.kube_endpoints())
+                .unwrap_or_default();
+            list.into_iter()
+                .find(|e| e.endpoint == want)
+                .map(|e| Some(e.local))
+                .ok_or_else(|| kos_control::connect::ReachError(Box::new(NotServed(want))))
+        })
+    }
+}
+
+/// A session with `sim` (its clouds.yaml, cloud `sim`), as kos makes one.
+pub async fn session(sim: &kos_sim::Sim) -> kos_cloud::Session {
     let profile =
         kos_cloud::config::CloudProfile::from_clouds_text("test", &sim.clouds_yaml("sim"), "sim")
             .expect("profile");
-    let session = kos_cloud::Session::connect(&profile)
+    kos_cloud::Session::connect(&profile)
         .await
-        .expect("session");
+        .expect("session")
+}
+
+/// How many objects the cloud shows tagged for `cluster`.
+pub async fn tagged(sim: &kos_sim::Sim, cluster: &str) -> usize {
+    let session = session(sim).await;
     kos_cluster::observe::observe(&session, cluster)
         .await
         .expect("observe")
