@@ -13,12 +13,11 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kos_cloud::model::TagQuery;
 use kos_operator::reconcile::{self, Context, Settings};
 use kos_operator::resource::Cluster;
-use kos_sim::{Sim, SimConfig};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kos_sim::Sim;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::events::Reporter;
 use serde_json::{Value, json};
@@ -103,16 +102,7 @@ async fn a_partition_is_held_and_a_node_notready_past_its_check_is_replaced() {
         .with_env_filter("kos_operator=debug,warn")
         .with_test_writer()
         .try_init();
-    let mut cfg = SimConfig::fast();
-    cfg.project_network = true;
-    let mut sim = Sim::start(cfg).await.expect("sim");
-    assert!(sim.attach_guests(Arc::new(kos_guest::sim::SimGuests::new().expect("guests"))));
-    let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
-    let client = fake.client().expect("client");
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &kos_operator::resource::crd())
-        .await
-        .expect("crd");
+    let (sim, fake, client) = support::controller_world().await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let identity = support::create_identity(&secrets, &sim).await;
     let ctx = Arc::new(Context::new(

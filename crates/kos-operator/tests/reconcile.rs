@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kos_operator::reconcile::{self, Context, Settings};
 use kos_operator::resource::Cluster;
 use kos_sim::{Sim, SimConfig};
@@ -73,16 +72,7 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         .with_env_filter("kos_operator=debug,kube_runtime=info,warn")
         .with_test_writer()
         .try_init();
-    let mut cfg = SimConfig::fast();
-    cfg.project_network = true;
-    let mut sim = Sim::start(cfg).await.expect("sim");
-    assert!(sim.attach_guests(Arc::new(kos_guest::sim::SimGuests::new().expect("guests"))));
-    let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
-    let client = fake.client().expect("client");
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &kos_operator::resource::crd())
-        .await
-        .expect("crd");
+    let (sim, fake, client) = support::controller_world().await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let reference = support::create_identity(&secrets, &sim).await;
     // Another team's namespace, with a credential for the same cloud project.

@@ -73,6 +73,24 @@ impl kos_control::connect::Reach for SimReach {
     }
 }
 
+/// The world a controller test runs in: a simulated cloud at 1000x whose servers run kos's
+/// user_data (devstack's project network), and kos-kube-fake as the management cluster with the
+/// Cluster CRD applied; its client.
+pub async fn controller_world() -> (kos_sim::Sim, kos_kube_fake::FakeKube, kube::Client) {
+    let mut cfg = kos_sim::SimConfig::fast();
+    cfg.project_network = true;
+    let mut sim = kos_sim::Sim::start(cfg).await.expect("sim");
+    let guests = kos_guest::sim::SimGuests::new().expect("guests");
+    assert!(sim.attach_guests(std::sync::Arc::new(guests)));
+    let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
+    let client = fake.client().expect("client");
+    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &kos_operator::resource::crd())
+        .await
+        .expect("crd");
+    (sim, fake, client)
+}
+
 /// A session with `sim` (its clouds.yaml, cloud `sim`), as kos makes one.
 pub async fn session(sim: &kos_sim::Sim) -> kos_cloud::Session {
     let profile =
