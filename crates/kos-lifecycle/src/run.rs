@@ -169,9 +169,6 @@ pub trait Cluster {
     /// A node is not healthy yet not unhealthy for long enough: it may be in `secs` of the
     /// judging clock (a controller looks again then).
     fn recheck_health(&self, _t: &Self::Turn, _secs: u64) {}
-    /// How many nodes the turn's health check found not healthy and leaves as they are: its
-    /// converge does not wait for them to be Ready (0: every node). Told at every turn.
-    fn tolerate_not_ready(&self, _t: &Self::Turn, _count: usize) {}
     /// The cluster's Nodes: every name, and those whose Ready condition is not True, since when.
     fn unhealthy(&self, t: &Self::Turn) -> impl Future<Output = Result<NodeHealth, Self::Error>>;
     /// Drains the workers `plan` deletes for a smaller count; their node names.
@@ -187,10 +184,13 @@ pub trait Cluster {
         plan: &Plan,
     ) -> impl Future<Output = Result<(), Self::Error>>;
     /// Applies `plan` and follows the bootstrap; the servers an interrupted run left failed.
+    /// `not_ready`: nodes the turn's health check leaves not healthy (pending, or held), which
+    /// the wait for Ready nodes does not count on.
     fn converge(
         &self,
         t: &Self::Turn,
         plan: &Plan,
+        not_ready: usize,
     ) -> impl Future<Output = Result<Vec<String>, Self::Error>>;
     /// Deletes the Nodes of servers that are gone (best effort).
     fn delete_nodes(&self, t: &Self::Turn, names: &[String]) -> impl Future<Output = ()>;
@@ -321,11 +321,12 @@ pub async fn up<C: Cluster>(cluster: &mut C, opts: Options<'_>) -> Result<(), C:
                 continue;
             }
         }
-        cluster.tolerate_not_ready(&turn, left_not_healthy);
         let converging = d.converging();
         let scaled_down = cluster.drain_scaled_down(&turn, &converging).await?;
         cluster.before_joins(&turn, &converging).await?;
-        let failed_earlier = cluster.converge(&turn, &converging).await?;
+        let failed_earlier = cluster
+            .converge(&turn, &converging, left_not_healthy)
+            .await?;
         cluster.delete_nodes(&turn, &scaled_down).await;
         // A converge that changed nothing leaves the cloud as this turn saw it: no second look,
         // unless servers that had not joined held a leave back (the converge followed them since).
@@ -542,11 +543,6 @@ mod tests {
         fn recheck_health(&self, _: &Turn, secs: u64) {
             self.did(format!("recheck in {secs}s"));
         }
-        fn tolerate_not_ready(&self, _: &Turn, count: usize) {
-            if count > 0 {
-                self.did(format!("tolerate {count}"));
-            }
-        }
         async fn unhealthy(&self, t: &Turn) -> Result<NodeHealth, Error> {
             // Every server of the turn has its Node.
             Ok(NodeHealth {
@@ -576,8 +572,16 @@ mod tests {
         async fn before_joins(&self, _: &Turn, _: &Plan) -> Result<(), Error> {
             Ok(())
         }
-        async fn converge(&self, _: &Turn, plan: &Plan) -> Result<Vec<String>, Error> {
+        async fn converge(
+            &self,
+            _: &Turn,
+            plan: &Plan,
+            not_ready: usize,
+        ) -> Result<Vec<String>, Error> {
             self.did(format!("converge [{}]", changed(plan).join(", ")));
+            if not_ready > 0 {
+                self.did(format!("not waiting for {not_ready}"));
+            }
             Ok(self.failed_earlier.front().cloned().unwrap_or_default())
         }
         async fn delete_nodes(&self, _: &Turn, names: &[String]) {
@@ -850,7 +854,11 @@ mod tests {
             "{:?}",
             s.log()
         );
-        assert!(s.log().contains(&"tolerate 1".to_owned()), "{:?}", s.log());
+        assert!(
+            s.log().contains(&"not waiting for 1".to_owned()),
+            "{:?}",
+            s.log()
+        );
     }
 
     /// The only control plane NotReady past its timeout cannot be replaced: `--repair` (Refuse)
@@ -899,7 +907,7 @@ mod tests {
             "{log:?}"
         );
         // The held control plane is not waited for.
-        assert!(log.contains(&"tolerate 1".to_owned()), "{log:?}");
+        assert!(log.contains(&"not waiting for 1".to_owned()), "{log:?}");
         assert_eq!(log.last().map(String::as_str), Some("converged"), "{log:?}");
     }
 

@@ -402,8 +402,6 @@ pub struct Up<'a> {
     renew_before: Option<i64>,
     /// The run's first turn: the only one that moves a key rotation on.
     first: AtomicBool,
-    /// Nodes this turn's health check leaves not healthy: its converge does not wait for them.
-    not_ready: std::sync::atomic::AtomicUsize,
 }
 
 impl<'a> Up<'a> {
@@ -416,7 +414,6 @@ impl<'a> Up<'a> {
             spec: Some(spec),
             renew_before,
             first: AtomicBool::new(true),
-            not_ready: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -495,10 +492,6 @@ impl run::Cluster for Up<'_> {
         });
     }
 
-    fn tolerate_not_ready(&self, _: &Turn, count: usize) {
-        self.not_ready.store(count, Ordering::Relaxed);
-    }
-
     fn recheck_health(&self, p: &Turn, secs: u64) {
         self.env.report.event(Event::HealthRecheck {
             cluster: &p.graph.cluster,
@@ -532,8 +525,12 @@ impl run::Cluster for Up<'_> {
         Ok(steps::before_joins(&self.env, p, plan).await?)
     }
 
-    async fn converge(&self, p: &Turn, plan: &Plan) -> Result<Vec<String>, UpError> {
-        let not_ready = self.not_ready.load(Ordering::Relaxed);
+    async fn converge(
+        &self,
+        p: &Turn,
+        plan: &Plan,
+        not_ready: usize,
+    ) -> Result<Vec<String>, UpError> {
         Ok(super::converge(&self.env, p, plan, not_ready).await?)
     }
 
