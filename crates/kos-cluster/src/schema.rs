@@ -181,6 +181,21 @@ pub struct NodePool {
     pub max_surge: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+}
+
+/// The bounds the cluster-autoscaler scales a pool within (through kos-operator); `count` is the
+/// pool's current target size, within them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Autoscaling {
+    /// The fewest nodes the autoscaler leaves the pool.
+    #[schemars(range(max = 500))]
+    pub min: u32,
+    /// The most nodes the autoscaler gives the pool, at least 1.
+    #[schemars(range(max = 500))]
+    pub max: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -505,11 +505,24 @@ pub struct NodePool {
     pub max_surge: u32,
     /// `healthCheck`: when a node of the pool counts as unhealthy and is replaced.
     pub health_check: HealthCheck,
+    /// `autoscaling`: the bounds the cluster-autoscaler scales the pool within (through
+    /// kos-operator's provider), `count` being its current target size; `None`, `count` alone.
+    pub autoscaling: Option<Autoscaling>,
 }
 
 impl NodePool {
     /// Largest pool kos accepts.
     pub const MAX_COUNT: u32 = 500;
+}
+
+/// `autoscaling` of a pool: the cluster-autoscaler, through kos-operator, keeps the pool's `count`
+/// (its target size) within `min..=max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Autoscaling {
+    /// `min`, 0–500: the fewest nodes the autoscaler scales the pool down to.
+    pub min: u32,
+    /// `max`, 1–500 and at least `min`: the most nodes the autoscaler scales the pool up to.
+    pub max: u32,
 }
 
 /// `healthCheck` of `spec.controlPlane` or of a pool: when one of its nodes counts as unhealthy and

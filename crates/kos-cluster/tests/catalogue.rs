@@ -97,6 +97,20 @@ const CASES: &[Case] = &[
         code: Code::InvalidValue, message: "maxUnavailable 0 with maxSurge 0", line: 21, help: "`maxSurge: 1`" },
     Case { name: "a pool's surge out of range", edits: &[("      image: ubuntu-24.04\n", "      image: ubuntu-24.04\n      maxSurge: 501\n")],
         code: Code::InvalidValue, message: "501", line: 21, help: "0 to 500" },
+    Case { name: "a pool's count above its autoscaling max", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      autoscaling: {min: 0, max: 1}\n")],
+        code: Code::InvalidValue, message: "spec.nodePools[0].count: count 2 is above autoscaling.max 1", line: 18, help: "set `count` to at most 1, or `max` to at least 2" },
+    Case { name: "a pool's count below its autoscaling min", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      autoscaling: {min: 3, max: 10}\n")],
+        code: Code::InvalidValue, message: "spec.nodePools[0].count: count 2 is below autoscaling.min 3", line: 18, help: "set `count` to at least 3, or `min` to at most 2" },
+    Case { name: "an autoscaling min above its max", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      autoscaling:\n        min: 5\n        max: 3\n")],
+        code: Code::InvalidValue, message: "spec.nodePools[0].autoscaling.min: min 5 is above max 3", line: 22, help: "set `min` to at most 3, or `max` to at least 5" },
+    Case { name: "an autoscaling max of 0", edits: &[("count: 2", "count: 0"), (POOL_TAIL, "      image: ubuntu-24.04\n      autoscaling: {min: 0, max: 0}\n")],
+        code: Code::InvalidValue, message: "spec.nodePools[0].autoscaling.max: 0 is out of range; it must be 1–500", line: 21, help: "remove `autoscaling` and set `count: 0`" },
+    Case { name: "an autoscaling max above 500", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      autoscaling: {min: 0, max: 501}\n")],
+        code: Code::InvalidValue, message: "spec.nodePools[0].autoscaling.max: 501 is out of range; it must be 1–500", line: 21, help: "1 to 500" },
+    Case { name: "an unknown autoscaling field", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      autoscaling: {min: 0, max: 3, maxSize: 5}\n")],
+        code: Code::UnknownField, message: "spec.nodePools[0].autoscaling.maxSize: unknown field", line: 21, help: "known fields here: `min`, `max`" },
+    Case { name: "autoscaling without its max", edits: &[(POOL_TAIL, "      image: ubuntu-24.04\n      autoscaling: {min: 1}\n")],
+        code: Code::MissingField, message: "spec.nodePools[0].autoscaling.max: missing in `spec.nodePools[0].autoscaling`", line: 21, help: "add `max:`" },
     Case { name: "a health check timeout without a unit", edits: &[("      image: ubuntu-24.04\n", "      image: ubuntu-24.04\n      healthCheck:\n        nodeStartupTimeout: 600\n")],
         code: Code::InvalidValue, message: "`600` has no unit", line: 22, help: "`600s` for seconds" },
     Case { name: "a health check condition status misspelt", edits: &[("      image: ubuntu-24.04\n", "      image: ubuntu-24.04\n      healthCheck:\n        unhealthyConditions:\n          - {type: Ready, status: \"false\", timeout: 5m}\n")],
@@ -288,6 +302,42 @@ fn health_checks_read_as_cluster_api_writes_them() {
         spec.control_plane.health_check.max_unhealthy,
         MaxUnhealthy::Count(1)
     );
+}
+
+/// `autoscaling: {min, max}`: the bounds the cluster-autoscaler keeps the pool's `count` (its
+/// target size) within; `count` may sit at either bound; absent, none.
+#[test]
+fn a_pool_s_autoscaling_bounds_are_read() {
+    use kos_cluster::spec::Autoscaling;
+    let spec = load("cluster.yaml", BASE).expect("valid").spec;
+    assert_eq!(spec.node_pools[0].autoscaling, None);
+    for (count, bounds, want) in [
+        (2, "{min: 1, max: 10}", Autoscaling { min: 1, max: 10 }),
+        (0, "{min: 0, max: 4}", Autoscaling { min: 0, max: 4 }),
+        (7, "{max: 7, min: 7}", Autoscaling { min: 7, max: 7 }),
+        (
+            3,
+            "\n        min: 3\n        max: 500",
+            Autoscaling { min: 3, max: 500 },
+        ),
+    ] {
+        let text = edit(&[
+            ("count: 2", &format!("count: {count}")),
+            (
+                POOL_TAIL,
+                &format!("      image: ubuntu-24.04\n      autoscaling: {bounds}\n"),
+            ),
+        ]);
+        let loaded = load("cluster.yaml", &text).unwrap_or_else(|e| panic!("{bounds}: {e:?}"));
+        assert!(
+            loaded.warnings.is_empty(),
+            "{bounds}: {:?}",
+            loaded.warnings
+        );
+        let pool = &loaded.spec.node_pools[0];
+        assert_eq!(pool.autoscaling, Some(want), "{bounds}");
+        assert_eq!(pool.count.value, count, "{bounds}");
+    }
 }
 
 #[test]

@@ -175,6 +175,29 @@ fn cases() -> Vec<Case> {
             "spec.nodePools[0].maxUnavailable",
             |s| s["nodePools"][0]["maxUnavailable"] = json!(0),
         ),
+        case(
+            "a pool's count above its autoscaling max",
+            "spec.nodePools[0].count",
+            |s| s["nodePools"][0]["autoscaling"] = json!({"min": 0, "max": 1}),
+        ),
+        case(
+            "a pool's count below its autoscaling min",
+            "spec.nodePools[0].count",
+            |s| s["nodePools"][0]["autoscaling"] = json!({"min": 3, "max": 10}),
+        ),
+        case(
+            "an autoscaling min above its max",
+            "spec.nodePools[0].autoscaling.min",
+            |s| s["nodePools"][0]["autoscaling"] = json!({"min": 5, "max": 3}),
+        ),
+        case(
+            "an autoscaling max of 0",
+            "spec.nodePools[0].autoscaling.max",
+            |s| {
+                s["nodePools"][0]["count"] = json!(0);
+                s["nodePools"][0]["autoscaling"] = json!({"min": 0, "max": 0});
+            },
+        ),
         case("a proxy without a URL", "spec.proxy", |s| {
             s["proxy"] = json!({"noProxy": [".example"]});
         }),
@@ -880,6 +903,44 @@ async fn the_crd_takes_the_urls_durations_and_bundles_kos_takes() {
         .patch("mirrored", &apply, &Patch::Apply(&obj))
         .await
         .expect("URLs kos takes");
+}
+
+/// A pool's `autoscaling` kos takes (`count` at either bound, `min` equal to `max`, 0 to 500)
+/// passes the rules.
+#[tokio::test]
+async fn the_crd_takes_the_autoscaling_kos_takes() {
+    let (_fake, clusters) = with_the_crd().await;
+    let apply = PatchParams::apply("test");
+    let base = support::example("minimal.yaml");
+    for (i, (count, bounds)) in [
+        (2, json!({"min": 1, "max": 10})),
+        (0, json!({"min": 0, "max": 4})),
+        (4, json!({"min": 0, "max": 4})),
+        (7, json!({"min": 7, "max": 7})),
+        (3, json!({"min": 3, "max": 500})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut doc = base.clone();
+        doc["spec"]["nodePools"][0]["count"] = json!(count);
+        doc["spec"]["nodePools"][0]["autoscaling"] = bounds.clone();
+        let text = serde_saphyr::to_string(&doc).expect("yaml");
+        kos_cluster::load("cluster.yaml", &text)
+            .unwrap_or_else(|e| panic!("kos takes {count} in {bounds}: {e:?}"));
+        let name = format!("scaled-{i}");
+        let mut obj = json!({
+            "apiVersion": "kos.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": name},
+            "spec": doc["spec"],
+        });
+        obj["spec"]["identityRef"] = json!({"name": "cloud", "cloudName": "openstack"});
+        clusters
+            .patch(&name, &apply, &Patch::Apply(&obj))
+            .await
+            .unwrap_or_else(|e| panic!("{count} in {bounds}: {e}"));
+    }
 }
 
 /// The pairwise pool-name rule fits the API server's cost budget only because `nodePools` is

@@ -239,6 +239,14 @@ async fn an_api_server_serves_the_crd_and_refuses_what_the_schema_refuses() {
             refused(&|o| o["spec"]["controlPlane"]["count"] = json!(2)),
         ),
         (
+            "a misspelt autoscaling bound",
+            refused(&|o| {
+                o["spec"]["nodePools"] = json!([{"name": "workers", "count": 1,
+                    "flavor": "m1.medium", "image": "ubuntu-24.04",
+                    "autoscaling": {"min": 0, "maxSize": 3}}]);
+            }),
+        ),
+        (
             "an unknown CNI",
             refused(&|o| o["spec"]["addons"] = json!({"cni": "weave"})),
         ),

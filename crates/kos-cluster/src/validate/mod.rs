@@ -18,10 +18,10 @@ use crate::names::{
     self, CLUSTER_NAME_MAX, ClusterName, DnsName, LabelKey, LabelValue, NameError, PoolName, Tag,
 };
 use crate::spec::{
-    API_VERSION, Addons, ApiEndpoint, BootVolume, Ccm, ClusterSpec, Cni, CniManifest, ControlPlane,
-    ControlPlaneCount, Csi, EndpointKind, HealthCheck, ImageRef, KIND, KubernetesVersion,
-    LbProvider, Machine, NodePool, ServerGroupPolicy, ServiceLoadBalancers, Spanned, SshKeyError,
-    SshPublicKey, Taint, TaintEffect, VersionError,
+    API_VERSION, Addons, ApiEndpoint, Autoscaling, BootVolume, Ccm, ClusterSpec, Cni, CniManifest,
+    ControlPlane, ControlPlaneCount, Csi, EndpointKind, HealthCheck, ImageRef, KIND,
+    KubernetesVersion, LbProvider, Machine, NodePool, ServerGroupPolicy, ServiceLoadBalancers,
+    Spanned, SshKeyError, SshPublicKey, Taint, TaintEffect, VersionError,
 };
 use crate::tree::{Node, Value};
 use read::{Cx, Field, Obj, boolean, choice, integer, key_text, list, scalar, string};
@@ -730,6 +730,7 @@ fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
             "maxUnavailable",
             "maxSurge",
             "healthCheck",
+            "autoscaling",
         ],
     )?;
     let health = m.or(
@@ -788,6 +789,11 @@ fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
             "a pool has 0 to 500 nodes; split larger ones into several pools",
         )
     });
+    let autoscaling = m.opt(cx, "autoscaling", autoscaling);
+    let autoscaling = match (&count, autoscaling) {
+        (Some(count), Some(Some(a))) => count_within(cx, &m, *count, a).map(Some),
+        (_, a) => a.map(|a| a.map(|a| a.bounds())),
+    };
     let machine = machine(cx, &m);
     let labels = m.or(cx, "labels", BTreeMap::new(), labels);
     let taints = m.or(cx, "taints", Vec::new(), |cx, f| list(cx, f, taint));
@@ -807,7 +813,108 @@ fn node_pool(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<NodePool> {
         max_unavailable: max_unavailable?,
         max_surge: max_surge?,
         health_check: health?,
+        autoscaling: autoscaling?,
     })
+}
+
+/// A pool's `autoscaling` as written: its bounds with their places, for the rule on `count`.
+struct AutoscalingRead {
+    min: Spanned<u32>,
+    max: Spanned<u32>,
+}
+
+impl AutoscalingRead {
+    fn bounds(&self) -> Autoscaling {
+        Autoscaling {
+            min: self.min.value,
+            max: self.max.value,
+        }
+    }
+}
+
+/// `autoscaling: {min, max}`: 0–500 and 1–500, `min` at most `max`.
+fn autoscaling(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<AutoscalingRead> {
+    let m = Obj::new(cx, f, &["min", "max"])?;
+    let min = m.req(cx, "min", |cx, f| {
+        integer(
+            cx,
+            f,
+            0..=NodePool::MAX_COUNT,
+            Code::InvalidValue,
+            "the fewest nodes the cluster-autoscaler scales the pool down to: 0 to 500",
+        )
+    });
+    let max = m.req(cx, "max", |cx, f| {
+        integer(
+            cx,
+            f,
+            1..=NodePool::MAX_COUNT,
+            Code::InvalidValue,
+            "the most nodes the cluster-autoscaler scales the pool up to: 1 to 500; to keep the \
+             pool empty, remove `autoscaling` and set `count: 0`",
+        )
+    });
+    let (min, max) = (min?, max?);
+    if min.value > max.value {
+        cx.push(
+            Diagnostic::error(
+                Code::InvalidValue,
+                &format!("{}.min", m.path()),
+                format!("min {} is above max {}", min.value, max.value),
+            )
+            .label(min.span, "the fewest nodes")
+            .label(max.span, "the most nodes")
+            .help(format!(
+                "set `min` to at most {}, or `max` to at least {}",
+                max.value, min.value
+            )),
+        );
+        return None;
+    }
+    Some(AutoscalingRead { min, max })
+}
+
+/// With `autoscaling`, `count` is the pool's current target size: within `min..=max`.
+fn count_within(
+    cx: &mut Cx<'_>,
+    m: &Obj<'_>,
+    count: Spanned<u32>,
+    a: AutoscalingRead,
+) -> Option<Autoscaling> {
+    const WHY: &str = "with `autoscaling`, `count` is the pool's current target size, which the \
+                       cluster-autoscaler keeps within `min` and `max`";
+    let (bound, label, help) = if count.value > a.max.value {
+        (
+            format!("above autoscaling.max {}", a.max.value),
+            (a.max.span, "the most nodes"),
+            format!(
+                "{WHY}: set `count` to at most {}, or `max` to at least {}",
+                a.max.value, count.value
+            ),
+        )
+    } else if count.value < a.min.value {
+        (
+            format!("below autoscaling.min {}", a.min.value),
+            (a.min.span, "the fewest nodes"),
+            format!(
+                "{WHY}: set `count` to at least {}, or `min` to at most {}",
+                a.min.value, count.value
+            ),
+        )
+    } else {
+        return Some(a.bounds());
+    };
+    cx.push(
+        Diagnostic::error(
+            Code::InvalidValue,
+            &format!("{}.count", m.path()),
+            format!("count {} is {bound}", count.value),
+        )
+        .label(count.span, "the pool's target size")
+        .label(label.0, label.1)
+        .help(help),
+    );
+    None
 }
 
 const LABEL_HELP: &str = "label keys are `[prefix/]name` (name: at most 63 of letters, digits, `-`, `_`, `.`, \

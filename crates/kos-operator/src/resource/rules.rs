@@ -94,6 +94,14 @@ macro_rules! pool_name_sized {
     };
 }
 
+/// CEL (a pool's rule): it has no range to hold `count` to: no `autoscaling`, or one whose bounds
+/// the rules before report (`max` 0, `min` above `max`).
+macro_rules! without_autoscaling_range {
+    () => {
+        "(!has(self.autoscaling) || self.autoscaling.max == 0 || self.autoscaling.min > self.autoscaling.max)"
+    };
+}
+
 /// CEL (a tag's rule): the tag is empty or too long, which an earlier rule reports.
 macro_rules! tag_sized {
     () => {
@@ -252,6 +260,34 @@ pub const RULES: &[Rule] = &[
     )
     .message("maxUnavailable 0 with maxSurge 0: no node could ever be replaced")
     .field(".maxUnavailable"),
+    // A pool's `autoscaling` (kos-cluster `autoscaling`, `count_within`), in kos's order: `max` at
+    // least 1 (the schema holds both bounds to 500), `min` at most `max`, then `count` (the
+    // current target size) within them, each silent on what an earlier one reports.
+    rule("spec.nodePools[].autoscaling", "self.max >= 1")
+        .message("0 is out of range; it must be 1–500")
+        .field(".max"),
+    rule(
+        "spec.nodePools[].autoscaling",
+        "self.max == 0 || self.min <= self.max",
+    )
+    .message_expression("'min ' + string(self.min) + ' is above max ' + string(self.max)")
+    .field(".min"),
+    rule(
+        "spec.nodePools[]",
+        concat!(without_autoscaling_range!(), " || self.count <= self.autoscaling.max"),
+    )
+    .message_expression(
+        "'count ' + string(self.count) + ' is above autoscaling.max ' + string(self.autoscaling.max)",
+    )
+    .field(".count"),
+    rule(
+        "spec.nodePools[]",
+        concat!(without_autoscaling_range!(), " || self.count >= self.autoscaling.min"),
+    )
+    .message_expression(
+        "'count ' + string(self.count) + ' is below autoscaling.min ' + string(self.autoscaling.min)",
+    )
+    .field(".count"),
     rule(
         "spec.addons.cniManifest",
         "self.url.trim().size() == 0 || (self.url.startsWith('https://') && size(self.url) > 8)",
