@@ -27,6 +27,11 @@ use kos_cluster::plan::{Op, Plan};
 
 use crate::quorum::{QuorumError, removal_order, running_members};
 
+/// `kos-retire`: a pool server's tag saying it leaves first when the pool's count is smaller. The
+/// cluster autoscaler names the nodes it removes (kos-operator's provider tags them, then lowers the
+/// count): the cloud keeps the choice, so a turn killed in between still removes those and no other.
+pub const TAG_RETIRE: &str = "kos-retire";
+
 /// A server that leaves, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retirement {
@@ -182,6 +187,9 @@ pub fn decide(
                 None if crate::formation::is_control_plane(&id) => {
                     "controlPlane.count is smaller".to_owned()
                 }
+                None if retired(observed, &id) => {
+                    "the cluster autoscaler removes its node".to_owned()
+                }
                 None => "the pool's count is smaller".to_owned(),
             };
             Retirement { id, why }
@@ -191,6 +199,26 @@ pub fn decide(
         slots,
         retirements,
         waiting,
+    })
+}
+
+/// The indexes of group `prefix` whose server carries [`TAG_RETIRE`].
+#[must_use]
+pub fn retiring(observed: &Observed, prefix: &str) -> BTreeSet<u32> {
+    observed
+        .resources
+        .keys()
+        .filter(|id| retired(observed, id))
+        .filter_map(|id| index_of(id, prefix))
+        .collect()
+}
+
+/// Whether the server `id` (`workers-3`) carries [`TAG_RETIRE`].
+fn retired(observed: &Observed, id: &str) -> bool {
+    observed.resources.get(id).is_some_and(|found| {
+        found
+            .iter()
+            .any(|r| r.kind == Kind::Server && r.facts.tags.iter().any(|t| t == TAG_RETIRE))
     })
 }
 
@@ -252,10 +280,15 @@ fn group(
         waiting.extend(unjoined.iter().map(|i| format!("{}-{i}", rule.prefix)));
     }
 
-    // Who leaves: what the spec replaces first (the oldest: the one whose successor was made for
-    // it), then what holds no server, then unhealthy ones, then the newest.
+    // Who leaves: what the autoscaler named, then what the spec replaces first (the oldest: the
+    // one whose successor was made for it), then what holds no server, then unhealthy ones, then
+    // the newest.
+    let named = retiring(observed, rule.prefix);
     let mut candidates: Vec<u32> = exist.iter().copied().collect();
     candidates.sort_by_key(|&i| {
+        if named.contains(&i) {
+            return (-1, 0, i64::from(i));
+        }
         let up = match states.get(&i).map(|s| *s == "ACTIVE") {
             None => 0,
             Some(false) => 1,
@@ -681,6 +714,36 @@ mod tests {
             } else {
                 assert!(s.retirements.is_empty(), "the converge removes them");
             }
+        }
+    }
+
+    /// The servers the autoscaler named leave before any other, surge or not, healthy or not;
+    /// with the count unchanged (the provider killed between its tag and its count) none leaves.
+    #[test]
+    fn a_pools_scale_down_takes_the_servers_named_to_retire() {
+        let w = [
+            ("w-0", "ACTIVE"),
+            ("w-1", "SHUTOFF"),
+            ("w-2", "ACTIVE"),
+            ("w-3", "ACTIVE"),
+        ];
+        let mut o = observed(&w);
+        for r in o.resources.get_mut("w-0").unwrap() {
+            r.facts.tags.push(TAG_RETIRE.to_owned());
+        }
+        assert_eq!(retiring(&o, "w"), BTreeSet::from([0]));
+        for surge in [0, 1] {
+            let s = decide4(&o, &outdated(&[]), rule(1, true), &[pool(3, surge, 1)]).unwrap();
+            assert_eq!(s.slots.pool("w", 0), [1, 2, 3], "surge {surge}");
+            if surge > 0 {
+                assert_eq!(pool_ids(&s).1, ["w-0"]);
+                assert_eq!(
+                    s.retirements[0].why,
+                    "the cluster autoscaler removes its node"
+                );
+            }
+            let s = decide4(&o, &outdated(&[]), rule(1, true), &[pool(4, surge, 1)]).unwrap();
+            assert_eq!(s.slots.pool("w", 0), [0, 1, 2, 3], "surge {surge}");
         }
     }
 }
