@@ -89,6 +89,8 @@ pub struct ImagePin {
 pub struct MinorImages {
     pub openstack_cloud_controller_manager: String,
     pub cinder_csi_plugin: String,
+    /// cluster-autoscaler of the same minor (kos-operator installs it for autoscaled pools).
+    pub cluster_autoscaler: String,
     /// What kubeadm of this minor pulls besides the control plane's images.
     pub kubeadm: KubeadmTable,
 }
@@ -593,7 +595,8 @@ mod tests {
             let tag = format!(":v1.{minor}.");
             assert!(
                 m.openstack_cloud_controller_manager.contains(&tag)
-                    && m.cinder_csi_plugin.contains(&tag),
+                    && m.cinder_csi_plugin.contains(&tag)
+                    && m.cluster_autoscaler.contains(&tag),
                 "{m:?}"
             );
         }

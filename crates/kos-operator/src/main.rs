@@ -66,6 +66,19 @@ struct RunArgs {
     /// Where `/healthz` and `/readyz` are served (`0` turns them off).
     #[arg(long, default_value = ":8081")]
     health_probe_bind_address: String,
+    /// Where cluster-autoscaler's externalgrpc CloudProvider is served, with mutual TLS
+    /// (`host:port`, `:port`; `0`, the default, turns it off).
+    #[arg(long, default_value = "0")]
+    autoscaler_bind_address: String,
+    /// The directory of the endpoint's `tls.crt`, `tls.key` and `ca.crt` (the CA of the
+    /// autoscalers' client certificates, each named `<namespace>/<cluster>`).
+    #[arg(long, default_value = "/etc/kos-operator/autoscaler-tls")]
+    autoscaler_tls_dir: PathBuf,
+    /// The `host:port` the managed clusters' autoscalers dial (the serving certificate names the
+    /// host): with it, and a `ca.key` in `--autoscaler-tls-dir` that signed `ca.crt`, the operator
+    /// installs cluster-autoscaler into each Cluster with an autoscaled pool.
+    #[arg(long)]
+    autoscaler_advertise_address: Option<String>,
     /// Runs at once against one cloud project (they share its rate limit).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     max_runs_per_project: u32,
@@ -144,11 +157,20 @@ async fn run(args: RunArgs) -> Result<(), String> {
             resync: Duration::from_secs(args.resync_period),
             retry: Duration::from_secs(args.retry_period),
             per_project: args.max_runs_per_project as usize,
+            autoscaler: match &args.autoscaler_advertise_address {
+                Some(a) => Some(Arc::new(
+                    kos_operator::autoscaler::install::Install::load(a, &args.autoscaler_tls_dir)
+                        .map_err(|e| format!("--autoscaler-advertise-address: {e}"))?,
+                )),
+                None => None,
+            },
             ..Settings::default()
         },
         leader,
         metrics,
         probes,
+        autoscaler: address("autoscaler-bind-address", &args.autoscaler_bind_address)?
+            .map(|a| (a, args.autoscaler_tls_dir.clone())),
     };
     // Cluster APIs at their own addresses (through `HTTPS_PROXY` when set, as kubectl).
     let reach = Arc::new(kos_control::connect::Direct);

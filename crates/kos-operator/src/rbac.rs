@@ -33,8 +33,9 @@ pub const LEASE_NAME: &str = "kos-operator";
 /// Every call.
 pub const CALLS: &[ApiCall] = &[
     ApiCall {
-        by: "controller: the Clusters' list-watch; the finalizer added and removed (JSON patch)",
-        verbs: &["list", "watch", "patch"],
+        by: "controller: the Clusters' list-watch; the finalizer added and removed (JSON patch); \
+             autoscaler: the Cluster its client names read, a pool's count patched",
+        verbs: &["get", "list", "watch", "patch"],
         group: "kos.dev",
         resource: "clusters",
         scope: Scope::Cluster,

@@ -41,6 +41,9 @@ pub struct Settings {
     pub parallelism: usize,
     /// How long a node's drain may take (`kos up --drain-timeout`).
     pub drain_timeout: Duration,
+    /// cluster-autoscaler installed into Clusters with autoscaled pools, wired to this operator's
+    /// endpoint (`None`: not installed).
+    pub autoscaler: Option<Arc<crate::autoscaler::install::Install>>,
 }
 
 impl Default for Settings {
@@ -51,6 +54,7 @@ impl Default for Settings {
             per_project: 4,
             parallelism: 10,
             drain_timeout: Duration::from_secs(600),
+            autoscaler: None,
         }
     }
 }
@@ -358,6 +362,8 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
             return Ok(Action::await_change());
         }
     };
+    let autoscaled = spec.spec.node_pools.iter().any(|p| p.autoscaling.is_some());
+    let cluster_spec = spec.spec.clone();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let connected =
         match identity::connect(&secrets, ns, &cluster.spec.identity_ref, &ctx.sessions).await {
@@ -507,6 +513,30 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
                     )
                 });
                 write_kubeconfig(&secrets, ns, &name, owner, &store).await?;
+                if let Some(install) = &ctx.settings.autoscaler {
+                    let cloud = Cloud {
+                        session,
+                        reach: ctx.reach.as_ref(),
+                    };
+                    let r = autoscaler_addon(
+                        cloud,
+                        &cluster_spec,
+                        &store,
+                        install,
+                        ns,
+                        &name,
+                        autoscaled,
+                    )
+                    .await;
+                    if let Err(e) = r {
+                        publish(Note {
+                            warning: true,
+                            reason: "AutoscalerNotInstalled",
+                            note: e,
+                        })
+                        .await;
+                    }
+                }
                 let extra = StatusExtra {
                     endpoint,
                     version: meta.map(|m| m.kubernetes_version),
@@ -638,6 +668,35 @@ async fn write_status(
 
 /// The admin kubeconfig as Cluster API keeps it: Secret `<cluster>-kubeconfig`, key `value`,
 /// owned by the Cluster; made again when the API's address changed.
+/// cluster-autoscaler in the cluster while a pool is autoscaled, and taken out after.
+async fn autoscaler_addon(
+    cloud: Cloud<'_>,
+    spec: &kos_cluster::spec::ClusterSpec,
+    store: &SecretRecords,
+    install: &crate::autoscaler::install::Install,
+    ns: &str,
+    name: &str,
+    autoscaled: bool,
+) -> Result<(), String> {
+    use crate::autoscaler::install;
+    let kube = kos_control::connect::stored_api_client(cloud, spec, store)
+        .await
+        .map_err(|e| format!("the cluster's API: {e}"))?;
+    if !autoscaled {
+        return install::remove(&kube.client())
+            .await
+            .map_err(|e| e.to_string());
+    }
+    let minor = spec.kubernetes_version.minor();
+    let image = kos_bootstrap::addons::Pins::builtin()
+        .ok()
+        .and_then(|p| p.images_for(minor).map(|m| m.cluster_autoscaler.clone()))
+        .ok_or_else(|| format!("the pins table has no cluster-autoscaler for 1.{minor}"))?;
+    install::ensure(&kube.client(), install, ns, name, &image)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 async fn write_kubeconfig(
     secrets: &Api<Secret>,
     ns: &str,

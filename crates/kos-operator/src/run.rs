@@ -38,6 +38,9 @@ pub struct Options {
     pub metrics: Option<SocketAddr>,
     /// Where `/healthz` and `/readyz` are served (`None`: not served).
     pub probes: Option<SocketAddr>,
+    /// Where cluster-autoscaler's externalgrpc CloudProvider is served, and the directory of its
+    /// TLS files (`None`: not served). Every replica serves it: a change is a guarded patch.
+    pub autoscaler: Option<(SocketAddr, std::path::PathBuf)>,
 }
 
 /// Leader election on a `coordination.k8s.io/v1` Lease.
@@ -62,6 +65,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    AutoscalerTls(#[from] crate::autoscaler::tls::TlsError),
     #[error("leader election on Lease {namespace}/{name}: {source}")]
     Lease {
         namespace: String,
@@ -203,6 +208,17 @@ pub async fn run(
                 .route("/readyz", get(readyz))
                 .with_state(served.clone()),
         );
+    }
+    if let Some((addr, dir)) = &opts.autoscaler {
+        let tls = crate::autoscaler::tls::server_config(dir)?;
+        let l = bind(*addr).await?;
+        tracing::info!(address = ?l.local_addr().ok(), "serving cluster-autoscaler's externalgrpc");
+        let client = client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::autoscaler::serve(l, tls, client).await {
+                tracing::warn!("{e}");
+            }
+        });
     }
     tokio::pin!(shutdown);
     let campaign = match &opts.leader {

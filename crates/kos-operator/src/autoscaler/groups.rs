@@ -1,0 +1,402 @@
+//! What the autoscaler is told of a Cluster's pools, and the sizes it asks for: decided from the
+//! Cluster's spec and the servers the cloud shows, with no call of its own.
+
+use std::collections::BTreeMap;
+
+use kos_cloud::model::compute::{Server, ServerStatus};
+use kos_cluster::names::TAG_ID;
+use kos_lifecycle::succession::TAG_RETIRE;
+
+use super::proto::{InstanceErrorInfo, InstanceStatus, instance_status::InstanceState};
+
+/// The scheme of a node's `spec.providerID`, as the OpenStack cloud controllers write it.
+pub const PROVIDER_PREFIX: &str = "openstack://";
+/// cluster-autoscaler's `OutOfResourcesErrorClass`: the autoscaler backs off the group.
+pub const OUT_OF_RESOURCES: i32 = 1;
+/// cluster-autoscaler's `OtherErrorClass`.
+pub const OTHER_ERROR: i32 = 99;
+
+/// An autoscaled pool: a node group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// The pool's name: the node group's id.
+    pub pool: String,
+    /// Its place in `spec.nodePools` (the JSON patch's path).
+    pub position: usize,
+    pub min: u32,
+    pub max: u32,
+    /// `count`: the target size.
+    pub target: u32,
+}
+
+/// The autoscaled pools of a Cluster's spec.
+#[must_use]
+pub fn groups(spec: &kos_cluster::schema::Spec) -> Vec<Group> {
+    spec.node_pools
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(position, p)| {
+            let a = p.autoscaling.as_ref()?;
+            Some(Group {
+                pool: p.name.clone(),
+                position,
+                min: a.min,
+                max: a.max,
+                target: p.count,
+            })
+        })
+        .collect()
+}
+
+/// A server of a pool, as the cloud shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub server_id: String,
+    /// The server's name: its node's name.
+    pub name: String,
+    pub pool: String,
+    pub index: u32,
+    pub status: ServerStatus,
+    /// Nova's `task_state` (`deleting`).
+    pub task: Option<String>,
+    /// Tagged `kos-retire`: named by a `DeleteNodes`.
+    pub retiring: bool,
+    pub fault: Option<String>,
+}
+
+impl Member {
+    /// The node's `spec.providerID`.
+    #[must_use]
+    pub fn provider_id(&self) -> String {
+        format!("{PROVIDER_PREFIX}/{}", self.server_id)
+    }
+
+    /// The instance as the autoscaler reads it. A server in ERROR is one whose creation failed:
+    /// reported as creating with its error, so the autoscaler gives up on it and backs off the
+    /// group (Nova's "No valid host" is out of resources).
+    #[must_use]
+    pub fn status(&self) -> InstanceStatus {
+        let deleting = self.retiring
+            || self.task.as_deref() == Some("deleting")
+            || matches!(
+                self.status,
+                ServerStatus::Deleted | ServerStatus::SoftDeleted
+            );
+        let (state, error) = match self.status {
+            _ if deleting => (InstanceState::InstanceDeleting, None),
+            ServerStatus::Build => (InstanceState::InstanceCreating, None),
+            ServerStatus::Error => {
+                let message = self
+                    .fault
+                    .clone()
+                    .unwrap_or_else(|| "the server went to ERROR".to_owned());
+                let class = if message.contains("No valid host") {
+                    OUT_OF_RESOURCES
+                } else {
+                    OTHER_ERROR
+                };
+                let error = InstanceErrorInfo {
+                    error_code: "ERROR".to_owned(),
+                    error_message: message,
+                    instance_error_class: class,
+                };
+                (InstanceState::InstanceCreating, Some(error))
+            }
+            _ => (InstanceState::InstanceRunning, None),
+        };
+        InstanceStatus {
+            instance_state: state.into(),
+            error_info: error,
+        }
+    }
+}
+
+/// The pool servers among a cluster's servers (control planes and unknown ones left out).
+#[must_use]
+pub fn members(servers: &[Server]) -> Vec<Member> {
+    servers
+        .iter()
+        .filter_map(|s| {
+            let id = s.tags.iter().find_map(|t| {
+                t.strip_prefix(TAG_ID)
+                    .and_then(|rest| rest.strip_prefix('='))
+            })?;
+            let (pool, index) = id.rsplit_once('-')?;
+            let index = index.parse().ok()?;
+            (pool != "cp" && !pool.is_empty()).then(|| Member {
+                server_id: s.id.clone(),
+                name: s.name.clone(),
+                pool: pool.to_owned(),
+                index,
+                status: s.status.clone(),
+                task: s.task_state.clone(),
+                retiring: s.tags.iter().any(|t| t == TAG_RETIRE),
+                fault: s.fault.as_ref().map(|f| f.message.clone()),
+            })
+        })
+        .collect()
+}
+
+/// The server id of a `spec.providerID` (`openstack:///<id>`, or with a region:
+/// `openstack://<region>/<id>`).
+#[must_use]
+pub fn server_id(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix(PROVIDER_PREFIX)?;
+    let (_, id) = rest.rsplit_once('/')?;
+    (!id.is_empty()).then_some(id)
+}
+
+/// A size the autoscaler asked for that the group cannot take. Its message is the gRPC status's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("delta must be positive, got {0}")]
+    NotPositive(i32),
+    #[error("delta must be negative, got {0}")]
+    NotNegative(i32),
+    #[error("pool {pool}: size {size} would be above its max {max}")]
+    AboveMax { pool: String, size: i64, max: u32 },
+    #[error("pool {pool}: size {size} would be below its min {min}")]
+    BelowMin { pool: String, size: i64, min: u32 },
+    #[error(
+        "pool {pool}: a target of {size} would delete existing nodes ({existing} servers); name \
+         them with DeleteNodes"
+    )]
+    WouldDeleteExisting {
+        pool: String,
+        size: i64,
+        existing: usize,
+    },
+    #[error("node {node} is not in pool {pool}")]
+    NotInGroup { node: String, pool: String },
+}
+
+impl Group {
+    /// The target after `IncreaseSize(delta)`.
+    ///
+    /// # Errors
+    /// A delta that is not positive, or a size above `max`.
+    pub fn increased(&self, delta: i32) -> Result<u32, SizeError> {
+        if delta <= 0 {
+            return Err(SizeError::NotPositive(delta));
+        }
+        let size = i64::from(self.target) + i64::from(delta);
+        self.within(size)
+    }
+
+    /// The target after `DecreaseTargetSize(delta)`, which never deletes an existing server:
+    /// only what was asked for and not yet made.
+    ///
+    /// # Errors
+    /// A delta that is not negative, a size below `min`, or below the servers the pool has.
+    pub fn decreased(&self, delta: i32, members: &[Member]) -> Result<u32, SizeError> {
+        if delta >= 0 {
+            return Err(SizeError::NotNegative(delta));
+        }
+        let size = i64::from(self.target) + i64::from(delta);
+        let existing = self.existing(members);
+        if size < existing as i64 {
+            return Err(SizeError::WouldDeleteExisting {
+                pool: self.pool.clone(),
+                size,
+                existing,
+            });
+        }
+        self.within(size)
+    }
+
+    /// For `DeleteNodes`: the servers to tag (those named and not yet tagged) and the target once
+    /// they are gone. A node named again (the autoscaler retrying) is not counted twice.
+    ///
+    /// # Errors
+    /// A node of another pool (or none), or a size below `min`.
+    pub fn deleting(
+        &self,
+        nodes: &[(String, String)],
+        members: &[Member],
+    ) -> Result<(Vec<Member>, u32), SizeError> {
+        let mut fresh = BTreeMap::new();
+        for (provider_id, name) in nodes {
+            let found = members.iter().find(|m| {
+                server_id(provider_id).is_some_and(|id| id == m.server_id)
+                    || (provider_id.is_empty() && &m.name == name)
+            });
+            let Some(m) = found.filter(|m| m.pool == self.pool) else {
+                return Err(SizeError::NotInGroup {
+                    node: if name.is_empty() {
+                        provider_id.clone()
+                    } else {
+                        name.clone()
+                    },
+                    pool: self.pool.clone(),
+                });
+            };
+            if !m.retiring {
+                fresh.insert(m.server_id.clone(), m.clone());
+            }
+        }
+        let size = i64::from(self.target) - fresh.len() as i64;
+        let target = self.within(size)?;
+        Ok((fresh.into_values().collect(), target))
+    }
+
+    /// The pool's servers not named to leave.
+    fn existing(&self, members: &[Member]) -> usize {
+        members
+            .iter()
+            .filter(|m| m.pool == self.pool && !m.retiring)
+            .count()
+    }
+
+    fn within(&self, size: i64) -> Result<u32, SizeError> {
+        if size > i64::from(self.max) {
+            return Err(SizeError::AboveMax {
+                pool: self.pool.clone(),
+                size,
+                max: self.max,
+            });
+        }
+        if size < i64::from(self.min) {
+            return Err(SizeError::BelowMin {
+                pool: self.pool.clone(),
+                size,
+                min: self.min,
+            });
+        }
+        u32::try_from(size).map_err(|_| SizeError::BelowMin {
+            pool: self.pool.clone(),
+            size,
+            min: self.min,
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn group(min: u32, max: u32, target: u32) -> Group {
+        Group {
+            pool: "workers".into(),
+            position: 0,
+            min,
+            max,
+            target,
+        }
+    }
+
+    fn member(id: &str, pool: &str, index: u32, status: ServerStatus) -> Member {
+        Member {
+            server_id: id.into(),
+            name: format!("kos-demo-{pool}-{index}"),
+            pool: pool.into(),
+            index,
+            status,
+            task: None,
+            retiring: false,
+            fault: None,
+        }
+    }
+
+    #[test]
+    fn sizes_stay_within_the_group_and_its_servers() {
+        let g = group(0, 3, 1);
+        assert_eq!(g.increased(2), Ok(3));
+        assert!(matches!(g.increased(3), Err(SizeError::AboveMax { .. })));
+        assert!(matches!(g.increased(0), Err(SizeError::NotPositive(0))));
+        let g = group(0, 3, 3);
+        let one = [member("a", "workers", 0, ServerStatus::Active)];
+        assert_eq!(g.decreased(-2, &one), Ok(1));
+        assert!(matches!(
+            g.decreased(-3, &one),
+            Err(SizeError::WouldDeleteExisting { existing: 1, .. })
+        ));
+        assert!(matches!(
+            g.decreased(1, &one),
+            Err(SizeError::NotNegative(1))
+        ));
+        assert!(matches!(
+            group(2, 3, 3).decreased(-2, &[]),
+            Err(SizeError::BelowMin { .. })
+        ));
+    }
+
+    #[test]
+    fn delete_names_exactly_the_nodes_given_and_counts_each_once() {
+        let g = group(0, 5, 3);
+        let mut ms = vec![
+            member("a", "workers", 0, ServerStatus::Active),
+            member("b", "workers", 1, ServerStatus::Active),
+            member("c", "workers", 2, ServerStatus::Active),
+            member("x", "other", 0, ServerStatus::Active),
+        ];
+        let (tag, target) = g
+            .deleting(
+                &[("openstack:///b".into(), "kos-demo-workers-1".into())],
+                &ms,
+            )
+            .unwrap();
+        assert_eq!(
+            tag.iter().map(|m| m.server_id.as_str()).collect::<Vec<_>>(),
+            ["b"]
+        );
+        assert_eq!(target, 2);
+        // Named again once tagged: nothing more to tag, the target stays.
+        ms[1].retiring = true;
+        let g = group(0, 5, 2);
+        let (tag, target) = g
+            .deleting(&[("openstack:///b".into(), String::new())], &ms)
+            .unwrap();
+        assert!(tag.is_empty());
+        assert_eq!(target, 2);
+        // Another pool's node, or an unknown one, is refused and nothing is tagged.
+        for node in ["openstack:///x", "openstack:///nope"] {
+            assert!(matches!(
+                g.deleting(
+                    &[
+                        ("openstack:///a".into(), String::new()),
+                        (node.into(), String::new())
+                    ],
+                    &ms
+                ),
+                Err(SizeError::NotInGroup { .. })
+            ));
+        }
+        assert!(matches!(
+            group(2, 5, 2).deleting(&[("openstack:///a".into(), String::new())], &ms),
+            Err(SizeError::BelowMin { .. })
+        ));
+    }
+
+    #[test]
+    fn instance_states_follow_the_server() {
+        let state = |m: &Member| m.status().instance_state;
+        let mut m = member("a", "workers", 0, ServerStatus::Active);
+        assert_eq!(state(&m), InstanceState::InstanceRunning as i32);
+        m.status = ServerStatus::Build;
+        assert_eq!(state(&m), InstanceState::InstanceCreating as i32);
+        m.status = ServerStatus::Active;
+        m.task = Some("deleting".into());
+        assert_eq!(state(&m), InstanceState::InstanceDeleting as i32);
+        m.task = None;
+        m.retiring = true;
+        assert_eq!(state(&m), InstanceState::InstanceDeleting as i32);
+        m.retiring = false;
+        m.status = ServerStatus::Error;
+        m.fault = Some("No valid host was found. There are not enough hosts available.".into());
+        let s = m.status();
+        assert_eq!(s.instance_state, InstanceState::InstanceCreating as i32);
+        let e = s.error_info.unwrap();
+        assert_eq!(e.instance_error_class, OUT_OF_RESOURCES);
+        assert_eq!(e.error_code, "ERROR");
+    }
+
+    #[test]
+    fn provider_ids_name_their_server() {
+        assert_eq!(server_id("openstack:///abc"), Some("abc"));
+        assert_eq!(server_id("openstack://RegionOne/abc"), Some("abc"));
+        assert_eq!(server_id("aws:///abc"), None);
+        assert_eq!(server_id("openstack:///"), None);
+    }
+}
