@@ -10,6 +10,7 @@
 
 /// How a run reaches a cluster's API: the cloud session, the way to an address, the client
 /// builders.
+pub mod backup;
 pub mod connect;
 /// Drains and Node deletions: kos-lifecycle's drain over [`kube::Kube`].
 pub mod drain;

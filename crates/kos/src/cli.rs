@@ -59,6 +59,12 @@ pub enum Command {
     /// Take a cluster back from kos-operator: its records onto this machine, its spec into a file,
     /// the Cluster let go without tearing anything down. No server is touched.
     Adopt(AdoptArgs),
+    /// Write a cluster's secrets (CAs, keys, credential, encryption keys) to a file sealed with a
+    /// passphrase: what `kos restore` takes the cluster on again from, whatever was lost.
+    Backup(BackupArgs),
+    /// Put a `kos backup`'s secrets back on this machine, so that `kos up` continues the cluster.
+    /// Nothing is written over secrets that differ.
+    Restore(RestoreArgs),
     /// Replace a running cluster's credentials without interrupting it.
     Rotate {
         #[command(subcommand)]
@@ -300,6 +306,46 @@ pub struct AdoptArgs {
     /// overwritten).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+/// Where a backup's passphrase comes from.
+#[derive(Debug, Args)]
+pub struct PassphraseArgs {
+    /// A file holding the passphrase (its first line); default: KOS_BACKUP_PASSPHRASE.
+    #[arg(long, value_name = "FILE")]
+    pub passphrase_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The cluster's name (metadata.name).
+    #[arg(value_parser = cluster_name)]
+    pub name: ClusterName,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    /// Back up the cluster kos-operator keeps in this namespace (its Secret `<name>-kos`, read
+    /// through --kubeconfig) instead of this machine's.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The management cluster's kubeconfig, with --namespace (default: KUBECONFIG).
+    #[arg(long, value_name = "FILE", requires = "namespace")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Where to write it (default: ./<name>.kos-backup; never overwritten).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub passphrase: PassphraseArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The file `kos backup` wrote.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+    #[command(flatten)]
+    pub passphrase: PassphraseArgs,
 }
 
 #[derive(Debug, Subcommand)]

@@ -252,6 +252,43 @@ fn a_cli_made_cluster_moves_under_the_operator_is_upgraded_and_comes_back() {
     );
     let upgraded = servers(&sim.clouds, &rt);
 
+    // The operator's records backed up from the CLI: sealed, they open to the Secret's PKI.
+    let pass = d.join("passphrase");
+    std::fs::write(&pass, "correct horse battery staple\n").expect("passphrase");
+    let sealed = d.join("demo-operator.kos-backup");
+    let backup = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "backup",
+            "demo",
+            "--namespace",
+            "default",
+            "--kubeconfig",
+            kc,
+            "--passphrase-file",
+            pass.to_str().expect("utf8"),
+            "-o",
+            sealed.to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code(&backup), 0, "{}", text(&backup));
+    let opened = kos_control::backup::open(
+        &std::fs::read_to_string(&sealed).expect("backup"),
+        &secrecy::SecretString::from("correct horse battery staple".to_owned()),
+    )
+    .expect("opens");
+    let memory = kos_control::store::Memory::default();
+    kos_control::backup::restore(&opened, &memory).expect("restore");
+    assert_eq!(
+        kos_control::store::SecretStore::read(&memory, kos_control::store::Record::Pki)
+            .expect("read")
+            .expect("pki")
+            .expose(),
+        pki_before,
+        "the backup holds the operator's PKI"
+    );
+
     // And back to the CLI.
     let adopt = kos(
         d,

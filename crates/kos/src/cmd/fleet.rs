@@ -15,7 +15,7 @@ use crate::local::Local;
 /// How long `kos adopt` waits for kos-operator to let the Cluster go.
 const RELEASE_WAIT: Duration = Duration::from_secs(300);
 
-async fn management(path: Option<&Path>) -> Result<kube::Client, Failure> {
+pub(crate) async fn management(path: Option<&Path>) -> Result<kube::Client, Failure> {
     let mut config = match path {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| {

@@ -8,6 +8,7 @@
 //! | 3 | invalid input: usage, the spec, the cloud configuration or preflight; nothing was changed; `status`: no such cluster |
 
 mod artefacts;
+mod backup;
 pub mod bench;
 mod bench_ccm;
 mod bench_csi;
@@ -218,6 +219,8 @@ fn json(command: &Command) -> bool {
             command: RotateCommand::EncryptionKey(a),
         } => matches!(a.up.output, Json),
         Command::Kubeconfig(_)
+        | Command::Backup(_)
+        | Command::Restore(_)
         | Command::Export(_)
         | Command::Adopt(_)
         | Command::Sim { .. }
@@ -259,6 +262,8 @@ async fn command(cli: Cli) -> Result<Exit, Failure> {
         Command::Kubeconfig(a) => kubeconfig::kubeconfig(a).await,
         Command::Export(a) => fleet::export(a).await,
         Command::Adopt(a) => fleet::adopt(a).await,
+        Command::Backup(a) => backup::backup(a).await,
+        Command::Restore(a) => backup::restore(a).await,
         Command::Rotate {
             command: RotateCommand::Credential(a),
         } => rotate::credential(a, verbose).await,
