@@ -260,3 +260,56 @@ fn an_air_gapped_cloud_makes_a_cluster_from_the_mirror_and_fails_clearly_without
     // Before the Kubernetes packages: the OS install is the first thing a node fetches.
     assert!(!out.contains("pkgs.k8s.io"), "{out}");
 }
+
+/// A pool with `autoscaling` gets cluster-autoscaler of the cluster's minor from kos-operator: a
+/// mirror must hold it too, and a cluster without one does not list it.
+#[test]
+fn artefacts_of_an_autoscaled_pool_list_cluster_autoscaler_from_the_mirror() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let example_text = std::fs::read_to_string(example("air-gapped.yaml")).expect("example");
+    let list_of = |body: &str| -> Vec<Value> {
+        let spec = dir.path().join("spec.yaml");
+        std::fs::write(&spec, body).expect("spec");
+        let o = kos(
+            dir.path(),
+            None,
+            &[
+                "artefacts",
+                "-f",
+                spec.to_str().expect("utf8"),
+                "--output",
+                "json",
+            ],
+        );
+        assert_eq!(code(&o), 0, "{}", text(&o));
+        serde_json::from_slice(&o.stdout).expect("JSON")
+    };
+    let autoscaled = example_text.replace(
+        "    - name: workers\n      count: 1\n",
+        "    - name: workers\n      count: 1\n      autoscaling: {min: 0, max: 4}\n",
+    );
+    assert_ne!(autoscaled, example_text);
+    let list = list_of(&autoscaled);
+    let ca = list
+        .iter()
+        .find(|a| {
+            a["origin"].as_str().is_some_and(|o| {
+                o.starts_with("registry.k8s.io/autoscaling/cluster-autoscaler:v1.")
+            })
+        })
+        .unwrap_or_else(|| panic!("no cluster-autoscaler in {list:#?}"));
+    let origin = ca["origin"].as_str().expect("origin");
+    assert_eq!(
+        ca["fetched"],
+        format!(
+            "mirror.example:5000/{}",
+            &origin["registry.k8s.io/".len()..]
+        )
+    );
+    assert!(
+        !list_of(&example_text).iter().any(|a| a["origin"]
+            .as_str()
+            .is_some_and(|o| o.contains("cluster-autoscaler"))),
+        "listed for a cluster without autoscaling"
+    );
+}

@@ -256,3 +256,52 @@ fn secrets_live_in_private_directories_whatever_the_umask() {
         assert_eq!(mode(&p), 0o600, "{}", p.display());
     }
 }
+
+/// A pool with `autoscaling` is sized by cluster-autoscaler through kos-operator: `kos plan` (and
+/// `kos up`) say so, naming the pool, rather than leave the user waiting for a scale-up that no CLI
+/// run makes; a spec without one gets no such note.
+#[test]
+fn a_cli_plan_of_an_autoscaled_pool_says_the_operator_scales_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let text_of = std::fs::read_to_string(example("minimal.yaml")).expect("example");
+    let autoscaled = d.join("autoscaled.yaml");
+    std::fs::write(
+        &autoscaled,
+        text_of.replace(
+            "      count: 2\n",
+            "      count: 2\n      autoscaling: {min: 0, max: 5}\n",
+        ),
+    )
+    .expect("spec");
+    let o = kos(
+        d,
+        None,
+        &[
+            "plan",
+            "-f",
+            autoscaled.to_str().expect("utf8"),
+            "--cloud",
+            "sim",
+        ],
+    );
+    assert!(matches!(code(&o), 0 | 2), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("autoscaling of pool(s) workers takes effect under kos-operator"),
+        "{}",
+        text(&o)
+    );
+    let plain = example("minimal.yaml");
+    let o = kos(
+        d,
+        None,
+        &[
+            "plan",
+            "-f",
+            plain.to_str().expect("utf8"),
+            "--cloud",
+            "sim",
+        ],
+    );
+    assert!(!stderr(&o).contains("autoscaling"), "{}", text(&o));
+}

@@ -53,8 +53,26 @@ pub fn of_spec(spec: &kos_cluster::ClusterSpec) -> miette::Result<Vec<Artefact>>
         sha256: m.sha256.clone(),
     });
     let airgap = kos_control::kubeadm::airgap_input(spec, None);
-    kos_bootstrap::artefacts_for(version, cni, pin.as_ref(), &ccm, &csi, &airgap)
-        .map_err(|e| miette::miette!("{e}"))
+    let mut list = kos_bootstrap::artefacts_for(version, cni, pin.as_ref(), &ccm, &csi, &airgap)
+        .map_err(|e| miette::miette!("{e}"))?;
+    // kos-operator installs cluster-autoscaler of the cluster's minor for autoscaled pools: its
+    // nodes pull it through the same mirrors.
+    if spec.node_pools.iter().any(|p| p.autoscaling.is_some()) {
+        let pins = kos_bootstrap::addons::Pins::builtin().map_err(|e| miette::miette!("{e}"))?;
+        let origin = pins
+            .images_for(version.minor)
+            .map(|m| m.cluster_autoscaler.clone())
+            .ok_or_else(|| miette::miette!("{version} has no images in the pins table"))?;
+        list.push(Artefact {
+            kind: Kind::Image,
+            step: "addons",
+            fetched: airgap.pulled_from(&origin),
+            origin,
+            sha256: None,
+            note: Some("installed by kos-operator for the pools with autoscaling".to_owned()),
+        });
+    }
+    Ok(list)
 }
 
 /// The human table: one line per artefact, its origin below when mirrored.

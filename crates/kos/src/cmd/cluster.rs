@@ -181,8 +181,27 @@ where
     result
 }
 
+/// A pool's `autoscaling` is cluster-autoscaler's through kos-operator: the CLI keeps `count`.
+fn autoscaling_note(spec: &kos_cluster::spec::ClusterSpec) {
+    let pools: Vec<&str> = spec
+        .node_pools
+        .iter()
+        .filter(|p| p.autoscaling.is_some())
+        .map(|p| p.name.value.as_str())
+        .collect();
+    if !pools.is_empty() {
+        eprintln!(
+            "kos: note: autoscaling of pool(s) {} takes effect under kos-operator (cluster-autoscaler \
+             through its externalgrpc endpoint; `kos export` moves the cluster there): `kos up` keeps \
+             each pool at its count",
+            pools.join(", ")
+        );
+    }
+}
+
 pub async fn plan(args: PlanArgs) -> Result<Exit, Failure> {
     let spec = load_spec(&args.spec.file)?;
+    autoscaling_note(&spec.loaded.spec);
     let fetch = fetch_summary(&spec.loaded.spec);
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
@@ -291,6 +310,7 @@ pub async fn up(args: UpArgs, verbose: u8) -> Result<Exit, Failure> {
     let progress = Progress::new(json, verbose);
     let (summary, r) = match load_spec(&args.spec.file) {
         Ok(spec) => {
+            autoscaling_note(&spec.loaded.spec);
             let report = Summarised::new(
                 &progress,
                 Summary::new(Some(spec.loaded.spec.name.value.as_str())),
