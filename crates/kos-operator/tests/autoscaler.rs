@@ -18,7 +18,6 @@ use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kos_cloud::model::TagQuery;
-use kos_control::connect::Reach as _;
 use kos_operator::autoscaler::install::{self, Install};
 use kos_operator::autoscaler::proto::cloud_provider_client::CloudProviderClient;
 use kos_operator::autoscaler::proto::*;
@@ -122,28 +121,6 @@ fn key_of<'a>(path: &'a str, mount: &str) -> &'a str {
     path.strip_prefix(mount)
         .and_then(|p| p.strip_prefix('/'))
         .unwrap_or_else(|| panic!("{path} is not under {mount}"))
-}
-
-/// A client of the workload cluster, from the `demo-kubeconfig` Secret the operator keeps,
-/// reached through the simulated cloud's forwarder.
-async fn workload(secrets: &Api<Secret>, reach: &SimReach) -> kube::Client {
-    let secret = secrets.get("demo-kubeconfig").await.expect("kubeconfig");
-    let text = String::from_utf8(secret.data.unwrap()["value"].0.clone()).unwrap();
-    let kc = kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig yaml");
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .expect("config");
-    let host = config.cluster_url.host().unwrap().to_owned();
-    let ep = kos_control::connect::endpoint(&host);
-    let local = reach
-        .local_address(&ep)
-        .await
-        .expect("reach")
-        .expect("local");
-    config.cluster_url = format!("https://{local}").parse().unwrap();
-    config.tls_server_name = Some(host);
-    kube::Client::try_from(config).expect("client")
 }
 
 /// The pool's `count` in the Cluster's spec.
@@ -288,7 +265,7 @@ async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
     // The operator installed the autoscaler into the cluster, wired to the endpoint: its
     // cloud-config (as cluster-autoscaler reads it) and certificate reach the endpoint.
     let reach = SimReach(sim.app().clone());
-    let wl = workload(&secrets, &reach).await;
+    let wl = support::workload(&secrets, &reach).await;
     let installed = until("the autoscaler installed", || {
         let wl = wl.clone();
         async move {

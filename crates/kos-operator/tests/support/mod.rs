@@ -262,3 +262,32 @@ pub fn validate_for_each_minor(objects: &[Value]) {
         );
     }
 }
+
+/// A client of the workload cluster, from the `demo-kubeconfig` Secret the operator keeps in
+/// `secrets`' namespace, reached through the simulated cloud's forwarder.
+pub async fn workload(secrets: &Api<Secret>, reach: &SimReach) -> kube::Client {
+    use kos_control::connect::Reach as _;
+    let secret = secrets.get("demo-kubeconfig").await.expect("kubeconfig");
+    let data = secret.data.expect("the kubeconfig Secret's data");
+    let value = data.get("value").expect("the kubeconfig Secret's value");
+    let text = String::from_utf8(value.0.clone()).expect("utf8");
+    let kc = kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig yaml");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
+    let host = config
+        .cluster_url
+        .host()
+        .expect("the kubeconfig's server has a host")
+        .to_owned();
+    let ep = kos_control::connect::endpoint(&host);
+    let local = reach
+        .local_address(&ep)
+        .await
+        .expect("reach")
+        .expect("local");
+    config.cluster_url = format!("https://{local}").parse().expect("url");
+    config.tls_server_name = Some(host);
+    kube::Client::try_from(config).expect("client")
+}
