@@ -9,6 +9,7 @@ pub mod events;
 pub mod identity;
 pub mod manifests;
 pub mod metrics;
+pub mod nodes;
 pub mod rbac;
 pub mod reconcile;
 pub mod resource;

@@ -18,6 +18,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as Finalizing, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource as _, ResourceExt as _};
 use serde_json::json;
 
@@ -75,6 +76,8 @@ pub struct Context {
     names: Mutex<HashMap<(String, String), Claim>>,
     /// Per Cluster (uid), the consoles its turns have seen done: a resync reads none of them again.
     consoles: Mutex<HashMap<String, Arc<FinishedConsoles>>>,
+    /// The watches on the Ready Clusters' Nodes.
+    nodes: crate::nodes::NodeWatches,
 }
 
 /// The Cluster's cloud project (as the run limiter and the name claims key it), its owner
@@ -118,7 +121,15 @@ impl Context {
             sessions: identity::Sessions::default(),
             names: Mutex::new(HashMap::new()),
             consoles: Mutex::new(HashMap::new()),
+            nodes: crate::nodes::NodeWatches::default(),
         }
+    }
+
+    /// The watches on the Clusters' Nodes: their `triggers()` go to the controller's
+    /// `reconcile_on`, so that a node that stops being Ready brings a turn.
+    #[must_use]
+    pub fn node_watches(&self) -> &crate::nodes::NodeWatches {
+        &self.nodes
     }
 
     /// Takes `name` in `project` for the Cluster, or says which namespace's Cluster has it.
@@ -513,21 +524,37 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
                     )
                 });
                 write_kubeconfig(&secrets, ns, &name, owner, &store).await?;
+                let cloud = Cloud {
+                    session,
+                    reach: ctx.reach.as_ref(),
+                };
+                let workload =
+                    kos_control::connect::stored_api_client(cloud, &cluster_spec, &store).await;
+                match (&workload, cluster.uid()) {
+                    (Ok(kube), Some(uid)) => {
+                        ctx.nodes
+                            .ensure(&uid, ObjectRef::from_obj(cluster), kube.client());
+                    }
+                    (Err(e), _) => {
+                        tracing::debug!(cluster = %name, "no watch on its Nodes: {e}");
+                    }
+                    _ => {}
+                }
                 if let Some(install) = &ctx.settings.autoscaler {
-                    let cloud = Cloud {
-                        session,
-                        reach: ctx.reach.as_ref(),
+                    let r = match &workload {
+                        Ok(kube) => {
+                            autoscaler_addon(
+                                &kube.client(),
+                                &cluster_spec,
+                                install,
+                                ns,
+                                &name,
+                                autoscaled,
+                            )
+                            .await
+                        }
+                        Err(e) => Err(format!("the cluster's API: {e}")),
                     };
-                    let r = autoscaler_addon(
-                        cloud,
-                        &cluster_spec,
-                        &store,
-                        install,
-                        ns,
-                        &name,
-                        autoscaled,
-                    )
-                    .await;
                     if let Err(e) = r {
                         publish(Note {
                             warning: true,
@@ -670,29 +697,23 @@ async fn write_status(
 /// owned by the Cluster; made again when the API's address changed.
 /// cluster-autoscaler in the cluster while a pool is autoscaled, and taken out after.
 async fn autoscaler_addon(
-    cloud: Cloud<'_>,
+    client: &kube::Client,
     spec: &kos_cluster::spec::ClusterSpec,
-    store: &SecretRecords,
     install: &crate::autoscaler::install::Install,
     ns: &str,
     name: &str,
     autoscaled: bool,
 ) -> Result<(), String> {
     use crate::autoscaler::install;
-    let kube = kos_control::connect::stored_api_client(cloud, spec, store)
-        .await
-        .map_err(|e| format!("the cluster's API: {e}"))?;
     if !autoscaled {
-        return install::remove(&kube.client())
-            .await
-            .map_err(|e| e.to_string());
+        return install::remove(client).await.map_err(|e| e.to_string());
     }
     let minor = spec.kubernetes_version.minor();
     let image = kos_bootstrap::addons::Pins::builtin()
         .ok()
         .and_then(|p| p.images_for(minor).map(|m| m.cluster_autoscaler.clone()))
         .ok_or_else(|| format!("the pins table has no cluster-autoscaler for 1.{minor}"))?;
-    install::ensure(&kube.client(), install, ns, name, &image)
+    install::ensure(client, install, ns, name, &image)
         .await
         .map_err(|e| e.to_string())
 }
@@ -774,6 +795,9 @@ async fn write_kubeconfig(
 
 async fn cleanup(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, ReconcileError> {
     let name = cluster.name_any();
+    if let Some(uid) = cluster.uid() {
+        ctx.nodes.stop(&uid);
+    }
     if cluster
         .annotations()
         .get(ORPHAN)

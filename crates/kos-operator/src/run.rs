@@ -284,7 +284,10 @@ pub async fn run(
             }
         }
     };
+    // A node that stops being Ready brings its Cluster's turn (crate::nodes).
+    let triggers = ctx.node_watches().triggers();
     let controller = Controller::new(Api::<Cluster>::all(client), watcher::Config::default())
+        .reconcile_on(triggers)
         .run(timed, reconcile::error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {

@@ -482,3 +482,94 @@ async fn a_deleted_workers_server_is_made_again_and_budgets_hold() {
     }
     controller.abort();
 }
+
+/// A node that stops being Ready between turns is seen at once, through the operator's watch on
+/// the cluster's Nodes, not at the next resync: with a resync far beyond this test and nothing
+/// poking the Cluster, worker 0 stopped behind kos's back is replaced (Event `Replacing`, a new
+/// server) and Ready again, worker 1 untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_notready_between_turns_is_replaced_without_waiting_for_the_resync() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("kos_operator=debug,warn")
+        .with_test_writer()
+        .try_init();
+    let (sim, fake, client) = support::controller_world().await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let identity = support::create_identity(&secrets, &sim).await;
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        Arc::new(SimReach(sim.app().clone())),
+        Reporter {
+            controller: "kos-operator".into(),
+            instance: None,
+        },
+        Settings {
+            retry: Duration::from_secs(1),
+            resync: Duration::from_secs(3600),
+            ..Settings::default()
+        },
+    ));
+    let triggers = ctx.node_watches().triggers();
+    let controller = tokio::spawn(
+        Controller::new(
+            Api::<Cluster>::all(client.clone()),
+            kube::runtime::watcher::Config::default(),
+        )
+        .reconcile_on(triggers)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+        .for_each(|_| async {}),
+    );
+    let mut spec = example("minimal.yaml")["spec"].clone();
+    spec["identityRef"] = json!({"name": identity.name, "cloudName": identity.cloud_name});
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "default");
+    let cluster = json!({
+        "apiVersion": "kos.dev/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "demo", "namespace": "default"},
+        "spec": spec,
+    });
+    clusters
+        .patch("demo", &PatchParams::apply("test"), &Patch::Apply(cluster))
+        .await
+        .expect("apply");
+    until("the Cluster Ready on two workers", || async {
+        cluster_ready(&clusters).await?;
+        let ready = readiness(&sim).await;
+        (ready.len() == 2 && ready.iter().all(|(_, r)| *r)).then_some(())
+    })
+    .await;
+    until("a watch on the cluster's Nodes", || async {
+        (ctx.node_watches().running() == 1).then_some(())
+    })
+    .await;
+    // The turns its status writes started end too.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let session = support::session(&sim).await;
+    let before = worker_ids(&session).await;
+    let stopped = before[0].clone().expect("workers-0");
+    session.compute().stop_server(&stopped).await.expect("stop");
+    let replacing = until("workers-0 replaced, no poke, no resync", || async {
+        fake.events()
+            .into_iter()
+            .find(|e| e.reason == "Replacing" && e.message.contains("workers-0"))
+    })
+    .await;
+    assert!(
+        replacing.message.contains("NotReady for"),
+        "{}",
+        replacing.message
+    );
+    until("Ready on two workers again", || async {
+        let ready = readiness(&sim).await;
+        let ids = worker_ids(&session).await;
+        let made_again = ids[0].as_ref().is_some_and(|id| *id != stopped);
+        (ready.len() == 2 && ready.iter().all(|(_, r)| *r) && made_again).then_some(())
+    })
+    .await;
+    assert_eq!(
+        worker_ids(&session).await[1],
+        before[1],
+        "workers-1 untouched"
+    );
+    controller.abort();
+}
