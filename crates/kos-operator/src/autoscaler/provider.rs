@@ -433,7 +433,6 @@ impl CloudProvider for Provider {
         };
         Ok(Response::new(NodeGroupTemplateNodeInfoResponse {
             node_bytes: template::bytes(&shape),
-            resource_slice_bytes: Vec::new(),
         }))
     }
 
