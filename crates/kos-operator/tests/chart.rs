@@ -301,3 +301,82 @@ fn every_object_the_chart_renders_is_valid_for_each_supported_minor() {
     ));
     support::validate_for_each_minor(&objects);
 }
+
+/// `autoscaler.enabled` serves cluster-autoscaler's externalgrpc: the binary's flags, its port, the
+/// TLS Secret mounted read-only, and a Service of it; all of it valid for each minor and taken by
+/// the binary. Off (the default), none of it.
+#[test]
+fn the_autoscaler_endpoint_is_served_and_exposed_when_enabled() {
+    let values = format!(
+        r#"
+image:
+  repository: {REPOSITORY}
+autoscaler:
+  enabled: true
+  advertiseAddress: kos.example.net:8443
+  service: {{type: LoadBalancer}}
+"#
+    );
+    let (objects, lint) = rendered(&values);
+    assert!(lint.is_empty(), "helm lint: {lint:#?}");
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    for want in [
+        "--autoscaler-bind-address=:8443",
+        "--autoscaler-tls-dir=/etc/kos-operator/autoscaler-tls",
+        "--autoscaler-advertise-address=kos.example.net:8443",
+    ] {
+        assert!(args.iter().any(|a| a == want), "{want} not in {args:?}");
+    }
+    let mount = container["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["name"] == "autoscaler-tls")
+        .expect("the TLS mount");
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "autoscaler-tls")
+        .expect("the TLS volume");
+    assert_eq!(
+        volume["secret"]["secretName"],
+        "kos-operator-autoscaler-tls"
+    );
+    let service = objects
+        .iter()
+        .find(|o| o["kind"] == "Service")
+        .expect("Service");
+    assert_eq!(service["spec"]["type"], "LoadBalancer");
+    assert_eq!(service["spec"]["ports"][0]["port"], 8443);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "autoscaler");
+    support::validate_for_each_minor(&objects);
+    // The binary takes the flags (it stops at the kubeconfig, which does not exist).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_kos-operator"))
+        .args(&args)
+        .arg("--kubeconfig")
+        .arg(dir.path().join("no-kubeconfig"))
+        .output()
+        .expect("run kos-operator");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() != Some(2) && stderr.contains("--kubeconfig"),
+        "{:?}: {stderr}",
+        out.status
+    );
+    let (plain, _) = rendered(&format!("image:\n  repository: {REPOSITORY}\n"));
+    assert!(!plain.iter().any(|o| o["kind"] == "Service"));
+}
