@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod apply;
 pub mod autoscaler;
 pub mod events;
 pub mod identity;

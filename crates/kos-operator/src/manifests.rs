@@ -104,6 +104,27 @@ pub fn objects(image: &str) -> Vec<Value> {
     ]
 }
 
+/// [`objects`] for a self-hosted cluster, where the operator runs in the cluster it keeps: its
+/// replicas on the control planes (tolerating their taint, the cluster's critical priority), never on
+/// a worker a scale-down or the autoscaler may remove.
+#[must_use]
+pub fn self_hosted(image: &str) -> Vec<Value> {
+    let mut all = objects(image);
+    for o in &mut all {
+        if o["kind"] == "Deployment" {
+            let pod = &mut o["spec"]["template"]["spec"];
+            pod["nodeSelector"] = json!({"node-role.kubernetes.io/control-plane": ""});
+            pod["tolerations"] = json!([{
+                "key": "node-role.kubernetes.io/control-plane",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            }]);
+            pod["priorityClassName"] = json!("system-cluster-critical");
+        }
+    }
+    all
+}
+
 /// The objects as one YAML stream.
 ///
 /// # Errors

@@ -127,3 +127,38 @@ fn the_rbac_grants_exactly_the_calls_of_the_table() {
 fn every_object_is_valid_for_each_supported_minor() {
     support::validate_for_each_minor(&objects());
 }
+
+/// A self-hosted cluster's operator: the same objects and RBAC, its replicas placed on the control
+/// planes; valid for each minor.
+#[test]
+fn a_self_hosted_operator_is_the_same_objects_on_the_control_planes() {
+    let image = "registry.example/kos/kos-operator:0.1.0";
+    let hosted = kos_operator::manifests::self_hosted(image);
+    support::validate_for_each_minor(&hosted);
+    let plain = kos_operator::manifests::objects(image);
+    assert_eq!(hosted.len(), plain.len());
+    for (h, p) in hosted.iter().zip(&plain) {
+        if h["kind"] != "Deployment" {
+            assert_eq!(h, p);
+            continue;
+        }
+        let pod = &h["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["nodeSelector"]["node-role.kubernetes.io/control-plane"],
+            ""
+        );
+        assert_eq!(
+            pod["tolerations"][0]["key"],
+            "node-role.kubernetes.io/control-plane"
+        );
+        assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+        let mut unplaced = h.clone();
+        let spec = unplaced["spec"]["template"]["spec"]
+            .as_object_mut()
+            .expect("pod spec");
+        for k in ["nodeSelector", "tolerations", "priorityClassName"] {
+            spec.remove(k);
+        }
+        assert_eq!(&unplaced, p, "only the placement differs");
+    }
+}

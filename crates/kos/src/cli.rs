@@ -276,11 +276,19 @@ pub struct ExportArgs {
     #[command(flatten)]
     pub cloud: CloudArgs,
     /// The management cluster's kubeconfig (default: KUBECONFIG, then ~/.kube/config).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "self_hosted")]
     pub kubeconfig: Option<PathBuf>,
-    /// The namespace the Cluster goes into.
-    #[arg(long, default_value = "default")]
-    pub namespace: String,
+    /// The namespace the Cluster goes into (default: `default`; self-hosted: `kos-system`).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The cluster keeps itself: kos-operator (of --operator-image) is installed into the cluster,
+    /// on its control planes, and the Cluster and its records go there. The identity Secret must
+    /// be in the cluster first.
+    #[arg(long, requires = "operator_image")]
+    pub self_hosted: bool,
+    /// kos-operator's image, for --self-hosted.
+    #[arg(long, value_name = "IMAGE")]
+    pub operator_image: Option<String>,
     /// The Secret (in that namespace) whose `clouds.yaml` kos-operator reaches the cloud with.
     #[arg(long, value_name = "SECRET")]
     pub identity_secret: String,

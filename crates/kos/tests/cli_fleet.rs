@@ -357,3 +357,275 @@ fn rt_get(clusters: &Api<Cluster>) -> Option<Cluster> {
     .join()
     .expect("thread")
 }
+
+/// `kos export --self-hosted`: a cluster `kos up` made keeps itself. Refused (nothing moved) while
+/// the cluster has no identity Secret; then kos-operator is installed into the cluster, on its
+/// control planes, and the Cluster and its records go there. The operator, run here against the
+/// cluster's own API as its pod would be, scales the cluster it runs in; `kos adopt` through the
+/// cluster's kubeconfig brings it back to the CLI, and `kos up` has nothing to do.
+#[test]
+fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path();
+    let sim = serve(d);
+    let spec = d.join("demo.yaml");
+    std::fs::write(
+        &spec,
+        std::fs::read_to_string(example("minimal.yaml"))
+            .expect("example")
+            .replace("      count: 2\n", "      count: 1\n"),
+    )
+    .expect("write");
+    let spec_arg = spec.to_str().expect("utf8");
+    let up = kos(
+        d,
+        Some(&sim.clouds),
+        &["up", "-f", spec_arg, "--cloud", "sim"],
+    );
+    assert_eq!(code(&up), 0, "{}", text(&up));
+    let kc = d.join("demo.kubeconfig");
+    let o = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "kubeconfig",
+            "demo",
+            "--cloud",
+            "sim",
+            "-o",
+            kc.to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let made = servers(&sim.clouds, &rt);
+    let dir = cluster_dir(d, "sim", "demo");
+    let pki_before = std::fs::read_to_string(dir.join("pki.json")).expect("pki.json");
+
+    // The cluster's own API, as kos reaches it (its records, the simulator's forwarders).
+    let store = kos_control::store::Memory::default();
+    for (record, file) in [
+        (kos_control::store::Record::Pki, "pki.json"),
+        (kos_control::store::Record::Meta, "cluster.json"),
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("record");
+        kos_control::store::SecretStore::write(
+            &store,
+            record,
+            &kos_bootstrap::Sensitive::new(text),
+        )
+        .expect("write");
+    }
+    let loaded = kos_cluster::load("demo.yaml", &std::fs::read_to_string(&spec).expect("spec"))
+        .expect("spec");
+    let reach = Forwarders(sim.base.clone());
+    let wl = rt.block_on(async {
+        let session = session(&sim.clouds).await;
+        let cloud = kos_control::connect::Cloud {
+            session: &session,
+            reach: &reach,
+        };
+        kos_control::connect::stored_api_client(cloud, &loaded.spec, &store)
+            .await
+            .expect("the cluster's API")
+            .client()
+    });
+    let export = || {
+        kos(
+            d,
+            Some(&sim.clouds),
+            &[
+                "export",
+                "-f",
+                spec_arg,
+                "--cloud",
+                "sim",
+                "--self-hosted",
+                "--operator-image",
+                "registry.example/kos/kos-operator:0.1.0",
+                "--identity-secret",
+                "cloud",
+                "--identity-cloud",
+                "sim",
+            ],
+        )
+    };
+    let refused = export();
+    assert_eq!(code(&refused), 3, "{}", text(&refused));
+    assert!(
+        text(&refused).contains("no Secret kos-system/cloud"),
+        "{}",
+        text(&refused)
+    );
+    assert!(dir.join("pki.json").exists(), "nothing moved");
+
+    let clouds_text = std::fs::read_to_string(&sim.clouds).expect("clouds.yaml");
+    rt.block_on(async {
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": "kos-system"}})).expect("ns");
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(wl.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("namespace");
+        let identity: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "cloud"},
+            "stringData": {"clouds.yaml": clouds_text},
+        }))
+        .expect("secret");
+        Api::<Secret>::namespaced(wl.clone(), "kos-system")
+            .create(&PostParams::default(), &identity)
+            .await
+            .expect("identity");
+    });
+    let moved = export();
+    assert_eq!(code(&moved), 0, "{}", text(&moved));
+    assert!(
+        !dir.join("pki.json").exists(),
+        "the records left this machine"
+    );
+    let deployment = rt
+        .block_on(
+            Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(wl.clone(), "kos-system")
+                .get("kos-operator"),
+        )
+        .expect("the operator's Deployment in the cluster");
+    let pod = deployment.spec.template.spec.expect("pod");
+    assert_eq!(
+        pod.node_selector.expect("placed")["node-role.kubernetes.io/control-plane"],
+        ""
+    );
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some("registry.example/kos/kos-operator:0.1.0")
+    );
+    let records = rt
+        .block_on(Api::<Secret>::namespaced(wl.clone(), "kos-system").get("demo-kos"))
+        .expect("records");
+    assert_eq!(
+        String::from_utf8_lossy(&records.data.expect("data")["pki.json"].0),
+        pki_before
+    );
+
+    // The operator in the cluster it keeps: a pool scaled in its own Cluster is made.
+    let ctx = Arc::new(Context::new(
+        wl.clone(),
+        Arc::new(Forwarders(sim.base.clone())),
+        kube::runtime::events::Reporter {
+            controller: "kos-operator".into(),
+            instance: None,
+        },
+        Settings {
+            retry: Duration::from_secs(1),
+            ..Settings::default()
+        },
+    ));
+    let controller = rt.spawn(
+        kube::runtime::Controller::new(
+            Api::<Cluster>::all(wl.clone()),
+            kube::runtime::watcher::Config::default(),
+        )
+        .run(
+            kos_operator::reconcile::reconcile,
+            kos_operator::reconcile::error_policy,
+            ctx,
+        )
+        .for_each(|_| async {}),
+    );
+    let clusters: Api<Cluster> = Api::namespaced(wl.clone(), "kos-system");
+    let ready = |generation: i64| {
+        let clusters = clusters.clone();
+        eventually(
+            600,
+            &format!("Ready at generation {generation}"),
+            move || {
+                let c = rt_get(&clusters)?;
+                let s = c.status.as_ref()?;
+                (s.observed_generation == Some(generation)
+                    && s.conditions
+                        .iter()
+                        .any(|x| x.kind == "Ready" && x.status == "True"))
+                .then_some(())
+            },
+        )
+    };
+    ready(1);
+    assert_eq!(
+        servers(&sim.clouds, &rt),
+        made,
+        "taking it over touched no server"
+    );
+    rt.block_on(
+        clusters.patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/nodePools/0/count", "value": 2}
+                ]))
+                .expect("patch"),
+            ),
+        ),
+    )
+    .expect("scale");
+    ready(2);
+    assert_eq!(
+        servers(&sim.clouds, &rt).len(),
+        made.len() + 1,
+        "a worker made"
+    );
+    let list = sim_admin(&sim.base, "/_sim/clusters");
+    let list = list.as_array().expect("clusters");
+    assert_eq!(list[0]["violations"], json!([]), "{list:?}");
+    assert_eq!(
+        list[0]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .filter(|n| n["ready"] == true)
+            .count(),
+        3,
+        "{list:?}"
+    );
+
+    // Back to the CLI through the cluster's own kubeconfig (the operator in it lets it go).
+    let adopt = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "adopt",
+            "demo",
+            "--cloud",
+            "sim",
+            "--kubeconfig",
+            kc.to_str().expect("utf8"),
+            "--namespace",
+            "kos-system",
+            "-o",
+            "back.yaml",
+        ],
+    );
+    assert_eq!(code(&adopt), 0, "{}", text(&adopt));
+    controller.abort();
+    assert_eq!(
+        std::fs::read_to_string(cluster_dir(d, "sim", "demo").join("pki.json")).expect("pki"),
+        pki_before,
+        "the same CA came back"
+    );
+    let plan = kos(
+        d,
+        Some(&sim.clouds),
+        &[
+            "plan",
+            "-f",
+            "back.yaml",
+            "--cloud",
+            "sim",
+            "--detailed-exitcode",
+        ],
+    );
+    assert_eq!(code(&plan), 0, "nothing to do: {}", text(&plan));
+}

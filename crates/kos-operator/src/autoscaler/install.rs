@@ -9,9 +9,7 @@
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-};
+use kube::api::{Api, DeleteParams};
 use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::{Value, json};
 
@@ -334,28 +332,6 @@ pub fn objects(image: &str, cert_digest: &str) -> Vec<Value> {
     ]
 }
 
-fn api(client: &kube::Client, object: &Value) -> (Api<DynamicObject>, String) {
-    let (group, version) = object["apiVersion"]
-        .as_str()
-        .unwrap_or("v1")
-        .rsplit_once('/')
-        .map_or(
-            ("", object["apiVersion"].as_str().unwrap_or("v1")),
-            |(g, v)| (g, v),
-        );
-    let kind = object["kind"].as_str().unwrap_or_default();
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-    let name = object["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let api = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    };
-    (api, name)
-}
-
 /// Installs (or keeps) the autoscaler of Cluster `namespace/name` in the cluster `client` reaches,
 /// at `image`.
 ///
@@ -416,15 +392,16 @@ pub async fn ensure(
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
     };
-    let params = PatchParams::apply(MANAGER).force();
-    for object in std::iter::once(secret).chain(objects(image, &digest)) {
-        let (api, object_name) = api(client, &object);
-        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-        api.patch(&object_name, &params, &Patch::Apply(&object))
-            .await
-            .map_err(what(&format!("applying {kind} {object_name}")))?;
-    }
-    Ok(())
+    crate::apply::apply_all(
+        client,
+        std::iter::once(secret).chain(objects(image, &digest)),
+        MANAGER,
+    )
+    .await
+    .map_err(|e| InstallError::Api {
+        what: format!("applying {} {}", e.kind, e.name),
+        source: e.source,
+    })
 }
 
 /// Takes out the Deployment and the Secret kos-operator made, when no pool is autoscaled (the

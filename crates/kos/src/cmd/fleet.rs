@@ -39,6 +39,68 @@ pub(crate) async fn management(path: Option<&Path>) -> Result<kube::Client, Fail
         .map_err(|e| Failure::cloud_report(miette::miette!("the management cluster's client: {e}")))
 }
 
+/// The cluster's own API as its management cluster: the identity Secret checked there, then
+/// kos-operator installed on its control planes (`kos-operator manifests`' objects, placed so) and
+/// its CRD established. Nothing moves before every check passed.
+async fn self_host(
+    c: &crate::cloud::Connected,
+    spec: &kos_cluster::spec::ClusterSpec,
+    local: &Local,
+    namespace: &str,
+    identity: &IdentityRef,
+    image: &str,
+) -> Result<kube::Client, Failure> {
+    use k8s_openapi::api::core::v1::Secret;
+    let kube = kos_control::connect::stored_api_client(c.cloud(), spec, local)
+        .await
+        .map_err(|e| {
+            Failure::cloud_report(miette::miette!(
+                help = "the cluster's API must answer: `kos up` first",
+                "the cluster's API: {}",
+                kos_lifecycle::api::chain(&e)
+            ))
+        })?;
+    let client = kube.client();
+    let secret = kube::Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(&identity.name)
+        .await
+        .map_err(|e| Failure::cloud_report(miette::miette!("reading the identity Secret: {e}")))?;
+    let has_clouds = secret
+        .and_then(|s| s.data)
+        .is_some_and(|d| d.contains_key(kos_operator::identity::CLOUDS_YAML));
+    if !has_clouds {
+        return Err(Failure::input(miette::miette!(
+            help = format!(
+                "create it in the cluster first (`kos kubeconfig`, then `kubectl create namespace \
+                 {namespace}` and `kubectl -n {namespace} create secret generic {} \
+                 --from-file=clouds.yaml`): an application credential is the least it needs",
+                identity.name
+            ),
+            "the cluster has no Secret {namespace}/{} with a clouds.yaml for kos-operator",
+            identity.name
+        )));
+    }
+    kos_operator::apply::apply_all(&client, kos_operator::manifests::self_hosted(image), "kos")
+        .await
+        .map_err(|e| Failure::cloud_report(miette::miette!("installing kos-operator: {e}")))?;
+    // The Cluster is made next: its CRD must serve.
+    let clusters =
+        kube::Api::<kos_operator::resource::Cluster>::namespaced(client.clone(), namespace);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while let Err(e) = clusters
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        if std::time::Instant::now() > deadline {
+            return Err(Failure::cloud_report(miette::miette!(
+                "the Cluster CRD does not serve in the cluster: {e}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(client)
+}
+
 fn transfer_failure(e: TransferError) -> Failure {
     let input = matches!(
         e,
@@ -70,12 +132,25 @@ pub async fn export(args: ExportArgs) -> Result<Exit, Failure> {
         .map_err(|e| Failure::input(miette::miette!("{}: {e}", spec.shown)))?;
     let schema: kos_cluster::schema::Spec = serde_json::from_value(doc["spec"].clone())
         .map_err(|e| Failure::input(miette::miette!("{}: spec: {e}", spec.shown)))?;
-    let client = management(args.kubeconfig.as_deref()).await?;
-    let namespace = args.namespace.clone();
+    let self_hosted = args.self_hosted;
+    let client = if self_hosted {
+        None
+    } else {
+        Some(management(args.kubeconfig.as_deref()).await?)
+    };
+    let namespace = args.namespace.clone().unwrap_or_else(|| {
+        if self_hosted {
+            kos_operator::manifests::NAMESPACE.to_owned()
+        } else {
+            "default".to_owned()
+        }
+    });
     let identity = IdentityRef {
         name: args.identity_secret.clone(),
         cloud_name: args.identity_cloud.clone(),
     };
+    let image = args.operator_image.clone();
+    let cluster_spec = spec.loaded.spec.clone();
     with_cloud(args.cloud.cloud.as_deref(), |c| async move {
         let r = async {
             let local = Local::for_session(&c.session, &name).map_err(Failure::input)?;
@@ -91,6 +166,13 @@ pub async fn export(args: ExportArgs) -> Result<Exit, Failure> {
                     local.dir.display()
                 )));
             }
+            let client = match client {
+                Some(client) => client,
+                None => {
+                    let image = image.clone().unwrap_or_default();
+                    self_host(&c, &cluster_spec, &local, &namespace, &identity, &image).await?
+                }
+            };
             let moved =
                 transfer::export(&client, &namespace, &name, schema, tags, identity, &local)
                     .await
@@ -103,9 +185,14 @@ pub async fn export(args: ExportArgs) -> Result<Exit, Failure> {
                     "{e}"
                 ))
             })?;
+            let place_of = if self_hosted {
+                "the cluster itself"
+            } else {
+                "the management cluster"
+            };
             println!(
-                "Cluster {namespace}/{name} is kos-operator's now: {moved} record(s) in Secret \
-                 {namespace}/{name}-kos; its files on this machine are removed."
+                "Cluster {namespace}/{name} is kos-operator's now ({place_of}): {moved} record(s) \
+                 in Secret {namespace}/{name}-kos; its files on this machine are removed."
             );
             Ok(Exit::Ok)
         }
