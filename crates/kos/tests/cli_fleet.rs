@@ -361,8 +361,10 @@ fn rt_get(clusters: &Api<Cluster>) -> Option<Cluster> {
 /// `kos export --self-hosted`: a cluster `kos up` made keeps itself. Refused (nothing moved) while
 /// the cluster has no identity Secret; then kos-operator is installed into the cluster, on its
 /// control planes, and the Cluster and its records go there. The operator, run here against the
-/// cluster's own API as its pod would be, scales the cluster it runs in; `kos adopt` through the
-/// cluster's kubeconfig brings it back to the CLI, and `kos up` has nothing to do.
+/// cluster's own API as its pod would be, scales the cluster it runs in, then upgrades it 1.35 →
+/// 1.36, its replica's control plane replaced mid-way (the replica drained, killed, another
+/// started from nothing), no invariant violated; `kos adopt` through the cluster's kubeconfig
+/// brings it back to the CLI with nothing to do.
 #[test]
 fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -373,7 +375,14 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
         &spec,
         std::fs::read_to_string(example("minimal.yaml"))
             .expect("example")
-            .replace("      count: 2\n", "      count: 1\n"),
+            .replace("      count: 2\n", "      count: 1\n")
+            // Upgraded by the operator it runs: a lone control plane is replaced by a successor
+            // behind a load balancer.
+            .replace(
+                "kubernetesVersion: \"1.36.4\"",
+                "kubernetesVersion: \"1.35.2\"",
+            )
+            .replace("type: floatingIP", "type: loadBalancer"),
     )
     .expect("write");
     let spec_arg = spec.to_str().expect("utf8");
@@ -510,47 +519,49 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
         pki_before
     );
 
-    // The operator in the cluster it keeps: a pool scaled in its own Cluster is made.
-    let ctx = Arc::new(Context::new(
-        wl.clone(),
-        Arc::new(Forwarders(sim.base.clone())),
-        kube::runtime::events::Reporter {
-            controller: "kos-operator".into(),
-            instance: None,
-        },
-        Settings {
-            retry: Duration::from_secs(1),
-            ..Settings::default()
-        },
-    ));
-    let controller = rt.spawn(
-        kube::runtime::Controller::new(
-            Api::<Cluster>::all(wl.clone()),
-            kube::runtime::watcher::Config::default(),
-        )
-        .run(
-            kos_operator::reconcile::reconcile,
-            kos_operator::reconcile::error_policy,
-            ctx,
-        )
-        .for_each(|_| async {}),
-    );
-    let clusters: Api<Cluster> = Api::namespaced(wl.clone(), "kos-system");
-    let ready = |generation: i64| {
-        let clusters = clusters.clone();
-        eventually(
-            600,
-            &format!("Ready at generation {generation}"),
-            move || {
-                let c = rt_get(&clusters)?;
-                let s = c.status.as_ref()?;
-                (s.observed_generation == Some(generation)
-                    && s.conditions
-                        .iter()
-                        .any(|x| x.kind == "Ready" && x.status == "True"))
-                .then_some(())
+    // The operator in the cluster it keeps (a process: started again with nothing of the last).
+    let start = || {
+        let ctx = Arc::new(Context::new(
+            wl.clone(),
+            Arc::new(Forwarders(sim.base.clone())),
+            kube::runtime::events::Reporter {
+                controller: "kos-operator".into(),
+                instance: None,
             },
+            Settings {
+                retry: Duration::from_secs(1),
+                ..Settings::default()
+            },
+        ));
+        rt.spawn(
+            kube::runtime::Controller::new(
+                Api::<Cluster>::all(wl.clone()),
+                kube::runtime::watcher::Config::default(),
+            )
+            .run(
+                kos_operator::reconcile::reconcile,
+                kos_operator::reconcile::error_policy,
+                ctx,
+            )
+            .for_each(|_| async {}),
         )
+    };
+    let mut controller = start();
+    let clusters: Api<Cluster> = Api::namespaced(wl.clone(), "kos-system");
+    let ready_now = |generation: i64, version: &str| {
+        let c = rt_get(&clusters)?;
+        let s = c.status.as_ref()?;
+        (s.observed_generation == Some(generation)
+            && s.kubernetes_version.as_deref() == Some(version)
+            && s.conditions
+                .iter()
+                .any(|x| x.kind == "Ready" && x.status == "True"))
+        .then_some(())
+    };
+    let ready = |generation: i64| {
+        eventually(600, &format!("Ready at generation {generation}"), || {
+            ready_now(generation, "1.35.2")
+        })
     };
     ready(1);
     assert_eq!(
@@ -588,6 +599,72 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
             .filter(|n| n["ready"] == true)
             .count(),
         3,
+        "{list:?}"
+    );
+
+    // It upgrades itself 1.35 → 1.36. Its replica runs on the control plane the upgrade replaces
+    // (no simulated kubelet runs a pod: the pod is written as the ReplicaSet and kubelet would);
+    // drained, the replica dies and another starts elsewhere, from nothing but what the cloud and
+    // the cluster show.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(wl.clone(), "kos-system");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(wl.clone());
+    let place = |name: &str, node: &str| {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "kos-system",
+                         "labels": {"app.kubernetes.io/name": "kos-operator"}},
+            "spec": {"nodeName": node,
+                     "containers": [{"name": "kos-operator", "image": "registry.example/kos/kos-operator:0.1.0"}]},
+        }))
+        .expect("pod");
+        rt.block_on(async {
+            pods.create(&PostParams::default(), &pod)
+                .await
+                .expect("pod");
+            pods.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}]}})),
+            )
+            .await
+            .expect("status");
+        });
+    };
+    place("kos-operator-a", "kos-demo-cp-0");
+    rt.block_on(clusters.patch(
+        "demo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"kubernetesVersion": "1.36.4"}})),
+    ))
+    .expect("upgrade");
+    let mut evicted = false;
+    eventually(900, "upgraded by the operator it runs", || {
+        if !evicted && rt.block_on(pods.get_opt("kos-operator-a")).ok()?.is_none() {
+            // Its node drained: this replica is gone; the next starts on another control plane.
+            controller.abort();
+            evicted = true;
+            let elsewhere = rt
+                .block_on(nodes.list(&Default::default()))
+                .ok()?
+                .items
+                .into_iter()
+                .filter_map(|n| n.metadata.name)
+                .find(|n| n.starts_with("kos-demo-cp-") && n != "kos-demo-cp-0")?;
+            place("kos-operator-b", &elsewhere);
+            controller = start();
+        }
+        ready_now(3, "1.36.4")
+    });
+    assert!(evicted, "the operator's own node was never drained");
+    let list = sim_admin(&sim.base, "/_sim/clusters");
+    let list = list.as_array().expect("clusters");
+    assert_eq!(list[0]["violations"], json!([]), "{list:?}");
+    assert!(
+        list[0]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .all(|n| n["version"] == "v1.36.4" && n["ready"] == true),
         "{list:?}"
     );
 
