@@ -235,7 +235,6 @@ impl ComputeApi<'_> {
         Ok(all.into_iter().filter(|s| s.name == name).collect())
     }
 
-    /// Starts the delete (204); a server that is already gone is fine.
     /// Adds one tag to a server (already there: nothing changes).
     pub async fn add_server_tag(&self, id: &str, tag: &str) -> Result<(), CloudError> {
         run(
@@ -254,6 +253,26 @@ impl ComputeApi<'_> {
         .await
     }
 
+    /// Takes one tag off a server (not there, or the server gone: nothing changes).
+    pub async fn remove_server_tag(&self, id: &str, tag: &str) -> Result<(), CloudError> {
+        gone(
+            run(
+                self.session,
+                ApiRequest::delete(
+                    SVC,
+                    "server.untag",
+                    format!(
+                        "servers/{id}/tags/{}",
+                        crate::model::common::path_segment(tag)
+                    ),
+                )
+                .microversion(MV_SERVER),
+            )
+            .await,
+        )
+    }
+
+    /// Starts the delete (204); a server that is already gone is fine.
     pub async fn delete_server(&self, id: &str) -> Result<(), CloudError> {
         gone(
             run(

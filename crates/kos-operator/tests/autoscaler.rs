@@ -515,10 +515,31 @@ async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
         }],
         id: id(),
     };
+    // Calls that failed before the count was lowered (a conflict, a lost answer, a killed
+    // leader) left this server tagged, and the other one: the count is lowered once, for the named
+    // server, and the other's tag comes off (it would leave in the named one's place).
+    let other = workers(&session)
+        .await
+        .into_iter()
+        .find(|w| w.0 != name)
+        .expect("the other worker");
+    for id in [&server, &other.1] {
+        session
+            .compute()
+            .add_server_tag(id, "kos-retire")
+            .await
+            .expect("a failed call's tag");
+    }
+    ca.refresh(RefreshRequest {}).await.expect("refresh");
     ca.node_group_delete_nodes(delete.clone())
         .await
         .expect("delete");
     assert_eq!(count(&clusters).await, 1);
+    let now = workers(&session).await;
+    assert!(
+        now.iter().any(|w| w.1 == other.1 && !w.2),
+        "the other's tag stays: {now:?}"
+    );
     // Asked again (the autoscaler retrying), nothing more goes.
     ca.node_group_delete_nodes(delete)
         .await

@@ -15,6 +15,43 @@ pub const PROVIDER_PREFIX: &str = "openstack://";
 pub const OUT_OF_RESOURCES: i32 = 1;
 /// cluster-autoscaler's `OtherErrorClass`.
 pub const OTHER_ERROR: i32 = 99;
+/// The Cluster's annotation (`retire.kos.dev/<pool>`: server ids, comma-separated) recording the
+/// servers whose `DeleteNodes` lowered the pool's count, written in the same patch as the count:
+/// a retry after a lost answer, a conflict or a killed leader lowers it once per server.
+pub const ACCOUNTED_PREFIX: &str = "retire.kos.dev/";
+
+/// The annotation of `pool`'s accounted servers.
+#[must_use]
+pub fn accounted_key(pool: &str) -> String {
+    format!("{ACCOUNTED_PREFIX}{pool}")
+}
+
+/// The server ids an annotation value holds.
+#[must_use]
+pub fn accounted_ids(value: &str) -> std::collections::BTreeSet<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// What a `DeleteNodes` does, in this order: take the tag off servers a call that failed before
+/// its count was lowered left tagged (they would leave in place of the named ones), tag the named
+/// servers, then lower the count and record them in one patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    /// Named, not tagged yet.
+    pub tag: Vec<Member>,
+    /// Tagged by a call that never lowered the count, and not named now.
+    pub untag: Vec<Member>,
+    /// Named, not accounted yet: the count is lowered by these.
+    pub account: Vec<String>,
+    /// The annotation's server ids after it: the pool's accounted and named servers that exist.
+    pub accounted: std::collections::BTreeSet<String>,
+    pub target: u32,
+}
 
 /// An autoscaled pool: a node group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +99,8 @@ pub struct Member {
     pub task: Option<String>,
     /// Tagged `kos-retire`: named by a `DeleteNodes`.
     pub retiring: bool,
+    /// Its `DeleteNodes` lowered the count (the Cluster's annotation names it).
+    pub accounted: bool,
     pub fault: Option<String>,
 }
 
@@ -77,7 +116,8 @@ impl Member {
     /// group (Nova's "No valid host" is out of resources).
     #[must_use]
     pub fn status(&self) -> InstanceStatus {
-        let deleting = self.retiring
+        // Named and its count lowered: on its way out (a tag alone is a call that failed).
+        let deleting = self.accounted
             || self.task.as_deref() == Some("deleting")
             || matches!(
                 self.status,
@@ -112,9 +152,10 @@ impl Member {
     }
 }
 
-/// The pool servers among a cluster's servers (control planes and unknown ones left out).
+/// The pool servers among a cluster's servers (control planes and unknown ones left out); those in
+/// `accounted` (server ids) had their `DeleteNodes` lower the count.
 #[must_use]
-pub fn members(servers: &[Server]) -> Vec<Member> {
+pub fn members(servers: &[Server], accounted: &std::collections::BTreeSet<String>) -> Vec<Member> {
     servers
         .iter()
         .filter_map(|s| {
@@ -132,6 +173,7 @@ pub fn members(servers: &[Server]) -> Vec<Member> {
                 status: s.status.clone(),
                 task: s.task_state.clone(),
                 retiring: s.tags.iter().any(|t| t == TAG_RETIRE),
+                accounted: accounted.contains(&s.id),
                 fault: s.fault.as_ref().map(|f| f.message.clone()),
             })
         })
@@ -205,8 +247,7 @@ impl Group {
         self.within(size)
     }
 
-    /// For `DeleteNodes`: the servers to tag (those named and not yet tagged) and the target once
-    /// they are gone. A node named again (the autoscaler retrying) is not counted twice.
+    /// For `DeleteNodes`: what to do, and the target once the named servers are gone.
     ///
     /// # Errors
     /// A node of another pool (or none), or a size below `min`.
@@ -214,8 +255,8 @@ impl Group {
         &self,
         nodes: &[(String, String)],
         members: &[Member],
-    ) -> Result<(Vec<Member>, u32), SizeError> {
-        let mut fresh = BTreeMap::new();
+    ) -> Result<Deletion, SizeError> {
+        let mut named = BTreeMap::new();
         for (provider_id, name) in nodes {
             let found = members.iter().find(|m| {
                 server_id(provider_id).is_some_and(|id| id == m.server_id)
@@ -231,20 +272,45 @@ impl Group {
                     pool: self.pool.clone(),
                 });
             };
-            if !m.retiring {
-                fresh.insert(m.server_id.clone(), m.clone());
-            }
+            named.insert(m.server_id.clone(), m.clone());
         }
-        let size = i64::from(self.target) - fresh.len() as i64;
+        // Counted once: a server its earlier DeleteNodes accounted for lowers nothing again.
+        let account: Vec<String> = named
+            .values()
+            .filter(|m| !m.accounted)
+            .map(|m| m.server_id.clone())
+            .collect();
+        let size = i64::from(self.target) - account.len() as i64;
         let target = self.within(size)?;
-        Ok((fresh.into_values().collect(), target))
+        let untag = members
+            .iter()
+            .filter(|m| {
+                m.pool == self.pool
+                    && m.retiring
+                    && !m.accounted
+                    && !named.contains_key(&m.server_id)
+            })
+            .cloned()
+            .collect();
+        let accounted = members
+            .iter()
+            .filter(|m| m.pool == self.pool && (m.accounted || named.contains_key(&m.server_id)))
+            .map(|m| m.server_id.clone())
+            .collect();
+        Ok(Deletion {
+            tag: named.into_values().filter(|m| !m.retiring).collect(),
+            untag,
+            account,
+            accounted,
+            target,
+        })
     }
 
-    /// The pool's servers not named to leave.
+    /// The pool's servers not on their way out (named and accounted).
     fn existing(&self, members: &[Member]) -> usize {
         members
             .iter()
-            .filter(|m| m.pool == self.pool && !m.retiring)
+            .filter(|m| m.pool == self.pool && !m.accounted)
             .count()
     }
 
@@ -295,6 +361,7 @@ mod tests {
             status,
             task: None,
             retiring: false,
+            accounted: false,
             fault: None,
         }
     }
@@ -331,26 +398,44 @@ mod tests {
             member("c", "workers", 2, ServerStatus::Active),
             member("x", "other", 0, ServerStatus::Active),
         ];
-        let (tag, target) = g
+        let d = g
             .deleting(
                 &[("openstack:///b".into(), "kos-demo-workers-1".into())],
                 &ms,
             )
             .unwrap();
-        assert_eq!(
-            tag.iter().map(|m| m.server_id.as_str()).collect::<Vec<_>>(),
-            ["b"]
-        );
-        assert_eq!(target, 2);
-        // Named again once tagged: nothing more to tag, the target stays.
+        let ids = |v: &[Member]| v.iter().map(|m| m.server_id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&d.tag), ["b"]);
+        assert_eq!(d.account, ["b"]);
+        assert_eq!(d.target, 2);
+        assert!(d.untag.is_empty());
+        assert_eq!(d.accounted.iter().collect::<Vec<_>>(), ["b"]);
+        // Tagged, the count never lowered (a conflict, a lost answer, a killed leader): asked
+        // again, it is lowered then, once.
         ms[1].retiring = true;
-        let g = group(0, 5, 2);
-        let (tag, target) = g
+        let d = g
             .deleting(&[("openstack:///b".into(), String::new())], &ms)
             .unwrap();
-        assert!(tag.is_empty());
-        assert_eq!(target, 2);
-        // Another pool's node, or an unknown one, is refused and nothing is tagged.
+        assert!(d.tag.is_empty());
+        assert_eq!((d.account.len(), d.target), (1, 2));
+        // Done (tagged and accounted): nothing more.
+        ms[1].accounted = true;
+        let g = group(0, 5, 2);
+        let d = g
+            .deleting(&[("openstack:///b".into(), String::new())], &ms)
+            .unwrap();
+        assert!(d.tag.is_empty() && d.account.is_empty());
+        assert_eq!(d.target, 2);
+        // Another call's tag that never lowered the count comes off, so that only the named
+        // server leaves.
+        ms[2].retiring = true;
+        let d = g
+            .deleting(&[("openstack:///a".into(), String::new())], &ms)
+            .unwrap();
+        assert_eq!(ids(&d.untag), ["c"]);
+        assert_eq!(ids(&d.tag), ["a"]);
+        assert_eq!(d.accounted.iter().collect::<Vec<_>>(), ["a", "b"]);
+        // Another pool's node, or an unknown one, is refused.
         for node in ["openstack:///x", "openstack:///nope"] {
             assert!(matches!(
                 g.deleting(
@@ -381,8 +466,15 @@ mod tests {
         assert_eq!(state(&m), InstanceState::InstanceDeleting as i32);
         m.task = None;
         m.retiring = true;
+        assert_eq!(
+            state(&m),
+            InstanceState::InstanceRunning as i32,
+            "a tag alone"
+        );
+        m.accounted = true;
         assert_eq!(state(&m), InstanceState::InstanceDeleting as i32);
         m.retiring = false;
+        m.accounted = false;
         m.status = ServerStatus::Error;
         m.fault = Some("No valid host was found. There are not enough hosts available.".into());
         let s = m.status();

@@ -110,9 +110,15 @@ impl Provider {
             .list_servers(&TagQuery::all([cluster_tag(&cluster_name)]))
             .await
             .map_err(|e| Status::unavailable(format!("listing the cluster's servers: {e}")))?;
+        let accounted: std::collections::BTreeSet<String> = cluster
+            .annotations()
+            .iter()
+            .filter(|(k, _)| k.starts_with(groups::ACCOUNTED_PREFIX))
+            .flat_map(|(_, v)| groups::accounted_ids(v))
+            .collect();
         let view = Arc::new(View {
             groups: groups::groups(&cluster.spec.cluster),
-            members: groups::members(&servers),
+            members: groups::members(&servers, &accounted),
             cluster,
         });
         self.views
@@ -142,18 +148,45 @@ impl Provider {
             .ok_or_else(|| Status::not_found(format!("no autoscaled pool {id}")))
     }
 
-    /// Sets the pool's `count` from `from` to `to`; refused (and nothing changed) if the Cluster
-    /// changed it, or moved the pool, since it was read.
-    async fn set_target(&self, who: &Who, group: &Group, to: u32) -> Result<(), Status> {
+    /// Sets the pool's `count` to `to` (and, given, its accounted servers' annotation) in one
+    /// patch; refused, nothing changed, if the Cluster changed the count or moved the pool since
+    /// it was read.
+    async fn set_target(
+        &self,
+        who: &Who,
+        view: &View,
+        group: &Group,
+        to: u32,
+        accounted: Option<&std::collections::BTreeSet<String>>,
+    ) -> Result<(), Status> {
         let (namespace, name) = who;
         let clusters: Api<Cluster> = Api::namespaced(self.client.clone(), namespace);
         let at = format!("/spec/nodePools/{}", group.position);
-        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-            {"op": "test", "path": format!("{at}/name"), "value": group.pool},
-            {"op": "test", "path": format!("{at}/count"), "value": group.target},
-            {"op": "replace", "path": format!("{at}/count"), "value": to},
-        ]))
-        .map_err(|e| Status::internal(format!("building the patch: {e}")))?;
+        let mut ops = vec![
+            serde_json::json!({"op": "test", "path": format!("{at}/name"), "value": group.pool}),
+            serde_json::json!({"op": "test", "path": format!("{at}/count"), "value": group.target}),
+            serde_json::json!({"op": "replace", "path": format!("{at}/count"), "value": to}),
+        ];
+        if let Some(ids) = accounted {
+            let key = groups::accounted_key(&group.pool);
+            let value = ids.iter().cloned().collect::<Vec<_>>().join(",");
+            let has = view.cluster.metadata.annotations.as_ref();
+            match (has, value.is_empty()) {
+                (None, true) => {}
+                (None, false) => ops.push(serde_json::json!(
+                    {"op": "add", "path": "/metadata/annotations", "value": {key: value}}
+                )),
+                (Some(a), true) if a.contains_key(&key) => ops.push(serde_json::json!(
+                    {"op": "remove", "path": format!("/metadata/annotations/{}", pointer(&key))}
+                )),
+                (Some(_), true) => {}
+                (Some(_), false) => ops.push(serde_json::json!(
+                    {"op": "add", "path": format!("/metadata/annotations/{}", pointer(&key)), "value": value}
+                )),
+            }
+        }
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
+            .map_err(|e| Status::internal(format!("building the patch: {e}")))?;
         clusters
             .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
@@ -175,6 +208,11 @@ impl Provider {
             _ => Status::invalid_argument(e.to_string()),
         }
     }
+}
+
+/// `key` as a JSON pointer's segment (RFC 6901: `~` and `/` escaped).
+fn pointer(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
 }
 
 fn node_group(g: &Group) -> NodeGroup {
@@ -295,7 +333,7 @@ impl CloudProvider for Provider {
         let view = self.view(&who, true).await?;
         let g = Self::group(&view, &r.id)?;
         let to = g.increased(r.delta).map_err(|e| Self::size_error(&e))?;
-        self.set_target(&who, g, to).await?;
+        self.set_target(&who, &view, g, to, None).await?;
         self.forget(&who);
         Ok(Response::new(NodeGroupIncreaseSizeResponse {}))
     }
@@ -313,22 +351,38 @@ impl CloudProvider for Provider {
             .into_iter()
             .map(|n| (n.provider_id, n.name))
             .collect();
-        let (tag, to) = g
+        let d = g
             .deleting(&nodes, &view.members)
             .map_err(|e| Self::size_error(&e))?;
-        // The tags first: with the count lowered and no tag, the turn would take another server.
+        // The tags first: with the count lowered and no tag, the turn would take another server;
+        // and off a server a failed call left tagged, which would leave in place of these.
         let connected = self.connect(&view.cluster).await?;
-        for m in &tag {
-            connected
-                .session
-                .compute()
-                .add_server_tag(&m.server_id, kos_lifecycle::succession::TAG_RETIRE)
+        let compute = connected.session.compute();
+        let retire = kos_lifecycle::succession::TAG_RETIRE;
+        for m in &d.untag {
+            compute
+                .remove_server_tag(&m.server_id, retire)
+                .await
+                .map_err(|e| Status::unavailable(format!("untagging {}: {e}", m.name)))?;
+            tracing::info!(node = %m.name, pool = %g.pool, "a failed DeleteNodes' tag taken off");
+        }
+        for m in &d.tag {
+            compute
+                .add_server_tag(&m.server_id, retire)
                 .await
                 .map_err(|e| Status::unavailable(format!("tagging {}: {e}", m.name)))?;
             tracing::info!(node = %m.name, pool = %g.pool, "autoscaler named the node to leave");
         }
-        if to != g.target {
-            self.set_target(&who, g, to).await?;
+        // The count lowered and the servers recorded together: asked again, none is counted twice.
+        let recorded = view
+            .cluster
+            .annotations()
+            .get(&groups::accounted_key(&g.pool))
+            .map(|v| groups::accounted_ids(v))
+            .unwrap_or_default();
+        if !d.account.is_empty() || recorded != d.accounted {
+            self.set_target(&who, &view, g, d.target, Some(&d.accounted))
+                .await?;
         }
         self.forget(&who);
         Ok(Response::new(NodeGroupDeleteNodesResponse {}))
@@ -345,7 +399,7 @@ impl CloudProvider for Provider {
         let to = g
             .decreased(r.delta, &view.members)
             .map_err(|e| Self::size_error(&e))?;
-        self.set_target(&who, g, to).await?;
+        self.set_target(&who, &view, g, to, None).await?;
         self.forget(&who);
         Ok(Response::new(NodeGroupDecreaseTargetSizeResponse {}))
     }
