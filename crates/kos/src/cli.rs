@@ -444,6 +444,10 @@ pub enum BenchCommand {
     /// time until every Cluster is Ready, then one idle resync interval's cloud calls per cluster
     /// by operation, the operator's peak RSS and idle CPU, beside the goals of issue 22.
     Operator(BenchOperatorArgs),
+    /// kos-operator's reaction on a simulated cloud with realistic latency: a scale-up from zero
+    /// asked for as cluster-autoscaler asks, and a node found dead, each against its floor (one
+    /// boot and join; the health check's window and one boot and join).
+    Autoscale(BenchAutoscaleArgs),
     /// The controller process of `bench ccm` (it starts this itself; reads its spec on stdin).
     #[command(hide = true)]
     CcmController,
@@ -459,6 +463,15 @@ pub struct BenchCsiArgs {
     pub workers: u32,
     /// Real seconds per cloud second, as the other benches. Faster clocks inflate the figures:
     /// the CPU time of the calls is real time (see docs/benchmarks.md).
+    #[arg(long, default_value_t = crate::cmd::bench::DEFAULT_TIME_SCALE)]
+    pub time_scale: f64,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchAutoscaleArgs {
+    /// Real seconds per cloud second, as the other benches.
     #[arg(long, default_value_t = crate::cmd::bench::DEFAULT_TIME_SCALE)]
     pub time_scale: f64,
     #[arg(long, value_enum, default_value_t)]

@@ -211,3 +211,33 @@ fn bench_operator_reports_ready_idle_calls_and_the_goals() {
         .collect();
     assert!(writes.is_empty(), "{r}");
 }
+
+/// `kos bench autoscale` on a fast clock: a scale-up from zero asked over the autoscaler's mutual
+/// TLS, and a dead node, each reported with its own floor (never judged: a figure, not a pass).
+#[test]
+fn bench_autoscale_reports_a_scale_up_and_a_repair_against_their_floors() {
+    let r = bench_json(&[
+        "bench",
+        "autoscale",
+        "--time-scale",
+        "0.01",
+        "--output",
+        "json",
+    ]);
+    for field in [
+        "time_scale",
+        "scale_up_secs",
+        "scale_up_boot_join_secs",
+        "scale_up_ratio",
+        "repair_secs",
+        "repair_window_secs",
+        "repair_boot_join_secs",
+        "repair_ratio",
+    ] {
+        assert!(
+            r[field].as_f64().is_some_and(|x| x > 0.0),
+            "no positive {field}: {r}"
+        );
+    }
+    assert_eq!(r["repair_window_secs"], 300.0, "{r}");
+}

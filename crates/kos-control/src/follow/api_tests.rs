@@ -4,6 +4,7 @@
 //! certificate it signs offline, and that [`api`](super::api) waits for `/readyz` and for
 //! every node Ready and initialised, or says what is missing.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -195,6 +196,7 @@ async fn waits_for_readyz_then_every_node_ready_and_initialised() {
     let phase = api(
         &k,
         2,
+        &BTreeSet::new(),
         &timing(Duration::from_secs(60)),
         Duration::from_secs(30),
         &seen,
@@ -226,6 +228,7 @@ async fn a_cluster_that_never_gets_ready_says_what_is_missing() {
     let e = api(
         &kube(port, &s),
         2,
+        &BTreeSet::new(),
         &timing(Duration::from_millis(400)),
         Duration::from_secs(30),
         &Silent,
@@ -257,6 +260,7 @@ async fn only_the_cluster_ca_is_trusted_both_ways() {
     let phase = api(
         &kube(port, &ours),
         1,
+        &BTreeSet::new(),
         &timing(Duration::from_secs(60)),
         Duration::from_millis(200),
         &Silent,
@@ -281,6 +285,7 @@ async fn only_the_cluster_ca_is_trusted_both_ways() {
     let phase = api(
         &kube(closed, &ours),
         1,
+        &BTreeSet::new(),
         &timing(Duration::from_secs(60)),
         Duration::from_millis(200),
         &Silent,
@@ -288,4 +293,71 @@ async fn only_the_cluster_ca_is_trusted_both_ways() {
     .await
     .expect("skipped");
     assert!(matches!(phase, ApiPhase::Skipped(_)), "{phase:?}");
+}
+
+/// A node Ready when the wait began that stops being Ready (its server died meanwhile) does not
+/// hold the wait once the nodes this run made are Ready: the next turn's health check judges it.
+/// Before, the wait ran to its deadline (half an hour on a real cloud) and failed the turn.
+#[tokio::test]
+async fn a_node_that_dies_during_the_wait_does_not_hold_the_fresh_ones() {
+    let s = secrets();
+    let state = Arc::new(Mutex::new(State {
+        readyz: true,
+        nodes: nodes(&[
+            ("cp-0", true, false),
+            ("w-0", true, false),
+            ("w-1", false, true),
+        ]),
+        script: vec![
+            Box::new(|s: &mut State| {
+                s.nodes = nodes(&[
+                    ("cp-0", true, false),
+                    ("w-0", false, false),
+                    ("w-1", false, true),
+                ])
+            }),
+            Box::new(|s: &mut State| {
+                s.nodes = nodes(&[
+                    ("cp-0", true, false),
+                    ("w-0", false, false),
+                    ("w-1", true, false),
+                ])
+            }),
+        ],
+    }));
+    let port = serve(serving_cert(&s.ca), &s.ca.cert_pem, state).await;
+    let fresh = BTreeSet::from(["w-1".to_owned()]);
+    let phase = api(
+        &kube(port, &s),
+        3,
+        &fresh,
+        &timing(Duration::from_secs(60)),
+        Duration::from_secs(30),
+        &Silent,
+    )
+    .await
+    .expect("not held by the node that died");
+    assert_eq!(phase, ApiPhase::Ready { nodes: 2 });
+    // A node never seen Ready (still joining, though an earlier run made it) is waited for.
+    let state = Arc::new(Mutex::new(State {
+        readyz: true,
+        nodes: nodes(&[
+            ("cp-0", true, false),
+            ("w-0", false, true),
+            ("w-1", true, false),
+        ]),
+        script: Vec::new(),
+    }));
+    let port = serve(serving_cert(&s.ca), &s.ca.cert_pem, state).await;
+    let e = api(
+        &kube(port, &s),
+        3,
+        &fresh,
+        &timing(Duration::from_millis(400)),
+        Duration::from_secs(30),
+        &Silent,
+    )
+    .await
+    .expect_err("w-0 is waited for");
+    assert!(e.last.contains("2/3"), "{e}");
 }

@@ -207,7 +207,16 @@ pub async fn bootstrap(
         nodes: u32::try_from(nodes).unwrap_or(u32::MAX),
     });
     let probe = timing.deadline().min(Duration::from_secs(60));
-    match super::api(&kube, nodes, &timing, probe, report).await? {
+    // The nodes this run made: a node that dies meanwhile does not hold their wait.
+    let fresh: std::collections::BTreeSet<String> = targets
+        .iter()
+        .filter(|t| t.created_now)
+        .filter_map(|t| {
+            let cluster = kos_cluster::names::ClusterName::new(&applied.cluster).ok()?;
+            Some(kos_cluster::names::resource_name(&cluster, &t.logical_id))
+        })
+        .collect();
+    match super::api(&kube, nodes, &fresh, &timing, probe, report).await? {
         ApiPhase::Ready { nodes } => {
             report.event(Event::ApiReady { nodes });
             // What the cleanup does after the first nodes: the certificates and the token must not

@@ -10,6 +10,7 @@
 mod artefacts;
 mod backup;
 pub mod bench;
+mod bench_autoscale;
 mod bench_ccm;
 mod bench_csi;
 mod bench_operator;
@@ -282,6 +283,9 @@ async fn command(cli: Cli) -> Result<Exit, Failure> {
         Command::Bench {
             command: BenchCommand::Operator(args),
         } => bench_operator::operator(args).await,
+        Command::Bench {
+            command: BenchCommand::Autoscale(args),
+        } => bench_autoscale::autoscale(args).await,
         Command::Bench {
             command: BenchCommand::CcmController,
         } => bench_ccm::controller().await,
