@@ -563,10 +563,10 @@ pub struct NotReady {
 /// change of the nodes' summary ([`Event::Nodes`]) and, when nothing changed for a while, what it
 /// still waits for ([`Event::NodesWaiting`]).
 ///
-/// A node this wait saw Ready that stops being Ready (its server died meanwhile) is not waited
-/// for once every node of `fresh` (made by this run) is Ready: its health check's is the next turn
-/// (a controller's watch on the Nodes brings it), where waiting out the deadline held the turn for
-/// half an hour and failed it.
+/// A node that died meanwhile (this wait saw it Ready and then not, or its Ready is `Unknown`: its
+/// kubelet stopped posting) is not waited for once every node of `fresh` (made by this run) is
+/// Ready: its health check's is the next turn (a controller's watch on the Nodes brings it), where
+/// waiting out the deadline held the turn for half an hour and failed it.
 ///
 /// # Errors
 /// The deadline, with what was still missing.
@@ -603,10 +603,15 @@ pub async fn api(
                     Ok(nodes) => {
                         let good = nodes.iter().filter(|n| n.ready && !n.uninitialized).count();
                         seen_ready.extend(nodes.iter().filter(|n| n.ready).map(|n| n.name.clone()));
+                        // Dead, not joining: seen Ready by this wait, or `Unknown` (its kubelet
+                        // stopped posting, which a joining node's never started).
                         let lost = nodes
                             .iter()
                             .filter(|n| {
-                                !n.ready && seen_ready.contains(&n.name) && !fresh.contains(&n.name)
+                                !n.ready
+                                    && !fresh.contains(&n.name)
+                                    && (seen_ready.contains(&n.name)
+                                        || n.ready_status.as_deref() == Some("Unknown"))
                             })
                             .count();
                         let fresh_good = fresh.iter().all(|f| {
