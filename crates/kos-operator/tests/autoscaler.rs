@@ -21,11 +21,10 @@ use kos_cloud::model::TagQuery;
 use kos_operator::autoscaler::install::{self, Install};
 use kos_operator::autoscaler::proto::cloud_provider_client::CloudProviderClient;
 use kos_operator::autoscaler::proto::*;
-use kos_operator::reconcile::{self, Context, Settings};
+use kos_operator::reconcile::{self, Settings};
 use kos_operator::resource::Cluster;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::Controller;
-use kube::runtime::events::Reporter;
 use serde_json::json;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
@@ -200,20 +199,16 @@ async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
     let advertised = format!("localhost:{}", addr.port());
     let install = Install::load(&advertised, dir.path()).expect("install");
 
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        Arc::new(SimReach(sim.app().clone())),
-        Reporter {
-            controller: "kos-operator".into(),
-            instance: None,
-        },
+    let ctx = support::context(
+        &client,
+        &sim,
         Settings {
             retry: Duration::from_secs(1),
             resync: Duration::from_secs(600),
             autoscaler: Some(Arc::new(install)),
             ..Settings::default()
         },
-    ));
+    );
     let _controller = tokio::spawn(
         Controller::new(
             Api::<Cluster>::all(client.clone()),

@@ -17,12 +17,11 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kos_cloud::model::TagQuery;
-use kos_operator::reconcile::{self, Context, Settings};
+use kos_operator::reconcile::{self, Settings};
 use kos_operator::resource::Cluster;
 use kos_sim::Sim;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::Controller;
-use kube::runtime::events::Reporter;
 use serde_json::{Value, json};
 
 /// Waits (bounded: a hang fails) until `done` gives something.
@@ -113,13 +112,9 @@ async fn a_partition_is_held_and_a_node_notready_past_its_check_is_replaced() {
     let (sim, fake, client) = support::controller_world().await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let identity = support::create_identity(&secrets, &sim).await;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        Arc::new(SimReach(sim.app().clone())),
-        Reporter {
-            controller: "kos-operator".into(),
-            instance: None,
-        },
+    let ctx = support::context(
+        &client,
+        &sim,
         Settings {
             retry: Duration::from_secs(1),
             // No resync while the test stops servers: a turn that began while a node was still
@@ -127,7 +122,7 @@ async fn a_partition_is_held_and_a_node_notready_past_its_check_is_replaced() {
             resync: Duration::from_secs(600),
             ..Settings::default()
         },
-    ));
+    );
     let controller = tokio::spawn(
         Controller::new(
             Api::<Cluster>::all(client.clone()),
@@ -275,20 +270,16 @@ async fn a_deleted_workers_server_is_made_again_and_budgets_hold() {
     let (sim, fake, client) = support::controller_world().await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let identity = support::create_identity(&secrets, &sim).await;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        Arc::new(SimReach(sim.app().clone())),
-        Reporter {
-            controller: "kos-operator".into(),
-            instance: None,
-        },
+    let ctx = support::context(
+        &client,
+        &sim,
         Settings {
             retry: Duration::from_secs(1),
             // No resync: the test pokes the Cluster when it wants a turn.
             resync: Duration::from_secs(600),
             ..Settings::default()
         },
-    ));
+    );
     // Each turn's start, once it has ended well.
     let turns: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let log = turns.clone();
@@ -496,19 +487,15 @@ async fn a_node_notready_between_turns_is_replaced_without_waiting_for_the_resyn
     let (sim, fake, client) = support::controller_world().await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let identity = support::create_identity(&secrets, &sim).await;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        Arc::new(SimReach(sim.app().clone())),
-        Reporter {
-            controller: "kos-operator".into(),
-            instance: None,
-        },
+    let ctx = support::context(
+        &client,
+        &sim,
         Settings {
             retry: Duration::from_secs(1),
             resync: Duration::from_secs(3600),
             ..Settings::default()
         },
-    ));
+    );
     let triggers = ctx.node_watches().triggers();
     let controller = tokio::spawn(
         Controller::new(

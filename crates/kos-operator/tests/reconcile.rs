@@ -6,19 +6,18 @@
 //! before it goes.
 
 mod support;
-use support::{SimReach, example, tagged};
+use support::{example, tagged};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kos_operator::reconcile::{self, Context, Settings};
+use kos_operator::reconcile::{self, Settings};
 use kos_operator::resource::Cluster;
 use kos_sim::{Sim, SimConfig};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::Controller;
-use kube::runtime::events::Reporter;
 use serde_json::{Value, json};
 
 fn cluster(name: &str, spec: &Value) -> Value {
@@ -85,18 +84,14 @@ async fn clusters_are_made_refused_and_torn_down_by_the_controller() {
         .expect("namespace");
     support::create_identity(&Api::namespaced(client.clone(), "team-b"), &sim).await;
 
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        Arc::new(SimReach(sim.app().clone())),
-        Reporter {
-            controller: "kos-operator".into(),
-            instance: None,
-        },
+    let ctx = support::context(
+        &client,
+        &sim,
         Settings {
             retry: Duration::from_secs(1),
             ..Settings::default()
         },
-    ));
+    );
     let api: Api<Cluster> = Api::all(client.clone());
     let controller = tokio::spawn(
         Controller::new(api, kube::runtime::watcher::Config::default())

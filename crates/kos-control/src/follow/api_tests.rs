@@ -301,91 +301,87 @@ async fn only_the_cluster_ca_is_trusted_both_ways() {
     assert!(matches!(phase, ApiPhase::Skipped(_)), "{phase:?}");
 }
 
-/// A node Ready when the wait began that stops being Ready (its server died meanwhile) does not
-/// hold the wait once the nodes this run made are Ready: the next turn's health check judges it.
-/// Before, the wait ran to its deadline (half an hour on a real cloud) and failed the turn.
-#[tokio::test]
-async fn a_node_that_dies_during_the_wait_does_not_hold_the_fresh_ones() {
+/// The wait for 3 nodes with `w-1` made by this run, against an API whose nodes are `first`, then
+/// each of `then` in turn.
+async fn wait_fresh_w1(
+    first: &[(&str, bool, bool)],
+    then: Vec<Vec<(String, bool, bool)>>,
+    deadline: Duration,
+) -> Result<ApiPhase, super::NotReady> {
     let s = secrets();
+    let script: Vec<Step> = then
+        .into_iter()
+        .map(|n| Box::new(move |s: &mut State| s.nodes = n) as Step)
+        .collect();
     let state = Arc::new(Mutex::new(State {
         readyz: true,
-        nodes: nodes(&[
+        nodes: nodes(first),
+        script,
+    }));
+    let port = serve(serving_cert(&s.ca), &s.ca.cert_pem, state).await;
+    api(
+        &kube(port, &s),
+        3,
+        &BTreeSet::from(["w-1".to_owned()]),
+        &timing(deadline),
+        Duration::from_secs(30),
+        &Silent,
+    )
+    .await
+}
+
+/// A node that dies while the wait runs (seen Ready, then not), or was dead before it (its Ready
+/// `Unknown`: the fake reports a `*-dead` node so), does not hold the wait once the nodes this run
+/// made are Ready: the next turn's health check judges it. Before, the wait ran to its deadline
+/// (half an hour on a real cloud) and failed the turn. A node never seen Ready and not `Unknown`
+/// (joining, though an earlier run made it) is still waited for.
+#[tokio::test]
+async fn a_node_that_dies_during_the_wait_does_not_hold_the_fresh_ones() {
+    let phase = wait_fresh_w1(
+        &[
             ("cp-0", true, false),
             ("w-0", true, false),
             ("w-1", false, true),
-        ]),
-        script: vec![
-            Box::new(|s: &mut State| {
-                s.nodes = nodes(&[
-                    ("cp-0", true, false),
-                    ("w-0", false, false),
-                    ("w-1", false, true),
-                ])
-            }),
-            Box::new(|s: &mut State| {
-                s.nodes = nodes(&[
-                    ("cp-0", true, false),
-                    ("w-0", false, false),
-                    ("w-1", true, false),
-                ])
-            }),
         ],
-    }));
-    let port = serve(serving_cert(&s.ca), &s.ca.cert_pem, state).await;
-    let fresh = BTreeSet::from(["w-1".to_owned()]);
-    let phase = api(
-        &kube(port, &s),
-        3,
-        &fresh,
-        &timing(Duration::from_secs(60)),
-        Duration::from_secs(30),
-        &Silent,
+        vec![
+            nodes(&[
+                ("cp-0", true, false),
+                ("w-0", false, false),
+                ("w-1", false, true),
+            ]),
+            nodes(&[
+                ("cp-0", true, false),
+                ("w-0", false, false),
+                ("w-1", true, false),
+            ]),
+        ],
+        Duration::from_secs(60),
     )
     .await
     .expect("not held by the node that died");
     assert_eq!(phase, ApiPhase::Ready { nodes: 2 });
-    // A node never seen Ready (still joining, though an earlier run made it) is waited for.
-    let state = Arc::new(Mutex::new(State {
-        readyz: true,
-        nodes: nodes(&[
-            ("cp-0", true, false),
-            ("w-0", false, true),
-            ("w-1", true, false),
-        ]),
-        script: Vec::new(),
-    }));
-    let port = serve(serving_cert(&s.ca), &s.ca.cert_pem, state).await;
-    let e = api(
-        &kube(port, &s),
-        3,
-        &fresh,
-        &timing(Duration::from_millis(400)),
-        Duration::from_secs(30),
-        &Silent,
-    )
-    .await
-    .expect_err("w-0 is waited for");
-    assert!(e.last.contains("2/3"), "{e}");
-    // One already dead when the wait began (its Ready `Unknown`) is not.
-    let state = Arc::new(Mutex::new(State {
-        readyz: true,
-        nodes: nodes(&[
+    let phase = wait_fresh_w1(
+        &[
             ("cp-0", true, false),
             ("w-0-dead", false, false),
             ("w-1", true, false),
-        ]),
-        script: Vec::new(),
-    }));
-    let port = serve(serving_cert(&s.ca), &s.ca.cert_pem, state).await;
-    let phase = api(
-        &kube(port, &s),
-        3,
-        &fresh,
-        &timing(Duration::from_secs(60)),
-        Duration::from_secs(30),
-        &Silent,
+        ],
+        Vec::new(),
+        Duration::from_secs(60),
     )
     .await
     .expect("not held by a node dead before the wait");
     assert_eq!(phase, ApiPhase::Ready { nodes: 2 });
+    let e = wait_fresh_w1(
+        &[
+            ("cp-0", true, false),
+            ("w-0", false, true),
+            ("w-1", true, false),
+        ],
+        Vec::new(),
+        Duration::from_millis(400),
+    )
+    .await
+    .expect_err("w-0 is waited for");
+    assert!(e.last.contains("2/3"), "{e}");
 }

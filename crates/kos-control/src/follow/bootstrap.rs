@@ -208,14 +208,15 @@ pub async fn bootstrap(
     });
     let probe = timing.deadline().min(Duration::from_secs(60));
     // The nodes this run made: a node that dies meanwhile does not hold their wait.
-    let fresh: std::collections::BTreeSet<String> = targets
-        .iter()
-        .filter(|t| t.created_now)
-        .filter_map(|t| {
-            let cluster = kos_cluster::names::ClusterName::new(&applied.cluster).ok()?;
-            Some(kos_cluster::names::resource_name(&cluster, &t.logical_id))
-        })
-        .collect();
+    let fresh: std::collections::BTreeSet<String> =
+        match kos_cluster::names::ClusterName::new(&applied.cluster) {
+            Ok(cluster) => targets
+                .iter()
+                .filter(|t| t.created_now)
+                .map(|t| kos_cluster::names::resource_name(&cluster, &t.logical_id))
+                .collect(),
+            Err(_) => std::collections::BTreeSet::new(),
+        };
     match super::api(&kube, nodes, &fresh, &timing, probe, report).await? {
         ApiPhase::Ready { nodes } => {
             report.event(Event::ApiReady { nodes });

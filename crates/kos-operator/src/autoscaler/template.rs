@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use k8s_pb::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
 use k8s_pb::apimachinery::pkg::api::resource::Quantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+// The pool label every kos node registers with (kos-bootstrap's `--node-labels`).
+use kos_bootstrap::input::POOL_LABEL;
 use kos_cloud::model::compute::Flavor;
 
 /// The kubelet's default `maxPods`.
@@ -16,8 +18,6 @@ pub const MAX_PODS: u32 = 110;
 pub const EVICTION_MEMORY_MIB: u64 = 100;
 /// The kubelet's default `evictionHard` `nodefs.available`, in percent.
 pub const EVICTION_NODEFS_PERCENT: u64 = 10;
-/// The pool label every kos node registers with (kos-bootstrap's `--node-labels`).
-pub const POOL_LABEL: &str = "kos/pool";
 
 /// What a pool's node is made of.
 #[derive(Debug, Clone)]

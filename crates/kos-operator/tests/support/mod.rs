@@ -291,3 +291,22 @@ pub async fn workload(secrets: &Api<Secret>, reach: &SimReach) -> kube::Client {
     config.tls_server_name = Some(host);
     kube::Client::try_from(config).expect("client")
 }
+
+/// The operator's shared state for a controller test: this client, `sim`'s forwarders, kos-operator
+/// as the Events' reporter, and `settings`.
+#[allow(dead_code)] // Not every test binary starts a controller.
+pub fn context(
+    client: &kube::Client,
+    sim: &kos_sim::Sim,
+    settings: kos_operator::reconcile::Settings,
+) -> std::sync::Arc<kos_operator::reconcile::Context> {
+    std::sync::Arc::new(kos_operator::reconcile::Context::new(
+        client.clone(),
+        std::sync::Arc::new(SimReach(sim.app().clone())),
+        kube::runtime::events::Reporter {
+            controller: "kos-operator".into(),
+            instance: None,
+        },
+        settings,
+    ))
+}
