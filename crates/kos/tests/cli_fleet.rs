@@ -199,7 +199,7 @@ fn a_cli_made_cluster_moves_under_the_operator_is_upgraded_and_comes_back() {
             600,
             &format!("Ready at generation {generation}"),
             move || {
-                let c = rt_get(&clusters)?;
+                let c = rt_get(&clusters).ok().flatten()?;
                 let s = c.status.as_ref()?;
                 let ready = s
                     .conditions
@@ -305,7 +305,10 @@ fn a_cli_made_cluster_moves_under_the_operator_is_upgraded_and_comes_back() {
         ],
     );
     assert_eq!(code(&adopt), 0, "{}", text(&adopt));
-    assert!(rt_get(&clusters).is_none(), "the Cluster was let go");
+    assert!(
+        rt_get(&clusters).expect("get").is_none(),
+        "the Cluster was let go"
+    );
     assert_eq!(
         servers(&sim.clouds, &rt),
         upgraded,
@@ -343,8 +346,10 @@ fn a_cli_made_cluster_moves_under_the_operator_is_upgraded_and_comes_back() {
     drop(fake);
 }
 
-/// The Cluster `default/demo`, read from a thread outside the runtime.
-fn rt_get(clusters: &Api<Cluster>) -> Option<Cluster> {
+/// The Cluster `demo`, read from a thread outside the runtime. An error is returned, not a panic:
+/// while a control plane is replaced the API behind the load balancer may answer 504 for a moment,
+/// as a real kube-apiserver does when its etcd member is gone.
+fn rt_get(clusters: &Api<Cluster>) -> Result<Option<Cluster>, kube::Error> {
     let clusters = clusters.clone();
     std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
@@ -352,7 +357,6 @@ fn rt_get(clusters: &Api<Cluster>) -> Option<Cluster> {
             .build()
             .expect("runtime")
             .block_on(clusters.get_opt("demo"))
-            .expect("get")
     })
     .join()
     .expect("thread")
@@ -549,7 +553,7 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
     let mut controller = start();
     let clusters: Api<Cluster> = Api::namespaced(wl.clone(), "kos-system");
     let ready_now = |generation: i64, version: &str| {
-        let c = rt_get(&clusters)?;
+        let c = rt_get(&clusters).ok().flatten()?;
         let s = c.status.as_ref()?;
         (s.observed_generation == Some(generation)
             && s.kubernetes_version.as_deref() == Some(version)
@@ -608,7 +612,9 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
     // the cluster show.
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(wl.clone(), "kos-system");
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(wl.clone());
-    let place = |name: &str, node: &str| {
+    // Written again after a failure (the API may answer 504 while a control plane is replaced):
+    // a pod already made is kept, its status set.
+    let place = |name: &str, node: &str| -> Result<(), kube::Error> {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "kos-system",
                          "labels": {"app.kubernetes.io/name": "kos-operator"}},
@@ -617,9 +623,12 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
         }))
         .expect("pod");
         rt.block_on(async {
-            pods.create(&PostParams::default(), &pod)
-                .await
-                .expect("pod");
+            match pods.create(&PostParams::default(), &pod).await {
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                other => {
+                    other?;
+                }
+            }
             pods.patch_status(
                 name,
                 &PatchParams::default(),
@@ -627,10 +636,10 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
                     "conditions": [{"type": "Ready", "status": "True"}]}})),
             )
             .await
-            .expect("status");
-        });
+            .map(drop)
+        })
     };
-    place("kos-operator-a", "kos-demo-cp-0");
+    place("kos-operator-a", "kos-demo-cp-0").expect("pod");
     rt.block_on(clusters.patch(
         "demo",
         &PatchParams::default(),
@@ -642,7 +651,6 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
         if !evicted && rt.block_on(pods.get_opt("kos-operator-a")).ok()?.is_none() {
             // Its node drained: this replica is gone; the next starts on another control plane.
             controller.abort();
-            evicted = true;
             let elsewhere = rt
                 .block_on(nodes.list(&Default::default()))
                 .ok()?
@@ -650,7 +658,8 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
                 .into_iter()
                 .filter_map(|n| n.metadata.name)
                 .find(|n| n.starts_with("kos-demo-cp-") && n != "kos-demo-cp-0")?;
-            place("kos-operator-b", &elsewhere);
+            place("kos-operator-b", &elsewhere).ok()?;
+            evicted = true;
             controller = start();
         }
         ready_now(3, "1.36.4")
