@@ -15,7 +15,8 @@ use crate::follow::NodeState;
 
 mod summary;
 pub use summary::{
-    Api, Bootstrap, Credential, Encryption, Failure, Node, NodePhase, Outcome, Summarised, Summary,
+    Api, Bootstrap, Credential, Encryption, Failure, GroupHealth, Node, NodePhase, Outcome,
+    Summarised, Summary, UnhealthyNode,
 };
 
 /// How long a wait may stay silent: then it reports what it still waits for.
@@ -148,6 +149,13 @@ pub enum Event<'a> {
     /// A node is neither healthy nor unhealthy yet (NotReady, or not joined, within its health
     /// check's timeout): it may be unhealthy in `secs` seconds of the cloud's clock.
     HealthRecheck { cluster: &'a str, secs: u64 },
+    /// What each group's health check found this turn (`--repair`, and every controller turn):
+    /// how many of its nodes are healthy, which are unhealthy and why, and whether they may be
+    /// replaced.
+    Health {
+        cluster: &'a str,
+        groups: &'a [kos_lifecycle::roll::GroupHealth],
+    },
     /// A step of a node's drain (its pods' names: the cluster's text).
     Drain { node: &'a str, line: &'a str },
     /// A node is drained, `evicted` pods evicted.

@@ -334,6 +334,23 @@ pub struct Repairs {
     /// How many nodes are not healthy and stay as they are this turn (pending, or held by their
     /// group's `maxUnhealthy`): the turn does not wait for them to be Ready.
     pub left_not_healthy: usize,
+    /// Each judged group as its check found it, in the groups' order (what a status shows).
+    pub groups: Vec<GroupHealth>,
+}
+
+/// One group's health this turn, as a MachineHealthCheck's status counts it: how many servers it
+/// judged, how many are healthy, which are unhealthy and why, and whether they may be replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupHealth {
+    /// `cp` or a pool's name.
+    pub group: String,
+    pub expected: usize,
+    pub healthy: usize,
+    /// Unhealthy nodes with what was found (the checks' own words, `; ` between them).
+    pub unhealthy: Vec<(String, String)>,
+    /// Nodes not healthy yet not unhealthy for long enough (NotReady within the timeout, booting).
+    pub pending: Vec<String>,
+    pub remediation: Remediation,
 }
 
 /// The servers `kos up --repair` replaces, in the roll's order (control planes first): each group
@@ -400,6 +417,25 @@ pub fn repairs(
             })
             .collect();
         let assessed = health::assess(&rule, &targets, now);
+        out.groups.push(GroupHealth {
+            group: group.to_owned(),
+            expected: targets.len(),
+            healthy: assessed.healthy.len(),
+            unhealthy: assessed
+                .unhealthy
+                .iter()
+                .map(|(name, findings)| {
+                    let found = findings
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    (name.clone(), found)
+                })
+                .collect(),
+            pending: assessed.pending.iter().map(|(n, _)| n.clone()).collect(),
+            remediation: assessed.remediation,
+        });
         if rule.enabled
             && let Some(secs) = assessed.recheck_in_secs()
         {

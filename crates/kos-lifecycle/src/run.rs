@@ -169,6 +169,8 @@ pub trait Cluster {
     /// A node is not healthy yet not unhealthy for long enough: it may be in `secs` of the
     /// judging clock (a controller looks again then).
     fn recheck_health(&self, _t: &Self::Turn, _secs: u64) {}
+    /// What each group's health check found this turn (every group judged, healthy or not).
+    fn judged(&self, _t: &Self::Turn, _groups: &[roll::GroupHealth]) {}
     /// The cluster's Nodes: every name, and those whose Ready condition is not True, since when.
     fn unhealthy(&self, t: &Self::Turn) -> impl Future<Output = Result<NodeHealth, Self::Error>>;
     /// Drains the workers `plan` deletes for a smaller count; their node names.
@@ -292,6 +294,7 @@ pub async fn up<C: Cluster>(cluster: &mut C, opts: Options<'_>) -> Result<(), C:
         if let Some((repair, sick)) = seen {
             let found = roll::repairs(&d.plan, &d.health, &sick, (repair.now)(), repair.after_secs);
             left_not_healthy = found.left_not_healthy;
+            cluster.judged(&turn, &found.groups);
             for (group, why) in &found.held {
                 cluster.repair_held(&turn, group, why);
             }
@@ -500,6 +503,8 @@ mod tests {
         failed_earlier: VecDeque<Vec<String>>,
         unhealthy: Vec<crate::roll::Unhealthy>,
         log: RefCell<Vec<String>>,
+        /// Each turn's judgement of the groups, one line per group.
+        judged: RefCell<Vec<String>>,
         /// `--wait infra`: converges do not follow new nodes.
         infra: bool,
     }
@@ -542,6 +547,15 @@ mod tests {
         }
         fn recheck_health(&self, _: &Turn, secs: u64) {
             self.did(format!("recheck in {secs}s"));
+        }
+        fn judged(&self, _: &Turn, groups: &[crate::roll::GroupHealth]) {
+            for g in groups {
+                let unhealthy: Vec<&str> = g.unhealthy.iter().map(|(n, _)| n.as_str()).collect();
+                self.judged.borrow_mut().push(format!(
+                    "{}: {}/{} healthy, unhealthy {unhealthy:?}, pending {:?}",
+                    g.group, g.healthy, g.expected, g.pending
+                ));
+            }
         }
         async fn unhealthy(&self, t: &Turn) -> Result<NodeHealth, Error> {
             // Every server of the turn has its Node.
@@ -839,6 +853,14 @@ mod tests {
                 "converged"
             ]
         );
+        // Every turn says what each group's check found, the healthy groups too.
+        assert_eq!(
+            s.judged.borrow()[..2],
+            [
+                "cp: 1/1 healthy, unhealthy [], pending []",
+                "w: 0/1 healthy, unhealthy [\"kos-demo-w-0\"], pending []",
+            ]
+        );
         let mut s = Script::new(vec![d(), d()]);
         s.unhealthy = vec![crate::roll::Unhealthy {
             node: "kos-demo-w-0".into(),
@@ -847,6 +869,10 @@ mod tests {
         }];
         run(&mut s, repair(300)).unwrap();
         assert!(!s.log().iter().any(|l| l.starts_with("remove")));
+        assert_eq!(
+            s.judged.borrow()[1],
+            "w: 0/1 healthy, unhealthy [], pending [\"kos-demo-w-0\"]"
+        );
         // NotReady for 100 s of its 300: looked at again when it may be unhealthy, and not
         // waited for meanwhile.
         assert!(

@@ -568,6 +568,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
                     endpoint,
                     version: meta.map(|m| m.kubernetes_version),
                     nodes: status::nodes(&done),
+                    summary: Some(done.clone()),
                 };
                 write_status(ctx, cluster, ns, &Verdict::Ready, Some(extra)).await?;
                 // A node NotReady within its timeout is looked at when it may have run out (a
@@ -602,6 +603,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
                     endpoint: done.api_endpoint.clone(),
                     version: None,
                     nodes: status::nodes(&done),
+                    summary: Some(done.clone()),
                 };
                 degraded(reason, message.clone(), Some(extra)).await?;
                 if e.is_input() {
@@ -654,6 +656,8 @@ struct StatusExtra {
     endpoint: Option<String>,
     version: Option<String>,
     nodes: Vec<crate::resource::NodeStatus>,
+    /// The run's summary, for what its health checks found.
+    summary: Option<Summary>,
 }
 
 async fn write_status(
@@ -681,6 +685,9 @@ async fn write_status(
         }
         if !x.nodes.is_empty() {
             next.nodes = x.nodes;
+        }
+        if let Some(summary) = &x.summary {
+            status::judged(&mut next, summary, cluster.meta().generation, &now);
         }
     }
     api.patch_status(

@@ -75,6 +75,39 @@ pub struct ClusterStatus {
     /// Each node as the last run followed it.
     #[serde(default)]
     pub nodes: Vec<NodeStatus>,
+    /// What each group's health check (`cp`, each pool) found in the last turn that judged the
+    /// nodes, as a MachineHealthCheck's status counts it.
+    #[serde(default)]
+    pub health: Vec<GroupHealthStatus>,
+}
+
+/// One group's health: how many nodes, how many healthy, which are not and why, and whether the
+/// unhealthy may be replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupHealthStatus {
+    /// `cp` or a pool's name.
+    pub group: String,
+    pub expected_nodes: u32,
+    pub healthy_nodes: u32,
+    /// False while more than `maxUnhealthy` are unhealthy or not started, or the check is off.
+    pub remediation_allowed: bool,
+    /// Why remediation is not allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub unhealthy: Vec<UnhealthyNodeStatus>,
+    /// Nodes not healthy yet inside their check's timeouts.
+    #[serde(default)]
+    pub pending: Vec<String>,
+}
+
+/// A node found unhealthy, and what was found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnhealthyNodeStatus {
+    pub name: String,
+    pub reason: String,
 }
 
 /// A `metav1.Condition`.

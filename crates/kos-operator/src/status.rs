@@ -4,11 +4,16 @@
 
 use kos_control::report::{NodePhase, Summary};
 
-use crate::resource::{ClusterStatus, Condition, NodeStatus};
+use crate::resource::{
+    ClusterStatus, Condition, GroupHealthStatus, NodeStatus, UnhealthyNodeStatus,
+};
 
 pub const READY: &str = "Ready";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
+/// Whether every judged node is healthy (its reason says whether the unhealthy are being replaced
+/// or held back).
+pub const NODES_HEALTHY: &str = "NodesHealthy";
 
 /// What a reconcile concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +132,75 @@ pub fn next(
     s
 }
 
+/// Sets the groups' health and [`NODES_HEALTHY`] from what the run's last judged turn found;
+/// leaves both as they were when no turn judged the nodes (a cluster being made).
+pub fn judged(s: &mut ClusterStatus, summary: &Summary, generation: Option<i64>, now: &str) {
+    let Some(groups) = &summary.health else {
+        return;
+    };
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    s.health = groups
+        .iter()
+        .map(|g| GroupHealthStatus {
+            group: g.group.clone(),
+            expected_nodes: count(g.expected),
+            healthy_nodes: count(g.healthy),
+            remediation_allowed: g.remediation_allowed,
+            message: g.held.clone(),
+            unhealthy: g
+                .unhealthy
+                .iter()
+                .map(|u| UnhealthyNodeStatus {
+                    name: u.node.clone(),
+                    reason: bounded(&u.found),
+                })
+                .collect(),
+            pending: g.pending.clone(),
+        })
+        .collect();
+    let sick: Vec<String> = groups
+        .iter()
+        .filter(|g| !g.unhealthy.is_empty())
+        .map(|g| {
+            let nodes: Vec<&str> = g.unhealthy.iter().map(|u| u.node.as_str()).collect();
+            match &g.held {
+                Some(why) => format!("{}: {} unhealthy, held: {why}", g.group, nodes.join(", ")),
+                None => format!(
+                    "{}: {} unhealthy, being replaced",
+                    g.group,
+                    nodes.join(", ")
+                ),
+            }
+        })
+        .collect();
+    let held = groups
+        .iter()
+        .any(|g| !g.unhealthy.is_empty() && g.held.is_some());
+    let (healthy, reason) = match (sick.is_empty(), held) {
+        (true, _) => (true, "Healthy"),
+        (false, true) => (false, "RemediationHeld"),
+        (false, false) => (false, "Remediating"),
+    };
+    let pending: usize = groups.iter().map(|g| g.pending.len()).sum();
+    let message = if healthy {
+        match pending {
+            0 => "every node is healthy".to_owned(),
+            n => format!("no node is unhealthy; {n} not Ready inside its health check's timeout"),
+        }
+    } else {
+        bounded(&sick.join("; "))
+    };
+    set(
+        &mut s.conditions,
+        NODES_HEALTHY,
+        healthy,
+        reason,
+        &message,
+        generation,
+        now,
+    );
+}
+
 /// The nodes a run followed, by logical id, as the status lists them.
 #[must_use]
 pub fn nodes(summary: &Summary) -> Vec<NodeStatus> {
@@ -190,6 +264,65 @@ mod tests {
         );
         assert_eq!(cond(&d, DEGRADED).observed_generation, Some(2));
         assert_eq!(d.observed_generation, Some(2));
+    }
+
+    /// A held group is RemediationHeld with its nodes and why; once healthy the condition turns
+    /// True; a run that judged nothing leaves both as they were.
+    #[test]
+    fn health_and_its_condition_follow_the_last_judgement() {
+        use kos_control::report::{GroupHealth, UnhealthyNode};
+        let mut s = next(None, &Verdict::Ready, Some(1), "t1");
+        let mut summary = Summary::new(Some("demo"));
+        judged(&mut s, &summary, Some(1), "t1");
+        assert!(s.health.is_empty());
+        assert!(!s.conditions.iter().any(|c| c.kind == NODES_HEALTHY));
+        summary.health = Some(vec![
+            GroupHealth {
+                group: "cp".into(),
+                expected: 1,
+                healthy: 1,
+                remediation_allowed: true,
+                ..GroupHealth::default()
+            },
+            GroupHealth {
+                group: "workers".into(),
+                expected: 5,
+                healthy: 2,
+                unhealthy: (0..3)
+                    .map(|i| UnhealthyNode {
+                        node: format!("demo-workers-{i}"),
+                        found: "condition Ready on its Node is reporting status Unknown for 300s or more".into(),
+                    })
+                    .collect(),
+                pending: Vec::new(),
+                remediation_allowed: false,
+                held: Some("remediation is not allowed (maxUnhealthy: 2)".into()),
+            },
+        ]);
+        judged(&mut s, &summary, Some(1), "t2");
+        assert_eq!(s.health[1].healthy_nodes, 2);
+        assert_eq!(s.health[1].unhealthy[0].name, "demo-workers-0");
+        assert!(!s.health[1].remediation_allowed);
+        let c = cond(&s, NODES_HEALTHY);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "RemediationHeld")
+        );
+        assert!(c.message.contains("demo-workers-2") && c.message.contains("maxUnhealthy"));
+        summary.health = Some(vec![GroupHealth {
+            group: "workers".into(),
+            expected: 5,
+            healthy: 5,
+            remediation_allowed: true,
+            ..GroupHealth::default()
+        }]);
+        judged(&mut s, &summary, Some(1), "t3");
+        let c = cond(&s, NODES_HEALTHY);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Healthy"));
+        assert_eq!(c.last_transition_time, "t3");
+        summary.health = None;
+        judged(&mut s, &summary, Some(1), "t4");
+        assert_eq!(s.health.len(), 1, "kept when nothing was judged");
     }
 
     #[test]

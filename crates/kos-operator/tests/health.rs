@@ -91,6 +91,17 @@ async fn cluster_ready(clusters: &Api<Cluster>) -> Option<()> {
         .then_some(())
 }
 
+/// The Cluster's `NodesHealthy` condition (status, reason) and its workers' health, once the
+/// status has them.
+async fn workers_health(
+    clusters: &Api<Cluster>,
+) -> Option<((String, String), kos_operator::resource::GroupHealthStatus)> {
+    let s = clusters.get_opt("demo").await.ok()??.status?;
+    let c = s.conditions.iter().find(|c| c.kind == "NodesHealthy")?;
+    let workers = s.health.iter().find(|g| g.group == "workers")?.clone();
+    Some(((c.status.clone(), c.reason.clone()), workers))
+}
+
 /// A change to the Cluster's metadata: the controller looks at it (a resync would).
 async fn poke(clusters: &Api<Cluster>, n: &str) {
     clusters
@@ -193,6 +204,29 @@ async fn a_partition_is_held_and_a_node_notready_past_its_check_is_replaced() {
     )
     .await;
     assert!(said.is_ok(), "no RepairHeld: {:#?}", shown(&fake));
+    // The status says it too: which nodes, why, and that they are held.
+    let (condition, workers) = until("the status to show the held pool", || async {
+        workers_health(&clusters)
+            .await
+            .filter(|(_, w)| w.unhealthy.len() == 3)
+    })
+    .await;
+    assert_eq!(condition, ("False".into(), "RemediationHeld".into()));
+    assert_eq!((workers.expected_nodes, workers.healthy_nodes), (5, 2));
+    assert!(!workers.remediation_allowed);
+    assert!(
+        workers
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("maxUnhealthy: 2")),
+        "{workers:?}"
+    );
+    assert!(
+        workers.unhealthy[0]
+            .reason
+            .contains("condition Ready on its Node is reporting status"),
+        "{workers:?}"
+    );
     // Another turn goes by: none replaced a server.
     poke(&clusters, "1b").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -241,8 +275,16 @@ async fn a_partition_is_held_and_a_node_notready_past_its_check_is_replaced() {
     .await;
     let now: Vec<String> = worker_ids(&session).await.into_iter().flatten().collect();
     assert_eq!(now[..2], stopped[..2], "only the one NotReady is replaced");
-    // The turn that replaced it ends Ready.
+    // The turn that replaced it ends Ready, every node healthy.
     until("the Cluster Ready again", || cluster_ready(&clusters)).await;
+    let (condition, workers) = until("the status to show five healthy workers", || async {
+        workers_health(&clusters)
+            .await
+            .filter(|(_, w)| w.healthy_nodes == 5)
+    })
+    .await;
+    assert_eq!(condition, ("True".into(), "Healthy".into()));
+    assert!(workers.unhealthy.is_empty() && workers.remediation_allowed);
     controller.abort();
 }
 

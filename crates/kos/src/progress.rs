@@ -327,6 +327,18 @@ pub fn render(event: kos_control::report::Event<'_>) -> Vec<(Stream, String)> {
             group,
             why,
         } => e!("kos: {cluster}: not repairing {group}: {why}"),
+        // Only what is wrong: a healthy cluster's every turn would say nothing new.
+        E::Health { cluster, groups } => {
+            for g in groups {
+                for (node, found) in &g.unhealthy {
+                    e!(
+                        "kos: {cluster}: {node} ({}) is unhealthy: {}",
+                        g.group,
+                        crate::term::escape(found)
+                    );
+                }
+            }
+        }
         E::HealthRecheck { cluster, secs } => e!(
             "kos: {cluster}: a node is not healthy but inside its health check's timeout: \
              unhealthy in {secs}s at the earliest (the cloud's clock)"

@@ -1079,6 +1079,16 @@ fn repair_leaves_a_pool_alone_past_its_max_unhealthy() {
         "{out}"
     );
     assert!(!out.contains("replacing"), "{out}");
+    // What was found, node by node.
+    for i in 0..3 {
+        assert!(
+            out.contains(&format!(
+                "kos: demo: kos-demo-workers-{i} (workers) is unhealthy: condition Ready on its \
+                 Node is reporting status"
+            )),
+            "{out}"
+        );
+    }
     let ids = |rt: &tokio::runtime::Runtime| -> Vec<String> {
         rt.block_on(async {
             let s = session(&sim.clouds).await;

@@ -201,6 +201,10 @@ pub struct Summary {
     /// Nodes removed (a smaller group) and replaced.
     pub nodes_removed: Vec<String>,
     pub nodes_replaced: Vec<String>,
+    /// What each group's health check found in the run's last judged turn; none when no turn
+    /// judged (a cluster being made, a run without `--repair`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<Vec<GroupHealth>>,
     /// Where the join token's script was written when the API could not be reached (a path).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_script: Option<String>,
@@ -214,6 +218,54 @@ pub struct Summary {
     /// left undrained or kept, repairs held back, a token or kubeadm-certs left in the cluster.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// One group's health, as its check found it (a MachineHealthCheck's status, in kos's words).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GroupHealth {
+    /// `cp` or a pool's name.
+    pub group: String,
+    pub expected: usize,
+    pub healthy: usize,
+    /// Each unhealthy node and what was found.
+    pub unhealthy: Vec<UnhealthyNode>,
+    /// Nodes not healthy, not yet unhealthy for long enough.
+    pub pending: Vec<String>,
+    /// Whether the unhealthy may be replaced now.
+    pub remediation_allowed: bool,
+    /// Why not, when not (`maxUnhealthy` exceeded, or the check switched off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
+}
+
+/// A node its group's health check finds unhealthy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UnhealthyNode {
+    pub node: String,
+    pub found: String,
+}
+
+impl From<&kos_lifecycle::roll::GroupHealth> for GroupHealth {
+    fn from(g: &kos_lifecycle::roll::GroupHealth) -> Self {
+        use kos_lifecycle::health::Remediation;
+        let allowed = g.remediation == Remediation::Allowed;
+        GroupHealth {
+            group: g.group.clone(),
+            expected: g.expected,
+            healthy: g.healthy,
+            unhealthy: g
+                .unhealthy
+                .iter()
+                .map(|(node, found)| UnhealthyNode {
+                    node: node.clone(),
+                    found: found.clone(),
+                })
+                .collect(),
+            pending: g.pending.clone(),
+            remediation_allowed: allowed,
+            held: (!allowed).then(|| g.remediation.to_string()),
+        }
+    }
 }
 
 impl Summary {
@@ -266,6 +318,10 @@ impl Summary {
                 if !list.iter().any(|n| n == node) {
                     list.push(node.to_owned());
                 }
+            }
+            // Each turn judges every group: the last turn's view is the run's.
+            Event::Health { groups, .. } => {
+                self.health = Some(groups.iter().map(GroupHealth::from).collect());
             }
             Event::TokenScript { location, .. } => self.token_script = Some(location.to_owned()),
             Event::KeysStep { shown, .. } => self
@@ -471,6 +527,62 @@ mod tests {
         // None: no key at all.
         let doc = serde_json::to_value(Summary::new(None)).expect("json");
         assert!(doc.get("warnings").is_none());
+    }
+
+    /// The last turn's judgement is the run's; a held group says why.
+    #[test]
+    fn health_is_the_last_judged_turn() {
+        use kos_lifecycle::health::Remediation;
+        use kos_lifecycle::roll::GroupHealth as Judged;
+        let mut s = Summary::new(Some("demo"));
+        assert!(
+            serde_json::to_value(&s)
+                .expect("json")
+                .get("health")
+                .is_none()
+        );
+        let workers = |unhealthy: Vec<(String, String)>, remediation| Judged {
+            group: "workers".into(),
+            expected: 5,
+            healthy: 5 - unhealthy.len(),
+            unhealthy,
+            pending: Vec::new(),
+            remediation,
+        };
+        let sick: Vec<(String, String)> = (0..3)
+            .map(|i| {
+                (
+                    format!("demo-workers-{i}"),
+                    "its Node has been deleted".into(),
+                )
+            })
+            .collect();
+        let held = Remediation::Restricted {
+            total: 5,
+            not_healthy: 3,
+            max: 2,
+        };
+        s.record(&Event::Health {
+            cluster: "demo",
+            groups: &[workers(sick, held)],
+        });
+        let doc = serde_json::to_value(&s).expect("json");
+        assert_eq!(doc["health"][0]["healthy"], 2);
+        assert_eq!(doc["health"][0]["remediation_allowed"], false);
+        assert_eq!(doc["health"][0]["unhealthy"][2]["node"], "demo-workers-2");
+        assert!(
+            doc["health"][0]["held"]
+                .as_str()
+                .is_some_and(|h| h.contains("maxUnhealthy: 2")),
+            "{doc}"
+        );
+        s.record(&Event::Health {
+            cluster: "demo",
+            groups: &[workers(Vec::new(), Remediation::Allowed)],
+        });
+        let doc = serde_json::to_value(&s).expect("json");
+        assert_eq!(doc["health"][0]["healthy"], 5);
+        assert!(doc["health"][0].get("held").is_none(), "{doc}");
     }
 
     #[test]

@@ -492,6 +492,13 @@ impl run::Cluster for Up<'_> {
         });
     }
 
+    fn judged(&self, p: &Turn, groups: &[kos_lifecycle::roll::GroupHealth]) {
+        self.env.report.event(Event::Health {
+            cluster: &p.graph.cluster,
+            groups,
+        });
+    }
+
     fn recheck_health(&self, p: &Turn, secs: u64) {
         self.env.report.event(Event::HealthRecheck {
             cluster: &p.graph.cluster,
