@@ -104,14 +104,20 @@ pub fn objects(image: &str) -> Vec<Value> {
     ]
 }
 
-/// [`objects`] for a self-hosted cluster, where the operator runs in the cluster it keeps: its
-/// replicas on the control planes (tolerating their taint, the cluster's critical priority), never on
-/// a worker a scale-down or the autoscaler may remove.
+/// The Deployment's annotation naming the cluster a self-hosted operator keeps: `kos adopt` takes
+/// the operator out of that cluster only.
+pub const SELF_HOSTED: &str = "kos.dev/self-hosted";
+
+/// [`objects`] for a self-hosted cluster, where the operator runs in the cluster it keeps
+/// (`cluster`, in its Deployment's [`SELF_HOSTED`] annotation): its replicas on the control planes
+/// (tolerating their taint, the cluster's critical priority), never on a worker a scale-down or
+/// the autoscaler may remove.
 #[must_use]
-pub fn self_hosted(image: &str) -> Vec<Value> {
+pub fn self_hosted(image: &str, cluster: &str) -> Vec<Value> {
     let mut all = objects(image);
     for o in &mut all {
         if o["kind"] == "Deployment" {
+            o["metadata"]["annotations"] = json!({ SELF_HOSTED: cluster });
             let pod = &mut o["spec"]["template"]["spec"];
             pod["nodeSelector"] = json!({"node-role.kubernetes.io/control-plane": ""});
             pod["tolerations"] = json!([{

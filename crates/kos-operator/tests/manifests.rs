@@ -133,7 +133,7 @@ fn every_object_is_valid_for_each_supported_minor() {
 #[test]
 fn a_self_hosted_operator_is_the_same_objects_on_the_control_planes() {
     let image = "registry.example/kos/kos-operator:0.1.0";
-    let hosted = kos_operator::manifests::self_hosted(image);
+    let hosted = kos_operator::manifests::self_hosted(image, "demo");
     support::validate_for_each_minor(&hosted);
     let plain = kos_operator::manifests::objects(image);
     assert_eq!(hosted.len(), plain.len());
@@ -152,7 +152,15 @@ fn a_self_hosted_operator_is_the_same_objects_on_the_control_planes() {
             "node-role.kubernetes.io/control-plane"
         );
         assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+        assert_eq!(
+            h["metadata"]["annotations"][kos_operator::manifests::SELF_HOSTED],
+            "demo"
+        );
         let mut unplaced = h.clone();
+        unplaced["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .remove("annotations");
         let spec = unplaced["spec"]["template"]["spec"]
             .as_object_mut()
             .expect("pod spec");

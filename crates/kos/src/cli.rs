@@ -177,6 +177,34 @@ pub struct UpArgs {
     /// stderr.
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
+    #[command(flatten)]
+    pub hosting: SelfHostArgs,
+}
+
+/// `kos up --self-hosted`: once Ready, the cluster keeps itself.
+#[derive(Debug, Args)]
+pub struct SelfHostArgs {
+    /// Once the cluster is Ready, it keeps itself, as `kos export --self-hosted` makes it: the
+    /// clouds.yaml of --identity-file is written into it as Secret
+    /// kos-system/<--identity-secret>, kos-operator (of --operator-image) is installed on its
+    /// control planes, and its records move there from this machine. `kos adopt NAME --kubeconfig
+    /// <its kubeconfig> --namespace kos-system` brings it back.
+    #[arg(long, requires_all = ["operator_image", "identity_file", "identity_cloud"])]
+    pub self_hosted: bool,
+    /// kos-operator's image, for --self-hosted.
+    #[arg(long, value_name = "IMAGE", requires = "self_hosted")]
+    pub operator_image: Option<String>,
+    /// The clouds.yaml kos-operator reaches the cloud with from inside the cluster, for
+    /// --self-hosted (an application credential of the project is the least it needs); a
+    /// `cacert` it names goes into the Secret too.
+    #[arg(long, value_name = "FILE", requires = "self_hosted")]
+    pub identity_file: Option<PathBuf>,
+    /// The cloud's name in --identity-file.
+    #[arg(long, value_name = "CLOUD", requires = "self_hosted")]
+    pub identity_cloud: Option<String>,
+    /// The Secret in kos-system the identity is written to, for --self-hosted.
+    #[arg(long, value_name = "SECRET", default_value = "kos-identity")]
+    pub identity_secret: String,
 }
 
 /// How far `kos up` follows a cluster after the infrastructure is converged.

@@ -362,13 +362,14 @@ fn rt_get(clusters: &Api<Cluster>) -> Result<Option<Cluster>, kube::Error> {
     .expect("thread")
 }
 
-/// `kos export --self-hosted`: a cluster `kos up` made keeps itself. Refused (nothing moved) while
-/// the cluster has no identity Secret; then kos-operator is installed into the cluster, on its
-/// control planes, and the Cluster and its records go there. The operator, run here against the
+/// `kos up --self-hosted`: a cluster `kos up` made keeps itself. `kos export --self-hosted` is
+/// refused (nothing moved) while the cluster has no identity Secret, and `kos up --self-hosted`
+/// while its identity file does not name the cloud; then the identity is written into the cluster,
+/// kos-operator installed there, on its control planes, and the Cluster and its records go there. The operator, run here against the
 /// cluster's own API as its pod would be, scales the cluster it runs in, then upgrades it 1.35 →
 /// 1.36, its replica's control plane replaced mid-way (the replica drained, killed, another
 /// started from nothing), no invariant violated; `kos adopt` through the cluster's kubeconfig
-/// brings it back to the CLI with nothing to do.
+/// brings it back to the CLI with nothing to do, and takes the operator and its identity out.
 #[test]
 fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -476,7 +477,40 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
     );
     assert!(dir.join("pki.json").exists(), "nothing moved");
 
-    let clouds_text = std::fs::read_to_string(&sim.clouds).expect("clouds.yaml");
+    // `kos up --self-hosted` writes the operator's identity into the cluster itself: a file that
+    // does not name its cloud is refused before anything.
+    let self_host = |cloud: &str, secret: &str| {
+        kos(
+            d,
+            Some(&sim.clouds),
+            &[
+                "up",
+                "-f",
+                spec_arg,
+                "--cloud",
+                "sim",
+                "--self-hosted",
+                "--operator-image",
+                "registry.example/kos/kos-operator:0.1.0",
+                "--identity-file",
+                sim.clouds.to_str().expect("utf8"),
+                "--identity-cloud",
+                cloud,
+                "--identity-secret",
+                secret,
+            ],
+        )
+    };
+    let refused = self_host("elsewhere", "cloud");
+    assert_eq!(code(&refused), 3, "{}", text(&refused));
+    assert!(
+        text(&refused).contains("cloud 'elsewhere' not found in --identity-file"),
+        "{}",
+        text(&refused)
+    );
+    assert!(dir.join("pki.json").exists(), "nothing moved");
+    assert_eq!(servers(&sim.clouds, &rt), made, "nothing made");
+    // A Secret kos did not write is never overwritten.
     rt.block_on(async {
         let ns: k8s_openapi::api::core::v1::Namespace =
             serde_json::from_value(json!({"metadata": {"name": "kos-system"}})).expect("ns");
@@ -484,18 +518,34 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
             .create(&PostParams::default(), &ns)
             .await
             .expect("namespace");
-        let identity: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "cloud"},
-            "stringData": {"clouds.yaml": clouds_text},
+        let theirs: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "theirs"},
+            "stringData": {"clouds.yaml": "clouds: {}"},
         }))
         .expect("secret");
         Api::<Secret>::namespaced(wl.clone(), "kos-system")
-            .create(&PostParams::default(), &identity)
+            .create(&PostParams::default(), &theirs)
             .await
-            .expect("identity");
+            .expect("their Secret");
     });
-    let moved = export();
+    let refused = self_host("sim", "theirs");
+    assert_eq!(code(&refused), 3, "{}", text(&refused));
+    assert!(
+        text(&refused)
+            .contains("Secret kos-system/theirs exists in the cluster and kos did not write it"),
+        "{}",
+        text(&refused)
+    );
+    assert!(dir.join("pki.json").exists(), "nothing moved");
+    let moved = self_host("sim", "cloud");
     assert_eq!(code(&moved), 0, "{}", text(&moved));
+    let identity = rt
+        .block_on(Api::<Secret>::namespaced(wl.clone(), "kos-system").get("cloud"))
+        .expect("the identity Secret kos wrote");
+    assert_eq!(
+        String::from_utf8_lossy(&identity.data.expect("data")["clouds.yaml"].0),
+        std::fs::read_to_string(&sim.clouds).expect("clouds.yaml")
+    );
     assert!(
         !dir.join("pki.json").exists(),
         "the records left this machine"
@@ -696,6 +746,20 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
     );
     assert_eq!(code(&adopt), 0, "{}", text(&adopt));
     controller.abort();
+    // The operator it ran, and the identity kos wrote for it, are out of the cluster.
+    let left = rt.block_on(async {
+        let deployment =
+            Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(wl.clone(), "kos-system")
+                .get_opt("kos-operator")
+                .await
+                .expect("deployments");
+        let secret = Api::<Secret>::namespaced(wl.clone(), "kos-system")
+            .get_opt("cloud")
+            .await
+            .expect("secrets");
+        (deployment.is_some(), secret.is_some())
+    });
+    assert_eq!(left, (false, false), "{}", text(&adopt));
     assert_eq!(
         std::fs::read_to_string(cluster_dir(d, "sim", "demo").join("pki.json")).expect("pki"),
         pki_before,

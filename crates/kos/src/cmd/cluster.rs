@@ -308,6 +308,12 @@ fn fetch_summary(spec: &kos_cluster::ClusterSpec) -> String {
 pub async fn up(args: UpArgs, verbose: u8) -> Result<Exit, Failure> {
     let json = matches!(args.output, Output::Json);
     let progress = Progress::new(json, verbose);
+    // --self-hosted: its identity is read and checked before anything is made.
+    let hosting = match self_hosting(&args) {
+        Ok(h) => h,
+        Err(f) => return progress.finish(Summary::new(None), Err(f)),
+    };
+    let (file, cloud) = (args.spec.file.clone(), args.cloud.cloud.clone());
     let (summary, r) = match load_spec(&args.spec.file) {
         Ok(spec) => {
             autoscaling_note(&spec.loaded.spec);
@@ -320,7 +326,35 @@ pub async fn up(args: UpArgs, verbose: u8) -> Result<Exit, Failure> {
         }
         Err(f) => (Summary::new(None), Err(f)),
     };
-    progress.finish(summary, r)
+    let done = progress.finish(summary, r)?;
+    match hosting {
+        Some((image, identity)) if done == Exit::Ok => {
+            super::fleet::self_host_after_up(file, cloud, image, identity).await
+        }
+        _ => Ok(done),
+    }
+}
+
+/// `--self-hosted`'s image and identity, checked: the run must wait for the API (the cluster is
+/// its own management cluster), and the identity file must name its cloud.
+fn self_hosting(args: &UpArgs) -> Result<Option<(String, super::fleet::Identity)>, Failure> {
+    let h = &args.hosting;
+    let (true, Some(image), Some(file), Some(cloud)) = (
+        h.self_hosted,
+        &h.operator_image,
+        &h.identity_file,
+        &h.identity_cloud,
+    ) else {
+        return Ok(None);
+    };
+    if args.wait != Wait::Ready {
+        return Err(Failure::input(miette::miette!(
+            help = "drop --wait: the cluster's API must be Ready to keep itself",
+            "--self-hosted needs --wait ready"
+        )));
+    }
+    let identity = super::fleet::Identity::read(file, cloud, &h.identity_secret)?;
+    Ok(Some((image.clone(), identity)))
 }
 
 /// `kos up`, with `before` run under the cluster's lock before the first turn (`kos rotate
