@@ -7,7 +7,9 @@
 //! JSON patch `test` of the value read, and the Cluster's next turn makes or removes servers.
 //! `DeleteNodes` tags the named servers `kos-retire` (kos-lifecycle's `succession::TAG_RETIRE`),
 //! then lowers the count: the turn's scale-down takes those servers and no other, and the cloud
-//! keeps the choice across a killed leader.
+//! keeps the choice across a killed leader. A named server Nova will not tag (being built, or its
+//! build failed: what the autoscaler names after a create error) is deleted by the provider once
+//! the count is lowered.
 //!
 //! Each autoscaler presents a client certificate whose common name is its Cluster's
 //! `<namespace>/<name>` ([`tls`]): it sees and changes that Cluster's pools alone.

@@ -4,7 +4,9 @@
 //! for a scale-up, `NodeGroupTemplateNodeInfo` of a group with no node and `NodeGroupIncreaseSize`;
 //! for a scale-down, `NodeGroupDeleteNodes` of the drained node). A pool at 0 grows to a Ready node
 //! with the template's labels and taints, and a scale-down removes exactly the named node: the
-//! older of two, where kos alone would take the newest.
+//! older of two, where kos alone would take the newest. A scale-up whose server fails to build is
+//! given up as the autoscaler does it: the instance reported with its error, then deleted through
+//! `NodeGroupDeleteNodes` of the autoscaler's fake node, the target lowered.
 
 #![allow(clippy::unwrap_used)]
 
@@ -23,9 +25,11 @@ use kos_operator::autoscaler::proto::cloud_provider_client::CloudProviderClient;
 use kos_operator::autoscaler::proto::*;
 use kos_operator::reconcile::{self, Settings};
 use kos_operator::resource::Cluster;
+use kos_sim::FaultRule;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::Controller;
 use serde_json::json;
+use tokio::task::JoinHandle;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 /// Waits (bounded: a hang fails) until `done` gives something.
@@ -169,6 +173,297 @@ async fn ready_workers(nodes: &Api<Node>) -> Vec<Node> {
         .collect()
 }
 
+/// Nova's fault for a server no host can take (nova/conductor/manager.py `NoValidHost`).
+const NO_VALID_HOST: &str = "No valid host was found. There are not enough hosts available.";
+
+/// The ids of every server the cloud shows, sorted.
+async fn server_ids(session: &kos_cloud::Session) -> Vec<String> {
+    let mut v: Vec<String> = session
+        .compute()
+        .list_servers(&TagQuery::default())
+        .await
+        .expect("servers")
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    v.sort();
+    v
+}
+
+/// The group's target size as a loop of the autoscaler reads it.
+async fn target_size(ca: &mut CloudProviderClient<Channel>) -> i32 {
+    ca.refresh(RefreshRequest {}).await.expect("refresh");
+    ca.node_group_target_size(NodeGroupTargetSizeRequest {
+        id: "workers".into(),
+    })
+    .await
+    .expect("target size")
+    .into_inner()
+    .target_size
+}
+
+/// The operator's Cluster controller, as `kos-operator run` runs it.
+fn controller(client: &kube::Client, ctx: &Arc<reconcile::Context>) -> JoinHandle<()> {
+    tokio::spawn(
+        Controller::new(
+            Api::<Cluster>::all(client.clone()),
+            kube::runtime::watcher::Config::default(),
+        )
+        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+        .for_each(|_| async {}),
+    )
+}
+
+/// A fault rule of the simulated cloud: `method` on `path`, answered `status`, each time.
+fn rule(method: &str, path: &str, status: u16) -> FaultRule {
+    FaultRule {
+        id: None,
+        method: Some(method.into()),
+        path: path.into(),
+        body: None,
+        status,
+        probability: 1.0,
+        count: None,
+        skip: 0,
+        retry_after: None,
+        after_side_effect: false,
+        build_error: false,
+        message: None,
+    }
+}
+
+/// The paths of the cloud's calls `method` with `operation` that succeeded after call `mark`,
+/// each once.
+fn calls(sim: &kos_sim::Sim, mark: u64, method: &str, operation: &str) -> Vec<String> {
+    let obs = sim.app().observations();
+    assert!(
+        obs.log.front().is_some_and(|e| e.seq <= mark + 1),
+        "the cloud's log was cut"
+    );
+    obs.log
+        .iter()
+        .filter(|e| {
+            e.seq > mark
+                && e.method == method
+                && e.operation == operation
+                && (200..300).contains(&e.status)
+        })
+        .map(|e| e.path.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// A scale-up of the pool (at 0) whose server Nova accepts (202), then fails to build ("No valid
+/// host"), driven as cluster-autoscaler 1.36.1 drives it. kos deletes a server that failed to
+/// build at once and boots it again on a later turn; the autoscaler sees one in ERROR when that
+/// delete does not go through (Nova refuses it here, a locked server) and no turn runs (the
+/// operator stopped). Its clusterstate reads the instance (`NodeGroupNodes`) as being created
+/// with an error (`buildInstanceToErrorCodeMappings`); its loop's `deleteCreatedNodesWithErrors`
+/// asks for the group's options, then calls `DeleteNodes` with clusterstate's `FakeNode` of it:
+/// name and providerID both the instance's id, the `create-error` annotation. The provider
+/// deletes exactly that server and lowers the target by one; nothing else is touched, and the
+/// operator, back, converges on the lowered count.
+async fn a_failed_build_is_given_up_as_the_autoscaler_does(
+    sim: &kos_sim::Sim,
+    session: &kos_cloud::Session,
+    clusters: &Api<Cluster>,
+    ca: &CloudProviderClient<Channel>,
+    running: &mut JoinHandle<()>,
+    restart: impl FnOnce() -> JoinHandle<()>,
+) {
+    let id = || "workers".to_owned();
+    let mut ca = ca.clone();
+    let before = server_ids(session).await;
+    let objects_before = support::tagged(sim, "demo").await;
+    let mark = sim.app().observations().log.back().map_or(0, |e| e.seq);
+    let (build, hold) = {
+        let mut faults = sim.app().fault_engine();
+        let build = faults
+            .add(FaultRule {
+                body: Some(r#""name": ?"kos-demo-workers-"#.into()),
+                count: Some(1),
+                build_error: true,
+                message: Some(NO_VALID_HOST.into()),
+                ..rule("POST", "^/compute/v2.1/servers$", 500)
+            })
+            .unwrap();
+        let hold = faults
+            .add(FaultRule {
+                message: Some("Instance is locked".into()),
+                ..rule("DELETE", "^/compute/v2.1/servers/[^/]+$", 409)
+            })
+            .unwrap();
+        (build, hold)
+    };
+    ca.node_group_increase_size(NodeGroupIncreaseSizeRequest { delta: 1, id: id() })
+        .await
+        .expect("increase");
+    assert_eq!(count(clusters).await, 1);
+
+    // A later loop reads the instance: being created, with its error.
+    let failed = until("the failed server reported with its error", || {
+        let mut ca = ca.clone();
+        async move {
+            ca.refresh(RefreshRequest {}).await.ok()?;
+            let instances = ca
+                .node_group_nodes(NodeGroupNodesRequest { id: id() })
+                .await
+                .ok()?
+                .into_inner()
+                .instances;
+            instances
+                .into_iter()
+                .find(|i| i.status.as_ref().is_some_and(|s| s.error_info.is_some()))
+        }
+    })
+    .await;
+    let servers = workers(session).await;
+    assert_eq!(servers.len(), 1, "one server was made: {servers:?}");
+    let (_, server, _) = servers[0].clone();
+    assert_eq!(failed.id, format!("openstack:///{server}"));
+    let shown = session
+        .compute()
+        .get_server(&server)
+        .await
+        .unwrap()
+        .expect("the failed server");
+    assert_eq!(shown.status, kos_cloud::model::compute::ServerStatus::Error);
+    let status = failed.status.clone().unwrap();
+    assert_eq!(
+        status.instance_state,
+        instance_status::InstanceState::InstanceCreating as i32
+    );
+    let error = status.error_info.unwrap();
+    // The autoscaler keeps an error only with a code (externalgrpc's `Nodes`); "No valid host" is
+    // a lack of room: its OutOfResourcesErrorClass (1).
+    assert!(!error.error_code.is_empty(), "{error:?}");
+    assert_eq!(error.instance_error_class, 1, "{error:?}");
+    assert!(error.error_message.contains(NO_VALID_HOST), "{error:?}");
+    assert_eq!(target_size(&mut ca).await, 1);
+    // kos tried to delete it, and Nova refused.
+    until("kos's delete of the failed server refused", || async {
+        let obs = sim.app().observations();
+        obs.log
+            .iter()
+            .any(|e| {
+                e.seq > mark
+                    && e.fault_rule == Some(hold)
+                    && e.path == format!("/compute/v2.1/servers/{server}")
+            })
+            .then_some(())
+    })
+    .await;
+
+    // The operator stops; Nova lets deletes through again, and the fault is gone.
+    running.abort();
+    assert!(
+        (&mut *running).await.unwrap_err().is_cancelled(),
+        "the controller stopped"
+    );
+    {
+        let mut faults = sim.app().fault_engine();
+        assert!(faults.remove(hold));
+        assert!(faults.remove(build));
+    }
+
+    // `deleteCreatedNodesWithErrors`: the group's options (`ZeroOrMaxNodeScaling` off: the named
+    // nodes as they are), then `DeleteNodes` of the fake node.
+    ca.refresh(RefreshRequest {}).await.expect("refresh");
+    let options = ca
+        .node_group_get_options(NodeGroupAutoscalingOptionsRequest {
+            id: id(),
+            defaults: Some(NodeGroupAutoscalingOptions::default()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .node_group_autoscaling_options
+        .unwrap();
+    assert!(!options.zero_or_max_node_scaling);
+    let fake = ExternalGrpcNode {
+        provider_id: failed.id.clone(),
+        name: failed.id.clone(),
+        labels: Default::default(),
+        annotations: [(
+            "k8s.io/cluster-autoscaler/fake-node-reason".to_owned(),
+            "create-error".to_owned(),
+        )]
+        .into(),
+    };
+    ca.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+        nodes: vec![fake],
+        id: id(),
+    })
+    .await
+    .expect("delete the failed node");
+    assert_eq!(count(clusters).await, 0);
+    assert_eq!(target_size(&mut ca).await, 0);
+    // The next loops read it on its way out, with no error (not named again), then not at all.
+    until("the failed server gone", || {
+        let mut ca = ca.clone();
+        let want = failed.id.clone();
+        async move {
+            ca.refresh(RefreshRequest {}).await.ok()?;
+            let instances = ca
+                .node_group_nodes(NodeGroupNodesRequest { id: id() })
+                .await
+                .ok()?
+                .into_inner()
+                .instances;
+            for i in &instances {
+                let s = i.status.clone().unwrap();
+                assert_eq!(i.id, want);
+                assert_eq!(
+                    s.instance_state,
+                    instance_status::InstanceState::InstanceDeleting as i32
+                );
+                assert_eq!(s.error_info, None);
+            }
+            instances.is_empty().then_some(())
+        }
+    })
+    .await;
+    // Nothing else touched: the servers are those before, and the one server made is the one
+    // deleted, by the provider (no turn ran).
+    assert_eq!(server_ids(session).await, before);
+    let made = calls(sim, mark, "POST", "POST /compute/v2.1/servers");
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(
+        calls(sim, mark, "DELETE", "DELETE /compute/v2.1/servers/{id}"),
+        [format!("/compute/v2.1/servers/{server}")],
+        "the one server deleted"
+    );
+
+    // The operator back: a turn of the lowered count converges and takes what the failed server
+    // left (its port); the cluster has in the cloud what it had.
+    let generation = clusters
+        .get("demo")
+        .await
+        .unwrap()
+        .metadata
+        .generation
+        .unwrap();
+    *running = restart();
+    until("a turn of the lowered count converged", || async {
+        let c = clusters.get("demo").await.ok()?;
+        let s = c.status?;
+        (s.observed_generation? >= generation
+            && s.conditions
+                .iter()
+                .any(|c| c.kind == "Ready" && c.status == "True"))
+        .then_some(())
+    })
+    .await;
+    until("the failed server's objects gone", || async {
+        (support::tagged(sim, "demo").await == objects_before).then_some(())
+    })
+    .await;
+    assert_eq!(count(clusters).await, 0);
+    assert_eq!(server_ids(session).await, before);
+    assert_eq!(made, calls(sim, mark, "POST", "POST /compute/v2.1/servers"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
     let _ = tracing_subscriber::fmt()
@@ -209,14 +504,7 @@ async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
             ..Settings::default()
         },
     );
-    let _controller = tokio::spawn(
-        Controller::new(
-            Api::<Cluster>::all(client.clone()),
-            kube::runtime::watcher::Config::default(),
-        )
-        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
-        .for_each(|_| async {}),
-    );
+    let mut running = controller(&client, &ctx);
 
     let mut spec = example("minimal.yaml")["spec"].clone();
     spec["nodePools"][0]["count"] = json!(0);
@@ -428,6 +716,19 @@ async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert_eq!(count(&clusters).await, 0);
+
+    // A scale-up whose server Nova accepts (202), then fails to build ("No valid host").
+    a_failed_build_is_given_up_as_the_autoscaler_does(
+        &sim,
+        &session,
+        &clusters,
+        &ca,
+        &mut running,
+        || controller(&client, &ctx),
+    )
+    .await;
+
+    // The fault gone, one more is taken.
     ca.node_group_increase_size(NodeGroupIncreaseSizeRequest { delta: 1, id: id() })
         .await
         .expect("increase");

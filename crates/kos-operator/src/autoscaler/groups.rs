@@ -39,11 +39,17 @@ pub fn accounted_ids(value: &str) -> std::collections::BTreeSet<String> {
 
 /// What a `DeleteNodes` does, in this order: take the tag off servers a call that failed before
 /// its count was lowered left tagged (they would leave in place of the named ones), tag the named
-/// servers, then lower the count and record them in one patch.
+/// servers, lower the count and record them in one patch, then delete the named servers Nova
+/// will not tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deletion {
-    /// Named, not tagged yet.
+    /// Named, not tagged yet, and taggable.
     pub tag: Vec<Member>,
+    /// Named, and Nova will not tag them ([`Member::taggable`]): being built, or their build
+    /// failed (what the autoscaler names after a create error). They never joined: deleted once
+    /// the count is lowered (a turn in between takes a failed one first too: it has no booted
+    /// server), unless already being deleted.
+    pub remove: Vec<Member>,
     /// Tagged by a call that never lowered the count, and not named now.
     pub untag: Vec<Member>,
     /// Named, not accounted yet: the count is lowered by these.
@@ -105,6 +111,23 @@ pub struct Member {
 }
 
 impl Member {
+    /// Whether Nova takes a tag change on the server: not while it is being built nor once its
+    /// build failed (`vm_state` building, error: nova/api/openstack/compute/server_tags.py allows
+    /// active, paused, suspended, stopped and shelved servers only, and answers 409 otherwise).
+    #[must_use]
+    pub fn taggable(&self) -> bool {
+        !matches!(self.status, ServerStatus::Build | ServerStatus::Error)
+    }
+
+    /// Being deleted, or gone.
+    fn going(&self) -> bool {
+        self.task.as_deref() == Some("deleting")
+            || matches!(
+                self.status,
+                ServerStatus::Deleted | ServerStatus::SoftDeleted
+            )
+    }
+
     /// The node's `spec.providerID`.
     #[must_use]
     pub fn provider_id(&self) -> String {
@@ -117,12 +140,7 @@ impl Member {
     #[must_use]
     pub fn status(&self) -> InstanceStatus {
         // Named and its count lowered: on its way out (a tag alone is a call that failed).
-        let deleting = self.accounted
-            || self.task.as_deref() == Some("deleting")
-            || matches!(
-                self.status,
-                ServerStatus::Deleted | ServerStatus::SoftDeleted
-            );
+        let deleting = self.accounted || self.going();
         let (state, error) = match self.status {
             _ if deleting => (InstanceState::InstanceDeleting, None),
             ServerStatus::Build => (InstanceState::InstanceCreating, None),
@@ -285,9 +303,12 @@ impl Group {
         let untag = members
             .iter()
             .filter(|m| {
+                // One Nova will not untag (its server failed since) keeps the tag: retired
+                // first, it is the one to go anyway.
                 m.pool == self.pool
                     && m.retiring
                     && !m.accounted
+                    && m.taggable()
                     && !named.contains_key(&m.server_id)
             })
             .cloned()
@@ -297,8 +318,10 @@ impl Group {
             .filter(|m| m.pool == self.pool && (m.accounted || named.contains_key(&m.server_id)))
             .map(|m| m.server_id.clone())
             .collect();
+        let (tag, remove) = named.into_values().partition::<Vec<_>, _>(|m| m.taggable());
         Ok(Deletion {
-            tag: named.into_values().filter(|m| !m.retiring).collect(),
+            tag: tag.into_iter().filter(|m| !m.retiring).collect(),
+            remove: remove.into_iter().filter(|m| !m.going()).collect(),
             untag,
             account,
             accounted,
@@ -452,6 +475,59 @@ mod tests {
             group(2, 5, 2).deleting(&[("openstack:///a".into(), String::new())], &ms),
             Err(SizeError::BelowMin { .. })
         ));
+    }
+
+    #[test]
+    fn a_server_nova_will_not_tag_is_deleted_once_counted() {
+        let ids = |v: &[Member]| v.iter().map(|m| m.server_id.clone()).collect::<Vec<_>>();
+        // After a create error the autoscaler names the server whose build failed (its fake node:
+        // name and providerID the instance's id); Nova answers a tag on it with 409.
+        let mut ms = vec![
+            member("a", "workers", 0, ServerStatus::Active),
+            member("b", "workers", 1, ServerStatus::Error),
+        ];
+        let fake = [("openstack:///b".to_owned(), "openstack:///b".to_owned())];
+        let d = group(0, 5, 2).deleting(&fake, &ms).unwrap();
+        assert!(d.tag.is_empty(), "{:?}", d.tag);
+        assert_eq!(ids(&d.remove), ["b"]);
+        assert_eq!((d.account.as_slice(), d.target), (&["b".to_owned()][..], 1));
+        // Asked again once counted (the delete may have failed): deleted, not counted again.
+        ms[1].accounted = true;
+        let d = group(0, 5, 1).deleting(&fake, &ms).unwrap();
+        assert_eq!(ids(&d.remove), ["b"]);
+        assert!(d.account.is_empty());
+        assert_eq!(d.target, 1);
+        // Already being deleted: nothing more.
+        ms[1].task = Some("deleting".into());
+        let d = group(0, 5, 1).deleting(&fake, &ms).unwrap();
+        assert!(d.remove.is_empty() && d.tag.is_empty());
+        // One still being built is not taggable either; a running one is tagged, as before.
+        ms[0].status = ServerStatus::Build;
+        let d = group(0, 5, 1)
+            .deleting(&[("openstack:///a".into(), String::new())], &ms)
+            .unwrap();
+        assert_eq!(
+            (ids(&d.remove), ids(&d.tag)),
+            (vec!["a".to_owned()], vec![])
+        );
+        ms[0].status = ServerStatus::Active;
+        let d = group(0, 5, 1)
+            .deleting(&[("openstack:///a".into(), String::new())], &ms)
+            .unwrap();
+        assert_eq!(
+            (ids(&d.remove), ids(&d.tag)),
+            (vec![], vec!["a".to_owned()])
+        );
+        // Left tagged by a call that failed, then its server failed: not untagged (Nova would
+        // answer 409 on every later call).
+        ms[0].retiring = true;
+        ms[0].status = ServerStatus::Error;
+        ms.push(member("c", "workers", 2, ServerStatus::Active));
+        let d = group(0, 5, 2)
+            .deleting(&[("openstack:///c".into(), String::new())], &ms)
+            .unwrap();
+        assert!(d.untag.is_empty(), "{:?}", d.untag);
+        assert_eq!(ids(&d.tag), ["c"]);
     }
 
     #[test]

@@ -384,6 +384,16 @@ impl CloudProvider for Provider {
             self.set_target(&who, &view, g, d.target, Some(&d.accounted))
                 .await?;
         }
+        // Those Nova will not tag (a build that failed, one being built) go now, the count
+        // lowered for them: the autoscaler deletes what failed to be created this way.
+        for m in &d.remove {
+            compute
+                .delete_server(&m.server_id)
+                .await
+                .map_err(|e| Status::unavailable(format!("deleting {}: {e}", m.name)))?;
+            tracing::info!(node = %m.name, pool = %g.pool, status = %m.status,
+                "autoscaler named a node that never joined: its server deleted");
+        }
         self.forget(&who);
         Ok(Response::new(NodeGroupDeleteNodesResponse {}))
     }
