@@ -359,6 +359,19 @@ async fn tag_filters() {
         )
         .await;
     assert_eq!(r.status, 400);
+    // Nova takes a tag change on a settled server only: 409 while it is built.
+    let r = h
+        .call("PUT", &format!("{P}/servers/{b}/tags/new"), None, LATEST)
+        .await;
+    assert_eq!(r.status, 409, "{}", r.json);
+    assert!(
+        r.json
+            .to_string()
+            .contains("while it is in vm_state building"),
+        "{}",
+        r.json
+    );
+    wait_status(&h, &b, "ACTIVE").await;
     let r = h
         .call("PUT", &format!("{P}/servers/{b}/tags/new"), None, LATEST)
         .await;

@@ -2010,10 +2010,23 @@ fn tags_api(mv: Mv) -> SimResult<()> {
     }
 }
 
-/// Tag changes need a settled server (Nova answers 409 while it is being deleted or has failed to build).
+/// Tag changes need a settled server: Nova's `ServerTagsController._check_instance_in_valid_state`
+/// takes vm_state active, paused, suspended, stopped (and since 2023, shelved ones) and answers 409
+/// otherwise: while it is built, once its build failed, while it is deleted.
 fn taggable(s: &Server, action: &str) -> SimResult<()> {
-    if s.delete_at.is_some() || s.vm_state == "error" {
+    let settled = matches!(
+        s.vm_state.as_str(),
+        "active" | "paused" | "suspended" | "stopped" | "shelved" | "shelved_offloaded"
+    );
+    if s.delete_at.is_some() {
         return Err(invalid_state(action, s));
+    }
+    if !settled {
+        // Nova names the vm_state here, whatever the task.
+        return Err(conflict(format!(
+            "Cannot '{action}' instance {} while it is in vm_state {}",
+            s.id, s.vm_state
+        )));
     }
     Ok(())
 }
