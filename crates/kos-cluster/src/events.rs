@@ -46,6 +46,14 @@ pub enum Event {
         id: String,
         error: String,
     },
+    /// A server's build failed (ERROR with Nova's fault, or gone while built); it and its port
+    /// are deleted, and a `Failed` of the node follows. The server's id is kept for whoever must
+    /// account for it (cluster-autoscaler, told of a create error).
+    BuildFailed {
+        id: String,
+        server: String,
+        fault: String,
+    },
     Deleted {
         id: String,
         kind: Kind,

@@ -118,6 +118,30 @@ pub struct Forward<'a> {
     pub notes: tokio::sync::mpsc::UnboundedSender<Note>,
     /// The soonest a node's health must be looked at again, in the cloud's seconds.
     pub recheck: &'a Recheck,
+    /// The servers whose build failed in the turn's applies.
+    pub builds: BuildFailures,
+}
+
+/// The servers whose build failed in a run's applies: (node's logical id, server id, fault).
+#[derive(Debug, Default, Clone)]
+pub struct BuildFailures(std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>);
+
+impl BuildFailures {
+    fn push(&self, failure: (String, String, String)) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(failure);
+    }
+
+    /// Every failure so far.
+    #[must_use]
+    pub fn seen(&self) -> Vec<(String, String, String)> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// The soonest of the turn's [`Event::HealthRecheck`]s.
@@ -153,6 +177,27 @@ impl Report for Forward<'_> {
             let _ = self.notes.send(n);
         }
         self.inner.event(event);
+    }
+
+    /// The apply's events: a build that failed is kept ([`BuildFailures`]), the rest dropped (no
+    /// front end renders them).
+    fn apply_progress(
+        &self,
+        _total: u64,
+    ) -> (
+        tokio::sync::mpsc::Sender<kos_cluster::events::Event>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let builds = self.builds.clone();
+        let task = tokio::spawn(async move {
+            while let Some(e) = rx.recv().await {
+                if let kos_cluster::events::Event::BuildFailed { id, server, fault } = e {
+                    builds.push((id, server, fault));
+                }
+            }
+        });
+        (tx, task)
     }
 }
 

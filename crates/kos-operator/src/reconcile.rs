@@ -2,7 +2,7 @@
 //! from the resource, the credential from its identity Secret, the secrets in a Secret it owns;
 //! or, when the Cluster is being deleted, the same teardown as `kos down`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource as _, ResourceExt as _};
 use serde_json::json;
 
-use crate::events::{Forward, Note, Recheck};
+use crate::events::{BuildFailures, Forward, Note, Recheck};
 use crate::identity::{self, IdentityError};
 use crate::resource::{Cluster, ClusterStatus, FINALIZER, ORPHAN};
 use crate::slots::{Slots, Turn};
@@ -287,11 +287,19 @@ pub fn document_value(
 struct ResourceFront {
     shown: String,
     text: String,
+    /// Per autoscaled pool, the failed builds the autoscaler is told of and has not taken yet: the
+    /// turn runs the pool that much smaller, so that it does not boot them again meanwhile.
+    hold: BTreeMap<String, u32>,
 }
 
 impl ResourceFront {
     fn load(&self) -> Result<Spec, kos_cluster::SpecErrors> {
-        let loaded = kos_cluster::load(&self.shown, &self.text)?;
+        let mut loaded = kos_cluster::load(&self.shown, &self.text)?;
+        for pool in &mut loaded.spec.node_pools {
+            if let Some(held) = self.hold.get(pool.name.value.as_str()) {
+                pool.count.value = pool.count.value.saturating_sub(*held);
+            }
+        }
         Ok(Spec {
             spec: loaded.spec,
             shown: self.shown.clone(),
@@ -364,6 +372,7 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
     let front = ResourceFront {
         shown: format!("Cluster {ns}/{name}"),
         text: document(cluster),
+        hold: held_builds(cluster),
     };
     let spec = match front.load() {
         Ok(s) => s,
@@ -442,10 +451,12 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
         let (notes, mut rx) = tokio::sync::mpsc::unbounded_channel::<Note>();
         let summary = Summarised::new(&kos_control::report::Silent, Summary::new(Some(&name)));
         let recheck = Recheck::default();
+        let builds = BuildFailures::default();
         let report = Forward {
             inner: &summary,
             notes,
             recheck: &recheck,
+            builds: builds.clone(),
         };
         let kubeadm = kos_control::kubeadm::Kubeadm {
             session,
@@ -512,6 +523,8 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
         while let Ok(n) = rx.try_recv() {
             publish(n).await;
         }
+        // Before the status: a failure recorded late would be booted again by the next turn.
+        record_failed_builds(ctx, cluster, ns, &cluster_spec, &builds.seen()).await?;
         let done = summary.summary();
         match r {
             Ok(()) => {
@@ -621,6 +634,87 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
         ctx.release(&project, &name, &claim);
     }
     result
+}
+
+/// Per autoscaled pool, how many of its failed builds (`failed.kos.dev/<pool>`) the autoscaler
+/// has not taken (`retire.kos.dev/<pool>` does not name them yet).
+fn held_builds(cluster: &Cluster) -> BTreeMap<String, u32> {
+    use crate::autoscaler::groups;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let annotations = cluster.annotations();
+    cluster
+        .spec
+        .cluster
+        .node_pools
+        .iter()
+        .flatten()
+        .filter(|p| p.autoscaling.is_some())
+        .filter_map(|p| {
+            let failed = groups::failures(annotations.get(&groups::failed_key(&p.name))?, now);
+            let taken = annotations
+                .get(&groups::accounted_key(&p.name))
+                .map(|v| groups::accounted_ids(v))
+                .unwrap_or_default();
+            let held = failed.keys().filter(|id| !taken.contains(*id)).count();
+            (held > 0).then(|| (p.name.clone(), u32::try_from(held).unwrap_or(u32::MAX)))
+        })
+        .collect()
+}
+
+/// Records the servers of autoscaled pools whose build failed in this run
+/// (`failed.kos.dev/<pool>`), so that the autoscaler is told and backs the pool off; the expired
+/// dropped. kos deleted each at once: without the record the autoscaler never sees one fail.
+async fn record_failed_builds(
+    ctx: &Context,
+    cluster: &Cluster,
+    ns: &str,
+    spec: &kos_cluster::spec::ClusterSpec,
+    seen: &[(String, String, String)],
+) -> Result<(), ReconcileError> {
+    use crate::autoscaler::groups;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let annotations = cluster.annotations();
+    let mut patch = serde_json::Map::new();
+    for pool in spec.node_pools.iter() {
+        let Some(autoscaling) = &pool.autoscaling else {
+            continue;
+        };
+        let name = pool.name.value.as_str();
+        // The pool's servers are `<pool>-<index>`: the one whose index is all digits.
+        let found: Vec<(String, String)> = seen
+            .iter()
+            .filter(|(id, _, _)| {
+                id.rsplit_once('-').is_some_and(|(p, i)| {
+                    p == name && !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit())
+                })
+            })
+            .map(|(_, server, fault)| (server.clone(), fault.clone()))
+            .collect();
+        let key = groups::failed_key(name);
+        let was = annotations.get(&key);
+        if found.is_empty() && was.is_none() {
+            continue;
+        }
+        let before = was.map(|v| groups::failures(v, now)).unwrap_or_default();
+        let keep = usize::try_from(autoscaling.max).unwrap_or(usize::MAX);
+        let after = groups::with_failures(before, &found, now, keep.max(1));
+        let value = groups::failures_value(&after);
+        if value.as_ref() != was {
+            patch.insert(key, value.map_or(serde_json::Value::Null, Into::into));
+        }
+    }
+    if patch.is_empty() {
+        return Ok(());
+    }
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), ns);
+    api.patch(
+        &cluster.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": patch}})),
+    )
+    .await
+    .map_err(ReconcileError::Api)?;
+    Ok(())
 }
 
 /// What to do when the cloud's cluster of this name is not this Cluster's.

@@ -464,6 +464,139 @@ async fn a_failed_build_is_given_up_as_the_autoscaler_does(
     assert_eq!(made, calls(sim, mark, "POST", "POST /compute/v2.1/servers"));
 }
 
+/// A scale-up whose server fails to build while kos is running: kos deletes the server at once
+/// (nothing half made is left), so the failure is recorded on the Cluster
+/// (`failed.kos.dev/<pool>`) and reported to the autoscaler as the instance being created with
+/// its error, under the deleted server's providerID; meanwhile the pool's turns do not boot it
+/// again. The autoscaler's `DeleteNodes` of its fake node lowers the count and drops the record;
+/// one server was ever made.
+async fn a_failed_build_kos_deleted_is_told_to_the_autoscaler(
+    sim: &kos_sim::Sim,
+    session: &kos_cloud::Session,
+    clusters: &Api<Cluster>,
+    ca: &CloudProviderClient<Channel>,
+) {
+    let id = || "workers".to_owned();
+    let mut ca = ca.clone();
+    let before = server_ids(session).await;
+    let mark = sim.app().observations().log.back().map_or(0, |e| e.seq);
+    let build = sim
+        .app()
+        .fault_engine()
+        .add(FaultRule {
+            body: Some(r#""name": ?"kos-demo-workers-"#.into()),
+            count: Some(1),
+            build_error: true,
+            message: Some(NO_VALID_HOST.into()),
+            ..rule("POST", "^/compute/v2.1/servers$", 500)
+        })
+        .unwrap();
+    ca.node_group_increase_size(NodeGroupIncreaseSizeRequest { delta: 1, id: id() })
+        .await
+        .expect("increase");
+    // Reported with its error once kos has deleted it.
+    let failed = until("the deleted failed server reported with its error", || {
+        let mut ca = ca.clone();
+        async move {
+            ca.refresh(RefreshRequest {}).await.ok()?;
+            let instances = ca
+                .node_group_nodes(NodeGroupNodesRequest { id: id() })
+                .await
+                .ok()?
+                .into_inner()
+                .instances;
+            let failed = instances
+                .into_iter()
+                .find(|i| i.status.as_ref().is_some_and(|s| s.error_info.is_some()))?;
+            workers(session).await.is_empty().then_some(failed)
+        }
+    })
+    .await;
+    // Fired once (count 1): gone from the rules, or removed now.
+    sim.app().fault_engine().remove(build);
+    let status = failed.status.clone().unwrap();
+    assert_eq!(
+        status.instance_state,
+        instance_status::InstanceState::InstanceCreating as i32
+    );
+    let error = status.error_info.unwrap();
+    assert_eq!(error.instance_error_class, 1, "{error:?}");
+    assert!(error.error_message.contains(NO_VALID_HOST), "{error:?}");
+    let server = failed.id.strip_prefix("openstack:///").unwrap().to_owned();
+    let recorded = clusters.get("demo").await.unwrap();
+    let record = recorded
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .get("failed.kos.dev/workers")
+        .cloned()
+        .unwrap_or_default();
+    assert!(record.contains(&server), "{record}");
+    // A turn converges without booting it again: the count of 1 is held by the failure.
+    let generation = recorded.metadata.generation.unwrap();
+    until("a turn with the failure held converged", || async {
+        let c = clusters.get("demo").await.ok()?;
+        let s = c.status?;
+        (s.observed_generation? >= generation
+            && s.conditions
+                .iter()
+                .any(|c| c.kind == "Ready" && c.status == "True"))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(workers(session).await, vec![], "not booted again");
+    assert_eq!(target_size(&mut ca).await, 1);
+
+    // The autoscaler gives it up: `DeleteNodes` of its fake node.
+    let fake = ExternalGrpcNode {
+        provider_id: failed.id.clone(),
+        name: failed.id.clone(),
+        labels: Default::default(),
+        annotations: [(
+            "k8s.io/cluster-autoscaler/fake-node-reason".to_owned(),
+            "create-error".to_owned(),
+        )]
+        .into(),
+    };
+    ca.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+        nodes: vec![fake],
+        id: id(),
+    })
+    .await
+    .expect("delete the failed node");
+    assert_eq!(count(clusters).await, 0);
+    assert_eq!(target_size(&mut ca).await, 0);
+    let annotations = clusters
+        .get("demo")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default();
+    assert!(
+        !annotations.contains_key("failed.kos.dev/workers"),
+        "{annotations:?}"
+    );
+    until("the failed instance gone", || {
+        let mut ca = ca.clone();
+        async move {
+            ca.refresh(RefreshRequest {}).await.ok()?;
+            let instances = ca
+                .node_group_nodes(NodeGroupNodesRequest { id: id() })
+                .await
+                .ok()?
+                .into_inner()
+                .instances;
+            instances.is_empty().then_some(())
+        }
+    })
+    .await;
+    assert_eq!(server_ids(session).await, before);
+    let made = calls(sim, mark, "POST", "POST /compute/v2.1/servers");
+    assert_eq!(made.len(), 1, "one server was ever made: {made:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
     let _ = tracing_subscriber::fmt()
@@ -727,6 +860,9 @@ async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
         || controller(&client, &ctx),
     )
     .await;
+
+    // The same while kos runs: it deletes the failed server, and the autoscaler is told.
+    a_failed_build_kos_deleted_is_told_to_the_autoscaler(&sim, &session, &clusters, &ca).await;
 
     // The fault gone, one more is taken.
     ca.node_group_increase_size(NodeGroupIncreaseSizeRequest { delta: 1, id: id() })

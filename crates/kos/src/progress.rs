@@ -42,6 +42,8 @@ async fn bar(mut rx: mpsc::Receiver<Event>, total: u64) {
             Event::Failed { id, error } => {
                 pb.println(format!("✗ {id}: {}", crate::term::printable(&error)));
             }
+            // Its `Failed` follows.
+            Event::BuildFailed { .. } => {}
         }
     }
     pb.finish_and_clear();

@@ -1254,6 +1254,16 @@ async fn create_server(
                 tokio::time::sleep(pause).await;
             }
             Err(e) => {
+                if let CloudError::Failed { detail, .. } = &e {
+                    emit(
+                        ctx.events.as_ref(),
+                        Event::BuildFailed {
+                            id: node.id.clone(),
+                            server: created.id.clone(),
+                            fault: detail.clone(),
+                        },
+                    );
+                }
                 // The server failed: remove it and its port (unbound once the server is gone), so
                 // nothing half-made is left and a re-run recreates both.
                 if let Err(c) = d

@@ -37,6 +37,87 @@ pub fn accounted_ids(value: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The Cluster's annotation (`failed.kos.dev/<pool>`: a JSON object of server id → [`Failure`])
+/// recording the servers of an autoscaled pool whose build failed. kos deletes such a server at
+/// once, so the autoscaler would never see it fail; recorded, it is reported as an instance being
+/// created with its error until the autoscaler deletes it (`DeleteNodes` of its fake node, which
+/// lowers the count and drops the record) or [`FAILURE_HOLD_SECS`] pass, and meanwhile the pool's
+/// turns do not boot it again (the count held one lower).
+pub const FAILED_PREFIX: &str = "failed.kos.dev/";
+
+/// How long a failed build is reported and held: cluster-autoscaler's default
+/// `--max-node-provision-time` (15 minutes), after which it gives up on a node itself.
+pub const FAILURE_HOLD_SECS: i64 = 15 * 60;
+
+/// The annotation of `pool`'s failed builds.
+#[must_use]
+pub fn failed_key(pool: &str) -> String {
+    format!("{FAILED_PREFIX}{pool}")
+}
+
+/// A server whose build failed: Nova's fault, and when kos saw it (Unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Failure {
+    pub fault: String,
+    pub at: i64,
+}
+
+/// The failed builds an annotation value holds, those younger than [`FAILURE_HOLD_SECS`] at
+/// `now`; a value that is not the JSON kos writes holds none.
+#[must_use]
+pub fn failures(value: &str, now: i64) -> BTreeMap<String, Failure> {
+    let mut all: BTreeMap<String, Failure> = serde_json::from_str(value).unwrap_or_default();
+    all.retain(|_, f| now - f.at < FAILURE_HOLD_SECS);
+    all
+}
+
+/// An annotation's value for `failures`, or `None` for none (the annotation removed).
+#[must_use]
+pub fn failures_value(failures: &BTreeMap<String, Failure>) -> Option<String> {
+    (!failures.is_empty())
+        .then(|| serde_json::to_string(failures).ok())
+        .flatten()
+}
+
+/// The longest fault kept in a record (the annotation stays small).
+const MAX_FAULT: usize = 256;
+
+/// `failures` with `found` (server id, fault) added at `now`, the expired dropped, and at most
+/// `keep` (the newest).
+#[must_use]
+pub fn with_failures(
+    mut failures: BTreeMap<String, Failure>,
+    found: &[(String, String)],
+    now: i64,
+    keep: usize,
+) -> BTreeMap<String, Failure> {
+    for (server, fault) in found {
+        let mut end = fault.len().min(MAX_FAULT);
+        while !fault.is_char_boundary(end) {
+            end -= 1;
+        }
+        failures.insert(
+            server.clone(),
+            Failure {
+                fault: fault[..end].to_owned(),
+                at: now,
+            },
+        );
+    }
+    failures.retain(|_, f| now - f.at < FAILURE_HOLD_SECS);
+    while failures.len() > keep {
+        let oldest = failures
+            .iter()
+            .min_by_key(|(_, f)| f.at)
+            .map(|(id, _)| id.clone());
+        match oldest {
+            Some(id) => failures.remove(&id),
+            None => break,
+        };
+    }
+    failures
+}
+
 /// What a `DeleteNodes` does, in this order: take the tag off servers a call that failed before
 /// its count was lowered left tagged (they would leave in place of the named ones), tag the named
 /// servers, lower the count and record them in one patch, then delete the named servers Nova
@@ -196,6 +277,35 @@ pub fn members(servers: &[Server], accounted: &std::collections::BTreeSet<String
             })
         })
         .collect()
+}
+
+/// The members [`members`] gives, with a member for each failed build of `failed` (pool →
+/// server id → failure) whose server is gone: in ERROR with its fault, as Nova showed it.
+#[must_use]
+pub fn with_failed(
+    mut members: Vec<Member>,
+    failed: &BTreeMap<String, BTreeMap<String, Failure>>,
+    accounted: &std::collections::BTreeSet<String>,
+) -> Vec<Member> {
+    for (pool, failures) in failed {
+        for (server, f) in failures {
+            if members.iter().any(|m| &m.server_id == server) {
+                continue;
+            }
+            members.push(Member {
+                server_id: server.clone(),
+                name: format!("{pool}-failed-{server}"),
+                pool: pool.clone(),
+                index: u32::MAX,
+                status: ServerStatus::Error,
+                task: None,
+                retiring: false,
+                accounted: accounted.contains(server),
+                fault: Some(f.fault.clone()),
+            });
+        }
+    }
+    members
 }
 
 /// The server id of a `spec.providerID` (`openstack:///<id>`, or with a region:
@@ -475,6 +585,52 @@ mod tests {
             group(2, 5, 2).deleting(&[("openstack:///a".into(), String::new())], &ms),
             Err(SizeError::BelowMin { .. })
         ));
+    }
+
+    /// A failed build kos deleted is an instance being created with its error until it expires;
+    /// named by the autoscaler it is counted and deleted (a delete of a gone server is nothing).
+    #[test]
+    fn a_failed_build_kos_deleted_is_reported_until_named_or_expired() {
+        let found = [("gone".to_owned(), "No valid host was found.".to_owned())];
+        let f = with_failures(BTreeMap::new(), &found, 1_000, 3);
+        let value = failures_value(&f).unwrap();
+        assert_eq!(failures(&value, 1_000 + FAILURE_HOLD_SECS - 1).len(), 1);
+        assert!(
+            failures(&value, 1_000 + FAILURE_HOLD_SECS).is_empty(),
+            "expired"
+        );
+        assert!(failures("not json", 0).is_empty());
+        assert_eq!(failures_value(&BTreeMap::new()), None);
+        // At most `keep`, the newest.
+        let more: Vec<(String, String)> = (0..5).map(|i| (format!("s{i}"), "x".into())).collect();
+        let mut f2 = BTreeMap::new();
+        for (i, one) in more.iter().enumerate() {
+            f2 = with_failures(f2, std::slice::from_ref(one), 1_000 + i as i64, 3);
+        }
+        assert_eq!(f2.keys().collect::<Vec<_>>(), ["s2", "s3", "s4"]);
+
+        let real = vec![member("a", "workers", 0, ServerStatus::Active)];
+        let failed = BTreeMap::from([("workers".to_owned(), f)]);
+        let ms = with_failed(real, &failed, &Default::default());
+        assert_eq!(ms.len(), 2);
+        let s = ms[1].status();
+        assert_eq!(s.instance_state, InstanceState::InstanceCreating as i32);
+        let e = s.error_info.unwrap();
+        assert_eq!(e.instance_error_class, OUT_OF_RESOURCES);
+        assert_eq!(ms[1].provider_id(), "openstack:///gone");
+        // The autoscaler's fake node for it: counted once, deleted.
+        let fake = [(
+            "openstack:///gone".to_owned(),
+            "openstack:///gone".to_owned(),
+        )];
+        let d = group(0, 5, 2).deleting(&fake, &ms).unwrap();
+        assert_eq!(d.target, 1);
+        assert_eq!(d.account, ["gone"]);
+        assert_eq!(d.remove.len(), 1);
+        assert!(d.tag.is_empty());
+        // A record of a server that still exists adds nothing.
+        let real = vec![member("gone", "workers", 1, ServerStatus::Error)];
+        assert_eq!(with_failed(real, &failed, &Default::default()).len(), 1);
     }
 
     #[test]

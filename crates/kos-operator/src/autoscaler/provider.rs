@@ -116,9 +116,20 @@ impl Provider {
             .filter(|(k, _)| k.starts_with(groups::ACCOUNTED_PREFIX))
             .flat_map(|(_, v)| groups::accounted_ids(v))
             .collect();
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let failed = cluster
+            .annotations()
+            .iter()
+            .filter_map(|(k, v)| {
+                let pool = k.strip_prefix(groups::FAILED_PREFIX)?;
+                Some((pool.to_owned(), groups::failures(v, now)))
+            })
+            .collect();
+        let members =
+            groups::with_failed(groups::members(&servers, &accounted), &failed, &accounted);
         let view = Arc::new(View {
             groups: groups::groups(&cluster.spec.cluster),
-            members: groups::members(&servers, &accounted),
+            members,
             cluster,
         });
         self.views
@@ -183,6 +194,18 @@ impl Provider {
                 (Some(_), false) => ops.push(serde_json::json!(
                     {"op": "add", "path": format!("/metadata/annotations/{}", pointer(&key)), "value": value}
                 )),
+            }
+            // A failed build the autoscaler named is its now: its record goes with the count.
+            let key = groups::failed_key(&group.pool);
+            if let Some(was) = has.and_then(|a| a.get(&key)) {
+                let now = time::OffsetDateTime::now_utc().unix_timestamp();
+                let mut left = groups::failures(was, now);
+                left.retain(|server, _| !ids.contains(server));
+                let path = format!("/metadata/annotations/{}", pointer(&key));
+                ops.push(match groups::failures_value(&left) {
+                    Some(value) => serde_json::json!({"op": "add", "path": path, "value": value}),
+                    None => serde_json::json!({"op": "remove", "path": path}),
+                });
             }
         }
         let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
