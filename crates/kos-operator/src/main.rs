@@ -71,7 +71,9 @@ struct RunArgs {
     #[arg(long, default_value = "0")]
     autoscaler_bind_address: String,
     /// The directory of the endpoint's `tls.crt`, `tls.key` and `ca.crt` (the CA of the
-    /// autoscalers' client certificates, each named `<namespace>/<cluster>`).
+    /// autoscalers' client certificates, each named `<namespace>/<cluster>`). Without `tls.crt`,
+    /// the CA's `ca.key` there signs the endpoint's certificate for the host of
+    /// `--autoscaler-advertise-address`.
     #[arg(long, default_value = "/etc/kos-operator/autoscaler-tls")]
     autoscaler_tls_dir: PathBuf,
     /// The `host:port` the managed clusters' autoscalers dial (the serving certificate names the
@@ -169,8 +171,13 @@ async fn run(args: RunArgs) -> Result<(), String> {
         leader,
         metrics,
         probes,
-        autoscaler: address("autoscaler-bind-address", &args.autoscaler_bind_address)?
-            .map(|a| (a, args.autoscaler_tls_dir.clone())),
+        autoscaler: address("autoscaler-bind-address", &args.autoscaler_bind_address)?.map(|a| {
+            (
+                a,
+                args.autoscaler_tls_dir.clone(),
+                args.autoscaler_advertise_address.clone(),
+            )
+        }),
     };
     // Cluster APIs at their own addresses (through `HTTPS_PROXY` when set, as kubectl).
     let reach = Arc::new(kos_control::connect::Direct);

@@ -38,9 +38,10 @@ pub struct Options {
     pub metrics: Option<SocketAddr>,
     /// Where `/healthz` and `/readyz` are served (`None`: not served).
     pub probes: Option<SocketAddr>,
-    /// Where cluster-autoscaler's externalgrpc CloudProvider is served, and the directory of its
-    /// TLS files (`None`: not served). Every replica serves it: a change is a guarded patch.
-    pub autoscaler: Option<(SocketAddr, std::path::PathBuf)>,
+    /// Where cluster-autoscaler's externalgrpc CloudProvider is served, the directory of its TLS
+    /// files, and the address the autoscalers dial (its certificate's host when the operator signs
+    /// it) (`None`: not served). Every replica serves it: a change is a guarded patch.
+    pub autoscaler: Option<(SocketAddr, std::path::PathBuf, Option<String>)>,
 }
 
 /// Leader election on a `coordination.k8s.io/v1` Lease.
@@ -209,8 +210,8 @@ pub async fn run(
                 .with_state(served.clone()),
         );
     }
-    if let Some((addr, dir)) = &opts.autoscaler {
-        let tls = crate::autoscaler::tls::server_config(dir)?;
+    if let Some((addr, dir, advertised)) = &opts.autoscaler {
+        let tls = crate::autoscaler::tls::server_config_for(dir, advertised.as_deref())?;
         let l = bind(*addr).await?;
         tracing::info!(address = ?l.local_addr().ok(), "serving cluster-autoscaler's externalgrpc");
         let client = client.clone();

@@ -20,6 +20,13 @@ pub enum TlsError {
         #[source]
         source: std::io::Error,
     },
+    #[error("signing the endpoint's certificate for {host} with {dir}/ca.key: {source}")]
+    Sign {
+        host: String,
+        dir: String,
+        #[source]
+        source: rcgen::Error,
+    },
 }
 
 /// The server's TLS configuration from `dir` (`tls.crt`, `tls.key`, `ca.crt`).
@@ -27,14 +34,75 @@ pub enum TlsError {
 /// # Errors
 /// A file that cannot be read.
 pub fn server_config(dir: &Path) -> Result<ServerTlsConfig, TlsError> {
+    server_config_for(dir, None)
+}
+
+/// [`server_config`]; without `tls.crt` in `dir` but with the CA's `ca.key` and the address the
+/// autoscalers dial (`advertised`, `host:port`), the operator signs its own serving certificate for
+/// that host (kept in memory, a year long), so that nothing but the CA need be made for it.
+///
+/// # Errors
+/// A file that cannot be read, or a CA that cannot sign.
+pub fn server_config_for(
+    dir: &Path,
+    advertised: Option<&str>,
+) -> Result<ServerTlsConfig, TlsError> {
     let read = |name: &str| {
         let path = dir.join(name);
         std::fs::read(&path).map_err(|source| TlsError::Read { path, source })
     };
-    let identity = Identity::from_pem(read(CERT_FILE)?, read(KEY_FILE)?);
+    let ca = read(CA_FILE)?;
+    let identity = match advertised {
+        Some(address) if !dir.join(CERT_FILE).exists() => {
+            let key = read(super::install::CA_KEY_FILE)?;
+            let host = host_of(address);
+            let (cert, key) = serving(&ca, &key, host).map_err(|source| TlsError::Sign {
+                host: host.to_owned(),
+                dir: dir.display().to_string(),
+                source,
+            })?;
+            Identity::from_pem(cert, key)
+        }
+        _ => Identity::from_pem(read(CERT_FILE)?, read(KEY_FILE)?),
+    };
     Ok(ServerTlsConfig::new()
         .identity(identity)
-        .client_ca_root(Certificate::from_pem(read(CA_FILE)?)))
+        .client_ca_root(Certificate::from_pem(ca)))
+}
+
+/// The host of `host:port` (`[v6]:port` too; an address without a port is a host).
+fn host_of(address: &str) -> &str {
+    if let Some(rest) = address.strip_prefix('[') {
+        return rest.split_once(']').map_or(rest, |(h, _)| h);
+    }
+    match address.rsplit_once(':') {
+        Some((h, port)) if !h.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => address,
+    }
+}
+
+/// A serving certificate for `host` (an IP address or a DNS name, in its subjectAltName) signed
+/// by the CA: `(cert PEM, key PEM)`.
+fn serving(ca_pem: &[u8], ca_key: &[u8], host: &str) -> Result<(String, String), rcgen::Error> {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let issuer =
+        rcgen::Issuer::from_ca_cert_pem(&text(ca_pem), rcgen::KeyPair::from_pem(&text(ca_key))?)?;
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.subject_alt_names = vec![match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => rcgen::SanType::IpAddress(ip),
+        Err(_) => rcgen::SanType::DnsName(host.to_owned().try_into()?),
+    }];
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, host);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::minutes(5);
+    params.not_after = now + time::Duration::days(super::install::CERT_DAYS);
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// The Cluster (`namespace`, `name`) a client certificate (DER, the chain's first) speaks for.
@@ -83,5 +151,69 @@ mod tests {
             assert_eq!(cluster_of(&cert(bad)), None, "{bad}");
         }
         assert_eq!(cluster_of(b"not a certificate"), None);
+    }
+
+    #[test]
+    fn hosts_of_advertised_addresses() {
+        assert_eq!(host_of("kos.example.net:8443"), "kos.example.net");
+        assert_eq!(host_of("10.0.0.5:8443"), "10.0.0.5");
+        assert_eq!(host_of("[fd00::5]:8443"), "fd00::5");
+        assert_eq!(host_of("kos.example.net"), "kos.example.net");
+    }
+
+    /// Without `tls.crt`, the CA signs the endpoint's certificate for the advertised host, for
+    /// serving only; without the address, `tls.crt` is required as before.
+    #[test]
+    fn the_ca_signs_the_endpoints_certificate_when_none_is_given() {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "autoscaler CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CA_FILE), ca_cert.pem()).unwrap();
+        assert!(matches!(
+            server_config(dir.path()),
+            Err(TlsError::Read { .. })
+        ));
+        assert!(matches!(
+            server_config_for(dir.path(), Some("10.0.0.5:8443")),
+            Err(TlsError::Read { .. })
+        ));
+        std::fs::write(
+            dir.path().join(super::super::install::CA_KEY_FILE),
+            ca_key.serialize_pem(),
+        )
+        .unwrap();
+        assert!(server_config_for(dir.path(), Some("10.0.0.5:8443")).is_ok());
+        for (host, ip) in [("10.0.0.5", true), ("kos.example.net", false)] {
+            let (pem, _) = serving(
+                ca_cert.pem().as_bytes(),
+                ca_key.serialize_pem().as_bytes(),
+                host,
+            )
+            .unwrap();
+            let (_, der) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+            let cert = der.parse_x509().unwrap();
+            assert_eq!(
+                cert.issuer()
+                    .iter_common_name()
+                    .next()
+                    .unwrap()
+                    .as_str()
+                    .unwrap(),
+                "autoscaler CA"
+            );
+            let san = cert.subject_alternative_name().unwrap().unwrap();
+            let named = san.value.general_names.iter().any(|n| match n {
+                x509_parser::extensions::GeneralName::IPAddress(b) => ip && *b == [10, 0, 0, 5],
+                x509_parser::extensions::GeneralName::DNSName(d) => !ip && *d == host,
+                _ => false,
+            });
+            assert!(named, "{host}: {:?}", san.value.general_names);
+            let eku = cert.extended_key_usage().unwrap().unwrap();
+            assert!(eku.value.server_auth && !eku.value.client_auth);
+        }
     }
 }
