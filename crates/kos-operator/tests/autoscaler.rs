@@ -173,6 +173,34 @@ async fn ready_workers(nodes: &Api<Node>) -> Vec<Node> {
         .collect()
 }
 
+/// clusterstate's `FakeNode` of an instance whose creation failed, as the autoscaler hands it to
+/// `DeleteNodes`: name and providerID both the instance's id, the `create-error` annotation.
+fn fake_node(id: &str) -> ExternalGrpcNode {
+    ExternalGrpcNode {
+        provider_id: id.to_owned(),
+        name: id.to_owned(),
+        labels: Default::default(),
+        annotations: [(
+            "k8s.io/cluster-autoscaler/fake-node-reason".to_owned(),
+            "create-error".to_owned(),
+        )]
+        .into(),
+    }
+}
+
+/// A group's instances as a loop of the autoscaler reads them (after its `Refresh`); `None` when
+/// a call failed.
+async fn instances(ca: &mut CloudProviderClient<Channel>, group: &str) -> Option<Vec<Instance>> {
+    ca.refresh(RefreshRequest {}).await.ok()?;
+    Some(
+        ca.node_group_nodes(NodeGroupNodesRequest { id: group.into() })
+            .await
+            .ok()?
+            .into_inner()
+            .instances,
+    )
+}
+
 /// Nova's fault for a server no host can take (nova/conductor/manager.py `NoValidHost`).
 const NO_VALID_HOST: &str = "No valid host was found. There are not enough hosts available.";
 
@@ -305,13 +333,7 @@ async fn a_failed_build_is_given_up_as_the_autoscaler_does(
     let failed = until("the failed server reported with its error", || {
         let mut ca = ca.clone();
         async move {
-            ca.refresh(RefreshRequest {}).await.ok()?;
-            let instances = ca
-                .node_group_nodes(NodeGroupNodesRequest { id: id() })
-                .await
-                .ok()?
-                .into_inner()
-                .instances;
+            let instances = instances(&mut ca, &id()).await?;
             instances
                 .into_iter()
                 .find(|i| i.status.as_ref().is_some_and(|s| s.error_info.is_some()))
@@ -381,16 +403,7 @@ async fn a_failed_build_is_given_up_as_the_autoscaler_does(
         .node_group_autoscaling_options
         .unwrap();
     assert!(!options.zero_or_max_node_scaling);
-    let fake = ExternalGrpcNode {
-        provider_id: failed.id.clone(),
-        name: failed.id.clone(),
-        labels: Default::default(),
-        annotations: [(
-            "k8s.io/cluster-autoscaler/fake-node-reason".to_owned(),
-            "create-error".to_owned(),
-        )]
-        .into(),
-    };
+    let fake = fake_node(&failed.id);
     ca.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
         nodes: vec![fake],
         id: id(),
@@ -404,13 +417,7 @@ async fn a_failed_build_is_given_up_as_the_autoscaler_does(
         let mut ca = ca.clone();
         let want = failed.id.clone();
         async move {
-            ca.refresh(RefreshRequest {}).await.ok()?;
-            let instances = ca
-                .node_group_nodes(NodeGroupNodesRequest { id: id() })
-                .await
-                .ok()?
-                .into_inner()
-                .instances;
+            let instances = instances(&mut ca, &id()).await?;
             for i in &instances {
                 let s = i.status.clone().unwrap();
                 assert_eq!(i.id, want);
@@ -498,13 +505,7 @@ async fn a_failed_build_kos_deleted_is_told_to_the_autoscaler(
     let failed = until("the deleted failed server reported with its error", || {
         let mut ca = ca.clone();
         async move {
-            ca.refresh(RefreshRequest {}).await.ok()?;
-            let instances = ca
-                .node_group_nodes(NodeGroupNodesRequest { id: id() })
-                .await
-                .ok()?
-                .into_inner()
-                .instances;
+            let instances = instances(&mut ca, &id()).await?;
             let failed = instances
                 .into_iter()
                 .find(|i| i.status.as_ref().is_some_and(|s| s.error_info.is_some()))?;
@@ -549,16 +550,7 @@ async fn a_failed_build_kos_deleted_is_told_to_the_autoscaler(
     assert_eq!(target_size(&mut ca).await, 1);
 
     // The autoscaler gives it up: `DeleteNodes` of its fake node.
-    let fake = ExternalGrpcNode {
-        provider_id: failed.id.clone(),
-        name: failed.id.clone(),
-        labels: Default::default(),
-        annotations: [(
-            "k8s.io/cluster-autoscaler/fake-node-reason".to_owned(),
-            "create-error".to_owned(),
-        )]
-        .into(),
-    };
+    let fake = fake_node(&failed.id);
     ca.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
         nodes: vec![fake],
         id: id(),
@@ -581,13 +573,7 @@ async fn a_failed_build_kos_deleted_is_told_to_the_autoscaler(
     until("the failed instance gone", || {
         let mut ca = ca.clone();
         async move {
-            ca.refresh(RefreshRequest {}).await.ok()?;
-            let instances = ca
-                .node_group_nodes(NodeGroupNodesRequest { id: id() })
-                .await
-                .ok()?
-                .into_inner()
-                .instances;
+            let instances = instances(&mut ca, &id()).await?;
             instances.is_empty().then_some(())
         }
     })

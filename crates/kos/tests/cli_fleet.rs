@@ -364,12 +364,13 @@ fn rt_get(clusters: &Api<Cluster>) -> Result<Option<Cluster>, kube::Error> {
 
 /// `kos up --self-hosted`: a cluster `kos up` made keeps itself. `kos export --self-hosted` is
 /// refused (nothing moved) while the cluster has no identity Secret, and `kos up --self-hosted`
-/// while its identity file does not name the cloud; then the identity is written into the cluster,
-/// kos-operator installed there, on its control planes, and the Cluster and its records go there. The operator, run here against the
-/// cluster's own API as its pod would be, scales the cluster it runs in, then upgrades it 1.35 →
-/// 1.36, its replica's control plane replaced mid-way (the replica drained, killed, another
-/// started from nothing), no invariant violated; `kos adopt` through the cluster's kubeconfig
-/// brings it back to the CLI with nothing to do, and takes the operator and its identity out.
+/// while its identity file does not name the cloud; then the identity is written into the
+/// cluster, kos-operator installed there, on its control planes, and the Cluster and its records
+/// go there. The operator, run here against the cluster's own API as its pod would be, scales the
+/// cluster it runs in, then upgrades it 1.35 → 1.36, its replica's control plane replaced mid-way
+/// (the replica drained, killed, another started from nothing) and killed once more at a random
+/// moment, no invariant violated; `kos adopt` through the cluster's kubeconfig brings it back to
+/// the CLI with nothing to do, and takes the operator and its identity out.
 #[test]
 fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -696,8 +697,27 @@ fn a_cluster_exported_self_hosted_keeps_itself_and_comes_back() {
         &Patch::Merge(json!({"spec": {"kubernetesVersion": "1.36.4"}})),
     ))
     .expect("upgrade");
+    // Besides its eviction, the operator dies once more at a random moment of the upgrade (a
+    // crash: the next one starts from nothing). The seed is printed; KOS_KILL_SEED repeats it.
+    let seed = std::env::var("KOS_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
+    eprintln!("cli_fleet: KOS_KILL_SEED={seed}");
+    let mut crash_at: u32 = {
+        use rand::{Rng as _, SeedableRng as _};
+        // Polls are 200 ms apart: within the first minute of the upgrade.
+        rand::rngs::StdRng::seed_from_u64(seed).random_range(1..300)
+    };
     let mut evicted = false;
     eventually(900, "upgraded by the operator it runs", || {
+        if crash_at > 0 {
+            crash_at -= 1;
+            if crash_at == 0 {
+                controller.abort();
+                controller = start();
+            }
+        }
         if !evicted && rt.block_on(pods.get_opt("kos-operator-a")).ok()?.is_none() {
             // Its node drained: this replica is gone; the next starts on another control plane.
             controller.abort();
