@@ -173,6 +173,16 @@ async fn ready_workers(nodes: &Api<Node>) -> Vec<Node> {
         .collect()
 }
 
+/// `Some` once the Cluster is Ready at `generation` or later (a turn of it converged).
+async fn ready_since(clusters: &Api<Cluster>, generation: i64) -> Option<()> {
+    let s = clusters.get("demo").await.ok()?.status?;
+    (s.observed_generation? >= generation
+        && s.conditions
+            .iter()
+            .any(|c| c.kind == "Ready" && c.status == "True"))
+    .then_some(())
+}
+
 /// clusterstate's `FakeNode` of an instance whose creation failed, as the autoscaler hands it to
 /// `DeleteNodes`: name and providerID both the instance's id, the `create-error` annotation.
 fn fake_node(id: &str) -> ExternalGrpcNode {
@@ -452,14 +462,8 @@ async fn a_failed_build_is_given_up_as_the_autoscaler_does(
         .generation
         .unwrap();
     *running = restart();
-    until("a turn of the lowered count converged", || async {
-        let c = clusters.get("demo").await.ok()?;
-        let s = c.status?;
-        (s.observed_generation? >= generation
-            && s.conditions
-                .iter()
-                .any(|c| c.kind == "Ready" && c.status == "True"))
-        .then_some(())
+    until("a turn of the lowered count converged", || {
+        ready_since(clusters, generation)
     })
     .await;
     until("the failed server's objects gone", || async {
@@ -536,14 +540,8 @@ async fn a_failed_build_kos_deleted_is_told_to_the_autoscaler(
     assert!(record.contains(&server), "{record}");
     // A turn converges without booting it again: the count of 1 is held by the failure.
     let generation = recorded.metadata.generation.unwrap();
-    until("a turn with the failure held converged", || async {
-        let c = clusters.get("demo").await.ok()?;
-        let s = c.status?;
-        (s.observed_generation? >= generation
-            && s.conditions
-                .iter()
-                .any(|c| c.kind == "Ready" && c.status == "True"))
-        .then_some(())
+    until("a turn with the failure held converged", || {
+        ready_since(clusters, generation)
     })
     .await;
     assert_eq!(workers(session).await, vec![], "not booted again");
