@@ -5,9 +5,11 @@
 cloud's clock rather than on a core, so two at once roughly halve the suite's wall time on two
 cores. Each binary runs as `cargo test` runs it (from its package's directory, with cargo's
 variables); its output is printed whole when it ends, under cargo's own `Running` line, so nothing
-interleaves. Every binary runs even when one fails (`--no-fail-fast`); the exit status is 1 if any
-failed. Each binary's wall time is kept in the target directory, and the next run starts the
-longest first (a fresh checkout uses the estimates below).
+interleaves. Every binary runs even when one fails (`--no-fail-fast`); one that failed runs once
+more alone (as every binary ran before; `KOS_TEST_RETRY=0` turns it off), and a pass there is
+named as flaky; the exit status is 1 if any failed alone. Each binary's wall time is kept in the
+target directory, and the next run starts the longest first (a fresh checkout uses the estimates
+below).
 
 Usage: scripts/run-tests.py (scripts/test calls it when given no arguments)
 """
@@ -127,8 +129,24 @@ def main():
             json.dump(times, f, indent=1, sort_keys=True)
     except OSError:
         pass
+    # A binary that failed beside another runs once more alone, as the suite ran every binary
+    # before it ran two at once: a failure there is a failure; a pass is named as flaky under load
+    # (a test to fix: tests must pass on a loaded machine), not hidden.
+    flaky = []
+    if jobs > 1 and failed and os.environ.get("KOS_TEST_RETRY", "1") != "0":
+        by_key = {b[0]: b for b in binaries}
+        for key in list(failed):
+            key, shown, exe, code, took, text, rerun = run(by_key[key])
+            print(f"     Running {shown} ({exe}) [{key}, alone, {took:.1f}s]", flush=True)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            if code == 0:
+                failed.remove(key)
+                flaky.append(key)
     total = time.monotonic() - start
     print(f"scripts/run-tests.py: {len(binaries)} test binaries in {total:.0f}s, {jobs} at a time")
+    for key in flaky:
+        print(f"warning: {key} failed beside another binary and passed alone: flaky under load")
     if failed:
         print(f"error: {len(failed)} target{'s' if len(failed) > 1 else ''} failed:")
         for key in failed:
