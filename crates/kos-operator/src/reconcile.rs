@@ -636,12 +636,11 @@ async fn apply(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Action, Rec
     result
 }
 
-/// Per autoscaled pool, how many of its failed builds (`failed.kos.dev/<pool>`) the autoscaler
-/// has not taken (`retire.kos.dev/<pool>` does not name them yet).
+/// Per autoscaled pool, how many of its failed builds the autoscaler has not taken yet
+/// ([`crate::autoscaler::groups::Records::held`]).
 fn held_builds(cluster: &Cluster) -> BTreeMap<String, u32> {
-    use crate::autoscaler::groups;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let annotations = cluster.annotations();
+    let records = crate::autoscaler::groups::Records::of(cluster.annotations(), now);
     cluster
         .spec
         .cluster
@@ -649,15 +648,8 @@ fn held_builds(cluster: &Cluster) -> BTreeMap<String, u32> {
         .iter()
         .flatten()
         .filter(|p| p.autoscaling.is_some())
-        .filter_map(|p| {
-            let failed = groups::failures(annotations.get(&groups::failed_key(&p.name))?, now);
-            let taken = annotations
-                .get(&groups::accounted_key(&p.name))
-                .map(|v| groups::accounted_ids(v))
-                .unwrap_or_default();
-            let held = failed.keys().filter(|id| !taken.contains(*id)).count();
-            (held > 0).then(|| (p.name.clone(), u32::try_from(held).unwrap_or(u32::MAX)))
-        })
+        .map(|p| (p.name.clone(), records.held(&p.name)))
+        .filter(|(_, held)| *held > 0)
         .collect()
 }
 

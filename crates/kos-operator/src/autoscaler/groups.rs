@@ -118,6 +118,56 @@ pub fn with_failures(
     failures
 }
 
+/// What the Cluster's annotations record of its autoscaled pools, read once: per pool, the servers
+/// whose `DeleteNodes` lowered the count ([`ACCOUNTED_PREFIX`]) and the failed builds not expired
+/// at the time read ([`FAILED_PREFIX`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Records {
+    pub accounted: BTreeMap<String, std::collections::BTreeSet<String>>,
+    pub failed: BTreeMap<String, BTreeMap<String, Failure>>,
+}
+
+impl Records {
+    /// From a Cluster's annotations, at `now` (Unix seconds).
+    #[must_use]
+    pub fn of(annotations: &BTreeMap<String, String>, now: i64) -> Records {
+        let mut r = Records::default();
+        for (k, v) in annotations {
+            if let Some(pool) = k.strip_prefix(ACCOUNTED_PREFIX) {
+                r.accounted.insert(pool.to_owned(), accounted_ids(v));
+            } else if let Some(pool) = k.strip_prefix(FAILED_PREFIX) {
+                r.failed.insert(pool.to_owned(), failures(v, now));
+            }
+        }
+        r
+    }
+
+    /// Every pool's accounted servers.
+    #[must_use]
+    pub fn all_accounted(&self) -> std::collections::BTreeSet<String> {
+        self.accounted.values().flatten().cloned().collect()
+    }
+
+    /// `pool`'s accounted servers.
+    #[must_use]
+    pub fn accounted_of(&self, pool: &str) -> std::collections::BTreeSet<String> {
+        self.accounted.get(pool).cloned().unwrap_or_default()
+    }
+
+    /// How many of `pool`'s failed builds the autoscaler has not taken yet (not accounted): the
+    /// pool's turns run that much smaller, not booting them again behind its back.
+    #[must_use]
+    pub fn held(&self, pool: &str) -> u32 {
+        let taken = self.accounted.get(pool);
+        let held = self.failed.get(pool).map_or(0, |f| {
+            f.keys()
+                .filter(|id| !taken.is_some_and(|t| t.contains(*id)))
+                .count()
+        });
+        u32::try_from(held).unwrap_or(u32::MAX)
+    }
+}
+
 /// What a `DeleteNodes` does, in this order: take the tag off servers a call that failed before
 /// its count was lowered left tagged (they would leave in place of the named ones), tag the named
 /// servers, lower the count and record them in one patch, then delete the named servers Nova
@@ -279,15 +329,12 @@ pub fn members(servers: &[Server], accounted: &std::collections::BTreeSet<String
         .collect()
 }
 
-/// The members [`members`] gives, with a member for each failed build of `failed` (pool →
-/// server id → failure) whose server is gone: in ERROR with its fault, as Nova showed it.
+/// The members [`members`] gives, with a member for each failed build `records` holds whose
+/// server is gone: in ERROR with its fault, as Nova showed it.
 #[must_use]
-pub fn with_failed(
-    mut members: Vec<Member>,
-    failed: &BTreeMap<String, BTreeMap<String, Failure>>,
-    accounted: &std::collections::BTreeSet<String>,
-) -> Vec<Member> {
-    for (pool, failures) in failed {
+pub fn with_failed(mut members: Vec<Member>, records: &Records) -> Vec<Member> {
+    let accounted = records.all_accounted();
+    for (pool, failures) in &records.failed {
         for (server, f) in failures {
             if members.iter().any(|m| &m.server_id == server) {
                 continue;
@@ -610,8 +657,14 @@ mod tests {
         assert_eq!(f2.keys().collect::<Vec<_>>(), ["s2", "s3", "s4"]);
 
         let real = vec![member("a", "workers", 0, ServerStatus::Active)];
-        let failed = BTreeMap::from([("workers".to_owned(), f)]);
-        let ms = with_failed(real, &failed, &Default::default());
+        let annotations = BTreeMap::from([
+            (failed_key("workers"), value.clone()),
+            (accounted_key("workers"), "a".to_owned()),
+        ]);
+        let records = Records::of(&annotations, 1_000);
+        assert_eq!(records.held("workers"), 1);
+        assert_eq!(records.held("other"), 0);
+        let ms = with_failed(real, &records);
         assert_eq!(ms.len(), 2);
         let s = ms[1].status();
         assert_eq!(s.instance_state, InstanceState::InstanceCreating as i32);
@@ -630,7 +683,13 @@ mod tests {
         assert!(d.tag.is_empty());
         // A record of a server that still exists adds nothing.
         let real = vec![member("gone", "workers", 1, ServerStatus::Error)];
-        assert_eq!(with_failed(real, &failed, &Default::default()).len(), 1);
+        assert_eq!(with_failed(real, &records).len(), 1);
+        // Once accounted, it holds the pool no more.
+        let annotations = BTreeMap::from([
+            (failed_key("workers"), value),
+            (accounted_key("workers"), "a,gone".to_owned()),
+        ]);
+        assert_eq!(Records::of(&annotations, 1_000).held("workers"), 0);
     }
 
     #[test]

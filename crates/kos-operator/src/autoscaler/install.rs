@@ -180,20 +180,14 @@ impl Install {
     /// A client certificate for the Cluster: `(cert PEM, key PEM)`.
     fn issue(&self, namespace: &str, name: &str) -> Result<(String, SecretString), InstallError> {
         let issuer = self.issuer().map_err(InstallError::Sign)?;
-        let key = rcgen::KeyPair::generate().map_err(InstallError::Sign)?;
-        let mut params = rcgen::CertificateParams::default();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("{namespace}/{name}"));
-        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-        params.use_authority_key_identifier_extension = true;
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now - time::Duration::minutes(5);
-        params.not_after = now + time::Duration::days(CERT_DAYS);
-        let cert = params
-            .signed_by(&key, &issuer)
-            .map_err(InstallError::Sign)?;
-        Ok((cert.pem(), SecretString::from(key.serialize_pem())))
+        let (cert, key) = super::tls::leaf(
+            &issuer,
+            &format!("{namespace}/{name}"),
+            Vec::new(),
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        )
+        .map_err(InstallError::Sign)?;
+        Ok((cert, SecretString::from(key)))
     }
 }
 

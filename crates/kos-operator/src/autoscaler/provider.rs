@@ -31,6 +31,8 @@ struct View {
     cluster: Cluster,
     groups: Vec<Group>,
     members: Vec<Member>,
+    /// What the Cluster's annotations record of its pools, as read with it.
+    records: groups::Records,
 }
 
 /// kos-operator's CloudProvider.
@@ -110,26 +112,18 @@ impl Provider {
             .list_servers(&TagQuery::all([cluster_tag(&cluster_name)]))
             .await
             .map_err(|e| Status::unavailable(format!("listing the cluster's servers: {e}")))?;
-        let accounted: std::collections::BTreeSet<String> = cluster
-            .annotations()
-            .iter()
-            .filter(|(k, _)| k.starts_with(groups::ACCOUNTED_PREFIX))
-            .flat_map(|(_, v)| groups::accounted_ids(v))
-            .collect();
-        let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        let failed = cluster
-            .annotations()
-            .iter()
-            .filter_map(|(k, v)| {
-                let pool = k.strip_prefix(groups::FAILED_PREFIX)?;
-                Some((pool.to_owned(), groups::failures(v, now)))
-            })
-            .collect();
-        let members =
-            groups::with_failed(groups::members(&servers, &accounted), &failed, &accounted);
+        let records = groups::Records::of(
+            cluster.annotations(),
+            time::OffsetDateTime::now_utc().unix_timestamp(),
+        );
+        let members = groups::with_failed(
+            groups::members(&servers, &records.all_accounted()),
+            &records,
+        );
         let view = Arc::new(View {
             groups: groups::groups(&cluster.spec.cluster),
             members,
+            records,
             cluster,
         });
         self.views
@@ -197,9 +191,8 @@ impl Provider {
             }
             // A failed build the autoscaler named is its now: its record goes with the count.
             let key = groups::failed_key(&group.pool);
-            if let Some(was) = has.and_then(|a| a.get(&key)) {
-                let now = time::OffsetDateTime::now_utc().unix_timestamp();
-                let mut left = groups::failures(was, now);
+            if let Some(was) = view.records.failed.get(&group.pool) {
+                let mut left = was.clone();
                 left.retain(|server, _| !ids.contains(server));
                 let path = format!("/metadata/annotations/{}", pointer(&key));
                 ops.push(match groups::failures_value(&left) {
@@ -397,13 +390,7 @@ impl CloudProvider for Provider {
             tracing::info!(node = %m.name, pool = %g.pool, "autoscaler named the node to leave");
         }
         // The count lowered and the servers recorded together: asked again, none is counted twice.
-        let recorded = view
-            .cluster
-            .annotations()
-            .get(&groups::accounted_key(&g.pool))
-            .map(|v| groups::accounted_ids(v))
-            .unwrap_or_default();
-        if !d.account.is_empty() || recorded != d.accounted {
+        if !d.account.is_empty() || view.records.accounted_of(&g.pool) != d.accounted {
             self.set_target(&who, &view, g, d.target, Some(&d.accounted))
                 .await?;
         }

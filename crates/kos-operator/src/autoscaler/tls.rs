@@ -87,21 +87,39 @@ fn serving(ca_pem: &[u8], ca_key: &[u8], host: &str) -> Result<(String, String),
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let issuer =
         rcgen::Issuer::from_ca_cert_pem(&text(ca_pem), rcgen::KeyPair::from_pem(&text(ca_key))?)?;
-    let key = rcgen::KeyPair::generate()?;
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    params.subject_alt_names = vec![match host.parse::<std::net::IpAddr>() {
+    let san = match host.parse::<std::net::IpAddr>() {
         Ok(ip) => rcgen::SanType::IpAddress(ip),
         Err(_) => rcgen::SanType::DnsName(host.to_owned().try_into()?),
-    }];
+    };
+    leaf(
+        &issuer,
+        host,
+        vec![san],
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    )
+}
+
+/// A certificate signed by `issuer` for one `usage`: common name `cn`, `sans`, valid from five
+/// minutes ago for [`super::install::CERT_DAYS`]: `(cert PEM, key PEM)`. The endpoint's and each
+/// autoscaler's.
+pub(crate) fn leaf(
+    issuer: &rcgen::Issuer<'_, rcgen::KeyPair>,
+    cn: &str,
+    sans: Vec<rcgen::SanType>,
+    usage: rcgen::ExtendedKeyUsagePurpose,
+) -> Result<(String, String), rcgen::Error> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    params.subject_alt_names = sans;
     params
         .distinguished_name
-        .push(rcgen::DnType::CommonName, host);
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        .push(rcgen::DnType::CommonName, cn);
+    params.extended_key_usages = vec![usage];
     params.use_authority_key_identifier_extension = true;
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::minutes(5);
     params.not_after = now + time::Duration::days(super::install::CERT_DAYS);
-    let cert = params.signed_by(&key, &issuer)?;
+    let cert = params.signed_by(&key, issuer)?;
     Ok((cert.pem(), key.serialize_pem()))
 }
 
