@@ -354,10 +354,22 @@ impl Harness {
     }
 
     /// How many times the sim listed the load balancers since `seq` (once per fresh observation).
+    /// Full lists of the load balancers (an observation of the project).
     fn lb_lists_since(&self, seq: u64) -> usize {
         self.sim_log_since(seq)
             .iter()
             .filter(|e| e.method == "GET" && e.operation.ends_with("/lbaas/loadbalancers"))
+            .count()
+    }
+
+    /// Light lists of the load balancers' states (the wait for PENDING_* to end).
+    fn lb_state_lists_since(&self, seq: u64) -> usize {
+        self.sim_log_since(seq)
+            .iter()
+            .filter(|e| {
+                e.operation.ends_with("/lbaas/loadbalancers?fields")
+                    && e.query.contains("fields=provisioning_status")
+            })
             .count()
     }
 
@@ -971,6 +983,51 @@ async fn passes_on_its_own_writes_do_not_look_at_the_cloud_again() -> R {
         Ok((h.lb_lists_since(sim_start) == 2).then_some(()))
     })
     .await?;
+    Ok(())
+}
+
+/// A Service is looked at again the moment its load balancer settles, not at its pass's requeue:
+/// with that requeue an hour away, each of three Services created at once still gets its address.
+/// The wait costs light lists of the load balancers' states, one per poll for all of them, and
+/// none once nothing is awaited.
+#[tokio::test]
+async fn a_service_is_addressed_as_soon_as_its_load_balancer_settles() -> R {
+    let polling = ServiceSettings {
+        pending_poll: Duration::from_millis(50),
+        ..settings()
+    };
+    let h = start_full("", None, polling, Duration::from_secs(3600)).await?;
+    // Half a real second to provision, on the fast clock.
+    h.sim.app().set_latency(kos_sim::LatencyModel {
+        lb_create_secs: 500.0,
+        ..h.sim.app().latency()
+    });
+    let seq = h.sim_seq();
+    let names = ["a", "b", "c"];
+    for (i, name) in (0..).zip(names) {
+        h.create(&lb_service(name, &[("TCP", 80, 30080 + i)]))
+            .await?;
+    }
+    for name in names {
+        h.served(name).await?;
+    }
+    let polls = h.lb_state_lists_since(seq);
+    assert!(polls >= 1, "the wait listed the states");
+    // One poll covers every wait: never more polls than 50 ms ticks, whatever the Services.
+    let full = h.lb_lists_since(seq);
+    assert!(
+        full <= polls + 3,
+        "full observations follow settled polls, not each Service: {full} for {polls} polls"
+    );
+
+    // Nothing is awaited any more: nothing is polled.
+    let idle = h.sim_seq();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        h.lb_state_lists_since(idle),
+        0,
+        "no poll while nothing waits"
+    );
     Ok(())
 }
 

@@ -166,6 +166,10 @@ pub struct LogEntry {
     pub path: String,
     /// `GET /network/v2.0/ports/{id}`: the path with ids replaced, for per-operation counters.
     pub operation: String,
+    /// The raw query string (`fields=id&fields=provisioning_status`): list filters and field
+    /// selections, never a secret (credentials travel in bodies and headers).
+    #[serde(default)]
+    pub query: String,
     pub status: u16,
     pub fault_rule: Option<u64>,
     pub real_ms: f64,
@@ -231,6 +235,16 @@ impl Observations {
     }
 }
 
+/// A call that selects a few `fields` is another, lighter operation than the whole list (a poll of
+/// many load balancers' states against an observation of them): `?fields` is added to count it
+/// apart.
+fn operation_with_fields(mut operation: String, query: &str) -> String {
+    if query.split('&').any(|kv| kv.starts_with("fields=")) {
+        operation.push_str("?fields");
+    }
+    operation
+}
+
 /// `/network/v2.0/ports/3f1c…/tags/x` → `/network/v2.0/ports/{id}/tags/x`. Ids are UUIDs, 32-hex
 /// Keystone ids, or the Cinder project segment.
 pub fn operation_of(method: &str, path: &str) -> String {
@@ -253,6 +267,7 @@ pub async fn gate(State(app): State<SharedApp>, req: Request, next: Next) -> Res
     let started = Instant::now();
     let method = req.method().as_str().to_owned();
     let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or_default().to_owned();
     let service = Service::from_path(&path);
     let cloud_service = service.filter(|s| *s != Service::Admin);
 
@@ -319,9 +334,10 @@ pub async fn gate(State(app): State<SharedApp>, req: Request, next: Next) -> Res
         seq: 0,
         at: app.now().0,
         service,
-        operation: operation_of(&method, &path),
+        operation: operation_with_fields(operation_of(&method, &path), &query),
         method,
         path,
+        query,
         status: resp.status().as_u16(),
         fault_rule,
         real_ms: started.elapsed().as_secs_f64() * 1000.0,

@@ -84,6 +84,9 @@ pub struct Outcome {
     pub events: Vec<EventNote>,
     /// Come back after this long; `None`: on the next change or periodic resync.
     pub requeue_after: Option<Duration>,
+    /// A load balancer this pass left in PENDING_* (its create, a change, a delete) or found
+    /// there: the wiring may look again as soon as it has settled, before `requeue_after`.
+    pub awaiting: Option<String>,
     /// Nothing is left to do: for `ensure`, the load balancer matches the Service; for
     /// `ensure_deleted`, everything of the Service is gone and the finalizer may be removed.
     pub converged: bool,
@@ -111,6 +114,12 @@ impl Outcome {
     /// Come back no later than `after`.
     pub(crate) fn requeue(&mut self, after: Duration) {
         self.requeue_after = Some(self.requeue_after.map_or(after, |d| d.min(after)));
+    }
+
+    /// Come back once load balancer `lb` has settled, or after `after` at the latest.
+    pub(crate) fn await_settled(&mut self, lb: &str, after: Duration) {
+        self.awaiting = Some(lb.to_owned());
+        self.requeue(after);
     }
 
     /// The Service is not ours to handle; nothing to do, nothing to write.

@@ -6,7 +6,7 @@
 //! Passes for different Services run in parallel; the only shared state is the snapshot cache,
 //! the member cache and the list of recent creates, each behind a short-lived lock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -225,6 +225,42 @@ impl LoadBalancers {
     /// signal shows is found.
     pub fn verify_members(&self) {
         self.members.verify_all();
+    }
+
+    /// Which of `awaited` (load-balancer ids a pass left or found PENDING_*) have settled or are
+    /// gone, from one light list of the project's load balancers (ids and provisioning statuses
+    /// only), however many are awaited. Each settled one counts as changed from the list's
+    /// start, so the next pass of a Service on it takes a snapshot listed after that, never an
+    /// older one that still shows it pending.
+    pub async fn settled(&self, awaited: &HashSet<String>) -> Result<Vec<String>, LbError> {
+        if awaited.is_empty() {
+            return Ok(Vec::new());
+        }
+        let started = Instant::now();
+        let states = self
+            .session
+            .load_balancer()
+            .list_load_balancer_states(self.session.project_id())
+            .await
+            .map_err(|source| LbError::Observe { source })?;
+        let pending: HashSet<&str> = states
+            .iter()
+            .filter(|s| s.provisioning_status.is_pending())
+            .map(|s| s.id.as_str())
+            .collect();
+        let settled: Vec<String> = awaited
+            .iter()
+            .filter(|id| !pending.contains(id.as_str()))
+            .cloned()
+            .collect();
+        if !settled.is_empty() {
+            let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+            for id in &settled {
+                let t = dirty.entry(format!("lb/{id}")).or_insert(started);
+                *t = (*t).max(started);
+            }
+        }
+        Ok(settled)
     }
 
     /// [`ensure`](Self::ensure) with the shared snapshot, new enough to hold this Service's own
@@ -641,7 +677,7 @@ impl LoadBalancers {
             self.floating_ip(ids, opts, observed, port, &vip, true, out)
                 .await?;
         }
-        out.requeue(self.settings.pending_requeue);
+        out.await_settled(&lb.id, self.settings.pending_requeue);
         Ok(())
     }
 
@@ -834,7 +870,7 @@ impl LoadBalancers {
                                 lb.id
                             ),
                         );
-                        out.requeue(self.settings.pending_requeue);
+                        out.await_settled(&lb.id, self.settings.pending_requeue);
                     }
                     Err(e) => {
                         self.failed(e, true, "delete the load balancer in ERROR", &lb.id, out)?;
@@ -853,7 +889,7 @@ impl LoadBalancers {
                     self.floating_ip(ids, opts, observed, port, &vip, owner, out)
                         .await?;
                 }
-                out.requeue(self.settings.pending_requeue);
+                out.await_settled(&lb.id, self.settings.pending_requeue);
                 return Ok(());
             }
         }
@@ -992,7 +1028,7 @@ impl LoadBalancers {
                         reasons::UPDATING,
                         format!("load balancer {}: {first}", lb.id),
                     );
-                    out.requeue(self.settings.pending_requeue);
+                    out.await_settled(&lb.id, self.settings.pending_requeue);
                 }
                 Err(e) => self.failed(e, true, &first.to_string(), &lb.id, out)?,
             }
@@ -1159,14 +1195,14 @@ impl LoadBalancers {
         let mut out = Outcome::default();
         // A delete in flight: the finalizer stays until the load balancer is gone (should the
         // delete end in ERROR, the next pass deletes it again).
-        let deleting = observed.load_balancers.iter().any(|l| {
+        let deleting = observed.load_balancers.iter().find(|l| {
             l.provisioning_status == ProvisioningStatus::PendingDelete
                 && (lb_id.as_deref() == Some(l.id.as_str()) || ids.made_for_us(l))
                 && self.claim(l, None) == Claim::Ours
         });
-        if deleting {
+        if let Some(l) = deleting {
             self.snapshots.invalidate();
-            out.requeue(self.settings.pending_requeue);
+            out.await_settled(&l.id, self.settings.pending_requeue);
             return Ok(out);
         }
         // No namespace rule here: a Service may always take its own listeners and tag off a load
@@ -1225,7 +1261,7 @@ impl LoadBalancers {
             ProvisioningStatus::Active | ProvisioningStatus::Error
         ) {
             self.snapshots.invalidate();
-            out.requeue(self.settings.pending_requeue);
+            out.await_settled(&lb.id, self.settings.pending_requeue);
             return Ok(out);
         }
         let others = naming::service_tags(lb)
@@ -1366,7 +1402,7 @@ impl LoadBalancers {
             Ok(()) => {
                 out.normal(reasons::DELETING, what.clone());
                 out.writes.push(what);
-                out.requeue(self.settings.pending_requeue);
+                out.await_settled(&lb.id, self.settings.pending_requeue);
             }
             Err(e) => self.failed(e, true, &what, &lb.id, &mut out)?,
         }

@@ -20,6 +20,9 @@
 //! - a change of the Nodes that can alter pool members (added, removed, addresses, labels, the
 //!   exclude label, the autoscaler's deletion taint; not readiness, which the core does not use)
 //!   reconciles every Service;
+//! - a Service whose pass left (or found) its load balancer in PENDING_* is reconciled as soon as
+//!   it has settled: while any is awaited, one light list of the project's load balancers every
+//!   [`ServiceSettings::pending_poll`] (see `settle`);
 //! - every [`ServiceSettings::resync_period`] the shared cloud observation is dropped and every
 //!   Service reconciled, so drift made behind kos-ccm's back is repaired. A resync that finds
 //!   nothing to do writes nothing, to the cloud or to Kubernetes.
@@ -34,6 +37,7 @@ mod error;
 mod events;
 mod nodes;
 mod reconcile;
+mod settle;
 mod writeback;
 
 use std::future::Future;
@@ -76,6 +80,10 @@ pub struct ServiceSettings {
     /// An Event note repeated by a Service that did not change is recorded again only after this
     /// long (Events expire after an hour by default), so resyncs do not flood the Event stream.
     pub event_repeat_interval: Duration,
+    /// While a pass waits on a load balancer in PENDING_*, the project's load balancers' states
+    /// are listed this often (one light call for all of them), and a Service whose load balancer
+    /// settled is reconciled at once.
+    pub pending_poll: Duration,
 }
 
 impl Default for ServiceSettings {
@@ -86,6 +94,7 @@ impl Default for ServiceSettings {
             retry_min: Duration::from_secs(5),
             retry_max: Duration::from_secs(5 * 60),
             event_repeat_interval: Duration::from_secs(60 * 60),
+            pending_poll: Duration::from_secs(1),
         }
     }
 }
@@ -139,6 +148,7 @@ pub async fn run(
         .with_config(controller::Config::default().concurrency(settings.concurrency.max(1)))
         .reconcile_all_on(nodes::changes(nodes))
         .reconcile_all_on(resync(settings.resync_period, state.clone()))
+        .reconcile_on(settle::settled(state.clone(), settings.pending_poll))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, state)
         .for_each(|res| async move {

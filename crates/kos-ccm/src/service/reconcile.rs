@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::Patch;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::error::{Error, Result};
 use super::events::{EventMemory, fingerprint};
 use super::nodes::NodeList;
+use super::settle::Awaited;
 use super::writeback::{
     annotations_patch, finalizer_patch, has_finalizer, status_patch, wants_load_balancer,
 };
@@ -45,6 +46,8 @@ pub(crate) struct ServiceController {
     backoff: Backoff,
     /// Per Service UID, a requeue the last pass asked for (see [`Quiet`]).
     quiet: Mutex<HashMap<String, Quiet>>,
+    /// Services whose last pass waits on a load balancer in PENDING_* (see [`super::settle`]).
+    awaited: Awaited,
 }
 
 /// A pass asked to look again at `until` (Octavia busy). Until then, a pass of the Service at one
@@ -144,7 +147,38 @@ impl ServiceController {
             services,
             backoff: Backoff::new(settings.retry_min, settings.retry_max),
             quiet: Mutex::new(HashMap::new()),
+            awaited: Awaited::default(),
         }
+    }
+
+    pub(crate) fn awaited(&self) -> &Awaited {
+        &self.awaited
+    }
+
+    /// The Services waiting on any of `lbs` whose load balancer has settled, taken out of the
+    /// waits and out of [`Quiet`]: their next pass looks, whatever their requeue said.
+    pub(crate) async fn settled(
+        &self,
+        lbs: &HashSet<String>,
+    ) -> std::result::Result<Vec<ObjectRef<Service>>, LbError> {
+        let done = self.lbs.settled(lbs).await?;
+        tracing::debug!(
+            awaited = lbs.len(),
+            settled = done.len(),
+            "load balancers' states listed"
+        );
+        if done.is_empty() {
+            return Ok(Vec::new());
+        }
+        let taken = self.awaited.take(&done);
+        let mut quiet = self.quiet.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(taken
+            .into_iter()
+            .map(|(uid, r)| {
+                quiet.remove(&uid);
+                r
+            })
+            .collect())
     }
 
     /// A periodic resync begins: the next passes look at the cloud afresh.
@@ -154,6 +188,7 @@ impl ServiceController {
         let live: HashSet<String> = self.services.state().iter().map(|s| uid(s)).collect();
         self.events.retain(&live);
         self.backoff.retain(&live);
+        self.awaited.retain(&live);
         // A resync looks at every Service, whatever it waits for.
         self.quiet.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
@@ -266,6 +301,7 @@ impl ServiceController {
             versions.extend(cur.metadata.resource_version.clone());
         }
         self.set_quiet(&cur, versions, nodes, out.requeue_after);
+        self.awaited.set(&cur, uid(&cur), out.awaiting.as_deref());
         Ok(requeue(out.requeue_after))
     }
 
@@ -277,6 +313,7 @@ impl ServiceController {
             .map_err(lb_err(svc))?;
         self.log(svc, &out, "delete");
         self.record(svc, &out, action::DELETE).await;
+        self.awaited.set(svc, uid(svc), out.awaiting.as_deref());
         if !out.converged {
             return Ok(Action::requeue(
                 out.requeue_after

@@ -109,6 +109,15 @@ pub struct LoadBalancer {
     pub updated_at: Option<String>,
 }
 
+/// A load balancer's id and provisioning status: what a wait on many load balancers needs, listed
+/// with Octavia's `fields` so the answer stays small however many there are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LoadBalancerState {
+    pub id: String,
+    pub provisioning_status: ProvisioningStatus,
+}
+
 /// Where the VIP goes: exactly one of a subnet, a network or an existing port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Vip {

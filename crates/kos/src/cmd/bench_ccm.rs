@@ -50,6 +50,8 @@ struct Report {
     nodes: u32,
     concurrency: u16,
     time_scale: f64,
+    /// Cloud seconds between the lists of load balancers' states while Services wait (0: none).
+    pending_poll_secs: f64,
     /// Cloud seconds one load balancer took from its create to ACTIVE, alone, on this clock: the
     /// least any controller can take to address a Service.
     floor_secs: f64,
@@ -112,7 +114,9 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
     let world = World::start(scale, args.services, args.nodes).await?;
     let floor_secs = world.floor(scale).await?;
     eprintln!("one load balancer alone: ACTIVE after {floor_secs:.1} cloud s (the floor)");
-    let mut ccm = world.spawn_controller(args.concurrency, scale).await?;
+    let mut ccm = world
+        .spawn_controller(args.concurrency, scale, args.pending_poll)
+        .await?;
 
     let t0 = Instant::now();
     let before = world.cloud_calls();
@@ -231,6 +235,7 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
         nodes: args.nodes,
         concurrency: args.concurrency,
         time_scale: scale,
+        pending_poll_secs: args.pending_poll,
         floor_secs,
         kos_secs,
         ratio: kos_secs / floor_secs,
@@ -391,7 +396,12 @@ impl World {
 
     /// The controller in its own process: this binary's hidden `bench ccm-controller`, told
     /// where the cloud and the Kubernetes API are on its stdin.
-    async fn spawn_controller(&self, concurrency: u16, scale: f64) -> miette::Result<Ccm> {
+    async fn spawn_controller(
+        &self,
+        concurrency: u16,
+        scale: f64,
+        pending_poll_secs: f64,
+    ) -> miette::Result<Ccm> {
         let c = self.sim.config();
         let spec = ControllerSpec {
             auth_url: self.sim.auth_url(),
@@ -402,6 +412,7 @@ impl World {
             kube_url: self.fake.url(),
             time_scale: scale,
             concurrency,
+            pending_poll_secs,
         };
         let exe = std::env::current_exe().into_diagnostic()?;
         // KOS_BENCH_CCM_WRAPPER runs the controller under a profiler (`perf record -g -o
@@ -589,6 +600,8 @@ struct ControllerSpec {
     kube_url: String,
     time_scale: f64,
     concurrency: u16,
+    /// Cloud seconds; 0: no lists of states (a day between them).
+    pending_poll_secs: f64,
 }
 
 /// The controller's process, seen from the benchmark.
@@ -696,6 +709,11 @@ async fn run_controller() -> miette::Result<()> {
         resync_period: Duration::from_secs(24 * 3600),
         retry_min: scaled(5.0),
         retry_max: scaled(300.0),
+        pending_poll: if spec.pending_poll_secs > 0.0 {
+            scaled(spec.pending_poll_secs)
+        } else {
+            Duration::from_secs(24 * 3600)
+        },
         ..ServiceSettings::default()
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
