@@ -6,6 +6,8 @@
 
 /// Per-object retry delays after failures.
 pub mod backoff;
+/// The controller side of `kos bench ccm` (`kos-ccm bench-service`, hidden).
+pub mod bench;
 pub mod check;
 pub mod config;
 /// What every controller shares at run time (session, cloud.conf, client, Event recorder).

@@ -32,6 +32,10 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// `kos bench ccm`'s controller: the Service controller driven over stdin (see
+    /// `kos_ccm::bench`), so the benchmark measures this binary.
+    #[command(hide = true)]
+    BenchService,
 }
 
 /// The arguments, without a leading binary path: the upstream manifests run
@@ -127,6 +131,24 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
+            }
+        }
+        Some(Command::BenchService) => {
+            init_logging(0);
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("kos-ccm: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let input = tokio::io::BufReader::new(tokio::io::stdin());
+            match runtime.block_on(kos_ccm::bench::serve(input, tokio::io::stdout())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kos-ccm bench-service: {e}");
+                    ExitCode::FAILURE
+                }
             }
         }
         None => {

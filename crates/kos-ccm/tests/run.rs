@@ -271,3 +271,73 @@ async fn leadership_hands_over_when_the_leader_stops() -> R {
         .map_err(|e| e.to_string())?;
     Ok(())
 }
+
+/// `kos-ccm bench-service`, the controller `kos bench ccm` runs so that it measures this binary:
+/// told where the cloud and the API are on stdin, it answers `ready`, gives a Service its
+/// address, answers a `resync` with `done`, and stops when its input ends.
+#[tokio::test]
+async fn the_bench_service_subcommand_serves_a_service_and_resyncs_on_stdin() -> R {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let w = world().await?;
+    w.fake.insert(&support::node("node-1", "10.1.0.11"))?;
+    let c = w.sim.config();
+    let spec = kos_ccm::bench::BenchSpec {
+        auth_url: w.sim.auth_url(),
+        username: c.username.clone(),
+        password: c.password.clone(),
+        project: c.project.clone(),
+        cloud_conf: std::fs::read_to_string(w.dir.path().join("cloud.conf"))?,
+        kube_url: w.fake.url(),
+        // The fast simulator's clock: its waits in thousandths.
+        time_scale: 0.001,
+        concurrency: 2,
+        pending_poll_secs: 1.0,
+    };
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kos-ccm"))
+        .arg("bench-service")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    stdin
+        .write_all(format!("{}\n", serde_json::to_string(&spec)?).as_bytes())
+        .await
+        .map_err(|e| format!("writing the spec: {e}"))?;
+    let next = |line: Option<String>| line.ok_or("the process ended");
+    let ready = tokio::time::timeout(DEADLINE, stdout.next_line()).await??;
+    assert_eq!(next(ready)?, "ready");
+
+    let mut svc = Service::default();
+    svc.metadata.name = Some("web".into());
+    svc.metadata.namespace = Some("default".into());
+    svc.spec = Some(ServiceSpec {
+        type_: Some("LoadBalancer".into()),
+        ports: Some(vec![ServicePort {
+            port: 80,
+            node_port: Some(30080),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    w.fake.insert(&svc)?;
+    wait_for("the Service's address", || {
+        Ok(w.fake
+            .get::<Service>(Some("default"), "web")?
+            .and_then(|s| s.status?.load_balancer?.ingress)
+            .filter(|i| !i.is_empty()))
+    })
+    .await?;
+
+    stdin.write_all(b"resync\n").await?;
+    let done = tokio::time::timeout(DEADLINE, stdout.next_line()).await??;
+    assert_eq!(next(done)?, "done");
+    drop(stdin);
+    let status = tokio::time::timeout(DEADLINE, child.wait()).await??;
+    assert!(status.success(), "{status}");
+    Ok(())
+}

@@ -10,6 +10,9 @@ fn bench_json(args: &[&str]) -> serde_json::Value {
     let out = Command::new(KOS)
         .args(args)
         .env_remove("RUST_LOG")
+        // `kos bench ccm`'s controller in this binary: a kos-ccm binary beside it may be from
+        // another build (kos-ccm's own tests run its `bench-service`).
+        .env("KOS_BENCH_CCM_BINARY", "")
         .output()
         .expect("kos runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -105,6 +108,12 @@ fn bench_ccm_reports_addresses_resync_and_node_join() {
         .filter_map(|(_, n)| n.as_u64())
         .sum();
     assert_eq!(puts, 3, "one member PUT per pool: {r}");
+    assert!(
+        r["controller_binary"]
+            .as_str()
+            .is_some_and(|b| b.ends_with("bench ccm-controller")),
+        "{r}"
+    );
     assert_eq!(r["node_join_writes"], 3, "{r}");
 }
 

@@ -24,17 +24,15 @@ use k8s_openapi::api::core::v1::{
     ServiceSpec,
 };
 use kos_ccm::CloudConfig;
-use kos_ccm::context::Context;
-use kos_ccm::lb::{LbSettings, LoadBalancers};
-use kos_ccm::service::{self, ServiceSettings};
+use kos_ccm::bench::BenchSpec;
+use kos_ccm::lb::LoadBalancers;
+use kos_cloud::Session;
 use kos_cloud::model::load_balancer::{LoadBalancerCreate, ProvisioningStatus, Vip};
 use kos_cloud::model::network::{NetworkCreate, RouterCreate, SubnetCreate};
-use kos_cloud::{RetryPolicy, Session};
 use kos_kube_fake::FakeKube;
 use kos_sim::{LatencyModel, Sim, SimConfig};
-use kube::runtime::events::Reporter;
 use miette::{IntoDiagnostic, WrapErr, miette};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::{Exit, Failure};
@@ -84,6 +82,9 @@ struct Report {
     /// OpenStack calls after one node joined, until every pool had it, by operation.
     node_join_calls: BTreeMap<String, u64>,
     node_join_writes: u64,
+    /// What ran the controller: the kos-ccm binary (`…/kos-ccm bench-service`) or, without one
+    /// beside this binary, `…/kos bench ccm-controller` (the same code in a larger binary).
+    controller_binary: String,
     /// The controller process's peak resident set (VmHWM), in MiB.
     ccm_peak_rss_mib: Option<f64>,
     /// The controller process's CPU seconds (user + system): until every Service had an address,
@@ -194,6 +195,7 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
     let node_join_writes = writes(&node_join_calls);
     let ccm_peak_rss_mib = ccm.peak_rss_mib();
     let ccm_cpu_secs = ccm.cpu_secs();
+    let controller_binary = ccm.binary.clone();
     ccm.stop().await;
     let peak_rss_mib = peak_rss_mib();
 
@@ -252,6 +254,7 @@ async fn measure(args: &BenchCcmArgs) -> miette::Result<Report> {
         deep_verify_writes,
         node_join_calls,
         node_join_writes,
+        controller_binary,
         ccm_peak_rss_mib,
         ccm_cpu_secs_addressing,
         ccm_cpu_secs,
@@ -357,7 +360,7 @@ impl World {
 
     /// The controller's core for the baseline, its waits and requeues on the scaled clock.
     fn load_balancers(&self, scale: f64) -> LoadBalancers {
-        load_balancers(&self.session, self.config.clone(), scale)
+        kos_ccm::bench::scaled_load_balancers(&self.session, self.config.clone(), scale)
     }
 
     /// One load balancer, created and waited for alone (polled every tenth of a cloud second):
@@ -403,7 +406,7 @@ impl World {
         pending_poll_secs: f64,
     ) -> miette::Result<Ccm> {
         let c = self.sim.config();
-        let spec = ControllerSpec {
+        let spec = BenchSpec {
             auth_url: self.sim.auth_url(),
             username: c.username.clone(),
             password: c.password.clone(),
@@ -414,20 +417,19 @@ impl World {
             concurrency,
             pending_poll_secs,
         };
-        let exe = std::env::current_exe().into_diagnostic()?;
+        let controller = controller_command()?;
         // KOS_BENCH_CCM_WRAPPER runs the controller under a profiler (`perf record -g -o
         // ccm.data`, `heaptrack -o ccm`): the figures below are then the wrapper's process's.
         let wrapper = std::env::var("KOS_BENCH_CCM_WRAPPER").unwrap_or_default();
         let mut argv: Vec<String> = wrapper.split_whitespace().map(str::to_owned).collect();
-        argv.push(exe.to_string_lossy().into_owned());
-        argv.extend(["bench".to_owned(), "ccm-controller".to_owned()]);
+        argv.extend(controller.argv.iter().cloned());
         let mut cmd = tokio::process::Command::new(&argv[0]);
         // The kos-ccm binary sets glibc's allocator up before its runtime starts; this binary's
         // runtime is running before it knows it is the controller, so the same settings go in
         // through the environment (glibc reads them at its start, as mallopt would set them).
         // Set in this environment (`env -u GLIBC_TUNABLES` in the wrapper: glibc's defaults),
         // they are the run's own.
-        if !kos_ccm::malloc::tuned_by_env(|k| std::env::var_os(k)) {
+        if !controller.kos_ccm && !kos_ccm::malloc::tuned_by_env(|k| std::env::var_os(k)) {
             cmd.env("GLIBC_TUNABLES", kos_ccm::malloc::glibc_tunables());
         }
         let mut child = cmd
@@ -451,6 +453,7 @@ impl World {
         stdin.write_all(line.as_bytes()).await.into_diagnostic()?;
         stdin.flush().await.into_diagnostic()?;
         let mut ccm = Ccm {
+            binary: controller.argv.join(" "),
             pid: child.id(),
             child,
             stdin: Some(stdin),
@@ -573,39 +576,55 @@ impl World {
     }
 }
 
-/// The controller's core, its waits and requeues on the scaled clock, and a session that
-/// requeues on Octavia's busy 409 as kos-ccm's does.
-fn load_balancers(session: &Session, config: Arc<CloudConfig>, scale: f64) -> LoadBalancers {
-    let mut s = LbSettings::new("bench");
-    let scaled = |secs: f64| Duration::from_secs_f64(secs * scale);
-    s.pending_requeue = scaled(5.0);
-    s.retry_requeue = scaled(60.0);
-    s.snapshot_max_age = scaled(10.0);
-    let session = session.clone().with_retry_policy(RetryPolicy {
-        retry_busy_load_balancer: false,
-        ..session.retry_policy().clone()
-    });
-    LoadBalancers::new(session, config, s)
+/// How the controller's process is started.
+struct ControllerCommand {
+    argv: Vec<String>,
+    /// The kos-ccm binary (it sets its allocator up itself), not this one.
+    kos_ccm: bool,
 }
 
-/// What `kos bench ccm` tells its controller process (one JSON line on its stdin). Not `Debug`:
-/// it holds the simulated cloud's password.
-#[derive(Serialize, Deserialize)]
-struct ControllerSpec {
-    auth_url: String,
-    username: String,
-    password: String,
-    project: String,
-    cloud_conf: String,
-    kube_url: String,
-    time_scale: f64,
-    concurrency: u16,
-    /// Cloud seconds; 0: no lists of states (a day between them).
-    pending_poll_secs: f64,
+/// The kos-ccm binary beside this one (as `cargo build --release -p kos -p kos-ccm` leaves it),
+/// or the one `KOS_BENCH_CCM_BINARY` names, runs the controller: its footprint is the one that
+/// ships. Without one, or with `KOS_BENCH_CCM_BINARY` set empty, this binary's `bench
+/// ccm-controller` runs the same code.
+fn controller_command() -> miette::Result<ControllerCommand> {
+    let exe = std::env::current_exe().into_diagnostic()?;
+    let beside = exe.with_file_name("kos-ccm");
+    let kos_ccm = match std::env::var_os("KOS_BENCH_CCM_BINARY") {
+        Some(v) if v.is_empty() => None,
+        Some(p) => {
+            let p = std::path::PathBuf::from(p);
+            if !p.is_file() {
+                return Err(miette!(
+                    "KOS_BENCH_CCM_BINARY={}: no such file; build it with `cargo build --release \
+                     -p kos-ccm`, or set the variable empty to run the controller in this binary",
+                    p.display()
+                ));
+            }
+            Some(p)
+        }
+        None => beside.is_file().then_some(beside),
+    };
+    Ok(match kos_ccm {
+        Some(p) => ControllerCommand {
+            argv: vec![p.to_string_lossy().into_owned(), "bench-service".into()],
+            kos_ccm: true,
+        },
+        None => ControllerCommand {
+            argv: vec![
+                exe.to_string_lossy().into_owned(),
+                "bench".into(),
+                "ccm-controller".into(),
+            ],
+            kos_ccm: false,
+        },
+    })
 }
 
 /// The controller's process, seen from the benchmark.
 struct Ccm {
+    /// What runs the controller: `…/kos-ccm bench-service` or `…/kos bench ccm-controller`.
+    binary: String,
     child: tokio::process::Child,
     pid: Option<u32>,
     stdin: Option<tokio::process::ChildStdin>,
@@ -660,101 +679,14 @@ impl Ccm {
     }
 }
 
-/// `kos bench ccm-controller`: the controller process of `kos bench ccm` (see the module docs).
-/// Reads its [`ControllerSpec`] from stdin, prints `ready` once connected, then runs the Service
-/// controller; a `resync` line on stdin is one resync, `verify` one with a deep verify of members
-/// (each printed `done` after); end of stdin stops it.
+/// `kos bench ccm-controller`: the controller process of `kos bench ccm` where no kos-ccm binary
+/// is beside this one: `kos_ccm::bench`'s protocol over stdin and stdout.
 pub async fn controller() -> Result<Exit, Failure> {
-    run_controller().await.map_err(Failure::cloud_diagnostic)?;
+    let input = BufReader::new(tokio::io::stdin());
+    kos_ccm::bench::serve(input, tokio::io::stdout())
+        .await
+        .map_err(|e| Failure::cloud_diagnostic(miette!("{e}")))?;
     Ok(Exit::Ok)
-}
-
-async fn run_controller() -> miette::Result<()> {
-    let mut stdin = BufReader::new(tokio::io::stdin());
-    let mut line = String::new();
-    stdin.read_line(&mut line).await.into_diagnostic()?;
-    let spec: ControllerSpec = serde_json::from_str(&line)
-        .into_diagnostic()
-        .wrap_err("the controller's spec on stdin")?;
-    let scale = spec.time_scale;
-    let session = super::bench::connect_to(
-        &spec.auth_url,
-        &spec.username,
-        &spec.password,
-        &spec.project,
-        scale,
-    )
-    .await?;
-    let config = CloudConfig::parse("cloud.conf", &spec.cloud_conf)
-        .map_err(|e| miette!("{e}"))?
-        .config;
-    let uri: http::Uri = spec.kube_url.parse().into_diagnostic()?;
-    let client = kube::Client::try_from(kube::Config::new(uri)).into_diagnostic()?;
-    let config = Arc::new(config);
-    let lbs = Arc::new(load_balancers(&session, config.clone(), scale));
-    let ctx = Arc::new(Context::new(
-        session,
-        (*config).clone(),
-        "bench",
-        client.clone(),
-        Reporter {
-            controller: "kos-ccm".into(),
-            instance: Some("bench".into()),
-        },
-    ));
-    let scaled = |secs: f64| Duration::from_secs_f64(secs * scale);
-    let settings = ServiceSettings {
-        concurrency: spec.concurrency,
-        // Resyncs are asked for on stdin.
-        resync_period: Duration::from_secs(24 * 3600),
-        retry_min: scaled(5.0),
-        retry_max: scaled(300.0),
-        pending_poll: if spec.pending_poll_secs > 0.0 {
-            scaled(spec.pending_poll_secs)
-        } else {
-            Duration::from_secs(24 * 3600)
-        },
-        ..ServiceSettings::default()
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(service::run(ctx, lbs.clone(), settings, None, async {
-        let _ = rx.await;
-    }));
-    let mut out = tokio::io::stdout();
-    out.write_all(b"ready\n").await.into_diagnostic()?;
-    out.flush().await.into_diagnostic()?;
-    loop {
-        line.clear();
-        if stdin.read_line(&mut line).await.into_diagnostic()? == 0 {
-            break;
-        }
-        let command = line.trim();
-        if command == "resync" || command == "verify" {
-            if command == "verify" {
-                lbs.verify_members();
-            }
-            // What the periodic resync does: a fresh observation, then a pass per Service.
-            let nodes: Vec<Node> = kube::Api::all(client.clone())
-                .list(&Default::default())
-                .await
-                .into_diagnostic()?
-                .items;
-            let services: Vec<Service> = kube::Api::all(client.clone())
-                .list(&Default::default())
-                .await
-                .into_diagnostic()?
-                .items;
-            lbs.invalidate_snapshot();
-            for s in &services {
-                lbs.ensure_service(s, &nodes).await.into_diagnostic()?;
-            }
-            out.write_all(b"done\n").await.into_diagnostic()?;
-            out.flush().await.into_diagnostic()?;
-        }
-    }
-    let _ = tx.send(());
-    let _ = controller.await;
-    Ok(())
 }
 
 pub(super) fn since(
@@ -911,8 +843,10 @@ fn render(r: &Report) -> String {
     };
     let _ = writeln!(
         out,
-        "\n  kos-ccm's own process: peak RSS {} MiB; CPU {} s until every Service had an address, \
-         {} s in all; a resync {} s; idle {} CPU s per minute (a resync every 5 min included)",
+        "\n  kos-ccm's own process ({}): peak RSS {} MiB; CPU {} s until every Service had an \
+         address, {} s in all; a resync {} s; idle {} CPU s per minute (a resync every 5 min \
+         included)",
+        r.controller_binary,
         opt(r.ccm_peak_rss_mib, 0),
         opt(r.ccm_cpu_secs_addressing, 2),
         opt(r.ccm_cpu_secs, 2),
