@@ -263,6 +263,13 @@ impl LoadBalancers {
         Ok(settled)
     }
 
+    /// The earliest the next list of states should be taken: a wait that ends makes its pass
+    /// refresh the snapshot, and such refreshes are spaced by their own cost (see
+    /// `Snapshots::next_refresh_due`).
+    pub fn next_settle_poll(&self) -> Option<Instant> {
+        self.snapshots.next_refresh_due()
+    }
+
     /// [`ensure`](Self::ensure) with the shared snapshot, new enough to hold this Service's own
     /// last writes (and those of any Service on the same load balancer).
     pub async fn ensure_service(&self, svc: &Service, nodes: &[Node]) -> Result<Outcome, LbError> {

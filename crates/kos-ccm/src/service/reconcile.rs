@@ -155,6 +155,11 @@ impl ServiceController {
         &self.awaited
     }
 
+    /// See `LoadBalancers::next_settle_poll`.
+    pub(crate) fn next_settle_poll(&self) -> Option<Instant> {
+        self.lbs.next_settle_poll()
+    }
+
     /// The Services waiting on any of `lbs` whose load balancer has settled, taken out of the
     /// waits and out of [`Quiet`]: their next pass looks, whatever their requeue said.
     pub(crate) async fn settled(

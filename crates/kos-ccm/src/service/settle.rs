@@ -2,8 +2,11 @@
 //! project's load balancers (ids and provisioning statuses) every
 //! [`ServiceSettings::pending_poll`](super::ServiceSettings::pending_poll), and a pass of each
 //! Service whose load balancer has settled, at once rather than at its pass's requeue. Nothing
-//! is listed while nothing is awaited. (The upstream blocks a worker per load balancer, polling
-//! it alone in `waitLoadbalancerActive`; here one call covers every wait.)
+//! is listed while nothing is awaited. Each settled wait costs its pass a refresh of the whole
+//! observation, so no list is taken before the last refresh has been followed by four times its
+//! own duration: a slow listing (a big project, a loaded cloud) is asked for less often. (The
+//! upstream blocks a worker per load balancer, polling it alone in `waitLoadbalancerActive`;
+//! here one call covers every wait.)
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -95,6 +98,12 @@ pub(crate) fn settled(
         loop {
             state.awaited().any().await;
             tokio::time::sleep(poll).await;
+            // A settled wait costs its pass a refresh of the whole observation: no sooner than
+            // the last refresh's cost allows, or a wave of creates settling second by second
+            // keeps the cloud listing the project back to back.
+            if let Some(due) = state.next_settle_poll() {
+                tokio::time::sleep_until(due).await;
+            }
             let lbs = state.awaited().load_balancers();
             match state.settled(&lbs).await {
                 Ok(refs) if !refs.is_empty() => {
