@@ -10,7 +10,7 @@ use support::{DEADLINE, R, initialised, kubelet_node, wait_for};
 use std::collections::BTreeSet;
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use kos_ccm::options::RunArgs;
 use kos_ccm::rbac::{ApiCall, Scope};
 use kos_cloud::{Env, RetryPolicy};
@@ -274,23 +274,6 @@ async fn server(w: &World, name: &str) -> R<String> {
     support::active_server(&s, &w.network, name).await
 }
 
-fn load_balancer_service() -> Service {
-    let mut svc = Service::default();
-    svc.metadata.name = Some("web".into());
-    svc.metadata.namespace = Some("default".into());
-    svc.spec = Some(ServiceSpec {
-        type_: Some("LoadBalancer".into()),
-        ports: Some(vec![ServicePort {
-            port: 80,
-            node_port: Some(30080),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    });
-    svc
-}
-
 /// Whether the table allows a logged request.
 fn in_table(r: &kos_kube_fake::Request, calls: &[ApiCall]) -> bool {
     let resource = match (&r.resource, &r.subresource) {
@@ -322,7 +305,7 @@ async fn as_its_service_account_kos_ccm_initialises_nodes_and_balances_services(
         node.spec.and_then(|s| s.provider_id),
         Some(format!("openstack:///{id}"))
     );
-    w.fake.insert(&load_balancer_service())?;
+    w.fake.insert(&support::web_service())?;
     wait_for("the Service's address", || {
         Ok(w.fake
             .get::<Service>(Some("default"), "web")?

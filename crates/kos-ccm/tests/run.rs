@@ -11,7 +11,7 @@ use std::path::Path;
 
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use kos_ccm::options::RunArgs;
 use kos_cloud::model::network::{NetworkCreate, RouterCreate, SubnetCreate};
 use kos_cloud::{Env, RetryPolicy, Session};
@@ -169,20 +169,7 @@ async fn a_run_initialises_nodes_serves_metrics_and_releases_its_lease() -> R {
     assert!(!held_by.is_empty());
 
     // The Service controller runs too: a LoadBalancer Service gets its floating IP.
-    let mut svc = Service::default();
-    svc.metadata.name = Some("web".into());
-    svc.metadata.namespace = Some("default".into());
-    svc.spec = Some(ServiceSpec {
-        type_: Some("LoadBalancer".into()),
-        ports: Some(vec![ServicePort {
-            port: 80,
-            node_port: Some(30080),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    });
-    w.fake.insert(&svc)?;
+    w.fake.insert(&support::web_service())?;
     let ip = wait_for("the Service's address", || {
         Ok(w.fake
             .get::<Service>(Some("default"), "web")?
@@ -311,20 +298,7 @@ async fn the_bench_service_subcommand_serves_a_service_and_resyncs_on_stdin() ->
     let ready = tokio::time::timeout(DEADLINE, stdout.next_line()).await??;
     assert_eq!(next(ready)?, "ready");
 
-    let mut svc = Service::default();
-    svc.metadata.name = Some("web".into());
-    svc.metadata.namespace = Some("default".into());
-    svc.spec = Some(ServiceSpec {
-        type_: Some("LoadBalancer".into()),
-        ports: Some(vec![ServicePort {
-            port: 80,
-            node_port: Some(30080),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    });
-    w.fake.insert(&svc)?;
+    w.fake.insert(&support::web_service())?;
     wait_for("the Service's address", || {
         Ok(w.fake
             .get::<Service>(Some("default"), "web")?

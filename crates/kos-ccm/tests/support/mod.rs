@@ -245,3 +245,22 @@ pub fn initialised(
         !tainted && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some())
     }))
 }
+
+/// `default/web`: a LoadBalancer Service on port 80, node port 30080.
+pub fn web_service() -> k8s_openapi::api::core::v1::Service {
+    use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+    let mut svc = Service::default();
+    svc.metadata.name = Some("web".into());
+    svc.metadata.namespace = Some("default".into());
+    svc.spec = Some(ServiceSpec {
+        type_: Some("LoadBalancer".into()),
+        ports: Some(vec![ServicePort {
+            port: 80,
+            node_port: Some(30080),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    svc
+}

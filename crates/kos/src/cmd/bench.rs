@@ -14,8 +14,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kos_cloud::config::{CloudProfile, IdOrName, ProfileAuth};
-use kos_cloud::{RetryPolicy, ServiceKind, Session};
+use kos_cloud::{ServiceKind, Session};
 use kos_cluster::apply::{ApplyOptions, Deadlines, PollMode};
 use kos_cluster::bootstrap::MarkerBootstrap;
 use kos_cluster::critical_path::{CostModel, LowerBound, earliest_finish, lower_bound};
@@ -23,7 +22,6 @@ use kos_cluster::events::Event;
 use kos_cluster::graph::{DesiredGraph, Kind};
 use kos_sim::{LatencyModel, Service, Sim, SimConfig};
 use miette::{IntoDiagnostic, WrapErr, miette};
-use secrecy::SecretString;
 use serde::Serialize;
 
 use super::{Exit, Failure};
@@ -361,29 +359,10 @@ pub(crate) async fn connect_to(
     project: &str,
     scale: f64,
 ) -> miette::Result<Session> {
-    let profile = CloudProfile::new(
-        "bench",
-        auth_url.to_owned(),
-        ProfileAuth::Password {
-            user: IdOrName::Name(user.to_owned()),
-            user_domain: Some(IdOrName::Id("default".into())),
-            password: SecretString::from(password.to_owned()),
-            project: Some(IdOrName::Name(project.to_owned())),
-            project_domain: Some(IdOrName::Id("default".into())),
-        },
-    );
-    let d = RetryPolicy::default();
-    let policy = RetryPolicy {
-        base_delay: d.base_delay.mul_f64(scale),
-        max_delay: d.max_delay.mul_f64(scale),
-        max_retry_after: Duration::from_secs(1).mul_f64(scale),
-        ..d
-    };
-    Ok(Session::connect(&profile)
+    kos_ccm::bench::connect(auth_url, user, password, project, scale)
         .await
         .into_diagnostic()
-        .wrap_err("cannot connect to the simulated cloud")?
-        .with_retry_policy(policy))
+        .wrap_err("cannot connect to the simulated cloud")
 }
 
 fn kind_name(s: ServiceKind) -> String {
