@@ -31,7 +31,8 @@ pub struct BenchSpec {
     pub username: String,
     pub password: String,
     pub project: String,
-    /// The cloud.conf's `[LoadBalancer]` and the rest; `[Global]` is not read.
+    /// The cloud.conf (`[LoadBalancer]` and the rest); the session is made from the fields
+    /// above, whatever its `[Global]` says.
     pub cloud_conf: String,
     pub kube_url: String,
     /// Real seconds per cloud second: the controller's waits are scaled by it.

@@ -4,8 +4,10 @@
 //! One in-process kos-sim with the realistic latency model (60 s to provision a load balancer,
 //! 5 s per change, 50 ms per call) on a scaled clock, and an in-process Kubernetes API
 //! (kos-kube-fake) with `--nodes` Nodes, both served over HTTP. The real controller
-//! (`kos_ccm::service::run`) runs in its own process (this binary, `kos bench ccm-controller`,
-//! hidden), so its footprint is its own: peak RSS and CPU seconds from `/proc/<pid>`. First one
+//! (`kos_ccm::service::run`, through `kos_ccm::bench`) runs in its own process: the kos-ccm
+//! binary's hidden `bench-service` when one is beside this binary, else this binary's hidden
+//! `bench ccm-controller` (see [`controller_command`]), so its footprint is its own: peak RSS
+//! and CPU seconds from `/proc/<pid>`. First one
 //! load balancer is made and waited for alone: its provisioning on this clock is the floor. Then
 //! `--services` Services of type LoadBalancer are created at once and the controller runs until
 //! each has an address; the ratio to the floor is reported. Then: the OpenStack calls of a resync
@@ -397,8 +399,8 @@ impl World {
         Ok(secs)
     }
 
-    /// The controller in its own process: this binary's hidden `bench ccm-controller`, told
-    /// where the cloud and the Kubernetes API are on its stdin.
+    /// The controller in its own process ([`controller_command`]), told where the cloud and the
+    /// Kubernetes API are on its stdin.
     async fn spawn_controller(
         &self,
         concurrency: u16,
@@ -424,11 +426,11 @@ impl World {
         let mut argv: Vec<String> = wrapper.split_whitespace().map(str::to_owned).collect();
         argv.extend(controller.argv.iter().cloned());
         let mut cmd = tokio::process::Command::new(&argv[0]);
-        // The kos-ccm binary sets glibc's allocator up before its runtime starts; this binary's
-        // runtime is running before it knows it is the controller, so the same settings go in
-        // through the environment (glibc reads them at its start, as mallopt would set them).
-        // Set in this environment (`env -u GLIBC_TUNABLES` in the wrapper: glibc's defaults),
-        // they are the run's own.
+        // The kos-ccm binary sets glibc's allocator up itself before its runtime starts. This
+        // binary's runtime is running before it knows it is the controller, so for it the same
+        // settings go in through the environment (glibc reads them at its start, as mallopt
+        // would set them). Set in this environment (`env -u GLIBC_TUNABLES` in the wrapper:
+        // glibc's defaults), they are the run's own.
         if !controller.kos_ccm && !kos_ccm::malloc::tuned_by_env(|k| std::env::var_os(k)) {
             cmd.env("GLIBC_TUNABLES", kos_ccm::malloc::glibc_tunables());
         }
@@ -640,7 +642,10 @@ impl Ccm {
             let n = self.stdout.read_line(&mut line).await.into_diagnostic()?;
             if n == 0 {
                 return Err(miette!(
-                    "the controller's process ended (its errors are above)"
+                    "the controller's process (`{}`) ended; its errors are above (a kos-ccm \
+                     binary from another build may lack `bench-service`: rebuild it with `cargo \
+                     build --release -p kos -p kos-ccm`, or set KOS_BENCH_CCM_BINARY empty)",
+                    self.binary
                 ));
             }
             if line.trim() == want {
