@@ -20,17 +20,17 @@ use crate::error::Cause;
 
 pub const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
 
-/// What other Services hold.
+/// What Services hold: cluster IPs and node ports.
 #[derive(Debug, Default)]
-pub struct Taken {
+pub struct Held {
     pub ips: BTreeSet<Ipv4Addr>,
     pub node_ports: BTreeSet<i64>,
 }
 
-impl Taken {
+impl Held {
     /// From every stored Service but the one being written (`skip`: its namespace and name).
-    pub fn of<'a>(services: impl Iterator<Item = &'a Value>, skip: (&str, &str)) -> Taken {
-        let mut t = Taken::default();
+    pub fn of<'a>(services: impl Iterator<Item = &'a Value>, skip: (&str, &str)) -> Held {
+        let mut t = Held::default();
         for s in services {
             let key = (
                 s.pointer("/metadata/namespace")
@@ -71,6 +71,50 @@ impl Taken {
     }
 }
 
+/// What a Service being written may not take: what the other Services hold, and what this write
+/// took so far. The others are looked at only when the write allocates or requests something
+/// new: most writes of a Service (its status, finalizers, annotations) keep what it holds, and
+/// looking at every other Service on each of them made the fake API server's cost grow with the
+/// square of the Services.
+pub struct Taken<'a> {
+    others: Option<Box<dyn FnOnce() -> Held + 'a>>,
+    held: Held,
+}
+
+impl<'a> Taken<'a> {
+    /// The others' allocations, listed by `others` when first needed.
+    pub fn later(others: impl FnOnce() -> Held + 'a) -> Taken<'a> {
+        Taken {
+            others: Some(Box::new(others)),
+            held: Held::default(),
+        }
+    }
+
+    /// The others' allocations, already known.
+    #[cfg(test)]
+    pub fn known(held: Held) -> Taken<'a> {
+        Taken { others: None, held }
+    }
+
+    /// Everything taken: the others' (listed now if not yet) and this write's.
+    fn all(&mut self) -> &Held {
+        if let Some(list) = self.others.take() {
+            let others = list();
+            self.held.ips.extend(others.ips);
+            self.held.node_ports.extend(others.node_ports);
+        }
+        &self.held
+    }
+
+    fn take_ip(&mut self, ip: Ipv4Addr) {
+        self.held.ips.insert(ip);
+    }
+
+    fn take_port(&mut self, port: i64) {
+        self.held.node_ports.insert(port);
+    }
+}
+
 fn invalid(field: &str, message: String) -> Cause {
     Cause {
         reason: "FieldValueInvalid",
@@ -83,7 +127,7 @@ fn invalid(field: &str, message: String) -> Cause {
 pub fn service(
     svc: &mut Value,
     old: Option<&Value>,
-    taken: &mut Taken,
+    taken: &mut Taken<'_>,
     range: Ipv4Net,
 ) -> Result<(), Vec<Cause>> {
     let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
@@ -128,7 +172,7 @@ pub fn service(
                 ));
                 new
             }
-            Ok(a) if taken.ips.contains(&a) => {
+            Ok(a) if taken.all().ips.contains(&a) => {
                 problems.push(invalid(
                     "spec.clusterIPs",
                     format!("Invalid value: [{new:?}]: failed to allocate IP {new}: provided IP is already allocated"),
@@ -145,7 +189,7 @@ pub fn service(
             }
         },
         (None, None) => {
-            match free_ip(range, &taken.ips) {
+            match free_ip(range, &taken.all().ips) {
                 Some(a) => a.to_string(),
                 None => {
                     problems.push(invalid(
@@ -158,7 +202,7 @@ pub fn service(
         }
     };
     if let Ok(a) = ip.parse() {
-        taken.ips.insert(a);
+        taken.take_ip(a);
     }
     spec.insert("clusterIP".into(), json!(ip));
     spec.insert("clusterIPs".into(), json!([ip]));
@@ -190,7 +234,7 @@ pub fn service(
                         format!("Invalid value: {n}: provided port is not in the valid range. The range of valid ports is 30000-32767"),
                     ));
                 }
-                taken.node_ports.insert(n);
+                taken.take_port(n);
                 continue;
             }
             let kept = old_ports
@@ -198,9 +242,9 @@ pub fn service(
                 .find(|o| o.get("port") == p.get("port") && o.get("protocol") == p.get("protocol"))
                 .and_then(|o| o.get("nodePort"))
                 .and_then(Value::as_i64);
-            match kept.or_else(|| free_port(&taken.node_ports)) {
+            match kept.or_else(|| free_port(&taken.all().node_ports)) {
                 Some(n) => {
-                    taken.node_ports.insert(n);
+                    taken.take_port(n);
                     p.insert("nodePort".into(), json!(n));
                 }
                 None => problems.push(invalid(
@@ -218,8 +262,8 @@ pub fn service(
         let kept = old_spec
             .and_then(|s| s.get("healthCheckNodePort"))
             .and_then(Value::as_i64);
-        if let Some(n) = kept.or_else(|| free_port(&taken.node_ports)) {
-            taken.node_ports.insert(n);
+        if let Some(n) = kept.or_else(|| free_port(&taken.all().node_ports)) {
+            taken.take_port(n);
             spec.insert("healthCheckNodePort".into(), json!(n));
         }
     }
@@ -264,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_load_balancer_gets_an_ip_and_node_ports_an_update_keeps_them() {
-        let mut taken = Taken::default();
+        let mut taken = Taken::known(Held::default());
         let mut svc =
             json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}});
         assert!(service(&mut svc, None, &mut taken, range()).is_ok());
@@ -283,19 +327,33 @@ mod tests {
         // A replace without the allocations keeps them.
         let mut again =
             json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}});
-        assert!(service(&mut again, Some(&svc), &mut Taken::default(), range()).is_ok());
+        assert!(
+            service(
+                &mut again,
+                Some(&svc),
+                &mut Taken::known(Held::default()),
+                range()
+            )
+            .is_ok()
+        );
         assert_eq!(again["spec"]["clusterIP"], svc["spec"]["clusterIP"]);
         assert_eq!(again["spec"]["ports"][0]["nodePort"], np);
 
         let mut moved = json!({"spec": {"clusterIP": "10.96.0.77", "ports": [{"port": 80}]}});
-        let err = service(&mut moved, Some(&svc), &mut Taken::default(), range());
+        let err = service(
+            &mut moved,
+            Some(&svc),
+            &mut Taken::known(Held::default()),
+            range(),
+        );
         assert!(err.is_err_and(|c| c[0].message.contains("may not change once set")));
     }
 
     #[test]
     fn a_requested_ip_must_be_in_the_range_and_free() {
-        let mut taken = Taken::default();
-        taken.ips.insert(Ipv4Addr::new(10, 96, 0, 10));
+        let mut held = Held::default();
+        held.ips.insert(Ipv4Addr::new(10, 96, 0, 10));
+        let mut taken = Taken::known(held);
         let mut dup = json!({"spec": {"clusterIP": "10.96.0.10"}});
         assert!(service(&mut dup, None, &mut taken, range()).is_err());
         let mut outside = json!({"spec": {"clusterIP": "192.168.0.1"}});
@@ -303,5 +361,40 @@ mod tests {
         let mut headless = json!({"spec": {"clusterIP": "None"}});
         assert!(service(&mut headless, None, &mut taken, range()).is_ok());
         assert_eq!(headless["spec"]["clusterIPs"], json!(["None"]));
+    }
+
+    #[test]
+    fn only_a_write_that_allocates_looks_at_the_other_services() {
+        let looked = std::cell::Cell::new(0);
+        let others = || {
+            looked.set(looked.get() + 1);
+            let mut held = Held::default();
+            held.ips.insert(Ipv4Addr::new(10, 96, 0, 10));
+            held.node_ports.extend(NODE_PORTS.filter(|p| *p != 30123));
+            held
+        };
+        let mut svc =
+            json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}});
+        assert!(service(&mut svc, None, &mut Taken::later(others), range()).is_ok());
+        assert_eq!(looked.get(), 1);
+        // The only port the others left.
+        assert_eq!(svc["spec"]["ports"][0]["nodePort"], 30123);
+        assert_ne!(svc["spec"]["clusterIP"], "10.96.0.10");
+
+        // A status or metadata write keeps what the Service holds: nothing to look up.
+        let mut status = svc.clone();
+        status["status"] = json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}});
+        assert!(service(&mut status, Some(&svc), &mut Taken::later(others), range()).is_ok());
+        assert_eq!(looked.get(), 1);
+
+        // A new port needs one.
+        let mut wider = svc.clone();
+        wider["spec"]["ports"] = json!([
+            {"port": 80, "protocol": "TCP", "nodePort": 30123},
+            {"port": 443, "protocol": "TCP"}
+        ]);
+        let err = service(&mut wider, Some(&svc), &mut Taken::later(others), range());
+        assert_eq!(looked.get(), 2);
+        assert!(err.is_err_and(|c| c[0].message.contains("range is full")));
     }
 }

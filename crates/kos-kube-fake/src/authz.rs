@@ -510,10 +510,25 @@ fn selector_of(sel: &Value) -> Option<LabelSelector> {
 
 /// The ClusterRole aggregation controller's pass: each aggregated ClusterRole gets the rules of
 /// the ClusterRoles its selectors match (by name, each rule once). Returns whether it wrote.
+/// Like the real controller, it looks only after a ClusterRole changed: a pass that found
+/// nothing to do is not repeated until the next ClusterRole write (one that wrote is, as its
+/// own writes may feed another aggregated role).
 pub(crate) fn aggregate(store: &mut Store) -> bool {
     let Some(res) = store.type_index("rbac.authorization.k8s.io", "v1", "clusterroles") else {
         return false;
     };
+    let writes = store.writes_of(res);
+    if store.aggregated_after == Some(writes) {
+        return false;
+    }
+    let wrote = aggregate_pass(store, res);
+    if !wrote {
+        store.aggregated_after = Some(writes);
+    }
+    wrote
+}
+
+fn aggregate_pass(store: &mut Store, res: usize) -> bool {
     let mut roles = store.list(res, None, &Default::default(), &Default::default());
     if !roles.iter().any(|r| r.get("aggregationRule").is_some()) {
         return false;

@@ -190,6 +190,9 @@ pub(crate) struct Store {
     pub encryption: std::sync::Arc<crate::encryption::EncryptionConfig>,
     /// The Kubernetes minor whose behaviour is modelled where it differs ([`crate::Config::minor`]).
     pub minor: u32,
+    /// The ClusterRole writes after which the aggregation controller last found nothing to
+    /// do ([`crate::authz::aggregate`]): until the next one, it has nothing to look at.
+    pub aggregated_after: Option<u64>,
 }
 
 /// The etcd key kube-apiserver stores an object under (`/registry/secrets/<ns>/<name>`).
@@ -286,6 +289,7 @@ impl Store {
             at_rest: BTreeMap::new(),
             encryption: Default::default(),
             minor: crate::DEFAULT_MINOR,
+            aggregated_after: None,
         }
     }
 
@@ -443,6 +447,11 @@ impl Store {
         let view = std::sync::Arc::new(crate::authz::RbacView::build(self));
         *cache = Some((writes, view.clone()));
         view
+    }
+
+    /// How many writes (creates, updates, deletes) objects of type `res` have seen.
+    pub fn writes_of(&self, res: usize) -> u64 {
+        self.objects.writes(res)
     }
 
     pub fn type_index(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
@@ -708,13 +717,13 @@ impl Store {
             }
             ("", "Service") => {
                 let ns = meta_str(obj, "namespace").unwrap_or_default().to_owned();
-                let mut taken = alloc::Taken::of(
-                    self.objects
-                        .iter()
-                        .filter(|(k, _)| k.res == res)
-                        .map(|(_, s)| &s.obj),
-                    (&ns, &name),
-                );
+                let objects = &self.objects;
+                let mut taken = alloc::Taken::later(|| {
+                    alloc::Held::of(
+                        objects.range(Key::of_type(res)).map(|(_, s)| &s.obj),
+                        (&ns, &name),
+                    )
+                });
                 alloc::service(obj, old, &mut taken, self.service_cidr)
                     .map_err(|causes| ApiError::invalid(rt, &name, causes))?;
             }
