@@ -210,6 +210,57 @@ fn parse_page<T: DeserializeOwned>(body: &[u8], key: &str) -> Result<Page<T>, se
     Ok(page)
 }
 
+/// `body[key]` decoded straight from the bytes (the rest skipped, no `Value` tree of the
+/// answer: a fully populated load balancer's answer carries every member), `None` when the
+/// answer has no `key`.
+pub(crate) fn parse_keyed<T: DeserializeOwned>(
+    body: &[u8],
+    key: &str,
+) -> Result<Option<T>, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let found = KeyedSeed::<T> {
+        key,
+        _item: PhantomData,
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(found)
+}
+
+struct KeyedSeed<'k, T> {
+    key: &'k str,
+    _item: PhantomData<T>,
+}
+
+impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for KeyedSeed<'_, T> {
+    type Value = Option<T>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for KeyedSeed<'_, T> {
+    type Value = Option<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "an object with {:?}", self.key)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<T>, A::Error> {
+        let mut found = None;
+        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if k == self.key {
+                // The last of repeated keys, as a `Value` would keep.
+                found = Some(map.next_value()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
 /// Reads `{"<key>": [...], "<key>_links": [...]}` (or Glance's `"next": "…"`), skipping the rest.
 struct PageSeed<'k, T> {
     key: &'k str,
@@ -376,6 +427,36 @@ mod tests {
             "{e:?}"
         );
     }
+
+    #[test]
+    fn one_object_is_read_from_its_key_the_rest_skipped() {
+        #[derive(Debug, PartialEq, serde::Deserialize)]
+        struct Lb {
+            id: String,
+            #[serde(default)]
+            pools: Vec<Value>,
+        }
+        let body = json!({
+            "other": {"deep": [1, {"x": null}]},
+            "loadbalancer": {"id": "a", "pools": [{"members": [{"id": "m"}]}], "extra": true},
+            "tail": "s"
+        })
+        .to_string();
+        let lb = parse_keyed::<Lb>(body.as_bytes(), "loadbalancer")
+            .ok()
+            .flatten();
+        assert_eq!(lb.as_ref().map(|l| l.id.as_str()), Some("a"));
+        assert_eq!(lb.map(|l| l.pools.len()), Some(1));
+
+        let missing = parse_keyed::<Lb>(br#"{"listener": {"id": "a"}}"#, "loadbalancer");
+        assert!(matches!(missing, Ok(None)), "{missing:?}");
+        let wrong = parse_keyed::<Lb>(br#"{"loadbalancer": {"id": 7}}"#, "loadbalancer");
+        assert!(wrong.is_err());
+        let not_an_object = parse_keyed::<Lb>(b"[]", "loadbalancer");
+        assert!(not_an_object.is_err());
+        let trailing = parse_keyed::<Lb>(br#"{"loadbalancer": {"id": "a"}} x"#, "loadbalancer");
+        assert!(trailing.is_err());
+    }
 }
 
 /// Request helpers the facades share.
@@ -394,24 +475,20 @@ pub(crate) mod util {
         req: ApiRequest,
         key: &str,
     ) -> Result<T, CloudError> {
-        let (service, operation) = (req.service, req.operation);
-        let mut v: Value = s.send(req).await?.json()?;
-        let inner = if key.is_empty() {
-            v
-        } else {
-            v.get_mut(key)
-                .map(Value::take)
-                .ok_or_else(|| CloudError::Decode {
-                    service,
-                    operation,
-                    detail: format!("the answer has no {key:?}"),
-                })?
+        let rsp = s.send(req).await?;
+        if key.is_empty() {
+            return rsp.json();
+        }
+        let decode = |detail| CloudError::Decode {
+            service: rsp.service,
+            operation: rsp.operation,
+            detail,
         };
-        serde_json::from_value(inner).map_err(|e| CloudError::Decode {
-            service,
-            operation,
-            detail: format!("{key}: {e}"),
-        })
+        match super::parse_keyed(&rsp.body, key) {
+            Ok(Some(v)) => Ok(v),
+            Ok(None) => Err(decode(format!("the answer has no {key:?}"))),
+            Err(e) => Err(decode(format!("{key}: {e}"))),
+        }
     }
 
     /// Sends `req`, ignoring the (empty) body.
