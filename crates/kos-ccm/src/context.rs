@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kos_cloud::Session;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 
 use crate::config::CloudConfig;
+use crate::recorder::Recorder;
 
-/// The Event recorder's API calls (see [`crate::rbac`]): kube-runtime's `Recorder` creates
+/// The Event recorder's API calls (see [`crate::rbac`]): [`Recorder`] creates
 /// `events.k8s.io/v1` Events in the namespace of the object (`default` for Nodes) and patches
 /// the series of a repeated one.
 pub const API_CALLS: &[crate::rbac::ApiCall] = &[crate::rbac::ApiCall {

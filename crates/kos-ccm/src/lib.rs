@@ -23,6 +23,8 @@ pub mod node;
 pub mod options;
 /// The Kubernetes API calls kos-ccm makes: what its RBAC must grant.
 pub mod rbac;
+/// Events, as client-go's recorder writes them (a repeat is a series), remembering little.
+pub mod recorder;
 /// The route controller (`[Route] router-id`): pod-CIDR routes and allowed address pairs.
 pub mod route;
 /// A kos-ccm run: session, client, leader election, controllers.

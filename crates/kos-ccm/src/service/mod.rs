@@ -46,8 +46,8 @@ use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Service};
-use kube::runtime::{Controller, controller, watcher};
-use kube::{Api, Client};
+use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
+use kube::{Api, Client, ResourceExt};
 
 pub use error::Error;
 
@@ -134,8 +134,8 @@ pub async fn run(
     }
     tracing::info!("nodes listed, starting the Service controller");
 
-    let services: Api<Service> = Api::all(ctx.client.clone());
-    let controller = Controller::new(services, watcher::Config::default());
+    let (store, services) = cached(Api::all(ctx.client.clone()));
+    let controller = Controller::for_stream(services, store);
     let state = Arc::new(ServiceController::new(
         ctx,
         lbs,
@@ -169,6 +169,24 @@ pub async fn run(
     node_task.abort();
 }
 
+/// The Services the controller sees and their cache: what Controller::new makes, with each
+/// Service's managedFields dropped before the cache keeps it. Nothing here reads them, and they
+/// are a good part of a cached Service (a tree per field manager: the creator, kos-ccm's
+/// finalizer, its status).
+fn cached(
+    api: Api<Service>,
+) -> (
+    reflector::Store<Service>,
+    impl Stream<Item = Result<Service, watcher::Error>> + Send + 'static,
+) {
+    let (store, writer) = reflector::store();
+    let services = watcher(api, watcher::Config::default())
+        .modify(|svc| svc.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects();
+    (store, services)
+}
+
 /// A tick every `period` (the first one a period after the start: the controller's initial list
 /// reconciles everything anyway). Each tick first drops the shared observation, so the passes it
 /// triggers look at the cloud afresh.
@@ -178,4 +196,57 @@ fn resync(period: Duration, state: Arc<ServiceController>) -> impl Stream<Item =
         state.resync_started();
         Some(((), state))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::{Patch, PatchParams, PostParams};
+    use kube::runtime::reflector::ObjectRef;
+
+    use super::*;
+
+    /// The cache keeps each Service without its managedFields (what the API server holds has
+    /// them), and with everything a pass reads.
+    #[tokio::test]
+    async fn the_cache_keeps_services_without_their_managed_fields() {
+        let fake = kos_kube_fake::FakeKube::start().await.expect("fake");
+        let client = fake.client().expect("client");
+        let api: Api<Service> = Api::namespaced(client.clone(), "default");
+        let mut svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "annotations": {"a": "b"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+        }))
+        .expect("service");
+        svc = api
+            .create(&PostParams::default(), &svc)
+            .await
+            .expect("create");
+        let patch = serde_json::json!({"metadata": {"finalizers": ["service.kubernetes.io/load-balancer-cleanup"]}});
+        api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("finalizer");
+        let stored = api.get("web").await.expect("get");
+        assert!(!stored.managed_fields().is_empty(), "the fake keeps none");
+
+        let (store, services) = cached(Api::all(client));
+        let drive = tokio::spawn(services.for_each(|_| async {}));
+        let key = ObjectRef::from_obj(&svc);
+        let cached = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                // The first listing lands in the cache as a whole, once it is complete.
+                if let Some(s) = store.get(&key).filter(|s| !s.finalizers().is_empty()) {
+                    break s;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the Service never reached the cache");
+        drive.abort();
+        assert!(cached.managed_fields().is_empty());
+        assert_eq!(cached.finalizers(), stored.finalizers());
+        assert_eq!(cached.annotations(), stored.annotations());
+        assert_eq!(cached.spec, stored.spec);
+        assert_eq!(cached.resource_version(), stored.resource_version());
+    }
 }
