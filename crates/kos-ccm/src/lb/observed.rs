@@ -579,16 +579,9 @@ mod tests {
 
     fn observed(taken_at: Instant, listed_at: Instant) -> Observed {
         Observed {
-            load_balancers: Vec::new(),
-            listeners: Vec::new(),
-            pools: Vec::new(),
-            monitors: Vec::new(),
-            floating_ips: Vec::new(),
             taken_at,
             listed_at,
-            member_ids: HashMap::new(),
-            generation: 0,
-            largest_pool: 0,
+            ..Observed::empty()
         }
     }
 
