@@ -4,10 +4,12 @@
 //! `allocateLoadBalancerNodePorts: false`), and a `healthCheckNodePort` for a `LoadBalancer` with
 //! `externalTrafficPolicy: Local`. An update that leaves them out keeps what was allocated (the
 //! registry's `patchAllocatedValues`), a cluster IP never changes, and a requested cluster IP
-//! must be in the range and free.
+//! must be in the range and free. A requested node port must be in the range and free too (one
+//! the Service held already stays its own), may not repeat for one protocol, and may not be given
+//! to a `ClusterIP` Service. An update that switches a Service's type drops what the old type
+//! allocated and the write left unchanged (the registry's `dropTypeDependentFields`).
 //!
-//! Lenient where the real server is strict: a requested node port is taken as given, even when
-//! another Service holds it or the type has no node ports (tests state ports they then assert).
+//! Not modelled: a requested `healthCheckNodePort` held by another Service (kube-apiserver's 500).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -130,6 +132,9 @@ pub fn service(
     taken: &mut Taken<'_>,
     range: Ipv4Net,
 ) -> Result<(), Vec<Cause>> {
+    if let Some(old) = old {
+        drop_type_dependent(svc, old);
+    }
     let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
         return Ok(());
     };
@@ -224,17 +229,40 @@ pub fn service(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    if wants_node_ports && let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+    let held_before = node_ports(old_spec);
+    problems.extend(validate_node_ports(spec, &type_));
+    // Node ports this write requested: one number may serve several ports of the Service.
+    let mut requested = BTreeSet::new();
+    let takes_requests = wants_node_ports || type_ == "LoadBalancer";
+    if takes_requests && let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for (i, p) in ports.iter_mut().enumerate() {
             let Some(p) = p.as_object_mut() else { continue };
-            if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
+            if let Some(n) = p
+                .get("nodePort")
+                .and_then(Value::as_i64)
+                .filter(|n| *n != 0)
+            {
+                let field = format!("spec.ports[{i}].nodePort");
                 if !NODE_PORTS.contains(&n) {
                     problems.push(invalid(
-                        &format!("spec.ports[{i}].nodePort"),
+                        &field,
                         format!("Invalid value: {n}: provided port is not in the valid range. The range of valid ports is 30000-32767"),
                     ));
+                } else if !held_before.contains(&n)
+                    && !requested.contains(&n)
+                    && taken.all().node_ports.contains(&n)
+                {
+                    problems.push(invalid(
+                        &field,
+                        format!("Invalid value: {n}: provided port is already allocated"),
+                    ));
                 }
+                requested.insert(n);
                 taken.take_port(n);
+                continue;
+            }
+            // `allocateLoadBalancerNodePorts: false`: requested ports only.
+            if !wants_node_ports {
                 continue;
             }
             let kept = old_ports
@@ -271,6 +299,126 @@ pub fn service(
         Ok(())
     } else {
         Err(problems)
+    }
+}
+
+fn type_of(svc: &Value) -> &str {
+    svc.pointer("/spec/type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+}
+
+/// The node ports a Service's ports hold (not its health check's).
+fn node_ports(spec: Option<&Value>) -> BTreeSet<i64> {
+    spec.and_then(|s| s.get("ports"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
+        .filter(|n| *n != 0)
+        .collect()
+}
+
+/// kube-apiserver's `ValidateService` on node ports: none for a `ClusterIP` Service, and one
+/// protocol's node port once.
+fn validate_node_ports(spec: &serde_json::Map<String, Value>, type_: &str) -> Vec<Cause> {
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    let ports = spec.get("ports").and_then(Value::as_array);
+    for (i, p) in ports.into_iter().flatten().enumerate() {
+        let Some(n) = p
+            .get("nodePort")
+            .and_then(Value::as_i64)
+            .filter(|n| *n != 0)
+        else {
+            continue;
+        };
+        let field = format!("spec.ports[{i}].nodePort");
+        if type_ == "ClusterIP" {
+            problems.push(Cause {
+                reason: "FieldValueForbidden",
+                field: field.clone(),
+                message: "Forbidden: may not be used when `type` is 'ClusterIP'".into(),
+            });
+        }
+        let protocol = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+        if !seen.insert((protocol.to_owned(), n)) {
+            problems.push(Cause {
+                reason: "FieldValueDuplicate",
+                field,
+                message: format!("Duplicate value: {n}"),
+            });
+        }
+    }
+    problems
+}
+
+/// The registry's `dropTypeDependentFields`: an update to a type that no longer uses a field the
+/// old type had clears it, when the write left it as it was (a changed value is the writer's and
+/// meets validation instead). Node ports are released so, and a `LoadBalancer` turned into
+/// another type loses its status.
+fn drop_type_dependent(svc: &mut Value, old: &Value) {
+    let (old_type, new_type) = (type_of(old).to_owned(), type_of(svc).to_owned());
+    let uses_node_ports = |t: &str| t == "NodePort" || t == "LoadBalancer";
+    let uses_health_check = |v: &Value, t: &str| {
+        t == "LoadBalancer"
+            && v.pointer("/spec/externalTrafficPolicy")
+                .and_then(Value::as_str)
+                == Some("Local")
+    };
+    let externally_accessible = |v: &Value, t: &str| {
+        uses_node_ports(t)
+            || (t == "ClusterIP"
+                && v.pointer("/spec/externalIPs")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| !a.is_empty()))
+    };
+    let old_spec = old.get("spec");
+    let same = |svc: &Value, field: &str| {
+        svc.pointer(&format!("/spec/{field}")) == old.pointer(&format!("/spec/{field}"))
+    };
+    let wipe_node_ports = uses_node_ports(&old_type)
+        && !uses_node_ports(&new_type)
+        && node_ports(svc.get("spec")).is_subset(&node_ports(old_spec));
+    let wipe_health_check = uses_health_check(old, &old_type)
+        && !uses_health_check(svc, &new_type)
+        && same(svc, "healthCheckNodePort");
+    let was_lb = old_type == "LoadBalancer" && new_type != "LoadBalancer";
+    let wipe_allocate = was_lb
+        && svc
+            .pointer("/spec/allocateLoadBalancerNodePorts")
+            .is_some_and(Value::is_boolean)
+        && same(svc, "allocateLoadBalancerNodePorts");
+    let wipe_class = was_lb && same(svc, "loadBalancerClass");
+    let wipe_policy = externally_accessible(old, &old_type)
+        && !externally_accessible(svc, &new_type)
+        && same(svc, "externalTrafficPolicy");
+    let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if wipe_node_ports {
+        for p in spec
+            .get_mut("ports")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+        {
+            p.remove("nodePort");
+        }
+    }
+    for (wipe, field) in [
+        (wipe_health_check, "healthCheckNodePort"),
+        (wipe_allocate, "allocateLoadBalancerNodePorts"),
+        (wipe_class, "loadBalancerClass"),
+        (wipe_policy, "externalTrafficPolicy"),
+    ] {
+        if wipe {
+            spec.remove(field);
+        }
+    }
+    if was_lb && let Some(status) = svc.get_mut("status").and_then(Value::as_object_mut) {
+        status.insert("loadBalancer".into(), json!({}));
     }
 }
 
@@ -396,5 +544,131 @@ mod tests {
         let err = service(&mut wider, Some(&svc), &mut Taken::later(others), range());
         assert_eq!(looked.get(), 2);
         assert!(err.is_err_and(|c| c[0].message.contains("range is full")));
+    }
+
+    fn causes(r: Result<(), Vec<Cause>>) -> Vec<(String, String)> {
+        r.err()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.field, c.message))
+            .collect()
+    }
+
+    #[test]
+    fn a_requested_node_port_is_free_once_per_protocol_and_not_for_cluster_ip() {
+        let held = || {
+            let mut h = Held::default();
+            h.node_ports.insert(30080);
+            h
+        };
+        // Another Service holds it.
+        let mut svc = json!({"spec": {"type": "NodePort", "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]}});
+        assert_eq!(
+            causes(service(&mut svc, None, &mut Taken::known(held()), range())),
+            [(
+                "spec.ports[0].nodePort".to_owned(),
+                "Invalid value: 30080: provided port is already allocated".to_owned()
+            )]
+        );
+        // One number for TCP and UDP is one allocation; twice for TCP is refused.
+        let mut both = json!({"spec": {"type": "NodePort", "ports": [
+            {"port": 53, "protocol": "TCP", "nodePort": 30053},
+            {"port": 53, "protocol": "UDP", "nodePort": 30053}
+        ]}});
+        assert!(service(&mut both, None, &mut Taken::known(held()), range()).is_ok());
+        let mut twice = json!({"spec": {"type": "NodePort", "ports": [
+            {"port": 80, "protocol": "TCP", "nodePort": 30081},
+            {"port": 81, "protocol": "TCP", "nodePort": 30081}
+        ]}});
+        assert_eq!(
+            causes(service(
+                &mut twice,
+                None,
+                &mut Taken::known(held()),
+                range()
+            )),
+            [(
+                "spec.ports[1].nodePort".to_owned(),
+                "Duplicate value: 30081".to_owned()
+            )]
+        );
+        // A ClusterIP Service has none.
+        let mut plain =
+            json!({"spec": {"ports": [{"port": 80, "protocol": "TCP", "nodePort": 30082}]}});
+        assert_eq!(
+            causes(service(
+                &mut plain,
+                None,
+                &mut Taken::known(held()),
+                range()
+            )),
+            [(
+                "spec.ports[0].nodePort".to_owned(),
+                "Forbidden: may not be used when `type` is 'ClusterIP'".to_owned()
+            )]
+        );
+        // Without node ports allocated, a load balancer still gets the one it asks for, if free.
+        let mut asked = json!({"spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [
+            {"port": 80, "protocol": "TCP", "nodePort": 30080},
+            {"port": 443, "protocol": "TCP"}
+        ]}});
+        assert_eq!(
+            causes(service(
+                &mut asked,
+                None,
+                &mut Taken::known(held()),
+                range()
+            ))
+            .len(),
+            1
+        );
+        asked["spec"]["ports"][0]["nodePort"] = json!(30090);
+        assert!(service(&mut asked, None, &mut Taken::known(held()), range()).is_ok());
+        assert_eq!(asked["spec"]["ports"][1].get("nodePort"), None);
+    }
+
+    #[test]
+    fn a_service_turned_cluster_ip_releases_what_its_type_held() {
+        let mut lb = json!({
+            "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                     "ports": [{"port": 80, "protocol": "TCP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}
+        });
+        assert!(service(&mut lb, None, &mut Taken::known(Held::default()), range()).is_ok());
+        assert!(lb["spec"]["healthCheckNodePort"].is_i64());
+
+        // `kubectl edit` of the type alone: the rest as stored.
+        let mut plain = lb.clone();
+        plain["spec"]["type"] = json!("ClusterIP");
+        assert!(
+            service(
+                &mut plain,
+                Some(&lb),
+                &mut Taken::known(Held::default()),
+                range()
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            plain["spec"]["ports"],
+            json!([{"port": 80, "protocol": "TCP"}])
+        );
+        assert_eq!(plain["spec"].get("healthCheckNodePort"), None);
+        assert_eq!(plain["spec"].get("externalTrafficPolicy"), None);
+        assert_eq!(plain["status"]["loadBalancer"], json!({}));
+        assert_eq!(plain["spec"]["clusterIP"], lb["spec"]["clusterIP"]);
+
+        // A node port changed in the same write is the writer's: validation refuses it.
+        let mut moved = lb.clone();
+        moved["spec"]["type"] = json!("ClusterIP");
+        moved["spec"]["ports"][0]["nodePort"] = json!(30999);
+        let c = causes(service(
+            &mut moved,
+            Some(&lb),
+            &mut Taken::known(Held::default()),
+            range(),
+        ));
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].1.contains("may not be used"), "{c:?}");
     }
 }
