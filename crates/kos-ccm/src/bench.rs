@@ -23,13 +23,14 @@ use crate::context::Context;
 use crate::lb::{LbError, LbSettings, LoadBalancers};
 use crate::service::{self, ServiceSettings};
 
-/// What the benchmark tells its controller (one JSON line). Not `Debug`: it holds the
-/// simulated cloud's password.
+/// What the benchmark tells its controller (one JSON line, through the child's stdin only). Not
+/// `Debug`: it holds the simulated cloud's password.
 #[derive(Serialize, Deserialize)]
 pub struct BenchSpec {
     pub auth_url: String,
     pub username: String,
-    pub password: String,
+    #[serde(serialize_with = "exposed")]
+    pub password: SecretString,
     pub project: String,
     /// The cloud.conf (`[LoadBalancer]` and the rest); the session is made from the fields
     /// above, whatever its `[Global]` says.
@@ -40,6 +41,12 @@ pub struct BenchSpec {
     pub concurrency: u16,
     /// Cloud seconds between the lists of load balancers' states; 0: none (a day between).
     pub pending_poll_secs: f64,
+}
+
+/// The password as the pipe's JSON carries it: the one place it is written out.
+fn exposed<S: serde::Serializer>(secret: &SecretString, s: S) -> Result<S::Ok, S::Error> {
+    use secrecy::ExposeSecret as _;
+    s.serialize_str(secret.expose_secret())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +91,7 @@ pub fn scaled_load_balancers(
 pub async fn connect(
     auth_url: &str,
     user: &str,
-    password: &str,
+    password: &SecretString,
     project: &str,
     scale: f64,
 ) -> Result<Session, CloudError> {
@@ -94,7 +101,7 @@ pub async fn connect(
         ProfileAuth::Password {
             user: IdOrName::Name(user.to_owned()),
             user_domain: Some(IdOrName::Id("default".into())),
-            password: SecretString::from(password.to_owned()),
+            password: password.clone(),
             project: Some(IdOrName::Name(project.to_owned())),
             project_domain: Some(IdOrName::Id("default".into())),
         },

@@ -273,7 +273,7 @@ async fn the_bench_service_subcommand_serves_a_service_and_resyncs_on_stdin() ->
     let spec = kos_ccm::bench::BenchSpec {
         auth_url: w.sim.auth_url(),
         username: c.username.clone(),
-        password: c.password.clone(),
+        password: c.password.clone().into(),
         project: c.project.clone(),
         cloud_conf: std::fs::read_to_string(w.dir.path().join("cloud.conf"))?,
         kube_url: w.fake.url(),

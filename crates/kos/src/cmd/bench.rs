@@ -359,7 +359,8 @@ pub(crate) async fn connect_to(
     project: &str,
     scale: f64,
 ) -> miette::Result<Session> {
-    kos_ccm::bench::connect(auth_url, user, password, project, scale)
+    let password = secrecy::SecretString::from(password.to_owned());
+    kos_ccm::bench::connect(auth_url, user, &password, project, scale)
         .await
         .into_diagnostic()
         .wrap_err("cannot connect to the simulated cloud")

@@ -411,7 +411,7 @@ impl World {
         let spec = BenchSpec {
             auth_url: self.sim.auth_url(),
             username: c.username.clone(),
-            password: c.password.clone(),
+            password: c.password.clone().into(),
             project: c.project.clone(),
             cloud_conf: self.cloud_conf.clone(),
             kube_url: self.fake.url(),
