@@ -9,7 +9,10 @@
 //! to a `ClusterIP` Service. An update that switches a Service's type drops what the old type
 //! allocated and the write left unchanged (the registry's `dropTypeDependentFields`).
 //!
-//! Not modelled: a requested `healthCheckNodePort` held by another Service (kube-apiserver's 500).
+//! A requested `healthCheckNodePort` must be free too, and a full range is kube-apiserver's 500
+//! (its allocators' `InternalError`), not a field's 422. `externalTrafficPolicy` is for
+//! externally reachable Services only, `healthCheckNodePort` for a `LoadBalancer` with
+//! `externalTrafficPolicy: Local` only, and fixed once given.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -125,13 +128,23 @@ fn invalid(field: &str, message: String) -> Cause {
     }
 }
 
+/// Why a Service write is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Its fields: kube-apiserver's 422 `Invalid`, with these causes.
+    Invalid(Vec<Cause>),
+    /// An allocator's failure: kube-apiserver's 500 `InternalError`, with this text after its
+    /// "Internal error occurred: ".
+    Internal(String),
+}
+
 /// Fills the allocations of `svc` (defaulted already); `old` is the stored Service on updates.
 pub fn service(
     svc: &mut Value,
     old: Option<&Value>,
     taken: &mut Taken<'_>,
     range: Ipv4Net,
-) -> Result<(), Vec<Cause>> {
+) -> Result<(), Refused> {
     if let Some(old) = old {
         drop_type_dependent(svc, old);
     }
@@ -193,18 +206,14 @@ pub fn service(
                 new
             }
         },
-        (None, None) => {
-            match free_ip(range, &taken.all().ips) {
-                Some(a) => a.to_string(),
-                None => {
-                    problems.push(invalid(
-                    "spec.clusterIPs",
-                    format!("Internal error: failed to allocate a serviceIP: range is full ({range})"),
+        (None, None) => match free_ip(range, &taken.all().ips) {
+            Some(a) => a.to_string(),
+            None => {
+                return Err(Refused::Internal(
+                    "failed to allocate a serviceIP: range is full".into(),
                 ));
-                    String::new()
-                }
             }
-        }
+        },
     };
     if let Ok(a) = ip.parse() {
         taken.take_ip(a);
@@ -275,30 +284,73 @@ pub fn service(
                     taken.take_port(n);
                     p.insert("nodePort".into(), json!(n));
                 }
-                None => problems.push(invalid(
-                    &format!("spec.ports[{i}].nodePort"),
-                    "Internal error: failed to allocate a nodePort: range is full".into(),
-                )),
+                None => {
+                    return Err(Refused::Internal(
+                        "failed to allocate a nodePort: range is full".into(),
+                    ));
+                }
             }
         }
     }
     let local = spec.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local");
-    if type_ == "LoadBalancer"
-        && local
-        && spec.get("healthCheckNodePort").is_none_or(Value::is_null)
-    {
-        let kept = old_spec
-            .and_then(|s| s.get("healthCheckNodePort"))
-            .and_then(Value::as_i64);
-        if let Some(n) = kept.or_else(|| free_port(&taken.all().node_ports)) {
-            taken.take_port(n);
-            spec.insert("healthCheckNodePort".into(), json!(n));
+    let old_check = old_spec
+        .filter(|o| {
+            o.get("type").and_then(Value::as_str) == Some("LoadBalancer")
+                && o.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local")
+        })
+        .and_then(|s| s.get("healthCheckNodePort"))
+        .and_then(Value::as_i64)
+        .filter(|n| *n != 0);
+    if type_ == "LoadBalancer" && local {
+        let asked = spec
+            .get("healthCheckNodePort")
+            .and_then(Value::as_i64)
+            .filter(|n| *n != 0);
+        match (asked, old_check) {
+            (Some(n), Some(was)) if n != was => problems.push(invalid(
+                "spec.healthCheckNodePort",
+                format!("Invalid value: {n}: field is immutable"),
+            )),
+            (Some(n), Some(_)) | (None, Some(n)) => {
+                taken.take_port(n);
+                spec.insert("healthCheckNodePort".into(), json!(n));
+            }
+            // The allocator's answer to a request (in the range and free, or a 500).
+            (Some(n), None) => {
+                let why = if !NODE_PORTS.contains(&n) {
+                    Some(
+                        "provided port is not in the valid range. The range of valid ports is 30000-32767",
+                    )
+                } else if requested.contains(&n) || taken.all().node_ports.contains(&n) {
+                    Some("provided port is already allocated")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    return Err(Refused::Internal(format!(
+                        "failed to allocate requested HealthCheck NodePort {n}: {why}"
+                    )));
+                }
+                taken.take_port(n);
+            }
+            (None, None) => match free_port(&taken.all().node_ports) {
+                Some(n) => {
+                    taken.take_port(n);
+                    spec.insert("healthCheckNodePort".into(), json!(n));
+                }
+                None => {
+                    return Err(Refused::Internal(
+                        "failed to allocate a HealthCheck NodePort: range is full".into(),
+                    ));
+                }
+            },
         }
     }
+    problems.extend(validate_traffic_policy(spec, &type_));
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(problems)
+        Err(Refused::Invalid(problems))
     }
 }
 
@@ -349,6 +401,37 @@ fn validate_node_ports(spec: &serde_json::Map<String, Value>, type_: &str) -> Ve
                 message: format!("Duplicate value: {n}"),
             });
         }
+    }
+    problems
+}
+
+/// kube-apiserver's `validateServiceExternalTrafficPolicy`, but for the `Required` it never
+/// reaches here (defaulting and allocation filled both).
+fn validate_traffic_policy(spec: &serde_json::Map<String, Value>, type_: &str) -> Vec<Cause> {
+    let mut problems = Vec::new();
+    let external_ips = spec
+        .get("externalIPs")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    let reachable =
+        matches!(type_, "NodePort" | "LoadBalancer") || (type_ == "ClusterIP" && external_ips);
+    let policy = spec.get("externalTrafficPolicy").and_then(Value::as_str);
+    if let Some(p) = policy.filter(|p| !p.is_empty() && !reachable) {
+        problems.push(invalid(
+            "spec.externalTrafficPolicy",
+            format!("Invalid value: {p:?}: may only be set for externally-accessible services"),
+        ));
+    }
+    let needs_check = type_ == "LoadBalancer" && policy == Some("Local");
+    if let Some(n) = spec
+        .get("healthCheckNodePort")
+        .and_then(Value::as_i64)
+        .filter(|n| *n != 0 && !needs_check)
+    {
+        problems.push(invalid(
+            "spec.healthCheckNodePort",
+            format!("Invalid value: {n}: may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"),
+        ));
     }
     problems
 }
@@ -494,7 +577,7 @@ mod tests {
             &mut Taken::known(Held::default()),
             range(),
         );
-        assert!(err.is_err_and(|c| c[0].message.contains("may not change once set")));
+        assert!(causes(err)[0].1.contains("may not change once set"));
     }
 
     #[test]
@@ -543,15 +626,20 @@ mod tests {
         ]);
         let err = service(&mut wider, Some(&svc), &mut Taken::later(others), range());
         assert_eq!(looked.get(), 2);
-        assert!(err.is_err_and(|c| c[0].message.contains("range is full")));
+        assert_eq!(
+            err,
+            Err(Refused::Internal(
+                "failed to allocate a nodePort: range is full".into()
+            ))
+        );
     }
 
-    fn causes(r: Result<(), Vec<Cause>>) -> Vec<(String, String)> {
-        r.err()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|c| (c.field, c.message))
-            .collect()
+    fn causes(r: Result<(), Refused>) -> Vec<(String, String)> {
+        match r {
+            Err(Refused::Invalid(c)) => c.into_iter().map(|c| (c.field, c.message)).collect(),
+            Err(Refused::Internal(m)) => vec![("500".into(), m)],
+            Ok(()) => Vec::new(),
+        }
     }
 
     #[test]
@@ -670,5 +758,74 @@ mod tests {
         ));
         assert_eq!(c.len(), 1, "{c:?}");
         assert!(c[0].1.contains("may not be used"), "{c:?}");
+    }
+
+    #[test]
+    fn a_health_check_port_is_local_load_balancers_only_free_and_fixed() {
+        let held = || {
+            let mut h = Held::default();
+            h.node_ports.insert(30100);
+            h
+        };
+        let local = |hc: Value| {
+            json!({"spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                            "healthCheckNodePort": hc, "ports": [{"port": 80, "protocol": "TCP"}]}})
+        };
+        // Taken, or outside the range: the allocator's 500.
+        assert_eq!(
+            service(&mut local(json!(30100)), None, &mut Taken::known(held()), range()),
+            Err(Refused::Internal(
+                "failed to allocate requested HealthCheck NodePort 30100: provided port is already allocated".into()
+            ))
+        );
+        assert!(matches!(
+            service(&mut local(json!(80)), None, &mut Taken::known(held()), range()),
+            Err(Refused::Internal(m)) if m.contains("not in the valid range")
+        ));
+        // Free: kept as asked, and fixed from then on.
+        let mut svc = local(json!(30101));
+        assert!(service(&mut svc, None, &mut Taken::known(held()), range()).is_ok());
+        assert_eq!(svc["spec"]["healthCheckNodePort"], 30101);
+        let mut moved = svc.clone();
+        moved["spec"]["healthCheckNodePort"] = json!(30102);
+        assert_eq!(
+            causes(service(
+                &mut moved,
+                Some(&svc),
+                &mut Taken::known(held()),
+                range()
+            )),
+            [(
+                "spec.healthCheckNodePort".to_owned(),
+                "Invalid value: 30102: field is immutable".to_owned()
+            )]
+        );
+        // Only where a health check is needed; the policy only where the Service is reachable.
+        let mut cluster = json!({"spec": {"type": "NodePort", "healthCheckNodePort": 30103,
+                                          "ports": [{"port": 80, "protocol": "TCP"}]}});
+        assert_eq!(
+            causes(service(&mut cluster, None, &mut Taken::known(held()), range())),
+            [(
+                "spec.healthCheckNodePort".to_owned(),
+                "Invalid value: 30103: may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'".to_owned()
+            )]
+        );
+        let mut inside =
+            json!({"spec": {"externalTrafficPolicy": "Local", "ports": [{"port": 80}]}});
+        assert_eq!(
+            causes(service(
+                &mut inside,
+                None,
+                &mut Taken::known(held()),
+                range()
+            )),
+            [(
+                "spec.externalTrafficPolicy".to_owned(),
+                "Invalid value: \"Local\": may only be set for externally-accessible services"
+                    .to_owned()
+            )]
+        );
+        inside["spec"]["externalIPs"] = json!(["198.51.100.7"]);
+        assert!(service(&mut inside, None, &mut Taken::known(held()), range()).is_ok());
     }
 }

@@ -724,8 +724,14 @@ impl Store {
                         (&ns, &name),
                     )
                 });
-                alloc::service(obj, old, &mut taken, self.service_cidr)
-                    .map_err(|causes| ApiError::invalid(rt, &name, causes))?;
+                alloc::service(obj, old, &mut taken, self.service_cidr).map_err(|r| match r {
+                    alloc::Refused::Invalid(causes) => ApiError::invalid(rt, &name, causes),
+                    alloc::Refused::Internal(why) => ApiError::new(
+                        500,
+                        "InternalError",
+                        format!("Internal error occurred: {why}"),
+                    ),
+                })?;
             }
             ("", kind @ ("PersistentVolume" | "PersistentVolumeClaim")) => match old {
                 None => {

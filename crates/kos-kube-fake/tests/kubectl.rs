@@ -947,6 +947,21 @@ async fn create_deployment_expose_watch_the_load_balancer_and_delete() -> R {
         .expect("node port");
     assert!((30000..=32767).contains(&node_port));
     assert_eq!(spec.external_traffic_policy.as_deref(), Some("Cluster"));
+    // A node port another Service holds is refused, as the allocator refuses it.
+    let file = k.write(
+        "taken.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: taken\nspec:\n  type: NodePort\n  ports:\n  - port: 80\n    nodePort: {node_port}\n"
+        ),
+    );
+    let taken = k.fails(&["create", "-f", &file]).await;
+    assert!(
+        taken.stderr.contains(&format!(
+            "Service \"taken\" is invalid: spec.ports[0].nodePort: Invalid value: {node_port}: provided port is already allocated"
+        )),
+        "{}",
+        taken.stderr
+    );
     let services = k.ok(&["get", "svc", "web"]).await;
     assert_eq!(
         header(&services),
