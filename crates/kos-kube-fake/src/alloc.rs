@@ -118,6 +118,15 @@ impl<'a> Taken<'a> {
     fn take_port(&mut self, port: i64) {
         self.held.node_ports.insert(port);
     }
+
+    /// A free node port, taken; a full range is the allocator's 500, naming `what` it was for.
+    fn next_port(&mut self, what: &str) -> Result<i64, Refused> {
+        let n = free_port(&self.all().node_ports).ok_or_else(|| {
+            Refused::Internal(format!("failed to allocate {what}: range is full"))
+        })?;
+        self.take_port(n);
+        Ok(n)
+    }
 }
 
 fn invalid(field: &str, message: String) -> Cause {
@@ -151,11 +160,7 @@ pub fn service(
     let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
         return Ok(());
     };
-    let type_ = spec
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP")
-        .to_owned();
+    let type_ = type_of(spec).to_owned();
     if type_ == "ExternalName" {
         return Ok(());
     }
@@ -233,17 +238,17 @@ pub fn service(
                 .get("allocateLoadBalancerNodePorts")
                 .and_then(Value::as_bool)
                 != Some(false));
-    let old_ports: Vec<Value> = old_spec
+    let old_ports: &[Value] = old_spec
         .and_then(|s| s.get("ports"))
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let held_before = node_ports(old_spec);
+        .map_or(&[], Vec::as_slice);
+    let held_before = node_ports(old_spec.and_then(Value::as_object));
     problems.extend(validate_node_ports(spec, &type_));
     // Node ports this write requested: one number may serve several ports of the Service.
     let mut requested = BTreeSet::new();
-    let takes_requests = wants_node_ports || type_ == "LoadBalancer";
-    if takes_requests && let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+    if uses_node_ports(spec)
+        && let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut)
+    {
         for (i, p) in ports.iter_mut().enumerate() {
             let Some(p) = p.as_object_mut() else { continue };
             if let Some(n) = p
@@ -279,29 +284,23 @@ pub fn service(
                 .find(|o| o.get("port") == p.get("port") && o.get("protocol") == p.get("protocol"))
                 .and_then(|o| o.get("nodePort"))
                 .and_then(Value::as_i64);
-            match kept.or_else(|| free_port(&taken.all().node_ports)) {
+            let n = match kept {
                 Some(n) => {
                     taken.take_port(n);
-                    p.insert("nodePort".into(), json!(n));
+                    n
                 }
-                None => {
-                    return Err(Refused::Internal(
-                        "failed to allocate a nodePort: range is full".into(),
-                    ));
-                }
-            }
+                None => taken.next_port("a nodePort")?,
+            };
+            p.insert("nodePort".into(), json!(n));
         }
     }
-    let local = spec.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local");
     let old_check = old_spec
-        .filter(|o| {
-            o.get("type").and_then(Value::as_str) == Some("LoadBalancer")
-                && o.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local")
-        })
+        .and_then(Value::as_object)
+        .filter(|o| needs_health_check(o))
         .and_then(|s| s.get("healthCheckNodePort"))
         .and_then(Value::as_i64)
         .filter(|n| *n != 0);
-    if type_ == "LoadBalancer" && local {
+    if needs_health_check(spec) {
         let asked = spec
             .get("healthCheckNodePort")
             .and_then(Value::as_i64)
@@ -321,7 +320,7 @@ pub fn service(
                     Some(
                         "provided port is not in the valid range. The range of valid ports is 30000-32767",
                     )
-                } else if requested.contains(&n) || taken.all().node_ports.contains(&n) {
+                } else if taken.all().node_ports.contains(&n) {
                     Some("provided port is already allocated")
                 } else {
                     None
@@ -333,20 +332,13 @@ pub fn service(
                 }
                 taken.take_port(n);
             }
-            (None, None) => match free_port(&taken.all().node_ports) {
-                Some(n) => {
-                    taken.take_port(n);
-                    spec.insert("healthCheckNodePort".into(), json!(n));
-                }
-                None => {
-                    return Err(Refused::Internal(
-                        "failed to allocate a HealthCheck NodePort: range is full".into(),
-                    ));
-                }
-            },
+            (None, None) => {
+                let n = taken.next_port("a HealthCheck NodePort")?;
+                spec.insert("healthCheckNodePort".into(), json!(n));
+            }
         }
     }
-    problems.extend(validate_traffic_policy(spec, &type_));
+    problems.extend(validate_traffic_policy(spec));
     if problems.is_empty() {
         Ok(())
     } else {
@@ -354,14 +346,38 @@ pub fn service(
     }
 }
 
-fn type_of(svc: &Value) -> &str {
-    svc.pointer("/spec/type")
+/// A Service's spec, as the predicates below read it.
+type Spec = serde_json::Map<String, Value>;
+
+fn type_of(spec: &Spec) -> &str {
+    spec.get("type")
         .and_then(Value::as_str)
         .unwrap_or("ClusterIP")
 }
 
+/// kube's `needsNodePort`.
+fn uses_node_ports(spec: &Spec) -> bool {
+    matches!(type_of(spec), "NodePort" | "LoadBalancer")
+}
+
+/// kube's `NeedsHealthCheck`: a `LoadBalancer` with `externalTrafficPolicy: Local`.
+fn needs_health_check(spec: &Spec) -> bool {
+    type_of(spec) == "LoadBalancer"
+        && spec.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local")
+}
+
+/// kube's `ExternallyAccessible`: node ports, or a `ClusterIP` with external IPs.
+fn externally_accessible(spec: &Spec) -> bool {
+    uses_node_ports(spec)
+        || (type_of(spec) == "ClusterIP"
+            && spec
+                .get("externalIPs")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty()))
+}
+
 /// The node ports a Service's ports hold (not its health check's).
-fn node_ports(spec: Option<&Value>) -> BTreeSet<i64> {
+fn node_ports(spec: Option<&Spec>) -> BTreeSet<i64> {
     spec.and_then(|s| s.get("ports"))
         .and_then(Value::as_array)
         .into_iter()
@@ -373,7 +389,7 @@ fn node_ports(spec: Option<&Value>) -> BTreeSet<i64> {
 
 /// kube-apiserver's `ValidateService` on node ports: none for a `ClusterIP` Service, and one
 /// protocol's node port once.
-fn validate_node_ports(spec: &serde_json::Map<String, Value>, type_: &str) -> Vec<Cause> {
+fn validate_node_ports(spec: &Spec, type_: &str) -> Vec<Cause> {
     let mut problems = Vec::new();
     let mut seen = BTreeSet::new();
     let ports = spec.get("ports").and_then(Value::as_array);
@@ -407,26 +423,19 @@ fn validate_node_ports(spec: &serde_json::Map<String, Value>, type_: &str) -> Ve
 
 /// kube-apiserver's `validateServiceExternalTrafficPolicy`, but for the `Required` it never
 /// reaches here (defaulting and allocation filled both).
-fn validate_traffic_policy(spec: &serde_json::Map<String, Value>, type_: &str) -> Vec<Cause> {
+fn validate_traffic_policy(spec: &Spec) -> Vec<Cause> {
     let mut problems = Vec::new();
-    let external_ips = spec
-        .get("externalIPs")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty());
-    let reachable =
-        matches!(type_, "NodePort" | "LoadBalancer") || (type_ == "ClusterIP" && external_ips);
     let policy = spec.get("externalTrafficPolicy").and_then(Value::as_str);
-    if let Some(p) = policy.filter(|p| !p.is_empty() && !reachable) {
+    if let Some(p) = policy.filter(|p| !p.is_empty() && !externally_accessible(spec)) {
         problems.push(invalid(
             "spec.externalTrafficPolicy",
             format!("Invalid value: {p:?}: may only be set for externally-accessible services"),
         ));
     }
-    let needs_check = type_ == "LoadBalancer" && policy == Some("Local");
     if let Some(n) = spec
         .get("healthCheckNodePort")
         .and_then(Value::as_i64)
-        .filter(|n| *n != 0 && !needs_check)
+        .filter(|n| *n != 0 && !needs_health_check(spec))
     {
         problems.push(invalid(
             "spec.healthCheckNodePort",
@@ -441,41 +450,26 @@ fn validate_traffic_policy(spec: &serde_json::Map<String, Value>, type_: &str) -
 /// meets validation instead). Node ports are released so, and a `LoadBalancer` turned into
 /// another type loses its status.
 fn drop_type_dependent(svc: &mut Value, old: &Value) {
-    let (old_type, new_type) = (type_of(old).to_owned(), type_of(svc).to_owned());
-    let uses_node_ports = |t: &str| t == "NodePort" || t == "LoadBalancer";
-    let uses_health_check = |v: &Value, t: &str| {
-        t == "LoadBalancer"
-            && v.pointer("/spec/externalTrafficPolicy")
-                .and_then(Value::as_str)
-                == Some("Local")
+    let none = Spec::new();
+    let old = old.get("spec").and_then(Value::as_object).unwrap_or(&none);
+    let Some(new) = svc.get("spec").and_then(Value::as_object) else {
+        return;
     };
-    let externally_accessible = |v: &Value, t: &str| {
-        uses_node_ports(t)
-            || (t == "ClusterIP"
-                && v.pointer("/spec/externalIPs")
-                    .and_then(Value::as_array)
-                    .is_some_and(|a| !a.is_empty()))
-    };
-    let old_spec = old.get("spec");
-    let same = |svc: &Value, field: &str| {
-        svc.pointer(&format!("/spec/{field}")) == old.pointer(&format!("/spec/{field}"))
-    };
-    let wipe_node_ports = uses_node_ports(&old_type)
-        && !uses_node_ports(&new_type)
-        && node_ports(svc.get("spec")).is_subset(&node_ports(old_spec));
-    let wipe_health_check = uses_health_check(old, &old_type)
-        && !uses_health_check(svc, &new_type)
-        && same(svc, "healthCheckNodePort");
-    let was_lb = old_type == "LoadBalancer" && new_type != "LoadBalancer";
+    let same = |field: &str| new.get(field) == old.get(field);
+    let wipe_node_ports = uses_node_ports(old)
+        && !uses_node_ports(new)
+        && node_ports(Some(new)).is_subset(&node_ports(Some(old)));
+    let wipe_health_check =
+        needs_health_check(old) && !needs_health_check(new) && same("healthCheckNodePort");
+    let was_lb = type_of(old) == "LoadBalancer" && type_of(new) != "LoadBalancer";
     let wipe_allocate = was_lb
-        && svc
-            .pointer("/spec/allocateLoadBalancerNodePorts")
+        && new
+            .get("allocateLoadBalancerNodePorts")
             .is_some_and(Value::is_boolean)
-        && same(svc, "allocateLoadBalancerNodePorts");
-    let wipe_class = was_lb && same(svc, "loadBalancerClass");
-    let wipe_policy = externally_accessible(old, &old_type)
-        && !externally_accessible(svc, &new_type)
-        && same(svc, "externalTrafficPolicy");
+        && same("allocateLoadBalancerNodePorts");
+    let wipe_class = was_lb && same("loadBalancerClass");
+    let wipe_policy =
+        externally_accessible(old) && !externally_accessible(new) && same("externalTrafficPolicy");
     let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };

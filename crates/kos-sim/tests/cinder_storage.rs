@@ -466,14 +466,15 @@ async fn a_volume_being_extended_keeps_its_size_and_refuses_another_extend() {
     let h = Harness::with_config(cfg).await;
     let vid = available_volume(&h, json!({"size": 1})).await;
     let path = url(&h, &format!("/volumes/{vid}/action"));
-    let r = h
-        .call(
+    let extend = |size: u32| {
+        h.call(
             "POST",
             &path,
-            Some(json!({"os-extend": {"new_size": 2}})),
+            Some(json!({"os-extend": {"new_size": size}})),
             None,
         )
-        .await;
+    };
+    let r = extend(2).await;
     assert_eq!(r.status, 202, "{}", r.json);
     let mid = h
         .call("GET", &url(&h, &format!("/volumes/{vid}")), None, None)
@@ -483,14 +484,7 @@ async fn a_volume_being_extended_keeps_its_size_and_refuses_another_extend() {
         mid.json["volume"]["size"], 1,
         "the size changes when the backend is done"
     );
-    let again = h
-        .call(
-            "POST",
-            &path,
-            Some(json!({"os-extend": {"new_size": 3}})),
-            None,
-        )
-        .await;
+    let again = extend(3).await;
     assert_eq!(
         (again.status, message(&again)),
         (
