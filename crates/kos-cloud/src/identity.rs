@@ -99,7 +99,13 @@ impl IdentityApi<'_> {
     /// under `handle_conflicts`). Nothing was stored, so such a create is sent again when no
     /// credential of its name exists; by then the rows it needs are there.
     ///
-    /// Errors: 409 `Conflict` when the user already has one with this name.
+    /// A create whose answer was lost (a 5xx, or the connection cut after the request went out) is
+    /// settled here rather than left to the caller: names are unique per user and a taken one is
+    /// refused, so a credential of this name found then is this create's own, and useless, its
+    /// secret being in the lost answer. It is deleted and the create sent again.
+    ///
+    /// Errors: 409 `Conflict` when the user already has one with this name; [`CloudError::Ambiguous`]
+    /// when the retries ran out with the outcome still unknown.
     pub async fn create_application_credential(
         &self,
         req: &ApplicationCredentialCreate,
@@ -113,7 +119,9 @@ impl IdentityApi<'_> {
                 self.path(),
                 body("application_credential", req)?,
             );
-            match fetch::<CreatedWire>(self.session, r, "application_credential").await {
+            let (e, reason) = match fetch::<CreatedWire>(self.session, r, "application_credential")
+                .await
+            {
                 Err(e) if e.status() == Some(409) && !req.access_rules.is_empty() => {
                     if !self
                         .list_application_credentials(Some(&req.name))
@@ -122,25 +130,35 @@ impl IdentityApi<'_> {
                     {
                         return Err(e);
                     }
-                    let Some(delay) = budget.retry(
-                        self.session.retry_policy(),
-                        crate::retry::RetryReason::Contended,
-                        None,
-                        &mut rand::rng(),
-                    ) else {
-                        return Err(e);
-                    };
-                    let wait = self.session.schedule_retry(delay);
-                    self.session.record_retry();
-                    tracing::debug!(
-                        name = %req.name,
-                        delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                        "an access rule was being stored by another create; retrying"
-                    );
-                    tokio::time::sleep(wait).await;
+                    (e, crate::retry::RetryReason::Contended)
                 }
+                Err(e @ CloudError::Ambiguous { .. }) => (e, crate::retry::RetryReason::Transport),
                 other => break other?,
+            };
+            let Some(delay) =
+                budget.retry(self.session.retry_policy(), reason, None, &mut rand::rng())
+            else {
+                return Err(e);
+            };
+            if reason == crate::retry::RetryReason::Transport {
+                for lost in self
+                    .list_application_credentials(Some(&req.name))
+                    .await?
+                    .iter()
+                    .filter(|c| c.name == req.name)
+                {
+                    tracing::warn!(name = %req.name, id = %lost.id, "deleting the application credential whose create answer was lost");
+                    self.delete_application_credential(&lost.id).await?;
+                }
             }
+            let wait = self.session.schedule_retry(delay);
+            self.session.record_retry();
+            tracing::debug!(
+                name = %req.name,
+                delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "application credential create retried: {e}"
+            );
+            tokio::time::sleep(wait).await;
         };
         let secret = created.secret.ok_or_else(|| CloudError::Decode {
             service: SVC,

@@ -112,3 +112,51 @@ async fn creates_with_shared_access_rules_all_succeed() -> R {
     assert_eq!(taken.kind(), Some(ApiErrorKind::Conflict), "{taken}");
     Ok(())
 }
+
+/// A create whose answer is lost (a 5xx; a connection cut after the request went out is told the
+/// same): whether Keystone stored the credential or not, the facade ends with exactly one of the
+/// name, the one whose secret it returns. One Keystone stored is useless without the lost secret,
+/// so it is deleted before the create is sent again.
+#[tokio::test]
+async fn a_create_whose_answer_was_lost_ends_with_one_usable_credential() -> R {
+    for stored in [false, true] {
+        let rule = serde_json::from_value(serde_json::json!({
+            "method": "POST", "path": "/application_credentials$", "status": 500, "count": 1,
+            "after_side_effect": stored,
+        }))?;
+        let c = facades_support::start_with(kos_sim::SimConfig {
+            faults: vec![rule],
+            ..kos_sim::SimConfig::fast()
+        })
+        .await?;
+        let ks = c.session.identity();
+        let req = ApplicationCredentialCreate {
+            name: "kos-t1-ccm".into(),
+            ..Default::default()
+        };
+        let made = ks.create_application_credential(&req).await?;
+        let listed: Vec<String> = ks
+            .list_application_credentials(Some("kos-t1-ccm"))
+            .await?
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(
+            listed,
+            std::slice::from_ref(&made.credential.id),
+            "stored first: {stored}"
+        );
+        assert_eq!(c.session.counters().retries, 1, "stored first: {stored}");
+        // The secret returned is the live credential's: it authenticates.
+        let profile = kos_cloud::CloudProfile {
+            name: "sim-ccm".into(),
+            auth: kos_cloud::ProfileAuth::ApplicationCredential {
+                credential: kos_cloud::AppCredentialRef::Id(made.credential.id.clone()),
+                secret: made.secret.clone(),
+            },
+            ..c.profile.clone()
+        };
+        kos_cloud::Session::connect(&profile).await?;
+    }
+    Ok(())
+}

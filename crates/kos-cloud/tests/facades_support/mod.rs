@@ -17,6 +17,7 @@ pub const CLUSTER_TAG: &str = "kos-cluster=t1";
 pub struct Cloud {
     pub sim: Sim,
     pub session: Session,
+    pub profile: CloudProfile,
     _dir: tempfile::TempDir,
 }
 
@@ -38,6 +39,7 @@ pub async fn start_with(cfg: SimConfig) -> Result<Cloud, Box<dyn std::error::Err
     Ok(Cloud {
         sim,
         session,
+        profile,
         _dir: dir,
     })
 }
