@@ -35,20 +35,63 @@ pub enum ServeError {
     Serve(#[source] tonic::transport::Error),
 }
 
-/// Serves the CloudProvider on `listener` with mutual TLS until the process ends.
+/// How long a reload waits for the calls under way before it cuts their connections.
+const RELOAD_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serves the CloudProvider on `listener` with mutual TLS until the process ends. When the TLS
+/// files change (cert-manager renewed them) or the certificate the operator signed itself is due,
+/// the endpoint is served afresh with the new ones on the same socket: connections made before
+/// are let finish their calls and closed, and the autoscalers dial again.
 ///
 /// # Errors
 /// [`ServeError`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    tls: tonic::transport::ServerTlsConfig,
+    mut tls: tls::Tls,
     client: kube::Client,
 ) -> Result<(), ServeError> {
-    tonic::transport::Server::builder()
-        .tls_config(tls)
-        .map_err(ServeError::Tls)?
-        .add_service(provider::Provider::new(client).service())
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-        .await
-        .map_err(ServeError::Serve)
+    let listener = std::sync::Arc::new(listener);
+    loop {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let incoming = futures::stream::unfold(listener.clone(), |l| async move {
+            let accepted = l.accept().await.map(|(stream, _)| stream);
+            Some((accepted, l))
+        });
+        let server = tonic::transport::Server::builder()
+            .tls_config(tls.config())
+            .map_err(ServeError::Tls)?
+            .add_service(provider::Provider::new(client.clone()).service())
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            });
+        tokio::pin!(server);
+        let next = loop {
+            tokio::select! {
+                r = &mut server => return r.map_err(ServeError::Serve),
+                () = tokio::time::sleep(tls.poll()) => {}
+            }
+            match tls.reloaded() {
+                Ok(Some(next)) => {
+                    // A configuration rustls refuses (a key that is not the certificate's) is
+                    // told here, and the endpoint serves on with what it had.
+                    if let Err(e) = tonic::transport::Server::builder().tls_config(next.config()) {
+                        tracing::warn!(
+                            "the autoscaler endpoint's new TLS files: {e}; keeping the old ones"
+                        );
+                        continue;
+                    }
+                    break next;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!("{e}; the autoscaler endpoint keeps its TLS"),
+            }
+        };
+        let _ = stop.send(());
+        match tokio::time::timeout(RELOAD_GRACE, &mut server).await {
+            Ok(r) => r.map_err(ServeError::Serve)?,
+            Err(_) => tracing::warn!("calls still under way after {RELOAD_GRACE:?}: cut"),
+        }
+        tracing::info!("the autoscaler endpoint serves with its renewed certificate");
+        tls = next;
+    }
 }

@@ -211,7 +211,7 @@ pub async fn run(
         );
     }
     if let Some((addr, dir, advertised)) = &opts.autoscaler {
-        let tls = crate::autoscaler::tls::server_config_for(dir, advertised.as_deref())?;
+        let tls = crate::autoscaler::tls::Tls::load(dir, advertised.as_deref())?;
         let l = bind(*addr).await?;
         tracing::info!(address = ?l.local_addr().ok(), "serving cluster-autoscaler's externalgrpc");
         let client = client.clone();

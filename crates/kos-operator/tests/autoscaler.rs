@@ -581,6 +581,54 @@ async fn a_failed_build_kos_deleted_is_told_to_the_autoscaler(
     assert_eq!(made.len(), 1, "one server was ever made: {made:?}");
 }
 
+/// cert-manager renews the endpoint's certificate in its Secret, and kubelet swaps the mounted
+/// files: the endpoint serves the new one without a restart (it read its files once before, and
+/// served the old certificate until it expired, when every autoscaler's handshake failed).
+#[tokio::test]
+async fn the_endpoint_serves_a_renewed_certificate_without_a_restart() {
+    let client_ca = Ca::new("kos-autoscalers");
+    let (old_ca, new_ca) = (Ca::new("serving-2026"), Ca::new("serving-2027"));
+    let dir = tempfile::tempdir().unwrap();
+    let write = |ca: &Ca| {
+        let (cert, key) = ca.sign("kos-operator", &["localhost"], false);
+        std::fs::write(dir.path().join("tls.crt"), cert).unwrap();
+        std::fs::write(dir.path().join("tls.key"), key).unwrap();
+    };
+    write(&old_ca);
+    std::fs::write(dir.path().join("ca.crt"), &client_ca.pem).unwrap();
+    let tls = kos_operator::autoscaler::tls::Tls::load(dir.path(), None)
+        .expect("tls")
+        .polling_every(Duration::from_millis(100));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // No call reaches the API here: the handshake is what is looked at.
+    let nowhere = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+    let kube = kube::Client::try_from(nowhere).unwrap();
+    let serving = tokio::spawn(kos_operator::autoscaler::serve(listener, tls, kube));
+    dial(addr, &old_ca, &client_ca, "default/demo")
+        .await
+        .expect("the first certificate is served");
+    assert!(
+        dial(addr, &new_ca, &client_ca, "default/demo")
+            .await
+            .is_err(),
+        "a certificate not yet written was served"
+    );
+    write(&new_ca);
+    until("the renewed certificate served", || async {
+        dial(addr, &new_ca, &client_ca, "default/demo").await.ok()
+    })
+    .await;
+    assert!(
+        dial(addr, &old_ca, &client_ca, "default/demo")
+            .await
+            .is_err(),
+        "the old certificate is still served"
+    );
+    assert!(!serving.is_finished(), "the endpoint stopped");
+    serving.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
     let _ = tracing_subscriber::fmt()
@@ -600,7 +648,7 @@ async fn the_autoscaler_grows_a_pool_from_zero_and_removes_the_node_it_names() {
     std::fs::write(dir.path().join("tls.key"), key).unwrap();
     std::fs::write(dir.path().join("ca.crt"), &client_ca.pem).unwrap();
     std::fs::write(dir.path().join("ca.key"), &client_ca.key_pem).unwrap();
-    let tls = kos_operator::autoscaler::tls::server_config(dir.path()).expect("tls");
+    let tls = kos_operator::autoscaler::tls::Tls::load(dir.path(), None).expect("tls");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(kos_operator::autoscaler::serve(

@@ -133,19 +133,29 @@ pub enum InstallError {
 }
 
 /// How the operator installs cluster-autoscaler: the address the clusters dial and the CA it signs
-/// their certificates with.
+/// their certificates with, read from its directory at each install (cert-manager may renew it in
+/// place, and the endpoint then trusts the new one: see [`super::tls::Tls`]).
 pub struct Install {
     /// `host:port` of the endpoint as the clusters reach it; its serving certificate names `host`.
     pub address: String,
-    /// The CA's PEM: the autoscalers verify the endpoint with it, and it signs their certificates.
-    pub ca_pem: String,
-    ca_key: SecretString,
+    dir: std::path::PathBuf,
+    /// The CA as last read whole: kept when the directory stops making one.
+    last: std::sync::Mutex<Ca>,
+}
+
+/// The CA's certificate (the autoscalers verify the endpoint with it) and key (it signs their
+/// certificates).
+#[derive(Clone)]
+struct Ca {
+    pem: String,
+    key: SecretString,
 }
 
 impl std::fmt::Debug for Install {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Install")
             .field("address", &self.address)
+            .field("dir", &self.dir)
             .finish_non_exhaustive()
     }
 }
@@ -156,25 +166,44 @@ impl Install {
     /// # Errors
     /// A file that cannot be read, or a CA that does not parse.
     pub fn load(address: &str, dir: &Path) -> Result<Install, InstallError> {
+        Ok(Install {
+            address: address.to_owned(),
+            dir: dir.to_owned(),
+            last: std::sync::Mutex::new(Ca::read(dir)?),
+        })
+    }
+
+    /// The CA as the directory holds it now, or the last one it held whole.
+    fn ca(&self) -> Ca {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        match Ca::read(&self.dir) {
+            Ok(ca) => *last = ca,
+            Err(e) => tracing::warn!("{e}; signing with the CA read before"),
+        }
+        last.clone()
+    }
+}
+
+impl Ca {
+    fn read(dir: &Path) -> Result<Ca, InstallError> {
         let read = |name: &str| {
             let path = dir.join(name);
             std::fs::read_to_string(&path).map_err(|source| TlsError::Read { path, source })
         };
-        let install = Install {
-            address: address.to_owned(),
-            ca_pem: read(CA_FILE)?,
-            ca_key: SecretString::from(read(CA_KEY_FILE)?),
+        let ca = Ca {
+            pem: read(CA_FILE)?,
+            key: SecretString::from(read(CA_KEY_FILE)?),
         };
-        install.issuer().map_err(|source| InstallError::Ca {
+        ca.issuer().map_err(|source| InstallError::Ca {
             dir: dir.display().to_string(),
             source,
         })?;
-        Ok(install)
+        Ok(ca)
     }
 
     fn issuer(&self) -> Result<rcgen::Issuer<'static, rcgen::KeyPair>, rcgen::Error> {
-        let key = rcgen::KeyPair::from_pem(self.ca_key.expose_secret())?;
-        rcgen::Issuer::from_ca_cert_pem(&self.ca_pem, key)
+        let key = rcgen::KeyPair::from_pem(self.key.expose_secret())?;
+        rcgen::Issuer::from_ca_cert_pem(&self.pem, key)
     }
 
     /// A client certificate for the Cluster: `(cert PEM, key PEM)`.
@@ -354,17 +383,18 @@ pub async fn ensure(
             .and_then(|b| String::from_utf8(b.0.clone()).ok())
     };
     let cn = format!("{namespace}/{name}");
+    let ca = install.ca();
     let kept = held.as_ref().and_then(|s| {
         let cert = text(s, "tls.crt")?;
         let key = text(s, "tls.key")?;
-        (keeps(&cert, &install.ca_pem, &cn)
-            && text(s, "ca.crt").as_deref() == Some(install.ca_pem.as_str())
+        (keeps(&cert, &ca.pem, &cn)
+            && text(s, "ca.crt").as_deref() == Some(ca.pem.as_str())
             && text(s, "cloud-config") == Some(cloud_config(&install.address)))
         .then(|| (cert, SecretString::from(key)))
     });
     let (cert, key) = match kept {
         Some(k) => k,
-        None => install.issue(namespace, name)?,
+        None => ca.issue(namespace, name)?,
     };
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -375,7 +405,7 @@ pub async fn ensure(
             "cloud-config": cloud_config(&install.address),
             "tls.crt": cert,
             "tls.key": key.expose_secret(),
-            "ca.crt": install.ca_pem,
+            "ca.crt": ca.pem,
         },
     });
     let digest = {
@@ -453,26 +483,29 @@ pub async fn remove(client: &kube::Client) -> Result<(), InstallError> {
 mod tests {
     use super::*;
 
-    fn ca() -> Install {
+    fn new_ca() -> Ca {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::default();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, "autoscalers");
-        let pem = params.self_signed(&key).unwrap().pem();
-        Install {
-            address: "kos.example:8443".into(),
-            ca_pem: pem,
-            ca_key: SecretString::from(key.serialize_pem()),
+        Ca {
+            pem: params.self_signed(&key).unwrap().pem(),
+            key: SecretString::from(key.serialize_pem()),
         }
+    }
+
+    fn write(dir: &Path, ca: &Ca) {
+        std::fs::write(dir.join(CA_FILE), &ca.pem).unwrap();
+        std::fs::write(dir.join(CA_KEY_FILE), ca.key.expose_secret()).unwrap();
     }
 
     #[test]
     fn a_client_certificate_is_kept_while_it_is_this_cas_and_the_clusters() {
-        let install = ca();
-        let (cert, _) = install.issue("fleet", "demo").unwrap();
-        assert!(keeps(&cert, &install.ca_pem, "fleet/demo"));
+        let ca = new_ca();
+        let (cert, _) = ca.issue("fleet", "demo").unwrap();
+        assert!(keeps(&cert, &ca.pem, "fleet/demo"));
         assert_eq!(
             super::super::tls::cluster_of(
                 &x509_parser::pem::parse_x509_pem(cert.as_bytes())
@@ -482,9 +515,25 @@ mod tests {
             ),
             Some(("fleet".into(), "demo".into()))
         );
-        assert!(!keeps(&cert, &install.ca_pem, "fleet/other"));
-        assert!(!keeps(&cert, &ca().ca_pem, "fleet/demo"), "another CA's");
-        assert!(!keeps("junk", &install.ca_pem, "fleet/demo"));
+        assert!(!keeps(&cert, &ca.pem, "fleet/other"));
+        assert!(!keeps(&cert, &new_ca().pem, "fleet/demo"), "another CA's");
+        assert!(!keeps("junk", &ca.pem, "fleet/demo"));
+    }
+
+    /// cert-manager renews the CA in place: the next install signs with the new one (whose
+    /// certificates the endpoint now asks for); a directory caught half written keeps the last.
+    #[test]
+    fn the_ca_is_read_again_at_each_install() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, renewed) = (new_ca(), new_ca());
+        write(dir.path(), &first);
+        let install = Install::load("kos.example:8443", dir.path()).unwrap();
+        assert_eq!(install.ca().pem, first.pem);
+        write(dir.path(), &renewed);
+        let (cert, _) = install.ca().issue("fleet", "demo").unwrap();
+        assert!(keeps(&cert, &renewed.pem, "fleet/demo"));
+        std::fs::write(dir.path().join(CA_KEY_FILE), "not a key").unwrap();
+        assert_eq!(install.ca().pem, renewed.pem);
     }
 
     #[test]

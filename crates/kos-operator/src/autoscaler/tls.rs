@@ -29,15 +29,7 @@ pub enum TlsError {
     },
 }
 
-/// The server's TLS configuration from `dir` (`tls.crt`, `tls.key`, `ca.crt`).
-///
-/// # Errors
-/// A file that cannot be read.
-pub fn server_config(dir: &Path) -> Result<ServerTlsConfig, TlsError> {
-    server_config_for(dir, None)
-}
-
-/// [`server_config`]; without `tls.crt` in `dir` but with the CA's `ca.key` and the address the
+/// The server's TLS configuration from `dir` (`tls.crt`, `tls.key`, `ca.crt`); without `tls.crt` in `dir` but with the CA's `ca.key` and the address the
 /// autoscalers dial (`advertised`, `host:port`), the operator signs its own serving certificate for
 /// that host (kept in memory, a year long), so that nothing but the CA need be made for it.
 ///
@@ -68,6 +60,103 @@ pub fn server_config_for(
     Ok(ServerTlsConfig::new()
         .identity(identity)
         .client_ca_root(Certificate::from_pem(ca)))
+}
+
+/// How often the endpoint looks at its files again (cert-manager renews a Certificate's Secret in
+/// place, and kubelet swaps the mounted files within about a minute of that).
+pub const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The endpoint's TLS as loaded, and what to look at to know it is out of date: the files it came
+/// from changed, or the certificate the operator signed itself has lived two thirds of its life.
+pub struct Tls {
+    dir: PathBuf,
+    advertised: Option<String>,
+    /// A digest of the directory's four files as they were read (never their bytes: `ca.key` and
+    /// `tls.key` are secrets).
+    stamp: u64,
+    config: ServerTlsConfig,
+    /// When the certificate signed in memory is to be replaced.
+    renew_at: Option<std::time::Instant>,
+    poll: std::time::Duration,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("dir", &self.dir)
+            .field("advertised", &self.advertised)
+            .field("renew_at", &self.renew_at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// The TLS of `dir`, as [`server_config_for`] makes it.
+    ///
+    /// # Errors
+    /// A file that cannot be read, or a CA that cannot sign.
+    pub fn load(dir: &Path, advertised: Option<&str>) -> Result<Tls, TlsError> {
+        let stamp = stamp(dir);
+        let config = server_config_for(dir, advertised)?;
+        let signed_here = advertised.is_some() && !dir.join(CERT_FILE).exists();
+        let renew_at = signed_here.then(|| {
+            let life = std::time::Duration::from_secs(
+                u64::try_from(super::install::CERT_DAYS).unwrap_or(1) * 86_400,
+            );
+            std::time::Instant::now() + life * 2 / 3
+        });
+        Ok(Tls {
+            dir: dir.to_owned(),
+            advertised: advertised.map(str::to_owned),
+            stamp,
+            config,
+            renew_at,
+            poll: RELOAD_EVERY,
+        })
+    }
+
+    /// Looks at the files every `poll` instead of every [`RELOAD_EVERY`].
+    #[must_use]
+    pub fn polling_every(mut self, poll: std::time::Duration) -> Tls {
+        self.poll = poll;
+        self
+    }
+
+    /// The server configuration to serve with now.
+    #[must_use]
+    pub fn config(&self) -> ServerTlsConfig {
+        self.config.clone()
+    }
+
+    /// How long to wait between looks.
+    #[must_use]
+    pub fn poll(&self) -> std::time::Duration {
+        self.poll
+    }
+
+    /// The TLS to serve with from now on, when this one is out of date; `None` while it is not.
+    ///
+    /// # Errors
+    /// The files changed but do not make a configuration (kept: the caller serves on with this one).
+    pub fn reloaded(&self) -> Result<Option<Tls>, TlsError> {
+        let due = self
+            .renew_at
+            .is_some_and(|at| std::time::Instant::now() >= at);
+        if !due && stamp(&self.dir) == self.stamp {
+            return Ok(None);
+        }
+        Tls::load(&self.dir, self.advertised.as_deref()).map(|t| Some(t.polling_every(self.poll)))
+    }
+}
+
+/// A digest of `dir`'s TLS files (a missing one counts as missing).
+fn stamp(dir: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for name in [CA_FILE, super::install::CA_KEY_FILE, CERT_FILE, KEY_FILE] {
+        std::fs::read(dir.join(name)).ok().hash(&mut h);
+    }
+    h.finish()
 }
 
 /// The host of `host:port` (`[v6]:port` too; an address without a port is a host).
@@ -152,6 +241,43 @@ mod tests {
         params.self_signed(&key).unwrap().der().to_vec()
     }
 
+    /// A CA's certificate and key, PEM.
+    fn ca() -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn the_tls_is_reloaded_when_its_files_change_or_its_own_certificate_is_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pem, key) = ca();
+        std::fs::write(dir.path().join(CA_FILE), &pem).unwrap();
+        std::fs::write(dir.path().join(super::super::install::CA_KEY_FILE), &key).unwrap();
+        let mut tls = Tls::load(dir.path(), Some("10.0.0.5:8086")).unwrap();
+        assert!(tls.reloaded().unwrap().is_none(), "nothing changed");
+        let due = tls.renew_at.expect("a certificate signed here is renewed");
+        let left = due - std::time::Instant::now();
+        assert!(
+            left > std::time::Duration::from_secs(200 * 86_400),
+            "renewed after {left:?}"
+        );
+        // Two thirds of its year gone.
+        tls.renew_at = Some(std::time::Instant::now());
+        assert!(tls.reloaded().unwrap().is_some(), "a due certificate kept");
+        // A CA cert-manager rotated.
+        let tls = Tls::load(dir.path(), Some("10.0.0.5:8086")).unwrap();
+        let (pem, key) = ca();
+        std::fs::write(dir.path().join(CA_FILE), &pem).unwrap();
+        std::fs::write(dir.path().join(super::super::install::CA_KEY_FILE), &key).unwrap();
+        let next = tls.reloaded().unwrap().expect("new files read");
+        assert!(next.reloaded().unwrap().is_none());
+        // Files that no longer make a configuration: an error, and the caller keeps its own.
+        std::fs::remove_file(dir.path().join(CA_FILE)).unwrap();
+        assert!(next.reloaded().is_err());
+    }
+
     #[test]
     fn a_client_certificate_names_one_cluster() {
         assert_eq!(
@@ -192,7 +318,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(CA_FILE), ca_cert.pem()).unwrap();
         assert!(matches!(
-            server_config(dir.path()),
+            server_config_for(dir.path(), None),
             Err(TlsError::Read { .. })
         ));
         assert!(matches!(

@@ -270,7 +270,7 @@ async fn measure(scale: f64) -> miette::Result<Report> {
     std::fs::write(dir.path().join("tls.key"), key).into_diagnostic()?;
     std::fs::write(dir.path().join("ca.crt"), &ca.pem).into_diagnostic()?;
     std::fs::write(dir.path().join("ca.key"), &ca.key_pem).into_diagnostic()?;
-    let tls = kos_operator::autoscaler::tls::server_config(dir.path()).into_diagnostic()?;
+    let tls = kos_operator::autoscaler::tls::Tls::load(dir.path(), None).into_diagnostic()?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .into_diagnostic()?;
