@@ -71,17 +71,7 @@ pub async fn serve(
                 () = tokio::time::sleep(tls.poll()) => {}
             }
             match tls.reloaded() {
-                Ok(Some(next)) => {
-                    // A configuration rustls refuses (a key that is not the certificate's) is
-                    // told here, and the endpoint serves on with what it had.
-                    if let Err(e) = tonic::transport::Server::builder().tls_config(next.config()) {
-                        tracing::warn!(
-                            "the autoscaler endpoint's new TLS files: {e}; keeping the old ones"
-                        );
-                        continue;
-                    }
-                    break next;
-                }
+                Ok(Some(next)) => break next,
                 Ok(None) => {}
                 Err(e) => tracing::warn!("{e}; the autoscaler endpoint keeps its TLS"),
             }

@@ -20,6 +20,15 @@ pub enum TlsError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "the TLS files in {dir} make no server configuration (is tls.key the key of tls.crt?): {}",
+        chain(source)
+    )]
+    Invalid {
+        dir: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
     #[error("signing the endpoint's certificate for {host} with {dir}/ca.key: {source}")]
     Sign {
         host: String,
@@ -62,6 +71,18 @@ pub fn server_config_for(
         .client_ca_root(Certificate::from_pem(ca)))
 }
 
+/// An error and its causes, one line (tonic's own message is only "transport error").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
 /// How often the endpoint looks at its files again (cert-manager renews a Certificate's Secret in
 /// place, and kubelet swaps the mounted files within about a minute of that).
 pub const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -98,6 +119,14 @@ impl Tls {
     pub fn load(dir: &Path, advertised: Option<&str>) -> Result<Tls, TlsError> {
         let stamp = stamp(dir);
         let config = server_config_for(dir, advertised)?;
+        // What rustls refuses (a key that is not the certificate's) is told now, not when the
+        // endpoint is to serve with it.
+        tonic::transport::Server::builder()
+            .tls_config(config.clone())
+            .map_err(|source| TlsError::Invalid {
+                dir: dir.display().to_string(),
+                source,
+            })?;
         let signed_here = advertised.is_some() && !dir.join(CERT_FILE).exists();
         let renew_at = signed_here.then(|| {
             let life = std::time::Duration::from_secs(
@@ -276,6 +305,28 @@ mod tests {
         // Files that no longer make a configuration: an error, and the caller keeps its own.
         std::fs::remove_file(dir.path().join(CA_FILE)).unwrap();
         assert!(next.reloaded().is_err());
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificates_is_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca_pem, ca_key) = ca();
+        std::fs::write(dir.path().join(CA_FILE), &ca_pem).unwrap();
+        let issuer =
+            rcgen::Issuer::from_ca_cert_pem(&ca_pem, rcgen::KeyPair::from_pem(&ca_key).unwrap())
+                .unwrap();
+        let san = || vec![rcgen::SanType::DnsName("localhost".try_into().unwrap())];
+        let usage = rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+        let (cert, _) = leaf(&issuer, "kos-operator", san(), usage.clone()).unwrap();
+        let (_, other_key) = leaf(&issuer, "kos-operator", san(), usage).unwrap();
+        std::fs::write(dir.path().join(CERT_FILE), cert).unwrap();
+        std::fs::write(dir.path().join(KEY_FILE), other_key).unwrap();
+        let e = Tls::load(dir.path(), None).unwrap_err();
+        assert!(matches!(e, TlsError::Invalid { .. }), "{e}");
+        assert!(
+            e.to_string().contains("is tls.key the key of tls.crt"),
+            "{e}"
+        );
     }
 
     #[test]
