@@ -13,6 +13,10 @@
 //! (its allocators' `InternalError`), not a field's 422. `externalTrafficPolicy` is for
 //! externally reachable Services only, `healthCheckNodePort` for a `LoadBalancer` with
 //! `externalTrafficPolicy: Local` only, and fixed once given.
+//!
+//! An `ExternalName` Service holds nothing: it needs a DNS name, may not be given cluster IPs or
+//! IP families, and a Service turned into one loses those it had (when the write left them), and
+//! its `internalTrafficPolicy` (kube-apiserver drops that field from `ExternalName` Services).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -162,7 +166,13 @@ pub fn service(
     };
     let type_ = type_of(spec).to_owned();
     if type_ == "ExternalName" {
-        return Ok(());
+        spec.remove("internalTrafficPolicy");
+        let problems = validate_external_name(spec);
+        return if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Refused::Invalid(problems))
+        };
     }
     let old_spec = old.and_then(|o| o.get("spec"));
     let old_ip = old_spec
@@ -421,6 +431,54 @@ fn validate_node_ports(spec: &Spec, type_: &str) -> Vec<Cause> {
     problems
 }
 
+/// kube-apiserver's `ValidateService` for an `ExternalName` Service: a DNS subdomain (a trailing
+/// dot allowed) and no cluster IPs or IP families.
+fn validate_external_name(spec: &Spec) -> Vec<Cause> {
+    let mut problems = Vec::new();
+    let forbidden = |field: &str| Cause {
+        reason: "FieldValueForbidden",
+        field: format!("spec.{field}"),
+        message: "Forbidden: may not be set for ExternalName services".into(),
+    };
+    let set = |field: &str| match spec.get(field) {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    };
+    // The strategy's NormalizeClusterIPs makes `clusterIPs` of `clusterIP`: either names them.
+    if set("clusterIP") || set("clusterIPs") {
+        problems.push(forbidden("clusterIPs"));
+    }
+    if set("ipFamilies") {
+        problems.push(forbidden("ipFamilies"));
+    }
+    if set("ipFamilyPolicy") {
+        problems.push(forbidden("ipFamilyPolicy"));
+    }
+    let name = spec
+        .get("externalName")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let cname = name.strip_suffix('.').unwrap_or(name);
+    if cname.is_empty() {
+        problems.push(Cause {
+            reason: "FieldValueRequired",
+            field: "spec.externalName".into(),
+            message: "Required value".into(),
+        });
+    } else if !crate::validate::is_dns_subdomain(cname) {
+        problems.push(invalid(
+            "spec.externalName",
+            format!("Invalid value: {cname:?}: {SUBDOMAIN}"),
+        ));
+    }
+    problems
+}
+
+/// apimachinery's `IsDNS1123Subdomain` message.
+const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
 /// kube-apiserver's `validateServiceExternalTrafficPolicy`, but for the `Required` it never
 /// reaches here (defaulting and allocation filled both).
 fn validate_traffic_policy(spec: &Spec) -> Vec<Cause> {
@@ -470,6 +528,11 @@ fn drop_type_dependent(svc: &mut Value, old: &Value) {
     let wipe_class = was_lb && same("loadBalancerClass");
     let wipe_policy =
         externally_accessible(old) && !externally_accessible(new) && same("externalTrafficPolicy");
+    // needsClusterIP: every type but ExternalName.
+    let to_external_name = type_of(old) != "ExternalName" && type_of(new) == "ExternalName";
+    let wipe_ips = to_external_name && same("clusterIP") && same("clusterIPs");
+    let wipe_families = to_external_name && same("ipFamilies");
+    let wipe_family_policy = to_external_name && same("ipFamilyPolicy");
     let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -489,6 +552,10 @@ fn drop_type_dependent(svc: &mut Value, old: &Value) {
         (wipe_allocate, "allocateLoadBalancerNodePorts"),
         (wipe_class, "loadBalancerClass"),
         (wipe_policy, "externalTrafficPolicy"),
+        (wipe_ips, "clusterIP"),
+        (wipe_ips, "clusterIPs"),
+        (wipe_families, "ipFamilies"),
+        (wipe_family_policy, "ipFamilyPolicy"),
     ] {
         if wipe {
             spec.remove(field);
@@ -821,5 +888,69 @@ mod tests {
         );
         inside["spec"]["externalIPs"] = json!(["198.51.100.7"]);
         assert!(service(&mut inside, None, &mut Taken::known(held()), range()).is_ok());
+    }
+
+    /// kube-apiserver's `ExternalName` rules (validation.go, and the registry's
+    /// `dropTypeDependentFields`, read): no cluster IPs or families given, a DNS name required, and
+    /// a ClusterIP Service turned into one loses the IP, families and internal policy it carried.
+    #[test]
+    fn an_external_name_service_holds_no_ip_and_needs_a_dns_name() {
+        let fresh = || Taken::known(Held::default());
+        let mut ok = json!({"spec": {"type": "ExternalName", "externalName": "db.example.com.",
+                                     "internalTrafficPolicy": "Cluster"}});
+        assert!(service(&mut ok, None, &mut fresh(), range()).is_ok());
+        assert_eq!(ok["spec"].get("clusterIP"), None);
+        assert_eq!(ok["spec"].get("internalTrafficPolicy"), None, "dropped");
+
+        let mut given = json!({"spec": {"type": "ExternalName", "externalName": "db.example.com",
+                                        "clusterIP": "10.96.0.9", "ipFamilies": ["IPv4"],
+                                        "ipFamilyPolicy": "SingleStack"}});
+        let forbidden = "Forbidden: may not be set for ExternalName services".to_owned();
+        assert_eq!(
+            causes(service(&mut given, None, &mut fresh(), range())),
+            [
+                ("spec.clusterIPs".to_owned(), forbidden.clone()),
+                ("spec.ipFamilies".to_owned(), forbidden.clone()),
+                ("spec.ipFamilyPolicy".to_owned(), forbidden),
+            ]
+        );
+        let mut nameless = json!({"spec": {"type": "ExternalName"}});
+        assert_eq!(
+            causes(service(&mut nameless, None, &mut fresh(), range())),
+            [("spec.externalName".to_owned(), "Required value".to_owned())]
+        );
+        let mut bad = json!({"spec": {"type": "ExternalName", "externalName": "DB_host"}});
+        let c = causes(service(&mut bad, None, &mut fresh(), range()));
+        assert!(
+            c[0].1
+                .starts_with("Invalid value: \"DB_host\": a lowercase RFC 1123 subdomain"),
+            "{c:?}"
+        );
+
+        // A ClusterIP Service switched with its allocations left in the write.
+        let mut old = json!({"spec": {"type": "ClusterIP", "ports": [{"port": 80}],
+                                      "internalTrafficPolicy": "Cluster"}});
+        assert!(service(&mut old, None, &mut fresh(), range()).is_ok());
+        let mut switched = old.clone();
+        switched["spec"]["type"] = json!("ExternalName");
+        switched["spec"]["externalName"] = json!("db.example.com");
+        assert!(service(&mut switched, Some(&old), &mut fresh(), range()).is_ok());
+        for gone in [
+            "clusterIP",
+            "clusterIPs",
+            "ipFamilies",
+            "ipFamilyPolicy",
+            "internalTrafficPolicy",
+        ] {
+            assert_eq!(switched["spec"].get(gone), None, "{gone}");
+        }
+        // One the write changed is the writer's, and refused.
+        let mut moved = old.clone();
+        moved["spec"]["type"] = json!("ExternalName");
+        moved["spec"]["externalName"] = json!("db.example.com");
+        moved["spec"]["clusterIP"] = json!("10.96.0.99");
+        moved["spec"]["clusterIPs"] = json!(["10.96.0.99"]);
+        let c = causes(service(&mut moved, Some(&old), &mut fresh(), range()));
+        assert_eq!(c[0].0, "spec.clusterIPs", "{c:?}");
     }
 }

@@ -169,7 +169,14 @@ fn service(o: &mut Map<String, Value>) {
     if type_ != "ExternalName" {
         or_insert(spec, "internalTrafficPolicy", json!("Cluster"));
     }
-    if matches!(type_.as_str(), "NodePort" | "LoadBalancer") {
+    // Every externally accessible Service: node ports, or a ClusterIP with external IPs.
+    let external_ips = spec
+        .get("externalIPs")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    if matches!(type_.as_str(), "NodePort" | "LoadBalancer")
+        || (type_ == "ClusterIP" && external_ips)
+    {
         or_insert(spec, "externalTrafficPolicy", json!("Cluster"));
     }
     if type_ == "LoadBalancer" {
@@ -373,6 +380,15 @@ mod tests {
         assert_eq!(s["spec"]["externalTrafficPolicy"], "Cluster");
         assert_eq!(s["spec"]["allocateLoadBalancerNodePorts"], true);
         assert_eq!(s["spec"]["sessionAffinity"], "None");
+        // kubernetes' test/integration/service: a ClusterIP with external IPs is reachable from
+        // outside, and gets the policy too.
+        let mut external =
+            json!({"spec": {"externalIPs": ["198.51.100.7"], "ports": [{"port": 80}]}});
+        apply(&ResourceType::of::<Service>(true), &mut external);
+        assert_eq!(external["spec"]["externalTrafficPolicy"], "Cluster");
+        let mut internal = json!({"spec": {"ports": [{"port": 80}]}});
+        apply(&ResourceType::of::<Service>(true), &mut internal);
+        assert_eq!(internal["spec"].get("externalTrafficPolicy"), None);
         let mut headless = json!({"spec": {"type": "ExternalName", "externalName": "x.example"}});
         apply(&ResourceType::of::<Service>(true), &mut headless);
         assert!(headless["spec"].get("internalTrafficPolicy").is_none());
