@@ -127,6 +127,22 @@ impl ApiError {
         .with_causes(causes)
     }
 
+    /// apimachinery's `NewInternalError`: a 500 `InternalError` whose message says so, and whose
+    /// one cause carries the error alone.
+    pub fn internal(why: impl std::fmt::Display) -> ApiError {
+        let why = why.to_string();
+        ApiError::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {why}"),
+        )
+        .with_causes(vec![Cause {
+            reason: "",
+            field: String::new(),
+            message: why,
+        }])
+    }
+
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(400, "BadRequest", message)
     }
@@ -197,7 +213,20 @@ impl ApiError {
                 "causes".into(),
                 d.causes
                     .iter()
-                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .map(|c| {
+                        // metav1.StatusCause's keys are all omitempty.
+                        let mut o = serde_json::Map::new();
+                        for (k, v) in [
+                            ("reason", c.reason),
+                            ("message", &c.message),
+                            ("field", &c.field),
+                        ] {
+                            if !v.is_empty() {
+                                o.insert(k.into(), json!(v));
+                            }
+                        }
+                        Value::Object(o)
+                    })
                     .collect(),
             );
         }
@@ -207,9 +236,12 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        // metav1.Status's `reason` is omitempty: a Status a handler returns as it is may have none.
+        if !self.reason.is_empty() {
+            s["reason"] = json!(self.reason);
+        }
         if !details.is_empty() {
             s["details"] = Value::Object(details);
         }
@@ -256,5 +288,23 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    /// As kube-apiserver writes `NewInternalError` (its allocators' full range), and a Status a
+    /// handler returns bare (the eviction of a pod two budgets cover): omitempty keys left out.
+    #[test]
+    fn an_internal_error_carries_its_cause_and_a_bare_status_no_reason() {
+        let e = ApiError::internal("failed to allocate a serviceIP: range is full");
+        assert_eq!(
+            e.status(),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "Internal error occurred: failed to allocate a serviceIP: range is full",
+                   "reason": "InternalError",
+                   "details": {"causes": [{"message": "failed to allocate a serviceIP: range is full"}]},
+                   "code": 500})
+        );
+        let bare = ApiError::new(500, "", "This pod has more than one PodDisruptionBudget.");
+        assert_eq!(bare.status().get("reason"), None);
+        assert_eq!(bare.status().get("details"), None);
     }
 }

@@ -300,9 +300,10 @@ pub(crate) fn evict(store: &mut Store, ns: &str, name: &str, body: &Value) -> Ap
             }
         }
         _ => {
+            // Returned by the eviction handler as a bare Status: no reason, no details.
             return Err(ApiError::new(
                 500,
-                "InternalError",
+                "",
                 "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
             ));
         }

@@ -345,11 +345,9 @@ impl Store {
             }
             let key = storage_key(k);
             if let Err(why) = reader.open("secrets", &key, stored) {
-                return Err(ApiError::new(
-                    500,
-                    "InternalError",
-                    format!("Internal error occurred: unable to transform key {key:?}: {why}"),
-                ));
+                return Err(ApiError::internal(format!(
+                    "unable to transform key {key:?}: {why}"
+                )));
             }
         }
         Ok(())
@@ -726,11 +724,7 @@ impl Store {
                 });
                 alloc::service(obj, old, &mut taken, self.service_cidr).map_err(|r| match r {
                     alloc::Refused::Invalid(causes) => ApiError::invalid(rt, &name, causes),
-                    alloc::Refused::Internal(why) => ApiError::new(
-                        500,
-                        "InternalError",
-                        format!("Internal error occurred: {why}"),
-                    ),
+                    alloc::Refused::Internal(why) => ApiError::internal(why),
                 })?;
             }
             ("", kind @ ("PersistentVolume" | "PersistentVolumeClaim")) => match old {
