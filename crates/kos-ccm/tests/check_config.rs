@@ -132,7 +132,11 @@ fn use_clouds_reads_clouds_yaml_and_global_wins() {
 #[test]
 fn binary_exit_status() {
     let bin = env!("CARGO_BIN_EXE_kos-ccm");
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let fixtures = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("tests/fixtures");
     for seed in ["seed-000.conf", "seed-001.conf", "seed-002.conf"] {
         let out = Command::new(bin)
             .args(["check-config", "--cloud-config"])

@@ -261,7 +261,11 @@ const CASES: &[Case] = &[
 
 #[test]
 fn every_example_loads_without_errors_or_warnings() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let dir = format!(
+        "{}/../../examples",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    );
     for name in ["minimal.yaml", "ha.yaml", "byo-network.yaml"] {
         let text = std::fs::read_to_string(format!("{dir}/{name}")).expect("example exists");
         match load(name, &text) {
@@ -507,7 +511,11 @@ fn defaults_are_applied_and_typed() {
         Addons, ControlPlaneCount, DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, EndpointKind, ImageRef,
         LbProvider, NetworkSource, ResourceRef, ServerGroupPolicy,
     };
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let dir = format!(
+        "{}/../../examples",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    );
     let read = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).expect("example");
 
     let minimal = load("minimal.yaml", &read("minimal.yaml"))
@@ -573,7 +581,11 @@ fn defaults_are_applied_and_typed() {
 #[test]
 fn a_cni_manifest_pin_is_read() {
     use kos_cluster::spec::{Cni, CniManifest};
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/minimal.yaml");
+    let example = format!(
+        "{}/../../examples/minimal.yaml",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    );
     let text = std::fs::read_to_string(example).expect("example").replace(
         "  nodePools:",
         "  addons:\n    cni: flannel\n    cniManifest:\n      url: https://example.com/kube-flannel.yml\n      sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n  nodePools:",

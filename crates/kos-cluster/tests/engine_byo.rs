@@ -25,9 +25,10 @@ use user::*;
 
 /// examples/byo-network.yaml on the sim's image, named `name`, with `(from, to)` edits (each must apply).
 fn spec_text(name: &str, edits: &[(&str, &str)]) -> Result<String, E> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/byo-network.yaml"
+    let path = format!(
+        "{}/../../examples/byo-network.yaml",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
     );
     let base = std::fs::read_to_string(path)?
         .replace("name: internal", &format!("name: {name}"))

@@ -53,7 +53,11 @@ async fn start_with(cfg: SimConfig) -> Result<Cloud, E> {
 }
 
 fn example(name: &str) -> Result<String, E> {
-    let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../examples/{name}",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    );
     Ok(std::fs::read_to_string(path)?)
 }
 

@@ -17,7 +17,15 @@ use base64::Engine;
 use clap::Parser;
 use serde_json::Value;
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+/// The workspace of the checkout under test: the package's directory as cargo gives it when the
+/// test runs (the one compiled in may be another checkout's, sharing the target directory).
+fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../..")
+}
 const KOS_CCM: &str = include_str!("../../kos-bootstrap/src/addons/kos-ccm.yaml");
 const CINDER_CSI: &str = include_str!("../../kos-bootstrap/src/addons/cinder-csi.yaml");
 const STORAGE_CLASS: &str = include_str!("../../kos-bootstrap/src/addons/storageclass.yaml");
@@ -88,8 +96,8 @@ fn render_in(chart: &str, values: &str, namespace: &str) -> Render {
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).expect("values file");
     let out = Command::new(python())
-        .arg(Path::new(ROOT).join("scripts/helm-render.py"))
-        .arg(Path::new(ROOT).join("charts").join(chart))
+        .arg(root().join("scripts/helm-render.py"))
+        .arg(root().join("charts").join(chart))
         .arg("--values")
         .arg(&file)
         .args(["--name", "kos", "--namespace", namespace])
@@ -1088,13 +1096,8 @@ fn the_kos_csi_chart_makes_what_kos_renders_for_csi_cinder() {
 // Images: kos's pins
 
 fn chart_yaml(chart: &str) -> Value {
-    let text = std::fs::read_to_string(
-        Path::new(ROOT)
-            .join("charts")
-            .join(chart)
-            .join("Chart.yaml"),
-    )
-    .expect("Chart.yaml");
+    let text = std::fs::read_to_string(root().join("charts").join(chart).join("Chart.yaml"))
+        .expect("Chart.yaml");
     serde_saphyr::from_str(&text).expect("Chart.yaml is YAML")
 }
 
@@ -1525,7 +1528,7 @@ fn the_values_the_docs_show_render() {
         ("charts/kos-ccm/README.md", "kos-ccm"),
         ("charts/kos-csi/README.md", "kos-csi"),
     ] {
-        let text = std::fs::read_to_string(Path::new(ROOT).join(doc)).expect("doc");
+        let text = std::fs::read_to_string(root().join(doc)).expect("doc");
         let blocks = yaml_blocks(&text);
         assert_eq!(blocks.len(), 1, "{doc}: one values example");
         let r = render(chart, &blocks[0]);
@@ -1549,7 +1552,7 @@ const STANDALONE: [&str; 3] = ["kos-ccm.yaml", "kos-csi-snapshotclass.yaml", "ko
 const PLACEHOLDER: &str = "your-registry.invalid/";
 
 fn committed(name: &str) -> String {
-    std::fs::read_to_string(Path::new(ROOT).join("manifests").join(name))
+    std::fs::read_to_string(root().join("manifests").join(name))
         .unwrap_or_else(|e| panic!("manifests/{name}: {e}"))
 }
 
@@ -1584,7 +1587,7 @@ fn first_difference(a: &str, b: &str) -> Option<(usize, String, String)> {
 fn the_committed_manifests_are_a_fresh_render_of_the_charts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = Command::new(python())
-        .arg(Path::new(ROOT).join("scripts/manifests.py"))
+        .arg(root().join("scripts/manifests.py"))
         .arg("--out")
         .arg(dir.path())
         .output()
@@ -1617,7 +1620,7 @@ fn the_committed_manifests_are_a_fresh_render_of_the_charts() {
 fn the_standalone_manifests_validate_strictly_for_each_supported_minor() {
     let files: Vec<PathBuf> = ["kos-ccm.yaml", "kos-csi.yaml"]
         .iter()
-        .map(|n| Path::new(ROOT).join("manifests").join(n))
+        .map(|n| root().join("manifests").join(n))
         .collect();
     for minor in supported_minors() {
         let (ok, said) = validate(&files, minor);
@@ -1657,8 +1660,7 @@ fn container_images(objects: &[Value]) -> BTreeSet<String> {
 #[test]
 fn the_standalone_manifests_hold_no_secret_and_name_the_image_to_set() {
     let chart: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(Path::new(ROOT).join("charts/kos-ccm/Chart.yaml"))
-            .expect("Chart.yaml"),
+        &std::fs::read_to_string(root().join("charts/kos-ccm/Chart.yaml")).expect("Chart.yaml"),
     )
     .expect("YAML");
     let version = chart["appVersion"].as_str().expect("appVersion");

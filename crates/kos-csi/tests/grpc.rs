@@ -366,13 +366,21 @@ async fn a_client_generated_by_grpcio_tools_passes_the_sanity_cases() -> R {
     let server = c.server("node-s", "10.60.0.0/24").await?;
     let d = start(&c.conf, &server).await?;
     let work = tempfile::tempdir()?;
-    let proto = concat!(env!("CARGO_MANIFEST_DIR"), "/proto");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/csi_sanity.py");
+    let proto = format!(
+        "{}/proto",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    );
+    let script = format!(
+        "{}/tests/python/csi_sanity.py",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    );
     let out = tokio::process::Command::new(&python)
         .arg(script)
         .arg("--socket")
         .arg(&d.socket)
-        .args(["--proto-dir", proto])
+        .args(["--proto-dir", &proto])
         .arg("--work")
         .arg(work.path())
         .output()

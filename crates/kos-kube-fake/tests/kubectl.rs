@@ -1377,7 +1377,11 @@ async fn get_pv_pvc_volumeattachments_csinodes_and_the_storage_refusals() -> R {
 async fn the_external_snapshotters_crds_apply_and_their_cel_rules_refuse() -> R {
     let fake = cluster().await?;
     let k = Kubectl::new(&fake);
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/storage");
+    let dir = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("tests/fixtures/storage");
     for crd in [
         "volumesnapshotclasses",
         "volumesnapshotcontents",

@@ -8,12 +8,20 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{Value, json};
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+/// The workspace of the checkout under test: the package's directory as cargo gives it when the
+/// test runs (the one compiled in may be another checkout's, sharing the target directory).
+fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../..")
+}
 const REPOSITORY: &str = "registry.example/kos/kos-operator";
 
 /// `KOS_HELM_PYTHON`, then the venv scripts/test installs helm-python-sdk into; it must import it.
@@ -48,8 +56,8 @@ fn helm(values: &str) -> Value {
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).expect("values file");
     let out = Command::new(helm_python())
-        .arg(Path::new(ROOT).join("scripts/helm-render.py"))
-        .arg(Path::new(ROOT).join("charts/kos-operator"))
+        .arg(root().join("scripts/helm-render.py"))
+        .arg(root().join("charts/kos-operator"))
         .arg("--values")
         .arg(&file)
         .args(["--name", "kos-operator", "--namespace", "kos-system"])
@@ -99,8 +107,8 @@ fn rendered(values: &str) -> (Vec<Value>, Vec<String>) {
 }
 
 fn chart_version() -> String {
-    let text = std::fs::read_to_string(Path::new(ROOT).join("charts/kos-operator/Chart.yaml"))
-        .expect("Chart.yaml");
+    let text =
+        std::fs::read_to_string(root().join("charts/kos-operator/Chart.yaml")).expect("Chart.yaml");
     let chart: Value = serde_saphyr::from_str(&text).expect("Chart.yaml is YAML");
     chart["appVersion"].as_str().expect("appVersion").to_owned()
 }
@@ -155,10 +163,9 @@ fn with_its_defaults_the_chart_renders_what_kos_operator_manifests_prints() {
     // the image with it).
     assert_eq!(chart_version(), env!("CARGO_PKG_VERSION"), "appVersion");
     // The CRD the chart carries is the binary's (its rules follow kos's pins).
-    let crd_file = std::fs::read_to_string(
-        Path::new(ROOT).join("charts/kos-operator/files/clusters.kos.dev.yaml"),
-    )
-    .expect("the chart's CRD");
+    let crd_file =
+        std::fs::read_to_string(root().join("charts/kos-operator/files/clusters.kos.dev.yaml"))
+            .expect("the chart's CRD");
     assert!(
         crd_file == kos_operator::resource::crd_yaml().expect("crd"),
         "charts/kos-operator/files/clusters.kos.dev.yaml differs from the binary's CRD: run \

@@ -24,10 +24,13 @@ fn dependencies(manifest: &str) -> Vec<String> {
 }
 
 fn manifest(krate: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(krate)
-        .join("Cargo.toml");
+    let path = Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("..")
+    .join(krate)
+    .join("Cargo.toml");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

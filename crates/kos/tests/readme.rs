@@ -8,12 +8,20 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use support::{code, isolated, text};
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+/// The workspace of the checkout under test: the package's directory as cargo gives it when the
+/// test runs (the one compiled in may be another checkout's, sharing the target directory).
+fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../..")
+}
 /// The pages whose `sh` blocks are checked.
 const PAGES: [&str; 2] = ["README.md", "docs/install-helm.md"];
 /// Programs the pages may run besides kos, cargo and the repository's scripts: the shell's own
@@ -158,11 +166,7 @@ fn classify(words: &[String]) -> Result<Run, String> {
                 .find(|w| w[0] == "-p")
                 .map(|w| w[1].as_str());
             if let Some(p) = package
-                && !Path::new(ROOT)
-                    .join("crates")
-                    .join(p)
-                    .join("Cargo.toml")
-                    .is_file()
+                && !root().join("crates").join(p).join("Cargo.toml").is_file()
             {
                 return Err(format!("`cargo … -p {p}`: no crate {p} in crates/"));
             }
@@ -179,7 +183,7 @@ fn classify(words: &[String]) -> Result<Run, String> {
             }
         }
         p if p.starts_with("scripts/") => {
-            let path = Path::new(ROOT).join(p);
+            let path = root().join(p);
             let executable = std::fs::metadata(&path).is_ok_and(|m| {
                 use std::os::unix::fs::PermissionsExt;
                 m.is_file() && m.permissions().mode() & 0o111 != 0
@@ -205,7 +209,7 @@ fn missing_paths(words: &[String]) -> Vec<String> {
         .iter()
         .map(|w| w.split_once('=').map_or(w.as_str(), |(_, v)| v))
         .filter(|w| REPO_DIRS.iter().any(|d| w.starts_with(d)))
-        .filter(|w| !Path::new(ROOT).join(w).exists())
+        .filter(|w| !root().join(w).exists())
         .map(str::to_owned)
         .collect()
 }
@@ -225,7 +229,7 @@ fn kos_in(data: &Path, args: &[String], extra: &[&str]) -> Output {
         .chain(extra.iter().copied())
         .collect();
     isolated(data, None, &args)
-        .current_dir(ROOT)
+        .current_dir(root())
         .output()
         .expect("kos runs")
 }
@@ -270,8 +274,7 @@ fn check_page(data: &Path, name: &str, markdown: &str) -> (Vec<String>, Vec<Vec<
 }
 
 fn page(name: &str) -> String {
-    std::fs::read_to_string(PathBuf::from(ROOT).join(name))
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
+    std::fs::read_to_string(root().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[test]

@@ -6,7 +6,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/test-deps");
+/// scripts/test-deps of the checkout under test (see `CARGO_MANIFEST_DIR` at run time).
+fn script() -> String {
+    format!(
+        "{}/../../scripts/test-deps",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    )
+}
 const ALL: &str = "cloud-init shellcheck kubernetes-client openssl curl skopeo umoci e2fsprogs xfsprogs udev python3-venv";
 
 fn stub(bin: &Path, name: &str, body: &str) {
@@ -42,7 +49,7 @@ fn machine(uid: u32, sudo: bool, apt: bool) -> (tempfile::TempDir, PathBuf) {
 
 fn run(bin: &Path) -> Output {
     Command::new("/bin/bash")
-        .arg(SCRIPT)
+        .arg(script())
         .env_clear()
         .env("PATH", bin)
         .output()

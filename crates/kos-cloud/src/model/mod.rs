@@ -16,9 +16,12 @@ pub use common::{Link, QuotaUsage, TagQuery};
 /// Test helper: one API-reference sample from testdata/api-samples.
 #[cfg(test)]
 pub(crate) fn sample(path: &str) -> std::io::Result<String> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/api-samples")
-        .join(path);
+    let p = std::path::Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../../testdata/api-samples")
+    .join(path);
     std::fs::read_to_string(&p)
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
 }

@@ -9,13 +9,20 @@ use serde_json::{Value, json};
 
 /// An example cluster document (`examples/<name>`), as JSON.
 pub fn example(name: &str) -> Value {
-    let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../examples/{name}",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    );
     serde_saphyr::from_str(&std::fs::read_to_string(path).expect("example")).expect("yaml")
 }
 
 /// Every example, then the fixture with every field the examples leave out.
 pub fn documents() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    );
     let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("../../examples"))
         .expect("examples")
         .map(|e| e.expect("entry").path())

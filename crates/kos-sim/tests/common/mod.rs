@@ -24,7 +24,11 @@ const DATA_MAPS: &[&str] = &[
 ];
 
 pub fn samples_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/api-samples")
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../../testdata/api-samples")
 }
 
 pub fn load_sample(rel: &str) -> Value {

@@ -74,9 +74,12 @@ pub fn openstack_cli() -> PathBuf {
 }
 
 pub fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name)
+    Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../../examples")
+    .join(name)
 }
 
 /// `kos <args>` that sees no clouds.yaml but `clouds` (none from the developer's machine: not in the
