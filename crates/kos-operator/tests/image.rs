@@ -127,9 +127,11 @@ async fn the_image_runs_as_its_deployment_says() -> R {
             .env("POD_NAMESPACE", "kos-system")
             .env("POD_NAME", "kos-operator-0")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("operator.log"))?)
             .spawn()?,
     );
+    // What it said, when it stopped: a port taken between `free_port` and its bind, say.
+    let said = || std::fs::read_to_string(dir.path().join("operator.log")).unwrap_or_default();
     let leases: Api<Lease> = Api::namespaced(fake.client()?, "kos-system");
     let ready = format!("http://127.0.0.1:{probes}/readyz");
     let mut led = false;
@@ -147,7 +149,8 @@ async fn the_image_runs_as_its_deployment_says() -> R {
         }
         assert!(
             op.0.try_wait()?.is_none(),
-            "the image's kos-operator exited"
+            "the image's kos-operator exited: {}",
+            said()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
