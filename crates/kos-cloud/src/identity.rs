@@ -141,12 +141,7 @@ impl IdentityApi<'_> {
                 return Err(e);
             };
             if reason == crate::retry::RetryReason::Transport {
-                for lost in self
-                    .list_application_credentials(Some(&req.name))
-                    .await?
-                    .iter()
-                    .filter(|c| c.name == req.name)
-                {
+                for lost in self.list_application_credentials(Some(&req.name)).await? {
                     tracing::warn!(name = %req.name, id = %lost.id, "deleting the application credential whose create answer was lost");
                     self.delete_application_credential(&lost.id).await?;
                 }

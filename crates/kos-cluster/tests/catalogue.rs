@@ -261,11 +261,7 @@ const CASES: &[Case] = &[
 
 #[test]
 fn every_example_loads_without_errors_or_warnings() {
-    let dir = format!(
-        "{}/../../examples",
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
-    );
+    let dir = examples();
     for name in ["minimal.yaml", "ha.yaml", "byo-network.yaml"] {
         let text = std::fs::read_to_string(format!("{dir}/{name}")).expect("example exists");
         match load(name, &text) {
@@ -511,11 +507,7 @@ fn defaults_are_applied_and_typed() {
         Addons, ControlPlaneCount, DEFAULT_POD_CIDR, DEFAULT_SERVICE_CIDR, EndpointKind, ImageRef,
         LbProvider, NetworkSource, ResourceRef, ServerGroupPolicy,
     };
-    let dir = format!(
-        "{}/../../examples",
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
-    );
+    let dir = examples();
     let read = |name: &str| std::fs::read_to_string(format!("{dir}/{name}")).expect("example");
 
     let minimal = load("minimal.yaml", &read("minimal.yaml"))
@@ -581,11 +573,7 @@ fn defaults_are_applied_and_typed() {
 #[test]
 fn a_cni_manifest_pin_is_read() {
     use kos_cluster::spec::{Cni, CniManifest};
-    let example = format!(
-        "{}/../../examples/minimal.yaml",
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
-    );
+    let example = format!("{}/minimal.yaml", examples());
     let text = std::fs::read_to_string(example).expect("example").replace(
         "  nodePools:",
         "  addons:\n    cni: flannel\n    cniManifest:\n      url: https://example.com/kube-flannel.yml\n      sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n  nodePools:",
@@ -700,4 +688,12 @@ fn mirrors_and_a_proxy_are_read() {
     // Without the fields: nothing mirrored, no proxy.
     let plain = load("cluster.yaml", BASE).expect("valid").spec;
     assert!(plain.mirrors.is_empty() && plain.proxy.is_none());
+}
+
+/// examples/ of the checkout under test (`CARGO_MANIFEST_DIR` as cargo gives it at run time: the
+/// compiled-in one may be another checkout's, sharing the target directory).
+fn examples() -> String {
+    let here = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
+    format!("{here}/../../examples")
 }

@@ -366,16 +366,10 @@ async fn a_client_generated_by_grpcio_tools_passes_the_sanity_cases() -> R {
     let server = c.server("node-s", "10.60.0.0/24").await?;
     let d = start(&c.conf, &server).await?;
     let work = tempfile::tempdir()?;
-    let proto = format!(
-        "{}/proto",
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
-    );
-    let script = format!(
-        "{}/tests/python/csi_sanity.py",
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
-    );
+    let here =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let proto = format!("{here}/proto");
+    let script = format!("{here}/tests/python/csi_sanity.py");
     let out = tokio::process::Command::new(&python)
         .arg(script)
         .arg("--socket")

@@ -266,11 +266,7 @@ fn build() -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO")
         .or_else(|| option_env!("CARGO").map(Into::into))
         .unwrap_or_else(|| "cargo".into());
-    let manifest = Path::new(
-        &std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
-    )
-    .join("../../Cargo.toml");
+    let manifest = crate::workspace().join("Cargo.toml");
     let mut cmd = std::process::Command::new(cargo);
     cmd.args(["build", "--workspace", "--bin", "kos"])
         .arg("--message-format=json-render-diagnostics")

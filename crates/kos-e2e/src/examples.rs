@@ -290,12 +290,7 @@ pub struct Edit {
 impl Edit {
     /// examples/<file> of the repository.
     pub fn example(file: &str) -> Result<Edit> {
-        let path = std::path::Path::new(
-            &std::env::var("CARGO_MANIFEST_DIR")
-                .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
-        )
-        .join("../../examples")
-        .join(file);
+        let path = crate::workspace().join("examples").join(file);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
         Ok(Edit { text })

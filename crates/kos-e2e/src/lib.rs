@@ -37,6 +37,16 @@ use kos_cloud::model::network::{
 use kos_cloud::{CloudProfile, Env, ProfileAuth, RetryPolicy, Session};
 use kos_sim::{Sim, SimConfig};
 use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
+
+/// The workspace of the checkout under test: `CARGO_MANIFEST_DIR` as cargo gives the test at run
+/// time (the compiled-in one may be another checkout's, sharing the target directory).
+pub fn workspace() -> PathBuf {
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../..")
+}
 use tokio::time::Instant;
 
 pub use cleanup::{Cleanup, Made};

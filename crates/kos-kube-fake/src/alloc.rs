@@ -434,12 +434,9 @@ fn validate_node_ports(spec: &Spec, type_: &str) -> Vec<Cause> {
 /// kube-apiserver's `ValidateService` for an `ExternalName` Service: a DNS subdomain (a trailing
 /// dot allowed) and no cluster IPs or IP families.
 fn validate_external_name(spec: &Spec) -> Vec<Cause> {
+    use crate::storage::{SUBDOMAIN_MSG, forbidden, invalid, required};
+    const NOT_HERE: &str = "may not be set for ExternalName services";
     let mut problems = Vec::new();
-    let forbidden = |field: &str| Cause {
-        reason: "FieldValueForbidden",
-        field: format!("spec.{field}"),
-        message: "Forbidden: may not be set for ExternalName services".into(),
-    };
     let set = |field: &str| match spec.get(field) {
         None | Some(Value::Null) => false,
         Some(Value::String(s)) => !s.is_empty(),
@@ -448,13 +445,12 @@ fn validate_external_name(spec: &Spec) -> Vec<Cause> {
     };
     // The strategy's NormalizeClusterIPs makes `clusterIPs` of `clusterIP`: either names them.
     if set("clusterIP") || set("clusterIPs") {
-        problems.push(forbidden("clusterIPs"));
+        problems.push(forbidden("spec.clusterIPs", NOT_HERE));
     }
-    if set("ipFamilies") {
-        problems.push(forbidden("ipFamilies"));
-    }
-    if set("ipFamilyPolicy") {
-        problems.push(forbidden("ipFamilyPolicy"));
+    for field in ["ipFamilies", "ipFamilyPolicy"] {
+        if set(field) {
+            problems.push(forbidden(format!("spec.{field}"), NOT_HERE));
+        }
     }
     let name = spec
         .get("externalName")
@@ -462,22 +458,12 @@ fn validate_external_name(spec: &Spec) -> Vec<Cause> {
         .unwrap_or_default();
     let cname = name.strip_suffix('.').unwrap_or(name);
     if cname.is_empty() {
-        problems.push(Cause {
-            reason: "FieldValueRequired",
-            field: "spec.externalName".into(),
-            message: "Required value".into(),
-        });
+        problems.push(required("spec.externalName", ""));
     } else if !crate::validate::is_dns_subdomain(cname) {
-        problems.push(invalid(
-            "spec.externalName",
-            format!("Invalid value: {cname:?}: {SUBDOMAIN}"),
-        ));
+        problems.push(invalid("spec.externalName", &json!(cname), SUBDOMAIN_MSG));
     }
     problems
 }
-
-/// apimachinery's `IsDNS1123Subdomain` message.
-const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 /// kube-apiserver's `validateServiceExternalTrafficPolicy`, but for the `Required` it never
 /// reaches here (defaulting and allocation filled both).

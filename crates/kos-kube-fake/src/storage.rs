@@ -25,7 +25,7 @@ use crate::validate::{is_dns_subdomain, is_label_value, is_qualified_name};
 
 // ------------------------------------------------------------------------------------ causes
 
-fn required(field: impl Into<String>, detail: &str) -> Cause {
+pub(crate) fn required(field: impl Into<String>, detail: &str) -> Cause {
     Cause {
         reason: "FieldValueRequired",
         field: field.into(),
@@ -37,7 +37,7 @@ fn required(field: impl Into<String>, detail: &str) -> Cause {
     }
 }
 
-fn invalid(field: impl Into<String>, value: &Value, detail: &str) -> Cause {
+pub(crate) fn invalid(field: impl Into<String>, value: &Value, detail: &str) -> Cause {
     let shown = match value {
         Value::String(s) => format!("{s:?}"),
         other => other.to_string(),
@@ -53,7 +53,7 @@ fn invalid(field: impl Into<String>, value: &Value, detail: &str) -> Cause {
     }
 }
 
-fn forbidden(field: impl Into<String>, detail: &str) -> Cause {
+pub(crate) fn forbidden(field: impl Into<String>, detail: &str) -> Cause {
     Cause {
         reason: "FieldValueForbidden",
         field: field.into(),
@@ -98,7 +98,7 @@ fn immutable(field: impl Into<String>, value: &Value) -> Cause {
     invalid(field, value, "field is immutable")
 }
 
-const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+pub(crate) const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or_default()

@@ -29,9 +29,5 @@ pub fn sim_config() -> kos_sim::SimConfig {
 
 /// docs/fidelity.md in the workspace.
 pub fn known_differences_file() -> std::path::PathBuf {
-    std::path::Path::new(
-        &std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
-    )
-    .join("../../docs/fidelity.md")
+    crate::workspace().join("docs/fidelity.md")
 }

@@ -22,7 +22,7 @@ pub enum TlsError {
     },
     #[error(
         "the TLS files in {dir} make no server configuration (is tls.key the key of tls.crt?): {}",
-        chain(source)
+        kos_lifecycle::api::chain(source)
     )]
     Invalid {
         dir: String,
@@ -38,16 +38,14 @@ pub enum TlsError {
     },
 }
 
-/// The server's TLS configuration from `dir` (`tls.crt`, `tls.key`, `ca.crt`); without `tls.crt` in `dir` but with the CA's `ca.key` and the address the
-/// autoscalers dial (`advertised`, `host:port`), the operator signs its own serving certificate for
-/// that host (kept in memory, a year long), so that nothing but the CA need be made for it.
+/// The server's TLS configuration from `dir` (`tls.crt`, `tls.key`, `ca.crt`). Without `tls.crt`
+/// but with the CA's `ca.key` and the address the autoscalers dial (`advertised`, `host:port`),
+/// the operator signs its own serving certificate for that host (kept in memory, a year long), so
+/// that nothing but the CA need be made for it.
 ///
 /// # Errors
 /// A file that cannot be read, or a CA that cannot sign.
-pub fn server_config_for(
-    dir: &Path,
-    advertised: Option<&str>,
-) -> Result<ServerTlsConfig, TlsError> {
+fn server_config_for(dir: &Path, advertised: Option<&str>) -> Result<ServerTlsConfig, TlsError> {
     let read = |name: &str| {
         let path = dir.join(name);
         std::fs::read(&path).map_err(|source| TlsError::Read { path, source })
@@ -69,18 +67,6 @@ pub fn server_config_for(
     Ok(ServerTlsConfig::new()
         .identity(identity)
         .client_ca_root(Certificate::from_pem(ca)))
-}
-
-/// An error and its causes, one line (tonic's own message is only "transport error").
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
 }
 
 /// How often the endpoint looks at its files again (cert-manager renews a Certificate's Secret in

@@ -9,27 +9,19 @@ use serde_json::{Value, json};
 
 /// An example cluster document (`examples/<name>`), as JSON.
 pub fn example(name: &str) -> Value {
-    let path = format!(
-        "{}/../../examples/{name}",
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
-    );
+    let path = examples().join(name);
     serde_saphyr::from_str(&std::fs::read_to_string(path).expect("example")).expect("yaml")
 }
 
 /// Every example, then the fixture with every field the examples leave out.
 pub fn documents() -> Vec<PathBuf> {
-    let root = PathBuf::from(
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
-    );
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("../../examples"))
+    let mut files: Vec<PathBuf> = std::fs::read_dir(examples())
         .expect("examples")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    files.push(root.join("tests/fixtures/every-field.yaml"));
+    files.push(package().join("tests/fixtures/every-field.yaml"));
     assert!(files.len() >= 5, "{files:?}");
     files
 }
@@ -316,4 +308,17 @@ pub fn context(
         },
         settings,
     ))
+}
+
+/// This package's directory in the checkout under test: `CARGO_MANIFEST_DIR` as cargo gives it at
+/// run time (the compiled-in one may be another checkout's, sharing the target directory).
+fn package() -> PathBuf {
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+}
+
+fn examples() -> PathBuf {
+    package().join("../../examples")
 }
